@@ -1,0 +1,65 @@
+"""One error root for everything Rota raises.
+
+HTTP status mapping lives only in the API's exception handlers; here errors carry meaning
+(what was wrong, with which field) and nothing about transport.
+"""
+
+from __future__ import annotations
+
+
+class RotaError(Exception):
+    """Root of every error Rota raises on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFoundError(RotaError):
+    """The named thing (job, occurrence, …) does not exist."""
+
+    def __init__(self, kind: str, key: object) -> None:
+        super().__init__(f"{kind} {key} not found")
+        self.kind = kind
+        self.key = key
+
+
+class ConflictError(RotaError):
+    """The change clashes with the current state (duplicate, stale version, forbidden transition)."""
+
+
+class ValidationError(RotaError):
+    """Input was refused. ``field`` names the offending input field (API name, camelCase)."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class CronError(ValidationError):
+    """A cron expression or time zone was refused.
+
+    ``field`` is the API field (``cronExpression`` or ``timeZone``); ``part`` names the cron
+    field that is wrong (``second``, ``minute``, ``hour``, ``day``, ``month``, ``weekday``) when
+    one can be named.
+    """
+
+    def __init__(self, message: str, *, field: str = "cronExpression", part: str | None = None):
+        super().__init__(message, field=field)
+        self.part = part
+
+
+class BackendUnavailableError(RotaError):
+    """A backend (store, index, broker, coordination) cannot be reached or timed out."""
+
+
+class ConfigurationError(RotaError):
+    """The settings describe a combination that cannot work; the message says what to set."""
+
+
+class PermanentError(RotaError):
+    """Raised by a job handler: the failure is final, do not retry."""
+
+
+class JobCancelledError(RotaError):
+    """Raised inside a handler by ``ctx.check_cancelled()`` once the occurrence is cancelled."""

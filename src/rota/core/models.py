@@ -1,0 +1,320 @@
+"""Domain records: jobs, occurrences, failed occurrences, and the records that travel the wire.
+
+Records are frozen dataclasses; change them with :func:`dataclasses.replace`. All datetimes are
+timezone-aware UTC. Status codes are part of the API and wire format (DESIGN.md §2).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+JsonValue = Any
+"""Anything :mod:`orjson` can encode."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class OccurrenceStatus(enum.IntEnum):
+    QUEUED = 0
+    RUNNING = 1
+    COMPLETED = 2
+    FAILED = 3
+    CANCELLED = 4
+    TIMED_OUT = 5
+    UNKNOWN = 6
+    SKIPPED = 7
+
+    @property
+    def is_terminal(self) -> bool:
+        return not TRANSITIONS[self]
+
+    @property
+    def is_active(self) -> bool:
+        """Queued or Running: the occurrence still holds its job's turn."""
+        return self in (OccurrenceStatus.QUEUED, OccurrenceStatus.RUNNING)
+
+
+S = OccurrenceStatus
+
+TRANSITIONS: Mapping[OccurrenceStatus, frozenset[OccurrenceStatus]] = {
+    # A worker may pack Running and the final status into one flush, so the tracker can see
+    # Queued followed directly by a final status.
+    S.QUEUED: frozenset({S.RUNNING, S.COMPLETED, S.FAILED, S.CANCELLED, S.TIMED_OUT, S.UNKNOWN}),
+    # Running -> Queued is a retry: the next attempt waits for its due time.
+    S.RUNNING: frozenset({S.COMPLETED, S.FAILED, S.CANCELLED, S.TIMED_OUT, S.UNKNOWN, S.QUEUED}),
+    # A zombie is requeued as a new attempt, or failed, by its job's policy.
+    S.UNKNOWN: frozenset({S.QUEUED, S.FAILED}),
+    S.COMPLETED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+    S.TIMED_OUT: frozenset(),
+    S.SKIPPED: frozenset(),
+}
+"""The one table of allowed status transitions. Anything else is ignored and counted."""
+
+
+def can_transition(current: OccurrenceStatus, new: OccurrenceStatus) -> bool:
+    return new in TRANSITIONS[current]
+
+
+class Priority(enum.IntEnum):
+    VERY_LOW = 0
+    LOW = 1
+    MEDIUM = 2
+    HIGH = 3
+    CRITICAL = 4
+
+
+class ConcurrencyPolicy(enum.IntEnum):
+    """What a fire does while an earlier occurrence of the same job is Queued or Running."""
+
+    SKIP = 0
+    """Record the fire as Skipped (reason ``overlap``) and do not run it."""
+    QUEUE = 1
+    """Record it Queued; it is dispatched once the earlier one has finished (one at a time)."""
+
+
+class MisfirePolicy(enum.StrEnum):
+    """What to do with fires missed (later than the misfire threshold) while nothing dispatched."""
+
+    FIRE_ONCE = "fire_once"
+    """One catch-up occurrence for all missed fires; the others are recorded Skipped."""
+    CATCH_UP = "catch_up"
+    """Every missed fire runs (capped); fires beyond the cap are recorded Skipped."""
+    SKIP = "skip"
+    """No missed fire runs; each is recorded Skipped; the schedule resumes at the next fire."""
+
+
+class SkipReason(enum.StrEnum):
+    MISFIRE = "misfire"
+    OVERLAP = "overlap"
+    NO_WORKER = "no_worker"
+
+
+class FailureType(enum.StrEnum):
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    PERMANENT = "permanent"
+    TIMED_OUT = "timed_out"
+    ZOMBIE = "zombie"
+    POISON = "poison"
+    UNKNOWN_JOB_TYPE = "unknown_job_type"
+    INVALID_DATA = "invalid_data"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A job definition: what to run, with what data, when and how."""
+
+    id: UUID
+    job_type: str
+    worker_id: str | None = None
+    """The worker group that runs it; ``None`` lets whichever group declares the type run it."""
+    display_name: str = ""
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    job_data: JsonValue = None
+    cron_expression: str | None = None
+    time_zone: str = "UTC"
+    execute_at: datetime | None = None
+    is_active: bool = True
+    priority: Priority = Priority.MEDIUM
+    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.SKIP
+    misfire_policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
+    timeout_seconds: float | None = None
+    max_retries: int | None = None
+    """``None``: the job type's default."""
+    retry_delay_seconds: float | None = None
+    next_run_at: datetime | None = None
+    """The next fire (UTC); ``None`` when nothing is left to fire (inactive or finished)."""
+    bucket: int = 0
+    version: int = 1
+    created_at: datetime = field(default_factory=utcnow)
+    updated_at: datetime = field(default_factory=utcnow)
+    created_by: str | None = None
+    updated_by: str | None = None
+    total_executions: int = 0
+    success_count: int = 0
+    failure_count: int = 0
+    average_duration_ms: float | None = None
+
+    @property
+    def is_recurring(self) -> bool:
+        return self.cron_expression is not None
+
+    @property
+    def success_rate(self) -> float | None:
+        finished = self.success_count + self.failure_count
+        return None if finished == 0 else 100.0 * self.success_count / finished
+
+
+VERSIONED_FIELDS: tuple[str, ...] = (
+    "job_type",
+    "worker_id",
+    "job_data",
+    "cron_expression",
+    "time_zone",
+    "execute_at",
+)
+"""A change of any of these bumps a job's version and keeps a snapshot of the old one."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobVersion:
+    job_id: UUID
+    version: int
+    snapshot: Mapping[str, JsonValue]
+    """The job's versioned fields (API names) as they were in that version."""
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusChange:
+    timestamp: datetime
+    from_status: OccurrenceStatus | None
+    """``None`` for the record that created the occurrence."""
+    to_status: OccurrenceStatus
+    attempt: int = 1
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Occurrence:
+    """One fire of a job. Its id is a UUIDv7 and doubles as the correlation id."""
+
+    id: UUID
+    job_id: UUID
+    job_type: str
+    worker_id: str | None
+    """The worker group the job names (or ``None``)."""
+    status: OccurrenceStatus
+    scheduled_for: datetime
+    """The fire time this occurrence belongs to; unique per job."""
+    due_at: datetime
+    """When it is to be dispatched: the fire time, or the retry time of a later attempt."""
+    created_at: datetime
+    attempt: int = 1
+    max_retries: int = 0
+    priority: Priority = Priority.MEDIUM
+    timeout_seconds: float | None = None
+    job_version: int = 1
+    job_data: JsonValue = None
+    dispatched_at: datetime | None = None
+    instance_id: str | None = None
+    """The worker instance that reported on it last."""
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    duration_ms: float | None = None
+    result: JsonValue = None
+    exception: str | None = None
+    skip_reason: str | None = None
+    last_heartbeat: datetime | None = None
+    trigger_reason: str | None = None
+    """Why it exists when not scheduled: a manual trigger's reason."""
+    status_changes: tuple[StatusChange, ...] = ()
+
+    @property
+    def retry_count(self) -> int:
+        return self.attempt - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailedOccurrence:
+    """The dead-letter record of an occurrence that will not run again by itself."""
+
+    id: UUID
+    occurrence_id: UUID
+    job_id: UUID | None
+    job_type: str
+    failure_type: FailureType
+    exception: str | None
+    job_data: JsonValue
+    attempts: int
+    failed_at: datetime
+    created_at: datetime = field(default_factory=utcnow)
+    resolved: bool = False
+    resolved_at: datetime | None = None
+    resolved_by: str | None = None
+    resolution_note: str | None = None
+    resolution_action: str | None = None
+
+
+# --- records on the wire (DESIGN.md §5) -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobMessage:
+    """What the dispatcher publishes for a worker to run."""
+
+    occurrence_id: UUID
+    job_id: UUID
+    job_type: str
+    job_data: JsonValue
+    scheduled_for: datetime
+    timestamp: datetime
+    retry_count: int = 0
+    max_retries: int = 0
+    priority: Priority = Priority.MEDIUM
+    timeout_seconds: float | None = None
+    job_version: int = 1
+    worker_id: str | None = None
+    original_correlation_id: UUID | None = None
+
+    @property
+    def correlation_id(self) -> UUID:
+        return self.occurrence_id
+
+    @property
+    def attempt(self) -> int:
+        return self.retry_count + 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusRecord:
+    """A worker's (or the scheduler's own) report on an occurrence."""
+
+    occurrence_id: UUID
+    status: OccurrenceStatus
+    timestamp: datetime
+    attempt: int = 1
+    instance_id: str | None = None
+    result: JsonValue = None
+    exception: str | None = None
+    duration_ms: float | None = None
+    retry_at: datetime | None = None
+    """With status Failed: the attempt failed but another is due at this time."""
+    failure_type: FailureType | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogRecord:
+    occurrence_id: UUID
+    timestamp: datetime
+    level: str
+    message: str
+    data: Mapping[str, JsonValue] | None = None
+    category: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerInfo:
+    """One worker instance as it registers itself (heartbeats refresh it)."""
+
+    instance_id: str
+    worker_id: str
+    """The group."""
+    host: str
+    pid: int
+    job_types: Mapping[str, Mapping[str, JsonValue]]
+    """Job type name -> description: ``{"schema": <JSON Schema or None>, "maxRetries": …}``."""
+    concurrency: int
+    version: str = ""
+    current_load: int = 0
+    started_at: datetime = field(default_factory=utcnow)
+    last_heartbeat: datetime = field(default_factory=utcnow)

@@ -1,0 +1,157 @@
+"""What a due job does when the dispatcher fires it: pure rules, no I/O.
+
+Given a job whose ``next_run_at`` has come, :func:`plan_fires` enumerates every fire from that
+time up to now, decides which run and which are recorded Skipped (misfire policy, concurrency
+policy, no worker), and computes the job's next fire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from rota.core.cron import parse_cached
+from rota.core.ids import new_id
+from rota.core.models import (
+    ConcurrencyPolicy,
+    Job,
+    MisfirePolicy,
+    Occurrence,
+    OccurrenceStatus,
+    SkipReason,
+    StatusChange,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanSettings:
+    misfire_threshold: timedelta = timedelta(seconds=60)
+    """A fire later than this is *missed* and follows the misfire policy; earlier, it runs late."""
+    catch_up_cap: int = 100
+    """``catch_up`` runs at most this many missed fires (the latest ones)."""
+    max_recorded_misses: int = 1000
+    """At most this many missed fires of one job are recorded one by one per dispatch; the
+    schedule then jumps to the next fire after now."""
+    default_max_retries: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FirePlan:
+    occurrences: tuple[Occurrence, ...]
+    """In fire order: Queued ones to run, Skipped ones with their reason."""
+    next_run_at: datetime | None
+    is_active: bool
+
+
+def enumerate_fires(job: Job, now: datetime, limit: int) -> tuple[list[datetime], datetime | None]:
+    """Fires from ``job.next_run_at`` up to ``now`` (at most ``limit``) and the next fire after
+    them. One-time jobs fire once and have no next fire."""
+    first = job.next_run_at
+    if first is None or first > now:
+        return [], first
+    if job.cron_expression is None:
+        return [first], None
+    schedule = parse_cached(job.cron_expression, job.time_zone)
+    fires = [first]
+    nxt = schedule.next_after(first)
+    while nxt <= now:
+        if len(fires) >= limit:
+            return fires, schedule.next_after(now)
+        fires.append(nxt)
+        nxt = schedule.next_after(nxt)
+    return fires, nxt
+
+
+def _choose_runs(fires: list[datetime], now: datetime, job: Job, s: PlanSettings) -> list[bool]:
+    """For each fire, whether the misfire policy lets it run."""
+    on_time = [now - f <= s.misfire_threshold for f in fires]
+    if all(on_time):
+        return on_time
+    missed = [i for i, ok in enumerate(on_time) if not ok]
+    runs = list(on_time)
+    if job.misfire_policy is MisfirePolicy.CATCH_UP:
+        for i in missed[-s.catch_up_cap :]:
+            runs[i] = True
+    elif job.misfire_policy is MisfirePolicy.FIRE_ONCE and not any(on_time):
+        runs[missed[-1]] = True
+    return runs
+
+
+def plan_fires(
+    job: Job,
+    active: int,
+    now: datetime,
+    settings: PlanSettings,
+    *,
+    has_worker: bool = True,
+) -> FirePlan:
+    """Plan the fires of a due job. ``active``: its occurrences Queued or Running now."""
+    fires, next_run = enumerate_fires(job, now, settings.max_recorded_misses)
+    runs = _choose_runs(fires, now, job, settings)
+    occurrences: list[Occurrence] = []
+    running_now = active
+    for fire, run in zip(fires, runs, strict=True):
+        reason: SkipReason | None = None
+        if not run:
+            reason = SkipReason.MISFIRE
+        elif not has_worker:
+            reason = SkipReason.NO_WORKER
+        elif running_now > 0 and job.concurrency_policy is ConcurrencyPolicy.SKIP:
+            reason = SkipReason.OVERLAP
+        else:
+            running_now += 1
+        occurrences.append(new_occurrence(job, fire, now, settings, skip_reason=reason))
+    return FirePlan(
+        occurrences=tuple(occurrences),
+        next_run_at=next_run,
+        is_active=job.is_active,
+    )
+
+
+def new_occurrence(
+    job: Job,
+    scheduled_for: datetime,
+    now: datetime,
+    settings: PlanSettings,
+    *,
+    skip_reason: SkipReason | None = None,
+    trigger_reason: str | None = None,
+    job_data: object = None,
+) -> Occurrence:
+    """A new occurrence of ``job`` for the fire at ``scheduled_for``: Queued, or Skipped with
+    ``skip_reason``; its creation is its first status change."""
+    status = OccurrenceStatus.QUEUED if skip_reason is None else OccurrenceStatus.SKIPPED
+    max_retries = job.max_retries if job.max_retries is not None else settings.default_max_retries
+    occurrence = Occurrence(
+        id=new_id(),
+        job_id=job.id,
+        job_type=job.job_type,
+        worker_id=job.worker_id,
+        status=status,
+        scheduled_for=scheduled_for,
+        due_at=scheduled_for,
+        created_at=now,
+        max_retries=max_retries,
+        priority=job.priority,
+        timeout_seconds=job.timeout_seconds,
+        job_version=job.version,
+        job_data=job.job_data if job_data is None else job_data,
+        skip_reason=None if skip_reason is None else skip_reason.value,
+        trigger_reason=trigger_reason,
+        end_time=now if skip_reason is not None else None,
+    )
+    change = StatusChange(
+        timestamp=now,
+        from_status=None,
+        to_status=status,
+        reason=occurrence.skip_reason or trigger_reason,
+    )
+    return replace(occurrence, status_changes=(change,))
+
+
+def first_run_at(job: Job, now: datetime) -> datetime | None:
+    """The first fire of a new (or rescheduled) job: ``execute_at`` for a one-time job (even if
+    past: it runs at once), else the first cron fire after ``now``."""
+    if job.cron_expression is not None:
+        return parse_cached(job.cron_expression, job.time_zone).next_after(now)
+    return job.execute_at

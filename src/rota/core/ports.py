@@ -1,0 +1,453 @@
+"""Ports: what the scheduler services need from the outside world, cut at Rota's own operations.
+
+Every port is an ABC whose docstrings are its contract. Each adapter (in-memory, SQLite,
+PostgreSQL, Redis, RabbitMQ) must pass the contract suite of its port in ``tests/contract``.
+Every datetime crossing a port is timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Generic, TypeVar
+from uuid import UUID
+
+from rota.core.models import (
+    Job,
+    JobMessage,
+    JobVersion,
+    LogRecord,
+    Occurrence,
+    OccurrenceStatus,
+    StatusRecord,
+    WorkerInfo,
+)
+from rota.core.planning import FirePlan
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_cursor: str | None = None
+    """Opaque; pass it back to get the next page. ``None`` on the last page."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobQuery:
+    search: str | None = None
+    """Case-insensitive substring of display name, job type or description."""
+    tag: str | None = None
+    job_type: str | None = None
+    is_active: bool | None = None
+    limit: int = 50
+    cursor: str | None = None
+    """Jobs are ordered newest first (by id, a UUIDv7)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OccurrenceQuery:
+    job_id: UUID | None = None
+    statuses: tuple[OccurrenceStatus, ...] = ()
+    """Empty: any status."""
+    scheduled_after: datetime | None = None
+    scheduled_before: datetime | None = None
+    limit: int = 50
+    cursor: str | None = None
+    """Occurrences are ordered newest first (by id, a UUIDv7)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DueEntry:
+    """A job's next fire time as the schedule index holds it."""
+
+    job_id: UUID
+    bucket: int
+    due_at: datetime
+
+
+FirePlanner = Callable[[Job, int, datetime], FirePlan]
+"""``planner(job, active_occurrences, now)`` -> what to record and the job's next fire.
+
+``active_occurrences`` is how many occurrences of the job are Queued or Running right now.
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchResult:
+    queued: list[Occurrence] = field(default_factory=list)
+    """Occurrences inserted Queued and not held back: publish these, then mark them dispatched."""
+    held: list[Occurrence] = field(default_factory=list)
+    """Occurrences inserted Queued but waiting for an earlier one of the same job (Queue policy)."""
+    skipped: list[Occurrence] = field(default_factory=list)
+    """Occurrences inserted Skipped (misfire, overlap, no worker)."""
+    next_runs: dict[UUID, DueEntry | None] = field(default_factory=dict)
+    """For every requested job id that was not locked by another transaction: its next fire
+    after this dispatch (``None``: nothing left to fire, or the job is gone or inactive)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppliedChange:
+    occurrence_id: UUID
+    job_id: UUID
+    from_status: OccurrenceStatus
+    to_status: OccurrenceStatus
+    attempt: int
+    """The attempt the occurrence is at after the change (a retry increments it)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IgnoredRecord:
+    record: StatusRecord
+    reason: str
+    """``late`` (older attempt), ``transition`` (not allowed from the current status),
+    ``unknown`` (no such occurrence)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusResult:
+    applied: list[AppliedChange] = field(default_factory=list)
+    ignored: list[IgnoredRecord] = field(default_factory=list)
+    heartbeats: int = 0
+    """Running reports on occurrences already Running: only ``last_heartbeat`` moved."""
+
+
+class Store(abc.ABC):
+    """The source of truth: jobs, their versions, occurrences, status history, logs.
+
+    Writes that belong together happen in one transaction; batch methods take and write whole
+    batches with one statement per table where the backend allows. Errors of the backend are
+    raised as :class:`~rota.core.errors.BackendUnavailableError`.
+    """
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect (idempotent). The schema must already be migrated."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections (idempotent)."""
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Return when the store answers; raise ``BackendUnavailableError`` otherwise."""
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_jobs(self, jobs: Sequence[Job]) -> None:
+        """Insert jobs in one transaction. A duplicate id raises ``ConflictError`` and inserts
+        nothing."""
+
+    @abc.abstractmethod
+    async def get_job(self, job_id: UUID) -> Job:
+        """The job, or ``NotFoundError``."""
+
+    @abc.abstractmethod
+    async def list_jobs(self, query: JobQuery) -> Page[Job]:
+        """Jobs matching every given filter, newest first, at most ``query.limit``."""
+
+    @abc.abstractmethod
+    async def update_job(self, job: Job, *, expected_version: int) -> Job:
+        """Replace the job's definition (not its statistics) and return it as stored.
+
+        If the stored version is not ``expected_version`` raise ``ConflictError``. If
+        ``job.version`` is greater than ``expected_version``, keep a :class:`JobVersion` snapshot
+        of the stored job's versioned fields under the old version number. ``NotFoundError``
+        if the job does not exist.
+        """
+
+    @abc.abstractmethod
+    async def delete_job(self, job_id: UUID) -> None:
+        """Delete the job with its versions; its occurrences and logs are kept.
+        ``NotFoundError`` if it does not exist."""
+
+    @abc.abstractmethod
+    async def job_versions(self, job_id: UUID) -> list[JobVersion]:
+        """Snapshots of earlier versions, oldest first (empty for a job never changed)."""
+
+    # --- scheduling -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def due_jobs(
+        self, until: datetime, buckets: Sequence[int] | None, limit: int
+    ) -> list[DueEntry]:
+        """Active jobs with ``next_run_at <= until`` in the given buckets (``None``: all),
+        earliest first, at most ``limit``. Used by the loader to fill the schedule index."""
+
+    @abc.abstractmethod
+    async def dispatch_due(
+        self, job_ids: Sequence[UUID], now: datetime, planner: FirePlanner
+    ) -> DispatchResult:
+        """Fire the given jobs that are due, in one write transaction.
+
+        For each job that is active with ``next_run_at <= now`` (rows another transaction has
+        locked are passed over), call ``planner(job, active, now)``; insert the planned
+        occurrences (a fire whose (job, scheduled_for) already exists is not inserted again:
+        a double dispatch is impossible); set the job's ``next_run_at`` (and ``is_active``) from
+        the plan. A Queued occurrence of a Queue-policy job that has an earlier active
+        occurrence is *held*. Report every requested job's resulting next fire.
+        """
+
+    @abc.abstractmethod
+    async def insert_occurrences(self, occurrences: Sequence[Occurrence]) -> None:
+        """Insert occurrences (manual triggers) with their creation status change, in one
+        transaction. A duplicate (job, scheduled_for) raises ``ConflictError``."""
+
+    @abc.abstractmethod
+    async def mark_dispatched(self, occurrence_ids: Sequence[UUID], at: datetime) -> None:
+        """Record that these occurrences' messages were handed to the broker."""
+
+    @abc.abstractmethod
+    async def undispatched(self, due_before: datetime, limit: int) -> list[Occurrence]:
+        """Queued occurrences never handed to the broker with ``due_at <= due_before``,
+        earliest due first, leaving out those held behind an earlier active occurrence of a
+        Queue-policy job. The sweeper republishes them."""
+
+    @abc.abstractmethod
+    async def reset_dispatch(self, statuses: Sequence[OccurrenceStatus]) -> int:
+        """Clear ``dispatched_at`` of every occurrence in the given statuses (embedded restart:
+        the in-process broker lost its messages). Returns how many."""
+
+    # --- status and logs ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def apply_status(self, records: Sequence[StatusRecord]) -> StatusResult:
+        """Apply a batch of status reports in one transaction, in order.
+
+        A record for an older attempt than the occurrence's is ignored (``late``); one for an
+        unknown occurrence is ignored (``unknown``); a Running report on a Running occurrence
+        of the same attempt only moves ``last_heartbeat``. ``Failed`` with ``retry_at`` means
+        "this attempt failed, the next is due then": the occurrence goes to Queued with
+        ``attempt + 1``, ``due_at = retry_at`` and no ``dispatched_at``. A ``Queued`` record
+        with ``attempt`` greater than the current one requeues (zombie): same effect, due at
+        ``retry_at`` or the record's timestamp. Any other change not allowed by
+        :data:`~rota.core.models.TRANSITIONS` is ignored (``transition``).
+
+        An applied change sets the fields the record carries (instance, result, exception,
+        duration; ``start_time`` on Running, ``end_time`` on a final status; a final status with
+        no start time gets ``end - duration``) and appends a status change. Reaching a final
+        status updates the job's statistics: ``total_executions`` (+1 for every final status),
+        ``success_count`` (Completed), ``failure_count`` (Failed, TimedOut, Unknown→Failed),
+        ``average_duration_ms`` (mean over Completed with a duration).
+        """
+
+    @abc.abstractmethod
+    async def append_logs(self, records: Sequence[LogRecord]) -> None:
+        """Store log lines in one statement; lines of unknown occurrences are dropped."""
+
+    @abc.abstractmethod
+    async def get_occurrence(self, occurrence_id: UUID) -> Occurrence:
+        """The occurrence with its status changes (oldest first), or ``NotFoundError``."""
+
+    @abc.abstractmethod
+    async def list_occurrences(self, query: OccurrenceQuery) -> Page[Occurrence]:
+        """Occurrences matching every filter, newest first; without status changes."""
+
+    @abc.abstractmethod
+    async def occurrence_logs(
+        self, occurrence_id: UUID, *, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, LogRecord]]:
+        """Log lines with their sequence numbers (> ``after``), in order of arrival."""
+
+    @abc.abstractmethod
+    async def count_occurrences(
+        self, statuses: Sequence[OccurrenceStatus] = (), job_id: UUID | None = None
+    ) -> dict[OccurrenceStatus, int]:
+        """How many occurrences there are by status (only the given statuses if any)."""
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    job_id: UUID
+    bucket: int
+    due: float
+    """Epoch seconds (UTC)."""
+
+
+class ScheduleIndex(abc.ABC):
+    """The hot window: due times of the near future, per bucket. A cache of the store — it may
+    be emptied at any moment and is rebuilt by the loader. A job has at most one entry."""
+
+    @abc.abstractmethod
+    async def upsert(self, entries: Sequence[IndexEntry]) -> None:
+        """Add entries or move existing ones to their new due time."""
+
+    @abc.abstractmethod
+    async def remove(self, entries: Sequence[tuple[int, UUID]]) -> None:
+        """Remove ``(bucket, job_id)`` entries; missing ones are ignored."""
+
+    @abc.abstractmethod
+    async def due(self, buckets: Sequence[int], until: float, limit: int) -> list[IndexEntry]:
+        """Entries of the given buckets with ``due <= until``, earliest first, at most
+        ``limit``; ties in due time come in job id order. Reading does not remove them."""
+
+    @abc.abstractmethod
+    async def earliest(self, buckets: Sequence[int]) -> float | None:
+        """The earliest due time in the given buckets, ``None`` if they are empty."""
+
+    @abc.abstractmethod
+    async def replace_bucket(self, bucket: int, entries: Sequence[IndexEntry]) -> None:
+        """Make the bucket hold exactly ``entries`` (the loader's rebuild)."""
+
+    @abc.abstractmethod
+    async def size(self, buckets: Sequence[int]) -> int:
+        """How many entries the given buckets hold."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release resources (idempotent)."""
+
+
+class Delivery(abc.ABC):
+    """A job message handed to a consumer. Exactly one of ``ack``/``reject`` settles it."""
+
+    message: JobMessage
+    redelivered: bool
+
+    @abc.abstractmethod
+    async def ack(self) -> None:
+        """The message is done with; it will not be delivered again."""
+
+    @abc.abstractmethod
+    async def reject(self, *, requeue: bool) -> None:
+        """Give the message back (``requeue=True``: delivered again, to this consumer or
+        another) or drop it (``requeue=False``: it goes to the dead-letter queue)."""
+
+
+@dataclass(slots=True)
+class Batch(Generic[T]):
+    """Records consumed together. Call ``ack`` once they are safely stored; a batch never
+    acknowledged is delivered again after the consumer goes away."""
+
+    items: list[T]
+    _ack: Callable[[], object] | None = None
+
+    async def ack(self) -> None:
+        if self._ack is not None:
+            result = self._ack()
+            if hasattr(result, "__await__"):
+                await result  # type: ignore[misc]
+
+
+class Broker(abc.ABC):
+    """Moves job messages to workers and status/log records back (DESIGN.md §5).
+
+    Job messages are routed by job type to the queues of the worker groups that declared it;
+    within a queue, higher priority first, then publication order. Publishing returns once the
+    broker has taken responsibility for the messages (confirms awaited) and raises
+    ``BackendUnavailableError`` when it cannot within its timeout.
+    """
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Connect and declare the shared topology (idempotent)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop consumers and disconnect (idempotent); unacknowledged deliveries go back."""
+
+    @abc.abstractmethod
+    async def declare_worker_group(self, worker_id: str, job_types: Sequence[str]) -> None:
+        """Make sure the group's job queue exists and receives messages of these job types
+        (bindings are added, never removed here). Messages routed to it are kept until
+        consumed, even when no consumer is attached."""
+
+    @abc.abstractmethod
+    async def publish_jobs(self, messages: Sequence[JobMessage]) -> None:
+        """Publish job messages (persistent, with their priority). Messages of a job type no
+        group has declared are dropped."""
+
+    @abc.abstractmethod
+    def consume_jobs(self, worker_id: str, prefetch: int) -> AsyncIterator[Delivery]:
+        """Deliveries from the group's queue, at most ``prefetch`` unsettled at a time. Several
+        consumers of one group share its queue (each message goes to one of them)."""
+
+    @abc.abstractmethod
+    async def publish_status(self, records: Sequence[StatusRecord]) -> None:
+        """Publish status records as one message (order kept)."""
+
+    @abc.abstractmethod
+    async def publish_logs(self, records: Sequence[LogRecord]) -> None:
+        """Publish log records as one message (order kept)."""
+
+    @abc.abstractmethod
+    def consume_status(self, max_items: int, max_wait: float) -> AsyncIterator[Batch[StatusRecord]]:
+        """Batches of status records in publication order: a batch is yielded once it holds
+        ``max_items`` records or ``max_wait`` seconds passed since its first record."""
+
+    @abc.abstractmethod
+    def consume_logs(self, max_items: int, max_wait: float) -> AsyncIterator[Batch[LogRecord]]:
+        """As :meth:`consume_status`, for log records."""
+
+    @abc.abstractmethod
+    async def queue_depths(self) -> dict[str, int]:
+        """Messages waiting, by queue name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    bucket: int
+    owner: str
+    fence: int
+    """Increases every time the bucket changes hands; writes may carry it to be refused when
+    stale."""
+    expires_at: float
+    """Epoch seconds."""
+
+
+class Coordination(abc.ABC):
+    """What scheduler instances and workers share that is not the store: bucket leases,
+    instance heartbeats, the worker registry, and wake-up signals."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release resources (idempotent)."""
+
+    @abc.abstractmethod
+    async def acquire_buckets(
+        self, instance_id: str, buckets: Sequence[int], ttl: float
+    ) -> dict[int, Lease]:
+        """Take or renew leases on the given buckets for ``ttl`` seconds. Returns the leases
+        now held by ``instance_id`` among them; a bucket leased by another live instance is
+        not taken. A bucket that changes owner gets a higher fence."""
+
+    @abc.abstractmethod
+    async def release_buckets(self, instance_id: str, buckets: Sequence[int]) -> None:
+        """Give up leases held by ``instance_id`` (others' leases are untouched)."""
+
+    @abc.abstractmethod
+    async def leases(self) -> dict[int, Lease]:
+        """Unexpired leases by bucket."""
+
+    @abc.abstractmethod
+    async def heartbeat_instance(self, instance_id: str, info: Mapping[str, str], ttl: float) -> None:
+        """Record that a scheduler instance is alive for ``ttl`` seconds."""
+
+    @abc.abstractmethod
+    async def instances(self) -> dict[str, Mapping[str, str]]:
+        """Live scheduler instances."""
+
+    @abc.abstractmethod
+    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
+        """Register or refresh a worker instance; it disappears ``ttl`` seconds after its last
+        refresh."""
+
+    @abc.abstractmethod
+    async def unregister_worker(self, instance_id: str) -> None:
+        """Remove a worker instance at once (graceful stop)."""
+
+    @abc.abstractmethod
+    async def workers(self) -> list[WorkerInfo]:
+        """Live worker instances, in instance id order."""
+
+    @abc.abstractmethod
+    async def wake(self, due: float) -> None:
+        """Tell every scheduler instance that something is due at ``due`` (epoch seconds)."""
+
+    @abc.abstractmethod
+    def wakeups(self) -> AsyncIterator[float]:
+        """Due times announced by :meth:`wake` (from any instance) after subscribing."""

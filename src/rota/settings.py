@@ -1,0 +1,89 @@
+"""Settings: one pydantic-settings tree, from ``ROTA_…`` variables (nested with ``__``) over an
+optional ``rota.toml``. Only entry points build a :class:`Settings`; library classes take typed
+arguments and never read the environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+class SchedulerSettings(BaseModel):
+    bucket_count: int = Field(16, ge=1, le=1024, description="Buckets the schedule is split into.")
+    hot_window_seconds: float = Field(120.0, gt=0, description="How far ahead the index holds.")
+    loader_interval_seconds: float = Field(15.0, gt=0, description="How often the loader syncs.")
+    dispatch_batch_size: int = Field(1000, ge=1, le=50_000)
+    misfire_threshold_seconds: float = Field(60.0, ge=0)
+    catch_up_cap: int = Field(100, ge=1)
+    max_recorded_misses: int = Field(1000, ge=1)
+    sweeper_interval_seconds: float = Field(5.0, gt=0)
+    sweeper_grace_seconds: float = Field(10.0, ge=0)
+    lease_seconds: float = Field(10.0, gt=0)
+    default_max_retries: int = Field(0, ge=0)
+
+
+class TrackerSettings(BaseModel):
+    batch_size: int = Field(2000, ge=1)
+    max_wait_seconds: float = Field(0.05, gt=0)
+
+
+class WorkerSettings(BaseModel):
+    concurrency: int = Field(32, ge=1, description="Jobs run at once by the embedded worker.")
+    sync_threads: int = Field(16, ge=1, description="Threads for plain-def handlers.")
+    flush_interval_seconds: float = Field(0.02, gt=0, description="Status/log packing interval.")
+    heartbeat_seconds: float = Field(5.0, gt=0)
+
+
+class ApiSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="ROTA_",
+        env_nested_delimiter="__",
+        toml_file="rota.toml",
+        extra="ignore",
+    )
+
+    environment: Literal["development", "production", "test"] = "production"
+    data_dir: Path = Path(".rota")
+    database_url: str | None = Field(
+        None, description="postgresql://… or sqlite:///path; unset: SQLite in the data dir."
+    )
+    redis_url: str | None = None
+    amqp_url: str | None = None
+    scheduler: SchedulerSettings = SchedulerSettings()
+    tracker: TrackerSettings = TrackerSettings()
+    worker: WorkerSettings = WorkerSettings()
+    api: ApiSettings = ApiSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'rota.db').resolve()}"
+
+    @property
+    def is_embedded(self) -> bool:
+        return not (self.redis_url or self.amqp_url)
