@@ -1,1 +1,21 @@
-"""Rota."""
+"""Rota: a distributed job scheduler for Python.
+
+The SDK for job handlers (DESIGN.md §4)::
+
+    import rota
+
+    @rota.job("cleanup")
+    def cleanup(ctx: rota.JobContext) -> None: ...
+"""
+
+from rota.core.errors import PermanentError, RotaError
+from rota.worker.sdk import JobContext, JobData, JobDefinition, job
+
+__all__ = [
+    "JobContext",
+    "JobData",
+    "JobDefinition",
+    "PermanentError",
+    "RotaError",
+    "job",
+]

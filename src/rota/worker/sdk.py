@@ -1,0 +1,509 @@
+"""The worker SDK: what users write job handlers against (DESIGN.md §4).
+
+.. code-block:: python
+
+    import rota
+
+    class Report(rota.JobData):
+        kind: str
+
+    @rota.job("GenerateReportJob", max_retries=5, retry_delay=10, timeout=600)
+    async def generate_report(ctx: rota.JobContext, data: Report) -> str:
+        ctx.log.info("building %s report", data.kind)
+        await ctx.check_cancelled()
+        return "report ready"
+
+``@rota.job`` returns a :class:`JobDefinition`; nothing is registered globally. Workers find
+definitions by scanning modules (:mod:`rota.worker.discovery`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import logging
+import math
+import re
+import sys
+import threading
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Generic, ParamSpec, TypeVar
+from uuid import UUID
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import orjson
+import pydantic
+from pydantic import BaseModel
+
+from rota.core.errors import JobCancelledError, PermanentError, ValidationError
+from rota.core.models import JsonValue, LogRecord, Priority
+
+__all__ = [
+    "JobContext",
+    "JobData",
+    "JobDefinition",
+    "JobOptions",
+    "LogSink",
+    "PermanentError",
+    "RetryHook",
+    "job",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+LogSink = Callable[[LogRecord], None]
+"""Receives the log records of an occurrence; may be called from any thread."""
+
+RetryHook = Callable[["JobContext", BaseException], "datetime | None"]
+"""``should_retry(ctx, exc)``: when the next attempt is due, or ``None`` for no retry."""
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]*$")
+_MAX_NAME_LENGTH = 200
+_NO_ANNOTATION = (inspect.Parameter.empty, Any, object)
+
+
+class JobData(BaseModel):
+    """Base class for typed job data: a pydantic model whose JSON Schema is published with the
+    job type (the dashboard checks job data against it)."""
+
+
+# --- options ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOptions:
+    """A job type's defaults, as given to :func:`job` (validated)."""
+
+    max_retries: int | None = None
+    retry_delay: float | None = None
+    """Base delay in seconds before the first retry (doubled for each further one)."""
+    timeout: float | None = None
+    priority: Priority | None = None
+    cron: str | None = None
+    time_zone: str = "UTC"
+    should_retry: RetryHook | None = None
+
+
+def _check_name(name: object) -> str:
+    if callable(name):
+        raise ValidationError(
+            "@rota.job needs a job type name: use @rota.job('MyJob')", field="name"
+        )
+    if not isinstance(name, str) or not name.strip():
+        raise ValidationError("a job type name must be a non-empty string", field="name")
+    if len(name) > _MAX_NAME_LENGTH or not _NAME_RE.match(name):
+        raise ValidationError(
+            f"job type name {name!r} must be at most {_MAX_NAME_LENGTH} characters of letters, "
+            "digits, '_', '.', ':' or '-'",
+            field="name",
+        )
+    return name
+
+
+def _check_number(value: float | None, field: str, *, allow_zero: bool) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(f"{field} must be a finite number of seconds", field=field)
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValidationError(f"{field} must be {bound}, got {value}", field=field)
+    return float(value)
+
+
+def _check_retries(value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(
+            f"maxRetries must be an integer >= 0, got {value!r}", field="maxRetries"
+        )
+    return value
+
+
+def _check_priority(value: Priority | int | None) -> Priority | None:
+    if value is None:
+        return None
+    try:
+        return Priority(value)
+    except ValueError:
+        raise ValidationError(
+            f"priority must be one of {[p.value for p in Priority]}, got {value!r}",
+            field="priority",
+        ) from None
+
+
+def _check_schedule(cron: str | None, time_zone: str) -> None:
+    try:
+        ZoneInfo(time_zone)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise ValidationError(f"unknown time zone {time_zone!r}", field="timeZone") from None
+    if cron is not None:
+        from rota.core.cron import CronSchedule  # only jobs with a schedule need the parser
+
+        CronSchedule.parse(cron, time_zone)
+
+
+def build_options(
+    *,
+    max_retries: int | None = None,
+    retry_delay: float | None = None,
+    timeout: float | None = None,
+    priority: Priority | int | None = None,
+    cron: str | None = None,
+    time_zone: str = "UTC",
+    should_retry: RetryHook | None = None,
+) -> JobOptions:
+    """Validated :class:`JobOptions`; raises :class:`~rota.core.errors.ValidationError`."""
+    _check_schedule(cron, time_zone)
+    if should_retry is not None and not callable(should_retry):
+        raise ValidationError("should_retry must be callable", field="shouldRetry")
+    return JobOptions(
+        max_retries=_check_retries(max_retries),
+        retry_delay=_check_number(retry_delay, "retryDelay", allow_zero=True),
+        timeout=_check_number(timeout, "timeout", allow_zero=False),
+        priority=_check_priority(priority),
+        cron=cron,
+        time_zone=time_zone,
+        should_retry=should_retry,
+    )
+
+
+# --- definitions ----------------------------------------------------------------------------
+
+
+def _data_parameter(func: Callable[..., Any]) -> inspect.Parameter | None:
+    """The handler's data parameter (its second), after checking the signature's shape."""
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"cannot read the signature of {func!r}: {exc}") from exc
+    positional = [
+        p
+        for p in params
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    if not 1 <= len(positional) <= 2:
+        raise ValidationError(
+            f"a job handler takes (ctx) or (ctx, data); {func.__qualname__} takes "
+            f"{len(positional)} required positional parameters"
+        )
+    return positional[1] if len(positional) == 2 else None
+
+
+class _DataSpec:
+    """How to turn a message's raw job data into the handler's data argument."""
+
+    __slots__ = ("adapter", "annotation", "model")
+
+    def __init__(self, annotation: Any) -> None:
+        self.annotation = annotation
+        self.model: type[BaseModel] | None = None
+        self.adapter: pydantic.TypeAdapter[Any] | None = None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            self.model = annotation
+        elif annotation not in _NO_ANNOTATION:
+            self.adapter = pydantic.TypeAdapter(annotation)
+
+    def parse(self, raw: JsonValue) -> Any:
+        if self.model is not None:
+            return self.model.model_validate({} if raw is None else raw)
+        if self.adapter is not None:
+            return self.adapter.validate_python(raw)
+        return {} if raw is None else raw
+
+    def schema(self) -> dict[str, JsonValue] | None:
+        if self.model is not None:
+            return self.model.model_json_schema()
+        if self.adapter is not None:
+            return self.adapter.json_schema()
+        return None
+
+
+class JobDefinition(Generic[P, R]):
+    """A job type: its handler, name and options. Made by :func:`job`; still callable like the
+    handler it wraps (``definition(ctx, data)`` runs the function itself)."""
+
+    def __init__(
+        self,
+        func: Callable[P, R],
+        *,
+        name: str,
+        options: JobOptions,
+        localns: dict[str, Any] | None = None,
+    ) -> None:
+        self.func = func
+        self._localns = localns
+        """Names of the scope a nested handler was defined in, for its annotations."""
+        self.name = _check_name(name)
+        self.options = options
+        self.is_async = inspect.iscoroutinefunction(func)
+        self._data_param = _data_parameter(func)
+        self.takes_data = self._data_param is not None
+        self._spec: _DataSpec | None = None
+        functools.update_wrapper(self, func)
+        with contextlib.suppress(NameError):  # a forward reference defined later: resolved on use
+            self._resolve()
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<JobDefinition {self.name!r} {self.func.__module__}.{self.func.__qualname__}>"
+
+    def _resolve(self) -> _DataSpec:
+        spec = self._spec
+        if spec is None:
+            annotation: Any = inspect.Parameter.empty
+            if self._data_param is not None:
+                hints = typing.get_type_hints(self.func, localns=self._localns)
+                annotation = hints.get(self._data_param.name, inspect.Parameter.empty)
+            spec = self._spec = _DataSpec(annotation)
+            self._localns = None
+        return spec
+
+    @property
+    def data_type(self) -> Any:
+        """The annotation of the handler's data parameter (``inspect.Parameter.empty`` if none)."""
+        return self._resolve().annotation
+
+    @property
+    def data_model(self) -> type[BaseModel] | None:
+        """The pydantic model the handler's data is validated into, if it names one."""
+        return self._resolve().model
+
+    def data_schema(self) -> dict[str, JsonValue] | None:
+        """The JSON Schema of the job data (``None`` when the handler takes untyped data)."""
+        return self._resolve().schema()
+
+    def parse_data(self, raw: JsonValue) -> Any:
+        """The handler's data argument from a message's job data; raises
+        :class:`~rota.core.errors.ValidationError` (field ``jobData``) when it does not fit."""
+        try:
+            return self._resolve().parse(raw)
+        except pydantic.ValidationError as exc:
+            raise ValidationError(
+                f"job data does not fit {self.name}: {exc}", field="jobData"
+            ) from exc
+
+    def describe(self) -> dict[str, JsonValue]:
+        """What a worker registers about this job type (``WorkerInfo.job_types`` values)."""
+        o = self.options
+        return {
+            "schema": self.data_schema(),
+            "maxRetries": o.max_retries,
+            "retryDelaySeconds": o.retry_delay,
+            "timeoutSeconds": o.timeout,
+            "priority": None if o.priority is None else int(o.priority),
+            "cronExpression": o.cron,
+            "timeZone": o.time_zone,
+            "isAsync": self.is_async,
+        }
+
+
+def job(
+    name: str,
+    *,
+    max_retries: int | None = None,
+    retry_delay: float | None = None,
+    timeout: float | None = None,
+    priority: Priority | int | None = None,
+    cron: str | None = None,
+    time_zone: str = "UTC",
+    should_retry: RetryHook | None = None,
+) -> Callable[[Callable[P, R]], JobDefinition[P, R]]:
+    """Declare a job type: decorate ``(ctx)`` or ``(ctx, data)`` handlers, sync or async.
+
+    ``max_retries``: attempts after the first (default: the scheduler's); ``retry_delay``: base
+    seconds before the first retry, doubled for each further one (default 10); ``timeout``:
+    seconds per attempt; ``priority``: 0-4; ``cron`` / ``time_zone``: a default schedule.
+    ``should_retry(ctx, exc)`` overrides the retry policy: it returns when the next attempt is
+    due, or ``None`` for no retry (a :class:`PermanentError` is never retried).
+    """
+    _check_name(name)
+    options = build_options(
+        max_retries=max_retries,
+        retry_delay=retry_delay,
+        timeout=timeout,
+        priority=priority,
+        cron=cron,
+        time_zone=time_zone,
+        should_retry=should_retry,
+    )
+
+    def decorate(func: Callable[P, R]) -> JobDefinition[P, R]:
+        localns = None
+        if "<locals>" in getattr(func, "__qualname__", ""):
+            localns = dict(sys._getframe(1).f_locals)  # annotations may name local classes
+        return JobDefinition(func, name=name, options=options, localns=localns)
+
+    return decorate
+
+
+# --- context --------------------------------------------------------------------------------
+
+_STANDARD_RECORD_ATTRS = frozenset(
+    logging.LogRecord("", 0, "", 0, "", (), None).__dict__.keys()
+    | {"message", "asctime", "taskName"}
+)
+_formatter = logging.Formatter()
+
+
+def _json_safe(value: object) -> JsonValue:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    try:
+        return orjson.loads(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
+    except TypeError:
+        return str(value)
+
+
+def to_log_record(occurrence_id: UUID, record: logging.LogRecord) -> LogRecord:
+    """A :class:`~rota.core.models.LogRecord` from a :mod:`logging` record: level name,
+    formatted message (with exception), ``extra`` attributes as data, logger name as category."""
+    message = record.getMessage()
+    if record.exc_info:
+        message = f"{message}\n{_formatter.formatException(record.exc_info)}"
+    if record.stack_info:
+        message = f"{message}\n{record.stack_info}"
+    data = {
+        key: _json_safe(value)
+        for key, value in record.__dict__.items()
+        if key not in _STANDARD_RECORD_ATTRS
+    }
+    return LogRecord(
+        occurrence_id=occurrence_id,
+        timestamp=datetime.fromtimestamp(record.created, UTC),
+        level=record.levelname,
+        message=message,
+        data=data or None,
+        category=record.name,
+    )
+
+
+class _OccurrenceLogger(logging.Logger):
+    """A logger of one occurrence: not registered with :mod:`logging`, no propagation; every
+    record it accepts goes to the sink as a :class:`LogRecord`."""
+
+    def __init__(self, name: str, occurrence_id: UUID, sink: LogSink) -> None:
+        super().__init__(name, logging.DEBUG)
+        self.propagate = False
+        self._occurrence_id = occurrence_id
+        self._sink = sink
+
+    def handle(self, record: logging.LogRecord) -> None:
+        if not self.disabled and self.filter(record):
+            self._sink(to_log_record(self._occurrence_id, record))
+
+
+class JobContext:
+    """What a handler knows about the occurrence it runs: ids, attempt, scheduled time, a
+    logger streamed to the occurrence's log, and cancellation.
+
+    Handlers can be called directly with a context built by hand (``JobContext(job_type=…)``);
+    without a log sink, ``ctx.log`` is the ordinary logger ``rota.jobs.<job type>``.
+    """
+
+    __slots__ = (
+        "_cancel_flag",
+        "_event",
+        "_log",
+        "_sink",
+        "attempt",
+        "correlation_id",
+        "instance_id",
+        "job_id",
+        "job_type",
+        "max_retries",
+        "occurrence_id",
+        "scheduled_for",
+    )
+
+    def __init__(
+        self,
+        *,
+        job_type: str,
+        occurrence_id: UUID | None = None,
+        job_id: UUID | None = None,
+        correlation_id: UUID | None = None,
+        attempt: int = 1,
+        max_retries: int = 0,
+        scheduled_for: datetime | None = None,
+        instance_id: str | None = None,
+        log_sink: LogSink | None = None,
+    ) -> None:
+        if occurrence_id is None or job_id is None:
+            from rota.core.ids import new_id
+
+            occurrence_id = occurrence_id or new_id()
+            job_id = job_id or new_id()
+        self.occurrence_id = occurrence_id
+        self.job_id = job_id
+        self.correlation_id = correlation_id or occurrence_id
+        self.job_type = job_type
+        self.attempt = attempt
+        self.max_retries = max_retries
+        self.scheduled_for = scheduled_for or datetime.now(UTC)
+        self.instance_id = instance_id
+        self._sink = log_sink
+        self._log: logging.Logger | None = None
+        self._event: threading.Event | None = None
+        self._cancel_flag = False
+
+    def __repr__(self) -> str:
+        return f"<JobContext {self.job_type} {self.occurrence_id} attempt {self.attempt}>"
+
+    @property
+    def retry_count(self) -> int:
+        return self.attempt - 1
+
+    @property
+    def log(self) -> logging.Logger:
+        """The occurrence's logger (created on first use): its lines go to the occurrence log."""
+        log = self._log
+        if log is None:
+            if self._sink is None:
+                log = logging.getLogger(f"rota.jobs.{self.job_type}")
+            else:
+                log = _OccurrenceLogger(self.job_type, self.occurrence_id, self._sink)
+            self._log = log
+        return log
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set once the occurrence is cancelled (or timed out); usable from sync code."""
+        event = self._event
+        if event is None:
+            event = threading.Event()
+            self._event = event
+            if self._cancel_flag:  # re-check after publishing: a cancel may have raced us
+                event.set()
+        return event
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._cancel_flag
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`~rota.core.errors.JobCancelledError` if cancelled (for sync code)."""
+        if self._cancel_flag:
+            raise JobCancelledError(f"occurrence {self.occurrence_id} was cancelled")
+
+    async def check_cancelled(self) -> None:
+        """A cancellation point: yield to the loop, then raise
+        :class:`~rota.core.errors.JobCancelledError` if the occurrence is cancelled."""
+        await asyncio.sleep(0)
+        self.raise_if_cancelled()
+
+    def request_cancel(self) -> None:
+        """Mark the occurrence cancelled (the executor calls this; thread-safe)."""
+        self._cancel_flag = True
+        event = self._event
+        if event is not None:
+            event.set()

@@ -1,0 +1,670 @@
+"""The executor on the in-process broker: what it reports for every kind of outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+import rota
+from rota.brokers.inprocess import InProcessBroker
+from rota.core.errors import BackendUnavailableError, JobCancelledError
+from rota.core.ids import new_id
+from rota.core.models import (
+    FailureType,
+    JobMessage,
+    LogRecord,
+    OccurrenceStatus,
+    StatusRecord,
+)
+from rota.worker.discovery import AnyJobDefinition, JobRegistry
+from rota.worker.executor import MAX_EXCEPTION_BYTES, Executor, format_exception, to_jsonable
+
+S = OccurrenceStatus
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+WORKER = "test-worker"
+DEADLINE = 5.0
+
+
+class Report(rota.JobData):
+    kind: str
+    pages: int = 1
+
+
+class Observer:
+    """Collects what the executor published on the status and log channels."""
+
+    def __init__(self, broker: InProcessBroker) -> None:
+        self.broker = broker
+        self.status: list[StatusRecord] = []
+        self.logs: list[LogRecord] = []
+        self.status_messages = 0
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._collect_status()),
+            asyncio.create_task(self._collect_logs()),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _collect_status(self) -> None:
+        async for batch in self.broker.consume_status(10_000, 0.001):
+            self.status.extend(batch.items)
+            await batch.ack()
+            self._changed.set()
+
+    async def _collect_logs(self) -> None:
+        async for batch in self.broker.consume_logs(10_000, 0.001):
+            self.logs.extend(batch.items)
+            await batch.ack()
+            self._changed.set()
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        async with asyncio.timeout(DEADLINE):
+            while not predicate():
+                self._changed.clear()
+                await self._changed.wait()
+
+    def of(self, occurrence_id: UUID) -> list[StatusRecord]:
+        return [r for r in self.status if r.occurrence_id == occurrence_id]
+
+    def final(self, occurrence_id: UUID) -> StatusRecord | None:
+        for record in reversed(self.of(occurrence_id)):
+            if record.status.is_terminal or record.retry_at is not None:
+                return record
+        return None
+
+    async def wait_final(self, occurrence_id: UUID) -> StatusRecord:
+        await self.until(lambda: self.final(occurrence_id) is not None)
+        record = self.final(occurrence_id)
+        assert record is not None
+        return record
+
+    async def wait_status(self, occurrence_id: UUID, status: OccurrenceStatus) -> None:
+        await self.until(lambda: any(r.status is status for r in self.of(occurrence_id)))
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[InProcessBroker]:
+    broker = InProcessBroker()
+    await broker.start()
+    yield broker
+    await broker.close()
+
+
+@pytest.fixture
+async def observer(broker: InProcessBroker) -> AsyncIterator[Observer]:
+    observer = Observer(broker)
+    observer.start()
+    yield observer
+    await observer.stop()
+
+
+class Harness:
+    def __init__(self, broker: InProcessBroker) -> None:
+        self.broker = broker
+        self.executors: list[Executor] = []
+
+    async def executor(
+        self,
+        *definitions: AnyJobDefinition,
+        concurrency: int = 4,
+        flush_interval: float = 0.005,
+        extra_types: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> Executor:
+        if extra_types:
+            await self.broker.declare_worker_group(WORKER, list(extra_types))
+        executor = Executor(
+            self.broker,
+            JobRegistry(definitions),
+            worker_id=WORKER,
+            instance_id="test-instance",
+            concurrency=concurrency,
+            sync_threads=2,
+            flush_interval=flush_interval,
+            **kwargs,
+        )
+        await executor.start()
+        self.executors.append(executor)
+        return executor
+
+    async def publish(self, job_type: str, data: Any = None, **fields: Any) -> JobMessage:
+        message = JobMessage(
+            occurrence_id=new_id(),
+            job_id=new_id(),
+            job_type=job_type,
+            job_data=data,
+            scheduled_for=NOW,
+            timestamp=NOW,
+            **fields,
+        )
+        await self.broker.publish_jobs([message])
+        return message
+
+
+@pytest.fixture
+async def harness(broker: InProcessBroker) -> AsyncIterator[Harness]:
+    harness = Harness(broker)
+    yield harness
+    for executor in harness.executors:
+        await executor.stop(0)
+
+
+# --- handlers -----------------------------------------------------------------------------------
+
+
+@rota.job("async-typed")
+async def async_typed(ctx: rota.JobContext, data: Report) -> dict[str, Any]:
+    return {"kind": data.kind, "pages": data.pages, "attempt": ctx.attempt}
+
+
+@rota.job("async-plain")
+async def async_plain(ctx: rota.JobContext) -> None:
+    return None
+
+
+@rota.job("sync-typed")
+def sync_typed(ctx: rota.JobContext, data: Report) -> str:
+    return f"{data.kind}:{threading.current_thread().name}"
+
+
+@rota.job("sync-plain")
+def sync_plain(ctx: rota.JobContext) -> None:
+    return None
+
+
+@rota.job("odd-result")
+async def odd_result(ctx: rota.JobContext) -> object:
+    return object()
+
+
+@rota.job("boom", retry_delay=3)
+async def boom(ctx: rota.JobContext) -> None:
+    raise ValueError("boom")
+
+
+@rota.job("boom-default")
+def boom_default(ctx: rota.JobContext) -> None:
+    raise RuntimeError("sync boom")
+
+
+@rota.job("permanent")
+async def permanent(ctx: rota.JobContext) -> None:
+    raise rota.PermanentError("bad input, never retry")
+
+
+def _retry_in_a_minute(ctx: rota.JobContext, exc: BaseException) -> datetime | None:
+    return NOW + timedelta(minutes=1) if isinstance(exc, KeyError) else None
+
+
+@rota.job("hooked", should_retry=_retry_in_a_minute)
+async def hooked(ctx: rota.JobContext, data: dict[str, Any]) -> None:
+    raise KeyError(data["key"]) if data["key"] else ValueError("no")
+
+
+@rota.job("logging")
+async def logging_job(ctx: rota.JobContext) -> str:
+    ctx.log.info("hello %s", "world", extra={"step": 1})
+    ctx.log.warning("careful")
+    return "logged"
+
+
+@rota.job("logging-sync")
+def logging_sync(ctx: rota.JobContext) -> None:
+    ctx.log.error("from a thread")
+
+
+# --- outcomes -----------------------------------------------------------------------------------
+
+
+async def test_async_handler_with_typed_data_completes(
+    harness: Harness, observer: Observer
+) -> None:
+    await harness.executor(async_typed)
+    message = await harness.publish("async-typed", {"kind": "sales", "pages": 3}, retry_count=1)
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.status is S.COMPLETED
+    assert record.result == {"kind": "sales", "pages": 3, "attempt": 2}
+    assert record.attempt == 2
+    assert record.instance_id == "test-instance"
+    assert record.duration_ms is not None
+    assert record.duration_ms >= 0
+    assert record.exception is None
+    assert record.timestamp.tzinfo is not None
+
+
+async def test_sync_and_plain_handlers_complete(harness: Harness, observer: Observer) -> None:
+    await harness.executor(async_plain, sync_typed, sync_plain)
+    plain = await harness.publish("async-plain")
+    typed = await harness.publish("sync-typed", {"kind": "k"})
+    sync = await harness.publish("sync-plain", {"ignored": True})
+    for message in (plain, typed, sync):
+        assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+    typed_record = observer.final(typed.occurrence_id)
+    assert typed_record is not None
+    assert typed_record.result.startswith("k:rota-")  # ran in the executor's thread pool
+    assert observer.final(plain.occurrence_id).result is None  # type: ignore[union-attr]
+
+
+async def test_non_json_result_is_converted_with_str(harness: Harness, observer: Observer) -> None:
+    await harness.executor(odd_result)
+    message = await harness.publish("odd-result")
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.status is S.COMPLETED
+    assert isinstance(record.result, str)
+    assert record.result.startswith("<object object")
+
+
+def test_to_jsonable() -> None:
+    assert to_jsonable(Report(kind="x")) == {"kind": "x", "pages": 1}
+    assert to_jsonable({"at": NOW, 1: (2, 3)}) == {"at": "2026-03-01T12:00:00+00:00", "1": [2, 3]}
+    assert to_jsonable({1, 2}) == str({1, 2})
+
+
+async def test_invalid_data_fails_without_running(harness: Harness, observer: Observer) -> None:
+    await harness.executor(async_typed)
+    message = await harness.publish("async-typed", {"pages": "many"}, max_retries=3)
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.status is S.FAILED
+    assert record.failure_type is FailureType.INVALID_DATA
+    assert record.retry_at is None
+    assert "kind" in (record.exception or "")
+    assert [r.status for r in observer.of(message.occurrence_id)] == [S.FAILED]
+
+
+async def test_unknown_job_type_fails(harness: Harness, observer: Observer) -> None:
+    await harness.executor(async_plain, extra_types=["ghost"])
+    message = await harness.publish("ghost", max_retries=3)
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.status is S.FAILED
+    assert record.failure_type is FailureType.UNKNOWN_JOB_TYPE
+    assert record.retry_at is None
+    assert "ghost" in (record.exception or "")
+
+
+async def test_exception_with_attempts_left_reports_retry_time(
+    harness: Harness, observer: Observer
+) -> None:
+    await harness.executor(boom, clock=lambda: NOW)
+    first = await harness.publish("boom", retry_count=0, max_retries=5)
+    third = await harness.publish("boom", retry_count=2, max_retries=5)
+    record = await observer.wait_final(first.occurrence_id)
+    assert record.status is S.FAILED
+    assert record.retry_at == NOW + timedelta(seconds=3)
+    assert record.failure_type is None
+    assert (record.exception or "").startswith("ValueError: boom\nTraceback")
+    assert "in boom" in (record.exception or "")
+    later = await observer.wait_final(third.occurrence_id)
+    assert later.retry_at == NOW + timedelta(seconds=12)  # 3 s x 2^2
+    assert later.attempt == 3
+
+
+async def test_default_retry_delay_is_ten_seconds(harness: Harness, observer: Observer) -> None:
+    await harness.executor(boom_default, clock=lambda: NOW)
+    message = await harness.publish("boom-default", retry_count=1, max_retries=2)
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.retry_at == NOW + timedelta(seconds=20)
+    assert (record.exception or "").startswith("RuntimeError: sync boom")
+
+
+async def test_no_attempts_left_means_no_retry(harness: Harness, observer: Observer) -> None:
+    await harness.executor(boom, clock=lambda: NOW)
+    message = await harness.publish("boom", retry_count=2, max_retries=2)
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.status is S.FAILED
+    assert record.retry_at is None
+    assert record.failure_type is FailureType.RETRIES_EXHAUSTED
+
+
+async def test_permanent_error_is_not_retried(harness: Harness, observer: Observer) -> None:
+    await harness.executor(permanent)
+    message = await harness.publish("permanent", max_retries=5)
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.status is S.FAILED
+    assert record.retry_at is None
+    assert record.failure_type is FailureType.PERMANENT
+    assert (record.exception or "").startswith("PermanentError: bad input")
+
+
+async def test_should_retry_hook_overrides_the_policy(harness: Harness, observer: Observer) -> None:
+    await harness.executor(hooked, clock=lambda: NOW)
+    retried = await harness.publish("hooked", {"key": "k"}, max_retries=0)
+    refused = await harness.publish("hooked", {"key": ""}, max_retries=5)
+    assert (await observer.wait_final(retried.occurrence_id)).retry_at == NOW + timedelta(minutes=1)
+    assert (await observer.wait_final(refused.occurrence_id)).retry_at is None
+
+
+def test_exception_text_is_bounded() -> None:
+    try:
+        raise ValueError("x" * 20_000)
+    except ValueError as exc:
+        text = format_exception(exc)
+    assert text.startswith("ValueError: xxx")
+    assert len(text.encode()) == MAX_EXCEPTION_BYTES
+    assert format_exception(KeyError()) == "KeyError"
+
+
+# --- timeouts and cancellation -------------------------------------------------------------------
+
+
+async def test_async_timeout_reports_timed_out(harness: Harness, observer: Observer) -> None:
+    @rota.job("slow-async", timeout=0.05)
+    async def slow(ctx: rota.JobContext) -> None:
+        await asyncio.sleep(30)
+
+    await harness.executor(slow)
+    message = await harness.publish("slow-async", max_retries=3)
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.status is S.TIMED_OUT
+    assert record.failure_type is FailureType.TIMED_OUT
+    assert record.retry_at is None
+    assert "0.05" in (record.exception or "")
+
+
+async def test_message_timeout_wins_and_sync_handler_sees_cancellation(
+    harness: Harness, observer: Observer
+) -> None:
+    saw_cancel = threading.Event()
+
+    @rota.job("slow-sync", timeout=60)
+    def slow(ctx: rota.JobContext) -> None:
+        if ctx.cancelled.wait(DEADLINE):
+            saw_cancel.set()
+
+    await harness.executor(slow)
+    message = await harness.publish("slow-sync", timeout_seconds=0.05)
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.status is S.TIMED_OUT
+    assert await asyncio.to_thread(saw_cancel.wait, DEADLINE)
+
+
+async def test_user_timeout_error_is_a_failure(harness: Harness, observer: Observer) -> None:
+    @rota.job("raises-timeout", timeout=30)
+    async def raises(ctx: rota.JobContext) -> None:
+        raise TimeoutError("upstream timed out")
+
+    await harness.executor(raises)
+    message = await harness.publish("raises-timeout")
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.status is S.FAILED
+    assert (record.exception or "").startswith("TimeoutError: upstream timed out")
+
+
+async def test_cancel_async_handler(harness: Harness, observer: Observer) -> None:
+    started = asyncio.Event()
+
+    @rota.job("cancel-me")
+    async def long(ctx: rota.JobContext) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    executor = await harness.executor(long)
+    message = await harness.publish("cancel-me")
+    await asyncio.wait_for(started.wait(), DEADLINE)
+    assert executor.load == 1
+    assert executor.cancel(message.occurrence_id) is True
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.status is S.CANCELLED
+    assert executor.load == 0
+    assert executor.cancel(message.occurrence_id) is False
+
+
+async def test_cancel_sync_handler_sets_its_event(harness: Harness, observer: Observer) -> None:
+    started = threading.Event()
+
+    @rota.job("cancel-sync")
+    def long(ctx: rota.JobContext) -> None:
+        started.set()
+        ctx.cancelled.wait(DEADLINE)
+        ctx.raise_if_cancelled()
+
+    executor = await harness.executor(long)
+    message = await harness.publish("cancel-sync")
+    assert await asyncio.to_thread(started.wait, DEADLINE)
+    assert executor.cancel(message.occurrence_id) is True
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.status is S.CANCELLED
+
+
+async def test_check_cancelled_in_handler(harness: Harness, observer: Observer) -> None:
+    @rota.job("checks")
+    async def checks(ctx: rota.JobContext) -> None:
+        raise JobCancelledError("stopped by the handler")
+
+    await harness.executor(checks)
+    message = await harness.publish("checks", max_retries=3)
+    record = await observer.wait_final(message.occurrence_id)
+    assert record.status is S.CANCELLED
+    assert record.retry_at is None
+
+
+async def test_cancel_before_the_message_arrives(harness: Harness, observer: Observer) -> None:
+    ran = asyncio.Event()
+
+    @rota.job("early")
+    async def early(ctx: rota.JobContext) -> None:
+        ran.set()
+
+    executor = await harness.executor(early)
+    occurrence_id = new_id()
+    assert executor.cancel(occurrence_id) is False
+    message = JobMessage(
+        occurrence_id=occurrence_id,
+        job_id=new_id(),
+        job_type="early",
+        job_data=None,
+        scheduled_for=NOW,
+        timestamp=NOW,
+    )
+    await harness.broker.publish_jobs([message])
+    record = await observer.wait_final(occurrence_id)
+    assert record.status is S.CANCELLED
+    assert not ran.is_set()
+
+
+# --- logs, packing, concurrency ------------------------------------------------------------------
+
+
+async def test_logs_arrive_with_the_occurrence_id(harness: Harness, observer: Observer) -> None:
+    await harness.executor(logging_job, logging_sync)
+    message = await harness.publish("logging")
+    sync = await harness.publish("logging-sync")
+    await observer.wait_final(message.occurrence_id)
+    await observer.wait_final(sync.occurrence_id)
+    await observer.until(lambda: len(observer.logs) >= 3)
+    mine = [r for r in observer.logs if r.occurrence_id == message.occurrence_id]
+    assert [(r.level, r.message) for r in mine] == [("INFO", "hello world"), ("WARNING", "careful")]
+    assert mine[0].data == {"step": 1}
+    assert mine[0].category == "logging"
+    theirs = [r for r in observer.logs if r.occurrence_id == sync.occurrence_id]
+    assert [r.message for r in theirs] == ["from a thread"]
+
+
+async def test_running_is_dropped_when_final_follows_in_the_same_flush(
+    harness: Harness, observer: Observer, broker: InProcessBroker
+) -> None:
+    calls: list[int] = []
+    original = broker.publish_status
+
+    async def counting(records: Sequence[StatusRecord]) -> None:
+        calls.append(len(records))
+        await original(records)
+
+    broker.publish_status = counting  # type: ignore[method-assign]
+    await harness.executor(async_plain, flush_interval=0.2)
+    messages = [await harness.publish("async-plain") for _ in range(20)]
+    for message in messages:
+        await observer.wait_final(message.occurrence_id)
+    for message in messages:
+        assert [r.status for r in observer.of(message.occurrence_id)] == [S.COMPLETED]
+    assert sum(calls) == 20
+    assert len(calls) < 20  # packed: many occurrences per message
+
+
+async def test_running_is_sent_for_a_job_that_outlives_the_flush(
+    harness: Harness, observer: Observer
+) -> None:
+    release = asyncio.Event()
+
+    @rota.job("waits")
+    async def waits(ctx: rota.JobContext) -> None:
+        await release.wait()
+
+    await harness.executor(waits, flush_interval=0.005)
+    message = await harness.publish("waits")
+    await observer.wait_status(message.occurrence_id, S.RUNNING)
+    release.set()
+    await observer.wait_final(message.occurrence_id)
+    assert [r.status for r in observer.of(message.occurrence_id)] == [S.RUNNING, S.COMPLETED]
+
+
+async def test_long_jobs_heartbeat_with_running(harness: Harness, observer: Observer) -> None:
+    release = asyncio.Event()
+
+    @rota.job("beats")
+    async def beats(ctx: rota.JobContext) -> None:
+        await release.wait()
+
+    await harness.executor(beats, heartbeat_interval=0.02)
+    message = await harness.publish("beats")
+    await observer.until(
+        lambda: sum(r.status is S.RUNNING for r in observer.of(message.occurrence_id)) >= 3
+    )
+    release.set()
+    assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+
+
+async def test_concurrency_limit_is_honoured(harness: Harness, observer: Observer) -> None:
+    running = 0
+    peak = 0
+
+    @rota.job("counted")
+    async def counted(ctx: rota.JobContext) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+
+    executor = await harness.executor(counted, concurrency=3)
+    messages = [await harness.publish("counted") for _ in range(15)]
+    for message in messages:
+        assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+    assert peak == 3
+    assert executor.load == 0
+
+
+async def test_concurrency_limit_for_sync_handlers(harness: Harness, observer: Observer) -> None:
+    lock = threading.Lock()
+    running = 0
+    peak = 0
+
+    @rota.job("counted-sync")
+    def counted(ctx: rota.JobContext) -> None:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.01)
+        with lock:
+            running -= 1
+
+    await harness.executor(counted, concurrency=1)
+    messages = [await harness.publish("counted-sync") for _ in range(5)]
+    for message in messages:
+        await observer.wait_final(message.occurrence_id)
+    assert peak == 1
+
+
+async def test_publish_failure_keeps_records_for_the_next_flush(
+    harness: Harness, observer: Observer, broker: InProcessBroker
+) -> None:
+    original = broker.publish_status
+    failures = 0
+
+    async def flaky(records: Sequence[StatusRecord]) -> None:
+        nonlocal failures
+        if failures < 2:
+            failures += 1
+            raise BackendUnavailableError("broker down")
+        await original(records)
+
+    broker.publish_status = flaky  # type: ignore[method-assign]
+    await harness.executor(async_plain, boom, flush_interval=0.005)
+    ok = await harness.publish("async-plain")
+    bad = await harness.publish("boom")
+    assert (await observer.wait_final(ok.occurrence_id)).status is S.COMPLETED
+    assert (await observer.wait_final(bad.occurrence_id)).status is S.FAILED
+    assert failures == 2
+
+
+# --- stopping ------------------------------------------------------------------------------------
+
+
+async def test_stop_lets_short_jobs_finish_and_cancels_long_ones(
+    broker: InProcessBroker, observer: Observer
+) -> None:
+    started = asyncio.Event()
+    long_started = asyncio.Event()
+
+    @rota.job("short")
+    async def short(ctx: rota.JobContext) -> str:
+        started.set()
+        await asyncio.sleep(0.05)
+        return "done"
+
+    @rota.job("long")
+    async def long(ctx: rota.JobContext) -> None:
+        long_started.set()
+        await asyncio.sleep(30)
+
+    harness = Harness(broker)
+    executor = await harness.executor(short, long)
+    quick = await harness.publish("short")
+    slow = await harness.publish("long")
+    await asyncio.wait_for(asyncio.gather(started.wait(), long_started.wait()), DEADLINE)
+    began = time.monotonic()
+    await executor.stop(grace=0.3)
+    assert time.monotonic() - began < 2
+    assert executor.load == 0
+    # stop() flushed the reports: both finals are on the status channel
+    quick_final = await observer.wait_final(quick.occurrence_id)
+    assert quick_final.status is S.COMPLETED
+    assert quick_final.result == "done"
+    slow_final = await observer.wait_final(slow.occurrence_id)
+    assert slow_final.status is S.CANCELLED
+    assert "stopping" in (slow_final.exception or "")
+
+
+async def test_stop_cancels_sync_handlers_too(broker: InProcessBroker, observer: Observer) -> None:
+    started = threading.Event()
+
+    @rota.job("stuck")
+    def stuck(ctx: rota.JobContext) -> None:
+        started.set()
+        ctx.cancelled.wait(DEADLINE)
+
+    executor = await Harness(broker).executor(stuck)
+    message = await Harness(broker).publish("stuck")
+    assert await asyncio.to_thread(started.wait, DEADLINE)
+    await executor.stop(grace=0.05)
+    assert (await observer.wait_final(message.occurrence_id)).status is S.CANCELLED
+
+
+async def test_start_twice_is_refused(harness: Harness) -> None:
+    executor = await harness.executor(async_plain)
+    with pytest.raises(RuntimeError):
+        await executor.start()
