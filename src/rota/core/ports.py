@@ -8,6 +8,7 @@ Every datetime crossing a port is timezone-aware UTC.
 from __future__ import annotations
 
 import abc
+import inspect
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -329,8 +330,8 @@ class Batch(Generic[T]):
     async def ack(self) -> None:
         if self._ack is not None:
             result = self._ack()
-            if hasattr(result, "__await__"):
-                await result  # type: ignore[misc]
+            if inspect.isawaitable(result):
+                await result
 
 
 class Broker(abc.ABC):

@@ -1,0 +1,453 @@
+"""The in-process broker (embedded mode): asyncio queues in this process, no I/O.
+
+Semantics follow the RabbitMQ topology of DESIGN.md §5 so that services and workers behave the
+same on both:
+
+* **Routing is by job type, with topic semantics.** Every worker group that declared a job type
+  (case-insensitively, as RabbitMQ routing keys are lowercased) gets its own copy of a message
+  of that type: a type declared by two groups is run by both. The message's ``worker_id`` does
+  not route. A message of a type nobody declared is dropped.
+* **One queue per group, shared by its consumers.** Within a queue, higher priority first, then
+  publication order. A message given back (``reject(requeue=True)``, or still unsettled when
+  the broker closes) returns to its original place, flagged ``redelivered``.
+* **Prefetch.** A consumer holds at most ``prefetch`` unsettled deliveries; the next one is
+  handed out only after one of them is settled. Stopping a consumer (``aclose()``) stops intake;
+  its unsettled deliveries stay its to settle until :meth:`InProcessBroker.close` hands back
+  those still open. A settle after that is a no-op (the message comes again: at least once).
+* **Dead letters.** ``reject(requeue=False)`` moves a message to :attr:`dead_letters` (the
+  newest ``dead_letter_limit`` are kept).
+* **Status and log channels** keep records in publication order and hand them out in
+  :class:`~rota.core.ports.Batch` objects. A batch not acknowledged when its consumer stops
+  (``aclose()`` or broker close) is put back at the front for the next consumer.
+
+Nothing survives the process: after a restart the store re-dispatches (``reset_dispatch``).
+The hot path creates no task per message: consumers wait on one future each only when they
+have nothing to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Sequence
+from typing import Generic, TypeVar
+
+from rota.core.errors import BackendUnavailableError, ConflictError
+from rota.core.models import JobMessage, LogRecord, Priority, StatusRecord
+from rota.core.ports import Batch, Broker, Delivery
+
+T = TypeVar("T")
+
+_LEVELS = len(Priority)
+_TOP = _LEVELS - 1
+_YIELD_EVERY = 64
+"""A consumer that finds messages ready yields to the event loop once per this many
+deliveries, so a busy consumer cannot starve the rest of the process."""
+
+_Item = tuple[int, JobMessage]
+"""``(publication sequence, message)``."""
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+class _GroupQueue:
+    """One worker group's job queue: per priority level, the messages never delivered (a deque
+    in publication order) and those given back (a heap by publication sequence). Given-back
+    messages are always older than every never-delivered one of their level, so taking from
+    the heap first keeps publication order exactly."""
+
+    __slots__ = ("fresh", "name", "returned", "size", "waiters")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.fresh: list[deque[_Item]] = [deque() for _ in range(_LEVELS)]
+        self.returned: list[list[_Item]] = [[] for _ in range(_LEVELS)]
+        self.size = 0
+        self.waiters: list[asyncio.Future[None]] = []
+
+    def put(self, level: int, item: _Item) -> None:
+        self.fresh[level].append(item)
+        self.size += 1
+
+    def put_back(self, level: int, item: _Item) -> None:
+        heapq.heappush(self.returned[level], item)
+        self.size += 1
+
+    def take(self) -> tuple[int, _Item, bool] | None:
+        """``(level, item, redelivered)`` of the next message, or ``None`` if empty."""
+        if not self.size:
+            return None
+        for level in range(_TOP, -1, -1):
+            returned = self.returned[level]
+            if returned:
+                self.size -= 1
+                return level, heapq.heappop(returned), True
+            fresh = self.fresh[level]
+            if fresh:
+                self.size -= 1
+                return level, fresh.popleft(), False
+        return None  # pragma: no cover - size says otherwise
+
+    def wake_all(self) -> None:
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            _wake(waiter)
+
+
+class _InProcessDelivery(Delivery):
+    __slots__ = ("_consumer", "_item", "_level", "_settled", "message", "redelivered")
+
+    def __init__(self, consumer: _JobConsumer, level: int, item: _Item, redelivered: bool) -> None:
+        self.message = item[1]
+        self.redelivered = redelivered
+        self._consumer = consumer
+        self._level = level
+        self._item = item
+        self._settled = False
+
+    async def ack(self) -> None:
+        self._settle()
+
+    async def reject(self, *, requeue: bool) -> None:
+        if self._settle():
+            consumer = self._consumer
+            if requeue:
+                consumer.group.put_back(self._level, self._item)
+                consumer.group.wake_all()
+            else:
+                consumer.broker._dead_letter(self.message)
+
+    def _settle(self) -> bool:
+        """Mark settled; ``False`` if it was already handed back by a close."""
+        if self._settled:
+            raise ConflictError("delivery already settled")
+        self._settled = True
+        return self._consumer.settled(self)
+
+    def hand_back(self) -> None:
+        """Return the message to its queue (the consumer already forgot it: a later settle
+        is a no-op)."""
+        self._consumer.group.put_back(self._level, self._item)
+
+
+class _JobConsumer:
+    """One consumer of a group's queue; its own async iterator of deliveries."""
+
+    def __init__(self, broker: InProcessBroker, group: _GroupQueue, prefetch: int) -> None:
+        if prefetch < 1:
+            raise ValueError("prefetch must be at least 1")
+        self.broker = broker
+        self.group = group
+        self.prefetch = prefetch
+        self.unsettled: set[_InProcessDelivery] = set()
+        self.closed = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._streak = 0
+
+    def __aiter__(self) -> _JobConsumer:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        while not self.closed:
+            if len(self.unsettled) < self.prefetch:
+                taken = self.group.take()
+                if taken is not None:
+                    delivery = _InProcessDelivery(self, *taken)
+                    self.unsettled.add(delivery)
+                    await self._pace()
+                    return delivery
+            await self._wait(for_message=len(self.unsettled) < self.prefetch)
+        raise StopAsyncIteration
+
+    async def _pace(self) -> None:
+        self._streak += 1
+        if self._streak >= _YIELD_EVERY:
+            self._streak = 0
+            await asyncio.sleep(0)
+
+    async def _wait(self, *, for_message: bool) -> None:
+        self._streak = 0
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        waiters = self.group.waiters
+        if for_message:
+            waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if for_message and waiter in waiters:  # woken by a settle or a close
+                waiters.remove(waiter)
+
+    def settled(self, delivery: _InProcessDelivery) -> bool:
+        """Forget a settled delivery; ``False`` if it was already handed back."""
+        try:
+            self.unsettled.remove(delivery)
+        except KeyError:
+            return False
+        if self.closed and not self.unsettled:
+            self.broker._consumers.discard(self)
+        _wake(self._waiter)
+        return True
+
+    async def aclose(self) -> None:
+        """Stop intake; unsettled deliveries can still be settled."""
+        self.stop()
+        if not self.unsettled:
+            self.broker._consumers.discard(self)
+
+    def stop(self) -> None:
+        self.closed = True
+        _wake(self._waiter)
+
+    def hand_back(self) -> None:
+        deliveries, self.unsettled = self.unsettled, set()
+        for delivery in deliveries:
+            delivery.hand_back()
+        if deliveries:
+            self.group.wake_all()
+
+
+_Chunk = tuple[tuple[int, int], float, list[T]]
+"""``((publication sequence, offset), arrival time on the loop clock, records)``."""
+
+
+class _RecordChannel(Generic[T]):
+    """The status or log queue: chunks of records (one per publish, split when a batch takes
+    part of one) kept in publication order, also when taken chunks are put back."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.chunks: deque[_Chunk[T]] = deque()
+        self.count = 0
+        self.waiters: list[asyncio.Future[None]] = []
+        self._seq = itertools.count()
+
+    def publish(self, records: Sequence[T]) -> None:
+        if records:
+            now = asyncio.get_running_loop().time()
+            self.chunks.append(((next(self._seq), 0), now, list(records)))
+            self.count += len(records)
+            self._wake_all()
+
+    def take(self, max_items: int) -> list[_Chunk[T]]:
+        """Chunks holding up to ``max_items`` records from the front (the last one split)."""
+        taken: list[_Chunk[T]] = []
+        chunks = self.chunks
+        room = max_items
+        while chunks and room:
+            key, arrived, records = chunks[0]
+            if len(records) <= room:
+                taken.append(chunks.popleft())
+                room -= len(records)
+            else:
+                taken.append((key, arrived, records[:room]))
+                chunks[0] = ((key[0], key[1] + room), arrived, records[room:])
+                room = 0
+        self.count -= max_items - room
+        return taken
+
+    def put_back(self, taken: list[_Chunk[T]]) -> None:
+        """Return taken chunks to their places (they are older than nearly everything left,
+        so each insertion scans only the first few chunks)."""
+        chunks = self.chunks
+        for chunk in sorted(taken, key=lambda c: c[0], reverse=True):
+            pos = 0
+            while pos < len(chunks) and chunks[pos][0] < chunk[0]:
+                pos += 1
+            chunks.insert(pos, chunk)
+            self.count += len(chunk[2])
+        if taken:
+            self._wake_all()
+
+    def messages(self) -> int:
+        """Published messages with records waiting (a split message counts once)."""
+        return len({chunk[0][0] for chunk in self.chunks})
+
+    def _wake_all(self) -> None:
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            _wake(waiter)
+
+
+class _BatchConsumer(Generic[T]):
+    """An async iterator of batches from a record channel; unacked batches go back on close."""
+
+    def __init__(
+        self, broker: InProcessBroker, channel: _RecordChannel[T], max_items: int, max_wait: float
+    ) -> None:
+        if max_items < 1:
+            raise ValueError("max_items must be at least 1")
+        self.broker = broker
+        self.channel = channel
+        self.max_items = max_items
+        self.max_wait = max_wait
+        self.closed = False
+        self.pending: dict[int, list[_Chunk[T]]] = {}
+        self._keys = itertools.count()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def __aiter__(self) -> _BatchConsumer[T]:
+        return self
+
+    async def __anext__(self) -> Batch[T]:
+        channel = self.channel
+        loop = asyncio.get_running_loop()
+        while not self.closed:
+            if channel.count >= self.max_items:
+                return self._batch()
+            if channel.count:
+                deadline = channel.chunks[0][1] + self.max_wait
+                if loop.time() >= deadline:
+                    return self._batch()
+                await self._wait(deadline)
+            else:
+                await self._wait(None)
+        raise StopAsyncIteration
+
+    def _batch(self) -> Batch[T]:
+        taken = self.channel.take(self.max_items)
+        key = next(self._keys)
+        self.pending[key] = taken
+        items = taken[0][2] if len(taken) == 1 else [r for chunk in taken for r in chunk[2]]
+        return Batch(items, lambda: self.pending.pop(key, None))
+
+    async def _wait(self, deadline: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        waiters = self.channel.waiters
+        waiters.append(waiter)
+        timer = None if deadline is None else loop.call_at(deadline, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+            if waiter in waiters:
+                waiters.remove(waiter)
+
+    async def aclose(self) -> None:
+        """Stop; batches not acknowledged go back to their places in the channel."""
+        self.stop()
+        self.broker._batch_consumers.discard(self)
+
+    def stop(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        pending, self.pending = self.pending, {}
+        self.channel.put_back([chunk for taken in pending.values() for chunk in taken])
+        _wake(self._waiter)
+
+
+class InProcessBroker(Broker):
+    """:class:`~rota.core.ports.Broker` inside this process (embedded mode); see the module
+    docstring for its routing, prefetch and redelivery semantics."""
+
+    def __init__(self, *, prefix: str = "rota", dead_letter_limit: int = 10_000) -> None:
+        self._prefix = prefix
+        self._groups: dict[str, _GroupQueue] = {}
+        self._routes: dict[str, list[_GroupQueue]] = {}
+        self._seq = itertools.count()
+        self._consumers: set[_JobConsumer] = set()
+        self._batch_consumers: set[_BatchConsumer[StatusRecord] | _BatchConsumer[LogRecord]]
+        self._batch_consumers = set()
+        self._status: _RecordChannel[StatusRecord] = _RecordChannel(f"{prefix}.status")
+        self._logs: _RecordChannel[LogRecord] = _RecordChannel(f"{prefix}.logs")
+        self._dead: deque[JobMessage] = deque(maxlen=dead_letter_limit)
+        self._closed = False
+
+    @property
+    def dead_letters(self) -> list[JobMessage]:
+        """Messages rejected without requeue, oldest first (a copy)."""
+        return list(self._dead)
+
+    async def start(self) -> None:
+        self._closed = False
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        consumers, self._consumers = self._consumers, set()
+        for consumer in consumers:
+            consumer.stop()
+            consumer.hand_back()
+        batch_consumers, self._batch_consumers = self._batch_consumers, set()
+        for batch_consumer in batch_consumers:
+            batch_consumer.stop()
+
+    async def declare_worker_group(self, worker_id: str, job_types: Sequence[str]) -> None:
+        group = self._group(worker_id)
+        for job_type in job_types:
+            routed = self._routes.setdefault(job_type.lower(), [])
+            if group not in routed:
+                routed.append(group)
+
+    async def publish_jobs(self, messages: Sequence[JobMessage]) -> None:
+        self._check_open()
+        routes = self._routes
+        seq = self._seq
+        touched: set[_GroupQueue] = set()
+        for message in messages:
+            groups = routes.get(message.job_type.lower())
+            if not groups:
+                continue
+            level = min(max(int(message.priority), 0), _TOP)
+            item = (next(seq), message)
+            for group in groups:
+                group.put(level, item)
+                touched.add(group)
+        for group in touched:
+            group.wake_all()
+
+    def consume_jobs(self, worker_id: str, prefetch: int) -> _JobConsumer:
+        self._check_open()
+        consumer = _JobConsumer(self, self._group(worker_id), prefetch)
+        self._consumers.add(consumer)
+        return consumer
+
+    async def publish_status(self, records: Sequence[StatusRecord]) -> None:
+        self._check_open()
+        self._status.publish(records)
+
+    async def publish_logs(self, records: Sequence[LogRecord]) -> None:
+        self._check_open()
+        self._logs.publish(records)
+
+    def consume_status(self, max_items: int, max_wait: float) -> _BatchConsumer[StatusRecord]:
+        self._check_open()
+        consumer = _BatchConsumer(self, self._status, max_items, max_wait)
+        self._batch_consumers.add(consumer)
+        return consumer
+
+    def consume_logs(self, max_items: int, max_wait: float) -> _BatchConsumer[LogRecord]:
+        self._check_open()
+        consumer = _BatchConsumer(self, self._logs, max_items, max_wait)
+        self._batch_consumers.add(consumer)
+        return consumer
+
+    async def queue_depths(self) -> dict[str, int]:
+        depths = {group.name: group.size for group in self._groups.values()}
+        depths[self._status.name] = self._status.messages()
+        depths[self._logs.name] = self._logs.messages()
+        depths[f"{self._prefix}.dlq"] = len(self._dead)
+        return depths
+
+    def _group(self, worker_id: str) -> _GroupQueue:
+        group = self._groups.get(worker_id)
+        if group is None:
+            group = self._groups[worker_id] = _GroupQueue(f"{self._prefix}.jobs.{worker_id}")
+        return group
+
+    def _dead_letter(self, message: JobMessage) -> None:
+        self._dead.append(message)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendUnavailableError("the in-process broker is closed")

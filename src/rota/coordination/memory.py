@@ -1,0 +1,135 @@
+"""In-memory coordination (embedded mode): leases, heartbeats, worker registry, wake-ups.
+
+Time comes from an injectable ``clock`` (epoch seconds) so tests can move it without sleeping.
+Fences are kept per bucket for the life of the object, also while a bucket is unleased: a
+newly granted lease always gets a higher fence than any before it on that bucket; renewing a
+live lease keeps its fence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from rota.core.models import WorkerInfo
+from rota.core.ports import Coordination, Lease
+
+Clock = Callable[[], float]
+
+_WAKEUP_BACKLOG = 1024
+"""Wake-ups kept for a subscriber that does not read; beyond this the oldest are dropped."""
+
+
+class _Wakeups:
+    """One subscriber of :meth:`MemoryCoordination.wakeups`: registered when created, so it
+    receives every wake sent after that; ``aclose()`` (or the coordination's close) ends it."""
+
+    def __init__(self, owner: MemoryCoordination) -> None:
+        self._owner = owner
+        self._queue: asyncio.Queue[float | None] = asyncio.Queue(_WAKEUP_BACKLOG)
+        self._closed = False
+        owner._subscribers.add(self)
+
+    def __aiter__(self) -> _Wakeups:
+        return self
+
+    async def __anext__(self) -> float:
+        if self._closed:
+            raise StopAsyncIteration
+        due = await self._queue.get()
+        if due is None:
+            self._closed = True
+            raise StopAsyncIteration
+        return due
+
+    def deliver(self, due: float | None) -> None:
+        queue = self._queue
+        if queue.full():
+            queue.get_nowait()
+        queue.put_nowait(due)
+
+    async def aclose(self) -> None:
+        self._owner._subscribers.discard(self)
+        if not self._closed:
+            self._closed = True
+            self.deliver(None)  # ends a concurrent __anext__
+
+
+class MemoryCoordination(Coordination):
+    """:class:`~rota.core.ports.Coordination` within one process (embedded mode)."""
+
+    def __init__(self, *, clock: Clock = time.time) -> None:
+        self._clock = clock
+        self._leases: dict[int, Lease] = {}
+        self._fences: dict[int, int] = {}
+        self._instances: dict[str, tuple[dict[str, str], float]] = {}
+        self._workers: dict[str, tuple[WorkerInfo, float]] = {}
+        self._subscribers: set[_Wakeups] = set()
+
+    async def close(self) -> None:
+        subscribers, self._subscribers = self._subscribers, set()
+        for subscriber in subscribers:
+            await subscriber.aclose()
+
+    # --- bucket leases --------------------------------------------------------------------
+
+    async def acquire_buckets(
+        self, instance_id: str, buckets: Sequence[int], ttl: float
+    ) -> dict[int, Lease]:
+        now = self._clock()
+        held: dict[int, Lease] = {}
+        for bucket in buckets:
+            current = self._leases.get(bucket)
+            live = current is not None and current.expires_at > now
+            if current is not None and live and current.owner != instance_id:
+                continue
+            if current is not None and live:
+                fence = current.fence
+            else:
+                fence = self._fences.get(bucket, 0) + 1
+                self._fences[bucket] = fence
+            held[bucket] = self._leases[bucket] = Lease(bucket, instance_id, fence, now + ttl)
+        return held
+
+    async def release_buckets(self, instance_id: str, buckets: Sequence[int]) -> None:
+        for bucket in buckets:
+            current = self._leases.get(bucket)
+            if current is not None and current.owner == instance_id:
+                del self._leases[bucket]
+
+    async def leases(self) -> dict[int, Lease]:
+        now = self._clock()
+        return {b: lease for b, lease in sorted(self._leases.items()) if lease.expires_at > now}
+
+    # --- scheduler instances and workers --------------------------------------------------
+
+    async def heartbeat_instance(
+        self, instance_id: str, info: Mapping[str, str], ttl: float
+    ) -> None:
+        self._instances[instance_id] = (dict(info), self._clock() + ttl)
+
+    async def instances(self) -> dict[str, Mapping[str, str]]:
+        now = self._clock()
+        self._instances = {k: v for k, v in self._instances.items() if v[1] > now}
+        return {k: dict(info) for k, (info, _) in sorted(self._instances.items())}
+
+    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
+        self._workers[info.instance_id] = (info, self._clock() + ttl)
+
+    async def unregister_worker(self, instance_id: str) -> None:
+        self._workers.pop(instance_id, None)
+
+    async def workers(self) -> list[WorkerInfo]:
+        now = self._clock()
+        self._workers = {k: v for k, v in self._workers.items() if v[1] > now}
+        return [info for _, (info, _) in sorted(self._workers.items())]
+
+    # --- wake-ups -------------------------------------------------------------------------
+
+    async def wake(self, due: float) -> None:
+        for subscriber in list(self._subscribers):
+            subscriber.deliver(due)
+
+    def wakeups(self) -> _Wakeups:
+        return _Wakeups(self)

@@ -1,0 +1,407 @@
+"""Contract of :class:`~rota.core.ports.Broker`, run against every adapter.
+
+To add an adapter: append its name to ``ADAPTERS`` and a factory to ``_FACTORIES`` returning a
+:class:`Harness` (a started broker on names of its own, and how to read its dead letters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TypeVar
+
+import pytest
+
+from rota.brokers.inprocess import InProcessBroker
+from rota.core.errors import BackendUnavailableError
+from rota.core.models import JobMessage, LogRecord, OccurrenceStatus, Priority, StatusRecord
+from rota.core.ports import Batch, Broker, Delivery
+
+ADAPTERS = ["memory"]  # later: "rabbitmq"
+
+T = TypeVar("T")
+WAIT = 5.0
+"""Upper bound for something that must happen (never reached when it works)."""
+QUIET = 0.2
+"""How long something that must not happen is watched for."""
+
+
+@dataclass
+class Harness:
+    broker: Broker
+    prefix: str
+    dead_letters: Callable[[], Awaitable[list[uuid.UUID]]]
+    """Occurrence ids of the dead-lettered job messages, oldest first."""
+
+
+async def _memory() -> Harness:
+    broker = InProcessBroker(prefix="rota")
+
+    async def dead() -> list[uuid.UUID]:
+        return [m.occurrence_id for m in broker.dead_letters]
+
+    await broker.start()
+    return Harness(broker, "rota", dead)
+
+
+_FACTORIES: dict[str, Callable[[], Awaitable[Harness]]] = {"memory": _memory}
+
+
+@pytest.fixture(params=ADAPTERS)
+def adapter(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def harness(adapter: str) -> AsyncIterator[Harness]:
+    made = await _FACTORIES[adapter]()
+    yield made
+    await made.broker.close()
+
+
+@pytest.fixture
+def broker(harness: Harness) -> Broker:
+    return harness.broker
+
+
+@pytest.fixture
+def names() -> Callable[[str], str]:
+    """Worker group and job type names unique to the test (queues may outlive it)."""
+    suffix = uuid.uuid4().hex[:8]
+    return lambda base: f"{base}-{suffix}"
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def job(job_type: str, priority: Priority = Priority.MEDIUM) -> JobMessage:
+    oid = uuid.uuid4()
+    return JobMessage(
+        occurrence_id=oid,
+        job_id=uuid.uuid4(),
+        job_type=job_type,
+        job_data={"n": 1},
+        scheduled_for=NOW,
+        timestamp=NOW,
+        priority=priority,
+    )
+
+
+def status(n: int = 0) -> StatusRecord:
+    return StatusRecord(
+        occurrence_id=uuid.uuid4(), status=OccurrenceStatus.RUNNING, timestamp=NOW, attempt=n + 1
+    )
+
+
+def log(text: str) -> LogRecord:
+    return LogRecord(occurrence_id=uuid.uuid4(), timestamp=NOW, level="INFO", message=text)
+
+
+async def take(it: AsyncIterator[T]) -> T:
+    return await asyncio.wait_for(anext(it), WAIT)
+
+
+async def take_n(it: AsyncIterator[Delivery], n: int) -> list[Delivery]:
+    return [await take(it) for _ in range(n)]
+
+
+async def stays_pending(it: AsyncIterator[T]) -> asyncio.Task[T]:
+    """Ask for the next item and check none comes for a while; returns the waiting task."""
+    task: asyncio.Task[T] = asyncio.ensure_future(anext(it))
+    done, _ = await asyncio.wait({task}, timeout=QUIET)
+    assert not done, f"unexpected item: {task.result()!r}"
+    return task
+
+
+async def stop(it: object) -> None:
+    aclose = getattr(it, "aclose", None)
+    assert aclose is not None, "consumers must be closable"
+    await aclose()
+
+
+async def cancel(task: asyncio.Task[object]) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+# --- job messages ---------------------------------------------------------------------------
+
+
+async def test_higher_priority_first_then_publication_order(
+    broker: Broker, names: Callable[[str], str]
+) -> None:
+    group, kind = names("grp"), names("Kind")
+    await broker.declare_worker_group(group, [kind])
+    p = Priority
+    plan = [p.MEDIUM, p.LOW, p.CRITICAL, p.MEDIUM, p.HIGH, p.VERY_LOW, p.CRITICAL, p.LOW]
+    messages = [job(kind, prio) for prio in plan]
+    await broker.publish_jobs(messages)
+    consumer = broker.consume_jobs(group, 100)
+    got = await take_n(consumer, len(messages))
+    for delivery in got:
+        await delivery.ack()
+    expected = sorted(range(len(plan)), key=lambda i: (-plan[i], i))
+    assert [d.message.occurrence_id for d in got] == [messages[i].occurrence_id for i in expected]
+    assert [d.message for d in got] == [messages[i] for i in expected]  # body intact
+    assert not any(d.redelivered for d in got)
+    await stop(consumer)
+
+
+async def test_routing_by_job_type_to_every_declaring_group(
+    broker: Broker, harness: Harness, names: Callable[[str], str]
+) -> None:
+    one, two = names("one"), names("two")
+    shared, only_two, nobody = names("Shared"), names("OnlyTwo"), names("Nobody")
+    await broker.declare_worker_group(one, [shared])
+    await broker.declare_worker_group(two, [shared.lower(), only_two])  # case-insensitive
+    await broker.declare_worker_group(two, [shared])  # re-declaring adds nothing twice
+    m_shared, m_two, m_nobody = job(shared), job(only_two), job(nobody)
+    await broker.publish_jobs([m_shared, m_two, m_nobody])
+
+    depths = await broker.queue_depths()
+    assert depths[f"{harness.prefix}.jobs.{one}"] == 1
+    assert depths[f"{harness.prefix}.jobs.{two}"] == 2
+
+    c1, c2 = broker.consume_jobs(one, 10), broker.consume_jobs(two, 10)
+    got1, got2 = await take_n(c1, 1), await take_n(c2, 2)
+    assert [d.message.occurrence_id for d in got1] == [m_shared.occurrence_id]
+    assert [d.message.occurrence_id for d in got2] == [m_shared.occurrence_id, m_two.occurrence_id]
+    for d in got1 + got2:
+        await d.ack()
+    await cancel(await stays_pending(c1))  # the undeclared type went nowhere
+    await cancel(await stays_pending(c2))
+    assert m_nobody.occurrence_id not in await harness.dead_letters()
+    for c in (c1, c2):
+        await stop(c)
+
+
+async def test_consumers_of_a_group_share_its_queue(
+    broker: Broker, names: Callable[[str], str]
+) -> None:
+    group, kind = names("grp"), names("kind")
+    await broker.declare_worker_group(group, [kind])
+    first, second = broker.consume_jobs(group, 1), broker.consume_jobs(group, 1)
+    await broker.publish_jobs([job(kind), job(kind)])
+    a, b = await take(first), await take(second)
+    assert a.message.occurrence_id != b.message.occurrence_id
+
+    more = [job(kind) for _ in range(40)]
+    await broker.publish_jobs(more)
+    seen: list[uuid.UUID] = [a.message.occurrence_id, b.message.occurrence_id]
+    held = [a, b]
+
+    async def drain(consumer: AsyncIterator[Delivery], index: int) -> None:
+        delivery = held[index]
+        while True:
+            await delivery.ack()
+            if len(seen) == 42:
+                return
+            try:
+                delivery = await asyncio.wait_for(anext(consumer), QUIET)
+            except TimeoutError:
+                return
+            seen.append(delivery.message.occurrence_id)
+
+    await asyncio.wait_for(asyncio.gather(drain(first, 0), drain(second, 1)), WAIT)
+    assert len(seen) == 42
+    assert len(set(seen)) == 42  # each message went to exactly one consumer
+    assert set(seen) >= {m.occurrence_id for m in more}
+    for c in (first, second):
+        await stop(c)
+
+
+async def test_prefetch_bounds_unsettled_deliveries(
+    broker: Broker, names: Callable[[str], str]
+) -> None:
+    group, kind = names("grp"), names("kind")
+    await broker.declare_worker_group(group, [kind])
+    messages = [job(kind) for _ in range(4)]
+    await broker.publish_jobs(messages)
+    consumer = broker.consume_jobs(group, 2)
+    first, second = await take_n(consumer, 2)
+    waiting = await stays_pending(consumer)  # the third is held back
+    await first.ack()
+    third = await asyncio.wait_for(waiting, WAIT)
+    assert third.message.occurrence_id == messages[2].occurrence_id
+    waiting = await stays_pending(consumer)
+    await second.reject(requeue=False)  # a reject settles too
+    fourth = await asyncio.wait_for(waiting, WAIT)
+    assert fourth.message.occurrence_id == messages[3].occurrence_id
+    for d in (third, fourth):
+        await d.ack()
+    await stop(consumer)
+
+
+async def test_requeued_message_is_redelivered_flagged(
+    broker: Broker, names: Callable[[str], str]
+) -> None:
+    group, kind = names("grp"), names("kind")
+    await broker.declare_worker_group(group, [kind])
+    m1, m2 = job(kind), job(kind)
+    await broker.publish_jobs([m1, m2])
+    consumer = broker.consume_jobs(group, 1)
+    first = await take(consumer)
+    assert first.message.occurrence_id == m1.occurrence_id
+    assert first.redelivered is False
+    await first.reject(requeue=True)
+    again = await take(consumer)
+    assert again.message.occurrence_id == m1.occurrence_id  # back in its place
+    assert again.redelivered is True
+    await again.ack()
+    last = await take(consumer)
+    assert last.message.occurrence_id == m2.occurrence_id
+    assert last.redelivered is False
+    await last.ack()
+    await cancel(await stays_pending(consumer))  # acked messages do not come back
+    await stop(consumer)
+
+
+async def test_rejected_message_goes_to_dead_letters(
+    broker: Broker, harness: Harness, names: Callable[[str], str]
+) -> None:
+    group, kind = names("grp"), names("kind")
+    await broker.declare_worker_group(group, [kind])
+    doomed, fine = job(kind), job(kind)
+    await broker.publish_jobs([doomed, fine])
+    consumer = broker.consume_jobs(group, 1)
+    delivery = await take(consumer)
+    await delivery.reject(requeue=False)
+    nxt = await take(consumer)
+    assert nxt.message.occurrence_id == fine.occurrence_id
+    await nxt.ack()
+    await cancel(await stays_pending(consumer))
+    assert await harness.dead_letters() == [doomed.occurrence_id]
+    await stop(consumer)
+
+
+async def test_close_ends_consumers_and_hands_back_unsettled(
+    broker: Broker, names: Callable[[str], str]
+) -> None:
+    group, kind = names("grp"), names("kind")
+    await broker.declare_worker_group(group, [kind])
+    message = job(kind)
+    await broker.publish_jobs([message])
+    consumer = broker.consume_jobs(group, 5)
+    delivery = await take(consumer)
+    assert delivery.message.occurrence_id == message.occurrence_id
+    idle = broker.consume_jobs(group, 5)
+    waiting_job = await stays_pending(idle)
+    statuses = broker.consume_status(10, 0.05)
+    waiting_batch = await stays_pending(statuses)
+
+    await broker.close()
+    for task in (waiting_job, waiting_batch):
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(task, WAIT)
+    with pytest.raises(StopAsyncIteration):
+        await take(consumer)
+    with pytest.raises(BackendUnavailableError):
+        await broker.publish_jobs([job(kind)])
+
+    await broker.start()  # reconnect: the unsettled message comes again
+    fresh = broker.consume_jobs(group, 5)
+    again = await take(fresh)
+    assert again.message.occurrence_id == message.occurrence_id
+    assert again.redelivered is True
+    await again.ack()
+    await stop(fresh)
+
+
+async def test_queue_depths_name_every_queue(
+    broker: Broker, harness: Harness, names: Callable[[str], str]
+) -> None:
+    group, kind = names("grp"), names("kind")
+    await broker.declare_worker_group(group, [kind])
+    await broker.publish_jobs([job(kind), job(kind, Priority.HIGH)])
+    await broker.publish_status([status()])
+    await broker.publish_status([status(), status()])
+    await broker.publish_logs([log("a")])
+    depths = await broker.queue_depths()
+    assert depths[f"{harness.prefix}.jobs.{group}"] == 2
+    assert depths[f"{harness.prefix}.status"] == 2  # messages, not records
+    assert depths[f"{harness.prefix}.logs"] == 1
+
+
+# --- status and log batches -----------------------------------------------------------------
+
+
+async def test_batch_is_yielded_at_max_items(broker: Broker) -> None:
+    records = [status(n) for n in range(7)]
+    for record in records:
+        await broker.publish_status([record])
+    batches = broker.consume_status(3, 30.0)
+    first, second = await take(batches), await take(batches)
+    assert first.items == records[:3]
+    assert second.items == records[3:6]
+    await first.ack()
+    await second.ack()
+    await cancel(await stays_pending(batches))  # one record left, far from max_wait
+    await stop(batches)
+
+
+async def test_batch_is_yielded_after_max_wait(broker: Broker) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    records = [status(0), status(1)]
+    await broker.publish_status(records)
+    batches = broker.consume_status(100, 0.3)
+    batch = await take(batches)
+    elapsed = loop.time() - started
+    assert batch.items == records
+    assert elapsed >= 0.3 - 0.02
+    await batch.ack()
+    await stop(batches)
+
+
+async def test_records_keep_publication_order_across_messages(broker: Broker) -> None:
+    records = [log(f"line {n}") for n in range(25)]
+    for start in range(0, 25, 5):
+        await broker.publish_logs(records[start : start + 5])
+    batches = broker.consume_logs(10, 0.05)
+    got: list[LogRecord] = []
+    while len(got) < 25:
+        batch = await take(batches)
+        assert 1 <= len(batch.items) <= 10
+        got.extend(batch.items)
+        await batch.ack()
+    assert got == records
+    await stop(batches)
+
+
+async def test_unacked_batch_is_delivered_again_after_consumer_stops(broker: Broker) -> None:
+    records = [status(n) for n in range(6)]
+    await broker.publish_status(records)
+    first = broker.consume_status(2, 30.0)
+    acked: Batch[StatusRecord] = await take(first)
+    unacked: Batch[StatusRecord] = await take(first)
+    await acked.ack()
+    assert acked.items == records[:2]
+    assert unacked.items == records[2:4]
+    await stop(first)  # without acking the second batch
+
+    second = broker.consume_status(2, 30.0)
+    again = await take(second)
+    assert again.items == records[2:4]
+    rest = await take(second)
+    assert rest.items == records[4:]
+    await again.ack()
+    await rest.ack()
+    await cancel(await stays_pending(second))
+    await stop(second)
+
+
+async def test_log_batches_are_independent_of_status(broker: Broker) -> None:
+    await broker.publish_logs([log("x")])
+    await broker.publish_status([status()])
+    logs = broker.consume_logs(1, 30.0)
+    batch = await take(logs)
+    assert [r.message for r in batch.items] == ["x"]
+    await batch.ack()
+    await cancel(await stays_pending(logs))
+    await stop(logs)

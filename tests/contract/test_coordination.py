@@ -1,0 +1,251 @@
+"""Contract of :class:`~rota.core.ports.Coordination`, run against every adapter.
+
+To add an adapter: append its name to ``ADAPTERS`` and a factory to ``_FACTORIES`` returning a
+:class:`Harness`: the adapter plus ``advance(seconds)``, which lets that much time pass (the
+memory adapter moves its clock; a server-side adapter sleeps, so TTLs here stay short).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import pytest
+
+from rota.coordination.memory import MemoryCoordination
+from rota.core.models import WorkerInfo
+from rota.core.ports import Coordination
+
+ADAPTERS = ["memory"]  # later: "redis"
+
+WAIT = 5.0
+QUIET = 0.2
+TTL = 0.5
+
+
+@dataclass
+class Harness:
+    coordination: Coordination
+    advance: Callable[[float], Awaitable[None]]
+    now: Callable[[], float]
+    """The adapter's notion of the current epoch time."""
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.value = start
+
+    def __call__(self) -> float:
+        return self.value
+
+
+async def _memory() -> Harness:
+    clock = FakeClock()
+
+    async def advance(seconds: float) -> None:
+        clock.value += seconds
+
+    return Harness(MemoryCoordination(clock=clock), advance, clock)
+
+
+_FACTORIES: dict[str, Callable[[], Awaitable[Harness]]] = {"memory": _memory}
+
+
+@pytest.fixture(params=ADAPTERS)
+def adapter(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def harness(adapter: str) -> AsyncIterator[Harness]:
+    made = await _FACTORIES[adapter]()
+    yield made
+    await made.coordination.close()
+
+
+@pytest.fixture
+def coord(harness: Harness) -> Coordination:
+    return harness.coordination
+
+
+def worker(instance_id: str, group: str = "reports") -> WorkerInfo:
+    return WorkerInfo(
+        instance_id=instance_id,
+        worker_id=group,
+        host="host-1",
+        pid=42,
+        job_types={"GenerateReport": {"schema": None, "maxRetries": 3}},
+        concurrency=8,
+    )
+
+
+# --- bucket leases --------------------------------------------------------------------------
+
+
+async def test_two_instances_racing_for_a_bucket_one_wins(coord: Coordination) -> None:
+    results = await asyncio.gather(
+        coord.acquire_buckets("a", [3], TTL), coord.acquire_buckets("b", [3], TTL)
+    )
+    winners = [r for r in results if 3 in r]
+    assert len(winners) == 1
+    lease = winners[0][3]
+    assert lease.owner in {"a", "b"}
+    assert [r for r in results if 3 not in r] == [{}]
+    assert await coord.leases() == {3: lease}
+
+
+async def test_lease_fields_and_partial_acquire(coord: Coordination, harness: Harness) -> None:
+    before = harness.now()
+    held_a = await coord.acquire_buckets("a", [0, 1], TTL)
+    held_b = await coord.acquire_buckets("b", [1, 2], TTL)
+    assert set(held_a) == {0, 1}
+    assert set(held_b) == {2}
+    lease = held_a[0]
+    assert (lease.bucket, lease.owner) == (0, "a")
+    assert before + TTL <= lease.expires_at <= harness.now() + TTL + 1
+    assert {b: lease.owner for b, lease in (await coord.leases()).items()} == {
+        0: "a",
+        1: "a",
+        2: "b",
+    }
+
+
+async def test_renewal_keeps_the_fence_and_extends(coord: Coordination, harness: Harness) -> None:
+    first = (await coord.acquire_buckets("a", [5], TTL))[5]
+    await harness.advance(TTL * 0.6)
+    renewed = (await coord.acquire_buckets("a", [5], TTL))[5]
+    assert renewed.fence == first.fence
+    assert renewed.expires_at > first.expires_at
+    await harness.advance(TTL * 0.6)  # past the first expiry, within the renewed one
+    assert await coord.acquire_buckets("b", [5], TTL) == {}
+    assert (await coord.leases())[5].owner == "a"
+
+
+async def test_expired_lease_goes_to_another_with_a_higher_fence(
+    coord: Coordination, harness: Harness
+) -> None:
+    first = (await coord.acquire_buckets("a", [7], TTL))[7]
+    await harness.advance(TTL * 1.5)
+    assert await coord.leases() == {}  # expired leases are not listed
+    taken = (await coord.acquire_buckets("b", [7], TTL))[7]
+    assert taken.owner == "b"
+    assert taken.fence > first.fence
+    assert await coord.acquire_buckets("a", [7], TTL) == {}  # the old owner cannot renew
+
+
+async def test_release_frees_only_own_leases(coord: Coordination) -> None:
+    a = await coord.acquire_buckets("a", [1, 2], TTL)
+    await coord.release_buckets("b", [1, 2])  # not b's: untouched
+    assert set(await coord.leases()) == {1, 2}
+    await coord.release_buckets("a", [1])
+    assert set(await coord.leases()) == {2}
+    taken = (await coord.acquire_buckets("b", [1], TTL))[1]
+    assert taken.fence > a[1].fence
+    await coord.release_buckets("a", [1, 9])  # now b's, and one never leased
+    assert (await coord.leases())[1].owner == "b"
+
+
+async def test_fence_grows_every_time_the_bucket_changes_hands(coord: Coordination) -> None:
+    fences = []
+    for owner in ["a", "b", "a", "c"]:
+        fences.append((await coord.acquire_buckets(owner, [4], TTL))[4].fence)
+        await coord.release_buckets(owner, [4])
+    assert fences == sorted(set(fences))
+    assert len(fences) == 4
+
+
+# --- instances and workers ------------------------------------------------------------------
+
+
+async def test_instance_heartbeats_expire(coord: Coordination, harness: Harness) -> None:
+    await coord.heartbeat_instance("s1", {"host": "h1"}, TTL)
+    await coord.heartbeat_instance("s2", {"host": "h2"}, TTL * 3)
+    assert await coord.instances() == {"s1": {"host": "h1"}, "s2": {"host": "h2"}}
+    await harness.advance(TTL * 1.5)
+    assert await coord.instances() == {"s2": {"host": "h2"}}
+    await coord.heartbeat_instance("s1", {"host": "h1b"}, TTL)  # back again
+    assert (await coord.instances())["s1"] == {"host": "h1b"}
+
+
+async def test_worker_registry_with_ttl(coord: Coordination, harness: Harness) -> None:
+    await coord.register_worker(worker("w-b"), TTL)
+    w_a = worker("w-a", "email")
+    await coord.register_worker(w_a, TTL)
+    await coord.register_worker(worker("w-c"), TTL * 3)
+    assert [w.instance_id for w in await coord.workers()] == ["w-a", "w-b", "w-c"]
+    listed = {w.instance_id: w for w in await coord.workers()}
+    assert listed["w-a"] == w_a  # every field kept
+
+    await harness.advance(TTL * 0.6)
+    await coord.register_worker(worker("w-b"), TTL)  # refreshed: lives on
+    await harness.advance(TTL * 0.6)
+    assert [w.instance_id for w in await coord.workers()] == ["w-b", "w-c"]
+
+    await coord.unregister_worker("w-c")
+    await coord.unregister_worker("w-unknown")
+    assert [w.instance_id for w in await coord.workers()] == ["w-b"]
+    await harness.advance(TTL * 1.5)
+    assert await coord.workers() == []
+
+
+# --- wake-ups -------------------------------------------------------------------------------
+
+
+async def _next(it: AsyncIterator[float]) -> float:
+    return await asyncio.wait_for(anext(it), WAIT)
+
+
+async def _quiet(it: AsyncIterator[float]) -> None:
+    task = asyncio.ensure_future(anext(it))
+    done, _ = await asyncio.wait({task}, timeout=QUIET)
+    assert not done, f"unexpected wake-up: {task.result()!r}"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def _close(it: AsyncIterator[float]) -> None:
+    aclose = getattr(it, "aclose", None)
+    assert aclose is not None, "wake-up iterators must be closable"
+    await aclose()
+
+
+async def test_wakeups_fan_out_to_every_subscriber(coord: Coordination) -> None:
+    one, two = coord.wakeups(), coord.wakeups()
+    await coord.wake(1_800_000_010.5)
+    await coord.wake(1_800_000_005.0)
+    late = coord.wakeups()
+    for sub in (one, two):
+        assert await _next(sub) == 1_800_000_010.5
+        assert await _next(sub) == 1_800_000_005.0
+    await _quiet(late)  # subscribed after those wakes
+
+    await _close(one)
+    await coord.wake(1_800_000_020.0)
+    assert await _next(two) == 1_800_000_020.0
+    assert await _next(late) == 1_800_000_020.0
+    with pytest.raises(StopAsyncIteration):
+        await _next(one)
+    for sub in (two, late):
+        await _close(sub)
+
+
+async def test_close_ends_wakeup_iterators(coord: Coordination) -> None:
+    sub = coord.wakeups()
+    waiting = asyncio.ensure_future(anext(sub))
+    done, _ = await asyncio.wait({waiting}, timeout=QUIET)
+    assert not done
+    await coord.close()
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(waiting, WAIT)
+
+
+async def test_wakeups_across_many_subscribers_are_independent(coord: Coordination) -> None:
+    subs = [coord.wakeups() for _ in range(5)]
+    dues = [1_800_000_000.0 + n for n in range(10)]
+    for due in dues:
+        await coord.wake(due)
+    for sub in subs:
+        assert [await _next(sub) for _ in dues] == dues
+        await _close(sub)
