@@ -1,0 +1,260 @@
+"""The dispatcher: sleeps until the earliest due time of its buckets, then fires due jobs in
+batches — one store transaction per batch — and publishes the Queued occurrences.
+
+It also publishes *pending* occurrences (manual triggers, retries, occurrences left
+undispatched by a crash between commit and publish) from the store; those need no index entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from rota.core.errors import RotaError
+from rota.core.models import Job, JobMessage, Occurrence
+from rota.core.planning import FirePlan, PlanSettings, plan_fires
+from rota.core.ports import Broker, DueEntry, IndexEntry, ScheduleIndex, Store
+from rota.services.workers import WorkerDirectory
+from rota.settings import SchedulerSettings
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def utc_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def to_message(occurrence: Occurrence, now: datetime) -> JobMessage:
+    """The wire message for an occurrence's current attempt."""
+    return JobMessage(
+        occurrence_id=occurrence.id,
+        job_id=occurrence.job_id,
+        job_type=occurrence.job_type,
+        job_data=occurrence.job_data,
+        scheduled_for=occurrence.scheduled_for,
+        timestamp=now,
+        retry_count=occurrence.attempt - 1,
+        max_retries=occurrence.max_retries,
+        priority=occurrence.priority,
+        timeout_seconds=occurrence.timeout_seconds,
+        job_version=occurrence.job_version,
+        worker_id=occurrence.worker_id,
+        original_correlation_id=occurrence.id,
+    )
+
+
+@dataclass(slots=True)
+class DispatchStats:
+    """Counters since start (exposed to the admin API and metrics)."""
+
+    batches: int = 0
+    dispatched: int = 0
+    skipped: int = 0
+    held: int = 0
+    republished: int = 0
+    errors: int = 0
+    last_tick: float = field(default_factory=time.time)
+
+
+class Dispatcher:
+    """Fires due jobs of the buckets this instance owns."""
+
+    def __init__(
+        self,
+        store: Store,
+        index: ScheduleIndex,
+        broker: Broker,
+        workers: WorkerDirectory,
+        settings: SchedulerSettings,
+        buckets: Callable[[], Sequence[int]],
+        clock: Clock = utc_clock,
+    ) -> None:
+        self._store = store
+        self._index = index
+        self._broker = broker
+        self._workers = workers
+        self._settings = settings
+        self._buckets = buckets
+        self._clock = clock
+        self._plan_settings = PlanSettings(
+            misfire_threshold=timedelta(seconds=settings.misfire_threshold_seconds),
+            catch_up_cap=settings.catch_up_cap,
+            max_recorded_misses=settings.max_recorded_misses,
+            default_max_retries=settings.default_max_retries,
+        )
+        self._wake = asyncio.Event()
+        self._pending_hint = True
+        self._target: float | None = None
+        self._next_pending_check = 0.0
+        self._stopping = False
+        self._paused_reason: str | None = None
+        self.stats = DispatchStats()
+
+    # --- control ---------------------------------------------------------------------------
+
+    def wake(self, due: float | None = None) -> None:
+        """Something is due at ``due`` (epoch seconds; ``None``: now or unknown). Wakes the loop
+        if that is earlier than what it sleeps towards; also looks for pending occurrences."""
+        self._pending_hint = True
+        if due is None or self._target is None or due < self._target:
+            self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    def pause(self, reason: str) -> None:
+        self._paused_reason = reason
+
+    def resume(self) -> None:
+        self._paused_reason = None
+        self._wake.set()
+
+    @property
+    def paused_reason(self) -> str | None:
+        return self._paused_reason
+
+    # --- loop ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Dispatch until :meth:`stop`. Errors are logged and retried; the loop never dies."""
+        backoff = 0.1
+        while not self._stopping:
+            try:
+                await self._iteration()
+                backoff = 0.1
+            except (RotaError, OSError) as exc:
+                self.stats.errors += 1
+                log.warning("dispatch failed, retrying in %.1fs: %s", backoff, exc)
+                await self._sleep(time.time() + backoff)
+                backoff = min(backoff * 2, 5.0)
+            except Exception:
+                self.stats.errors += 1
+                log.exception("unexpected dispatch error")
+                await self._sleep(time.time() + 1.0)
+
+    async def _iteration(self) -> None:
+        self.stats.last_tick = time.time()
+        if self._paused_reason is not None:
+            await self._sleep(time.time() + 1.0)
+            return
+        buckets = self._buckets()
+        now_epoch = time.time()
+        if self._pending_hint or now_epoch >= self._next_pending_check:
+            await self.dispatch_pending()
+        if not buckets:
+            await self._sleep(now_epoch + 1.0)
+            return
+        earliest = await self._index.earliest(buckets)
+        if earliest is not None and earliest <= time.time():
+            await self.dispatch_due(buckets)
+            return
+        until = now_epoch + self._settings.sweeper_interval_seconds
+        if earliest is not None:
+            until = min(until, earliest)
+        await self._sleep(until)
+
+    async def _sleep(self, until: float) -> None:
+        self._target = until
+        self._wake.clear()
+        delay = until - time.time()
+        if delay > 0 and not self._stopping:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+        self._target = None
+
+    # --- work ------------------------------------------------------------------------------
+
+    async def dispatch_due(self, buckets: Sequence[int]) -> int:
+        """Fire one batch of due index entries; returns how many occurrences were queued."""
+        entries = await self._index.due(buckets, time.time(), self._settings.dispatch_batch_size)
+        if not entries:
+            return 0
+        now = self._clock()
+        await self._workers.refresh()
+        result = await self._store.dispatch_due([e.job_id for e in entries], now, self._plan)
+        await self._publish(result.queued, now)
+        await self._update_index(entries, result.next_runs)
+        self.stats.batches += 1
+        self.stats.dispatched += len(result.queued)
+        self.stats.skipped += len(result.skipped)
+        self.stats.held += len(result.held)
+        if result.held:
+            self._pending_hint = True
+        return len(result.queued)
+
+    async def dispatch_pending(self) -> int:
+        """Publish occurrences that are Queued, due and never handed to the broker."""
+        self._pending_hint = False
+        self._next_pending_check = time.time() + self._settings.sweeper_interval_seconds
+        total = 0
+        while True:
+            now = self._clock()
+            pending = await self._store.undispatched(now, self._settings.dispatch_batch_size)
+            if not pending:
+                return total
+            await self._publish(pending, now)
+            total += len(pending)
+            self.stats.republished += len(pending)
+            if len(pending) < self._settings.dispatch_batch_size:
+                return total
+
+    def _plan(self, job: Job, active: int, now: datetime) -> FirePlan:
+        job = self._with_type_defaults(job)
+        return plan_fires(
+            job,
+            active,
+            now,
+            self._plan_settings,
+            has_worker=self._workers.serves(job.job_type, job.worker_id),
+        )
+
+    def _with_type_defaults(self, job: Job) -> Job:
+        """Fill what the job leaves unset from its job type's declared defaults (job over job
+        type over global settings)."""
+        changes: dict[str, Any] = {}
+        if job.max_retries is None:
+            retries = self._workers.type_default(job.job_type, "maxRetries")
+            if retries is not None:
+                changes["max_retries"] = int(retries)
+        if job.timeout_seconds is None:
+            timeout = self._workers.type_default(job.job_type, "timeoutSeconds")
+            if timeout is not None:
+                changes["timeout_seconds"] = float(timeout)
+        return replace(job, **changes) if changes else job
+
+    async def _publish(self, occurrences: Sequence[Occurrence], now: datetime) -> None:
+        if not occurrences:
+            return
+        await self._broker.publish_jobs([to_message(o, now) for o in occurrences])
+        await self._store.mark_dispatched([o.id for o in occurrences], now)
+
+    async def _update_index(
+        self, entries: Sequence[IndexEntry], next_runs: dict[UUID, DueEntry | None]
+    ) -> None:
+        horizon = time.time() + self._settings.hot_window_seconds
+        upserts: list[IndexEntry] = []
+        removals: list[tuple[int, UUID]] = []
+        for entry in entries:
+            nxt = next_runs.get(entry.job_id)
+            due = None if nxt is None else nxt.due_at.timestamp()
+            if nxt is not None and due is not None and due <= horizon:
+                upserts.append(IndexEntry(entry.job_id, nxt.bucket, due))
+            else:
+                # Gone, finished, beyond the window, or locked by another transaction: the
+                # loader puts it back when it comes due.
+                removals.append((entry.bucket, entry.job_id))
+        if removals:
+            await self._index.remove(removals)
+        if upserts:
+            await self._index.upsert(upserts)

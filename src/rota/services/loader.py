@@ -1,0 +1,84 @@
+"""The loader keeps the schedule index equal to the store's hot window for the buckets this
+instance owns: it adds jobs coming due and drops stale entries. The index is only a cache;
+after a flush the next sync rebuilds it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+
+from rota.core.errors import RotaError
+from rota.core.ports import IndexEntry, ScheduleIndex, Store
+
+log = logging.getLogger(__name__)
+
+
+class Loader:
+    """Periodically mirrors ``next_run_at <= now + window`` from the store into the index."""
+
+    def __init__(
+        self,
+        store: Store,
+        index: ScheduleIndex,
+        buckets: Callable[[], Sequence[int]],
+        *,
+        window_seconds: float,
+        interval_seconds: float,
+        limit: int = 200_000,
+        on_loaded: Callable[[float], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._index = index
+        self._buckets = buckets
+        self._window = window_seconds
+        self._interval = interval_seconds
+        self._limit = limit
+        self._on_loaded = on_loaded
+        self._stopping = asyncio.Event()
+        self._kick = asyncio.Event()
+        self.last_sync: float | None = None
+
+    async def sync(self, buckets: Sequence[int] | None = None) -> int:
+        """Rebuild the index for ``buckets`` (default: the owned ones) from the store; returns
+        how many entries the window holds."""
+        owned = list(self._buckets() if buckets is None else buckets)
+        if not owned:
+            return 0
+        until = datetime.now(UTC) + timedelta(seconds=self._window)
+        due = await self._store.due_jobs(until, owned, self._limit)
+        grouped: dict[int, list[IndexEntry]] = {b: [] for b in owned}
+        for entry in due:
+            grouped.setdefault(entry.bucket, []).append(
+                IndexEntry(entry.job_id, entry.bucket, entry.due_at.timestamp())
+            )
+        for bucket, entries in grouped.items():
+            await self._index.replace_bucket(bucket, entries)
+        self.last_sync = time.time()
+        if due and self._on_loaded is not None:
+            self._on_loaded(min(e.due_at.timestamp() for e in due))
+        return len(due)
+
+    def kick(self) -> None:
+        """Sync now (after taking over buckets)."""
+        self._kick.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._kick.set()
+
+    async def run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self.sync()
+            except (RotaError, OSError) as exc:
+                log.warning("loader sync failed: %s", exc)
+            except Exception:
+                log.exception("unexpected loader error")
+            self._kick.clear()
+            try:
+                await asyncio.wait_for(self._kick.wait(), timeout=self._interval)
+            except TimeoutError:
+                pass

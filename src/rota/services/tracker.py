@@ -1,0 +1,135 @@
+"""The status tracker and the log collector: consume batches from the broker and write them
+to the store with one call per batch. A batch is acknowledged only after it is stored; a store
+outage stalls the loop (with backoff) but never kills it and loses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from rota.core.errors import RotaError
+from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
+from rota.core.ports import Batch, Broker, StatusResult, Store
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class TrackerStats:
+    batches: int = 0
+    applied: int = 0
+    ignored: int = 0
+    late: int = 0
+    heartbeats: int = 0
+    log_lines: int = 0
+    errors: int = 0
+
+
+async def _store_with_retry(
+    name: str, write: Callable[[], Awaitable[None]], stats: TrackerStats, stopping: asyncio.Event
+) -> bool:
+    """Retry ``write`` with backoff until it succeeds or the loop stops."""
+    backoff = 0.05
+    while True:
+        try:
+            await write()
+            return True
+        except (RotaError, OSError) as exc:
+            stats.errors += 1
+            log.warning("%s: store write failed, retrying in %.2fs: %s", name, backoff, exc)
+        if stopping.is_set():
+            return False
+        try:
+            await asyncio.wait_for(stopping.wait(), timeout=backoff)
+        except TimeoutError:
+            pass
+        backoff = min(backoff * 2, 5.0)
+
+
+class StatusTracker:
+    """Applies status records to the store in batches."""
+
+    def __init__(
+        self,
+        store: Store,
+        broker: Broker,
+        *,
+        batch_size: int,
+        max_wait: float,
+        on_applied: Callable[[StatusResult], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._broker = broker
+        self._batch_size = batch_size
+        self._max_wait = max_wait
+        self._on_applied = on_applied
+        self._stopping = asyncio.Event()
+        self.stats = TrackerStats()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def handle(self, records: Sequence[StatusRecord]) -> StatusResult:
+        result = await self._store.apply_status(records)
+        self.stats.batches += 1
+        self.stats.applied += len(result.applied)
+        self.stats.ignored += len(result.ignored)
+        self.stats.late += sum(1 for i in result.ignored if i.reason == "late")
+        self.stats.heartbeats += result.heartbeats
+        if self._on_applied is not None:
+            self._on_applied(result)
+        return result
+
+    async def run(self) -> None:
+        batches = self._broker.consume_status(self._batch_size, self._max_wait)
+        await _consume("status tracker", batches, self._write, self.stats, self._stopping)
+
+    async def _write(self, batch: Batch[StatusRecord]) -> None:
+        await self.handle(batch.items)
+
+
+class LogCollector:
+    """Appends log lines to the store in batches."""
+
+    def __init__(self, store: Store, broker: Broker, *, batch_size: int, max_wait: float) -> None:
+        self._store = store
+        self._broker = broker
+        self._batch_size = batch_size
+        self._max_wait = max_wait
+        self._stopping = asyncio.Event()
+        self.stats = TrackerStats()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        batches = self._broker.consume_logs(self._batch_size, self._max_wait)
+        await _consume("log collector", batches, self._write, self.stats, self._stopping)
+
+    async def _write(self, batch: Batch[LogRecord]) -> None:
+        await self._store.append_logs(batch.items)
+        self.stats.batches += 1
+        self.stats.log_lines += len(batch.items)
+
+
+async def _consume(
+    name: str,
+    batches: AsyncIterator[Batch[T]],
+    write: Callable[[Batch[T]], Awaitable[None]],
+    stats: TrackerStats,
+    stopping: asyncio.Event,
+) -> None:
+    async for batch in batches:
+        stored = await _store_with_retry(name, lambda b=batch: write(b), stats, stopping)  # type: ignore[misc]
+        if not stored:
+            return
+        await batch.ack()
+        if stopping.is_set():
+            return
+
+
+FINAL_STATUSES = frozenset(s for s in OccurrenceStatus if s.is_terminal)

@@ -1,0 +1,55 @@
+"""Which worker groups serve which job types, read from the coordination registry and cached
+briefly so the dispatcher does not ask for every batch."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rota.core.models import WorkerInfo
+from rota.core.ports import Coordination
+
+
+class WorkerDirectory:
+    """A short-lived cache of the live workers' declared job types."""
+
+    def __init__(self, coordination: Coordination, *, max_age: float = 1.0) -> None:
+        self._coordination = coordination
+        self._max_age = max_age
+        self._read_at = 0.0
+        self._by_type: dict[str, set[str]] = {}
+        self._workers: list[WorkerInfo] = []
+        self._defaults: dict[str, Mapping[str, Any]] = {}
+
+    async def refresh(self, *, force: bool = False) -> None:
+        if not force and time.monotonic() - self._read_at < self._max_age:
+            return
+        workers = await self._coordination.workers()
+        by_type: dict[str, set[str]] = {}
+        defaults: dict[str, Mapping[str, Any]] = {}
+        for worker in workers:
+            for job_type, description in worker.job_types.items():
+                by_type.setdefault(job_type, set()).add(worker.worker_id)
+                defaults.setdefault(job_type, description)
+        self._workers, self._by_type, self._defaults = workers, by_type, defaults
+        self._read_at = time.monotonic()
+
+    def serves(self, job_type: str, worker_id: str | None) -> bool:
+        """Whether a live worker (of group ``worker_id``, if given) declares ``job_type``."""
+        groups = self._by_type.get(job_type)
+        if not groups:
+            return False
+        return worker_id is None or worker_id in groups
+
+    def type_default(self, job_type: str, key: str) -> Any:
+        """A job type's declared default (``maxRetries``, ``timeoutSeconds``, …) or ``None``."""
+        description = self._defaults.get(job_type)
+        return None if description is None else description.get(key)
+
+    def groups_for(self, job_type: str) -> set[str]:
+        return set(self._by_type.get(job_type, ()))
+
+    @property
+    def workers(self) -> list[WorkerInfo]:
+        return list(self._workers)

@@ -1,0 +1,139 @@
+"""Misfire policy, concurrency policy and no-worker rules of the fire planner."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from rota.core.ids import new_id
+from rota.core.models import (
+    ConcurrencyPolicy,
+    Job,
+    MisfirePolicy,
+    OccurrenceStatus,
+    SkipReason,
+)
+from rota.core.planning import PlanSettings, first_run_at, plan_fires
+
+T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
+SETTINGS = PlanSettings(misfire_threshold=timedelta(seconds=30), catch_up_cap=3)
+
+
+def every_minute(**kw: object) -> Job:
+    return Job(id=new_id(), job_type="t", cron_expression="* * * * *", next_run_at=T0, **kw)  # type: ignore[arg-type]
+
+
+def statuses(plan: object) -> list[tuple[OccurrenceStatus, str | None]]:
+    return [(o.status, o.skip_reason) for o in plan.occurrences]  # type: ignore[attr-defined]
+
+
+def test_on_time_fire_runs_and_next_fire_follows() -> None:
+    plan = plan_fires(every_minute(), 0, T0 + timedelta(seconds=1), SETTINGS)
+    assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)]
+    assert plan.occurrences[0].scheduled_for == T0
+    assert plan.next_run_at == T0 + timedelta(minutes=1)
+
+
+def test_late_fire_within_threshold_runs_late() -> None:
+    plan = plan_fires(every_minute(), 0, T0 + timedelta(seconds=29), SETTINGS)
+    assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)]
+
+
+def test_fire_once_runs_only_the_latest_missed_fire() -> None:
+    now = T0 + timedelta(minutes=4, seconds=45)  # fires 12:00..12:04 all missed
+    plan = plan_fires(every_minute(), 0, now, SETTINGS)
+    assert [o.scheduled_for for o in plan.occurrences] == [
+        T0 + timedelta(minutes=m) for m in range(5)
+    ]
+    assert statuses(plan) == [(OccurrenceStatus.SKIPPED, "misfire")] * 4 + [
+        (OccurrenceStatus.QUEUED, None)
+    ]
+    assert plan.next_run_at == T0 + timedelta(minutes=5)
+
+
+def test_fire_once_with_an_on_time_fire_skips_all_missed() -> None:
+    now = T0 + timedelta(minutes=3, seconds=10)  # 12:03 is on time, 12:00-12:02 missed
+    plan = plan_fires(every_minute(), 0, now, SETTINGS)
+    assert statuses(plan) == [(OccurrenceStatus.SKIPPED, "misfire")] * 3 + [
+        (OccurrenceStatus.QUEUED, None)
+    ]
+
+
+def test_skip_policy_runs_no_missed_fire() -> None:
+    now = T0 + timedelta(minutes=2, seconds=45)
+    plan = plan_fires(every_minute(misfire_policy=MisfirePolicy.SKIP), 0, now, SETTINGS)
+    assert statuses(plan) == [(OccurrenceStatus.SKIPPED, "misfire")] * 3
+
+
+def test_catch_up_runs_missed_fires_up_to_the_cap() -> None:
+    now = T0 + timedelta(minutes=4, seconds=45)
+    job = every_minute(
+        misfire_policy=MisfirePolicy.CATCH_UP, concurrency_policy=ConcurrencyPolicy.QUEUE
+    )
+    plan = plan_fires(job, 0, now, SETTINGS)
+    # five missed fires, cap 3: the latest three run, the two oldest are skipped
+    assert statuses(plan) == [(OccurrenceStatus.SKIPPED, "misfire")] * 2 + [
+        (OccurrenceStatus.QUEUED, None)
+    ] * 3
+
+
+def test_skip_concurrency_records_overlap() -> None:
+    plan = plan_fires(every_minute(), 1, T0 + timedelta(seconds=1), SETTINGS)
+    assert statuses(plan) == [(OccurrenceStatus.SKIPPED, SkipReason.OVERLAP.value)]
+
+
+def test_queue_concurrency_queues_behind_the_active_one() -> None:
+    job = every_minute(concurrency_policy=ConcurrencyPolicy.QUEUE)
+    plan = plan_fires(job, 1, T0 + timedelta(seconds=1), SETTINGS)
+    assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)]
+
+
+def test_catch_up_with_skip_concurrency_runs_one_and_records_overlaps() -> None:
+    now = T0 + timedelta(minutes=2, seconds=45)
+    plan = plan_fires(every_minute(misfire_policy=MisfirePolicy.CATCH_UP), 0, now, SETTINGS)
+    assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)] + [
+        (OccurrenceStatus.SKIPPED, "overlap")
+    ] * 2
+
+
+def test_no_worker_is_recorded() -> None:
+    plan = plan_fires(every_minute(), 0, T0, SETTINGS, has_worker=False)
+    assert statuses(plan) == [(OccurrenceStatus.SKIPPED, "no_worker")]
+    assert plan.occurrences[0].status_changes[0].reason == "no_worker"
+
+
+def test_one_time_job_fires_once_and_finishes() -> None:
+    job = Job(id=new_id(), job_type="t", execute_at=T0, next_run_at=T0)
+    plan = plan_fires(job, 0, T0 + timedelta(milliseconds=5), SETTINGS)
+    assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)]
+    assert plan.next_run_at is None
+
+
+def test_job_not_yet_due_plans_nothing() -> None:
+    plan = plan_fires(every_minute(), 0, T0 - timedelta(seconds=1), SETTINGS)
+    assert plan.occurrences == ()
+    assert plan.next_run_at == T0
+
+
+def test_long_outage_records_a_bounded_number_of_misses() -> None:
+    settings = PlanSettings(max_recorded_misses=10)
+    now = T0 + timedelta(days=1)
+    plan = plan_fires(every_minute(), 0, now, settings)
+    assert len(plan.occurrences) == 10
+    assert plan.next_run_at == now + timedelta(minutes=1)
+    assert sum(o.status is OccurrenceStatus.QUEUED for o in plan.occurrences) == 1
+
+
+def test_occurrence_snapshots_the_job() -> None:
+    job = every_minute(max_retries=4, timeout_seconds=30.0, job_data={"a": 1})
+    occ = plan_fires(job, 0, T0, SETTINGS).occurrences[0]
+    assert (occ.max_retries, occ.timeout_seconds, occ.job_data) == (4, 30.0, {"a": 1})
+    assert occ.attempt == 1
+    assert occ.due_at == occ.scheduled_for == T0
+    assert occ.status_changes[0].from_status is None
+
+
+def test_first_run() -> None:
+    job = Job(id=new_id(), job_type="t", cron_expression="0 * * * *")
+    assert first_run_at(job, T0) == T0 + timedelta(hours=1)
+    once = Job(id=new_id(), job_type="t", execute_at=T0 - timedelta(hours=1))
+    assert first_run_at(once, T0) == T0 - timedelta(hours=1)
