@@ -1,0 +1,58 @@
+"""How routes reach the runtime: ``app.state.runtime`` through an ``Annotated`` dependency.
+
+The API depends on this protocol, not on :mod:`rota.runtime`, so any object with these
+attributes (the composition root's runtime, or a test's) can serve it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Protocol, cast
+
+from fastapi import Depends, Request
+
+from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
+from rota.services.jobs import JobService
+from rota.settings import Settings
+
+
+class ApiRuntime(Protocol):
+    """What the API needs from the wired runtime."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def index(self) -> ScheduleIndex: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def coordination(self) -> Coordination: ...
+
+    @property
+    def jobs(self) -> JobService: ...
+
+    async def health(self) -> dict[str, str]:
+        """Component name -> ``"ok"`` or the text of its error."""
+        ...
+
+
+def get_runtime(request: Request) -> ApiRuntime:
+    return cast(ApiRuntime, request.app.state.runtime)
+
+
+def get_jobs(request: Request) -> JobService:
+    return get_runtime(request).jobs
+
+
+def get_store(request: Request) -> Store:
+    return get_runtime(request).store
+
+
+Runtime = Annotated[ApiRuntime, Depends(get_runtime)]
+Jobs = Annotated[JobService, Depends(get_jobs)]
+StoreDep = Annotated[Store, Depends(get_store)]

@@ -1,0 +1,296 @@
+"""RFC 9457 problem details for every error the API returns, and the request guards.
+
+Rota errors carry meaning (:mod:`rota.core.errors`); this module alone maps them to HTTP.
+"""
+
+from __future__ import annotations
+
+import http
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from rota.core.errors import (
+    BackendUnavailableError,
+    ConflictError,
+    CronError,
+    NotFoundError,
+    ValidationError,
+)
+from rota.services.jobs import api_name
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_JSON: Final = "application/problem+json"
+MAX_BODY_BYTES: Final = 1024 * 1024
+
+VALIDATION: Final = "urn:rota:problem:validation"
+NOT_FOUND: Final = "urn:rota:problem:not-found"
+CONFLICT: Final = "urn:rota:problem:conflict"
+UNAVAILABLE: Final = "urn:rota:problem:backend-unavailable"
+TOO_LARGE: Final = "urn:rota:problem:payload-too-large"
+INTERNAL: Final = "urn:rota:problem:internal"
+
+_LOCATIONS: Final = frozenset({"body", "query", "path", "header", "cookie"})
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class FieldError(BaseModel):
+    field: str | None = Field(description="The input field (camelCase; nested as a.b[0]).")
+    message: str
+    part: str | None = Field(None, description="For cron errors: the cron field that is wrong.")
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem detail."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    errors: list[FieldError] = Field(default_factory=list)
+
+
+def problem_response(
+    instance: str | None,
+    status: int,
+    *,
+    detail: str | None = None,
+    type_: str = "about:blank",
+    errors: Iterable[FieldError] = (),
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body = Problem(
+        type=type_,
+        title=http.HTTPStatus(status).phrase,
+        status=status,
+        detail=detail,
+        instance=instance,
+        errors=list(errors),
+    )
+    return JSONResponse(
+        body.model_dump(mode="json", exclude_none=True),
+        status_code=status,
+        media_type=PROBLEM_JSON,
+        headers=headers,
+    )
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries documenting problem bodies for these statuses."""
+    return {
+        status: {
+            "model": Problem,
+            "description": http.HTTPStatus(status).phrase,
+            "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for status in statuses
+    }
+
+
+def problem_json_only(spec: dict[str, Any]) -> dict[str, Any]:
+    """Error responses are documented as ``application/problem+json`` only (FastAPI adds an
+    ``application/json`` twin for every response ``model``)."""
+    for item in spec.get("paths", {}).values():
+        for operation in item.values():
+            for response in operation.get("responses", {}).values():
+                content = response.get("content", {})
+                if PROBLEM_JSON in content:
+                    content.pop("application/json", None)
+    return spec
+
+
+# --- exception handlers ----------------------------------------------------------------------
+
+
+def field_path(loc: Sequence[int | str]) -> str | None:
+    """``("body", "jobs", 3, "cron_expression")`` -> ``jobs[3].cronExpression``; the body as a
+    whole is ``body``. Pydantic's union member tags (``list[str]``) are left out."""
+    where = loc[0] if loc and loc[0] in _LOCATIONS else None
+    path = ""
+    for part in loc[1:] if where else loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif _NAME.fullmatch(part):
+            path += ("." if path else "") + api_name(part)
+    return path or ("body" if where == "body" else None)
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    if error.get("type") == "json_invalid":
+        return f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'parse error')})"
+    return str(error.get("msg", "invalid")).removeprefix("Value error, ")
+
+
+def _request_invalid(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = []
+    for error in exc.errors():
+        loc = tuple(error.get("loc", ()))
+        field = "body" if error.get("type") == "json_invalid" else field_path(loc)
+        errors.append(FieldError(field=field, message=_message(error)))
+    detail = errors[0].message if len(errors) == 1 else f"{len(errors)} fields are invalid"
+    return problem_response(request.url.path, 422, detail=detail, type_=VALIDATION, errors=errors)
+
+
+def _rota_invalid(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ValidationError)
+    part = exc.part if isinstance(exc, CronError) else None
+    error = FieldError(field=exc.field, message=exc.message, part=part)
+    return problem_response(
+        request.url.path, 422, detail=exc.message, type_=VALIDATION, errors=[error]
+    )
+
+
+def _not_found(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, NotFoundError)
+    return problem_response(request.url.path, 404, detail=exc.message, type_=NOT_FOUND)
+
+
+def _conflict(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ConflictError)
+    return problem_response(request.url.path, 409, detail=exc.message, type_=CONFLICT)
+
+
+def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BackendUnavailableError)
+    logger.warning("backend unavailable: %s", exc.message, extra={"path": request.url.path})
+    headers = {"Retry-After": "5"}
+    return problem_response(
+        request.url.path, 503, detail=exc.message, type_=UNAVAILABLE, headers=headers
+    )
+
+
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else None
+    return problem_response(request.url.path, exc.status_code, detail=detail, headers=exc.headers)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Problem details for every error: handlers for the known ones, middleware for the rest,
+    and the request body limit."""
+    app.add_exception_handler(RequestValidationError, _request_invalid)
+    app.add_exception_handler(ValidationError, _rota_invalid)
+    app.add_exception_handler(NotFoundError, _not_found)
+    app.add_exception_handler(ConflictError, _conflict)
+    app.add_exception_handler(BackendUnavailableError, _unavailable)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(UnhandledErrorMiddleware)
+
+
+# --- middleware ------------------------------------------------------------------------------
+
+
+class UnhandledErrorMiddleware:
+    """Any exception no handler took becomes a logged 500 problem (never a bare 500)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception:
+            logger.exception("unhandled error", extra={"path": scope.get("path")})
+            if started:
+                raise
+            response = problem_response(
+                scope.get("path"),
+                500,
+                detail="an unexpected error occurred; it was logged",
+                type_=INTERNAL,
+            )
+            await response(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over ``max_bytes`` with a 413 problem.
+
+    The declared ``Content-Length`` is checked first; bodies without one are read up to the
+    limit before the application sees them.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self._declared_length(scope) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        body = await self._read(receive)
+        if body is None:
+            await self._refuse(scope, receive, send)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    @staticmethod
+    def _declared_length(scope: Scope) -> int:
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    return int(value)
+                except ValueError:
+                    return 0
+        return 0
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body, or ``None`` once it passes the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return b"".join(chunks)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        detail = f"the request body is larger than {self.max_bytes} bytes"
+        response = problem_response(scope.get("path"), 413, detail=detail, type_=TOO_LARGE)
+        await response(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

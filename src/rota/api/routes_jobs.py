@@ -1,0 +1,133 @@
+"""Jobs: create (one or many), list, read, change, delete, trigger, versions; cron preview."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Body, Query, Response, status
+
+from rota.api.deps import Jobs
+from rota.api.problems import problem_responses
+from rota.api.schemas import (
+    MAX_LIMIT,
+    BulkCreate,
+    JobCreate,
+    JobList,
+    JobOut,
+    JobPage,
+    JobPatch,
+    JobVersionList,
+    JobVersionOut,
+    OccurrenceDetail,
+    Preview,
+    TriggerRequest,
+    UtcDatetime,
+)
+from rota.services.jobs import MAX_PREVIEW
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+schedules = APIRouter(prefix="/schedules", tags=["jobs"])
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses=problem_responses(413, 422, 503),
+    summary="Create a job",
+)
+async def create_job(body: JobCreate, jobs: Jobs, response: Response) -> JobOut:
+    job = await jobs.create_job(body.to_spec())
+    response.headers["Location"] = f"/api/v1/jobs/{job.id}"
+    return JobOut.of(job)
+
+
+@router.post(
+    "/bulk",
+    status_code=status.HTTP_201_CREATED,
+    responses=problem_responses(413, 422, 503),
+    summary="Create many jobs at once (all or none)",
+)
+async def create_jobs(body: BulkCreate, jobs: Jobs) -> JobList:
+    created = await jobs.create_jobs([item.to_spec() for item in body.jobs])
+    return JobList(items=[JobOut.of(job) for job in created])
+
+
+@router.get("", responses=problem_responses(422, 503), summary="List jobs, newest first")
+async def list_jobs(
+    jobs: Jobs,
+    search: Annotated[str | None, Query(max_length=200)] = None,
+    tag: Annotated[str | None, Query(max_length=100)] = None,
+    job_type: Annotated[str | None, Query(alias="jobType", max_length=200)] = None,
+    is_active: Annotated[bool | None, Query(alias="isActive")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+) -> JobPage:
+    page = await jobs.list_jobs(
+        search=search, tag=tag, job_type=job_type, is_active=is_active, limit=limit, cursor=cursor
+    )
+    return JobPage(items=[JobOut.of(job) for job in page.items], next_cursor=page.next_cursor)
+
+
+@router.get("/{job_id}", responses=problem_responses(404, 422, 503), summary="Read a job")
+async def get_job(job_id: UUID, jobs: Jobs) -> JobOut:
+    return JobOut.of(await jobs.get_job(job_id))
+
+
+@router.patch(
+    "/{job_id}",
+    responses=problem_responses(404, 409, 413, 422, 503),
+    summary="Change some fields of a job",
+)
+async def update_job(job_id: UUID, body: JobPatch, jobs: Jobs) -> JobOut:
+    return JobOut.of(await jobs.update_job(job_id, body.changes()))
+
+
+@router.delete(
+    "/{job_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problem_responses(404, 422, 503),
+    summary="Delete a job (its occurrences are kept)",
+)
+async def delete_job(job_id: UUID, jobs: Jobs) -> Response:
+    await jobs.delete_job(job_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/{job_id}/trigger",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=problem_responses(404, 409, 413, 422, 503),
+    summary="Run a job now",
+)
+async def trigger_job(
+    job_id: UUID, jobs: Jobs, body: Annotated[TriggerRequest | None, Body()] = None
+) -> OccurrenceDetail:
+    request = body or TriggerRequest()
+    occurrence = await jobs.trigger(
+        job_id, reason=request.reason, job_data=request.job_data, force=request.force
+    )
+    return OccurrenceDetail.of(occurrence)
+
+
+@router.get(
+    "/{job_id}/versions",
+    responses=problem_responses(404, 422, 503),
+    summary="Earlier versions of a job",
+)
+async def job_versions(job_id: UUID, jobs: Jobs) -> JobVersionList:
+    versions = await jobs.job_versions(job_id)
+    return JobVersionList(items=[JobVersionOut.of(v) for v in versions])
+
+
+@schedules.get(
+    "/preview", responses=problem_responses(422), summary="The next fires of a cron expression"
+)
+async def preview(
+    jobs: Jobs,
+    cron: Annotated[str, Query(min_length=1, max_length=200)],
+    time_zone: Annotated[str, Query(alias="timeZone", max_length=200)] = "UTC",
+    after: Annotated[UtcDatetime | None, Query(description="Default: now. Naive: UTC.")] = None,
+    count: Annotated[int, Query(ge=1, le=MAX_PREVIEW)] = 5,
+) -> Preview:
+    return Preview(fires=jobs.preview(cron, time_zone, after, count))

@@ -1,0 +1,102 @@
+"""Occurrences: list by job, status and time; detail with status history; logs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Query
+
+from rota.api.deps import StoreDep
+from rota.api.problems import problem_responses
+from rota.api.schemas import (
+    MAX_LIMIT,
+    LogLine,
+    LogPage,
+    OccurrenceDetail,
+    OccurrenceOut,
+    OccurrencePage,
+    UtcDatetime,
+    status_name,
+)
+from rota.core.errors import ValidationError
+from rota.core.models import OccurrenceStatus
+from rota.core.ports import OccurrenceQuery
+
+router = APIRouter(prefix="/occurrences", tags=["occurrences"])
+
+_BY_NAME = {status_name(s).lower(): s for s in OccurrenceStatus} | {
+    s.name.lower(): s for s in OccurrenceStatus
+}
+
+
+def parse_statuses(values: list[str]) -> tuple[OccurrenceStatus, ...]:
+    """``["0,1", "failed"]`` -> Queued, Running, Failed: codes or names, repeated or
+    comma-separated."""
+    statuses: dict[OccurrenceStatus, None] = {}
+    for value in values:
+        for token in (t.strip() for t in value.split(",")):
+            if token:
+                statuses[_status(token)] = None
+    return tuple(statuses)
+
+
+def _status(token: str) -> OccurrenceStatus:
+    try:
+        return OccurrenceStatus(int(token)) if token.isdigit() else _BY_NAME[token.lower()]
+    except (ValueError, KeyError) as exc:
+        codes = ", ".join(f"{s.value} {status_name(s)}" for s in OccurrenceStatus)
+        raise ValidationError(f"unknown status {token!r} (one of {codes})", field="status") from exc
+
+
+@router.get("", responses=problem_responses(422, 503), summary="List occurrences, newest first")
+async def list_occurrences(
+    store: StoreDep,
+    job_id: Annotated[UUID | None, Query(alias="jobId")] = None,
+    status: Annotated[
+        list[str],
+        Query(description="Status codes or names; repeat or comma-separate: 0,1 or failed."),
+    ] = [],  # noqa: B006  (FastAPI copies query defaults)
+    scheduled_after: Annotated[UtcDatetime | None, Query(alias="scheduledAfter")] = None,
+    scheduled_before: Annotated[UtcDatetime | None, Query(alias="scheduledBefore")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+) -> OccurrencePage:
+    query = OccurrenceQuery(
+        job_id=job_id,
+        statuses=parse_statuses(status),
+        scheduled_after=scheduled_after,
+        scheduled_before=scheduled_before,
+        limit=limit,
+        cursor=cursor or None,
+    )
+    page = await store.list_occurrences(query)
+    return OccurrencePage(
+        items=[OccurrenceOut.of(o) for o in page.items], next_cursor=page.next_cursor
+    )
+
+
+@router.get(
+    "/{occurrence_id}",
+    responses=problem_responses(404, 422, 503),
+    summary="An occurrence with its status history",
+)
+async def get_occurrence(occurrence_id: UUID, store: StoreDep) -> OccurrenceDetail:
+    return OccurrenceDetail.of(await store.get_occurrence(occurrence_id))
+
+
+@router.get(
+    "/{occurrence_id}/logs",
+    responses=problem_responses(404, 422, 503),
+    summary="An occurrence's log lines in order of arrival",
+)
+async def occurrence_logs(
+    occurrence_id: UUID,
+    store: StoreDep,
+    after: Annotated[int, Query(ge=0, description="Lines with a higher seq than this.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = MAX_LIMIT,
+) -> LogPage:
+    await store.get_occurrence(occurrence_id)
+    lines = await store.occurrence_logs(occurrence_id, after=after, limit=limit)
+    items = [LogLine.of(seq, record) for seq, record in lines]
+    return LogPage(items=items, next_after=items[-1].seq if items else after)

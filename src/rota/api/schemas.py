@@ -1,0 +1,406 @@
+"""Request and response bodies: camelCase JSON out, camelCase or snake_case accepted in."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
+from pydantic.alias_generators import to_camel
+
+from rota.core.models import (
+    ConcurrencyPolicy,
+    Job,
+    JobVersion,
+    LogRecord,
+    MisfirePolicy,
+    Occurrence,
+    OccurrenceStatus,
+    Priority,
+    StatusChange,
+)
+from rota.services.jobs import JobSpec, as_utc
+
+MAX_LIMIT = 1000
+"""The largest page any list endpoint returns."""
+MAX_BULK = 10_000
+
+
+def parse_json_string(value: Any) -> Any:
+    """Job data may come as JSON or, as in the reference API, as a string holding JSON.
+
+    A string that looks like a JSON object or array must parse; any other string is kept as is.
+    """
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"not valid JSON: {exc}") from exc
+    return value
+
+
+JobData = Annotated[Any, BeforeValidator(parse_json_string)]
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
+"""A date-time in input, as UTC (naive: taken as UTC)."""
+ShortText = Annotated[str, StringConstraints(max_length=200)]
+Tag = Annotated[str, StringConstraints(max_length=100)]
+
+
+def split_tags(value: Any) -> Any:
+    """Tags come as a list or, as in the reference API, as one string ``"a,b"``."""
+    return value.split(",") if isinstance(value, str) else value
+
+
+Tags = Annotated[
+    list[Tag],
+    BeforeValidator(split_tags),
+    Field(max_length=100, description='A list, or one comma-separated string "a,b".'),
+]
+
+
+def status_name(status: OccurrenceStatus) -> str:
+    """``TIMED_OUT`` -> ``TimedOut``: the API's name of a status."""
+    return status.name.title().replace("_", "")
+
+
+class ApiModel(BaseModel):
+    """Base of every body: camelCase aliases, field names accepted on input too."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
+
+
+class InputModel(ApiModel):
+    """Request bodies refuse unknown fields: a typo must not be a silent no-op."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- jobs ------------------------------------------------------------------------------------
+
+
+class JobCreate(InputModel):
+    """A new job: ``jobType`` and exactly one of ``cronExpression`` / ``executeAt``."""
+
+    job_type: ShortText = Field(description="The job type a worker group declares.")
+    display_name: ShortText = Field("", description="Defaults to the job type.")
+    description: Annotated[str, StringConstraints(max_length=4000)] = ""
+    tags: Tags = Field(default_factory=list)
+    worker_id: ShortText | None = Field(
+        None, description="The worker group; omitted: the one live group declaring the type."
+    )
+    job_data: JobData = Field(None, description="Any JSON, or a string holding JSON.")
+    cron_expression: ShortText | None = Field(
+        None, description="5 fields, or 6 with seconds first; macros like @daily."
+    )
+    time_zone: ShortText = Field("UTC", description="IANA time zone of the cron expression.")
+    execute_at: UtcDatetime | None = Field(None, description="One-time run (naive: UTC).")
+    is_active: bool = True
+    priority: Priority = Priority.MEDIUM
+    concurrent_execution_policy: ConcurrencyPolicy = Field(
+        ConcurrencyPolicy.SKIP, description="0 Skip (overlapping fire skipped), 1 Queue."
+    )
+    misfire_policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
+    timeout_seconds: float | None = Field(None, gt=0)
+    max_retries: int | None = Field(None, ge=0, le=1000)
+    retry_delay_seconds: float | None = Field(None, ge=0)
+
+    def to_spec(self, created_by: str | None = None) -> JobSpec:
+        return JobSpec(
+            job_type=self.job_type,
+            worker_id=self.worker_id,
+            display_name=self.display_name,
+            description=self.description,
+            tags=self.tags,
+            job_data=self.job_data,
+            cron_expression=self.cron_expression,
+            time_zone=self.time_zone,
+            execute_at=self.execute_at,
+            is_active=self.is_active,
+            priority=self.priority,
+            concurrency_policy=self.concurrent_execution_policy,
+            misfire_policy=self.misfire_policy,
+            timeout_seconds=self.timeout_seconds,
+            max_retries=self.max_retries,
+            retry_delay_seconds=self.retry_delay_seconds,
+            created_by=created_by,
+        )
+
+
+class JobPatch(InputModel):
+    """A partial change: only the fields present are changed; ``null`` clears a nullable one
+    (switch a job from cron to one-time with ``{"cronExpression": null, "executeAt": …}``)."""
+
+    job_type: ShortText | None = None
+    display_name: ShortText | None = None
+    description: Annotated[str, StringConstraints(max_length=4000)] | None = None
+    tags: Tags | None = None
+    worker_id: ShortText | None = None
+    job_data: JobData = None
+    cron_expression: ShortText | None = None
+    time_zone: ShortText | None = None
+    execute_at: UtcDatetime | None = None
+    is_active: bool | None = None
+    priority: Priority | None = None
+    concurrent_execution_policy: ConcurrencyPolicy | None = None
+    misfire_policy: MisfirePolicy | None = None
+    timeout_seconds: float | None = Field(None, gt=0)
+    max_retries: int | None = Field(None, ge=0, le=1000)
+    retry_delay_seconds: float | None = Field(None, ge=0)
+
+    def changes(self) -> dict[str, Any]:
+        """The fields sent, by job attribute name."""
+        sent = self.model_dump(exclude_unset=True, by_alias=False)
+        if "concurrent_execution_policy" in sent:
+            sent["concurrency_policy"] = sent.pop("concurrent_execution_policy")
+        return sent
+
+
+class BulkCreate(InputModel):
+    jobs: Annotated[list[JobCreate], Field(min_length=1, max_length=MAX_BULK)]
+
+
+class JobOut(ApiModel):
+    id: UUID
+    display_name: str
+    description: str
+    tags: list[str]
+    worker_id: str | None
+    job_type: str
+    job_data: Any
+    cron_expression: str | None
+    time_zone: str
+    execute_at: datetime | None
+    is_active: bool
+    priority: Priority
+    concurrent_execution_policy: ConcurrencyPolicy
+    misfire_policy: MisfirePolicy
+    timeout_seconds: float | None
+    max_retries: int | None
+    retry_delay_seconds: float | None
+    next_run_at: datetime | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    created_by: str | None
+    updated_by: str | None
+    total_executions: int
+    success_rate: float | None = Field(description="Percent of finished runs that completed.")
+    average_duration: float | None = Field(description="Milliseconds, over completed runs.")
+    bucket: int
+
+    @classmethod
+    def of(cls, job: Job) -> JobOut:
+        return cls(
+            id=job.id,
+            display_name=job.display_name,
+            description=job.description,
+            tags=list(job.tags),
+            worker_id=job.worker_id,
+            job_type=job.job_type,
+            job_data=job.job_data,
+            cron_expression=job.cron_expression,
+            time_zone=job.time_zone,
+            execute_at=job.execute_at,
+            is_active=job.is_active,
+            priority=job.priority,
+            concurrent_execution_policy=job.concurrency_policy,
+            misfire_policy=job.misfire_policy,
+            timeout_seconds=job.timeout_seconds,
+            max_retries=job.max_retries,
+            retry_delay_seconds=job.retry_delay_seconds,
+            next_run_at=job.next_run_at,
+            version=job.version,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            created_by=job.created_by,
+            updated_by=job.updated_by,
+            total_executions=job.total_executions,
+            success_rate=job.success_rate,
+            average_duration=job.average_duration_ms,
+            bucket=job.bucket,
+        )
+
+
+class JobPage(ApiModel):
+    items: list[JobOut]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
+
+
+class JobList(ApiModel):
+    items: list[JobOut]
+
+
+class JobVersionOut(ApiModel):
+    version: int
+    snapshot: dict[str, Any] = Field(description="The versioned fields as they were.")
+    created_at: datetime
+
+    @classmethod
+    def of(cls, version: JobVersion) -> JobVersionOut:
+        return cls(
+            version=version.version, snapshot=dict(version.snapshot), created_at=version.created_at
+        )
+
+
+class JobVersionList(ApiModel):
+    items: list[JobVersionOut] = Field(description="Earlier versions, oldest first.")
+
+
+class TriggerRequest(InputModel):
+    reason: Annotated[str, StringConstraints(max_length=500)] | None = None
+    job_data: JobData = Field(None, description="Replaces the job's data for this run only.")
+    force: bool = Field(False, description="Run even if an occurrence is queued or running.")
+
+
+class Preview(ApiModel):
+    fires: list[datetime]
+
+
+# --- occurrences -----------------------------------------------------------------------------
+
+
+class StatusChangeOut(ApiModel):
+    timestamp: datetime
+    from_: OccurrenceStatus | None = Field(alias="from")
+    to: OccurrenceStatus
+    attempt: int
+    reason: str | None
+
+    @classmethod
+    def of(cls, change: StatusChange) -> StatusChangeOut:
+        return cls(
+            timestamp=change.timestamp,
+            from_=change.from_status,
+            to=change.to_status,
+            attempt=change.attempt,
+            reason=change.reason,
+        )
+
+
+class OccurrenceOut(ApiModel):
+    id: UUID
+    job_id: UUID
+    job_type: str
+    correlation_id: UUID
+    worker_id: str | None
+    instance_id: str | None = Field(description="The worker instance that reported last.")
+    status: OccurrenceStatus
+    status_name: str
+    scheduled_for: datetime
+    due_at: datetime
+    start_time: datetime | None
+    end_time: datetime | None
+    duration_ms: float | None
+    result: Any
+    exception: str | None
+    retry_count: int
+    attempt: int
+    max_retries: int
+    skip_reason: str | None
+    trigger_reason: str | None
+    created_at: datetime
+    last_heartbeat: datetime | None
+    job_version: int
+
+    @classmethod
+    def fields_of(cls, occ: Occurrence) -> dict[str, Any]:
+        return {
+            "id": occ.id,
+            "job_id": occ.job_id,
+            "job_type": occ.job_type,
+            "correlation_id": occ.id,
+            "worker_id": occ.worker_id,
+            "instance_id": occ.instance_id,
+            "status": occ.status,
+            "status_name": status_name(occ.status),
+            "scheduled_for": occ.scheduled_for,
+            "due_at": occ.due_at,
+            "start_time": occ.start_time,
+            "end_time": occ.end_time,
+            "duration_ms": occ.duration_ms,
+            "result": occ.result,
+            "exception": occ.exception,
+            "retry_count": occ.retry_count,
+            "attempt": occ.attempt,
+            "max_retries": occ.max_retries,
+            "skip_reason": occ.skip_reason,
+            "trigger_reason": occ.trigger_reason,
+            "created_at": occ.created_at,
+            "last_heartbeat": occ.last_heartbeat,
+            "job_version": occ.job_version,
+        }
+
+    @classmethod
+    def of(cls, occ: Occurrence) -> OccurrenceOut:
+        return cls(**cls.fields_of(occ))
+
+
+class OccurrenceDetail(OccurrenceOut):
+    job_data: Any
+    dispatched_at: datetime | None
+    status_change_logs: list[StatusChangeOut] = Field(description="Oldest first.")
+
+    @classmethod
+    def of(cls, occ: Occurrence) -> OccurrenceDetail:
+        return cls(
+            **cls.fields_of(occ),
+            job_data=occ.job_data,
+            dispatched_at=occ.dispatched_at,
+            status_change_logs=[StatusChangeOut.of(c) for c in occ.status_changes],
+        )
+
+
+class OccurrencePage(ApiModel):
+    items: list[OccurrenceOut]
+    next_cursor: str | None
+
+
+class LogLine(ApiModel):
+    seq: int
+    timestamp: datetime
+    level: str
+    message: str
+    data: dict[str, Any] | None
+    category: str | None
+
+    @classmethod
+    def of(cls, seq: int, record: LogRecord) -> LogLine:
+        return cls(
+            seq=seq,
+            timestamp=record.timestamp,
+            level=record.level,
+            message=record.message,
+            data=None if record.data is None else dict(record.data),
+            category=record.category,
+        )
+
+
+class LogPage(ApiModel):
+    items: list[LogLine]
+    next_after: int = Field(description="Pass as ?after= to get the lines that follow.")
+
+
+# --- health ----------------------------------------------------------------------------------
+
+
+class Liveness(ApiModel):
+    status: str
+
+
+class Readiness(ApiModel):
+    status: str = Field(description='"ok" when every component is, else "unavailable".')
+    components: dict[str, str] = Field(description='Component -> "ok" or its error.')

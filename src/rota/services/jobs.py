@@ -1,0 +1,541 @@
+"""Job management: create, change, delete and trigger jobs, keeping the hot window in step.
+
+The store is the source of truth; after a write the schedule index gets the job's entry at once
+when its next fire falls inside the hot window, and the dispatchers are woken, so a job due in a
+second does not wait for the loader's next pass. The index is a cache: if it cannot be reached
+the write still stands and the loader heals the index later.
+"""
+
+from __future__ import annotations
+
+import logging
+import zoneinfo
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, TypeVar
+from uuid import UUID
+
+from rota.core.cron import CronSchedule
+from rota.core.errors import BackendUnavailableError, ConflictError, ValidationError
+from rota.core.ids import bucket_of, new_id
+from rota.core.models import (
+    VERSIONED_FIELDS,
+    ConcurrencyPolicy,
+    Job,
+    JobVersion,
+    JsonValue,
+    MisfirePolicy,
+    Occurrence,
+    OccurrenceStatus,
+    Priority,
+)
+from rota.core.planning import PlanSettings, first_run_at, new_occurrence
+from rota.core.ports import (
+    Coordination,
+    IndexEntry,
+    JobQuery,
+    OccurrenceQuery,
+    Page,
+    ScheduleIndex,
+    Store,
+)
+from rota.services.workers import WorkerDirectory
+from rota.settings import SchedulerSettings
+
+logger = logging.getLogger(__name__)
+
+E = TypeVar("E", Priority, ConcurrencyPolicy, MisfirePolicy)
+
+GroupLookup = Callable[[str], set[str]]
+"""Job type -> the worker groups declaring it."""
+
+MAX_PREVIEW: Final = 1000
+"""At most this many fires in one schedule preview."""
+
+UPDATABLE_FIELDS: Final = frozenset(
+    {
+        "display_name",
+        "description",
+        "tags",
+        "worker_id",
+        "job_type",
+        "job_data",
+        "cron_expression",
+        "time_zone",
+        "execute_at",
+        "is_active",
+        "priority",
+        "concurrency_policy",
+        "misfire_policy",
+        "timeout_seconds",
+        "max_retries",
+        "retry_delay_seconds",
+    }
+)
+"""Job fields :meth:`JobService.update_job` may change (snake_case attribute names)."""
+
+NULLABLE_FIELDS: Final = frozenset(
+    {
+        "worker_id",
+        "job_data",
+        "cron_expression",
+        "execute_at",
+        "timeout_seconds",
+        "max_retries",
+        "retry_delay_seconds",
+    }
+)
+
+SCHEDULE_FIELDS: Final = ("cron_expression", "time_zone", "execute_at")
+
+_API_NAMES: Final = {"concurrency_policy": "concurrentExecutionPolicy"}
+
+
+def api_name(field: str) -> str:
+    """The API (camelCase) name of a job attribute, for error messages."""
+    if field in _API_NAMES:
+        return _API_NAMES[field]
+    head, *rest = field.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """What a caller gives to create a job; the service adds id, bucket, times and version."""
+
+    job_type: str
+    worker_id: str | None = None
+    display_name: str = ""
+    description: str = ""
+    tags: Sequence[str] | str = ()
+    """Tags, or one comma-separated string (``"a,b"``)."""
+    job_data: JsonValue = None
+    cron_expression: str | None = None
+    time_zone: str = "UTC"
+    execute_at: datetime | None = None
+    """A naive datetime is taken as UTC."""
+    is_active: bool = True
+    priority: Priority | int = Priority.MEDIUM
+    concurrency_policy: ConcurrencyPolicy | int = ConcurrencyPolicy.SKIP
+    misfire_policy: MisfirePolicy | str = MisfirePolicy.FIRE_ONCE
+    timeout_seconds: float | None = None
+    max_retries: int | None = None
+    retry_delay_seconds: float | None = None
+    created_by: str | None = None
+
+
+_SPEC_FIELDS: Final = frozenset(JobSpec.__dataclass_fields__)
+
+
+class JobService:
+    """Job use cases over the store, the schedule index and coordination."""
+
+    def __init__(
+        self,
+        store: Store,
+        index: ScheduleIndex,
+        coordination: Coordination,
+        settings: SchedulerSettings,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._store = store
+        self._index = index
+        self._coordination = coordination
+        self._settings = settings
+        self._clock = clock
+        self._workers = WorkerDirectory(coordination)
+        self._plan = PlanSettings(
+            misfire_threshold=timedelta(seconds=settings.misfire_threshold_seconds),
+            catch_up_cap=settings.catch_up_cap,
+            max_recorded_misses=settings.max_recorded_misses,
+            default_max_retries=settings.default_max_retries,
+        )
+
+    # --- reading ----------------------------------------------------------------------------
+
+    async def get_job(self, job_id: UUID) -> Job:
+        return await self._store.get_job(job_id)
+
+    async def list_jobs(
+        self,
+        *,
+        search: str | None = None,
+        tag: str | None = None,
+        job_type: str | None = None,
+        is_active: bool | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Job]:
+        """Jobs matching every given filter, newest first (see :class:`JobQuery`)."""
+        query = JobQuery(
+            search=search or None,
+            tag=tag or None,
+            job_type=job_type or None,
+            is_active=is_active,
+            limit=limit,
+            cursor=cursor or None,
+        )
+        return await self._store.list_jobs(query)
+
+    async def job_versions(self, job_id: UUID) -> list[JobVersion]:
+        """Earlier versions of an existing job, oldest first (``NotFoundError`` if none)."""
+        await self._store.get_job(job_id)
+        return await self._store.job_versions(job_id)
+
+    def preview(
+        self, cron: str, time_zone: str = "UTC", after: datetime | None = None, count: int = 5
+    ) -> list[datetime]:
+        """The next ``count`` fires of a cron expression after ``after`` (default now), UTC."""
+        if not 1 <= count <= MAX_PREVIEW:
+            raise ValidationError(f"count must be between 1 and {MAX_PREVIEW}", field="count")
+        start = self.now() if after is None else as_utc(after)
+        return CronSchedule.parse(cron.strip(), time_zone).fires(start, count)
+
+    # --- writing ----------------------------------------------------------------------------
+
+    async def create_job(self, spec: JobSpec | Mapping[str, Any]) -> Job:
+        """Validate and insert one job; a mapping holds :class:`JobSpec` fields by name."""
+        (job,) = await self.create_jobs([spec])
+        return job
+
+    async def create_jobs(self, specs: Sequence[JobSpec | Mapping[str, Any]]) -> list[Job]:
+        """Validate and insert jobs in one store call (all or nothing).
+
+        In a batch, a refused spec's error field is prefixed with its position (``[3].jobType``).
+        """
+        now = self.now()
+        jobs: list[Job] = []
+        workers: GroupLookup | None = None
+        for position, raw in enumerate(specs):
+            try:
+                spec = _as_spec(raw)
+                if workers is None and not (spec.worker_id or "").strip():
+                    workers = await self._declared_groups()
+                jobs.append(self._new_job(spec, now, workers or _no_groups))
+            except ValidationError as exc:
+                if len(specs) > 1:
+                    exc.field = f"[{position}].{exc.field}" if exc.field else f"[{position}]"
+                raise
+        await self._store.create_jobs(jobs)
+        await self._sync_index(jobs, now, remove_cold=False)
+        return jobs
+
+    async def update_job(
+        self, job_id: UUID, changes: Mapping[str, Any], *, by: str | None = None
+    ) -> Job:
+        """Apply a partial change (snake_case attribute names).
+
+        A change of a versioned field bumps the version (the store keeps the old snapshot); a
+        change of the schedule or of ``is_active`` recomputes the next fire. A concurrent change
+        of the same job raises ``ConflictError``.
+        """
+        _check_change_keys(changes)
+        current = await self._store.get_job(job_id)
+        now = self.now()
+        candidate = replace(current, **changes)
+        if "worker_id" in changes or "job_type" in changes:
+            workers = _no_groups if candidate.worker_id else await self._declared_groups()
+            candidate = replace(candidate, worker_id=_resolve(candidate, workers))
+        changed = _normalise(candidate)
+        versioned = any(getattr(current, f) != getattr(changed, f) for f in VERSIONED_FIELDS)
+        changed = replace(
+            changed,
+            version=current.version + 1 if versioned else current.version,
+            next_run_at=await self._next_run(current, changed, now),
+            updated_at=now,
+            updated_by=by,
+        )
+        stored = await self._store.update_job(changed, expected_version=current.version)
+        await self._sync_index([stored], now, remove_cold=True)
+        return stored
+
+    async def delete_job(self, job_id: UUID) -> None:
+        """Delete a job (its occurrences stay) and drop its schedule index entry."""
+        job = await self._store.get_job(job_id)
+        await self._store.delete_job(job_id)
+        await self._guarded(self._index.remove([(job.bucket, job.id)]))
+
+    async def trigger(
+        self,
+        job_id: UUID,
+        *,
+        reason: str | None = None,
+        job_data: JsonValue = None,
+        force: bool = False,
+    ) -> Occurrence:
+        """Run a job now, outside its schedule: a Queued occurrence the dispatcher publishes.
+
+        With the Skip policy and an occurrence of the job still Queued or Running, refuse with
+        ``ConflictError`` unless ``force``. ``job_data`` (when given) replaces the job's data
+        for this run only. An inactive job can be triggered too (a manual run is explicit).
+        """
+        job = await self._store.get_job(job_id)
+        if job.concurrency_policy is ConcurrencyPolicy.SKIP and not force:
+            await self._refuse_overlap(job)
+        now = self.now()
+        occurrence = new_occurrence(
+            job, now, now, self._plan, trigger_reason=reason or "manual", job_data=job_data
+        )
+        await self._store.insert_occurrences([occurrence])
+        await self._guarded(self._coordination.wake(now.timestamp()))
+        return occurrence
+
+    async def resolve_worker_id(self, job_type: str, worker_id: str | None) -> str | None:
+        """``worker_id`` if given; else the one live worker group declaring ``job_type``, or
+        ``None`` when no group or several do (workers may register later)."""
+        if worker_id and worker_id.strip():
+            return worker_id.strip()
+        return _pick_group(job_type, await self._declared_groups())
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The service clock's current time (aware UTC)."""
+        return as_utc(self._clock())
+
+    def _new_job(self, spec: JobSpec, now: datetime, workers: GroupLookup) -> Job:
+        job_id = new_id()
+        job = Job(
+            id=job_id,
+            job_type=spec.job_type,
+            worker_id=spec.worker_id,
+            display_name=spec.display_name,
+            description=spec.description,
+            tags=_tags(spec.tags),
+            job_data=spec.job_data,
+            cron_expression=spec.cron_expression,
+            time_zone=spec.time_zone,
+            execute_at=spec.execute_at,
+            is_active=spec.is_active,
+            priority=spec.priority,  # type: ignore[arg-type]  # coerced by _normalise
+            concurrency_policy=spec.concurrency_policy,  # type: ignore[arg-type]
+            misfire_policy=spec.misfire_policy,  # type: ignore[arg-type]
+            timeout_seconds=spec.timeout_seconds,
+            max_retries=spec.max_retries,
+            retry_delay_seconds=spec.retry_delay_seconds,
+            bucket=bucket_of(job_id, self._settings.bucket_count),
+            created_at=now,
+            updated_at=now,
+            created_by=spec.created_by,
+            updated_by=spec.created_by,
+        )
+        job = _normalise(replace(job, worker_id=_resolve(job, workers)))
+        return replace(job, next_run_at=first_run_at(job, now) if job.is_active else None)
+
+    async def _next_run(self, old: Job, new: Job, now: datetime) -> datetime | None:
+        if not new.is_active:
+            return None
+        rescheduled = any(getattr(old, f) != getattr(new, f) for f in SCHEDULE_FIELDS)
+        if not rescheduled and old.is_active:
+            return old.next_run_at
+        if not rescheduled and new.execute_at is not None and await self._fired(new):
+            return None  # a one-time job switched back on after it ran: nothing left to fire
+        return first_run_at(new, now)
+
+    async def _fired(self, job: Job) -> bool:
+        """Whether the one-time job already has an occurrence for its ``execute_at``."""
+        assert job.execute_at is not None
+        tick = timedelta(microseconds=1)
+        page = await self._store.list_occurrences(
+            OccurrenceQuery(
+                job_id=job.id,
+                scheduled_after=job.execute_at - tick,
+                scheduled_before=job.execute_at + tick,
+                limit=10,
+            )
+        )
+        return any(o.scheduled_for == job.execute_at for o in page.items)
+
+    async def _refuse_overlap(self, job: Job) -> None:
+        active = (OccurrenceStatus.QUEUED, OccurrenceStatus.RUNNING)
+        counts = await self._store.count_occurrences(active, job_id=job.id)
+        if sum(counts.values()) > 0:
+            raise ConflictError(
+                f"job {job.id} has an occurrence queued or running and its concurrency policy "
+                "is Skip; trigger with force to run it anyway"
+            )
+
+    async def _declared_groups(self) -> GroupLookup:
+        """Job type -> the live worker groups declaring it (none if the registry is down)."""
+        try:
+            await self._workers.refresh(force=True)
+        except BackendUnavailableError:
+            logger.warning("worker registry unavailable; jobs keep their worker id as given")
+            return _no_groups
+        return self._workers.groups_for
+
+    async def _sync_index(self, jobs: Sequence[Job], now: datetime, *, remove_cold: bool) -> None:
+        """Put hot jobs into the index (and wake the dispatchers); drop the others' entries."""
+        until = now + timedelta(seconds=self._settings.hot_window_seconds)
+        hot: list[IndexEntry] = []
+        cold: list[tuple[int, UUID]] = []
+        for job in jobs:
+            if job.is_active and job.next_run_at is not None and job.next_run_at <= until:
+                hot.append(IndexEntry(job.id, job.bucket, job.next_run_at.timestamp()))
+            else:
+                cold.append((job.bucket, job.id))
+        if cold and remove_cold:
+            await self._guarded(self._index.remove(cold))
+        if hot and await self._guarded(self._index.upsert(hot)):
+            await self._guarded(self._coordination.wake(min(e.due for e in hot)))
+
+    @staticmethod
+    async def _guarded(call: Any) -> bool:
+        """Await a best-effort index/coordination call; the store has the truth already."""
+        try:
+            await call
+        except BackendUnavailableError as exc:
+            logger.warning("schedule index or coordination unavailable: %s", exc)
+            return False
+        return True
+
+
+# --- validation (pure) -----------------------------------------------------------------------
+
+
+def _as_spec(spec: JobSpec | Mapping[str, Any]) -> JobSpec:
+    if isinstance(spec, JobSpec):
+        return spec
+    unknown = sorted(set(spec) - _SPEC_FIELDS)
+    if unknown:
+        raise ValidationError(f"unknown field {api_name(unknown[0])}", field=api_name(unknown[0]))
+    if "job_type" not in spec:
+        raise ValidationError("jobType is required", field="jobType")
+    return JobSpec(**spec)
+
+
+def _check_change_keys(changes: Mapping[str, Any]) -> None:
+    for key, value in changes.items():
+        if key not in UPDATABLE_FIELDS:
+            raise ValidationError(f"{api_name(key)} cannot be changed", field=api_name(key))
+        if value is None and key not in NULLABLE_FIELDS:
+            raise ValidationError(f"{api_name(key)} may not be null", field=api_name(key))
+
+
+def _no_groups(job_type: str) -> set[str]:
+    return set()
+
+
+def _resolve(job: Job, workers: GroupLookup) -> str | None:
+    """The job's worker id as given, else the one group declaring its type (if exactly one)."""
+    worker_id = _text(job.worker_id, "worker_id").strip()
+    if worker_id:
+        return worker_id
+    return _pick_group(job.job_type, workers) if isinstance(job.job_type, str) else None
+
+
+def _pick_group(job_type: str, workers: GroupLookup) -> str | None:
+    groups = workers(job_type.strip())
+    return next(iter(groups)) if len(groups) == 1 else None
+
+
+def _normalise(job: Job) -> Job:
+    """The job with its inputs checked and put in canonical form, or ``ValidationError``."""
+    job_type = _text(job.job_type, "job_type").strip()
+    if not job_type:
+        raise ValidationError("jobType must not be empty", field="jobType")
+    job = replace(
+        job,
+        job_type=job_type,
+        display_name=_text(job.display_name, "display_name").strip() or job_type,
+        description=_text(job.description, "description"),
+        tags=_tags(job.tags),
+        is_active=_flag(job.is_active, "is_active"),
+        priority=_enum(Priority, job.priority, "priority"),
+        concurrency_policy=_enum(ConcurrencyPolicy, job.concurrency_policy, "concurrency_policy"),
+        misfire_policy=_enum(MisfirePolicy, job.misfire_policy, "misfire_policy"),
+        timeout_seconds=_number(job.timeout_seconds, "timeout_seconds", positive=True),
+        max_retries=_count(job.max_retries, "max_retries"),
+        retry_delay_seconds=_number(job.retry_delay_seconds, "retry_delay_seconds"),
+    )
+    return _check_schedule(job)
+
+
+def _check_schedule(job: Job) -> Job:
+    cron = _text(job.cron_expression, "cron_expression").strip() or None
+    zone = _text(job.time_zone, "time_zone").strip() or "UTC"
+    execute_at = job.execute_at
+    if (cron is None) == (execute_at is None):
+        field = "cronExpression" if cron is None else "executeAt"
+        raise ValidationError("give exactly one of cronExpression or executeAt", field=field)
+    if cron is not None:
+        CronSchedule.parse(cron, zone)
+    else:
+        _check_zone(zone)
+        if not isinstance(execute_at, datetime):
+            raise ValidationError("executeAt must be a date and time", field="executeAt")
+        execute_at = as_utc(execute_at)
+    return replace(job, cron_expression=cron, time_zone=zone, execute_at=execute_at)
+
+
+def _check_zone(zone: str) -> None:
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (ValueError, KeyError) as exc:
+        raise ValidationError(f"unknown time zone {zone!r}", field="timeZone") from exc
+
+
+def as_utc(moment: datetime) -> datetime:
+    """The same instant in UTC; a naive datetime is taken as UTC."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def _text(value: object, field: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValidationError(f"{api_name(field)} must be a string", field=api_name(field))
+    return value
+
+
+def _tags(value: Iterable[str] | str | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    raw = value.split(",") if isinstance(value, str) else list(value)
+    tags: dict[str, None] = {}
+    for tag in raw:
+        if not isinstance(tag, str):
+            raise ValidationError("tags must be strings", field="tags")
+        if tag.strip():
+            tags[tag.strip()] = None
+    return tuple(tags)
+
+
+def _flag(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError(f"{api_name(field)} must be true or false", field=api_name(field))
+    return value
+
+
+def _enum(kind: type[E], value: Any, field: str) -> E:
+    try:
+        return kind(value)
+    except ValueError as exc:
+        allowed = ", ".join(repr(m.value) for m in kind)
+        raise ValidationError(
+            f"{api_name(field)} must be one of {allowed}", field=api_name(field)
+        ) from exc
+
+
+def _number(value: object, field: str, *, positive: bool = False) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(f"{api_name(field)} must be a number", field=api_name(field))
+    if value < 0 or (positive and value == 0):
+        bound = "greater than 0" if positive else "at least 0"
+        raise ValidationError(f"{api_name(field)} must be {bound}", field=api_name(field))
+    return float(value)
+
+
+def _count(value: object, field: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(
+            f"{api_name(field)} must be a whole number, at least 0", field=api_name(field)
+        )
+    return value

@@ -1,0 +1,574 @@
+"""The REST API over a real SQLite store and the in-memory adapters, through ASGI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import httpx
+import pytest
+
+from rota.api.app import create_app
+from rota.brokers.inprocess import InProcessBroker
+from rota.coordination.memory import MemoryCoordination
+from rota.core.errors import BackendUnavailableError
+from rota.core.ids import new_id
+from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
+from rota.core.planning import PlanSettings, new_occurrence
+from rota.indexes.memory import MemoryScheduleIndex
+from rota.services.jobs import JobService
+from rota.settings import Settings
+from rota.stores.migrate import upgrade
+from rota.stores.sql import SqlStore
+
+PROBLEM = "application/problem+json"
+JOB_KEYS = {
+    "id",
+    "displayName",
+    "description",
+    "tags",
+    "workerId",
+    "jobType",
+    "jobData",
+    "cronExpression",
+    "timeZone",
+    "executeAt",
+    "isActive",
+    "priority",
+    "concurrentExecutionPolicy",
+    "misfirePolicy",
+    "timeoutSeconds",
+    "maxRetries",
+    "retryDelaySeconds",
+    "nextRunAt",
+    "version",
+    "createdAt",
+    "updatedAt",
+    "totalExecutions",
+    "successRate",
+    "averageDuration",
+    "bucket",
+}
+
+
+@dataclass
+class MiniRuntime:
+    """The smallest object that satisfies the API's runtime protocol."""
+
+    settings: Settings
+    store: SqlStore
+    index: MemoryScheduleIndex
+    broker: InProcessBroker
+    coordination: MemoryCoordination
+    jobs: JobService
+    failing: dict[str, str] = field(default_factory=dict)
+
+    async def health(self) -> dict[str, str]:
+        components = {"store": "ok", "index": "ok", "broker": "ok"}
+        try:
+            await self.store.ping()
+        except BackendUnavailableError as exc:
+            components["store"] = str(exc)
+        return components | self.failing
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
+    url = f"sqlite:///{tmp_path / 'rota.db'}"
+    await upgrade(url)
+    store = SqlStore(url)
+    await store.open()
+    settings = Settings(environment="test", data_dir=tmp_path, database_url=url)
+    index = MemoryScheduleIndex()
+    coordination = MemoryCoordination()
+    jobs = JobService(store, index, coordination, settings.scheduler, lambda: datetime.now(UTC))
+    yield MiniRuntime(settings, store, index, InProcessBroker(), coordination, jobs)
+    await store.close()
+
+
+@pytest.fixture
+async def client(runtime: MiniRuntime) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(runtime))
+    async with httpx.AsyncClient(transport=transport, base_url="http://rota") as http:
+        yield http
+
+
+def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert body["title"]
+    assert body["type"]
+    return body
+
+
+def fields(problem: dict[str, Any]) -> list[str | None]:
+    return [e.get("field") for e in problem["errors"]]
+
+
+async def create(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
+    body = {"jobType": "report", "cronExpression": "0 0 1 1 *"} | overrides
+    response = await client.post("/api/v1/jobs", json=body)
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+# --- jobs ------------------------------------------------------------------------------------
+
+
+async def test_create_returns_the_job_in_camel_case(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/api/v1/jobs",
+        json={
+            "displayName": "Daily sales",
+            "jobType": "GenerateReportJob",
+            "jobData": '{"reportType": "sales"}',
+            "tags": "test,first-job",
+            "cronExpression": "0 0 9 * * *",
+            "timeZone": "Europe/Berlin",
+            "priority": 3,
+            "concurrentExecutionPolicy": 1,
+            "maxRetries": 2,
+        },
+    )
+
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert set(job) == JOB_KEYS | {"createdBy", "updatedBy"}
+    assert response.headers["location"] == f"/api/v1/jobs/{job['id']}"
+    assert UUID(job["id"]).version == 7
+    assert job["jobData"] == {"reportType": "sales"}
+    assert job["tags"] == ["test", "first-job"]
+    assert (job["priority"], job["concurrentExecutionPolicy"], job["maxRetries"]) == (3, 1, 2)
+    assert (job["version"], job["isActive"], job["totalExecutions"]) == (1, True, 0)
+    assert job["nextRunAt"].endswith(("08:00:00Z", "07:00:00Z"))
+    assert job["createdAt"].endswith("Z")
+
+
+async def test_snake_case_input_is_accepted(client: httpx.AsyncClient) -> None:
+    at = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    body = {
+        "job_type": "cleanup",
+        "execute_at": at.isoformat(),
+        "display_name": "Once",
+        "job_data": {"a": [1, 2]},
+        "concurrent_execution_policy": 1,
+    }
+    response = await client.post("/api/v1/jobs", json=body)
+
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert (job["jobType"], job["displayName"], job["jobData"]) == (
+        "cleanup",
+        "Once",
+        {"a": [1, 2]},
+    )
+    assert job["concurrentExecutionPolicy"] == 1
+    assert job["executeAt"] == job["nextRunAt"] == at.isoformat().replace("+00:00", "Z")
+    assert job["cronExpression"] is None
+
+
+async def test_create_refusals_name_their_field(client: httpx.AsyncClient) -> None:
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"cronExpression": "* * *"}, "cronExpression"),
+        ({"cronExpression": "* * * * *", "timeZone": "Moon/Base"}, "timeZone"),
+        ({"executeAt": "2030-01-01T00:00:00Z"}, "executeAt"),
+        ({"cronExpression": None}, "cronExpression"),
+        ({"priority": 9}, "priority"),
+        ({"maxRetries": -1}, "maxRetries"),
+        ({"jobType": ""}, "jobType"),
+        ({"jobData": "{not json"}, "jobData"),
+        ({"colour": "red"}, "colour"),
+    ]
+    for overrides, expected in cases:
+        body = {"jobType": "t", "cronExpression": "@daily"} | overrides
+        response = await client.post("/api/v1/jobs", json=body)
+        problem = assert_problem(response, 422)
+        assert expected in fields(problem), (overrides, problem)
+
+    missing = assert_problem(
+        await client.post("/api/v1/jobs", json={"cronExpression": "@daily"}), 422
+    )
+    assert fields(missing) == ["jobType"]
+    assert (await client.get("/api/v1/jobs")).json()["items"] == []
+
+
+async def test_bad_cron_problem_names_the_cron_part(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/api/v1/jobs", json={"jobType": "t", "cronExpression": "0 25 * * *"}
+    )
+    problem = assert_problem(response, 422)
+    assert problem["errors"] == [
+        {"field": "cronExpression", "message": problem["errors"][0]["message"], "part": "hour"}
+    ]
+    assert problem["instance"] == "/api/v1/jobs"
+
+
+async def test_list_filters_and_pages(client: httpx.AsyncClient) -> None:
+    a = await create(client, displayName="Alpha report", tags=["x"])
+    b = await create(client, displayName="Beta", jobType="mail", isActive=False)
+    c = await create(client, displayName="Gamma", tags=["x", "y"])
+
+    first = (await client.get("/api/v1/jobs", params={"limit": 2})).json()
+    assert [j["id"] for j in first["items"]] == [c["id"], b["id"]]
+    assert first["nextCursor"]
+    rest = (await client.get("/api/v1/jobs", params={"cursor": first["nextCursor"]})).json()
+    assert [j["id"] for j in rest["items"]] == [a["id"]]
+    assert rest["nextCursor"] is None
+
+    async def ids(**params: Any) -> list[str]:
+        response = await client.get("/api/v1/jobs", params=params)
+        assert response.status_code == 200, response.text
+        return [j["id"] for j in response.json()["items"]]
+
+    assert await ids(tag="x") == [c["id"], a["id"]]
+    assert await ids(jobType="mail") == [b["id"]]
+    assert await ids(isActive="false") == [b["id"]]
+    assert await ids(search="alpha") == [a["id"]]
+    assert fields(assert_problem(await client.get("/api/v1/jobs?limit=5000"), 422)) == ["limit"]
+
+
+async def test_get_patch_delete(client: httpx.AsyncClient) -> None:
+    job = await create(client)
+    url = f"/api/v1/jobs/{job['id']}"
+
+    assert (await client.get(url)).json() == job
+
+    patched = await client.patch(url, json={"displayName": "Renamed", "is_active": False})
+    assert patched.status_code == 200, patched.text
+    body = patched.json()
+    assert (body["displayName"], body["isActive"], body["nextRunAt"], body["version"]) == (
+        "Renamed",
+        False,
+        None,
+        1,
+    )
+    assert (await client.get(url)).json() == body
+
+    assert (await client.delete(url)).status_code == 204
+    assert_problem(await client.get(url), 404)
+    assert_problem(await client.delete(url), 404)
+    assert_problem(await client.patch(url, json={"displayName": "x"}), 404)
+
+
+async def test_patch_refusals(client: httpx.AsyncClient) -> None:
+    job = await create(client)
+    url = f"/api/v1/jobs/{job['id']}"
+    cases: list[tuple[Any, str]] = [
+        ({"version": 3}, "version"),
+        ({"jobType": None}, "jobType"),
+        ({"executeAt": "2030-01-01T00:00:00Z"}, "executeAt"),
+        ({"cronExpression": "61 * * * *"}, "cronExpression"),
+        ({"priority": "high"}, "priority"),
+    ]
+    for patch, expected in cases:
+        problem = assert_problem(await client.patch(url, json=patch), 422)
+        assert expected in fields(problem), (patch, problem)
+    assert (await client.get(url)).json() == job
+
+
+async def test_versions(client: httpx.AsyncClient) -> None:
+    job = await create(client, jobData={"v": 1})
+    url = f"/api/v1/jobs/{job['id']}"
+    assert (await client.get(f"{url}/versions")).json() == {"items": []}
+
+    changed = (await client.patch(url, json={"jobData": {"v": 2}})).json()
+    assert changed["version"] == 2
+
+    versions = (await client.get(f"{url}/versions")).json()["items"]
+    assert [v["version"] for v in versions] == [1]
+    assert versions[0]["snapshot"]["jobData"] == {"v": 1}
+    assert versions[0]["createdAt"].endswith("Z")
+    assert_problem(await client.get(f"/api/v1/jobs/{new_id()}/versions"), 404)
+
+
+async def test_trigger(client: httpx.AsyncClient, runtime: MiniRuntime) -> None:
+    job = await create(client, jobData={"d": 1})
+    url = f"/api/v1/jobs/{job['id']}/trigger"
+
+    response = await client.post(url, json={"reason": "check", "jobData": {"d": 2}})
+    assert response.status_code == 202, response.text
+    occ = response.json()
+    assert (occ["jobId"], occ["status"], occ["statusName"]) == (job["id"], 0, "Queued")
+    assert occ["correlationId"] == occ["id"]
+    assert (occ["triggerReason"], occ["jobData"], occ["attempt"]) == ("check", {"d": 2}, 1)
+    assert [(c["from"], c["to"]) for c in occ["statusChangeLogs"]] == [(None, 0)]
+    stored = await runtime.store.get_occurrence(UUID(occ["id"]))
+    assert stored.dispatched_at is None
+
+    assert_problem(await client.post(url), 409)
+    forced = await client.post(url, json={"force": True})
+    assert forced.status_code == 202
+    assert forced.json()["jobData"] == {"d": 1}
+    assert_problem(await client.post(f"/api/v1/jobs/{new_id()}/trigger"), 404)
+
+
+async def test_preview(client: httpx.AsyncClient) -> None:
+    response = await client.get(
+        "/api/v1/schedules/preview",
+        params={
+            "cron": "0 9 * * *",
+            "timeZone": "Europe/Berlin",
+            "after": "2026-03-28T00:00:00Z",
+            "count": 3,
+        },
+    )
+    assert response.status_code == 200, response.text
+    assert response.json() == {
+        "fires": ["2026-03-28T08:00:00Z", "2026-03-29T07:00:00Z", "2026-03-30T07:00:00Z"]
+    }
+
+    bad_cron = await client.get("/api/v1/schedules/preview", params={"cron": "* * * *"})
+    assert fields(assert_problem(bad_cron, 422)) == ["cronExpression"]
+    bad_zone = await client.get(
+        "/api/v1/schedules/preview", params={"cron": "* * * * *", "timeZone": "No/Where"}
+    )
+    assert fields(assert_problem(bad_zone, 422)) == ["timeZone"]
+    too_many = await client.get(
+        "/api/v1/schedules/preview", params={"cron": "* * * * *", "count": 100_000}
+    )
+    assert fields(assert_problem(too_many, 422)) == ["count"]
+
+
+# --- occurrences -----------------------------------------------------------------------------
+
+
+async def seed_occurrences(runtime: MiniRuntime, job_id: UUID) -> list[UUID]:
+    """Three occurrences of the job: Completed (with logs), Running, Queued (oldest first)."""
+    job = await runtime.store.get_job(job_id)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    occurrences = [
+        new_occurrence(job, t0 + timedelta(minutes=i), t0, PlanSettings()) for i in range(3)
+    ]
+    await runtime.store.insert_occurrences(occurrences)
+    done, running, _ = (o.id for o in occurrences)
+    t1 = t0 + timedelta(minutes=5)
+    await runtime.store.apply_status(
+        [
+            StatusRecord(occurrence_id=done, status=OccurrenceStatus.RUNNING, timestamp=t1),
+            StatusRecord(
+                occurrence_id=done,
+                status=OccurrenceStatus.COMPLETED,
+                timestamp=t1 + timedelta(seconds=2),
+                result="ok",
+                duration_ms=2000,
+            ),
+            StatusRecord(occurrence_id=running, status=OccurrenceStatus.RUNNING, timestamp=t1),
+        ]
+    )
+    await runtime.store.append_logs(
+        [
+            LogRecord(
+                occurrence_id=done,
+                timestamp=t1 + timedelta(milliseconds=i),
+                level="INFO",
+                message=f"line {i}",
+                data={"i": i} if i == 0 else None,
+                category="job",
+            )
+            for i in range(3)
+        ]
+    )
+    return [o.id for o in occurrences]
+
+
+async def test_occurrence_list_filters_and_pages(
+    client: httpx.AsyncClient, runtime: MiniRuntime
+) -> None:
+    job = await create(client)
+    other = await create(client)
+    done, running, queued = map(str, await seed_occurrences(runtime, UUID(job["id"])))
+    await seed_occurrences(runtime, UUID(other["id"]))
+
+    async def ids(*params: tuple[str, Any]) -> list[str]:
+        response = await client.get("/api/v1/occurrences", params=[("jobId", job["id"]), *params])
+        assert response.status_code == 200, response.text
+        return [o["id"] for o in response.json()["items"]]
+
+    assert await ids() == [queued, running, done]
+    assert await ids(("status", "2")) == [done]
+    assert await ids(("status", "0,1")) == [queued, running]
+    assert await ids(("status", "0"), ("status", "completed")) == [queued, done]
+
+    page = (await client.get("/api/v1/occurrences", params={"jobId": job["id"], "limit": 2})).json()
+    assert len(page["items"]) == 2
+    assert page["nextCursor"]
+    item = page["items"][0]
+    assert item["statusName"] == "Queued"
+    assert item["jobType"] == "report"
+    assert "statusChangeLogs" not in item
+
+    everything = (await client.get("/api/v1/occurrences")).json()["items"]
+    assert len(everything) == 6
+
+    bad = await client.get("/api/v1/occurrences", params={"status": "9"})
+    assert fields(assert_problem(bad, 422)) == ["status"]
+    bad_id = await client.get("/api/v1/occurrences", params={"jobId": "nope"})
+    assert fields(assert_problem(bad_id, 422)) == ["jobId"]
+
+
+async def test_occurrence_detail_and_logs(client: httpx.AsyncClient, runtime: MiniRuntime) -> None:
+    job = await create(client)
+    done, _, _ = await seed_occurrences(runtime, UUID(job["id"]))
+
+    detail = (await client.get(f"/api/v1/occurrences/{done}")).json()
+    assert (detail["status"], detail["statusName"], detail["result"]) == (2, "Completed", "ok")
+    assert detail["durationMs"] == 2000
+    assert detail["retryCount"] == 0
+    assert detail["startTime"].endswith("Z")
+    assert detail["endTime"].endswith("Z")
+    changes = [(c["from"], c["to"]) for c in detail["statusChangeLogs"]]
+    assert changes == [(None, 0), (0, 1), (1, 2)]
+    assert {"timestamp", "from", "to", "attempt", "reason"} == set(detail["statusChangeLogs"][0])
+
+    logs = (await client.get(f"/api/v1/occurrences/{done}/logs", params={"limit": 2})).json()
+    assert [line["message"] for line in logs["items"]] == ["line 0", "line 1"]
+    assert logs["items"][0]["data"] == {"i": 0}
+    assert logs["items"][0]["category"] == "job"
+    assert logs["nextAfter"] == logs["items"][-1]["seq"]
+    rest = (
+        await client.get(f"/api/v1/occurrences/{done}/logs", params={"after": logs["nextAfter"]})
+    ).json()
+    assert [line["message"] for line in rest["items"]] == ["line 2"]
+    tail = (
+        await client.get(f"/api/v1/occurrences/{done}/logs", params={"after": rest["nextAfter"]})
+    ).json()
+    assert tail == {"items": [], "nextAfter": rest["nextAfter"]}
+
+    assert_problem(await client.get(f"/api/v1/occurrences/{new_id()}"), 404)
+    assert_problem(await client.get(f"/api/v1/occurrences/{new_id()}/logs"), 404)
+
+
+# --- errors, limits, health, OpenAPI ---------------------------------------------------------
+
+
+async def test_garbage_is_a_problem_not_a_crash(client: httpx.AsyncClient) -> None:
+    headers = {"content-type": "application/json"}
+    for body in (b"{", b"\xff\xfe", b"[1, 2]", b'"text"', b"null", b"{}"):
+        response = await client.post("/api/v1/jobs", content=body, headers=headers)
+        assert_problem(response, 422)
+    garbage = await client.post("/api/v1/jobs", content=b"{", headers=headers)
+    assert fields(assert_problem(garbage, 422)) == ["body"]
+    not_an_object = await client.post("/api/v1/jobs", content=b"[1, 2]", headers=headers)
+    assert fields(assert_problem(not_an_object, 422)) == ["body"]
+    bad_tag = await client.post(
+        "/api/v1/jobs", json={"jobType": "t", "cronExpression": "@daily", "tags": ["ok", 1]}
+    )
+    assert fields(assert_problem(bad_tag, 422)) == ["tags[1]"]
+    assert_problem(await client.get("/api/v1/jobs/not-a-uuid"), 422)
+    assert_problem(await client.get("/api/v1/nothing-here"), 404)
+    assert_problem(await client.put("/api/v1/jobs", json={}), 405)
+
+
+async def test_request_bodies_over_one_mebibyte_are_refused(client: httpx.AsyncClient) -> None:
+    big = {"jobType": "t", "cronExpression": "@daily", "jobData": "x" * (1024 * 1024)}
+    assert_problem(await client.post("/api/v1/jobs", json=big), 413)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        payload = json.dumps(big).encode()
+        for start in range(0, len(payload), 64 * 1024):
+            yield payload[start : start + 64 * 1024]
+
+    streamed = await client.post(
+        "/api/v1/jobs", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert_problem(streamed, 413)
+    assert (await client.get("/api/v1/jobs")).json()["items"] == []
+
+    fits = {"jobType": "t", "cronExpression": "@daily", "jobData": "x" * 1000}
+    assert (await client.post("/api/v1/jobs", json=fits)).status_code == 201
+
+
+async def test_unexpected_and_backend_errors_are_problems(
+    client: httpx.AsyncClient, runtime: MiniRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def crash(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("boom")
+
+    async def down(*args: Any, **kwargs: Any) -> None:
+        raise BackendUnavailableError("store unreachable")
+
+    monkeypatch.setattr(runtime.jobs, "get_job", crash)
+    crashed = assert_problem(await client.get(f"/api/v1/jobs/{new_id()}"), 500)
+    assert "boom" not in json.dumps(crashed)
+
+    monkeypatch.setattr(runtime.jobs, "get_job", down)
+    unavailable = assert_problem(await client.get(f"/api/v1/jobs/{new_id()}"), 503)
+    assert unavailable["detail"] == "store unreachable"
+
+
+async def test_health(client: httpx.AsyncClient, runtime: MiniRuntime) -> None:
+    live = await client.get("/api/v1/health/live")
+    assert (live.status_code, live.json()) == (200, {"status": "ok"})
+
+    ready = await client.get("/api/v1/health/ready")
+    assert ready.status_code == 200
+    assert ready.json() == {
+        "status": "ok",
+        "components": {"store": "ok", "index": "ok", "broker": "ok"},
+    }
+
+    runtime.failing["broker"] = "connection refused"
+    not_ready = await client.get("/api/v1/health/ready")
+    assert not_ready.status_code == 503
+    assert not_ready.json()["components"]["broker"] == "connection refused"
+    assert not_ready.json()["status"] == "unavailable"
+
+
+async def test_openapi_documents_every_route_with_problems(client: httpx.AsyncClient) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    assert "Problem" in spec["components"]["schemas"]
+    expected = {
+        ("post", "/api/v1/jobs"),
+        ("get", "/api/v1/jobs"),
+        ("post", "/api/v1/jobs/bulk"),
+        ("get", "/api/v1/jobs/{job_id}"),
+        ("patch", "/api/v1/jobs/{job_id}"),
+        ("delete", "/api/v1/jobs/{job_id}"),
+        ("post", "/api/v1/jobs/{job_id}/trigger"),
+        ("get", "/api/v1/jobs/{job_id}/versions"),
+        ("get", "/api/v1/schedules/preview"),
+        ("get", "/api/v1/occurrences"),
+        ("get", "/api/v1/occurrences/{occurrence_id}"),
+        ("get", "/api/v1/occurrences/{occurrence_id}/logs"),
+        ("get", "/api/v1/health/live"),
+        ("get", "/api/v1/health/ready"),
+    }
+    operations = {(m, p): op for p, item in spec["paths"].items() for m, op in item.items()}
+    assert expected <= set(operations)
+    for (method, path), op in operations.items():
+        ok = [code for code in op["responses"] if code.startswith("2")]
+        assert ok, (method, path)
+        if path.endswith("/live"):
+            continue
+        problems = [code for code in op["responses"] if code[0] in "45"]
+        assert problems, (method, path)
+        for code in problems:
+            content = op["responses"][code]["content"]
+            if code != "503" or not path.endswith("/ready"):
+                assert PROBLEM in content, (method, path, code)
+    job_schema = spec["components"]["schemas"]["JobOut"]["properties"]
+    assert {"nextRunAt", "concurrentExecutionPolicy", "averageDuration"} <= set(job_schema)
+
+
+async def test_bulk_create(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/api/v1/jobs/bulk",
+        json={"jobs": [{"jobType": "a", "executeAt": "2030-01-01T00:00:00Z"}] * 3},
+    )
+    assert response.status_code == 201, response.text
+    assert len(response.json()["items"]) == 3
+
+    refused = await client.post(
+        "/api/v1/jobs/bulk",
+        json={"jobs": [{"jobType": "a", "cronExpression": "@daily"}, {"jobType": "b"}]},
+    )
+    assert fields(assert_problem(refused, 422)) == ["[1].cronExpression"]
+    assert len((await client.get("/api/v1/jobs")).json()["items"]) == 3
