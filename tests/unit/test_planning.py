@@ -71,9 +71,10 @@ def test_catch_up_runs_missed_fires_up_to_the_cap() -> None:
     )
     plan = plan_fires(job, 0, now, SETTINGS)
     # five missed fires, cap 3: the latest three run, the two oldest are skipped
-    assert statuses(plan) == [(OccurrenceStatus.SKIPPED, "misfire")] * 2 + [
-        (OccurrenceStatus.QUEUED, None)
-    ] * 3
+    assert (
+        statuses(plan)
+        == [(OccurrenceStatus.SKIPPED, "misfire")] * 2 + [(OccurrenceStatus.QUEUED, None)] * 3
+    )
 
 
 def test_skip_concurrency_records_overlap() -> None:
@@ -90,9 +91,10 @@ def test_queue_concurrency_queues_behind_the_active_one() -> None:
 def test_catch_up_with_skip_concurrency_runs_one_and_records_overlaps() -> None:
     now = T0 + timedelta(minutes=2, seconds=45)
     plan = plan_fires(every_minute(misfire_policy=MisfirePolicy.CATCH_UP), 0, now, SETTINGS)
-    assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)] + [
-        (OccurrenceStatus.SKIPPED, "overlap")
-    ] * 2
+    assert (
+        statuses(plan)
+        == [(OccurrenceStatus.QUEUED, None)] + [(OccurrenceStatus.SKIPPED, "overlap")] * 2
+    )
 
 
 def test_no_worker_is_recorded() -> None:

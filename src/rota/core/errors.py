@@ -25,7 +25,7 @@ class NotFoundError(RotaError):
 
 
 class ConflictError(RotaError):
-    """The change clashes with the current state (duplicate, stale version, forbidden transition)."""
+    """The change clashes with the current state (duplicate, stale version, bad transition)."""
 
 
 class ValidationError(RotaError):

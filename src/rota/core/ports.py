@@ -425,7 +425,9 @@ class Coordination(abc.ABC):
         """Unexpired leases by bucket."""
 
     @abc.abstractmethod
-    async def heartbeat_instance(self, instance_id: str, info: Mapping[str, str], ttl: float) -> None:
+    async def heartbeat_instance(
+        self, instance_id: str, info: Mapping[str, str], ttl: float
+    ) -> None:
         """Record that a scheduler instance is alive for ``ttl`` seconds."""
 
     @abc.abstractmethod

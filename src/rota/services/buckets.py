@@ -5,6 +5,7 @@ instance's leases expire and the others take them over (JobMaster's bucket life 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -85,10 +86,8 @@ class BucketOwner:
                 log.warning("bucket lease renewal failed: %s", exc)
             except Exception:
                 log.exception("unexpected bucket owner error")
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=self._ttl / 3)
-            except TimeoutError:
-                pass
 
     def begin_release(self) -> None:
         """Stop dispatching every held bucket (graceful stop: Completing)."""

@@ -8,6 +8,7 @@ undispatched by a crash between commit and publish) from the store; those need n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -167,10 +168,8 @@ class Dispatcher:
         self._wake.clear()
         delay = until - time.time()
         if delay > 0 and not self._stopping:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            except TimeoutError:
-                pass
         self._target = None
 
     # --- work ------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ after a flush the next sync rebuilds it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -78,7 +79,5 @@ class Loader:
             except Exception:
                 log.exception("unexpected loader error")
             self._kick.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=self._interval)
-            except TimeoutError:
-                pass

@@ -5,6 +5,7 @@ outage stalls the loop (with backoff) but never kills it and loses nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -43,10 +44,8 @@ async def _store_with_retry(
             log.warning("%s: store write failed, retrying in %.2fs: %s", name, backoff, exc)
         if stopping.is_set():
             return False
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), timeout=backoff)
-        except TimeoutError:
-            pass
         backoff = min(backoff * 2, 5.0)
 
 

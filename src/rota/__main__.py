@@ -1,0 +1,5 @@
+"""``python -m rota``."""
+
+from rota.cli import main
+
+main()

@@ -1,0 +1,177 @@
+"""``rota bench``: throughput and latency scenarios; results as JSON and a table.
+
+Each scenario runs a real runtime (store, index, broker, dispatcher, tracker, workers) in a
+fresh temporary data dir, so the numbers include every write the product does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+import rota
+from rota.core.errors import ConfigurationError
+from rota.core.models import OccurrenceStatus
+from rota.core.ports import OccurrenceQuery
+from rota.runtime import Runtime
+from rota.settings import Settings
+
+
+@rota.job("bench.noop")
+async def noop(ctx: rota.JobContext) -> None:
+    """The benchmark job: does nothing."""
+
+
+@asynccontextmanager
+async def _embedded_runtime(concurrency: int) -> AsyncIterator[Runtime]:
+    from rota.serve import prepare
+
+    with tempfile.TemporaryDirectory(prefix="rota-bench-") as tmp:
+        settings = Settings(
+            environment="test",
+            data_dir=Path(tmp),
+            database_url=None,
+            redis_url=None,
+            amqp_url=None,
+        )
+        settings.worker.concurrency = concurrency
+        runtime = await prepare(settings, ["rota.bench"])
+        await runtime.start()
+        try:
+            yield runtime
+        finally:
+            await runtime.stop(grace=5)
+
+
+def _check_mode(mode: str) -> None:
+    if mode != "embedded":
+        raise ConfigurationError(f"bench mode {mode!r} is not available yet; use 'embedded'")
+
+
+async def _wait_completed(runtime: Runtime, expected: int, deadline: float) -> int:
+    completed = 0
+    while time.monotonic() < deadline:
+        counts = await runtime.store.count_occurrences((OccurrenceStatus.COMPLETED,))
+        completed = counts.get(OccurrenceStatus.COMPLETED, 0)
+        if completed >= expected:
+            return completed
+        await asyncio.sleep(0.05)
+    return completed
+
+
+def _environment() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "rota": rota.__version__ if hasattr(rota, "__version__") else "dev",
+        "at": datetime.now(UTC).isoformat(),
+    }
+
+
+async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[str, Any]:
+    _check_mode(mode)
+    process = psutil.Process()
+    async with _embedded_runtime(concurrency) as runtime:
+        now = runtime.jobs.now()
+        specs = [
+            {"display_name": f"noop {i}", "job_type": "bench.noop", "execute_at": now}
+            for i in range(jobs)
+        ]
+        t0 = time.perf_counter()
+        await runtime.jobs.create_jobs(specs)
+        created = time.perf_counter()
+        done = await _wait_completed(runtime, jobs, time.monotonic() + 600)
+        finished = time.perf_counter()
+        elapsed = finished - created
+    return {
+        "scenario": "throughput",
+        "mode": mode,
+        "jobs": jobs,
+        "completed": done,
+        "createSeconds": round(created - t0, 3),
+        "runSeconds": round(elapsed, 3),
+        "jobsPerSecond": round(done / elapsed, 1) if elapsed > 0 else None,
+        "peakRssMiB": round(process.memory_info().rss / 2**20, 1),
+        "environment": _environment(),
+    }
+
+
+async def run_latency(mode: str, jobs: int, spread: float) -> dict[str, Any]:
+    _check_mode(mode)
+    process = psutil.Process()
+    async with _embedded_runtime(64) as runtime:
+        start = runtime.jobs.now() + timedelta(seconds=2)
+        specs = [
+            {
+                "display_name": f"latency {i}",
+                "job_type": "bench.noop",
+                "execute_at": start + timedelta(seconds=spread * i / jobs),
+            }
+            for i in range(jobs)
+        ]
+        await runtime.jobs.create_jobs(specs)
+        done = await _wait_completed(runtime, jobs, time.monotonic() + spread + 120)
+        lateness = await _lateness(runtime, jobs)
+    ordered = sorted(lateness)
+
+    def pct(p: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 2)
+
+    return {
+        "scenario": "latency",
+        "mode": mode,
+        "jobs": jobs,
+        "completed": done,
+        "spreadSeconds": spread,
+        "p50Ms": pct(0.50),
+        "p90Ms": pct(0.90),
+        "p99Ms": pct(0.99),
+        "maxMs": round(ordered[-1], 2),
+        "meanMs": round(statistics.fmean(ordered), 2),
+        "peakRssMiB": round(process.memory_info().rss / 2**20, 1),
+        "environment": _environment(),
+    }
+
+
+async def _lateness(runtime: Runtime, expected: int) -> list[float]:
+    out: list[float] = []
+    cursor: str | None = None
+    while True:
+        page = await runtime.store.list_occurrences(OccurrenceQuery(limit=1000, cursor=cursor))
+        for occ in page.items:
+            if occ.start_time is not None:
+                out.append((occ.start_time - occ.scheduled_for).total_seconds() * 1000)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    if len(out) < expected:
+        raise RuntimeError(f"only {len(out)} of {expected} occurrences started")
+    return out
+
+
+def report(result: dict[str, Any], json_file: Path | None, console: Console) -> None:
+    table = Table(title=f"rota bench {result['scenario']} ({result['mode']})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in result.items():
+        if key not in {"environment", "scenario", "mode"}:
+            table.add_row(key, str(value))
+    console.print(table)
+    if json_file is not None:
+        json_file.write_text(json.dumps(result, indent=2) + "\n")
+        console.print(f"written to {json_file}")

@@ -1,0 +1,160 @@
+"""The ``rota`` command: ``dev``, ``server``, ``migrate``, ``bench``.
+
+The only place that configures logging and reads settings from the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from rota.settings import Settings
+
+app = typer.Typer(
+    name="rota",
+    help="Rota, a job scheduler: cron and one-time jobs, a REST API, workers, full history.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+bench_app = typer.Typer(help="Measure throughput and latency; results as JSON.")
+app.add_typer(bench_app, name="bench")
+
+
+def _console() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def configure_logging(level: str) -> None:
+    """Readable lines on a terminal, JSON lines otherwise."""
+    handler = logging.StreamHandler(sys.stderr)
+    if sys.stderr.isatty():
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    else:
+        from rota.logs import JsonFormatter
+
+        handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+HostOpt = Annotated[str | None, typer.Option(help="Interface to listen on.")]
+PortOpt = Annotated[int | None, typer.Option(help="Port to listen on.")]
+JobsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--jobs", help="Module (dotted name or .py path) with @rota.job handlers."),
+]
+LogLevelOpt = Annotated[str, typer.Option(help="Log level.")]
+
+
+@app.command()
+def dev(
+    host: HostOpt = None,
+    port: PortOpt = None,
+    jobs: JobsOpt = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Where the SQLite store lives.")] = None,
+    demo: Annotated[bool, typer.Option("--demo/--no-demo", help="Load the demo jobs.")] = True,
+    log_level: LogLevelOpt = "info",
+) -> None:
+    """Run Rota embedded: API, scheduler and workers in one process, SQLite in the data dir."""
+    from rota.serve import serve
+
+    configure_logging(log_level)
+    overrides: dict[str, object] = {"environment": "development"}
+    if data_dir is not None:
+        overrides["data_dir"] = data_dir
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    _apply_listen(settings, host, port)
+    modules = list(jobs or [])
+    if demo:
+        modules.insert(0, "rota.demo")
+    asyncio.run(serve(settings, modules, demo=demo, console=_console()))
+
+
+@app.command()
+def server(
+    host: HostOpt = None,
+    port: PortOpt = None,
+    jobs: JobsOpt = None,
+    log_level: LogLevelOpt = "info",
+) -> None:
+    """Run a scheduler instance with the API (settings from ROTA_… variables / rota.toml)."""
+    from rota.serve import serve
+
+    configure_logging(log_level)
+    settings = Settings()
+    _apply_listen(settings, host, port)
+    asyncio.run(serve(settings, list(jobs or []), demo=False, console=_console()))
+
+
+@app.command()
+def migrate(
+    database_url: Annotated[
+        str | None, typer.Option(help="Defaults to ROTA_DATABASE_URL or the data dir's SQLite.")
+    ] = None,
+) -> None:
+    """Bring the store's schema up to date."""
+    from rota.stores.migrate import upgrade
+
+    configure_logging("warning")
+    settings = Settings()
+    url = database_url or settings.effective_database_url
+    if url.startswith("sqlite"):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    asyncio.run(upgrade(url))
+    _console().print(f"[green]schema up to date[/green] ({_redact(url)})")
+
+
+@bench_app.command("throughput")
+def bench_throughput(
+    mode: Annotated[str, typer.Option(help="embedded")] = "embedded",
+    jobs: Annotated[int, typer.Option(help="How many no-op jobs.")] = 20_000,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+) -> None:
+    """No-op one-time jobs all due now, timed until every occurrence is Completed."""
+    from rota.bench import report, run_throughput
+
+    configure_logging("warning")
+    result = asyncio.run(run_throughput(mode, jobs))
+    report(result, json_file, _console())
+
+
+@bench_app.command("latency")
+def bench_latency(
+    mode: Annotated[str, typer.Option(help="embedded")] = "embedded",
+    jobs: Annotated[int, typer.Option(help="How many one-time jobs.")] = 1000,
+    spread: Annotated[float, typer.Option(help="Seconds the due times spread over.")] = 10.0,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+) -> None:
+    """One-time jobs due across a spread; start − scheduled percentiles in ms."""
+    from rota.bench import report, run_latency
+
+    configure_logging("warning")
+    result = asyncio.run(run_latency(mode, jobs, spread))
+    report(result, json_file, _console())
+
+
+def _apply_listen(settings: Settings, host: str | None, port: int | None) -> None:
+    if host is not None:
+        settings.api.host = host
+    if port is not None:
+        settings.api.port = port
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+def main() -> None:
+    app()

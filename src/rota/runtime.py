@@ -1,0 +1,256 @@
+"""The composition root: the one place that picks adapters from settings and wires services.
+
+Entry points (CLI, API app, bench, tests) call :func:`build_runtime` and then ``start``/``stop``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Coroutine, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rota.core.errors import ConfigurationError
+from rota.core.models import WorkerInfo
+from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
+from rota.services.buckets import BucketOwner
+from rota.services.dispatcher import Dispatcher
+from rota.services.jobs import JobService
+from rota.services.loader import Loader
+from rota.services.recovery import recover_embedded
+from rota.services.tracker import LogCollector, StatusTracker
+from rota.services.workers import WorkerDirectory
+from rota.settings import Settings
+from rota.worker.discovery import JobRegistry
+from rota.worker.executor import Executor
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_WORKER_ID = "embedded"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_instance_id(prefix: str) -> str:
+    return f"{prefix}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class Runtime:
+    """Everything one ``rota dev`` / ``rota server`` process runs, wired together."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store,
+        index: ScheduleIndex,
+        broker: Broker,
+        coordination: Coordination,
+        registry: JobRegistry | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.index = index
+        self.broker = broker
+        self.coordination = coordination
+        self.registry = registry
+        self.instance_id = new_instance_id("rota")
+        sched = settings.scheduler
+        self.workers = WorkerDirectory(coordination)
+        self.owner = BucketOwner(
+            coordination,
+            self.instance_id,
+            bucket_count=sched.bucket_count,
+            lease_seconds=sched.lease_seconds,
+            on_gained=lambda _b: self.loader.kick(),
+        )
+        self.dispatcher = Dispatcher(
+            store, index, broker, self.workers, sched, lambda: self.owner.buckets, utcnow
+        )
+        self.loader = Loader(
+            store,
+            index,
+            lambda: self.owner.buckets,
+            window_seconds=sched.hot_window_seconds,
+            interval_seconds=sched.loader_interval_seconds,
+            on_loaded=self.dispatcher.wake,
+        )
+        self.tracker = StatusTracker(
+            store,
+            broker,
+            batch_size=settings.tracker.batch_size,
+            max_wait=settings.tracker.max_wait_seconds,
+            on_applied=self._after_status,
+        )
+        self.log_collector = LogCollector(
+            store,
+            broker,
+            batch_size=settings.tracker.batch_size,
+            max_wait=settings.tracker.max_wait_seconds,
+        )
+        self.jobs = JobService(store, index, coordination, sched, utcnow)
+        self.executor: Executor | None = None
+        if registry is not None and settings.is_embedded:
+            self.executor = Executor(
+                broker,
+                registry,
+                worker_id=EMBEDDED_WORKER_ID,
+                instance_id=new_instance_id(EMBEDDED_WORKER_ID),
+                concurrency=settings.worker.concurrency,
+                sync_threads=settings.worker.sync_threads,
+                flush_interval=settings.worker.flush_interval_seconds,
+            )
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started_at: datetime | None = None
+
+    # --- life cycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.store.open()
+        await self.broker.start()
+        if self.settings.is_embedded:
+            await recover_embedded(self.store, utcnow())
+        if self.executor is not None:
+            await self._register_embedded_worker()
+            await self.executor.start()
+        await self.workers.refresh(force=True)
+        await self.owner.tick()
+        await self.loader.sync()
+        self._spawn(self.owner.run(), "buckets")
+        self._spawn(self.loader.run(), "loader")
+        self._spawn(self.dispatcher.run(), "dispatcher")
+        self._spawn(self.tracker.run(), "status-tracker")
+        self._spawn(self.log_collector.run(), "log-collector")
+        self._spawn(self._relay_wakeups(), "wakeups")
+        if self.executor is not None:
+            self._spawn(self._worker_heartbeat(), "worker-heartbeat")
+        self.started_at = utcnow()
+        log.info("rota started", extra={"instance_id": self.instance_id})
+
+    async def stop(self, *, grace: float = 10.0) -> None:
+        """Graceful stop: no new dispatch, running jobs finish (up to ``grace``), their reports
+        are stored, leases released."""
+        self.owner.begin_release()
+        self.dispatcher.stop()
+        if self.executor is not None:
+            await self.executor.stop(grace)
+            with contextlib.suppress(Exception):
+                await self.coordination.unregister_worker(self.executor.instance_id)
+        await self._drain_reports(deadline=5.0)
+        self.loader.stop()
+        self.tracker.stop()
+        self.log_collector.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        with contextlib.suppress(Exception):
+            await self.owner.release()
+        await self.broker.close()
+        await self.coordination.close()
+        await self.index.close()
+        await self.store.close()
+
+    async def _drain_reports(self, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline
+        while loop.time() < end:
+            depths = await self.broker.queue_depths()
+            if not depths.get("rota.status") and not depths.get("rota.logs"):
+                return
+            await asyncio.sleep(0.02)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=f"rota-{name}"))
+
+    # --- glue -----------------------------------------------------------------------------
+
+    def _after_status(self, result: StatusResult) -> None:
+        # A finished occurrence may release a held one (Queue policy) and a retry is pending.
+        if result.applied:
+            self.dispatcher.wake(None)
+
+    async def _relay_wakeups(self) -> None:
+        async for due in self.coordination.wakeups():
+            self.dispatcher.wake(due)
+
+    def _embedded_worker_info(self) -> WorkerInfo:
+        assert self.executor is not None
+        assert self.registry is not None
+        return WorkerInfo(
+            instance_id=self.executor.instance_id,
+            worker_id=EMBEDDED_WORKER_ID,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            job_types=self.registry.describe(),
+            concurrency=self.settings.worker.concurrency,
+            current_load=self.executor.load,
+        )
+
+    async def _register_embedded_worker(self) -> None:
+        ttl = self.settings.worker.heartbeat_seconds * 3
+        await self.coordination.register_worker(self._embedded_worker_info(), ttl)
+
+    async def _worker_heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.worker.heartbeat_seconds)
+            try:
+                await self._register_embedded_worker()
+            except Exception:
+                log.exception("worker heartbeat failed")
+
+    async def health(self) -> dict[str, str]:
+        """Each component's state: ``ok`` or the error text."""
+        out: dict[str, str] = {}
+        checks: dict[str, Coroutine[Any, Any, object]] = {
+            "store": self.store.ping(),
+            "index": self.index.size([]),
+            "broker": self.broker.queue_depths(),
+        }
+        for name, check in checks.items():
+            try:
+                await asyncio.wait_for(check, timeout=2.0)
+                out[name] = "ok"
+            except Exception as exc:
+                out[name] = f"error: {exc}"
+        return out
+
+
+def build_runtime(settings: Settings, registry: JobRegistry | None = None) -> Runtime:
+    """Pick the adapters the settings name and wire a :class:`Runtime`."""
+    from rota.stores.sql import SqlStore
+
+    store = SqlStore(settings.effective_database_url)
+    index: ScheduleIndex
+    coordination: Coordination
+    broker: Broker
+    if settings.redis_url or settings.amqp_url:
+        raise ConfigurationError(
+            "the distributed mode (ROTA_REDIS_URL, ROTA_AMQP_URL) is not available in this "
+            "release; unset both to run embedded"
+        )
+    from rota.brokers.inprocess import InProcessBroker
+    from rota.coordination.memory import MemoryCoordination
+    from rota.indexes.memory import MemoryScheduleIndex
+
+    index = MemoryScheduleIndex()
+    coordination = MemoryCoordination()
+    broker = InProcessBroker()
+    return Runtime(
+        settings,
+        store=store,
+        index=index,
+        broker=broker,
+        coordination=coordination,
+        registry=registry,
+    )
+
+
+__all__: Sequence[str] = ("Runtime", "build_runtime")

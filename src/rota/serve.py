@@ -1,0 +1,71 @@
+"""Run a runtime with the HTTP API under uvicorn, in one event loop (``rota dev`` / ``server``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Sequence
+
+import uvicorn
+from rich.console import Console
+
+from rota.runtime import Runtime, build_runtime
+from rota.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+async def prepare(settings: Settings, modules: Sequence[str]) -> Runtime:
+    """Migrate the store (embedded/dev) and wire the runtime with the given job modules."""
+    from rota.stores.migrate import upgrade
+    from rota.worker.discovery import load_jobs
+
+    url = settings.effective_database_url
+    if url.startswith("sqlite"):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if url.startswith("sqlite") or settings.environment == "development":
+        await upgrade(url)
+    registry = load_jobs(modules) if modules else None
+    return build_runtime(settings, registry)
+
+
+async def serve(
+    settings: Settings, modules: Sequence[str], *, demo: bool, console: Console
+) -> None:
+    from rota.api.app import create_app
+
+    runtime = await prepare(settings, modules)
+    await runtime.start()
+    try:
+        if demo:
+            from rota.demo import seed
+
+            created = await seed(runtime.jobs)
+            if created:
+                console.print(f"[green]created {created} demo jobs[/green]")
+        app = create_app(runtime)
+        config = uvicorn.Config(
+            app,
+            host=settings.api.host,
+            port=settings.api.port,
+            log_config=None,
+            lifespan="off",
+        )
+        server = uvicorn.Server(config)
+        url = f"http://{settings.api.host}:{settings.api.port}"
+        console.print(f"[bold]Rota[/bold] is running: API {url}/api/v1  docs {url}/docs")
+        console.print(f"store: {settings.effective_database_url}")
+        await server.serve()
+    finally:
+        with contextlib.suppress(asyncio.CancelledError):
+            await runtime.stop()
+        console.print("Rota stopped.")
+
+
+def install_signal_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)

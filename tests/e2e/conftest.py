@@ -1,0 +1,118 @@
+"""Real ``rota dev`` processes for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+HERE = Path(__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RotaProcess:
+    """A ``rota dev`` process on a data dir; start, kill -9, restart."""
+
+    def __init__(self, data_dir: Path, log_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_dir = log_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = (self.log_dir / f"rota-{self.starts}.log").open("wb")
+        cmd = [
+            sys.executable, "-m", "rota", "dev", "--no-demo",
+            "--jobs", str(HERE / "jobs.py"),
+            "--data-dir", str(self.data_dir), "--port", str(self.port),
+        ]  # fmt: skip
+        env = {**os.environ, "ROTA_SCHEDULER__SWEEPER_INTERVAL_SECONDS": "1"}
+        with log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"rota exited with {self.proc.returncode}: {self.logs()}")
+            try:
+                if httpx.get(f"{self.base}/api/v1/health/ready", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"rota did not become ready: {self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text()[-3000:] for p in sorted(self.log_dir.glob("rota-*.log")))
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def api(self, method: str, path: str, **kw: Any) -> Any:
+        r = httpx.request(method, f"{self.base}/api/v1{path}", timeout=10, **kw)
+        assert r.status_code < 300, r.text
+        return r.json()
+
+    def occurrences(self, job_id: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            params: dict[str, Any] = {"jobId": job_id, "limit": 1000}
+            if cursor:
+                params["cursor"] = cursor
+            page = self.api("GET", "/occurrences", params=params)
+            items += page["items"]
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return items
+
+
+@pytest.fixture
+def rota_process(tmp_path: Path) -> Iterator[RotaProcess]:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    proc = RotaProcess(tmp_path / "data", logs)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def wait_until(predicate: Any, timeout: float, message: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(message)
