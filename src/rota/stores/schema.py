@@ -1,0 +1,272 @@
+"""Table metadata of the SQL store (SQLite and PostgreSQL). Migrations live in
+``rota/stores/migrations``; a test checks that ``upgrade head`` equals this metadata."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    Uuid,
+)
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.types import TypeEngine
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utc_text(value: datetime) -> str:
+    """An aware datetime as SQLite stores it: naive UTC ISO text with microseconds
+    (``2030-01-02 03:04:05.000006``, SQLAlchemy's SQLite format; it sorts as time does)."""
+    if value.tzinfo is not UTC:
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: Rota stores aware UTC datetimes only")
+        value = value.astimezone(UTC)
+    return value.isoformat(" ", "microseconds")[:-6]
+
+
+def aware_utc(value: datetime) -> datetime:
+    """``value`` (aware) unchanged; ``ValueError`` for a naive datetime."""
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}: Rota stores aware UTC datetimes only")
+    return value
+
+
+class _SqliteUtcText(sqlite.DATETIME):
+    """SQLite ``DATETIME`` whose values :class:`UtcDateTime` converts itself (faster than
+    parsing to a naive datetime and attaching the zone afterwards)."""
+
+    def bind_processor(self, dialect: Dialect) -> None:
+        return None
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> None:
+        return None
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes: ``timestamptz`` in PostgreSQL, naive UTC text in SQLite.
+
+    Binding a naive datetime is a programming error and raises ``ValueError``.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return _SqliteUtcText()  # type: ignore[no-untyped-call]
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if dialect.name == "sqlite":
+            return utc_text(value)
+        return aware_utc(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return datetime.fromisoformat(value + "+00:00")
+        result: datetime = value.astimezone(UTC)
+        return result
+
+
+def Json() -> JSON:
+    """A JSON column whose Python ``None`` is SQL ``NULL``."""
+    return JSON(none_as_null=True)
+
+
+AutoId = BigInteger().with_variant(Integer(), "sqlite")
+"""An autoincrementing key: ``bigint`` identity in PostgreSQL, ``INTEGER PRIMARY KEY`` (the
+rowid) in SQLite."""
+
+
+def build_metadata() -> MetaData:
+    """A fresh :class:`MetaData` holding every table of the store."""
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    _jobs(metadata)
+    _occurrences(metadata)
+    _failed_occurrences(metadata)
+    return metadata
+
+
+def _jobs(metadata: MetaData) -> None:
+    Table(
+        "jobs",
+        metadata,
+        Column("id", Uuid(), primary_key=True),
+        Column("job_type", String(200), nullable=False),
+        Column("worker_id", String(200)),
+        Column("display_name", String(500), nullable=False),
+        Column("description", Text(), nullable=False),
+        Column("tags", Json(), nullable=False),
+        Column("job_data", Json()),
+        Column("cron_expression", String(200)),
+        Column("time_zone", String(100), nullable=False),
+        Column("execute_at", UtcDateTime()),
+        Column("is_active", Boolean(), nullable=False),
+        Column("priority", SmallInteger(), nullable=False),
+        Column("concurrency_policy", SmallInteger(), nullable=False),
+        Column("misfire_policy", String(20), nullable=False),
+        Column("timeout_seconds", Float()),
+        Column("max_retries", Integer()),
+        Column("retry_delay_seconds", Float()),
+        Column("next_run_at", UtcDateTime()),
+        Column("bucket", Integer(), nullable=False),
+        Column("version", Integer(), nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False),
+        Column("updated_at", UtcDateTime(), nullable=False),
+        Column("created_by", String(200)),
+        Column("updated_by", String(200)),
+        Column("total_executions", BigInteger(), nullable=False),
+        Column("success_count", BigInteger(), nullable=False),
+        Column("failure_count", BigInteger(), nullable=False),
+        Column("average_duration_ms", Float()),
+        Column("duration_samples", BigInteger(), nullable=False),
+        Index(None, "is_active", "next_run_at"),
+        Index(None, "bucket", "next_run_at"),
+        Index(None, "job_type"),
+    )
+    Table(
+        "job_tags",
+        metadata,
+        Column("tag", String(200), nullable=False),
+        Column("job_id", Uuid(), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+        PrimaryKeyConstraint("tag", "job_id"),
+        Index(None, "job_id"),
+    )
+    Table(
+        "job_versions",
+        metadata,
+        Column("job_id", Uuid(), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+        Column("version", Integer(), nullable=False),
+        Column("snapshot", Json(), nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False),
+        PrimaryKeyConstraint("job_id", "version"),
+    )
+
+
+def _occurrences(metadata: MetaData) -> None:
+    # No foreign key to jobs: occurrences (and their history and logs) outlive deleted jobs.
+    Table(
+        "occurrences",
+        metadata,
+        Column("id", Uuid(), primary_key=True),
+        Column("job_id", Uuid(), nullable=False),
+        Column("job_type", String(200), nullable=False),
+        Column("worker_id", String(200)),
+        Column("status", SmallInteger(), nullable=False),
+        Column("scheduled_for", UtcDateTime(), nullable=False),
+        Column("due_at", UtcDateTime(), nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False),
+        Column("attempt", Integer(), nullable=False),
+        Column("max_retries", Integer(), nullable=False),
+        Column("priority", SmallInteger(), nullable=False),
+        Column("timeout_seconds", Float()),
+        Column("job_version", Integer(), nullable=False),
+        Column("job_data", Json()),
+        Column("dispatched_at", UtcDateTime()),
+        Column("instance_id", String(300)),
+        Column("start_time", UtcDateTime()),
+        Column("end_time", UtcDateTime()),
+        Column("duration_ms", Float()),
+        Column("result", Json()),
+        Column("exception", Text()),
+        Column("skip_reason", String(50)),
+        Column("last_heartbeat", UtcDateTime()),
+        Column("trigger_reason", Text()),
+        Column("concurrency_policy", SmallInteger(), nullable=False),
+        UniqueConstraint("job_id", "scheduled_for"),
+        Index(None, "job_id", "id"),
+        Index(None, "job_id", "status", "id"),
+        Index(None, "status", "id"),
+        Index(None, "status", "dispatched_at", "due_at"),
+    )
+    Table(
+        "occurrence_status_changes",
+        metadata,
+        Column("id", AutoId, primary_key=True, autoincrement=True),
+        Column("occurrence_id", Uuid(), nullable=False),
+        Column("timestamp", UtcDateTime(), nullable=False),
+        Column("from_status", SmallInteger()),
+        Column("to_status", SmallInteger(), nullable=False),
+        Column("attempt", Integer(), nullable=False),
+        Column("reason", Text()),
+        Index(None, "occurrence_id", "id"),
+    )
+    Table(
+        "occurrence_logs",
+        metadata,
+        Column("seq", AutoId, primary_key=True, autoincrement=True),
+        Column("occurrence_id", Uuid(), nullable=False),
+        Column("timestamp", UtcDateTime(), nullable=False),
+        Column("level", String(20), nullable=False),
+        Column("message", Text(), nullable=False),
+        Column("data", Json()),
+        Column("category", String(200)),
+        Index(None, "occurrence_id", "seq"),
+    )
+
+
+def _failed_occurrences(metadata: MetaData) -> None:
+    Table(
+        "failed_occurrences",
+        metadata,
+        Column("id", Uuid(), primary_key=True),
+        Column("occurrence_id", Uuid(), nullable=False),
+        Column("job_id", Uuid()),
+        Column("job_type", String(200), nullable=False),
+        Column("failure_type", String(50), nullable=False),
+        Column("exception", Text()),
+        Column("job_data", Json()),
+        Column("attempts", Integer(), nullable=False),
+        Column("failed_at", UtcDateTime(), nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False),
+        Column("resolved", Boolean(), nullable=False),
+        Column("resolved_at", UtcDateTime()),
+        Column("resolved_by", String(200)),
+        Column("resolution_note", Text()),
+        Column("resolution_action", String(100)),
+        Index(None, "occurrence_id"),
+        Index(None, "job_id"),
+        Index(None, "failure_type"),
+        Index(None, "resolved"),
+        Index(None, "failed_at"),
+    )
+
+
+metadata = build_metadata()
+"""The store's tables: plain declarations, no connection or state."""
+
+jobs = metadata.tables["jobs"]
+job_tags = metadata.tables["job_tags"]
+job_versions = metadata.tables["job_versions"]
+occurrences = metadata.tables["occurrences"]
+status_changes = metadata.tables["occurrence_status_changes"]
+occurrence_logs = metadata.tables["occurrence_logs"]
+failed_occurrences = metadata.tables["failed_occurrences"]

@@ -1,0 +1,1393 @@
+"""The SQL store: one SQLAlchemy Core (async) implementation for SQLite and PostgreSQL.
+
+The dialect-specific parts are few and named:
+
+- SQLite (aiosqlite): WAL, ``synchronous=NORMAL``, a busy timeout, foreign keys on. Writes go
+  through one writer connection, serialized by an asyncio lock, in ``BEGIN IMMEDIATE``
+  transactions; reads use a small pool of other connections (WAL readers never block).
+- PostgreSQL (asyncpg): one pool for reads and writes; rows being claimed are locked with
+  ``FOR UPDATE SKIP LOCKED`` (SQLite's compiler renders no locking clause, which is right: its
+  writer lock already serializes the writes).
+
+Hot paths write each batch with one statement per table (executemany / multi-row VALUES).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import partial
+from operator import itemgetter
+from typing import Any, TypeVar
+from uuid import UUID
+
+import orjson
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    Integer,
+    Row,
+    Select,
+    Table,
+    Uuid,
+    bindparam,
+    case,
+    delete,
+    event,
+    exists,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.sql.dml import UpdateBase
+
+from rota.core.errors import (
+    BackendUnavailableError,
+    ConflictError,
+    NotFoundError,
+    ValidationError,
+)
+from rota.core.models import (
+    ConcurrencyPolicy,
+    Job,
+    JobVersion,
+    LogRecord,
+    MisfirePolicy,
+    Occurrence,
+    OccurrenceStatus,
+    Priority,
+    StatusChange,
+    StatusRecord,
+    can_transition,
+    utcnow,
+)
+from rota.core.planning import FirePlan
+from rota.core.ports import (
+    AppliedChange,
+    DispatchResult,
+    DueEntry,
+    FirePlanner,
+    IgnoredRecord,
+    JobQuery,
+    OccurrenceQuery,
+    Page,
+    StatusResult,
+    Store,
+)
+from rota.stores.schema import (
+    UtcDateTime,
+    aware_utc,
+    job_tags,
+    job_versions,
+    jobs,
+    occurrence_logs,
+    occurrences,
+    status_changes,
+    utc_text,
+)
+from rota.stores.urls import dialect_of, sqlite_path, to_async_url
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+ACTIVE = (int(OccurrenceStatus.QUEUED), int(OccurrenceStatus.RUNNING))
+IN_CHUNK = 5000
+"""Ids per ``IN (…)`` list: well below the bound-parameter limits of SQLite and asyncpg."""
+
+
+# --- engines ----------------------------------------------------------------------------------
+
+
+def _json_dumps(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def create_store_engine(
+    url: str,
+    *,
+    writer: bool = True,
+    pool_size: int = 5,
+    foreign_keys: bool = True,
+    busy_timeout_ms: int = 10_000,
+) -> AsyncEngine:
+    """An async engine for a user URL (``sqlite:///…`` or ``postgresql://…``).
+
+    For SQLite: ``writer`` connections open ``BEGIN IMMEDIATE`` transactions, others plain
+    ``BEGIN``; ``foreign_keys`` is turned off only for migrations (batch table rebuilds).
+    """
+    async_url = to_async_url(url)
+    common: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
+    if dialect_of(url) == "postgresql":
+        return create_async_engine(
+            async_url,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_pre_ping=True,
+            pool_recycle=1800,
+            **common,
+        )
+    engine = create_async_engine(
+        async_url, pool_size=pool_size, max_overflow=0 if writer else pool_size, **common
+    )
+    _configure_sqlite(engine, writer=writer, foreign_keys=foreign_keys, busy_ms=busy_timeout_ms)
+    return engine
+
+
+def _configure_sqlite(
+    engine: AsyncEngine, *, writer: bool, foreign_keys: bool, busy_ms: int
+) -> None:
+    pragmas = (
+        f"PRAGMA busy_timeout={int(busy_ms)}",
+        "PRAGMA journal_mode=WAL",
+        "PRAGMA synchronous=NORMAL",
+        f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}",
+    )
+    begin = "BEGIN IMMEDIATE" if writer else "BEGIN"
+
+    def on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        # Take transaction control away from the driver; ``on_begin`` emits our own BEGIN.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        for pragma in pragmas:
+            cursor.execute(pragma)
+        cursor.close()
+
+    def on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql(begin)
+
+    event.listen(engine.sync_engine, "connect", on_connect)
+    event.listen(engine.sync_engine, "begin", on_begin)
+
+
+@asynccontextmanager
+async def guard_errors() -> AsyncIterator[None]:
+    """Translate driver errors: duplicates -> ``ConflictError``, everything else the database
+    or the network raised -> ``BackendUnavailableError``."""
+    try:
+        yield
+    except IntegrityError as exc:
+        raise ConflictError(f"conflicts with stored data: {exc.orig}") from exc
+    except DBAPIError as exc:
+        cause = exc.orig if exc.orig is not None else exc
+        raise BackendUnavailableError(f"database error: {type(cause).__name__}: {cause}") from exc
+    except (PoolTimeoutError, OSError, TimeoutError) as exc:
+        raise BackendUnavailableError(f"database unreachable: {type(exc).__name__}: {exc}") from exc
+
+
+# --- hot batch writes -------------------------------------------------------------------------
+
+
+def _uuid_hex(value: UUID | None) -> str | None:
+    return None if value is None else value.hex
+
+
+def _sqlite_datetime(value: datetime | None) -> str | None:
+    return None if value is None else utc_text(value)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return None if value is None else aware_utc(value)
+
+
+def _json_or_null(value: Any) -> str | None:
+    return None if value is None else _json_dumps(value)
+
+
+_Converter = Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    sql: str
+    values: Callable[[dict[str, Any]], Any]
+    """A row's parameters in statement order (``operator.itemgetter``)."""
+    single: bool
+    """One parameter: ``values`` returns it bare, not in a tuple."""
+    converters: tuple[tuple[int, _Converter], ...]
+    """Positions whose value the driver needs converted."""
+
+
+class _FastBatches:
+    """``executemany`` of hot statements with driver-level parameters.
+
+    On batches of thousands of rows SQLAlchemy's per-row parameter processing costs more than
+    the database's work. These statements are compiled once per store; their parameters are
+    converted here exactly as the column types convert them (UUIDs: hex text in SQLite; UTC
+    datetimes: naive ISO text in SQLite; JSON: text) and handed to the driver as tuples.
+    Every parameter of such a statement must be a named ``bindparam`` with a type.
+    """
+
+    def __init__(self, dialect: str) -> None:
+        sqlite = dialect == "sqlite"
+        self._uuid: _Converter | None = _uuid_hex if sqlite else None
+        self._datetime: _Converter = _sqlite_datetime if sqlite else _aware
+        self._prepared: dict[str, _Prepared] = {}
+
+    async def execute(
+        self,
+        conn: AsyncConnection,
+        key: str,
+        make: Callable[[], UpdateBase],
+        rows: Sequence[dict[str, Any]],
+    ) -> int:
+        """Run the statement ``make()`` (cached under ``key``) once per row; returns the
+        driver's row count (``-1`` when it reports none)."""
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = self._prepared[key] = self._prepare(make(), conn)
+        result = await conn.exec_driver_sql(prepared.sql, self._params(prepared, rows))
+        return int(result.rowcount)
+
+    @staticmethod
+    def _params(prepared: _Prepared, rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        values = prepared.values
+        if prepared.single:
+            conv = prepared.converters[0][1] if prepared.converters else None
+            return [(values(r) if conv is None else conv(values(r)),) for r in rows]
+        if not prepared.converters:
+            return [values(r) for r in rows]
+        out: list[tuple[Any, ...]] = []
+        converters = prepared.converters
+        for row in rows:
+            params = list(values(row))
+            for index, conv in converters:
+                params[index] = conv(params[index])
+            out.append(tuple(params))
+        return out
+
+    def _prepare(self, stmt: UpdateBase, conn: AsyncConnection) -> _Prepared:
+        compiled = stmt.compile(dialect=conn.dialect)
+        names = compiled.positiontup
+        if not names:
+            raise TypeError("fast batches need a positional paramstyle and parameters")
+        converters: list[tuple[int, _Converter]] = []
+        for index, name in enumerate(names):
+            bind = compiled.binds[name]
+            if not bind.required:
+                raise TypeError(f"parameter {name} of a fast batch has a fixed value")
+            conv = self._converter(bind.type)
+            if conv is not None:
+                converters.append((index, conv))
+        return _Prepared(compiled.string, itemgetter(*names), len(names) == 1, tuple(converters))
+
+    def _converter(self, type_: Any) -> _Converter | None:
+        if isinstance(type_, UtcDateTime):
+            return self._datetime
+        if isinstance(type_, Uuid):
+            return self._uuid
+        if isinstance(type_, JSON):
+            return _json_or_null
+        return None
+
+
+# --- rows <-> records -------------------------------------------------------------------------
+
+_DEFINITION = (
+    "job_type",
+    "worker_id",
+    "display_name",
+    "description",
+    "tags",
+    "job_data",
+    "cron_expression",
+    "time_zone",
+    "execute_at",
+    "is_active",
+    "priority",
+    "concurrency_policy",
+    "misfire_policy",
+    "timeout_seconds",
+    "max_retries",
+    "retry_delay_seconds",
+    "next_run_at",
+    "bucket",
+    "version",
+    "updated_at",
+    "updated_by",
+)
+"""Job columns ``update_job`` replaces (not id, creation, or statistics)."""
+
+
+def _job_definition(job: Job) -> dict[str, Any]:
+    return {
+        "job_type": job.job_type,
+        "worker_id": job.worker_id,
+        "display_name": job.display_name,
+        "description": job.description,
+        "tags": list(job.tags),
+        "job_data": job.job_data,
+        "cron_expression": job.cron_expression,
+        "time_zone": job.time_zone,
+        "execute_at": job.execute_at,
+        "is_active": job.is_active,
+        "priority": int(job.priority),
+        "concurrency_policy": int(job.concurrency_policy),
+        "misfire_policy": job.misfire_policy.value,
+        "timeout_seconds": job.timeout_seconds,
+        "max_retries": job.max_retries,
+        "retry_delay_seconds": job.retry_delay_seconds,
+        "next_run_at": job.next_run_at,
+        "bucket": job.bucket,
+        "version": job.version,
+        "updated_at": job.updated_at,
+        "updated_by": job.updated_by,
+    }
+
+
+def _job_row(job: Job) -> dict[str, Any]:
+    row = _job_definition(job)
+    row.update(
+        id=job.id,
+        created_at=job.created_at,
+        created_by=job.created_by,
+        total_executions=job.total_executions,
+        success_count=job.success_count,
+        failure_count=job.failure_count,
+        average_duration_ms=job.average_duration_ms,
+        duration_samples=0 if job.average_duration_ms is None else job.success_count,
+    )
+    return row
+
+
+def _to_job(row: Row[Any]) -> Job:
+    m = row._mapping
+    return Job(
+        id=m["id"],
+        job_type=m["job_type"],
+        worker_id=m["worker_id"],
+        display_name=m["display_name"],
+        description=m["description"],
+        tags=tuple(m["tags"]),
+        job_data=m["job_data"],
+        cron_expression=m["cron_expression"],
+        time_zone=m["time_zone"],
+        execute_at=m["execute_at"],
+        is_active=m["is_active"],
+        priority=Priority(m["priority"]),
+        concurrency_policy=ConcurrencyPolicy(m["concurrency_policy"]),
+        misfire_policy=MisfirePolicy(m["misfire_policy"]),
+        timeout_seconds=m["timeout_seconds"],
+        max_retries=m["max_retries"],
+        retry_delay_seconds=m["retry_delay_seconds"],
+        next_run_at=m["next_run_at"],
+        bucket=m["bucket"],
+        version=m["version"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        created_by=m["created_by"],
+        updated_by=m["updated_by"],
+        total_executions=m["total_executions"],
+        success_count=m["success_count"],
+        failure_count=m["failure_count"],
+        average_duration_ms=m["average_duration_ms"],
+    )
+
+
+def _snapshot(job: Job) -> dict[str, Any]:
+    """The versioned fields of a job under their API names."""
+    return {
+        "jobType": job.job_type,
+        "workerId": job.worker_id,
+        "jobData": job.job_data,
+        "cronExpression": job.cron_expression,
+        "timeZone": job.time_zone,
+        "executeAt": None if job.execute_at is None else job.execute_at.isoformat(),
+    }
+
+
+def _occurrence_row(occ: Occurrence, policy: ConcurrencyPolicy) -> dict[str, Any]:
+    return {
+        "id": occ.id,
+        "job_id": occ.job_id,
+        "job_type": occ.job_type,
+        "worker_id": occ.worker_id,
+        "status": int(occ.status),
+        "scheduled_for": occ.scheduled_for,
+        "due_at": occ.due_at,
+        "created_at": occ.created_at,
+        "attempt": occ.attempt,
+        "max_retries": occ.max_retries,
+        "priority": int(occ.priority),
+        "timeout_seconds": occ.timeout_seconds,
+        "job_version": occ.job_version,
+        "job_data": occ.job_data,
+        "dispatched_at": occ.dispatched_at,
+        "instance_id": occ.instance_id,
+        "start_time": occ.start_time,
+        "end_time": occ.end_time,
+        "duration_ms": occ.duration_ms,
+        "result": occ.result,
+        "exception": occ.exception,
+        "skip_reason": occ.skip_reason,
+        "last_heartbeat": occ.last_heartbeat,
+        "trigger_reason": occ.trigger_reason,
+        "concurrency_policy": int(policy),
+    }
+
+
+def _to_occurrence(row: Row[Any], changes: tuple[StatusChange, ...] = ()) -> Occurrence:
+    m = row._mapping
+    return Occurrence(
+        id=m["id"],
+        job_id=m["job_id"],
+        job_type=m["job_type"],
+        worker_id=m["worker_id"],
+        status=OccurrenceStatus(m["status"]),
+        scheduled_for=m["scheduled_for"],
+        due_at=m["due_at"],
+        created_at=m["created_at"],
+        attempt=m["attempt"],
+        max_retries=m["max_retries"],
+        priority=Priority(m["priority"]),
+        timeout_seconds=m["timeout_seconds"],
+        job_version=m["job_version"],
+        job_data=m["job_data"],
+        dispatched_at=m["dispatched_at"],
+        instance_id=m["instance_id"],
+        start_time=m["start_time"],
+        end_time=m["end_time"],
+        duration_ms=m["duration_ms"],
+        result=m["result"],
+        exception=m["exception"],
+        skip_reason=m["skip_reason"],
+        last_heartbeat=m["last_heartbeat"],
+        trigger_reason=m["trigger_reason"],
+        status_changes=changes,
+    )
+
+
+def _change_row(occurrence_id: UUID, change: StatusChange) -> dict[str, Any]:
+    return {
+        "occurrence_id": occurrence_id,
+        "timestamp": change.timestamp,
+        "from_status": None if change.from_status is None else int(change.from_status),
+        "to_status": int(change.to_status),
+        "attempt": change.attempt,
+        "reason": change.reason,
+    }
+
+
+def _to_change(row: Row[Any]) -> StatusChange:
+    m = row._mapping
+    from_status = m["from_status"]
+    return StatusChange(
+        timestamp=m["timestamp"],
+        from_status=None if from_status is None else OccurrenceStatus(from_status),
+        to_status=OccurrenceStatus(m["to_status"]),
+        attempt=m["attempt"],
+        reason=m["reason"],
+    )
+
+
+def _encode_cursor(last_id: UUID) -> str:
+    return last_id.hex
+
+
+def _decode_cursor(cursor: str) -> UUID:
+    try:
+        return UUID(hex=cursor)
+    except ValueError:
+        raise ValidationError("invalid cursor", field="cursor") from None
+
+
+def _page(items: list[T], limit: int, key: Callable[[T], UUID]) -> Page[T]:
+    if len(items) > limit:
+        items = items[:limit]
+        return Page(items=items, next_cursor=_encode_cursor(key(items[-1])))
+    return Page(items=items)
+
+
+def _chunks(ids: Sequence[T], size: int = IN_CHUNK) -> Iterable[Sequence[T]]:
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
+
+
+def _unique(ids: Iterable[UUID]) -> list[UUID]:
+    return list(dict.fromkeys(ids))
+
+
+# --- status application (pure) ----------------------------------------------------------------
+
+_LOADED = ("status", "attempt", "start_time", "duration_ms", "last_heartbeat")
+"""Occurrence columns ``apply_status`` reads besides id and job id."""
+
+_RUNNING = OccurrenceStatus.RUNNING
+_QUEUED = OccurrenceStatus.QUEUED
+_FAILED = OccurrenceStatus.FAILED
+_TERMINAL = frozenset(s for s in OccurrenceStatus if s.is_terminal)
+_STATUSES = {int(s): s for s in OccurrenceStatus}
+
+
+class _Current:
+    """An occurrence's state while a status batch is applied to it, and the columns the batch
+    changed (``changed``: column -> new value)."""
+
+    __slots__ = (
+        "attempt",
+        "changed",
+        "duration_ms",
+        "job_id",
+        "last_heartbeat",
+        "start_time",
+        "status",
+    )
+
+    def __init__(
+        self,
+        job_id: UUID,
+        status: int,
+        attempt: int,
+        start_time: datetime | None,
+        duration_ms: float | None,
+        last_heartbeat: datetime | None,
+    ) -> None:
+        self.job_id = job_id
+        self.status = _STATUSES[status]
+        self.attempt = attempt
+        self.start_time = start_time
+        self.duration_ms = duration_ms
+        self.last_heartbeat = last_heartbeat
+        self.changed: dict[str, Any] = {}
+
+
+@dataclass(slots=True)
+class _Stats:
+    total: int = 0
+    success: int = 0
+    failure: int = 0
+    duration_sum: float = 0.0
+    duration_count: int = 0
+
+    def count(self, status: OccurrenceStatus, duration_ms: float | None) -> None:
+        self.total += 1
+        if status is OccurrenceStatus.COMPLETED:
+            self.success += 1
+            if duration_ms is not None:
+                self.duration_sum += duration_ms
+                self.duration_count += 1
+        elif status in (OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT):
+            self.failure += 1
+
+
+_HEARTBEAT = "heartbeat"
+
+
+def _decide(current: _Current, record: StatusRecord) -> tuple[OccurrenceStatus, int] | str:
+    """What a status record does to an occurrence: ``(new status, new attempt)``,
+    :data:`_HEARTBEAT`, or the reason it is ignored (``late``, ``transition``)."""
+    if record.attempt < current.attempt:
+        return "late"
+    if record.status is _RUNNING and current.status is _RUNNING:
+        return _HEARTBEAT if record.attempt == current.attempt else "transition"
+    if record.status is _FAILED and record.retry_at is not None:
+        if can_transition(current.status, _FAILED):
+            return _QUEUED, record.attempt + 1
+        return "transition"
+    if record.status is _QUEUED:
+        if record.attempt > current.attempt and can_transition(current.status, _QUEUED):
+            return _QUEUED, record.attempt
+        return "transition"
+    if not can_transition(current.status, record.status):
+        return "transition"
+    return record.status, record.attempt
+
+
+def _apply_change(
+    current: _Current, record: StatusRecord, to: OccurrenceStatus, attempt: int
+) -> None:
+    """Set the fields an applied record carries, on ``current`` and in its changed columns."""
+    changed = current.changed
+    current.status = to
+    current.attempt = changed["attempt"] = attempt
+    changed["status"] = int(to)
+    if record.instance_id is not None:
+        changed["instance_id"] = record.instance_id
+    if record.exception is not None:
+        changed["exception"] = record.exception
+    if to is _QUEUED:  # a new attempt, due at its retry time
+        changed["due_at"] = record.retry_at or record.timestamp
+        changed["dispatched_at"] = changed["end_time"] = None
+        current.start_time = current.last_heartbeat = current.duration_ms = None
+        changed["start_time"] = changed["last_heartbeat"] = changed["duration_ms"] = None
+        return
+    if record.result is not None:
+        changed["result"] = record.result
+    if record.duration_ms is not None:
+        current.duration_ms = changed["duration_ms"] = record.duration_ms
+    if to is _RUNNING:
+        current.start_time = current.last_heartbeat = record.timestamp
+        changed["start_time"] = changed["last_heartbeat"] = record.timestamp
+    if to in _TERMINAL:
+        changed["end_time"] = record.timestamp
+        if current.start_time is None and current.duration_ms is not None:
+            start = record.timestamp - timedelta(milliseconds=current.duration_ms)
+            current.start_time = changed["start_time"] = start
+
+
+def _reason(record: StatusRecord, to: OccurrenceStatus) -> str | None:
+    if record.status is _FAILED and to is _QUEUED:
+        return "retry"
+    if record.failure_type is not None:
+        return record.failure_type.value
+    return None
+
+
+@dataclass(slots=True)
+class _StatusBatch:
+    """The outcome of applying a batch in memory, ready to be written."""
+
+    current: dict[UUID, _Current]
+    applied: list[AppliedChange] = field(default_factory=list)
+    ignored: list[IgnoredRecord] = field(default_factory=list)
+    heartbeats: int = 0
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    stats: dict[UUID, _Stats] = field(default_factory=lambda: defaultdict(_Stats))
+
+    def apply(self, record: StatusRecord) -> None:
+        current = self.current.get(record.occurrence_id)
+        if current is None:
+            self.ignored.append(IgnoredRecord(record=record, reason="unknown"))
+            return
+        outcome = _decide(current, record)
+        if outcome == _HEARTBEAT:
+            self.heartbeats += 1
+            if current.last_heartbeat is None or record.timestamp > current.last_heartbeat:
+                current.last_heartbeat = current.changed["last_heartbeat"] = record.timestamp
+            return
+        if isinstance(outcome, str):
+            self.ignored.append(IgnoredRecord(record=record, reason=outcome))
+            return
+        to, attempt = outcome
+        before = current.status
+        _apply_change(current, record, to, attempt)
+        self.applied.append(
+            AppliedChange(
+                occurrence_id=record.occurrence_id,
+                job_id=current.job_id,
+                from_status=before,
+                to_status=to,
+                attempt=attempt,
+            )
+        )
+        self.changes.append(
+            {
+                "occurrence_id": record.occurrence_id,
+                "timestamp": record.timestamp,
+                "from_status": int(before),
+                "to_status": int(to),
+                "attempt": attempt,
+                "reason": _reason(record, to),
+            }
+        )
+        if to in _TERMINAL:
+            self.stats[current.job_id].count(to, current.duration_ms)
+
+    def updates(self) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+        """The changed occurrences grouped by the columns they change (one statement each)."""
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+        for occurrence_id, current in self.current.items():
+            if current.changed:
+                columns = tuple(sorted(current.changed))
+                groups[columns].append({**current.changed, "id": occurrence_id})
+        return groups
+
+
+# --- the store --------------------------------------------------------------------------------
+
+
+class SqlStore(Store):
+    """The :class:`~rota.core.ports.Store` on SQLite (embedded) or PostgreSQL (distributed).
+
+    ``url`` is a plain user URL (``sqlite:///path/rota.db``, ``postgresql://…``); the schema
+    must be migrated first (:func:`rota.stores.migrate.upgrade`).
+    """
+
+    def __init__(self, url: str, *, pool_size: int = 10, busy_timeout_ms: int = 10_000) -> None:
+        self._url = url
+        self._dialect = dialect_of(url)
+        self._pool_size = pool_size
+        self._busy_timeout_ms = busy_timeout_ms
+        self._writer: AsyncEngine | None = None
+        self._reader: AsyncEngine | None = None
+        self._write_lock = asyncio.Lock() if self._dialect == "sqlite" else None
+        self._fast = _FastBatches(self._dialect)
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self._dialect
+
+    # --- connections ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._writer is not None:
+            return
+        if self._dialect == "sqlite":
+            path = sqlite_path(self._url)
+            if path is None or not path.is_file():
+                # Connecting would create an empty, unmigrated database file.
+                raise BackendUnavailableError(
+                    f"no SQLite database at {path}: run `rota migrate` first"
+                )
+            self._writer = self._engine(writer=True, pool_size=1)
+            self._reader = self._engine(writer=False, pool_size=max(2, self._pool_size // 2))
+        else:
+            self._writer = self._reader = self._engine(writer=True, pool_size=self._pool_size)
+        try:
+            await self.ping()
+        except BaseException:
+            await self.close()
+            raise
+
+    def _engine(self, *, writer: bool, pool_size: int) -> AsyncEngine:
+        return create_store_engine(
+            self._url, writer=writer, pool_size=pool_size, busy_timeout_ms=self._busy_timeout_ms
+        )
+
+    async def close(self) -> None:
+        writer, reader = self._writer, self._reader
+        self._writer = self._reader = None
+        if writer is not None:
+            await writer.dispose()
+        if reader is not None and reader is not writer:
+            await reader.dispose()
+
+    async def ping(self) -> None:
+        async with self._read() as conn:
+            await conn.exec_driver_sql("SELECT 1")
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        engine = self._reader
+        if engine is None:
+            raise RuntimeError("SqlStore is not open: call open() first")
+        async with guard_errors(), engine.connect() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        engine = self._writer
+        if engine is None:
+            raise RuntimeError("SqlStore is not open: call open() first")
+        async with guard_errors():
+            if self._write_lock is None:
+                async with engine.begin() as conn:
+                    yield conn
+            else:
+                async with self._write_lock, engine.begin() as conn:
+                    yield conn
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    async def create_jobs(self, jobs_: Sequence[Job]) -> None:
+        if not jobs_:
+            return
+        tags = [{"tag": t, "job_id": j.id} for j in jobs_ for t in dict.fromkeys(j.tags)]
+        async with self._write() as conn:
+            await conn.execute(insert(jobs), [_job_row(j) for j in jobs_])
+            if tags:
+                await conn.execute(insert(job_tags), tags)
+
+    async def get_job(self, job_id: UUID) -> Job:
+        async with self._read() as conn:
+            row = (await conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
+        if row is None:
+            raise NotFoundError("job", job_id)
+        return _to_job(row)
+
+    async def list_jobs(self, query: JobQuery) -> Page[Job]:
+        limit = max(1, query.limit)
+        stmt = select(jobs).order_by(jobs.c.id.desc()).limit(limit + 1)
+        if query.search:
+            text = query.search
+            stmt = stmt.where(
+                or_(
+                    jobs.c.display_name.icontains(text, autoescape=True),
+                    jobs.c.job_type.icontains(text, autoescape=True),
+                    jobs.c.description.icontains(text, autoescape=True),
+                )
+            )
+        if query.tag is not None:
+            tagged = select(job_tags.c.job_id).where(job_tags.c.tag == query.tag)
+            stmt = stmt.where(jobs.c.id.in_(tagged))
+        if query.job_type is not None:
+            stmt = stmt.where(jobs.c.job_type == query.job_type)
+        if query.is_active is not None:
+            stmt = stmt.where(jobs.c.is_active == query.is_active)
+        if query.cursor is not None:
+            stmt = stmt.where(jobs.c.id < _decode_cursor(query.cursor))
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return _page([_to_job(r) for r in rows], limit, lambda j: j.id)
+
+    async def update_job(self, job: Job, *, expected_version: int) -> Job:
+        async with self._write() as conn:
+            stmt = select(jobs).where(jobs.c.id == job.id).with_for_update()
+            row = (await conn.execute(stmt)).first()
+            if row is None:
+                raise NotFoundError("job", job.id)
+            stored = _to_job(row)
+            if stored.version != expected_version:
+                raise ConflictError(
+                    f"job {job.id} is at version {stored.version}, not {expected_version}"
+                )
+            if job.version > expected_version:
+                await conn.execute(
+                    insert(job_versions).values(
+                        job_id=job.id,
+                        version=stored.version,
+                        snapshot=_snapshot(stored),
+                        created_at=utcnow(),
+                    )
+                )
+            await conn.execute(update(jobs).where(jobs.c.id == job.id).values(_job_definition(job)))
+            if set(job.tags) != set(stored.tags):
+                await self._replace_tags(conn, job)
+            row = (await conn.execute(select(jobs).where(jobs.c.id == job.id))).one()
+        return _to_job(row)
+
+    @staticmethod
+    async def _replace_tags(conn: AsyncConnection, job: Job) -> None:
+        await conn.execute(delete(job_tags).where(job_tags.c.job_id == job.id))
+        tags = [{"tag": t, "job_id": job.id} for t in dict.fromkeys(job.tags)]
+        if tags:
+            await conn.execute(insert(job_tags), tags)
+
+    async def delete_job(self, job_id: UUID) -> None:
+        async with self._write() as conn:
+            # Versions and tags go by ON DELETE CASCADE; also deleted explicitly so a database
+            # whose foreign keys are off (SQLite) is not left with orphans.
+            await conn.execute(delete(job_versions).where(job_versions.c.job_id == job_id))
+            await conn.execute(delete(job_tags).where(job_tags.c.job_id == job_id))
+            result = await conn.execute(delete(jobs).where(jobs.c.id == job_id))
+            if result.rowcount == 0:
+                raise NotFoundError("job", job_id)
+
+    async def job_versions(self, job_id: UUID) -> list[JobVersion]:
+        stmt = (
+            select(job_versions)
+            .where(job_versions.c.job_id == job_id)
+            .order_by(job_versions.c.version)
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            JobVersion(
+                job_id=r.job_id, version=r.version, snapshot=r.snapshot, created_at=r.created_at
+            )
+            for r in rows
+        ]
+
+    # --- scheduling -----------------------------------------------------------------------
+
+    async def due_jobs(
+        self, until: datetime, buckets: Sequence[int] | None, limit: int
+    ) -> list[DueEntry]:
+        if buckets is not None and not buckets:
+            return []
+        stmt = (
+            select(jobs.c.id, jobs.c.bucket, jobs.c.next_run_at)
+            .where(jobs.c.is_active.is_(True), jobs.c.next_run_at <= until)
+            .order_by(jobs.c.next_run_at, jobs.c.id)
+            .limit(max(0, limit))
+        )
+        if buckets is not None:
+            stmt = stmt.where(jobs.c.bucket.in_(list(buckets)))
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [DueEntry(r.id, r.bucket, r.next_run_at) for r in rows]
+
+    async def dispatch_due(
+        self, job_ids: Sequence[UUID], now: datetime, planner: FirePlanner
+    ) -> DispatchResult:
+        ids = _unique(job_ids)
+        if not ids:
+            return DispatchResult()
+        async with self._write() as conn:
+            claimed = await self._claim_jobs(conn, ids)
+            next_runs = await self._absent_jobs(conn, [i for i in ids if i not in claimed])
+            due: list[Job] = []
+            for job in claimed.values():
+                if job.is_active and job.next_run_at is not None and job.next_run_at <= now:
+                    due.append(job)
+                else:
+                    next_runs[job.id] = _due_entry(job.id, job.bucket, job)
+            active = await self._active_counts(conn, [j.id for j in due])
+            plans = _plan_all(due, active, now, planner, next_runs)
+            inserted = await self._insert_planned(conn, due, plans)
+            await self._advance_jobs(conn, due, plans)
+        for job in due:
+            if job.id in plans:
+                plan = plans[job.id]
+                next_runs[job.id] = _due_entry(job.id, job.bucket, plan)
+        return _classify(due, plans, active, inserted, next_runs)
+
+    async def _claim_jobs(self, conn: AsyncConnection, ids: Sequence[UUID]) -> dict[UUID, Job]:
+        """The requested jobs, locked; rows locked by another transaction are passed over."""
+        rows = await _fetch_in(
+            conn,
+            lambda chunk: (
+                select(jobs)
+                .where(jobs.c.id.in_(chunk))
+                .order_by(jobs.c.id)
+                .with_for_update(skip_locked=True)
+            ),
+            ids,
+        )
+        return {r.id: _to_job(r) for r in rows}
+
+    async def _absent_jobs(
+        self, conn: AsyncConnection, ids: Sequence[UUID]
+    ) -> dict[UUID, DueEntry | None]:
+        """``None`` for each requested id that is gone; ids locked elsewhere are left out."""
+        if not ids:
+            return {}
+        if self._dialect == "sqlite":  # no row locks: a missing row is a deleted job
+            return dict.fromkeys(ids)
+        rows = await _fetch_in(
+            conn, lambda chunk: select(jobs.c.id).where(jobs.c.id.in_(chunk)), ids
+        )
+        locked = {r.id for r in rows}
+        return {i: None for i in ids if i not in locked}
+
+    @staticmethod
+    async def _active_counts(conn: AsyncConnection, ids: Sequence[UUID]) -> dict[UUID, int]:
+        if not ids:
+            return {}
+        rows = await _fetch_in(
+            conn,
+            lambda chunk: (
+                select(occurrences.c.job_id, func.count())
+                .where(occurrences.c.job_id.in_(chunk), occurrences.c.status.in_(ACTIVE))
+                .group_by(occurrences.c.job_id)
+            ),
+            ids,
+        )
+        return {r[0]: int(r[1]) for r in rows}
+
+    async def _insert_planned(
+        self, conn: AsyncConnection, due: Sequence[Job], plans: dict[UUID, FirePlan]
+    ) -> set[UUID]:
+        """Insert the planned occurrences (a fire already recorded is skipped by the unique
+        key) and the creation status change of each one inserted; returns the ids inserted."""
+        rows = [
+            _occurrence_row(occ, job.concurrency_policy)
+            for job in due
+            if job.id in plans
+            for occ in plans[job.id].occurrences
+        ]
+        if not rows:
+            return set()
+        count = await self._fast.execute(conn, "insert_planned", self._insert_planned_stmt, rows)
+        planned = [row["id"] for row in rows]
+        if count == len(rows):
+            inserted = set(planned)
+        else:  # some fires were recorded before, or the driver does not count: ask
+            found = await _fetch_in(
+                conn,
+                lambda chunk: select(occurrences.c.id).where(occurrences.c.id.in_(chunk)),
+                planned,
+            )
+            inserted = {r.id for r in found}
+        changes = [
+            _change_row(occ.id, change)
+            for plan in plans.values()
+            for occ in plan.occurrences
+            if occ.id in inserted
+            for change in occ.status_changes
+        ]
+        if changes:
+            await self._fast.execute(conn, "insert_changes", _insert_changes_stmt, changes)
+        return inserted
+
+    def _insert_planned_stmt(self) -> UpdateBase:
+        values = {c.name: bindparam(c.name, type_=c.type) for c in occurrences.columns}
+        keys = ["job_id", "scheduled_for"]
+        if self._dialect == "postgresql":
+            return (
+                postgresql.insert(occurrences)
+                .values(values)
+                .on_conflict_do_nothing(index_elements=keys)
+            )
+        return sqlite.insert(occurrences).values(values).on_conflict_do_nothing(index_elements=keys)
+
+    async def _advance_jobs(
+        self, conn: AsyncConnection, due: Sequence[Job], plans: dict[UUID, FirePlan]
+    ) -> None:
+        params = [
+            {
+                "b_id": job.id,
+                "b_next": plans[job.id].next_run_at,
+                "b_active": plans[job.id].is_active,
+            }
+            for job in due
+            if job.id in plans
+        ]
+        if params:
+            await self._fast.execute(conn, "advance_jobs", _advance_jobs_stmt, params)
+
+    async def insert_occurrences(self, occurrences_: Sequence[Occurrence]) -> None:
+        if not occurrences_:
+            return
+        job_ids = _unique(o.job_id for o in occurrences_)
+        changes = [_change_row(o.id, c) for o in occurrences_ for c in o.status_changes]
+        async with self._write() as conn:
+            rows = await _fetch_in(
+                conn,
+                lambda chunk: select(jobs.c.id, jobs.c.concurrency_policy).where(
+                    jobs.c.id.in_(chunk)
+                ),
+                job_ids,
+            )
+            policies = {r.id: ConcurrencyPolicy(r.concurrency_policy) for r in rows}
+            await conn.execute(
+                insert(occurrences),
+                [
+                    _occurrence_row(o, policies.get(o.job_id, ConcurrencyPolicy.SKIP))
+                    for o in occurrences_
+                ],
+            )
+            if changes:
+                await conn.execute(insert(status_changes), changes)
+
+    async def mark_dispatched(self, occurrence_ids: Sequence[UUID], at: datetime) -> None:
+        ids = _unique(occurrence_ids)
+        if not ids:
+            return
+        async with self._write() as conn:
+            for chunk in _chunks(ids):
+                await conn.execute(
+                    update(occurrences).where(occurrences.c.id.in_(chunk)).values(dispatched_at=at)
+                )
+
+    async def undispatched(self, due_before: datetime, limit: int) -> list[Occurrence]:
+        occ = occurrences
+        earlier = occurrences.alias("earlier")
+        waiting = exists().where(
+            earlier.c.job_id == occ.c.job_id,
+            earlier.c.status.in_(ACTIVE),
+            earlier.c.id < occ.c.id,
+        )
+        stmt = (
+            select(occ)
+            .where(
+                occ.c.status == int(OccurrenceStatus.QUEUED),
+                occ.c.dispatched_at.is_(None),
+                occ.c.due_at <= due_before,
+                or_(occ.c.concurrency_policy != int(ConcurrencyPolicy.QUEUE), ~waiting),
+            )
+            .order_by(occ.c.due_at, occ.c.id)
+            .limit(max(0, limit))
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [_to_occurrence(r) for r in rows]
+
+    async def reset_dispatch(self, statuses: Sequence[OccurrenceStatus]) -> int:
+        if not statuses:
+            return 0
+        stmt = (
+            update(occurrences)
+            .where(
+                occurrences.c.status.in_([int(s) for s in statuses]),
+                occurrences.c.dispatched_at.is_not(None),
+            )
+            .values(dispatched_at=None)
+        )
+        async with self._write() as conn:
+            result = await conn.execute(stmt)
+        return int(result.rowcount)
+
+    # --- status and logs ------------------------------------------------------------------
+
+    async def apply_status(self, records: Sequence[StatusRecord]) -> StatusResult:
+        if not records:
+            return StatusResult()
+        ids = _unique(r.occurrence_id for r in records)
+        columns = [occurrences.c.id, occurrences.c.job_id] + [occurrences.c[n] for n in _LOADED]
+        async with self._write() as conn:
+            rows = await _fetch_in(
+                conn,
+                lambda chunk: (
+                    select(*columns)
+                    .where(occurrences.c.id.in_(chunk))
+                    .order_by(occurrences.c.id)
+                    .with_for_update()
+                ),
+                ids,
+            )
+            batch = _StatusBatch(current={oid: _Current(*rest) for oid, *rest in rows})
+            for record in records:
+                batch.apply(record)
+            await self._write_status_batch(conn, batch)
+        return StatusResult(
+            applied=batch.applied, ignored=batch.ignored, heartbeats=batch.heartbeats
+        )
+
+    async def _write_status_batch(self, conn: AsyncConnection, batch: _StatusBatch) -> None:
+        for columns, params in batch.updates().items():
+            await self._fast.execute(
+                conn,
+                "update_occurrences:" + ",".join(columns),
+                partial(_update_occurrences_stmt, columns),
+                params,
+            )
+        if batch.changes:
+            await self._fast.execute(conn, "insert_changes", _insert_changes_stmt, batch.changes)
+        stats = [
+            {
+                "b_id": job_id,
+                "b_total": s.total,
+                "b_success": s.success,
+                "b_failure": s.failure,
+                "b_dsum": s.duration_sum,
+                "b_dcount": s.duration_count,
+            }
+            for job_id, s in sorted(batch.stats.items())
+        ]
+        if stats:
+            await self._fast.execute(conn, "update_stats", _update_stats_stmt, stats)
+
+    async def append_logs(self, records: Sequence[LogRecord]) -> None:
+        if not records:
+            return
+        ids = _unique(r.occurrence_id for r in records)
+        async with self._write() as conn:
+            rows = await _fetch_in(
+                conn, lambda chunk: select(occurrences.c.id).where(occurrences.c.id.in_(chunk)), ids
+            )
+            known = {r.id for r in rows}
+            lines = [
+                {
+                    "occurrence_id": r.occurrence_id,
+                    "timestamp": r.timestamp,
+                    "level": r.level,
+                    "message": r.message,
+                    "data": None if r.data is None else dict(r.data),
+                    "category": r.category,
+                }
+                for r in records
+                if r.occurrence_id in known
+            ]
+            if lines:
+                await self._fast.execute(conn, "insert_logs", _insert_logs_stmt, lines)
+
+    async def get_occurrence(self, occurrence_id: UUID) -> Occurrence:
+        async with self._read() as conn:
+            row = (
+                await conn.execute(select(occurrences).where(occurrences.c.id == occurrence_id))
+            ).first()
+            if row is None:
+                raise NotFoundError("occurrence", occurrence_id)
+            changes = (
+                await conn.execute(
+                    select(status_changes)
+                    .where(status_changes.c.occurrence_id == occurrence_id)
+                    .order_by(status_changes.c.id)
+                )
+            ).all()
+        return _to_occurrence(row, tuple(_to_change(c) for c in changes))
+
+    async def list_occurrences(self, query: OccurrenceQuery) -> Page[Occurrence]:
+        """Filters: ``scheduled_after <= scheduled_for < scheduled_before``."""
+        limit = max(1, query.limit)
+        occ = occurrences
+        stmt = select(occ).order_by(occ.c.id.desc()).limit(limit + 1)
+        if query.job_id is not None:
+            stmt = stmt.where(occ.c.job_id == query.job_id)
+        if query.statuses:
+            stmt = stmt.where(occ.c.status.in_([int(s) for s in query.statuses]))
+        if query.scheduled_after is not None:
+            stmt = stmt.where(occ.c.scheduled_for >= query.scheduled_after)
+        if query.scheduled_before is not None:
+            stmt = stmt.where(occ.c.scheduled_for < query.scheduled_before)
+        if query.cursor is not None:
+            stmt = stmt.where(occ.c.id < _decode_cursor(query.cursor))
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return _page([_to_occurrence(r) for r in rows], limit, lambda o: o.id)
+
+    async def occurrence_logs(
+        self, occurrence_id: UUID, *, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, LogRecord]]:
+        logs = occurrence_logs
+        stmt = (
+            select(logs)
+            .where(logs.c.occurrence_id == occurrence_id, logs.c.seq > after)
+            .order_by(logs.c.seq)
+            .limit(max(0, limit))
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            (
+                int(r.seq),
+                LogRecord(
+                    occurrence_id=r.occurrence_id,
+                    timestamp=r.timestamp,
+                    level=r.level,
+                    message=r.message,
+                    data=r.data,
+                    category=r.category,
+                ),
+            )
+            for r in rows
+        ]
+
+    async def count_occurrences(
+        self, statuses: Sequence[OccurrenceStatus] = (), job_id: UUID | None = None
+    ) -> dict[OccurrenceStatus, int]:
+        """Every asked status (every status when none is given) with its count, zeros included."""
+        stmt = select(occurrences.c.status, func.count()).group_by(occurrences.c.status)
+        if statuses:
+            stmt = stmt.where(occurrences.c.status.in_([int(s) for s in statuses]))
+        if job_id is not None:
+            stmt = stmt.where(occurrences.c.job_id == job_id)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        counts = dict.fromkeys(statuses or tuple(OccurrenceStatus), 0)
+        for status, count in rows:
+            counts[OccurrenceStatus(status)] = int(count)
+        return counts
+
+
+# --- statement helpers ------------------------------------------------------------------------
+
+
+async def _fetch_in(
+    conn: AsyncConnection,
+    make: Callable[[Sequence[UUID]], Select[Any]],
+    ids: Sequence[UUID],
+) -> list[Row[Any]]:
+    """Run ``make(chunk)`` for each chunk of ``ids`` (one statement for a normal batch)."""
+    rows: list[Row[Any]] = []
+    for chunk in _chunks(ids):
+        rows.extend((await conn.execute(make(chunk))).all())
+    return rows
+
+
+def _insert_stmt(table: Table, skip: tuple[str, ...] = ()) -> UpdateBase:
+    return insert(table).values(
+        {c.name: bindparam(c.name, type_=c.type) for c in table.columns if c.name not in skip}
+    )
+
+
+def _insert_changes_stmt() -> UpdateBase:
+    return _insert_stmt(status_changes, skip=("id",))
+
+
+def _insert_logs_stmt() -> UpdateBase:
+    return _insert_stmt(occurrence_logs, skip=("seq",))
+
+
+def _advance_jobs_stmt() -> UpdateBase:
+    return (
+        update(jobs)
+        .where(jobs.c.id == bindparam("b_id", type_=Uuid()))
+        .values(
+            next_run_at=bindparam("b_next", type_=UtcDateTime()),
+            is_active=bindparam("b_active", type_=Boolean()),
+        )
+    )
+
+
+def _update_occurrences_stmt(columns: Sequence[str]) -> UpdateBase:
+    """Set ``columns`` (parameters named after them) of the occurrence with parameter ``id``."""
+    c = occurrences.c
+    values = {name: bindparam(name, type_=c[name].type) for name in columns}
+    return update(occurrences).where(c.id == bindparam("id", type_=Uuid())).values(values)
+
+
+def _update_stats_stmt() -> UpdateBase:
+    j = jobs.c
+    dcount = bindparam("b_dcount", type_=Integer())
+    dsum = bindparam("b_dsum", type_=Float())
+    samples = j.duration_samples + dcount
+    known = func.coalesce(j.average_duration_ms * j.duration_samples, literal_column("0.0"))
+    average = case(
+        (samples > j.duration_samples, (known + dsum) / samples),
+        else_=j.average_duration_ms,
+    )
+    return (
+        update(jobs)
+        .where(j.id == bindparam("b_id", type_=Uuid()))
+        .values(
+            total_executions=j.total_executions + bindparam("b_total", type_=Integer()),
+            success_count=j.success_count + bindparam("b_success", type_=Integer()),
+            failure_count=j.failure_count + bindparam("b_failure", type_=Integer()),
+            duration_samples=samples,
+            average_duration_ms=average,
+        )
+    )
+
+
+def _due_entry(job_id: UUID, bucket: int, state: Job | FirePlan) -> DueEntry | None:
+    if not state.is_active or state.next_run_at is None:
+        return None
+    return DueEntry(job_id, bucket, state.next_run_at)
+
+
+def _plan_all(
+    due: Sequence[Job],
+    active: dict[UUID, int],
+    now: datetime,
+    planner: FirePlanner,
+    next_runs: dict[UUID, DueEntry | None],
+) -> dict[UUID, FirePlan]:
+    """Plan each due job. A job whose planning fails is left as it is (logged, reported with
+    no next fire so the index drops it until the loader finds it due again)."""
+    plans: dict[UUID, FirePlan] = {}
+    for job in due:
+        try:
+            plans[job.id] = planner(job, active.get(job.id, 0), now)
+        except Exception:
+            log.exception("planning job %s failed; it stays due", job.id, extra={"job_id": job.id})
+            next_runs[job.id] = None
+    return plans
+
+
+def _classify(
+    due: Sequence[Job],
+    plans: dict[UUID, FirePlan],
+    active: dict[UUID, int],
+    inserted: set[UUID],
+    next_runs: dict[UUID, DueEntry | None],
+) -> DispatchResult:
+    """Sort the inserted occurrences into queued, held (Queue policy, behind an earlier active
+    occurrence) and skipped."""
+    queued: list[Occurrence] = []
+    held: list[Occurrence] = []
+    skipped: list[Occurrence] = []
+    for job in due:
+        plan = plans.get(job.id)
+        if plan is None:
+            continue
+        waits = job.concurrency_policy is ConcurrencyPolicy.QUEUE
+        busy = active.get(job.id, 0) > 0
+        for occ in plan.occurrences:
+            if occ.id not in inserted:
+                continue
+            if occ.status is not OccurrenceStatus.QUEUED:
+                skipped.append(occ)
+            elif waits and busy:
+                held.append(occ)
+            else:
+                queued.append(occ)
+                busy = True
+    return DispatchResult(queued=queued, held=held, skipped=skipped, next_runs=next_runs)
