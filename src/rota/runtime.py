@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rota.core.errors import ConfigurationError
-from rota.core.models import WorkerInfo
+from rota.core.models import OccurrenceStatus, WorkerInfo
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
 from rota.services.buckets import BucketOwner
 from rota.services.dispatcher import Dispatcher
@@ -173,9 +173,14 @@ class Runtime:
     # --- glue -----------------------------------------------------------------------------
 
     def _after_status(self, result: StatusResult) -> None:
-        # A finished occurrence may release a held one (Queue policy) and a retry is pending.
-        if result.applied:
-            self.dispatcher.wake(None)
+        # A retry (back to Queued) is pending now; a finished occurrence may release one held
+        # behind it (Queue policy). Otherwise there is nothing new for the dispatcher.
+        for change in result.applied:
+            if change.to_status is OccurrenceStatus.QUEUED or (
+                self.dispatcher.has_held and change.to_status.is_terminal
+            ):
+                self.dispatcher.wake(None)
+                return
 
     async def _relay_wakeups(self) -> None:
         async for due in self.coordination.wakeups():

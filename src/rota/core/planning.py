@@ -7,7 +7,7 @@ policy, no worker), and computes the job's next fire.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from rota.core.cron import parse_cached
@@ -122,7 +122,11 @@ def new_occurrence(
     ``skip_reason``; its creation is its first status change."""
     status = OccurrenceStatus.QUEUED if skip_reason is None else OccurrenceStatus.SKIPPED
     max_retries = job.max_retries if job.max_retries is not None else settings.default_max_retries
-    occurrence = Occurrence(
+    skip = None if skip_reason is None else skip_reason.value
+    change = StatusChange(
+        timestamp=now, from_status=None, to_status=status, reason=skip or trigger_reason
+    )
+    return Occurrence(
         id=new_id(),
         job_id=job.id,
         job_type=job.job_type,
@@ -136,17 +140,11 @@ def new_occurrence(
         timeout_seconds=job.timeout_seconds,
         job_version=job.version,
         job_data=job.job_data if job_data is None else job_data,
-        skip_reason=None if skip_reason is None else skip_reason.value,
+        skip_reason=skip,
         trigger_reason=trigger_reason,
         end_time=now if skip_reason is not None else None,
+        status_changes=(change,),
     )
-    change = StatusChange(
-        timestamp=now,
-        from_status=None,
-        to_status=status,
-        reason=occurrence.skip_reason or trigger_reason,
-    )
-    return replace(occurrence, status_changes=(change,))
 
 
 def first_run_at(job: Job, now: datetime) -> datetime | None:

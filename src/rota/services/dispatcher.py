@@ -93,6 +93,7 @@ class Dispatcher:
         )
         self._wake = asyncio.Event()
         self._pending_hint = True
+        self._held = False
         self._target: float | None = None
         self._next_pending_check = 0.0
         self._stopping = False
@@ -118,6 +119,11 @@ class Dispatcher:
     def resume(self) -> None:
         self._paused_reason = None
         self._wake.set()
+
+    @property
+    def has_held(self) -> bool:
+        """Whether occurrences may be held behind earlier ones (Queue policy)."""
+        return self._held
 
     @property
     def paused_reason(self) -> str | None:
@@ -189,7 +195,7 @@ class Dispatcher:
         self.stats.skipped += len(result.skipped)
         self.stats.held += len(result.held)
         if result.held:
-            self._pending_hint = True
+            self._held = True
         return len(result.queued)
 
     async def dispatch_pending(self) -> int:
@@ -201,6 +207,8 @@ class Dispatcher:
             now = self._clock()
             pending = await self._store.undispatched(now, self._settings.dispatch_batch_size)
             if not pending:
+                if total == 0:
+                    self._held = False
                 return total
             await self._publish(pending, now)
             total += len(pending)

@@ -26,6 +26,8 @@ class TrackerStats:
     ignored: int = 0
     late: int = 0
     heartbeats: int = 0
+    completed: int = 0
+    """Occurrences this tracker recorded Completed (store committed)."""
     log_lines: int = 0
     errors: int = 0
 
@@ -79,6 +81,9 @@ class StatusTracker:
         self.stats.ignored += len(result.ignored)
         self.stats.late += sum(1 for i in result.ignored if i.reason == "late")
         self.stats.heartbeats += result.heartbeats
+        self.stats.completed += sum(
+            1 for c in result.applied if c.to_status is OccurrenceStatus.COMPLETED
+        )
         if self._on_applied is not None:
             self._on_applied(result)
         return result
