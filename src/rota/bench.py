@@ -27,7 +27,7 @@ import rota
 from rota.core.errors import ConfigurationError
 from rota.core.models import OccurrenceStatus
 from rota.core.ports import OccurrenceQuery
-from rota.runtime import Runtime
+from rota.runtime import Runtime, tune_gc
 from rota.settings import Settings
 
 
@@ -51,6 +51,7 @@ async def _embedded_runtime(concurrency: int) -> AsyncIterator[Runtime]:
         settings.worker.concurrency = concurrency
         runtime = await prepare(settings, ["rota.bench"])
         await runtime.start()
+        tune_gc()
         try:
             yield runtime
         finally:

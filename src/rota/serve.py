@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import uvicorn
 from rich.console import Console
 
-from rota.runtime import Runtime, build_runtime
+from rota.runtime import Runtime, build_runtime, tune_gc
 from rota.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ async def serve(
 
     runtime = await prepare(settings, modules)
     await runtime.start()
+    tune_gc()
     try:
         if demo:
             from rota.demo import seed

@@ -74,6 +74,8 @@ FirePlanner = Callable[[Job, int, datetime], FirePlan]
 """``planner(job, active_occurrences, now)`` -> what to record and the job's next fire.
 
 ``active_occurrences`` is how many occurrences of the job are Queued or Running right now.
+The job carries its definition (type, group, data, schedule, policies, limits, next fire,
+bucket, version); its display, audit and statistics fields are not loaded and hold defaults.
 """
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from rota.core.errors import RotaError
-from rota.core.models import Job, JobMessage, Occurrence
+from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, OccurrenceStatus
 from rota.core.planning import FirePlan, PlanSettings, plan_fires
 from rota.core.ports import Broker, DueEntry, IndexEntry, ScheduleIndex, Store
 from rota.services.workers import WorkerDirectory
@@ -77,7 +77,14 @@ class Dispatcher:
         settings: SchedulerSettings,
         buckets: Callable[[], Sequence[int]],
         clock: Clock = utc_clock,
+        *,
+        mark_on_commit: bool = False,
     ) -> None:
+        """``mark_on_commit``: record Skip-policy occurrences as dispatched in the dispatch
+        transaction itself instead of in a second one after publishing. Only for the embedded
+        mode, where a crash between commit and publish loses the whole process and start-up
+        recovery hands every Queued occurrence to the dispatcher again."""
+        self._mark_on_commit = mark_on_commit
         self._store = store
         self._index = index
         self._broker = broker
@@ -218,13 +225,20 @@ class Dispatcher:
 
     def _plan(self, job: Job, active: int, now: datetime) -> FirePlan:
         job = self._with_type_defaults(job)
-        return plan_fires(
+        plan = plan_fires(
             job,
             active,
             now,
             self._plan_settings,
             has_worker=self._workers.serves(job.job_type, job.worker_id),
         )
+        if self._mark_on_commit and job.concurrency_policy is ConcurrencyPolicy.SKIP:
+            marked = tuple(
+                replace(o, dispatched_at=now) if o.status is OccurrenceStatus.QUEUED else o
+                for o in plan.occurrences
+            )
+            plan = replace(plan, occurrences=marked)
+        return plan
 
     def _with_type_defaults(self, job: Job) -> Job:
         """Fill what the job leaves unset from its job type's declared defaults (job over job
@@ -244,7 +258,9 @@ class Dispatcher:
         if not occurrences:
             return
         await self._broker.publish_jobs([to_message(o, now) for o in occurrences])
-        await self._store.mark_dispatched([o.id for o in occurrences], now)
+        unmarked = [o.id for o in occurrences if o.dispatched_at is None]
+        if unmarked:
+            await self._store.mark_dispatched(unmarked, now)
 
     async def _update_index(
         self, entries: Sequence[IndexEntry], next_runs: dict[UUID, DueEntry | None]

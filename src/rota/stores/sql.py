@@ -399,6 +399,54 @@ def _to_job(row: Row[Any]) -> Job:
     )
 
 
+_PLANNING_FIELDS = (
+    "id",
+    "job_type",
+    "worker_id",
+    "job_data",
+    "cron_expression",
+    "time_zone",
+    "execute_at",
+    "is_active",
+    "priority",
+    "concurrency_policy",
+    "misfire_policy",
+    "timeout_seconds",
+    "max_retries",
+    "retry_delay_seconds",
+    "next_run_at",
+    "bucket",
+    "version",
+)
+_PLANNING_COLUMNS = tuple(jobs.c[name] for name in _PLANNING_FIELDS)
+
+
+def _to_planning_job(row: Row[Any]) -> Job:
+    """A job with its definition only (what a planner needs); display fields, audit fields
+    and statistics keep their defaults. Loading fewer columns keeps dispatch cheap."""
+    (id_, job_type, worker_id, job_data, cron, zone, execute_at, active, priority, policy,
+     misfire, timeout, retries, delay, next_run, bucket, version) = row  # fmt: skip
+    return Job(
+        id=id_,
+        job_type=job_type,
+        worker_id=worker_id,
+        job_data=job_data,
+        cron_expression=cron,
+        time_zone=zone,
+        execute_at=execute_at,
+        is_active=active,
+        priority=Priority(priority),
+        concurrency_policy=ConcurrencyPolicy(policy),
+        misfire_policy=MisfirePolicy(misfire),
+        timeout_seconds=timeout,
+        max_retries=retries,
+        retry_delay_seconds=delay,
+        next_run_at=next_run,
+        bucket=bucket,
+        version=version,
+    )
+
+
 def _snapshot(job: Job) -> dict[str, Any]:
     """The versioned fields of a job under their API names."""
     return {
@@ -943,14 +991,14 @@ class SqlStore(Store):
         rows = await _fetch_in(
             conn,
             lambda chunk: (
-                select(jobs)
+                select(*_PLANNING_COLUMNS)
                 .where(jobs.c.id.in_(chunk))
                 .order_by(jobs.c.id)
                 .with_for_update(skip_locked=True)
             ),
             ids,
         )
-        return {r.id: _to_job(r) for r in rows}
+        return {r[0]: _to_planning_job(r) for r in rows}
 
     async def _absent_jobs(
         self, conn: AsyncConnection, ids: Sequence[UUID]
