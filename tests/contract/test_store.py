@@ -111,6 +111,13 @@ async def test_unreachable_database_raises_backend_unavailable(url: str) -> None
 # --- jobs -------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("data", [42, 2.5, "text", True, None, [1, "a"], {"k": 1}])
+async def test_any_json_value_reads_back_equal(store: SqlStore, data: object) -> None:
+    job = make_job(job_data=data)
+    await store.create_jobs([job])
+    assert (await store.get_job(job.id)).job_data == data
+
+
 async def test_created_job_reads_back_equal(store: SqlStore) -> None:
     job = make_job(
         worker_id="mailers",

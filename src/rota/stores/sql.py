@@ -114,6 +114,14 @@ IN_CHUNK = 5000
 # --- engines ----------------------------------------------------------------------------------
 
 
+def _json_loads(value: Any) -> Any:
+    """Parse stored JSON. SQLite gives a column declared ``JSON`` numeric affinity, so a bare
+    JSON number comes back already converted to an int or float: take it as it is."""
+    if isinstance(value, int | float):
+        return value
+    return orjson.loads(value)
+
+
 def _json_dumps(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
@@ -132,7 +140,7 @@ def create_store_engine(
     ``BEGIN``; ``foreign_keys`` is turned off only for migrations (batch table rebuilds).
     """
     async_url = to_async_url(url)
-    common: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
+    common: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": _json_loads}
     if dialect_of(url) == "postgresql":
         return create_async_engine(
             async_url,

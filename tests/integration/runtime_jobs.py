@@ -1,0 +1,25 @@
+"""Job handlers for the in-process runtime tests."""
+
+from __future__ import annotations
+
+import asyncio
+
+import rota
+
+
+@rota.job("it.fast")
+async def fast(ctx: rota.JobContext) -> str:
+    ctx.log.info("fast ran for %s", ctx.scheduled_for.isoformat())
+    return "fast"
+
+
+@rota.job("it.slow")
+async def slow(ctx: rota.JobContext) -> str:
+    await asyncio.sleep(1.0)
+    return "slow"
+
+
+@rota.job("it.sync")
+def sync_job(ctx: rota.JobContext) -> int:
+    ctx.log.warning("sync handler on attempt %d", ctx.attempt)
+    return 42

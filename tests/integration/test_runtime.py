@@ -1,0 +1,171 @@
+"""The embedded runtime end to end in one process: dispatcher, tracker, executor, store."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from rota.core.models import ConcurrencyPolicy, OccurrenceStatus
+from rota.core.ports import OccurrenceQuery
+from rota.runtime import Runtime
+from rota.serve import prepare
+from rota.settings import Settings
+
+S = OccurrenceStatus
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
+    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
+    settings.scheduler.sweeper_interval_seconds = 0.5
+    rt = await prepare(settings, ["tests.integration.runtime_jobs"])
+    await rt.start()
+    try:
+        yield rt
+    finally:
+        await rt.stop(grace=2)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def occurrences(rt: Runtime, job_id: UUID) -> list[object]:
+    page = await rt.store.list_occurrences(OccurrenceQuery(job_id=job_id, limit=1000))
+    return list(page.items)
+
+
+async def statuses(rt: Runtime, job_id: UUID) -> list[OccurrenceStatus]:
+    page = await rt.store.list_occurrences(OccurrenceQuery(job_id=job_id, limit=1000))
+    return [o.status for o in page.items]
+
+
+async def test_cron_job_completes_with_result_logs_and_stats(runtime: Runtime) -> None:
+    job = await runtime.jobs.create_job({"job_type": "it.fast", "cron_expression": "*/1 * * * * *"})
+
+    async def two_done() -> bool:
+        return (await statuses(runtime, job.id)).count(S.COMPLETED) >= 2
+
+    await eventually(two_done, 5, "two completed fires")
+    page = await runtime.store.list_occurrences(
+        OccurrenceQuery(job_id=job.id, statuses=(S.COMPLETED,))
+    )
+    occ = await runtime.store.get_occurrence(page.items[0].id)
+    assert occ.result == "fast"
+    assert occ.duration_ms is not None
+    assert occ.duration_ms >= 0
+    assert occ.start_time is not None
+    assert occ.start_time >= occ.scheduled_for
+    assert [c.to_status for c in occ.status_changes][-1] is S.COMPLETED
+
+    async def logged() -> bool:
+        lines = await runtime.store.occurrence_logs(occ.id)
+        return any("fast ran" in record.message for _, record in lines)
+
+    await eventually(logged, 3, "the handler's log line")
+    stats = await runtime.store.get_job(job.id)
+    assert stats.total_executions >= 2
+    assert stats.success_rate == 100.0
+
+
+async def test_sync_handler_runs_in_a_thread(runtime: Runtime) -> None:
+    job = await runtime.jobs.create_job({"job_type": "it.sync", "execute_at": runtime.jobs.now()})
+
+    async def done() -> bool:
+        return await statuses(runtime, job.id) == [S.COMPLETED]
+
+    await eventually(done, 5, "sync job completed")
+    [occ] = await occurrences(runtime, job.id)
+    assert occ.result == 42  # type: ignore[attr-defined]
+
+
+async def test_dispatcher_wakes_early_for_an_earlier_job(runtime: Runtime) -> None:
+    # Something due in an hour makes the dispatcher sleep long; a job due in 0.3 s must still
+    # run on time because creating it wakes the dispatcher.
+    now = runtime.jobs.now()
+    await runtime.jobs.create_job({"job_type": "it.fast", "execute_at": now + timedelta(hours=1)})
+    await asyncio.sleep(0.1)  # let the dispatcher go to sleep towards the far job
+    due = runtime.jobs.now() + timedelta(milliseconds=300)
+    job = await runtime.jobs.create_job({"job_type": "it.fast", "execute_at": due})
+
+    async def done() -> bool:
+        return await statuses(runtime, job.id) == [S.COMPLETED]
+
+    await eventually(done, 3, "the early job")
+    [occ] = await occurrences(runtime, job.id)
+    lateness = occ.start_time - due  # type: ignore[attr-defined]
+    assert timedelta(0) <= lateness < timedelta(milliseconds=250)
+
+
+async def test_unknown_job_type_is_skipped_with_no_worker(runtime: Runtime) -> None:
+    job = await runtime.jobs.create_job(
+        {"job_type": "nobody.declares.this", "execute_at": runtime.jobs.now()}
+    )
+
+    async def skipped() -> bool:
+        return await statuses(runtime, job.id) == [S.SKIPPED]
+
+    await eventually(skipped, 3, "a Skipped occurrence")
+    [occ] = await occurrences(runtime, job.id)
+    assert occ.skip_reason == "no_worker"  # type: ignore[attr-defined]
+
+
+async def test_skip_policy_records_overlaps(runtime: Runtime) -> None:
+    job = await runtime.jobs.create_job({"job_type": "it.slow", "cron_expression": "*/1 * * * * *"})
+
+    async def overlapped() -> bool:
+        return S.SKIPPED in await statuses(runtime, job.id)
+
+    await eventually(overlapped, 5, "an overlap")
+    await runtime.jobs.update_job(job.id, {"is_active": False})
+    page = await runtime.store.list_occurrences(OccurrenceQuery(job_id=job.id, limit=1000))
+    skipped = [o for o in page.items if o.status is S.SKIPPED]
+    assert {o.skip_reason for o in skipped} == {"overlap"}
+    running = [o for o in page.items if o.status in (S.QUEUED, S.RUNNING)]
+    assert len(running) <= 1
+
+
+async def test_queue_policy_runs_one_at_a_time(runtime: Runtime) -> None:
+    job = await runtime.jobs.create_job(
+        {
+            "job_type": "it.slow",
+            "cron_expression": "*/1 * * * * *",
+            "concurrency_policy": ConcurrencyPolicy.QUEUE,
+        }
+    )
+    seen_running: list[int] = []
+
+    async def two_completed() -> bool:
+        current = await statuses(runtime, job.id)
+        seen_running.append(current.count(S.RUNNING))
+        return current.count(S.COMPLETED) >= 2
+
+    await eventually(two_completed, 8, "two queued runs completed")
+    await runtime.jobs.update_job(job.id, {"is_active": False})
+    assert max(seen_running) == 1
+    assert S.SKIPPED not in await statuses(runtime, job.id)
+
+
+async def test_manual_trigger_runs_now(runtime: Runtime) -> None:
+    job = await runtime.jobs.create_job(
+        {"job_type": "it.fast", "execute_at": runtime.jobs.now() + timedelta(days=1)}
+    )
+    occ = await runtime.jobs.trigger(job.id, reason="because")
+
+    async def done() -> bool:
+        return (await runtime.store.get_occurrence(occ.id)).status is S.COMPLETED
+
+    await eventually(done, 3, "the triggered occurrence")
+    stored = await runtime.store.get_occurrence(occ.id)
+    assert stored.trigger_reason == "because"
