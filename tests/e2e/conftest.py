@@ -35,7 +35,7 @@ class RotaProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
-    def start(self) -> None:
+    def start(self, **env_overrides: str) -> None:
         self.starts += 1
         log = (self.log_dir / f"rota-{self.starts}.log").open("wb")
         cmd = [
@@ -43,7 +43,7 @@ class RotaProcess:
             "--jobs", str(HERE / "jobs.py"),
             "--data-dir", str(self.data_dir), "--port", str(self.port),
         ]  # fmt: skip
-        env = {**os.environ, "ROTA_SCHEDULER__SWEEPER_INTERVAL_SECONDS": "1"}
+        env = {**os.environ, "ROTA_SCHEDULER__SWEEPER_INTERVAL_SECONDS": "1", **env_overrides}
         with log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         self.wait_ready()

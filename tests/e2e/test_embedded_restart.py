@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -94,3 +95,36 @@ def test_running_job_killed_is_run_again(rota_process: RotaProcess) -> None:
     assert (RUNNING, UNKNOWN) in transitions
     assert (UNKNOWN, QUEUED) in transitions
     assert transitions[-1][1] == COMPLETED
+
+
+def test_fires_missed_while_down_are_recorded_as_misfires(rota_process: RotaProcess) -> None:
+    rota = rota_process
+    threshold = {"ROTA_SCHEDULER__MISFIRE_THRESHOLD_SECONDS": "1"}
+    rota.start(**threshold)
+    job = rota.api(
+        "POST",
+        "/jobs",
+        json={"jobType": "e2e.tick", "cronExpression": "*/1 * * * * *", "misfirePolicy": "skip"},
+    )
+    wait_until(lambda: len(completed(rota, job["id"])) >= 2, 20, "no fires before the outage")
+    rota.kill9()
+    down_at = datetime.now().astimezone()
+    time.sleep(4)  # the outage itself: fires are due while nothing runs
+    rota.start(**threshold)
+    wait_until(
+        lambda: any(
+            parse(str(o["scheduledFor"])) > down_at + timedelta(seconds=6)
+            for o in completed(rota, job["id"])
+        ),
+        20,
+        "schedule did not resume",
+    )
+    rota.api("PATCH", f"/jobs/{job['id']}", json={"isActive": False})
+    occurrences = rota.occurrences(job["id"])
+    misfires = [o for o in occurrences if o["skipReason"] == "misfire"]
+    assert len(misfires) >= 3, [(o["scheduledFor"], o["status"]) for o in occurrences]
+    assert all(o["status"] == SKIPPED for o in misfires)
+    fires = sorted(parse(str(o["scheduledFor"])) for o in occurrences)
+    assert len(fires) == len(set(fires))
+    span = int((fires[-1] - fires[0]).total_seconds()) + 1
+    assert set(fires) == {fires[0] + timedelta(seconds=i) for i in range(span)}

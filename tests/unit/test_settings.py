@@ -1,0 +1,51 @@
+"""Settings: environment over rota.toml over defaults; plain URLs pick the mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rota.core.errors import ConfigurationError
+from rota.runtime import build_runtime
+from rota.settings import Settings
+
+
+def test_defaults_are_embedded_sqlite_in_the_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = Settings()
+    assert settings.is_embedded
+    assert settings.effective_database_url == f"sqlite:///{tmp_path / '.rota' / 'rota.db'}"
+    assert settings.scheduler.bucket_count == 16
+    assert settings.scheduler.misfire_threshold_seconds == 60
+
+
+def test_environment_wins_over_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rota.toml").write_text(
+        "[scheduler]\nbucket_count = 8\nhot_window_seconds = 30\n[api]\nport = 9000\n"
+    )
+    monkeypatch.setenv("ROTA_SCHEDULER__BUCKET_COUNT", "32")
+    settings = Settings()
+    assert settings.scheduler.bucket_count == 32
+    assert settings.scheduler.hot_window_seconds == 30
+    assert settings.api.port == 9000
+
+
+def test_database_url_is_taken_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROTA_DATABASE_URL", "postgresql://u:p@db:5432/rota")
+    assert Settings().effective_database_url == "postgresql://u:p@db:5432/rota"
+
+
+def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROTA_SCHEDULER__BUCKET_COUNT", "0")
+    with pytest.raises(ValueError, match="bucket_count"):
+        Settings()
+
+
+def test_distributed_urls_fail_with_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROTA_REDIS_URL", "redis://127.0.0.1:6379/0")
+    with pytest.raises(ConfigurationError, match="ROTA_REDIS_URL"):
+        build_runtime(Settings())
