@@ -84,8 +84,10 @@ def plan_fires(
     settings: PlanSettings,
     *,
     has_worker: bool = True,
+    dispatched_at: datetime | None = None,
 ) -> FirePlan:
-    """Plan the fires of a due job. ``active``: its occurrences Queued or Running now."""
+    """Plan the fires of a due job. ``active``: its occurrences Queued or Running now.
+    ``dispatched_at``: record the Queued occurrences as handed to the broker at that time."""
     fires, next_run = enumerate_fires(job, now, settings.max_recorded_misses)
     runs = _choose_runs(fires, now, job, settings)
     occurrences: list[Occurrence] = []
@@ -100,7 +102,16 @@ def plan_fires(
             reason = SkipReason.OVERLAP
         else:
             running_now += 1
-        occurrences.append(new_occurrence(job, fire, now, settings, skip_reason=reason))
+        occurrences.append(
+            new_occurrence(
+                job,
+                fire,
+                now,
+                settings,
+                skip_reason=reason,
+                dispatched_at=dispatched_at if reason is None else None,
+            )
+        )
     return FirePlan(
         occurrences=tuple(occurrences),
         next_run_at=next_run,
@@ -117,6 +128,7 @@ def new_occurrence(
     skip_reason: SkipReason | None = None,
     trigger_reason: str | None = None,
     job_data: object = None,
+    dispatched_at: datetime | None = None,
 ) -> Occurrence:
     """A new occurrence of ``job`` for the fire at ``scheduled_for``: Queued, or Skipped with
     ``skip_reason``; its creation is its first status change."""
@@ -143,6 +155,7 @@ def new_occurrence(
         skip_reason=skip,
         trigger_reason=trigger_reason,
         end_time=now if skip_reason is not None else None,
+        dispatched_at=dispatched_at,
         status_changes=(change,),
     )
 

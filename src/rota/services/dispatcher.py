@@ -18,7 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from rota.core.errors import RotaError
-from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, OccurrenceStatus
+from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence
 from rota.core.planning import FirePlan, PlanSettings, plan_fires
 from rota.core.ports import Broker, DueEntry, IndexEntry, ScheduleIndex, Store
 from rota.services.workers import WorkerDirectory
@@ -225,20 +225,15 @@ class Dispatcher:
 
     def _plan(self, job: Job, active: int, now: datetime) -> FirePlan:
         job = self._with_type_defaults(job)
-        plan = plan_fires(
+        mark = self._mark_on_commit and job.concurrency_policy is ConcurrencyPolicy.SKIP
+        return plan_fires(
             job,
             active,
             now,
             self._plan_settings,
             has_worker=self._workers.serves(job.job_type, job.worker_id),
+            dispatched_at=now if mark else None,
         )
-        if self._mark_on_commit and job.concurrency_policy is ConcurrencyPolicy.SKIP:
-            marked = tuple(
-                replace(o, dispatched_at=now) if o.status is OccurrenceStatus.QUEUED else o
-                for o in plan.occurrences
-            )
-            plan = replace(plan, occurrences=marked)
-        return plan
 
     def _with_type_defaults(self, job: Job) -> Job:
         """Fill what the job leaves unset from its job type's declared defaults (job over job

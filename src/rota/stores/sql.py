@@ -164,6 +164,8 @@ def _configure_sqlite(
         f"PRAGMA busy_timeout={int(busy_ms)}",
         "PRAGMA journal_mode=WAL",
         "PRAGMA synchronous=NORMAL",
+        "PRAGMA cache_size=-65536",
+        "PRAGMA temp_store=MEMORY",
         f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}",
     )
     begin = "BEGIN IMMEDIATE" if writer else "BEGIN"
