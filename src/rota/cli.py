@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -77,6 +79,7 @@ def dev(
     if demo:
         modules.insert(0, "rota.demo")
     asyncio.run(serve(settings, modules, demo=demo, console=_console()))
+    _exit_past_stuck_threads()
 
 
 @app.command()
@@ -93,6 +96,7 @@ def server(
     settings = Settings()
     _apply_listen(settings, host, port)
     asyncio.run(serve(settings, list(jobs or []), demo=False, console=_console()))
+    _exit_past_stuck_threads()
 
 
 @app.command()
@@ -140,6 +144,20 @@ def bench_latency(
     configure_logging("warning")
     result = asyncio.run(run_latency(mode, jobs, spread))
     report(result, json_file, _console())
+
+
+def _exit_past_stuck_threads() -> None:
+    """After a graceful stop everything is stored; a plain-def handler that ignores its
+    cancellation would still keep the interpreter waiting for its thread. Do not wait."""
+    stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if stuck:
+        logging.getLogger(__name__).warning(
+            "exiting without waiting for %d handler thread(s) still running", len(stuck)
+        )
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _apply_listen(settings: Settings, host: str | None, port: int | None) -> None:

@@ -11,6 +11,7 @@ import orjson
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
     "message",
     "asctime",
+    "color_message",  # uvicorn's ANSI-coloured copy of the message
 }
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import uvicorn
 from rich.console import Console
@@ -54,7 +53,7 @@ async def serve(
             log_config=None,
             lifespan="off",
         )
-        server = uvicorn.Server(config)
+        server = _Server(config)
         url = f"http://{settings.api.host}:{settings.api.port}"
         console.print(f"[bold]Rota[/bold] is running: API {url}/api/v1  docs {url}/docs")
         console.print(f"store: {settings.effective_database_url}")
@@ -65,8 +64,16 @@ async def serve(
         console.print("Rota stopped.")
 
 
-def install_signal_handlers(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+class _Server(uvicorn.Server):
+    """uvicorn re-raises the signal that stopped it once ``serve`` returns, which for SIGTERM
+    kills the process before the runtime's graceful stop. Keep the signal for ourselves: the
+    runtime then stops gracefully (a second signal takes the default action)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self.stopped_by = list(self._captured_signals)
+                self._captured_signals.clear()

@@ -70,6 +70,12 @@ class RotaProcess:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
+    def terminate(self, timeout: float) -> int:
+        """SIGTERM; returns the exit code (fails if it takes longer than ``timeout``)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

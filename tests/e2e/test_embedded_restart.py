@@ -128,3 +128,22 @@ def test_fires_missed_while_down_are_recorded_as_misfires(rota_process: RotaProc
     assert len(fires) == len(set(fires))
     span = int((fires[-1] - fires[0]).total_seconds()) + 1
     assert set(fires) == {fires[0] + timedelta(seconds=i) for i in range(span)}
+
+
+def test_sigterm_lets_the_running_job_finish(rota_process: RotaProcess) -> None:
+    rota = rota_process
+    rota.start()
+    job = rota.api(
+        "POST", "/jobs", json={"jobType": "e2e.slow", "executeAt": "2020-01-01T00:00:00Z"}
+    )
+
+    def running() -> bool:
+        return any(o["status"] == RUNNING for o in rota.occurrences(job["id"]))
+
+    wait_until(running, 15, "slow job never ran")
+    assert rota.terminate(timeout=15) == 0
+    assert "Rota stopped." in rota.logs()
+    rota.start()
+    [occ] = rota.occurrences(job["id"])
+    assert occ["status"] == COMPLETED
+    assert occ["attempt"] == 1

@@ -23,3 +23,8 @@ async def slow(ctx: rota.JobContext) -> str:
 def sync_job(ctx: rota.JobContext) -> int:
     ctx.log.warning("sync handler on attempt %d", ctx.attempt)
     return 42
+
+
+@rota.job("it.defaults", max_retries=2, timeout=5)
+async def with_defaults(ctx: rota.JobContext) -> int:
+    return ctx.max_retries

@@ -186,6 +186,10 @@ async def test_create_refusals_name_their_field(client: httpx.AsyncClient) -> No
         ({"jobType": ""}, "jobType"),
         ({"jobData": "{not json"}, "jobData"),
         ({"colour": "red"}, "colour"),
+        ({"cronExpression": None, "executeAt": "0001-01-01T00:00:00+14:00"}, "executeAt"),
+        ({"cronExpression": None, "executeAt": "9999-12-31T23:59:59-14:00"}, "executeAt"),
+        ({"displayName": "a\u0000b"}, "displayName"),
+        ({"tags": ["ok", "b\u0000d"]}, "tags[1]"),
     ]
     for overrides, expected in cases:
         body = {"jobType": "t", "cronExpression": "@daily"} | overrides
@@ -193,6 +197,19 @@ async def test_create_refusals_name_their_field(client: httpx.AsyncClient) -> No
         problem = assert_problem(response, 422)
         assert expected in fields(problem), (overrides, problem)
 
+    infinite = await client.post(
+        "/api/v1/jobs",
+        content=b'{"jobType": "t", "cronExpression": "@daily", "timeoutSeconds": 1e400}',
+        headers={"content-type": "application/json"},
+    )
+    assert "timeoutSeconds" in fields(assert_problem(infinite, 422))
+    for query in ("search=a%00b", "tag=a%00b", "jobType=a%00b"):
+        assert_problem(await client.get(f"/api/v1/jobs?{query}"), 422)
+    for query in (
+        "scheduledAfter=0001-01-01T00:00:00%2B14:00",
+        "scheduledBefore=9999-12-31T23:59:59-14:00",
+    ):
+        assert_problem(await client.get(f"/api/v1/occurrences?{query}"), 422)
     missing = assert_problem(
         await client.post("/api/v1/jobs", json={"cronExpression": "@daily"}), 422
     )

@@ -169,3 +169,18 @@ async def test_manual_trigger_runs_now(runtime: Runtime) -> None:
     await eventually(done, 3, "the triggered occurrence")
     stored = await runtime.store.get_occurrence(occ.id)
     assert stored.trigger_reason == "because"
+
+
+async def test_job_type_defaults_apply_to_scheduled_and_manual_runs(runtime: Runtime) -> None:
+    job = await runtime.jobs.create_job(
+        {"job_type": "it.defaults", "execute_at": runtime.jobs.now()}
+    )
+
+    async def done() -> bool:
+        return await statuses(runtime, job.id) == [S.COMPLETED]
+
+    await eventually(done, 3, "the scheduled run")
+    manual = await runtime.jobs.trigger(job.id, reason="by hand")
+    for occ in [*(await occurrences(runtime, job.id)), manual]:
+        assert occ.max_retries == 2  # type: ignore[attr-defined]
+        assert occ.timeout_seconds == 5  # type: ignore[attr-defined]

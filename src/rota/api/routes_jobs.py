@@ -11,6 +11,7 @@ from rota.api.deps import Jobs
 from rota.api.problems import problem_responses
 from rota.api.schemas import (
     MAX_LIMIT,
+    NO_NUL,
     BulkCreate,
     JobCreate,
     JobList,
@@ -56,12 +57,12 @@ async def create_jobs(body: BulkCreate, jobs: Jobs) -> JobList:
 @router.get("", responses=problem_responses(422, 503), summary="List jobs, newest first")
 async def list_jobs(
     jobs: Jobs,
-    search: Annotated[str | None, Query(max_length=200)] = None,
-    tag: Annotated[str | None, Query(max_length=100)] = None,
-    job_type: Annotated[str | None, Query(alias="jobType", max_length=200)] = None,
+    search: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
+    tag: Annotated[str | None, Query(max_length=100, pattern=NO_NUL)] = None,
+    job_type: Annotated[str | None, Query(alias="jobType", max_length=200, pattern=NO_NUL)] = None,
     is_active: Annotated[bool | None, Query(alias="isActive")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    cursor: Annotated[str | None, Query(max_length=500, pattern=NO_NUL)] = None,
 ) -> JobPage:
     page = await jobs.list_jobs(
         search=search, tag=tag, job_type=job_type, is_active=is_active, limit=limit, cursor=cursor

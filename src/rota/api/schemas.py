@@ -51,8 +51,11 @@ def parse_json_string(value: Any) -> Any:
 JobData = Annotated[Any, BeforeValidator(parse_json_string)]
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 """A date-time in input, as UTC (naive: taken as UTC)."""
-ShortText = Annotated[str, StringConstraints(max_length=200)]
-Tag = Annotated[str, StringConstraints(max_length=100)]
+NO_NUL = r"^[^\x00]*$"
+"""Text may hold any character but NUL (PostgreSQL cannot store it)."""
+ShortText = Annotated[str, StringConstraints(max_length=200, pattern=NO_NUL)]
+Tag = Annotated[str, StringConstraints(max_length=100, pattern=NO_NUL)]
+Seconds = Annotated[float, Field(allow_inf_nan=False)]
 
 
 def split_tags(value: Any) -> Any:
@@ -97,7 +100,7 @@ class JobCreate(InputModel):
 
     job_type: ShortText = Field(description="The job type a worker group declares.")
     display_name: ShortText = Field("", description="Defaults to the job type.")
-    description: Annotated[str, StringConstraints(max_length=4000)] = ""
+    description: Annotated[str, StringConstraints(max_length=4000, pattern=NO_NUL)] = ""
     tags: Tags = Field(default_factory=list)
     worker_id: ShortText | None = Field(
         None, description="The worker group; omitted: the one live group declaring the type."
@@ -114,9 +117,9 @@ class JobCreate(InputModel):
         ConcurrencyPolicy.SKIP, description="0 Skip (overlapping fire skipped), 1 Queue."
     )
     misfire_policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
-    timeout_seconds: float | None = Field(None, gt=0)
+    timeout_seconds: Seconds | None = Field(None, gt=0)
     max_retries: int | None = Field(None, ge=0, le=1000)
-    retry_delay_seconds: float | None = Field(None, ge=0)
+    retry_delay_seconds: Seconds | None = Field(None, ge=0)
 
     def to_spec(self, created_by: str | None = None) -> JobSpec:
         return JobSpec(
@@ -146,7 +149,7 @@ class JobPatch(InputModel):
 
     job_type: ShortText | None = None
     display_name: ShortText | None = None
-    description: Annotated[str, StringConstraints(max_length=4000)] | None = None
+    description: Annotated[str, StringConstraints(max_length=4000, pattern=NO_NUL)] | None = None
     tags: Tags | None = None
     worker_id: ShortText | None = None
     job_data: JobData = None
@@ -157,9 +160,9 @@ class JobPatch(InputModel):
     priority: Priority | None = None
     concurrent_execution_policy: ConcurrencyPolicy | None = None
     misfire_policy: MisfirePolicy | None = None
-    timeout_seconds: float | None = Field(None, gt=0)
+    timeout_seconds: Seconds | None = Field(None, gt=0)
     max_retries: int | None = Field(None, ge=0, le=1000)
-    retry_delay_seconds: float | None = Field(None, ge=0)
+    retry_delay_seconds: Seconds | None = Field(None, ge=0)
 
     def changes(self) -> dict[str, Any]:
         """The fields sent, by job attribute name."""

@@ -7,8 +7,10 @@ policy, no worker), and computes the job's next fire.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from rota.core.cron import parse_cached
 from rota.core.ids import new_id
@@ -158,6 +160,20 @@ def new_occurrence(
         dispatched_at=dispatched_at,
         status_changes=(change,),
     )
+
+
+def with_type_defaults(job: Job, description: Mapping[str, Any] | None) -> Job:
+    """The job with what it leaves unset taken from its job type's declared defaults
+    (``maxRetries``, ``timeoutSeconds`` as a worker registers them): job over job type over
+    global settings."""
+    if description is None:
+        return job
+    changes: dict[str, Any] = {}
+    if job.max_retries is None and description.get("maxRetries") is not None:
+        changes["max_retries"] = int(description["maxRetries"])
+    if job.timeout_seconds is None and description.get("timeoutSeconds") is not None:
+        changes["timeout_seconds"] = float(description["timeoutSeconds"])
+    return replace(job, **changes) if changes else job
 
 
 def first_run_at(job: Job, now: datetime) -> datetime | None:

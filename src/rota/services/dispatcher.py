@@ -12,14 +12,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 from rota.core.errors import RotaError
 from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence
-from rota.core.planning import FirePlan, PlanSettings, plan_fires
+from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
 from rota.core.ports import Broker, DueEntry, IndexEntry, ScheduleIndex, Store
 from rota.services.workers import WorkerDirectory
 from rota.settings import SchedulerSettings
@@ -224,7 +223,7 @@ class Dispatcher:
                 return total
 
     def _plan(self, job: Job, active: int, now: datetime) -> FirePlan:
-        job = self._with_type_defaults(job)
+        job = with_type_defaults(job, self._workers.type_description(job.job_type))
         mark = self._mark_on_commit and job.concurrency_policy is ConcurrencyPolicy.SKIP
         return plan_fires(
             job,
@@ -234,20 +233,6 @@ class Dispatcher:
             has_worker=self._workers.serves(job.job_type, job.worker_id),
             dispatched_at=now if mark else None,
         )
-
-    def _with_type_defaults(self, job: Job) -> Job:
-        """Fill what the job leaves unset from its job type's declared defaults (job over job
-        type over global settings)."""
-        changes: dict[str, Any] = {}
-        if job.max_retries is None:
-            retries = self._workers.type_default(job.job_type, "maxRetries")
-            if retries is not None:
-                changes["max_retries"] = int(retries)
-        if job.timeout_seconds is None:
-            timeout = self._workers.type_default(job.job_type, "timeoutSeconds")
-            if timeout is not None:
-                changes["timeout_seconds"] = float(timeout)
-        return replace(job, **changes) if changes else job
 
     async def _publish(self, occurrences: Sequence[Occurrence], now: datetime) -> None:
         if not occurrences:

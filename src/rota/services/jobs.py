@@ -17,7 +17,7 @@ from typing import Any, Final, TypeVar
 from uuid import UUID
 
 from rota.core.cron import CronSchedule
-from rota.core.errors import BackendUnavailableError, ConflictError, ValidationError
+from rota.core.errors import BackendUnavailableError, ConflictError, RotaError, ValidationError
 from rota.core.ids import bucket_of, new_id
 from rota.core.models import (
     VERSIONED_FIELDS,
@@ -30,7 +30,7 @@ from rota.core.models import (
     OccurrenceStatus,
     Priority,
 )
-from rota.core.planning import PlanSettings, first_run_at, new_occurrence
+from rota.core.planning import PlanSettings, first_run_at, new_occurrence, with_type_defaults
 from rota.core.ports import (
     Coordination,
     IndexEntry,
@@ -274,12 +274,25 @@ class JobService:
         if job.concurrency_policy is ConcurrencyPolicy.SKIP and not force:
             await self._refuse_overlap(job)
         now = self.now()
+        job = with_type_defaults(job, await self._type_description(job.job_type))
         occurrence = new_occurrence(
             job, now, now, self._plan, trigger_reason=reason or "manual", job_data=job_data
         )
         await self._store.insert_occurrences([occurrence])
         await self._guarded(self._coordination.wake(now.timestamp()))
         return occurrence
+
+    async def _type_description(self, job_type: str) -> Mapping[str, Any] | None:
+        """What a live worker declared about ``job_type`` (defaults, schema), if any."""
+        try:
+            workers = await self._coordination.workers()
+        except RotaError as exc:
+            logger.warning("worker registry unavailable: %s", exc)
+            return None
+        for worker in workers:
+            if job_type in worker.job_types:
+                return worker.job_types[job_type]
+        return None
 
     async def resolve_worker_id(self, job_type: str, worker_id: str | None) -> str | None:
         """``worker_id`` if given; else the one live worker group declaring ``job_type``, or
@@ -480,7 +493,10 @@ def as_utc(moment: datetime) -> datetime:
     """The same instant in UTC; a naive datetime is taken as UTC."""
     if moment.tzinfo is None:
         return moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError("date-time out of range once converted to UTC") from exc
 
 
 def _text(value: object, field: str) -> str:

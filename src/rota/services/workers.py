@@ -42,10 +42,9 @@ class WorkerDirectory:
             return False
         return worker_id is None or worker_id in groups
 
-    def type_default(self, job_type: str, key: str) -> Any:
-        """A job type's declared default (``maxRetries``, ``timeoutSeconds``, …) or ``None``."""
-        description = self._defaults.get(job_type)
-        return None if description is None else description.get(key)
+    def type_description(self, job_type: str) -> Mapping[str, Any] | None:
+        """What a live worker declared about ``job_type`` (defaults, data schema), if any."""
+        return self._defaults.get(job_type)
 
     def groups_for(self, job_type: str) -> set[str]:
         return set(self._by_type.get(job_type, ()))
