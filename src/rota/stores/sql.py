@@ -409,52 +409,19 @@ def _to_job(row: Row[Any]) -> Job:
     )
 
 
-_PLANNING_FIELDS = (
-    "id",
-    "job_type",
-    "worker_id",
-    "job_data",
-    "cron_expression",
-    "time_zone",
-    "execute_at",
-    "is_active",
-    "priority",
-    "concurrency_policy",
-    "misfire_policy",
-    "timeout_seconds",
-    "max_retries",
-    "retry_delay_seconds",
-    "next_run_at",
-    "bucket",
-    "version",
-)
+_NOT_PLANNED = frozenset({"display_name", "description", "tags", "updated_at", "updated_by"})
+_PLANNING_FIELDS = ("id", *(name for name in _DEFINITION if name not in _NOT_PLANNED))
 _PLANNING_COLUMNS = tuple(jobs.c[name] for name in _PLANNING_FIELDS)
 
 
 def _to_planning_job(row: Row[Any]) -> Job:
     """A job with its definition only (what a planner needs); display fields, audit fields
     and statistics keep their defaults. Loading fewer columns keeps dispatch cheap."""
-    (id_, job_type, worker_id, job_data, cron, zone, execute_at, active, priority, policy,
-     misfire, timeout, retries, delay, next_run, bucket, version) = row  # fmt: skip
-    return Job(
-        id=id_,
-        job_type=job_type,
-        worker_id=worker_id,
-        job_data=job_data,
-        cron_expression=cron,
-        time_zone=zone,
-        execute_at=execute_at,
-        is_active=active,
-        priority=Priority(priority),
-        concurrency_policy=ConcurrencyPolicy(policy),
-        misfire_policy=MisfirePolicy(misfire),
-        timeout_seconds=timeout,
-        max_retries=retries,
-        retry_delay_seconds=delay,
-        next_run_at=next_run,
-        bucket=bucket,
-        version=version,
-    )
+    values = dict(zip(_PLANNING_FIELDS, row, strict=True))
+    values["priority"] = Priority(values["priority"])
+    values["concurrency_policy"] = ConcurrencyPolicy(values["concurrency_policy"])
+    values["misfire_policy"] = MisfirePolicy(values["misfire_policy"])
+    return Job(**values)
 
 
 def _snapshot(job: Job) -> dict[str, Any]:
