@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rota.core.errors import ConfigurationError
-from rota.core.models import OccurrenceStatus, WorkerInfo
+from rota.core.models import OccurrenceStatus
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
 from rota.services.buckets import BucketOwner
 from rota.services.dispatcher import Dispatcher
@@ -29,6 +29,7 @@ from rota.services.workers import WorkerDirectory
 from rota.settings import Settings
 from rota.worker.discovery import JobRegistry
 from rota.worker.executor import Executor
+from rota.worker.presence import WorkerPresence
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class Runtime:
         )
         self.jobs = JobService(store, index, coordination, sched, utcnow)
         self.executor: Executor | None = None
+        self.presence: WorkerPresence | None = None
         if registry is not None and settings.is_embedded:
             self.executor = Executor(
                 broker,
@@ -114,6 +116,14 @@ class Runtime:
                 concurrency=settings.worker.concurrency,
                 sync_threads=settings.worker.sync_threads,
                 flush_interval=settings.worker.flush_interval_seconds,
+            )
+            self.presence = WorkerPresence(
+                coordination,
+                self.executor,
+                registry,
+                worker_id=EMBEDDED_WORKER_ID,
+                concurrency=settings.worker.concurrency,
+                heartbeat_seconds=settings.worker.heartbeat_seconds,
             )
         self._tasks: list[asyncio.Task[None]] = []
         self.started_at: datetime | None = None
@@ -125,8 +135,8 @@ class Runtime:
         await self.broker.start()
         if self.settings.is_embedded:
             await recover_embedded(self.store, utcnow())
-        if self.executor is not None:
-            await self._register_embedded_worker()
+        if self.executor is not None and self.presence is not None:
+            await self.presence.start()
             await self.executor.start()
         await self.workers.refresh(force=True)
         await self.owner.tick()
@@ -137,8 +147,6 @@ class Runtime:
         self._spawn(self.tracker.run(), "status-tracker")
         self._spawn(self.log_collector.run(), "log-collector")
         self._spawn(self._relay_wakeups(), "wakeups")
-        if self.executor is not None:
-            self._spawn(self._worker_heartbeat(), "worker-heartbeat")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
 
@@ -147,10 +155,9 @@ class Runtime:
         are stored, leases released."""
         self.owner.begin_release()
         self.dispatcher.stop()
-        if self.executor is not None:
+        if self.executor is not None and self.presence is not None:
             await self.executor.stop(grace)
-            with contextlib.suppress(Exception):
-                await self.coordination.unregister_worker(self.executor.instance_id)
+            await self.presence.stop()
         await self._drain_reports(deadline=5.0)
         self.loader.stop()
         self.tracker.stop()
@@ -193,31 +200,6 @@ class Runtime:
     async def _relay_wakeups(self) -> None:
         async for due in self.coordination.wakeups():
             self.dispatcher.wake(due)
-
-    def _embedded_worker_info(self) -> WorkerInfo:
-        assert self.executor is not None
-        assert self.registry is not None
-        return WorkerInfo(
-            instance_id=self.executor.instance_id,
-            worker_id=EMBEDDED_WORKER_ID,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            job_types=self.registry.describe(),
-            concurrency=self.settings.worker.concurrency,
-            current_load=self.executor.load,
-        )
-
-    async def _register_embedded_worker(self) -> None:
-        ttl = self.settings.worker.heartbeat_seconds * 3
-        await self.coordination.register_worker(self._embedded_worker_info(), ttl)
-
-    async def _worker_heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.worker.heartbeat_seconds)
-            try:
-                await self._register_embedded_worker()
-            except Exception:
-                log.exception("worker heartbeat failed")
 
     async def health(self) -> dict[str, str]:
         """Each component's state: ``ok`` or the error text."""
