@@ -100,6 +100,25 @@ def server(
 
 
 @app.command()
+def worker(
+    modules: Annotated[list[str], typer.Argument(help="Modules with @rota.job handlers.")],
+    worker_id: Annotated[str, typer.Option("--worker-id", help="The worker group.")],
+    concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once.")] = 8,
+    grace: Annotated[float, typer.Option(min=0, help="Seconds running jobs get at SIGTERM.")] = 30,
+    log_level: LogLevelOpt = "info",
+) -> None:
+    """Run a worker process (distributed mode: ROTA_AMQP_URL and ROTA_REDIS_URL)."""
+    from rota.worker.process import run_worker
+
+    configure_logging(log_level)
+    settings = Settings()
+    asyncio.run(
+        run_worker(settings, modules, worker_id=worker_id, concurrency=concurrency, grace=grace)
+    )
+    _exit_past_stuck_threads()
+
+
+@app.command()
 def migrate(
     database_url: Annotated[
         str | None, typer.Option(help="Defaults to ROTA_DATABASE_URL or the data dir's SQLite.")

@@ -16,7 +16,7 @@ from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from rota.core.errors import ConfigurationError
+from rota.adapters import make_broker, make_coordination, make_index
 from rota.core.models import OccurrenceStatus
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
 from rota.services.buckets import BucketOwner
@@ -232,21 +232,9 @@ def build_runtime(settings: Settings, registry: JobRegistry | None = None) -> Ru
     from rota.stores.sql import SqlStore
 
     store = SqlStore(settings.effective_database_url)
-    index: ScheduleIndex
-    coordination: Coordination
-    broker: Broker
-    if settings.redis_url or settings.amqp_url:
-        raise ConfigurationError(
-            "the distributed mode (ROTA_REDIS_URL, ROTA_AMQP_URL) is not available in this "
-            "release; unset both to run embedded"
-        )
-    from rota.brokers.inprocess import InProcessBroker
-    from rota.coordination.memory import MemoryCoordination
-    from rota.indexes.memory import MemoryScheduleIndex
-
-    index = MemoryScheduleIndex()
-    coordination = MemoryCoordination()
-    broker = InProcessBroker()
+    broker = make_broker(settings)
+    index = make_index(settings)
+    coordination = make_coordination(settings)
     return Runtime(
         settings,
         store=store,

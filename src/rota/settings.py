@@ -60,8 +60,11 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         None, description="postgresql://… or sqlite:///path; unset: SQLite in the data dir."
     )
-    redis_url: str | None = None
-    amqp_url: str | None = None
+    redis_url: str | None = Field(None, description="redis://host:6379/0: distributed mode.")
+    amqp_url: str | None = Field(None, description="amqp://user:pass@host:5672/vhost.")
+    name_prefix: str = Field(
+        "rota", pattern=r"^[a-z][a-z0-9_-]*$", description="Prefix of Redis keys and AMQP names."
+    )
     scheduler: SchedulerSettings = SchedulerSettings()
     tracker: TrackerSettings = TrackerSettings()
     worker: WorkerSettings = WorkerSettings()

@@ -1,0 +1,85 @@
+"""``rota worker``: a standalone worker process (distributed mode). It declares its group's
+queue for the job types it has, registers and heartbeats, runs jobs, and on SIGTERM stops
+intake, lets running jobs finish within the grace period, then cancels them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Sequence
+
+from rota.adapters import make_broker, make_coordination
+from rota.core.errors import ConfigurationError
+from rota.runtime import new_instance_id
+from rota.settings import Settings
+from rota.worker.discovery import load_jobs
+from rota.worker.executor import Executor
+from rota.worker.presence import WorkerPresence
+
+log = logging.getLogger(__name__)
+
+
+async def run_worker(
+    settings: Settings,
+    modules: Sequence[str],
+    *,
+    worker_id: str,
+    concurrency: int,
+    grace: float,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run until SIGTERM/SIGINT (or ``stop`` is set), then stop gracefully."""
+    if settings.is_embedded:
+        raise ConfigurationError(
+            "a separate `rota worker` process needs the distributed mode: set ROTA_AMQP_URL "
+            "and ROTA_REDIS_URL (the embedded mode runs its workers inside `rota dev`)"
+        )
+    registry = load_jobs(modules)
+    if not registry:
+        raise ConfigurationError(f"no @rota.job handlers found in {', '.join(modules)}")
+    broker = make_broker(settings)
+    coordination = make_coordination(settings)
+    executor = Executor(
+        broker,
+        registry,
+        worker_id=worker_id,
+        instance_id=new_instance_id(worker_id),
+        concurrency=concurrency,
+        sync_threads=max(settings.worker.sync_threads, concurrency),
+        flush_interval=settings.worker.flush_interval_seconds,
+    )
+    presence = WorkerPresence(
+        coordination,
+        executor,
+        registry,
+        worker_id=worker_id,
+        concurrency=concurrency,
+        heartbeat_seconds=settings.worker.heartbeat_seconds,
+    )
+    stop = stop or asyncio.Event()
+    _on_signals(stop)
+    await broker.start()
+    try:
+        await presence.start()
+        await executor.start()
+        log.info(
+            "worker started",
+            extra={"worker_id": worker_id, "instance_id": executor.instance_id,
+                   "job_types": sorted(registry)},
+        )  # fmt: skip
+        await stop.wait()
+        log.info("worker stopping", extra={"grace_seconds": grace})
+        await executor.stop(grace)
+    finally:
+        await presence.stop()
+        await broker.close()
+        await coordination.close()
+
+
+def _on_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
