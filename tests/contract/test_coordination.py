@@ -2,22 +2,27 @@
 
 To add an adapter: append its name to ``ADAPTERS`` and a factory to ``_FACTORIES`` returning a
 :class:`Harness`: the adapter plus ``advance(seconds)``, which lets that much time pass (the
-memory adapter moves its clock; a server-side adapter sleeps, so TTLs here stay short).
+memory adapter moves its clock; a server-side adapter sleeps, so TTLs here stay short). A
+factory may push clean-ups (run after the adapter is closed) on the exit stack it is given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 import pytest
 
 from rota.coordination.memory import MemoryCoordination
+from rota.coordination.redis import RedisCoordination
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
+from tests.contract.redis_fixtures import redis_scope
 
-ADAPTERS = ["memory"]  # later: "redis"
+ADAPTERS = ["memory", "redis"]
 
 WAIT = 5.0
 QUIET = 0.2
@@ -40,7 +45,7 @@ class FakeClock:
         return self.value
 
 
-async def _memory() -> Harness:
+async def _memory(stack: AsyncExitStack) -> Harness:
     clock = FakeClock()
 
     async def advance(seconds: float) -> None:
@@ -49,7 +54,17 @@ async def _memory() -> Harness:
     return Harness(MemoryCoordination(clock=clock), advance, clock)
 
 
-_FACTORIES: dict[str, Callable[[], Awaitable[Harness]]] = {"memory": _memory}
+async def _redis(stack: AsyncExitStack) -> Harness:
+    """Real time: ``advance`` sleeps (the server expires leases and keys by its own clock,
+    which is this machine's)."""
+    client, prefix = await redis_scope(stack)
+    return Harness(RedisCoordination(client, prefix=prefix), asyncio.sleep, time.time)
+
+
+_FACTORIES: dict[str, Callable[[AsyncExitStack], Awaitable[Harness]]] = {
+    "memory": _memory,
+    "redis": _redis,
+}
 
 
 @pytest.fixture(params=ADAPTERS)
@@ -59,9 +74,10 @@ def adapter(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def harness(adapter: str) -> AsyncIterator[Harness]:
-    made = await _FACTORIES[adapter]()
-    yield made
-    await made.coordination.close()
+    async with AsyncExitStack() as stack:  # the factory's clean-ups run after close()
+        made = await _FACTORIES[adapter](stack)
+        yield made
+        await made.coordination.close()
 
 
 @pytest.fixture

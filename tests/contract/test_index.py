@@ -1,6 +1,7 @@
 """Contract of :class:`~rota.core.ports.ScheduleIndex`, run against every adapter.
 
-To add an adapter: append its name to ``ADAPTERS`` and a factory to ``_FACTORIES``.
+To add an adapter: append its name to ``ADAPTERS`` and a factory to ``_FACTORIES``; a factory
+may push clean-ups (run after the index is closed) on the exit stack it is given.
 """
 
 from __future__ import annotations
@@ -8,20 +9,31 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 
 import pytest
 
 from rota.core.ports import IndexEntry, ScheduleIndex
 from rota.indexes.memory import MemoryScheduleIndex
+from rota.indexes.redis import RedisScheduleIndex
+from tests.contract.redis_fixtures import redis_scope
 
-ADAPTERS = ["memory"]  # later: "redis"
+ADAPTERS = ["memory", "redis"]
 
 
-async def _memory() -> ScheduleIndex:
+async def _memory(stack: AsyncExitStack) -> ScheduleIndex:
     return MemoryScheduleIndex()
 
 
-_FACTORIES: dict[str, Callable[[], Awaitable[ScheduleIndex]]] = {"memory": _memory}
+async def _redis(stack: AsyncExitStack) -> ScheduleIndex:
+    client, prefix = await redis_scope(stack)
+    return RedisScheduleIndex(client, prefix=prefix)
+
+
+_FACTORIES: dict[str, Callable[[AsyncExitStack], Awaitable[ScheduleIndex]]] = {
+    "memory": _memory,
+    "redis": _redis,
+}
 
 
 @pytest.fixture(params=ADAPTERS)
@@ -31,9 +43,10 @@ def adapter(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def index(adapter: str) -> AsyncIterator[ScheduleIndex]:
-    made = await _FACTORIES[adapter]()
-    yield made
-    await made.close()
+    async with AsyncExitStack() as stack:  # the factory's clean-ups run after close()
+        made = await _FACTORIES[adapter](stack)
+        yield made
+        await made.close()
 
 
 def uid(n: int) -> uuid.UUID:

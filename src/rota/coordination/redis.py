@@ -1,0 +1,425 @@
+"""Coordination in Redis (distributed mode): leases, heartbeats, worker registry, wake-ups.
+
+- **Bucket leases** live in one hash (bucket -> ``fence:expires_us:owner``); each acquire,
+  release and listing is one Lua script, timed by the server's clock (``TIME``), so instances
+  with skewed clocks agree on expiry. A bucket granted to a new owner (or to the same owner
+  after its lease expired) takes the next value of its fence counter (``HINCRBY``).
+- **Scheduler instances and workers** are JSON values under keys with a TTL plus an index set;
+  listing reads the index, then one script returns the live values and drops the ids whose key
+  has expired. Worker registrations use camelCase JSON (``instanceId``, ``workerId``, ``host``,
+  ``pid``, ``jobTypes``, ``concurrency``, ``version``, ``currentLoad``, ``startedAt``,
+  ``lastHeartbeat``) so workers written in other languages can register too.
+- **Wake-ups** go through a capped stream (``XADD MAXLEN ~``). Each :meth:`wakeups` iterator
+  starts at the stream's last id as of its creation and reads it with short blocking ``XREAD``
+  calls on its own connection, resuming from the last id it saw after a cancelled read or a lost
+  connection (pub/sub would lose what was sent meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from rota.core.errors import BackendUnavailableError
+from rota.core.models import WorkerInfo
+from rota.core.ports import Coordination, Lease
+from rota.redis_client import DEFAULT_SOCKET_TIMEOUT, connect, unavailable
+from rota.redis_keys import DEFAULT_PREFIX, RedisKeys
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+log = logging.getLogger(__name__)
+
+_LEASE_OF = """
+local function lease_of(value)
+  local fence, expires, owner = string.match(value, '^(%d+):(%d+):(.*)$')
+  return tonumber(fence), tonumber(expires), owner
+end
+"""
+
+_NOW_US = (
+    _LEASE_OF
+    + """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+"""
+)
+
+# KEYS: leases hash, fences hash; ARGV: owner, ttl (µs), buckets...
+# Returns a flat list (bucket, fence, expires_us) of the leases the owner holds afterwards.
+_ACQUIRE_SCRIPT = (
+    _NOW_US
+    + """
+local owner, expires = ARGV[1], now + tonumber(ARGV[2])
+local out = {}
+for i = 3, #ARGV do
+  local bucket, fence = ARGV[i], nil
+  local current = redis.call('HGET', KEYS[1], bucket)
+  local free = true
+  if current then
+    local f, e, o = lease_of(current)
+    if e > now then
+      free = false
+      if o == owner then fence = f end
+    end
+  end
+  if free then fence = redis.call('HINCRBY', KEYS[2], bucket, 1) end
+  if fence then
+    redis.call('HSET', KEYS[1], bucket,
+               string.format('%d:%.0f:%s', fence, expires, owner))
+    out[#out + 1] = tonumber(bucket)
+    out[#out + 1] = fence
+    out[#out + 1] = expires
+  end
+end
+return out
+"""
+)
+
+# KEYS: leases hash; ARGV: owner, buckets... Deletes the owner's leases among them.
+_RELEASE_SCRIPT = (
+    _LEASE_OF
+    + """
+for i = 2, #ARGV do
+  local current = redis.call('HGET', KEYS[1], ARGV[i])
+  if current then
+    local _, _, o = lease_of(current)
+    if o == ARGV[1] then redis.call('HDEL', KEYS[1], ARGV[i]) end
+  end
+end
+return 0
+"""
+)
+
+# KEYS: leases hash. Returns a flat list (bucket, fence, expires_us, owner) of unexpired leases.
+_LEASES_SCRIPT = (
+    _NOW_US
+    + """
+local all = redis.call('HGETALL', KEYS[1])
+local out = {}
+for i = 1, #all, 2 do
+  local f, e, o = lease_of(all[i + 1])
+  if e > now then
+    out[#out + 1] = tonumber(all[i])
+    out[#out + 1] = f
+    out[#out + 1] = e
+    out[#out + 1] = o
+  end
+end
+return out
+"""
+)
+
+# KEYS: index set, then the value key of each id in ARGV. Returns a flat list (id, value) of
+# the ids whose key still exists, and removes the others from the index.
+_LIVE_SCRIPT = """
+local out = {}
+for i = 1, #ARGV do
+  local value = redis.call('GET', KEYS[i + 1])
+  if value then
+    out[#out + 1] = ARGV[i]
+    out[#out + 1] = value
+  else
+    redis.call('SREM', KEYS[1], ARGV[i])
+  end
+end
+return out
+"""
+
+_WAKEUP_CAP = 1000
+"""Approximate number of wake-ups the stream keeps (``MAXLEN ~``)."""
+
+
+def _ttl_ms(ttl: float) -> int:
+    return max(1, round(ttl * 1000))
+
+
+def _worker_json(info: WorkerInfo) -> bytes:
+    return orjson.dumps(
+        {
+            "instanceId": info.instance_id,
+            "workerId": info.worker_id,
+            "host": info.host,
+            "pid": info.pid,
+            "jobTypes": info.job_types,
+            "concurrency": info.concurrency,
+            "version": info.version,
+            "currentLoad": info.current_load,
+            "startedAt": info.started_at,
+            "lastHeartbeat": info.last_heartbeat,
+        }
+    )
+
+
+def _worker_from_json(raw: bytes) -> WorkerInfo:
+    data: dict[str, Any] = orjson.loads(raw)
+    return WorkerInfo(
+        instance_id=data["instanceId"],
+        worker_id=data["workerId"],
+        host=data["host"],
+        pid=data["pid"],
+        job_types=data["jobTypes"],
+        concurrency=data["concurrency"],
+        version=data.get("version", ""),
+        current_load=data.get("currentLoad", 0),
+        started_at=datetime.fromisoformat(data["startedAt"]),
+        last_heartbeat=datetime.fromisoformat(data["lastHeartbeat"]),
+    )
+
+
+class RedisCoordination(Coordination):
+    """:class:`~rota.core.ports.Coordination` shared through Redis by every instance.
+
+    ``redis`` is a client from :func:`rota.redis_client.connect` (bytes replies); it is closed
+    by :meth:`close` only with ``close_client=True`` (as :meth:`from_url` does). Wake-up
+    iterators block on the server for at most ``block_seconds`` per read (keep it below the
+    client's socket timeout).
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        close_client: bool = False,
+        wakeup_cap: int = _WAKEUP_CAP,
+        block_seconds: float = 1.0,
+    ) -> None:
+        self._redis = redis
+        self._keys = RedisKeys(prefix)
+        self._close_client = close_client
+        self._closed = False
+        self._wakeup_cap = wakeup_cap
+        self._block_ms = max(1, round(block_seconds * 1000))
+        self._subscribers: set[_StreamWakeups] = set()
+        self._acquire = redis.register_script(_ACQUIRE_SCRIPT)
+        self._release = redis.register_script(_RELEASE_SCRIPT)
+        self._list_leases = redis.register_script(_LEASES_SCRIPT)
+        self._live = redis.register_script(_LIVE_SCRIPT)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
+    ) -> RedisCoordination:
+        """A coordination with its own client, closed with it."""
+        return cls(connect(url, socket_timeout=socket_timeout), prefix=prefix, close_client=True)
+
+    async def close(self) -> None:
+        """End every wake-up iterator and close the client if owned (idempotent)."""
+        subscribers, self._subscribers = self._subscribers, set()
+        for subscriber in subscribers:
+            await subscriber.aclose()
+        if not self._closed:
+            self._closed = True
+            if self._close_client:
+                await self._redis.aclose()
+
+    # --- bucket leases --------------------------------------------------------------------
+
+    async def acquire_buckets(
+        self, instance_id: str, buckets: Sequence[int], ttl: float
+    ) -> dict[int, Lease]:
+        unique = list(dict.fromkeys(buckets))
+        if not unique:
+            return {}
+        keys = [self._keys.leases, self._keys.fences]
+        args: list[str | int] = [instance_id, max(1, round(ttl * 1_000_000)), *unique]
+        with unavailable("acquire bucket leases"):
+            flat = await self._acquire(keys=keys, args=args)
+        held = {}
+        for i in range(0, len(flat), 3):
+            bucket = int(flat[i])
+            held[bucket] = Lease(bucket, instance_id, int(flat[i + 1]), int(flat[i + 2]) / 1e6)
+        return held
+
+    async def release_buckets(self, instance_id: str, buckets: Sequence[int]) -> None:
+        if not buckets:
+            return
+        with unavailable("release bucket leases"):
+            await self._release(keys=[self._keys.leases], args=[instance_id, *buckets])
+
+    async def leases(self) -> dict[int, Lease]:
+        with unavailable("list bucket leases"):
+            flat = await self._list_leases(keys=[self._keys.leases])
+        found = [
+            Lease(int(flat[i]), flat[i + 3].decode(), int(flat[i + 1]), int(flat[i + 2]) / 1e6)
+            for i in range(0, len(flat), 4)
+        ]
+        return {lease.bucket: lease for lease in sorted(found, key=lambda lease: lease.bucket)}
+
+    # --- scheduler instances and workers --------------------------------------------------
+
+    async def heartbeat_instance(
+        self, instance_id: str, info: Mapping[str, str], ttl: float
+    ) -> None:
+        value = orjson.dumps(dict(info))
+        await self._put(
+            self._keys.instances, self._keys.instance(instance_id), instance_id, value, ttl
+        )
+
+    async def instances(self) -> dict[str, Mapping[str, str]]:
+        live = await self._live_values(self._keys.instances, self._keys.instance)
+        return {instance_id: orjson.loads(raw) for instance_id, raw in live}
+
+    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
+        key = self._keys.worker(info.instance_id)
+        await self._put(self._keys.workers, key, info.instance_id, _worker_json(info), ttl)
+
+    async def unregister_worker(self, instance_id: str) -> None:
+        with unavailable("unregister worker"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.delete(self._keys.worker(instance_id))
+                pipe.srem(self._keys.workers, instance_id)
+                await pipe.execute()
+
+    async def workers(self) -> list[WorkerInfo]:
+        live = await self._live_values(self._keys.workers, self._keys.worker)
+        return [_worker_from_json(raw) for _, raw in live]
+
+    async def _put(self, index: str, key: str, member: str, value: bytes, ttl: float) -> None:
+        with unavailable("register"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.set(key, value, px=_ttl_ms(ttl))
+                pipe.sadd(index, member)
+                await pipe.execute()
+
+    async def _live_values(
+        self, index: str, key_of: Callable[[str], str]
+    ) -> list[tuple[str, bytes]]:
+        """``(id, value)`` of the index's ids whose key has not expired, in id order."""
+        with unavailable("list registrations"):
+            members: set[Any] = await self._redis.smembers(index)
+            if not members:
+                return []
+            ids = sorted(bytes(member).decode() for member in members)
+            flat = await self._live(keys=[index, *map(key_of, ids)], args=ids)
+        return [(flat[i].decode(), flat[i + 1]) for i in range(0, len(flat), 2)]
+
+    # --- wake-ups -------------------------------------------------------------------------
+
+    async def wake(self, due: float) -> None:
+        # Subscribers created before this call must see it: let them learn the stream's tail
+        # (in flight on another connection) before adding to it.
+        starting = [s.start for s in self._subscribers if s.start is not None]
+        if starting:
+            await asyncio.wait(starting)
+        with unavailable("wake"):
+            await self._redis.xadd(
+                self._keys.wakeups,
+                {b"due": repr(float(due)).encode()},
+                maxlen=self._wakeup_cap,
+                approximate=True,
+            )
+
+    def wakeups(self) -> _StreamWakeups:
+        subscriber = _StreamWakeups(self)
+        self._subscribers.add(subscriber)
+        return subscriber
+
+    async def _stream_tail(self) -> bytes:
+        """The id of the stream's last entry (``0-0`` if empty)."""
+        with unavailable("read wake-ups"):
+            last: Any = await self._redis.xrevrange(self._keys.wakeups, count=1)
+        return bytes(last[0][0]) if last else b"0-0"
+
+
+class _StreamWakeups:
+    """One :meth:`RedisCoordination.wakeups` subscriber: reads the wake-up stream from the id
+    it started at, on its own connection. ``aclose()`` (or the coordination's close) ends it,
+    also while a read is waiting."""
+
+    _RETRY_DELAY = 0.5
+
+    def __init__(self, owner: RedisCoordination) -> None:
+        self._owner = owner
+        self._last_id: bytes | None = None
+        self._buffer: collections.deque[float] = collections.deque()
+        self._closed = False
+        self._client: Redis | None = None
+        self._reading: asyncio.Future[None] | None = None
+        self.start: asyncio.Future[None] | None = None
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet: the first read finds the tail
+        self.start = asyncio.ensure_future(self._find_start())
+        self.start.add_done_callback(self._started)
+
+    def _started(self, _: object) -> None:
+        self.start = None
+
+    async def _find_start(self) -> None:
+        try:
+            self._last_id = await self._owner._stream_tail()
+        except BackendUnavailableError as exc:
+            log.warning("wake-up subscription could not read the stream: %s", exc)
+
+    def __aiter__(self) -> _StreamWakeups:
+        return self
+
+    async def __anext__(self) -> float:
+        while not self._buffer:
+            if self._closed:
+                raise StopAsyncIteration
+            reading = self._reading = asyncio.ensure_future(self._fill())
+            try:
+                await asyncio.wait({reading})
+            except asyncio.CancelledError:
+                reading.cancel()
+                raise
+            finally:
+                self._reading = None
+            if not reading.cancelled():
+                reading.result()
+        return self._buffer.popleft()
+
+    async def _fill(self) -> None:
+        """One read: wait for the start, then up to ``block`` for new entries. Connection
+        trouble is logged and retried after a pause (the stream keeps what was sent)."""
+        if self.start is not None:
+            await asyncio.wait({self.start})
+        try:
+            if self._last_id is None:
+                self._last_id = await self._owner._stream_tail()
+            await self._read()
+        except BackendUnavailableError as exc:
+            log.warning("wake-up read failed, retrying: %s", exc)
+            await asyncio.sleep(self._RETRY_DELAY)
+
+    async def _read(self) -> None:
+        if self._client is None:
+            self._client = self._owner._redis.client()
+        stream = self._owner._keys.wakeups
+        assert self._last_id is not None
+        with unavailable("read wake-ups"):
+            found: Any = await self._client.xread(
+                {stream: self._last_id}, count=100, block=self._owner._block_ms
+            )
+        streams = found.items() if isinstance(found, dict) else found or ()  # RESP3 or RESP2
+        for _, entries in streams:
+            for entry_id, fields in entries:
+                self._last_id = bytes(entry_id)
+                self._buffer.append(float(fields[b"due"]))
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._owner._subscribers.discard(self)
+        pending = [f for f in (self.start, self._reading) if f is not None]
+        for future in pending:
+            future.cancel()
+        if pending:
+            await asyncio.wait(pending)
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
