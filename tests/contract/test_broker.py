@@ -1,7 +1,8 @@
 """Contract of :class:`~rota.core.ports.Broker`, run against every adapter.
 
 To add an adapter: append its name to ``ADAPTERS`` and a factory to ``_FACTORIES`` returning a
-:class:`Harness` (a started broker on names of its own, and how to read its dead letters).
+:class:`Harness` (a started broker on names of its own, and how to read its dead letters); the
+factory gets the test's request to ask for session fixtures (RabbitMQ: a vhost per test run).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from typing import TypeVar
 import pytest
 
 from rota.brokers.inprocess import InProcessBroker
+from rota.brokers.rabbitmq import RabbitMQBroker
 from rota.core.errors import BackendUnavailableError
 from rota.core.models import JobMessage, LogRecord, OccurrenceStatus, Priority, StatusRecord
 from rota.core.ports import Batch, Broker, Delivery
+from tests.contract.rabbitmq_fixtures import rabbitmq_url  # noqa: F401 (session fixture)
 
-ADAPTERS = ["memory"]  # later: "rabbitmq"
+ADAPTERS = ["memory", "rabbitmq"]
 
 T = TypeVar("T")
 WAIT = 5.0
@@ -37,7 +40,7 @@ class Harness:
     """Occurrence ids of the dead-lettered job messages, oldest first."""
 
 
-async def _memory() -> Harness:
+async def _memory(request: pytest.FixtureRequest) -> Harness:
     broker = InProcessBroker(prefix="rota")
 
     async def dead() -> list[uuid.UUID]:
@@ -47,7 +50,22 @@ async def _memory() -> Harness:
     return Harness(broker, "rota", dead)
 
 
-_FACTORIES: dict[str, Callable[[], Awaitable[Harness]]] = {"memory": _memory}
+async def _rabbitmq(request: pytest.FixtureRequest) -> Harness:
+    url = request.getfixturevalue("rabbitmq_url")  # one vhost per run, a prefix per test
+    prefix = f"rota-{uuid.uuid4().hex[:8]}"
+    broker = RabbitMQBroker(url, prefix=prefix, publish_timeout=WAIT, operation_timeout=WAIT)
+
+    async def dead() -> list[uuid.UUID]:
+        return [letter.message.occurrence_id for letter in await broker.dead_letters()]
+
+    await broker.start()
+    return Harness(broker, prefix, dead)
+
+
+_FACTORIES: dict[str, Callable[[pytest.FixtureRequest], Awaitable[Harness]]] = {
+    "memory": _memory,
+    "rabbitmq": _rabbitmq,
+}
 
 
 @pytest.fixture(params=ADAPTERS)
@@ -56,8 +74,8 @@ def adapter(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def harness(adapter: str) -> AsyncIterator[Harness]:
-    made = await _FACTORIES[adapter]()
+async def harness(adapter: str, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    made = await _FACTORIES[adapter](request)
     yield made
     await made.broker.close()
 

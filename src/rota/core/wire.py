@@ -1,0 +1,398 @@
+"""The JSON wire format of DESIGN.md §5: job messages, status and log record lists, dead letters.
+
+Bodies are UTF-8 JSON with camelCase keys, encoded with :mod:`orjson`. Datetimes travel as
+ISO-8601 UTC with a ``Z`` suffix, UUIDs as hyphenated lowercase strings, statuses and priorities
+as their integer codes. Encoding always writes every key (``null`` where empty); decoding ignores
+keys it does not know (a newer peer may send more), fills optional keys that are missing with
+their defaults, and refuses anything else with :class:`~rota.core.errors.ValidationError` naming
+the offending field (camelCase; ``body`` when the body is not the expected JSON shape), so a
+poison message can be detected and dead-lettered instead of crashing its consumer.
+
+The original correlation id of a job message travels in the ``x-original-correlation-id``
+header, not in the body: pass the message headers to :func:`decode_job_message` to get it back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from uuid import UUID
+
+import orjson
+
+from rota.core.errors import ValidationError
+from rota.core.models import (
+    FailureType,
+    JobMessage,
+    LogRecord,
+    OccurrenceStatus,
+    Priority,
+    StatusRecord,
+)
+
+T = TypeVar("T")
+
+HEADER_RETRY_COUNT = "x-retry-count"
+HEADER_MAX_RETRIES = "x-max-retries"
+HEADER_ORIGINAL_CORRELATION_ID = "x-original-correlation-id"
+CONTENT_TYPE = "application/json"
+
+_DUMPS_OPTIONS = orjson.OPT_UTC_Z
+_STATUSES = tuple(OccurrenceStatus)
+"""Statuses by code (the codes are 0, 1, 2, …)."""
+_PRIORITIES = tuple(Priority)
+_MISSING: Any = object()
+_FREE_FORM = ("jobData", "result", "data")
+"""Keys holding arbitrary JSON: the usual suspects when an encode fails."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadLetter:
+    """A job message that will not run again by itself, with why (when its sender said so).
+
+    A message rejected by a consumer reaches the dead-letter queue as it was published: its
+    ``failure_type``, ``exception`` and ``failed_at`` are then ``None``."""
+
+    message: JobMessage
+    failure_type: FailureType | None = None
+    exception: str | None = None
+    failed_at: datetime | None = None
+
+
+# --- encoding -------------------------------------------------------------------------------
+
+
+def _utc(value: datetime, key: str) -> datetime:
+    if value.tzinfo is UTC:
+        return value
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(f"{key}: datetime must be timezone-aware", field=key)
+    return value.astimezone(UTC)
+
+
+def _utc_or_none(value: datetime | None, key: str) -> datetime | None:
+    return None if value is None else _utc(value, key)
+
+
+def _default(value: object) -> object:
+    """Encode what orjson does not know natively: UUIDs of driver types (asyncpg returns its
+    own ``uuid.UUID`` subclass) as their canonical string."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"Type is not JSON serializable: {type(value).__qualname__}")
+
+
+def _dumps(document: object, documents: Sequence[Mapping[str, object]]) -> bytes:
+    try:
+        return orjson.dumps(document, default=_default, option=_DUMPS_OPTIONS)
+    except orjson.JSONEncodeError as exc:
+        raise _encode_error(exc, documents) from exc
+
+
+def _encode_error(exc: Exception, documents: Sequence[Mapping[str, object]]) -> ValidationError:
+    """Name the key whose value cannot be encoded (it is nearly always free-form data)."""
+    for index, document in enumerate(documents):
+        for key, value in document.items():
+            try:
+                orjson.dumps(value, default=_default, option=_DUMPS_OPTIONS)
+            except orjson.JSONEncodeError:
+                where = f"record {index}: " if len(documents) > 1 else ""
+                return ValidationError(f"{where}{key}: cannot be encoded as JSON: {exc}", field=key)
+    return ValidationError(f"cannot be encoded as JSON: {exc}", field=_FREE_FORM[0])
+
+
+def _job_message_dict(message: JobMessage) -> dict[str, object]:
+    return {
+        "occurrenceId": message.occurrence_id,
+        "jobId": message.job_id,
+        "jobType": message.job_type,
+        "jobData": message.job_data,
+        "correlationId": message.occurrence_id,
+        "timestamp": _utc(message.timestamp, "timestamp"),
+        "scheduledFor": _utc(message.scheduled_for, "scheduledFor"),
+        "retryCount": message.retry_count,
+        "maxRetries": message.max_retries,
+        "priority": int(message.priority),
+        "timeoutSeconds": message.timeout_seconds,
+        "jobVersion": message.job_version,
+        "workerId": message.worker_id,
+    }
+
+
+def _status_dict(record: StatusRecord) -> dict[str, object]:
+    failure = record.failure_type
+    return {
+        "occurrenceId": record.occurrence_id,
+        "status": int(record.status),
+        "timestamp": _utc(record.timestamp, "timestamp"),
+        "instanceId": record.instance_id,
+        "attempt": record.attempt,
+        "result": record.result,
+        "exception": record.exception,
+        "durationMs": record.duration_ms,
+        "retryAt": _utc_or_none(record.retry_at, "retryAt"),
+        "failureType": None if failure is None else failure.value,
+    }
+
+
+def _log_dict(record: LogRecord) -> dict[str, object]:
+    return {
+        "occurrenceId": record.occurrence_id,
+        "timestamp": _utc(record.timestamp, "timestamp"),
+        "level": record.level,
+        "message": record.message,
+        "data": record.data,
+        "category": record.category,
+    }
+
+
+def encode_job_message(message: JobMessage) -> bytes:
+    """The JSON body of a job message."""
+    document = _job_message_dict(message)
+    return _dumps(document, (document,))
+
+
+def job_message_headers(message: JobMessage) -> dict[str, int | str]:
+    """The AMQP headers that go with a job message."""
+    headers: dict[str, int | str] = {
+        HEADER_RETRY_COUNT: message.retry_count,
+        HEADER_MAX_RETRIES: message.max_retries,
+    }
+    if message.original_correlation_id is not None:
+        headers[HEADER_ORIGINAL_CORRELATION_ID] = str(message.original_correlation_id)
+    return headers
+
+
+def encode_status_records(records: Sequence[StatusRecord]) -> bytes:
+    """A JSON array of status records (order kept)."""
+    documents = [_status_dict(record) for record in records]
+    return _dumps(documents, documents)
+
+
+def encode_log_records(records: Sequence[LogRecord]) -> bytes:
+    """A JSON array of log records (order kept)."""
+    documents = [_log_dict(record) for record in records]
+    return _dumps(documents, documents)
+
+
+def encode_dead_letter(letter: DeadLetter) -> bytes:
+    """The job message plus ``failureType``, ``exception`` and ``failedAt``."""
+    document = _job_message_dict(letter.message)
+    failure = letter.failure_type
+    document["failureType"] = None if failure is None else failure.value
+    document["exception"] = letter.exception
+    document["failedAt"] = _utc_or_none(letter.failed_at, "failedAt")
+    return _dumps(document, (document,))
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+
+class _Reader:
+    """Typed access to one decoded JSON object; every refusal names the key."""
+
+    __slots__ = ("doc", "where")
+
+    def __init__(self, doc: object, where: str) -> None:
+        if not isinstance(doc, dict):
+            raise ValidationError(f"{where}expected a JSON object", field="body")
+        self.doc: dict[str, object] = doc
+        self.where = where
+
+    def fail(self, key: str, problem: str) -> ValidationError:
+        return ValidationError(f"{self.where}{key}: {problem}", field=key)
+
+    def raw(self, key: str, default: object = _MISSING) -> object:
+        value = self.doc.get(key, _MISSING)
+        if value is _MISSING:
+            if default is _MISSING:
+                raise self.fail(key, "is required")
+            return default
+        return value
+
+    def uuid(self, key: str) -> UUID:
+        value = self.raw(key)
+        if isinstance(value, str):
+            try:
+                return UUID(value)
+            except ValueError:
+                pass
+        raise self.fail(key, "must be a UUID string")
+
+    def text(self, key: str) -> str:
+        value = self.raw(key)
+        if not isinstance(value, str):
+            raise self.fail(key, "must be a string")
+        return value
+
+    def text_or_none(self, key: str) -> str | None:
+        value = self.raw(key, None)
+        if value is not None and not isinstance(value, str):
+            raise self.fail(key, "must be a string or null")
+        return value
+
+    def integer(self, key: str, default: int | None, low: int, high: int | None = None) -> int:
+        """An integer in ``[low, high]``; required when ``default`` is ``None``."""
+        value = self.raw(key, _MISSING if default is None else default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, "must be an integer")
+        if value < low or (high is not None and value > high):
+            bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise self.fail(key, f"must be {bounds}")
+        return value
+
+    def number_or_none(self, key: str) -> float | None:
+        value = self.raw(key, None)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(key, "must be a number or null")
+        if value < 0:
+            raise self.fail(key, "must not be negative")
+        return float(value)
+
+    def time(self, key: str) -> datetime:
+        return _parse_time(self, key, self.raw(key))
+
+    def time_or_none(self, key: str) -> datetime | None:
+        value = self.raw(key, None)
+        return None if value is None else _parse_time(self, key, value)
+
+    def mapping_or_none(self, key: str) -> dict[str, object] | None:
+        value = self.raw(key, None)
+        if value is not None and not isinstance(value, dict):
+            raise self.fail(key, "must be an object or null")
+        return value
+
+    def enum_or_none(self, key: str, kind: Callable[[str], T]) -> T | None:
+        value = self.raw(key, None)
+        if value is None:
+            return None
+        try:
+            return kind(value) if isinstance(value, str) else kind(str(value))
+        except ValueError:
+            raise self.fail(key, f"unknown value {value!r}") from None
+
+
+def _parse_time(reader: _Reader, key: str, value: object) -> datetime:
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            if parsed.tzinfo is None:
+                raise reader.fail(key, "must carry a time zone (UTC: Z)")
+            return parsed if parsed.tzinfo is UTC else parsed.astimezone(UTC)
+    raise reader.fail(key, "must be an ISO-8601 datetime string")
+
+
+def _loads(body: bytes | bytearray | memoryview | str) -> object:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(f"body is not JSON: {exc}", field="body") from exc
+
+
+def _records(body: bytes | bytearray | memoryview | str, read: Callable[[_Reader], T]) -> list[T]:
+    documents = _loads(body)
+    if not isinstance(documents, list):
+        raise ValidationError("expected a JSON array of records", field="body")
+    return [read(_Reader(doc, f"record {index}: ")) for index, doc in enumerate(documents)]
+
+
+def _read_job_message(reader: _Reader, headers: Mapping[str, object] | None) -> JobMessage:
+    occurrence_id = reader.uuid("occurrenceId")
+    if "correlationId" in reader.doc and reader.raw("correlationId") is not None:
+        reader.uuid("correlationId")  # validated; it is the occurrence id by definition
+    return JobMessage(
+        occurrence_id=occurrence_id,
+        job_id=reader.uuid("jobId"),
+        job_type=reader.text("jobType"),
+        job_data=reader.raw("jobData", None),
+        timestamp=reader.time("timestamp"),
+        scheduled_for=reader.time("scheduledFor"),
+        retry_count=reader.integer("retryCount", 0, 0),
+        max_retries=reader.integer("maxRetries", 0, 0),
+        priority=_PRIORITIES[reader.integer("priority", Priority.MEDIUM, 0, len(_PRIORITIES) - 1)],
+        timeout_seconds=reader.number_or_none("timeoutSeconds"),
+        job_version=reader.integer("jobVersion", 1, 1),
+        worker_id=reader.text_or_none("workerId"),
+        original_correlation_id=_original_correlation_id(headers),
+    )
+
+
+def _original_correlation_id(headers: Mapping[str, object] | None) -> UUID | None:
+    if not headers:
+        return None
+    value = headers.get(HEADER_ORIGINAL_CORRELATION_ID)
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    try:
+        return UUID(str(value))
+    except ValueError:
+        raise ValidationError(
+            f"{HEADER_ORIGINAL_CORRELATION_ID}: must be a UUID string",
+            field=HEADER_ORIGINAL_CORRELATION_ID,
+        ) from None
+
+
+def _read_status(reader: _Reader) -> StatusRecord:
+    return StatusRecord(
+        occurrence_id=reader.uuid("occurrenceId"),
+        status=_STATUSES[reader.integer("status", None, 0, len(_STATUSES) - 1)],
+        timestamp=reader.time("timestamp"),
+        attempt=reader.integer("attempt", 1, 1),
+        instance_id=reader.text_or_none("instanceId"),
+        result=reader.raw("result", None),
+        exception=reader.text_or_none("exception"),
+        duration_ms=reader.number_or_none("durationMs"),
+        retry_at=reader.time_or_none("retryAt"),
+        failure_type=reader.enum_or_none("failureType", FailureType),
+    )
+
+
+def _read_log(reader: _Reader) -> LogRecord:
+    return LogRecord(
+        occurrence_id=reader.uuid("occurrenceId"),
+        timestamp=reader.time("timestamp"),
+        level=reader.text("level"),
+        message=reader.text("message"),
+        data=reader.mapping_or_none("data"),
+        category=reader.text_or_none("category"),
+    )
+
+
+def decode_job_message(
+    body: bytes | bytearray | memoryview | str, headers: Mapping[str, object] | None = None
+) -> JobMessage:
+    """A job message from its JSON body (and AMQP headers); ``ValidationError`` if malformed."""
+    return _read_job_message(_Reader(_loads(body), ""), headers)
+
+
+def decode_status_records(body: bytes | bytearray | memoryview | str) -> list[StatusRecord]:
+    """Status records from a JSON array; ``ValidationError`` (naming the field) if malformed."""
+    return _records(body, _read_status)
+
+
+def decode_log_records(body: bytes | bytearray | memoryview | str) -> list[LogRecord]:
+    """Log records from a JSON array; ``ValidationError`` (naming the field) if malformed."""
+    return _records(body, _read_log)
+
+
+def decode_dead_letter(
+    body: bytes | bytearray | memoryview | str, headers: Mapping[str, object] | None = None
+) -> DeadLetter:
+    """A dead letter: a job message with optional ``failureType``, ``exception``, ``failedAt``."""
+    reader = _Reader(_loads(body), "")
+    return DeadLetter(
+        message=_read_job_message(reader, headers),
+        failure_type=reader.enum_or_none("failureType", FailureType),
+        exception=reader.text_or_none("exception"),
+        failed_at=reader.time_or_none("failedAt"),
+    )
