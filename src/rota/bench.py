@@ -10,7 +10,10 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -18,6 +21,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import psutil
 from rich.console import Console
@@ -58,20 +62,77 @@ async def _embedded_runtime(concurrency: int) -> AsyncIterator[Runtime]:
             await runtime.stop(grace=5)
 
 
-def _check_mode(mode: str) -> None:
-    if mode != "embedded":
-        raise ConfigurationError(f"bench mode {mode!r} is not available yet; use 'embedded'")
+BENCH_PREFIX = "rota-bench"
+BENCH_WORKER = "bench"
 
 
-async def _wait_completed(runtime: Runtime, expected: int, deadline: float) -> int:
+@asynccontextmanager
+async def _distributed_runtime(concurrency: int) -> AsyncIterator[Runtime]:
+    """One server runtime in this process and one ``rota worker`` process, on the services
+    named by ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL (under the ``rota-bench``
+    name prefix, so a bench never touches a real installation's queues or keys)."""
+    from rota.serve import prepare
+    from rota.stores.migrate import upgrade
+
+    settings = Settings(name_prefix=BENCH_PREFIX)
+    if settings.is_embedded or not settings.database_url:
+        raise ConfigurationError(
+            "bench --mode distributed needs ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL"
+        )
+    settings.scheduler.dispatch_batch_size = 2000
+    await upgrade(settings.effective_database_url)
+    runtime = await prepare(settings, [])
+    await runtime.start()
+    env = {**os.environ, "ROTA_NAME_PREFIX": BENCH_PREFIX}
+    cmd = [sys.executable, "-m", "rota", "worker", "rota.bench", "--worker-id", BENCH_WORKER]
+    cmd += ["--concurrency", str(concurrency), "--log-level", "warning"]
+    worker = await asyncio.to_thread(subprocess.Popen, cmd, env=env)
+    try:
+        await _wait_for_worker(runtime, worker)
+        tune_gc()
+        yield runtime
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(worker.wait, 60)
+        await runtime.stop(grace=5)
+
+
+async def _wait_for_worker(runtime: Runtime, worker: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise RuntimeError(f"the bench worker exited with {worker.returncode}")
+        if any("bench.noop" in w.job_types for w in await runtime.coordination.workers()):
+            await runtime.workers.refresh(force=True)
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError("the bench worker did not register within 60 s")
+
+
+def _runtime_for(mode: str, concurrency: int) -> Any:
+    if mode == "embedded":
+        return _embedded_runtime(concurrency)
+    if mode == "distributed":
+        return _distributed_runtime(concurrency)
+    raise ConfigurationError(f"unknown bench mode {mode!r}: use 'embedded' or 'distributed'")
+
+
+async def _completed_in_store(runtime: Runtime) -> int:
+    counts = await runtime.store.count_occurrences((OccurrenceStatus.COMPLETED,))
+    return counts.get(OccurrenceStatus.COMPLETED, 0)
+
+
+async def _wait_completed(
+    runtime: Runtime, expected: int, deadline: float, baseline: int = 0
+) -> int:
     """Wait until the tracker has committed ``expected`` Completed occurrences (a cheap
-    in-process counter, so polling does not load the store), then count them in the store."""
+    in-process counter, so polling does not load the store), then count them in the store
+    (less the ``baseline`` a shared store already held)."""
     while time.monotonic() < deadline:
         if runtime.tracker.stats.completed >= expected:
             break
         await asyncio.sleep(0.005)
-    counts = await runtime.store.count_occurrences((OccurrenceStatus.COMPLETED,))
-    return counts.get(OccurrenceStatus.COMPLETED, 0)
+    return await _completed_in_store(runtime) - baseline
 
 
 def _environment() -> dict[str, Any]:
@@ -85,9 +146,9 @@ def _environment() -> dict[str, Any]:
 
 
 async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[str, Any]:
-    _check_mode(mode)
     process = psutil.Process()
-    async with _embedded_runtime(concurrency) as runtime:
+    async with _runtime_for(mode, concurrency) as runtime:
+        baseline = await _completed_in_store(runtime)
         now = runtime.jobs.now()
         specs = [
             {"display_name": f"noop {i}", "job_type": "bench.noop", "execute_at": now}
@@ -96,7 +157,7 @@ async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[s
         t0 = time.perf_counter()
         await runtime.jobs.create_jobs(specs)
         created = time.perf_counter()
-        done = await _wait_completed(runtime, jobs, time.monotonic() + 600)
+        done = await _wait_completed(runtime, jobs, time.monotonic() + 600, baseline)
         finished = time.perf_counter()
         elapsed = finished - created
     return {
@@ -113,9 +174,9 @@ async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[s
 
 
 async def run_latency(mode: str, jobs: int, spread: float) -> dict[str, Any]:
-    _check_mode(mode)
     process = psutil.Process()
-    async with _embedded_runtime(64) as runtime:
+    async with _runtime_for(mode, 64) as runtime:
+        baseline = await _completed_in_store(runtime)
         start = runtime.jobs.now() + timedelta(seconds=2)
         specs = [
             {
@@ -125,9 +186,9 @@ async def run_latency(mode: str, jobs: int, spread: float) -> dict[str, Any]:
             }
             for i in range(jobs)
         ]
-        await runtime.jobs.create_jobs(specs)
-        done = await _wait_completed(runtime, jobs, time.monotonic() + spread + 120)
-        lateness = await _lateness(runtime, jobs)
+        created = await runtime.jobs.create_jobs(specs)
+        done = await _wait_completed(runtime, jobs, time.monotonic() + spread + 120, baseline)
+        lateness = await _lateness(runtime, {job.id for job in created})
     ordered = sorted(lateness)
 
     def pct(p: float) -> float:
@@ -149,19 +210,20 @@ async def run_latency(mode: str, jobs: int, spread: float) -> dict[str, Any]:
     }
 
 
-async def _lateness(runtime: Runtime, expected: int) -> list[float]:
+async def _lateness(runtime: Runtime, job_ids: set[UUID]) -> list[float]:
+    """start − scheduled (ms) of the occurrences of these jobs, newest first in the store."""
     out: list[float] = []
     cursor: str | None = None
-    while True:
+    while len(out) < len(job_ids):
         page = await runtime.store.list_occurrences(OccurrenceQuery(limit=1000, cursor=cursor))
         for occ in page.items:
-            if occ.start_time is not None:
+            if occ.job_id in job_ids and occ.start_time is not None:
                 out.append((occ.start_time - occ.scheduled_for).total_seconds() * 1000)
         cursor = page.next_cursor
         if cursor is None:
             break
-    if len(out) < expected:
-        raise RuntimeError(f"only {len(out)} of {expected} occurrences started")
+    if len(out) < len(job_ids):
+        raise RuntimeError(f"only {len(out)} of {len(job_ids)} occurrences started")
     return out
 
 

@@ -138,7 +138,7 @@ def migrate(
 
 @bench_app.command("throughput")
 def bench_throughput(
-    mode: Annotated[str, typer.Option(help="embedded")] = "embedded",
+    mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",
     jobs: Annotated[int, typer.Option(help="How many no-op jobs.")] = 20_000,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
 ) -> None:
@@ -152,7 +152,7 @@ def bench_throughput(
 
 @bench_app.command("latency")
 def bench_latency(
-    mode: Annotated[str, typer.Option(help="embedded")] = "embedded",
+    mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",
     jobs: Annotated[int, typer.Option(help="How many one-time jobs.")] = 1000,
     spread: Annotated[float, typer.Option(help="Seconds the due times spread over.")] = 10.0,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
