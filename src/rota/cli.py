@@ -10,13 +10,17 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
+from rota.core.errors import RotaError
 from rota.settings import Settings
+
+T = TypeVar("T")
 
 app = typer.Typer(
     name="rota",
@@ -78,7 +82,7 @@ def dev(
     modules = list(jobs or [])
     if demo:
         modules.insert(0, "rota.demo")
-    asyncio.run(serve(settings, modules, demo=demo, console=_console()))
+    _run(serve(settings, modules, demo=demo, console=_console()))
     _exit_past_stuck_threads()
 
 
@@ -95,7 +99,7 @@ def server(
     configure_logging(log_level)
     settings = Settings()
     _apply_listen(settings, host, port)
-    asyncio.run(serve(settings, list(jobs or []), demo=False, console=_console()))
+    _run(serve(settings, list(jobs or []), demo=False, console=_console()))
     _exit_past_stuck_threads()
 
 
@@ -112,9 +116,7 @@ def worker(
 
     configure_logging(log_level)
     settings = Settings()
-    asyncio.run(
-        run_worker(settings, modules, worker_id=worker_id, concurrency=concurrency, grace=grace)
-    )
+    _run(run_worker(settings, modules, worker_id=worker_id, concurrency=concurrency, grace=grace))
     _exit_past_stuck_threads()
 
 
@@ -132,7 +134,7 @@ def migrate(
     url = database_url or settings.effective_database_url
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    asyncio.run(upgrade(url))
+    _run(upgrade(url))
     _console().print(f"[green]schema up to date[/green] ({_redact(url)})")
 
 
@@ -146,7 +148,7 @@ def bench_throughput(
     from rota.bench import report, run_throughput
 
     configure_logging("warning")
-    result = asyncio.run(run_throughput(mode, jobs))
+    result = _run(run_throughput(mode, jobs))
     report(result, json_file, _console())
 
 
@@ -161,7 +163,7 @@ def bench_latency(
     from rota.bench import report, run_latency
 
     configure_logging("warning")
-    result = asyncio.run(run_latency(mode, jobs, spread))
+    result = _run(run_latency(mode, jobs, spread))
     report(result, json_file, _console())
 
 
@@ -177,6 +179,16 @@ def _exit_past_stuck_threads() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine; a Rota error ends it with its message (exit code 2), not a
+    traceback."""
+    try:
+        return asyncio.run(coro)
+    except RotaError as exc:
+        _console().print(f"[red]error:[/red] {exc.message}")
+        raise typer.Exit(2) from None
 
 
 def _apply_listen(settings: Settings, host: str | None, port: int | None) -> None:
