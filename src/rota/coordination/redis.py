@@ -284,8 +284,16 @@ class RedisCoordination(Coordination):
                 await pipe.execute()
 
     async def workers(self) -> list[WorkerInfo]:
+        """Live, well-formed registrations; a malformed one (a worker written elsewhere that
+        got the format wrong) is logged and left out instead of hiding every other worker."""
         live = await self._live_values(self._keys.workers, self._keys.worker)
-        return [_worker_from_json(raw) for _, raw in live]
+        out: list[WorkerInfo] = []
+        for instance_id, raw in live:
+            try:
+                out.append(_worker_from_json(raw))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("ignoring malformed worker registration %s: %s", instance_id, exc)
+        return out
 
     async def _put(self, index: str, key: str, member: str, value: bytes, ttl: float) -> None:
         with unavailable("register"):

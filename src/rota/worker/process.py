@@ -62,8 +62,10 @@ async def run_worker(
     _on_signals(stop)
     await broker.start()
     try:
-        await presence.start()
+        # Bind the queue before announcing the job types: a fire the scheduler routes to us
+        # must find a queue.
         await executor.start()
+        await presence.start()
         log.info(
             "worker started",
             extra={"worker_id": worker_id, "instance_id": executor.instance_id,
