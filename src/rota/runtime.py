@@ -82,6 +82,7 @@ class Runtime:
             lambda: self.owner.buckets,
             utcnow,
             mark_on_commit=settings.is_embedded,
+            pending_grace=0.0 if settings.is_embedded else sched.sweeper_grace_seconds,
         )
         self.loader = Loader(
             store,

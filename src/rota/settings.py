@@ -25,7 +25,9 @@ class SchedulerSettings(BaseModel):
     catch_up_cap: int = Field(100, ge=1)
     max_recorded_misses: int = Field(1000, ge=1)
     sweeper_interval_seconds: float = Field(5.0, gt=0)
-    sweeper_grace_seconds: float = Field(10.0, ge=0)
+    sweeper_grace_seconds: float = Field(
+        2.0, ge=0, description="Distributed: pending occurrences younger than this are not swept."
+    )
     lease_seconds: float = Field(10.0, gt=0)
     default_max_retries: int = Field(0, ge=0)
 

@@ -463,6 +463,21 @@ async def test_undispatched_mark_and_reset(store: SqlStore) -> None:
     assert (await store.get_occurrence(c.id)).dispatched_at == NOW
 
 
+async def test_undispatched_leaves_out_what_is_younger_than_created_before(
+    store: SqlStore,
+) -> None:
+    job = make_job()
+    await store.create_jobs([job])
+    # A catch-up fire: due long ago, but created (dispatched) just now.
+    old = occurrence(job, T0, created_at=T0 + 10 * MINUTE)
+    fresh = occurrence(job, T0 + MINUTE, created_at=T0 + 20 * MINUTE)
+    await store.insert_occurrences([old, fresh])
+    due = T0 + 30 * MINUTE
+    assert [o.id for o in await store.undispatched(due, 10)] == [old.id, fresh.id]
+    swept = await store.undispatched(due, 10, created_before=T0 + 15 * MINUTE)
+    assert [o.id for o in swept] == [old.id]
+
+
 # --- status -----------------------------------------------------------------------------------
 
 

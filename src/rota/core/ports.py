@@ -205,10 +205,13 @@ class Store(abc.ABC):
         """Record that these occurrences' messages were handed to the broker."""
 
     @abc.abstractmethod
-    async def undispatched(self, due_before: datetime, limit: int) -> list[Occurrence]:
-        """Queued occurrences never handed to the broker with ``due_at <= due_before``,
-        earliest due first, leaving out those held behind an earlier active occurrence of a
-        Queue-policy job. The sweeper republishes them."""
+    async def undispatched(
+        self, due_before: datetime, limit: int, *, created_before: datetime | None = None
+    ) -> list[Occurrence]:
+        """Queued occurrences never handed to the broker with ``due_at <= due_before`` (and,
+        if given, ``created_at <= created_before``: leaves out what a dispatcher may be
+        publishing right now), earliest due first, leaving out those held behind an earlier
+        active occurrence of a Queue-policy job. The sweeper republishes them."""
 
     @abc.abstractmethod
     async def reset_dispatch(self, statuses: Sequence[OccurrenceStatus]) -> int:

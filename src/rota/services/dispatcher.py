@@ -78,12 +78,19 @@ class Dispatcher:
         clock: Clock = utc_clock,
         *,
         mark_on_commit: bool = False,
+        pending_grace: float = 0.0,
     ) -> None:
         """``mark_on_commit``: record Skip-policy occurrences as dispatched in the dispatch
         transaction itself instead of in a second one after publishing. Only for the embedded
         mode, where a crash between commit and publish loses the whole process and start-up
-        recovery hands every Queued occurrence to the dispatcher again."""
+        recovery hands every Queued occurrence to the dispatcher again.
+
+        ``pending_grace``: pending occurrences younger than this are left alone by the sweep,
+        so that an occurrence another instance's dispatcher is publishing right now is not
+        published twice (distributed mode; 0 in the embedded mode, which has one dispatcher).
+        """
         self._mark_on_commit = mark_on_commit
+        self._pending_grace = timedelta(seconds=pending_grace)
         self._store = store
         self._index = index
         self._broker = broker
@@ -211,7 +218,10 @@ class Dispatcher:
         total = 0
         while True:
             now = self._clock()
-            pending = await self._store.undispatched(now, self._settings.dispatch_batch_size)
+            created_before = now - self._pending_grace if self._pending_grace else None
+            pending = await self._store.undispatched(
+                now, self._settings.dispatch_batch_size, created_before=created_before
+            )
             if not pending:
                 if total == 0:
                     self._held = False

@@ -1101,7 +1101,9 @@ class SqlStore(Store):
                     update(occurrences).where(occurrences.c.id.in_(chunk)).values(dispatched_at=at)
                 )
 
-    async def undispatched(self, due_before: datetime, limit: int) -> list[Occurrence]:
+    async def undispatched(
+        self, due_before: datetime, limit: int, *, created_before: datetime | None = None
+    ) -> list[Occurrence]:
         occ = occurrences
         earlier = occurrences.alias("earlier")
         waiting = exists().where(
@@ -1120,6 +1122,8 @@ class SqlStore(Store):
             .order_by(occ.c.due_at, occ.c.id)
             .limit(max(0, limit))
         )
+        if created_before is not None:
+            stmt = stmt.where(occ.c.created_at <= created_before)
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
         return [_to_occurrence(r) for r in rows]
