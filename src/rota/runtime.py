@@ -13,11 +13,11 @@ import os
 import secrets
 import socket
 from collections.abc import Coroutine, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from rota.adapters import make_broker, make_coordination, make_index
-from rota.core.models import OccurrenceStatus
+from rota.core.models import OccurrenceStatus, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
 from rota.services.buckets import BucketOwner
 from rota.services.dispatcher import Dispatcher
@@ -34,10 +34,6 @@ from rota.worker.presence import WorkerPresence
 log = logging.getLogger(__name__)
 
 EMBEDDED_WORKER_ID = "embedded"
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def new_instance_id(prefix: str) -> str:

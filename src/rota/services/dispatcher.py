@@ -13,11 +13,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from rota.core.errors import RotaError
-from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence
+from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, utcnow
 from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
 from rota.core.ports import Broker, DueEntry, IndexEntry, ScheduleIndex, Store
 from rota.services.workers import WorkerDirectory
@@ -26,10 +26,6 @@ from rota.settings import SchedulerSettings
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-
-
-def utc_clock() -> datetime:
-    return datetime.now(UTC)
 
 
 def to_message(occurrence: Occurrence, now: datetime) -> JobMessage:
@@ -75,7 +71,7 @@ class Dispatcher:
         workers: WorkerDirectory,
         settings: SchedulerSettings,
         buckets: Callable[[], Sequence[int]],
-        clock: Clock = utc_clock,
+        clock: Clock = utcnow,
         *,
         mark_on_commit: bool = False,
         pending_grace: float = 0.0,

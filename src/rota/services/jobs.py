@@ -17,7 +17,7 @@ from typing import Any, Final, TypeVar
 from uuid import UUID
 
 from rota.core.cron import CronSchedule
-from rota.core.errors import BackendUnavailableError, ConflictError, RotaError, ValidationError
+from rota.core.errors import BackendUnavailableError, ConflictError, ValidationError
 from rota.core.ids import bucket_of, new_id
 from rota.core.models import (
     VERSIONED_FIELDS,
@@ -274,25 +274,15 @@ class JobService:
         if job.concurrency_policy is ConcurrencyPolicy.SKIP and not force:
             await self._refuse_overlap(job)
         now = self.now()
-        job = with_type_defaults(job, await self._type_description(job.job_type))
+        directory = await self._fresh_directory()
+        description = None if directory is None else directory.type_description(job.job_type)
+        job = with_type_defaults(job, description)
         occurrence = new_occurrence(
             job, now, now, self._plan, trigger_reason=reason or "manual", job_data=job_data
         )
         await self._store.insert_occurrences([occurrence])
         await self._guarded(self._coordination.wake(now.timestamp()))
         return occurrence
-
-    async def _type_description(self, job_type: str) -> Mapping[str, Any] | None:
-        """What a live worker declared about ``job_type`` (defaults, schema), if any."""
-        try:
-            workers = await self._coordination.workers()
-        except RotaError as exc:
-            logger.warning("worker registry unavailable: %s", exc)
-            return None
-        for worker in workers:
-            if job_type in worker.job_types:
-                return worker.job_types[job_type]
-        return None
 
     async def resolve_worker_id(self, job_type: str, worker_id: str | None) -> str | None:
         """``worker_id`` if given; else the one live worker group declaring ``job_type``, or
@@ -369,14 +359,19 @@ class JobService:
                 "is Skip; trigger with force to run it anyway"
             )
 
-    async def _declared_groups(self) -> GroupLookup:
-        """Job type -> the live worker groups declaring it (none if the registry is down)."""
+    async def _fresh_directory(self) -> WorkerDirectory | None:
+        """The live workers' declarations, read now; ``None`` if the registry is down."""
         try:
             await self._workers.refresh(force=True)
         except BackendUnavailableError:
-            logger.warning("worker registry unavailable; jobs keep their worker id as given")
-            return _no_groups
-        return self._workers.groups_for
+            logger.warning("worker registry unavailable; job type defaults and groups unknown")
+            return None
+        return self._workers
+
+    async def _declared_groups(self) -> GroupLookup:
+        """Job type -> the live worker groups declaring it (none if the registry is down)."""
+        directory = await self._fresh_directory()
+        return _no_groups if directory is None else directory.groups_for
 
     async def _sync_index(self, jobs: Sequence[Job], now: datetime, *, remove_cold: bool) -> None:
         """Put hot jobs into the index (and wake the dispatchers); drop the others' entries."""

@@ -134,6 +134,3 @@ async def _consume(
         await batch.ack()
         if stopping.is_set():
             return
-
-
-FINAL_STATUSES = frozenset(s for s in OccurrenceStatus if s.is_terminal)
