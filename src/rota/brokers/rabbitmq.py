@@ -805,16 +805,18 @@ class RabbitMQBroker(Broker):
         return consumer
 
     def consume_status(self, max_items: int, max_wait: float) -> AsyncIterator[Batch[StatusRecord]]:
-        self._open_connection()
         codec = (decode_status_records, encode_status_records)
-        consumer = _BatchConsumer(self, self.names.status_queue, codec, max_items, max_wait)
-        self._batch_consumers.add(consumer)
-        return consumer
+        return self._batches(self.names.status_queue, codec, max_items, max_wait)
 
     def consume_logs(self, max_items: int, max_wait: float) -> AsyncIterator[Batch[LogRecord]]:
-        self._open_connection()
         codec = (decode_log_records, encode_log_records)
-        consumer = _BatchConsumer(self, self.names.logs_queue, codec, max_items, max_wait)
+        return self._batches(self.names.logs_queue, codec, max_items, max_wait)
+
+    def _batches(
+        self, queue: str, codec: Any, max_items: int, max_wait: float
+    ) -> AsyncIterator[Batch[Any]]:
+        self._open_connection()
+        consumer: _BatchConsumer[Any] = _BatchConsumer(self, queue, codec, max_items, max_wait)
         self._batch_consumers.add(consumer)
         return consumer
 
