@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -170,7 +171,11 @@ def bench_latency(
 def _exit_past_stuck_threads() -> None:
     """After a graceful stop everything is stored; a plain-def handler that ignores its
     cancellation would still keep the interpreter waiting for its thread. Do not wait."""
-    stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    deadline = time.monotonic() + 1.0  # idle pool threads exit at once after their shutdown
+    for thread in others:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t for t in others if t.is_alive()]
     if stuck:
         logging.getLogger(__name__).warning(
             "exiting without waiting for %d handler thread(s) still running", len(stuck)
