@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -14,7 +17,8 @@ import pytest
 
 import rota
 from rota.brokers.inprocess import InProcessBroker
-from rota.core.errors import BackendUnavailableError, JobCancelledError
+from rota.coordination.memory import MemoryCoordination
+from rota.core.errors import BackendUnavailableError, JobCancelledError, ValidationError
 from rota.core.ids import new_id
 from rota.core.models import (
     FailureType,
@@ -23,8 +27,14 @@ from rota.core.models import (
     OccurrenceStatus,
     StatusRecord,
 )
+from rota.core.ports import Broker
+from rota.core.wire import encode_status_records
+from rota.worker import executor as executor_module
 from rota.worker.discovery import AnyJobDefinition, JobRegistry
 from rota.worker.executor import MAX_EXCEPTION_BYTES, Executor, format_exception, to_jsonable
+from rota.worker.localstore import LocalStore
+from rota.worker.presence import WorkerPresence
+from tests.worker_broker import FlakyBroker, eventually, until
 
 S = OccurrenceStatus
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -116,6 +126,12 @@ class Harness:
     def __init__(self, broker: InProcessBroker) -> None:
         self.broker = broker
         self.executors: list[Executor] = []
+        self.stores: list[LocalStore] = []
+
+    async def store(self, path: Path) -> LocalStore:
+        store = await LocalStore.open(path)
+        self.stores.append(store)
+        return store
 
     async def executor(
         self,
@@ -123,12 +139,13 @@ class Harness:
         concurrency: int = 4,
         flush_interval: float = 0.005,
         extra_types: Sequence[str] = (),
+        broker: Broker | None = None,
         **kwargs: Any,
     ) -> Executor:
         if extra_types:
             await self.broker.declare_worker_group(WORKER, list(extra_types))
         executor = Executor(
-            self.broker,
+            broker or self.broker,
             JobRegistry(definitions),
             worker_id=WORKER,
             instance_id="test-instance",
@@ -143,7 +160,7 @@ class Harness:
 
     async def publish(self, job_type: str, data: Any = None, **fields: Any) -> JobMessage:
         message = JobMessage(
-            occurrence_id=new_id(),
+            occurrence_id=fields.pop("occurrence_id", None) or new_id(),
             job_id=new_id(),
             job_type=job_type,
             job_data=data,
@@ -161,6 +178,13 @@ async def harness(broker: InProcessBroker) -> AsyncIterator[Harness]:
     yield harness
     for executor in harness.executors:
         await executor.stop(0)
+    for store in harness.stores:
+        await store.close()
+
+
+@pytest.fixture
+def flaky(broker: InProcessBroker) -> FlakyBroker:
+    return FlakyBroker(broker)
 
 
 # --- handlers -----------------------------------------------------------------------------------
@@ -668,3 +692,410 @@ async def test_start_twice_is_refused(harness: Harness) -> None:
     executor = await harness.executor(async_plain)
     with pytest.raises(RuntimeError):
         await executor.start()
+
+
+# --- the ack rule ----------------------------------------------------------------------------
+
+
+async def test_handler_starts_at_once_and_the_ack_follows_its_running_flush(
+    harness: Harness, observer: Observer, flaky: FlakyBroker
+) -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    @rota.job("acked-late")
+    async def acked_late(ctx: rota.JobContext) -> None:
+        started.set()
+        await release.wait()
+
+    gate = flaky.gate = asyncio.Event()
+    executor = await harness.executor(acked_late, broker=flaky)
+    message = await harness.publish("acked-late")
+    await asyncio.wait_for(started.wait(), DEADLINE)
+    await until(lambda: executor.reporter.pending == 0, "the flush to take the Running record")
+    assert flaky.settles == []  # its flush waits at the gate: not acknowledged yet
+    gate.set()
+    await until(lambda: flaky.acked(message.occurrence_id), "the ack")
+    assert executor.load == 1  # a long job holds no delivery open
+    await observer.wait_status(message.occurrence_id, S.RUNNING)
+    assert [r.status for r in observer.of(message.occurrence_id)] == [S.RUNNING]
+    release.set()
+    assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+    assert flaky.settles == [("ack", message.occurrence_id)]
+
+
+async def test_without_a_store_the_ack_waits_for_a_successful_publish(
+    harness: Harness, observer: Observer, flaky: FlakyBroker
+) -> None:
+    flaky.away = True
+    executor = await harness.executor(async_plain, broker=flaky)
+    message = await harness.publish("async-plain")
+    await until(lambda: flaky.failed_publishes >= 2, "failed publishes")
+    assert flaky.settles == []
+    assert executor.reporter.pending == 1  # its final, kept in memory
+    flaky.away = False
+    assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+    await until(lambda: flaky.acked(message.occurrence_id), "the ack")
+
+
+# --- the outbox ------------------------------------------------------------------------------
+
+
+def _first_seen(observer: Observer) -> list[UUID]:
+    seen: list[UUID] = []
+    for record in observer.status:
+        if record.occurrence_id not in seen:
+            seen.append(record.occurrence_id)
+    return seen
+
+
+async def test_broker_away_reports_go_to_the_outbox_and_are_replayed_in_order(
+    harness: Harness, observer: Observer, flaky: FlakyBroker, tmp_path: Path
+) -> None:
+    store = await harness.store(tmp_path)
+    flaky.away = True
+    executor = await harness.executor(logging_job, broker=flaky, store=store, concurrency=1)
+    early = [await harness.publish("logging") for _ in range(3)]
+    # handed over to the outbox: acknowledged although nothing could be published
+    await until(lambda: all(flaky.acked(m.occurrence_id) for m in early), "the acks")
+    await until(lambda: executor.reporter.outboxed >= 9, "3 finals and 6 log lines kept")
+    assert observer.status == []
+    assert observer.logs == []
+    assert (await store.outbox_size()).records >= 9
+    flaky.away = False
+    late = await harness.publish("logging")
+    for message in [*early, late]:
+        assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+    assert _first_seen(observer) == [m.occurrence_id for m in [*early, late]]
+    await observer.until(lambda: len(observer.logs) == 8)
+    assert [r.occurrence_id for r in observer.logs[::2]] == [
+        m.occurrence_id for m in [*early, late]
+    ]
+    assert [r.message for r in observer.logs[:2]] == ["hello world", "careful"]
+    await until(lambda: executor.reporter.outbox_entries == 0, "the outbox emptied")
+    assert (await store.outbox_size()).entries == 0
+    assert executor.reporter.replayed >= 9
+
+
+async def test_the_outbox_survives_a_worker_restart(
+    harness: Harness, observer: Observer, flaky: FlakyBroker, tmp_path: Path
+) -> None:
+    flaky.away = True
+    store = await LocalStore.open(tmp_path)
+    first = Executor(
+        flaky,
+        JobRegistry([async_plain]),
+        worker_id=WORKER,
+        instance_id="first",
+        concurrency=2,
+        sync_threads=1,
+        flush_interval=0.005,
+        store=store,
+    )
+    await first.start()
+    message = await harness.publish("async-plain")
+    await until(lambda: flaky.acked(message.occurrence_id), "the ack")
+    await first.stop(grace=1)
+    await store.close()
+    assert observer.status == []  # nothing published, nothing lost: it is on disk
+
+    flaky.away = False
+    store = await harness.store(tmp_path)
+    assert (await store.outbox_size()).records == 1
+    await harness.executor(async_plain, broker=flaky, store=store)
+    record = await observer.wait_final(message.occurrence_id)
+    assert (record.status, record.instance_id) == (S.COMPLETED, "first")
+
+    async def emptied() -> bool:
+        return (await store.outbox_size()).entries == 0
+
+    await eventually(emptied, "the outbox emptied")
+
+
+# --- finalized attempts ----------------------------------------------------------------------
+
+
+async def test_a_delivery_of_a_finalized_attempt_is_acked_and_not_run(
+    harness: Harness, observer: Observer, flaky: FlakyBroker, tmp_path: Path
+) -> None:
+    runs: Counter[tuple[UUID, int]] = Counter()
+
+    @rota.job("once")
+    async def once(ctx: rota.JobContext) -> None:
+        runs[ctx.occurrence_id, ctx.attempt] += 1
+
+    store = await harness.store(tmp_path)
+    executor = await harness.executor(once, broker=flaky, store=store)
+    message = await harness.publish("once")
+    await observer.wait_final(message.occurrence_id)
+    await harness.broker.publish_jobs([message])  # the same message again (a republish)
+    await until(lambda: executor.duplicates_skipped == 1, "the duplicate skipped")
+    await until(lambda: len(flaky.settles) == 2, "both acked")
+    assert flaky.settles == [("ack", message.occurrence_id)] * 2
+    retry = replace(message, retry_count=1)  # the next attempt is another matter
+    await harness.broker.publish_jobs([retry])
+    await observer.until(lambda: (message.occurrence_id, 2) in runs)
+    assert runs == {(message.occurrence_id, 1): 1, (message.occurrence_id, 2): 1}
+
+    async def recorded() -> bool:  # by the flush that published the final
+        return await store.finalized_attempt(message.occurrence_id) == 2
+
+    await eventually(recorded, "attempt 2 recorded as finalized")
+    assert (await harness.broker.queue_depths())["rota.jobs.test-worker"] == 0
+
+
+async def _run_once_and_restart(
+    harness: Harness, observer: Observer, tmp_path: Path, counted: AnyJobDefinition
+) -> tuple[JobMessage, LocalStore]:
+    store = await LocalStore.open(tmp_path)
+    first = Executor(
+        harness.broker,
+        JobRegistry([counted]),
+        worker_id=WORKER,
+        instance_id="first",
+        concurrency=1,
+        sync_threads=1,
+        flush_interval=0.005,
+        store=store,
+    )
+    await first.start()
+    message = await harness.publish(counted.name)
+    await observer.wait_final(message.occurrence_id)
+    await first.stop(grace=1)
+    await store.close()
+    return message, await harness.store(tmp_path)
+
+
+async def test_finalized_attempts_are_remembered_across_a_restart(
+    harness: Harness, observer: Observer, tmp_path: Path
+) -> None:
+    runs = 0
+
+    @rota.job("counted-once")
+    async def counted(ctx: rota.JobContext) -> None:
+        nonlocal runs
+        runs += 1
+
+    message, store = await _run_once_and_restart(harness, observer, tmp_path, counted)
+    executor = await harness.executor(counted, store=store)
+    await harness.broker.publish_jobs([message])
+    await until(lambda: executor.duplicates_skipped == 1, "the duplicate skipped")
+    assert runs == 1
+
+
+async def test_a_redelivery_is_checked_against_the_store(
+    harness: Harness, observer: Observer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(executor_module, "_MAX_REMEMBERED_FINALS", 0)  # memory forgets at once
+    runs = 0
+
+    @rota.job("counted-redelivered")
+    async def counted(ctx: rota.JobContext) -> None:
+        nonlocal runs
+        runs += 1
+
+    message, store = await _run_once_and_restart(harness, observer, tmp_path, counted)
+    await harness.broker.publish_jobs([message])
+    consumer = harness.broker.consume_jobs(WORKER, 1)  # take it and give it back: redelivered
+    await (await anext(consumer)).reject(requeue=True)
+    await consumer.aclose()
+    executor = await harness.executor(counted, store=store)
+    await until(lambda: executor.duplicates_skipped == 1, "the redelivery skipped")
+    assert runs == 1
+
+
+# --- job type concurrency --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, "2"])
+def test_job_type_concurrency_is_validated(value: Any) -> None:
+    with pytest.raises(ValidationError) as info:
+        rota.job("bad", concurrency=value)
+    assert info.value.field == "concurrency"
+
+
+async def test_a_job_type_limit_holds_without_blocking_other_types(
+    harness: Harness, observer: Observer
+) -> None:
+    release = asyncio.Event()
+    running = peak = 0
+
+    @rota.job("one-at-a-time", concurrency=1)
+    async def limited(ctx: rota.JobContext) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+
+    assert limited.describe()["concurrency"] == 1
+    assert async_plain.describe()["concurrency"] is None
+    executor = await harness.executor(limited, async_plain, concurrency=4)
+    waiting = [await harness.publish("one-at-a-time") for _ in range(3)]
+    others = [await harness.publish("async-plain") for _ in range(3)]
+    for message in others:  # they pass the held ones
+        assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+    assert (peak, executor.load, executor.held) == (1, 1, 2)
+    release.set()
+    for message in waiting:
+        assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+    assert peak == 1
+    assert executor.held == 0
+
+
+async def test_a_delivery_held_too_long_goes_back_to_the_broker(
+    harness: Harness, observer: Observer, flaky: FlakyBroker
+) -> None:
+    release = asyncio.Event()
+    runs: Counter[UUID] = Counter()
+
+    @rota.job("slow-turns", concurrency=1)
+    async def slow(ctx: rota.JobContext) -> None:
+        runs[ctx.occurrence_id] += 1
+        await release.wait()
+
+    executor = await harness.executor(
+        slow, broker=flaky, concurrency=2, hand_back_after=0.02, heartbeat_interval=0.01
+    )
+    first = await harness.publish("slow-turns")
+    second = await harness.publish("slow-turns")
+    await until(lambda: ("requeue", second.occurrence_id) in flaky.settles, "a hand-back")
+    assert executor.handed_back >= 1
+    release.set()
+    for message in (first, second):
+        assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+    assert runs == {first.occurrence_id: 1, second.occurrence_id: 1}
+
+
+async def test_a_held_delivery_whose_channel_died_is_not_run(
+    harness: Harness, observer: Observer, flaky: FlakyBroker
+) -> None:
+    """The broker redelivers it (maybe to another worker): running it here too would run it
+    twice."""
+    release = asyncio.Event()
+    runs: Counter[UUID] = Counter()
+
+    @rota.job("one-lane", concurrency=1)
+    async def lane(ctx: rota.JobContext) -> None:
+        runs[ctx.occurrence_id] += 1
+        await release.wait()
+
+    executor = await harness.executor(lane, broker=flaky, concurrency=2)
+    first = await harness.publish("one-lane")
+    second = await harness.publish("one-lane")
+    await until(lambda: executor.held == 1, "the second held behind the first")
+    flaky.dead.add(second.occurrence_id)
+    release.set()
+    assert (await observer.wait_final(first.occurrence_id)).status is S.COMPLETED
+    await until(lambda: executor.held == 0, "the dead delivery dropped")
+    assert executor.dropped_dead == 1
+    assert runs == {first.occurrence_id: 1}
+    assert second.occurrence_id not in {oid for _, oid in flaky.settles}
+
+
+# --- stopping: what did not start goes back ---------------------------------------------------
+
+
+async def test_stop_hands_back_what_did_not_start(
+    harness: Harness, observer: Observer, flaky: FlakyBroker, broker: InProcessBroker
+) -> None:
+    started = asyncio.Event()
+
+    @rota.job("hog", concurrency=1)
+    async def hog(ctx: rota.JobContext) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    executor = await harness.executor(hog, broker=flaky, concurrency=2)
+    messages = [await harness.publish("hog") for _ in range(4)]
+    await asyncio.wait_for(started.wait(), DEADLINE)
+    await until(lambda: executor.held == 2, "two held (the prefetch is full)")
+    assert (await broker.queue_depths())["rota.jobs.test-worker"] == 1
+    await executor.stop(grace=0.05)
+    assert (await observer.wait_final(messages[0].occurrence_id)).status is S.CANCELLED
+    assert sorted(flaky.settles) == sorted(
+        [("ack", messages[0].occurrence_id)] + [("requeue", m.occurrence_id) for m in messages[1:3]]
+    )
+    assert (await broker.queue_depths())["rota.jobs.test-worker"] == 3  # all back, ready
+    assert {r.occurrence_id for r in observer.status} == {messages[0].occurrence_id}
+
+
+async def test_a_copy_of_a_held_delivery_replaces_it(
+    harness: Harness, observer: Observer, flaky: FlakyBroker
+) -> None:
+    release = asyncio.Event()
+    runs: Counter[tuple[UUID, int]] = Counter()
+
+    @rota.job("copied", concurrency=1)
+    async def copied(ctx: rota.JobContext) -> None:
+        runs[ctx.occurrence_id, ctx.attempt] += 1
+        await release.wait()
+
+    executor = await harness.executor(copied, broker=flaky, concurrency=3)
+    blocker = await harness.publish("copied")
+    held = await harness.publish("copied")
+    await until(lambda: executor.held == 1, "one held")
+    await harness.broker.publish_jobs([held])  # the same message again: replaces the held one
+    await until(lambda: flaky.acked(held.occurrence_id), "the older copy acked")
+    await harness.broker.publish_jobs([replace(held, retry_count=1)])  # a later attempt wins
+    await until(lambda: flaky.settles.count(("ack", held.occurrence_id)) == 2, "both acked")
+    assert executor.held == 1
+    await harness.broker.publish_jobs([held])  # an earlier attempt than the held one: dropped
+    await until(lambda: flaky.settles.count(("ack", held.occurrence_id)) == 3, "dropped")
+    release.set()
+    assert (await observer.wait_final(held.occurrence_id)).attempt == 2
+    await observer.wait_final(blocker.occurrence_id)
+    assert runs == {(blocker.occurrence_id, 1): 1, (held.occurrence_id, 2): 1}
+
+
+async def test_an_unreadable_outbox_entry_is_dropped_not_blocking(
+    harness: Harness, observer: Observer, tmp_path: Path
+) -> None:
+    store = await harness.store(tmp_path)
+    await store.save(outbox=[("status", b"not json", 1)])
+    early = StatusRecord(occurrence_id=new_id(), status=S.COMPLETED, timestamp=NOW)
+    await store.save(outbox=[("status", encode_status_records([early]), 1)])
+    executor = await harness.executor(async_plain, store=store)
+    message = await harness.publish("async-plain")
+    await observer.wait_final(message.occurrence_id)
+    assert _first_seen(observer) == [early.occurrence_id, message.occurrence_id]
+    assert executor.reporter.replayed == 1
+    assert (await store.outbox_size()).entries == 0
+
+
+# --- the cancellation channel -----------------------------------------------------------------
+
+
+async def test_a_cancellation_sent_through_coordination_stops_the_running_job(
+    harness: Harness, observer: Observer
+) -> None:
+    started = asyncio.Event()
+
+    @rota.job("cancel-me")
+    async def endless(ctx: rota.JobContext) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    coordination = MemoryCoordination()
+    executor = await harness.executor(endless)
+    presence = WorkerPresence(
+        coordination,
+        executor,
+        JobRegistry([endless]),
+        worker_id="test-worker",
+        concurrency=4,
+        heartbeat_seconds=5,
+    )
+    await presence.start()
+    try:
+        message = await harness.publish("cancel-me")
+        await asyncio.wait_for(started.wait(), DEADLINE)
+        await coordination.cancel([message.occurrence_id])
+        assert (await observer.wait_final(message.occurrence_id)).status is S.CANCELLED
+        # One sent before its message arrives is remembered: it never runs.
+        early = new_id()
+        await coordination.cancel([early])
+        late = await harness.publish("cancel-me", occurrence_id=early)
+        assert (await observer.wait_final(late.occurrence_id)).status is S.CANCELLED
+    finally:
+        await presence.stop()

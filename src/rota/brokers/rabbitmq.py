@@ -209,6 +209,13 @@ class _RabbitDelivery(Delivery):
         self._incoming = incoming
         self._settled = False
 
+    @property
+    def is_live(self) -> bool:
+        try:
+            return not self._incoming.channel.is_closed
+        except Exception:  # aio-pika raises when the channel object is gone
+            return False
+
     async def ack(self) -> None:
         self._settle()
         await _quietly(_send_settle(self._incoming, ack=True), "ack")

@@ -172,6 +172,11 @@ class Store(abc.ABC):
     async def job_versions(self, job_id: UUID) -> list[JobVersion]:
         """Snapshots of earlier versions, oldest first (empty for a job never changed)."""
 
+    @abc.abstractmethod
+    async def code_jobs(self) -> list[Job]:
+        """Every job declared by worker code (``source`` code), in job type order. There is
+        at most one per job type: :meth:`create_jobs` raises ``ConflictError`` for a second."""
+
     # --- scheduling -----------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -212,6 +217,43 @@ class Store(abc.ABC):
         if given, ``created_at <= created_before``: leaves out what a dispatcher may be
         publishing right now), earliest due first, leaving out those held behind an earlier
         active occurrence of a Queue-policy job. The sweeper republishes them."""
+
+    @abc.abstractmethod
+    async def claim_undispatched(
+        self,
+        due_before: datetime,
+        limit: int,
+        *,
+        created_before: datetime | None = None,
+        claim_until: datetime,
+    ) -> list[Occurrence]:
+        """Take the occurrences :meth:`undispatched` would return, atomically: each one is
+        returned to one caller only, however many claim at once (rows another transaction is
+        claiming are passed over). A claim hides the occurrence from every sweep until
+        ``claim_until`` (its ``due_at`` holds the claim meanwhile), so a claimer that dies
+        before publishing loses its claim then. The returned occurrences carry the ``due_at``
+        they had (after a claim that ran out: the time it ran out). Settle every claim with
+        :meth:`finish_claim`."""
+
+    @abc.abstractmethod
+    async def finish_claim(
+        self,
+        claimed: Sequence[Occurrence],
+        claim_until: datetime,
+        *,
+        dispatched_at: datetime | None,
+    ) -> None:
+        """End claims taken by :meth:`claim_undispatched` with ``claim_until``: restore each
+        occurrence's ``due_at``, and set ``dispatched_at`` (published) or leave it unset
+        (``None``: publishing failed, the next sweep takes it again). An occurrence that moved
+        on meanwhile (another attempt, or claimed again after the claim ran out) is left as
+        it is."""
+
+    @abc.abstractmethod
+    async def stale_running(self, before: datetime, limit: int) -> list[Occurrence]:
+        """Running occurrences whose last sign of life (``last_heartbeat``, else
+        ``start_time``) is older than ``before``, longest silent first, at most ``limit``;
+        without status changes. The zombie detector's query."""
 
     @abc.abstractmethod
     async def reset_dispatch(self, statuses: Sequence[OccurrenceStatus]) -> int:
@@ -313,6 +355,12 @@ class Delivery(abc.ABC):
 
     message: JobMessage
     redelivered: bool
+
+    @property
+    def is_live(self) -> bool:
+        """Whether settling it still reaches the broker: ``False`` once the channel it came on
+        is gone (the broker then delivers it again, here or to another consumer)."""
+        return True
 
     @abc.abstractmethod
     async def ack(self) -> None:
@@ -459,3 +507,12 @@ class Coordination(abc.ABC):
     @abc.abstractmethod
     def wakeups(self) -> AsyncIterator[float]:
         """Due times announced by :meth:`wake` (from any instance) after subscribing."""
+
+    @abc.abstractmethod
+    async def cancel(self, occurrence_ids: Sequence[UUID]) -> None:
+        """Ask the workers running these occurrences to cancel them (the cancellation
+        channel: every worker instance hears it; the one running the occurrence acts)."""
+
+    @abc.abstractmethod
+    def cancellations(self) -> AsyncIterator[UUID]:
+        """Occurrence ids sent to :meth:`cancel` (from any process) after subscribing."""

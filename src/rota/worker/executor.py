@@ -1,9 +1,11 @@
 """The executor: takes job messages from the broker, runs their handlers, and reports status
 and logs back in packed batches (DESIGN.md §3 step 5-6).
 
-Per delivery: claim (job type known, data valid) -> report Running and acknowledge -> build the
-context -> run the handler (async on the loop, sync in a thread pool) -> record the outcome.
-The executor talks only to the :class:`~rota.core.ports.Broker`; it never touches the store.
+Per delivery: wait for a slot (and the job type's turn) -> skip it if its attempt was finalized
+here -> claim (job type known, data valid) -> report Running, acknowledge after the flush that
+hands it over -> run the handler (async on the loop, sync in a thread pool) -> record the
+outcome. The executor talks to the :class:`~rota.core.ports.Broker` and its own
+:class:`~rota.worker.localstore.LocalStore`; it never touches the scheduler's store.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
-import threading
+import math
 import time
 import traceback
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -30,13 +33,14 @@ from rota.core.models import (
     FailureType,
     JobMessage,
     JsonValue,
-    LogRecord,
     OccurrenceStatus,
     StatusRecord,
     utcnow,
 )
 from rota.core.ports import Broker, Delivery
 from rota.worker.discovery import AnyJobDefinition, JobRegistry
+from rota.worker.localstore import LocalStore
+from rota.worker.reporter import Reporter
 from rota.worker.sdk import JobContext
 
 __all__ = ["Executor", "Reporter", "format_exception"]
@@ -50,170 +54,15 @@ DEFAULT_RETRY_DELAY = 10.0
 MAX_EXCEPTION_BYTES = 8192
 MAX_RETRY_DELAY = 30 * 24 * 3600.0
 _MAX_REMEMBERED_CANCELS = 10_000
+_MAX_REMEMBERED_FINALS = 50_000
+"""Finalized attempts kept in memory (checked for every delivery; the local store keeps more,
+checked for redelivered messages)."""
+_PRUNE_EVERY = 3600.0
 _TRACEBACK_FRAMES = 8
 _CANCEL_WAIT = 10.0
 """Seconds stop() waits for cancelled handlers before giving up on them."""
 
 S = OccurrenceStatus
-
-
-# --- reporting --------------------------------------------------------------------------------
-
-
-class Reporter:
-    """Packs the status and log records of many occurrences and publishes them together: one
-    ``publish_status`` and one ``publish_logs`` per flush, every ``flush_interval`` seconds or
-    as soon as ``max_pending`` records wait.
-
-    A Running record followed, before the flush, by the final status of the same attempt is
-    dropped (the tracker accepts Queued -> final). Records keep their order per occurrence. When
-    a publish fails the records are kept and sent first on the next flush.
-
-    ``add_status`` must be called on the loop; ``add_log`` may be called from any thread.
-    """
-
-    def __init__(self, broker: Broker, *, flush_interval: float, max_pending: int = 500) -> None:
-        if flush_interval <= 0:
-            raise ValueError("flush_interval must be > 0")
-        self._broker = broker
-        self._interval = flush_interval
-        self._max_pending = max_pending
-        self._status: list[StatusRecord | None] = []
-        self._running_at: dict[UUID, int] = {}
-        """occurrence id -> index in ``_status`` of its pending Running record."""
-        self._logs: list[LogRecord] = []
-        self._log_lock = threading.Lock()
-        self._wake = asyncio.Event()
-        self._flush_lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = 0
-        self._closing = False
-        self._failures = 0
-
-    @property
-    def pending(self) -> int:
-        """Records waiting to be published."""
-        return sum(r is not None for r in self._status) + len(self._logs)
-
-    def start(self) -> None:
-        if self._task is not None:
-            return
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
-        self._closing = False
-        self._task = self._loop.create_task(self._run(), name="rota-reporter")
-
-    async def stop(self) -> bool:
-        """Stop the periodic flush and flush what is left. ``False`` if records could not be
-        published (they are lost for now: the worker outbox comes later)."""
-        self._closing = True
-        self._wake.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
-        ok = await self.flush()
-        if not ok:
-            log.warning(
-                "reports left unpublished at stop",
-                extra={"action": "reporter_stop", "pending": self.pending},
-            )
-        return ok
-
-    def add_status(self, record: StatusRecord) -> None:
-        status = self._status
-        oid = record.occurrence_id
-        if record.status is S.RUNNING:
-            self._running_at[oid] = len(status)
-        else:
-            index = self._running_at.pop(oid, None)
-            if index is not None:
-                earlier = status[index]
-                if earlier is not None and earlier.attempt == record.attempt:
-                    status[index] = None
-        status.append(record)
-        if len(status) >= self._max_pending:
-            self._wake.set()
-
-    def has_pending_running(self, occurrence_id: UUID) -> bool:
-        return occurrence_id in self._running_at
-
-    def add_log(self, record: LogRecord) -> None:
-        with self._log_lock:
-            self._logs.append(record)
-            count = len(self._logs)
-        if count >= self._max_pending:
-            self._wake_from_any_thread()
-
-    def _wake_from_any_thread(self) -> None:
-        loop = self._loop
-        if loop is None or threading.get_ident() == self._loop_thread:
-            self._wake.set()
-        elif not loop.is_closed():
-            loop.call_soon_threadsafe(self._wake.set)
-
-    async def _run(self) -> None:
-        while not self._closing:
-            if self._failures:
-                await asyncio.sleep(min(self._interval * 2**self._failures, 5.0))
-            else:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._interval):
-                        await self._wake.wait()
-            self._wake.clear()
-            if not self._closing:
-                await self.flush()
-
-    async def flush(self) -> bool:
-        """Publish everything pending now. ``True`` if nothing failed."""
-        async with self._flush_lock:
-            status = [r for r in self._status if r is not None]
-            self._status = []
-            self._running_at = {}
-            with self._log_lock:
-                logs, self._logs = self._logs, []
-            if status and logs:
-                results = await asyncio.gather(
-                    self._publish_status(status), self._publish_logs(logs)
-                )
-                ok = all(results)
-            elif status:
-                ok = await self._publish_status(status)
-            elif logs:
-                ok = await self._publish_logs(logs)
-            else:
-                ok = True
-            self._failures = 0 if ok else min(self._failures + 1, 8)
-            return ok
-
-    async def _publish_status(self, records: list[StatusRecord]) -> bool:
-        try:
-            await self._broker.publish_status(records)
-        except Exception:
-            log.warning(
-                "publishing status records failed; kept for the next flush",
-                exc_info=True,
-                extra={"action": "publish_status", "count": len(records)},
-            )
-            shift = len(records)
-            self._running_at = {k: v + shift for k, v in self._running_at.items()}
-            self._status = [*records, *self._status]
-            return False
-        return True
-
-    async def _publish_logs(self, records: list[LogRecord]) -> bool:
-        try:
-            await self._broker.publish_logs(records)
-        except Exception:
-            log.warning(
-                "publishing log records failed; kept for the next flush",
-                exc_info=True,
-                extra={"action": "publish_logs", "count": len(records)},
-            )
-            with self._log_lock:
-                self._logs = [*records, *self._logs]
-            return False
-        return True
 
 
 # --- outcomes ---------------------------------------------------------------------------------
@@ -262,13 +111,32 @@ class _TimedOut(Exception):
     pass
 
 
+class _Held:
+    """A delivery received but not started: no slot free, or its job type at its limit."""
+
+    __slots__ = ("delivery", "since")
+
+    def __init__(self, delivery: Delivery) -> None:
+        self.delivery = delivery
+        self.since = time.monotonic()
+
+
 class Executor:
     """Runs the handlers of a worker group's job messages (DESIGN.md §3 step 5).
 
-    ``concurrency`` bounds how many handlers run at once; deliveries are acknowledged as soon
-    as their Running report is handed to the :class:`Reporter`, so a long job holds no delivery
-    open. Sync handlers run in a pool of ``sync_threads`` threads. Running occurrences are
+    ``concurrency`` bounds how many handlers run at once (and is the consumer's prefetch); a
+    job type's own ``concurrency`` bounds its handlers within that, and its further messages
+    wait while other types pass them. A delivery is acknowledged after the flush that hands
+    over its Running report (published, or in the ``store``'s outbox), so a long job holds no
+    delivery open. A delivery of an attempt already finalized here is acknowledged and not run.
+    Sync handlers run in a pool of ``sync_threads`` threads. Running occurrences are
     re-reported as Running every ``heartbeat_interval`` seconds (their sign of life).
+
+    A delivery waiting longer than ``hand_back_after`` seconds (for a slot, or its job type's
+    turn) is given back to the broker, which delivers it again: no delivery stays unsettled
+    long enough to meet the broker's consumer timeout.
+    ``store`` (optional: ``None`` keeps everything in memory) also keeps the finalized attempts
+    for ``finalized_retention`` seconds, at most ``finalized_max_entries`` of them.
     """
 
     def __init__(
@@ -283,6 +151,10 @@ class Executor:
         flush_interval: float,
         clock: Clock = utcnow,
         heartbeat_interval: float = 5.0,
+        store: LocalStore | None = None,
+        hand_back_after: float = 600.0,
+        finalized_retention: float = 7 * 24 * 3600.0,
+        finalized_max_entries: int = 1_000_000,
     ) -> None:
         if concurrency < 1 or sync_threads < 1:
             raise ValueError("concurrency and sync_threads must be >= 1")
@@ -292,23 +164,54 @@ class Executor:
         self._broker = broker
         self._registry = registry
         self._definitions = dict(registry)
+        self._limits = {
+            name: limit
+            for name, d in self._definitions.items()
+            if (limit := d.options.concurrency) is not None and limit < concurrency
+        }
         self._sync_threads = sync_threads
         self._clock = clock
         self._heartbeat_interval = heartbeat_interval
-        self.reporter = Reporter(broker, flush_interval=flush_interval)
-        self._slots = asyncio.Semaphore(concurrency)
+        self._store = store
+        self._hand_back_after = hand_back_after
+        self._retention = finalized_retention
+        self._max_finals = finalized_max_entries
+        self.reporter = Reporter(
+            broker,
+            flush_interval=flush_interval,
+            store=store,
+            max_acks=max(concurrency // 2, 1),
+        )
+        self._free = concurrency
+        self._by_type: dict[str, int] = {}
+        """Handlers of each limited job type started and not finished."""
+        self._held: deque[_Held] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: dict[UUID, _Running] = {}
         self._early_cancels: OrderedDict[UUID, None] = OrderedDict()
+        self._finals: OrderedDict[UUID, int] = OrderedDict()
+        """Occurrence id -> highest attempt finalized here (the newest ones)."""
         self._pool: ThreadPoolExecutor | None = None
         self._intake: asyncio.Task[None] | None = None
-        self._heartbeat: asyncio.Task[None] | None = None
-        self._stop_reason: str | None = None
+        self._housekeeping: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._next_prune = 0.0
+        self.duplicates_skipped = 0
+        """Deliveries of attempts finalized here, acknowledged without running."""
+        self.handed_back = 0
+        """Deliveries given back to the broker unstarted (held too long, or at stop)."""
+        self.dropped_dead = 0
+        """Held deliveries dropped because their channel was lost (the broker redelivers)."""
 
     @property
     def load(self) -> int:
         """How many handlers are running now."""
         return len(self._running)
+
+    @property
+    def held(self) -> int:
+        """Deliveries received and waiting for a slot or their job type's turn."""
+        return len(self._held)
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -317,24 +220,36 @@ class Executor:
         if self._intake is not None:
             raise RuntimeError("executor already started")
         await self._broker.declare_worker_group(self.worker_id, list(self._registry))
-        self._stop_reason = None
+        if self._store is not None:
+            await self._load_state(self._store)
+        self._stopping = False
         self.reporter.start()
         loop = asyncio.get_running_loop()
         self._intake = loop.create_task(self._consume(), name=f"rota-intake-{self.worker_id}")
-        self._heartbeat = loop.create_task(self._heartbeats(), name="rota-occurrence-heartbeat")
+        self._housekeeping = loop.create_task(self._housekeep(), name="rota-executor-upkeep")
+
+    async def _load_state(self, store: LocalStore) -> None:
+        """Forget old finalized attempts, remember the newest, count the outbox (replayed by
+        the reporter's first flush, before anything new)."""
+        await self._prune(store)
+        for occurrence_id, attempt in (await store.recent_finals(_MAX_REMEMBERED_FINALS)).items():
+            self._finals[occurrence_id] = attempt
+        await self.reporter.count_outbox()
 
     async def stop(self, grace: float) -> None:
-        """Stop intake, let running handlers finish for up to ``grace`` seconds, cancel the rest
-        (reported Cancelled), and flush the reports."""
-        for task in (self._intake, self._heartbeat):
+        """Stop intake and give back every delivery not started; let running handlers finish
+        for up to ``grace`` seconds, cancel the rest (reported Cancelled), and hand over the
+        reports (to the outbox if publishing fails)."""
+        self._stopping = True
+        for task in (self._intake, self._housekeeping):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._intake = self._heartbeat = None
+        self._intake = self._housekeeping = None
+        await self._hand_back_held(math.inf)
         if self._tasks and grace > 0:
             await asyncio.wait(set(self._tasks), timeout=grace)
-        self._stop_reason = "worker stopping"
         for entry in list(self._running.values()):
             self._cancel_entry(entry, "worker stopping", force=True)
         if self._tasks:
@@ -370,71 +285,224 @@ class Executor:
             entry.task_cancelled = True
             entry.task.cancel()
 
-    # --- intake -------------------------------------------------------------------------
+    # --- intake: slots and job type limits ----------------------------------------------
 
     async def _consume(self) -> None:
+        """Take every delivery the broker's prefetch (``concurrency``) lets through; those
+        that cannot start yet are held here, where their wait is watched (none sits unseen in
+        the consumer's buffer until the broker's consumer timeout)."""
         deliveries = self._broker.consume_jobs(self.worker_id, self.concurrency)
-        loop = asyncio.get_running_loop()
         try:
-            while True:
-                await self._slots.acquire()
-                try:
-                    delivery = await anext(deliveries)
-                except BaseException:
-                    self._slots.release()
-                    raise
-                task = loop.create_task(self._handle(delivery))
-                self._tasks.add(task)
-                task.add_done_callback(self._done)
-        except StopAsyncIteration:
-            return
+            async for delivery in deliveries:
+                self._accept(delivery)
         finally:
             aclose = getattr(deliveries, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
 
-    def _done(self, task: asyncio.Task[None]) -> None:
+    def _accept(self, delivery: Delivery) -> None:
+        if self._known_final(delivery.message):
+            self._skip(delivery)
+        elif not self._held and self._fits(delivery.message.job_type):
+            self._launch(delivery)
+        elif self._is_held_copy(delivery):
+            self.reporter.ack_after_flush(delivery)
+        else:
+            self._held.append(_Held(delivery))
+            self._pump()
+
+    def _is_held_copy(self, delivery: Delivery) -> bool:
+        """Whether a held delivery of the same occurrence makes this one a copy to drop. Two
+        of one occurrence: a republish, or a redelivery after the channel of the held one was
+        lost (its settle reaches nobody). The later attempt, else the newer delivery, stays;
+        the other is acknowledged without running."""
+        message = delivery.message
+        for item in self._held:
+            held = item.delivery.message
+            if held.occurrence_id == message.occurrence_id:
+                if held.attempt > message.attempt:
+                    return True
+                self._held.remove(item)
+                self.reporter.ack_after_flush(item.delivery)
+                return False
+        return False
+
+    def _fits(self, job_type: str) -> bool:
+        if not self._free:
+            return False
+        limit = self._limits.get(job_type)
+        return limit is None or self._by_type.get(job_type, 0) < limit
+
+    def _pump(self) -> None:
+        """Start held deliveries that fit now, oldest first."""
+        held = self._held
+        if self._stopping or not held or not self._free:
+            return
+        kept: deque[_Held] = deque()
+        while held and self._free:
+            item = held.popleft()
+            if not item.delivery.is_live:
+                # Its channel is gone: the broker delivers it again (maybe elsewhere); running
+                # it here as well would run it twice.
+                self.dropped_dead += 1
+                continue
+            if self._fits(item.delivery.message.job_type):
+                self._launch(item.delivery)
+            else:
+                kept.append(item)
+        kept.extend(held)
+        self._held = kept
+
+    def _launch(self, delivery: Delivery) -> None:
+        job_type = delivery.message.job_type
+        self._free -= 1
+        if job_type in self._limits:
+            self._by_type[job_type] = self._by_type.get(job_type, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._handle(delivery))
+        self._tasks.add(task)
+        task.add_done_callback(functools.partial(self._done, job_type))
+
+    def _done(self, job_type: str, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._slots.release()
+        self._free += 1
+        if job_type in self._limits:
+            self._by_type[job_type] -= 1
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("job handling failed", exc_info=exc, extra={"action": "handle_delivery"})
+        self._pump()
 
-    async def _heartbeats(self) -> None:
+    async def _hand_back(self, delivery: Delivery) -> None:
+        """Give an unstarted delivery back to the broker (not reported: it runs later)."""
+        self.handed_back += 1
+        try:
+            await delivery.reject(requeue=True)
+        except Exception:  # already handed back by the broker's close: it comes again
+            log.debug("hand-back failed", exc_info=True, extra={"action": "hand_back"})
+
+    async def _hand_back_held(self, cutoff: float) -> int:
+        """Give back the held deliveries waiting since ``cutoff`` (monotonic) or longer."""
+        chosen = [item.delivery for item in self._held if item.since <= cutoff]
+        if chosen:
+            self._held = deque(item for item in self._held if item.since > cutoff)
+            # out of held now: see them all settled even if the caller is cancelled
+            await asyncio.shield(self._hand_back_all(chosen))
+        return len(chosen)
+
+    async def _hand_back_all(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            await self._hand_back(delivery)
+
+    # --- finalized attempts -------------------------------------------------------------
+
+    def _known_final(self, message: JobMessage) -> bool:
+        known = self._finals.get(message.occurrence_id)
+        return known is not None and message.attempt <= known
+
+    async def _finalized_here(self, delivery: Delivery) -> bool:
+        """Whether the delivery's attempt (or a later one) was finalized by this worker: in
+        memory, or in the local store for a redelivered message."""
+        message = delivery.message
+        if self._known_final(message):
+            return True
+        store = self._store
+        if store is None or not delivery.redelivered or message.occurrence_id in self._finals:
+            return False
+        try:
+            attempt = await store.finalized_attempt(message.occurrence_id)
+        except Exception:
+            log.warning("reading finalized attempts failed", exc_info=True)
+            return False
+        if attempt is None:
+            return False
+        self._remember_final(message.occurrence_id, attempt)
+        return message.attempt <= attempt
+
+    def _remember_final(self, occurrence_id: UUID, attempt: int) -> None:
+        finals = self._finals
+        if finals.get(occurrence_id, 0) < attempt:
+            finals[occurrence_id] = attempt
+        finals.move_to_end(occurrence_id)
+        if len(finals) > _MAX_REMEMBERED_FINALS:
+            finals.popitem(last=False)
+
+    def _skip(self, delivery: Delivery) -> None:
+        message = delivery.message
+        self.duplicates_skipped += 1
+        log.info(
+            "delivery of an attempt already finalized here: acknowledged, not run",
+            extra={
+                "action": "skip_finalized",
+                "occurrence_id": str(message.occurrence_id),
+                "attempt": message.attempt,
+            },
+        )
+        self.reporter.ack_after_flush(delivery)
+
+    def _report_final(self, record: StatusRecord) -> None:
+        self.reporter.add_status(record)
+        self._remember_final(record.occurrence_id, record.attempt)
+
+    async def _prune(self, store: LocalStore) -> None:
+        self._next_prune = time.monotonic() + _PRUNE_EVERY
+        try:
+            removed = await store.prune(
+                older_than=time.time() - self._retention, max_entries=self._max_finals
+            )
+        except Exception:
+            log.warning("pruning finalized attempts failed", exc_info=True)
+            return
+        if removed:
+            log.info(
+                "forgot %d old finalized attempts", removed, extra={"action": "prune_finalized"}
+            )
+
+    # --- upkeep: heartbeats, held deliveries, pruning ------------------------------------
+
+    async def _housekeep(self) -> None:
         while True:
             await asyncio.sleep(self._heartbeat_interval)
-            now = self._clock()
-            threshold = time.monotonic() - self._heartbeat_interval
-            for oid, entry in list(self._running.items()):
-                if entry.started <= threshold and not self.reporter.has_pending_running(oid):
-                    self.reporter.add_status(self._record(entry.ctx, S.RUNNING, now))
+            self._beat()
+            returned = await self._hand_back_held(time.monotonic() - self._hand_back_after)
+            if returned:
+                log.info(
+                    "deliveries held too long given back to the broker",
+                    extra={"action": "hand_back", "count": returned},
+                )
+            if self._store is not None and time.monotonic() >= self._next_prune:
+                await self._prune(self._store)
 
-    # --- one delivery: claim -> report Running, ack -> run -> record outcome ----------------
+    def _beat(self) -> None:
+        now = self._clock()
+        threshold = time.monotonic() - self._heartbeat_interval
+        for oid, entry in list(self._running.items()):
+            if entry.started <= threshold and not self.reporter.has_pending_running(oid):
+                self.reporter.add_status(self._record(entry.ctx, S.RUNNING, now))
+
+    # --- one delivery: claim -> report Running (ack after its flush) -> run -> outcome ------
 
     async def _handle(self, delivery: Delivery) -> None:
         message = delivery.message
+        if await self._finalized_here(delivery):
+            self._skip(delivery)
+            return
+        if self._stopping:  # not started yet: someone runs it later
+            await self._hand_back(delivery)
+            return
         claimed = self._claim(message)
         if claimed is None:
-            await delivery.ack()
+            self.reporter.ack_after_flush(delivery)
             return
         definition, data = claimed
         ctx = self._context(message)
         self.reporter.add_status(self._record(ctx, S.RUNNING, self._clock()))
-        await delivery.ack()
-        reason = self._cancelled_before_start(message.occurrence_id)
-        if reason is not None:
-            record = self._cancelled(ctx, reason, time.perf_counter())
+        self.reporter.ack_after_flush(delivery)
+        if self._early_cancels and message.occurrence_id in self._early_cancels:
+            del self._early_cancels[message.occurrence_id]
+            record = self._cancelled(ctx, "cancelled before it started", time.perf_counter())
         else:
             record = await self._supervise(ctx, definition, data, message)
-        self.reporter.add_status(record)
-
-    def _cancelled_before_start(self, occurrence_id: UUID) -> str | None:
-        if self._stop_reason is not None:
-            return self._stop_reason
-        if self._early_cancels and occurrence_id in self._early_cancels:
-            del self._early_cancels[occurrence_id]
-            return "cancelled before it started"
-        return None
+        self._report_final(record)
 
     async def _supervise(
         self, ctx: JobContext, definition: AnyJobDefinition, data: Any, message: JobMessage
@@ -473,7 +541,7 @@ class Executor:
         failure_type: FailureType | None,
         text: str,
     ) -> None:
-        self.reporter.add_status(
+        self._report_final(
             StatusRecord(
                 occurrence_id=message.occurrence_id,
                 status=status,

@@ -9,7 +9,9 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import AsyncIterator
 from importlib.metadata import PackageNotFoundError, version
+from uuid import UUID
 
 from rota.core.models import WorkerInfo, utcnow
 from rota.core.ports import Coordination
@@ -47,6 +49,8 @@ class WorkerPresence:
         self._interval = heartbeat_seconds
         self._started_at = utcnow()
         self._task: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._cancels: AsyncIterator[UUID] | None = None
 
     @property
     def ttl(self) -> float:
@@ -71,8 +75,29 @@ class WorkerPresence:
         await self._coordination.register_worker(self.info(), self.ttl)
 
     async def start(self) -> None:
+        # Listen for cancellations before announcing the instance: a cancel sent once the
+        # scheduler sees it must be heard.
+        self._cancels = self._coordination.cancellations()
+        self._listener = asyncio.create_task(self._listen(), name="rota-worker-cancellations")
         await self.register()
         self._task = asyncio.create_task(self._beat(), name="rota-worker-presence")
+
+    async def _listen(self) -> None:
+        """Cancel what runs here when the cancellation channel names it (every instance hears
+        every cancellation; one that does not run the occurrence remembers it briefly, in case
+        its message is still on the way)."""
+        assert self._cancels is not None
+        while True:
+            try:
+                async for occurrence_id in self._cancels:
+                    if self._executor.cancel(occurrence_id):
+                        log.info("occurrence cancelled", extra={"occurrence_id": occurrence_id})
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # never let the listener die
+                log.warning("cancellation channel failed: %s", exc)
+                await asyncio.sleep(1.0)
 
     async def _beat(self) -> None:
         while True:
@@ -83,11 +108,17 @@ class WorkerPresence:
                 log.warning("worker heartbeat failed: %s", exc)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._listener):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._listener = None
+        cancels, self._cancels = self._cancels, None
+        aclose = getattr(cancels, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
         try:
             await self._coordination.unregister_worker(self._executor.instance_id)
         except Exception as exc:

@@ -1,6 +1,7 @@
-"""``rota worker``: a standalone worker process (distributed mode). It declares its group's
-queue for the job types it has, registers and heartbeats, runs jobs, and on SIGTERM stops
-intake, lets running jobs finish within the grace period, then cancels them."""
+"""``rota worker``: a standalone worker process (distributed mode). It opens its local state
+(finalized attempts, outbox), declares its group's queue for the job types it has, registers
+and heartbeats, runs jobs, and on SIGTERM stops intake (messages not started go back to the
+broker), lets running jobs finish within the grace period, then cancels them."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import contextlib
 import logging
 import signal
 from collections.abc import Sequence
+from pathlib import Path
 
 from rota.adapters import make_broker, make_coordination
 from rota.core.errors import ConfigurationError
 from rota.runtime import new_instance_id
 from rota.settings import Settings
-from rota.worker.discovery import load_jobs
+from rota.worker.discovery import JobRegistry, load_jobs
 from rota.worker.executor import Executor
+from rota.worker.localstore import LocalStore
 from rota.worker.presence import WorkerPresence
 
 log = logging.getLogger(__name__)
@@ -29,8 +32,10 @@ async def run_worker(
     concurrency: int,
     grace: float,
     stop: asyncio.Event | None = None,
+    state_dir: Path | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT (or ``stop`` is set), then stop gracefully."""
+    """Run until SIGTERM/SIGINT (or ``stop`` is set), then stop gracefully. ``state_dir``
+    wins over ``settings.worker.state_dir``."""
     if settings.is_embedded:
         raise ConfigurationError(
             "a separate `rota worker` process needs the distributed mode: set ROTA_AMQP_URL "
@@ -39,6 +44,24 @@ async def run_worker(
     registry = load_jobs(modules)
     if not registry:
         raise ConfigurationError(f"no @rota.job handlers found in {', '.join(modules)}")
+    ws = settings.worker
+    store = await LocalStore.open(state_dir or ws.state_path(settings.data_dir, worker_id))
+    try:
+        await _run(settings, registry, store, worker_id, concurrency, grace, stop)
+    finally:
+        await store.close()
+
+
+async def _run(
+    settings: Settings,
+    registry: JobRegistry,
+    store: LocalStore,
+    worker_id: str,
+    concurrency: int,
+    grace: float,
+    stop: asyncio.Event | None,
+) -> None:
+    ws = settings.worker
     broker = make_broker(settings)
     coordination = make_coordination(settings)
     executor = Executor(
@@ -47,8 +70,12 @@ async def run_worker(
         worker_id=worker_id,
         instance_id=new_instance_id(worker_id),
         concurrency=concurrency,
-        sync_threads=max(settings.worker.sync_threads, concurrency),
-        flush_interval=settings.worker.flush_interval_seconds,
+        sync_threads=max(ws.sync_threads, concurrency),
+        flush_interval=ws.flush_interval_seconds,
+        store=store,
+        hand_back_after=ws.hand_back_after_seconds,
+        finalized_retention=ws.finalized_retention_hours * 3600.0,
+        finalized_max_entries=ws.finalized_max_entries,
     )
     presence = WorkerPresence(
         coordination,
@@ -69,7 +96,7 @@ async def run_worker(
         log.info(
             "worker started",
             extra={"worker_id": worker_id, "instance_id": executor.instance_id,
-                   "job_types": sorted(registry)},
+                   "job_types": sorted(registry), "state_dir": str(store.directory)},
         )  # fmt: skip
         await stop.wait()
         log.info("worker stopping", extra={"grace_seconds": grace})

@@ -88,6 +88,8 @@ class JobOptions:
     cron: str | None = None
     time_zone: str = "UTC"
     should_retry: RetryHook | None = None
+    concurrency: int | None = None
+    """Most handlers of this job type one worker runs at once (``None``: its slots)."""
 
 
 def _check_name(name: object) -> str:
@@ -127,6 +129,16 @@ def _check_retries(value: int | None) -> int | None:
     return value
 
 
+def _check_concurrency(value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError(
+            f"concurrency must be an integer >= 1, got {value!r}", field="concurrency"
+        )
+    return value
+
+
 def _check_priority(value: Priority | int | None) -> Priority | None:
     if value is None:
         return None
@@ -159,6 +171,7 @@ def build_options(
     cron: str | None = None,
     time_zone: str = "UTC",
     should_retry: RetryHook | None = None,
+    concurrency: int | None = None,
 ) -> JobOptions:
     """Validated :class:`JobOptions`; raises :class:`~rota.core.errors.ValidationError`."""
     _check_schedule(cron, time_zone)
@@ -172,6 +185,7 @@ def build_options(
         cron=cron,
         time_zone=time_zone,
         should_retry=should_retry,
+        concurrency=_check_concurrency(concurrency),
     )
 
 
@@ -304,6 +318,7 @@ class JobDefinition(Generic[P, R]):
             "cronExpression": o.cron,
             "timeZone": o.time_zone,
             "isAsync": self.is_async,
+            "concurrency": o.concurrency,
         }
 
 
@@ -317,6 +332,7 @@ def job(
     cron: str | None = None,
     time_zone: str = "UTC",
     should_retry: RetryHook | None = None,
+    concurrency: int | None = None,
 ) -> Callable[[Callable[P, R]], JobDefinition[P, R]]:
     """Declare a job type: decorate ``(ctx)`` or ``(ctx, data)`` handlers, sync or async.
 
@@ -325,6 +341,8 @@ def job(
     seconds per attempt; ``priority``: 0-4; ``cron`` / ``time_zone``: a default schedule.
     ``should_retry(ctx, exc)`` overrides the retry policy: it returns when the next attempt is
     due, or ``None`` for no retry (a :class:`PermanentError` is never retried).
+    ``concurrency``: the most handlers of this type one worker process runs at once (within
+    its own ``--concurrency``); further messages of the type wait, others pass them.
     """
     _check_name(name)
     options = build_options(
@@ -335,6 +353,7 @@ def job(
         cron=cron,
         time_zone=time_zone,
         should_retry=should_retry,
+        concurrency=concurrency,
     )
 
     def decorate(func: Callable[P, R]) -> JobDefinition[P, R]:
