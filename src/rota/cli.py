@@ -110,6 +110,10 @@ def worker(
     worker_id: Annotated[str, typer.Option("--worker-id", help="The worker group.")],
     concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once.")] = 8,
     grace: Annotated[float, typer.Option(min=0, help="Seconds running jobs get at SIGTERM.")] = 30,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(help="Local state (outbox, finalized attempts); default DATA_DIR/workers/ID."),
+    ] = None,
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run a worker process (distributed mode: ROTA_AMQP_URL and ROTA_REDIS_URL)."""
@@ -117,7 +121,16 @@ def worker(
 
     configure_logging(log_level)
     settings = Settings()
-    _run(run_worker(settings, modules, worker_id=worker_id, concurrency=concurrency, grace=grace))
+    _run(
+        run_worker(
+            settings,
+            modules,
+            worker_id=worker_id,
+            concurrency=concurrency,
+            grace=grace,
+            state_dir=state_dir,
+        )
+    )
     _exit_past_stuck_threads()
 
 

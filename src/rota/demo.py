@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 
 import rota
+from rota.core.models import JobSource
 from rota.services.jobs import JobService
 
 
@@ -70,9 +71,10 @@ SAMPLE_JOBS: list[dict[str, object]] = [
 
 
 async def seed(jobs: JobService) -> int:
-    """Create the sample jobs unless the store already has jobs. Returns how many."""
-    existing = await jobs.list_jobs(limit=1)
-    if existing.items:
+    """Create the sample jobs unless the store already has jobs (code-declared schedules
+    aside). Returns how many."""
+    existing = await jobs.list_jobs(limit=100)
+    if any(job.source is JobSource.API for job in existing.items):
         return 0
     specs = [dict(spec) for spec in SAMPLE_JOBS]
     specs.append(

@@ -20,12 +20,14 @@ from rota.adapters import make_broker, make_coordination, make_index
 from rota.core.models import OccurrenceStatus, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
 from rota.services.buckets import BucketOwner
+from rota.services.declared import DeclaredSchedules
 from rota.services.dispatcher import Dispatcher
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
 from rota.services.recovery import recover_embedded
 from rota.services.tracker import LogCollector, StatusTracker
 from rota.services.workers import WorkerDirectory
+from rota.services.zombies import ZombieDetector
 from rota.settings import Settings
 from rota.worker.discovery import JobRegistry
 from rota.worker.executor import Executor
@@ -101,7 +103,16 @@ class Runtime:
             batch_size=settings.tracker.batch_size,
             max_wait=settings.tracker.max_wait_seconds,
         )
+        self.zombies = ZombieDetector(
+            store,
+            threshold_seconds=sched.zombie_threshold_seconds,
+            interval_seconds=sched.zombie_interval_seconds,
+            on_applied=self._after_status,
+            live_instances=self._live_worker_instances,
+            live_threshold_seconds=sched.zombie_live_worker_threshold_seconds,
+        )
         self.jobs = JobService(store, index, coordination, sched, utcnow)
+        self.declared = DeclaredSchedules(self.jobs, store, self.workers)
         self.executor: Executor | None = None
         self.presence: WorkerPresence | None = None
         if registry is not None and settings.is_embedded:
@@ -136,6 +147,7 @@ class Runtime:
             await self.presence.start()
             await self.executor.start()
         await self.workers.refresh(force=True)
+        await self.declared.sync_if_changed()
         await self.owner.tick()
         await self.loader.sync()
         self._spawn(self.owner.run(), "buckets")
@@ -144,19 +156,27 @@ class Runtime:
         self._spawn(self.tracker.run(), "status-tracker")
         self._spawn(self.log_collector.run(), "log-collector")
         self._spawn(self._relay_wakeups(), "wakeups")
+        self._spawn(self.zombies.run(), "zombies")
+        self._spawn(self.declared.run(), "declared-schedules")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
 
     async def stop(self, *, grace: float = 10.0) -> None:
         """Graceful stop: no new dispatch, running jobs finish (up to ``grace``), their reports
         are stored, leases released."""
-        self.owner.begin_release()
+        await self.owner.begin_release()
         self.dispatcher.stop()
+        self.zombies.stop()
         if self.executor is not None and self.presence is not None:
             await self.executor.stop(grace)
             await self.presence.stop()
         await self._drain_reports(deadline=5.0)
+        # Let an in-flight dispatch batch finish (published and marked) before cancelling.
+        dispatching = [t for t in self._tasks if t.get_name() == "rota-dispatcher"]
+        if dispatching:
+            await asyncio.wait(dispatching, timeout=grace)
         self.loader.stop()
+        self.declared.stop()
         self.tracker.stop()
         self.log_collector.stop()
         for task in self._tasks:
@@ -173,9 +193,12 @@ class Runtime:
     async def _drain_reports(self, deadline: float) -> None:
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
+        prefix = self.settings.name_prefix
+        queues = (f"{prefix}.status", f"{prefix}.logs")
         while loop.time() < end:
             depths = await self.broker.queue_depths()
-            if not depths.get("rota.status") and not depths.get("rota.logs"):
+            holding = self.tracker.stats.holding or self.log_collector.stats.holding
+            if not any(depths.get(name) for name in queues) and not holding:
                 return
             await asyncio.sleep(0.02)
 
@@ -193,6 +216,10 @@ class Runtime:
             ):
                 self.dispatcher.wake(None)
                 return
+
+    async def _live_worker_instances(self) -> set[str]:
+        await self.workers.refresh()
+        return {w.instance_id for w in self.workers.workers}
 
     async def _relay_wakeups(self) -> None:
         async for due in self.coordination.wakeups():

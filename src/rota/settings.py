@@ -4,6 +4,7 @@ arguments and never read the environment."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -28,6 +29,27 @@ class SchedulerSettings(BaseModel):
     sweeper_grace_seconds: float = Field(
         2.0, ge=0, description="Distributed: pending occurrences younger than this are not swept."
     )
+    sweeper_claim_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="A sweep's claim on the occurrences it publishes lasts this long: if the "
+        "server dies before publishing them, another sweep takes them after it.",
+    )
+    zombie_threshold_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="A Running occurrence with no heartbeat for this long is a zombie: it "
+        "becomes Unknown and gets a new attempt. Keep it well above the workers' heartbeat.",
+    )
+    zombie_live_worker_threshold_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="The zombie threshold while the occurrence's worker instance is still "
+        "registered (its reports may be held up by a broker outage, not lost).",
+    )
+    zombie_interval_seconds: float = Field(
+        10.0, gt=0, description="How often each server looks for zombies."
+    )
     lease_seconds: float = Field(10.0, gt=0)
     default_max_retries: int = Field(0, ge=0)
 
@@ -42,6 +64,30 @@ class WorkerSettings(BaseModel):
     sync_threads: int = Field(16, ge=1, description="Threads for plain-def handlers.")
     flush_interval_seconds: float = Field(0.02, gt=0, description="Status/log packing interval.")
     heartbeat_seconds: float = Field(5.0, gt=0)
+    state_dir: Path | None = Field(
+        None,
+        description="`rota worker`: directory of the worker's local SQLite state (finalized "
+        "attempts, outbox); unset: <data_dir>/workers/<worker id>.",
+    )
+    finalized_retention_hours: float = Field(
+        168.0, gt=0, description="How long finalized attempts are remembered (default 7 days)."
+    )
+    finalized_max_entries: int = Field(
+        1_000_000, ge=1000, description="Most finalized attempts remembered."
+    )
+    hand_back_after_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="A message received but waiting this long to start goes back to the "
+        "broker (keep it below RabbitMQ's consumer_timeout).",
+    )
+
+    def state_path(self, data_dir: Path, worker_id: str) -> Path:
+        """Where `rota worker --worker-id worker_id` keeps its local state."""
+        if self.state_dir is not None:
+            return self.state_dir
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", worker_id).lstrip(".") or "_"
+        return data_dir / "workers" / name
 
 
 class ApiSettings(BaseModel):

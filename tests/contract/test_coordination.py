@@ -13,11 +13,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from rota.coordination.memory import MemoryCoordination
 from rota.coordination.redis import RedisCoordination
+from rota.core.ids import new_id
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
 from tests.contract.redis_fixtures import redis_scope
@@ -208,11 +210,11 @@ async def test_worker_registry_with_ttl(coord: Coordination, harness: Harness) -
 # --- wake-ups -------------------------------------------------------------------------------
 
 
-async def _next(it: AsyncIterator[float]) -> float:
+async def _next(it: AsyncIterator[Any]) -> Any:
     return await asyncio.wait_for(anext(it), WAIT)
 
 
-async def _quiet(it: AsyncIterator[float]) -> None:
+async def _quiet(it: AsyncIterator[Any]) -> None:
     task = asyncio.ensure_future(anext(it))
     done, _ = await asyncio.wait({task}, timeout=QUIET)
     assert not done, f"unexpected wake-up: {task.result()!r}"
@@ -221,7 +223,7 @@ async def _quiet(it: AsyncIterator[float]) -> None:
         await task
 
 
-async def _close(it: AsyncIterator[float]) -> None:
+async def _close(it: AsyncIterator[Any]) -> None:
     aclose = getattr(it, "aclose", None)
     assert aclose is not None, "wake-up iterators must be closable"
     await aclose()
@@ -265,3 +267,38 @@ async def test_wakeups_across_many_subscribers_are_independent(coord: Coordinati
     for sub in subs:
         assert [await _next(sub) for _ in dues] == dues
         await _close(sub)
+
+
+# --- cancellation channel -----------------------------------------------------------------------
+
+
+async def test_cancellations_reach_every_subscriber_and_only_them(coord: Coordination) -> None:
+    first, second = new_id(), new_id()
+    workers = [coord.cancellations(), coord.cancellations()]
+    wakeups = coord.wakeups()
+    await coord.cancel([first, second])
+    late = coord.cancellations()
+    for sub in workers:
+        assert [await _next(sub), await _next(sub)] == [first, second]
+    await _quiet(late)  # subscribed after that cancel
+    await _quiet(wakeups)  # cancellations are not wake-ups ...
+    await coord.wake(1_800_000_000.0)
+    assert await _next(wakeups) == 1_800_000_000.0
+    for sub in workers:
+        await _quiet(sub)  # ... nor the other way round
+    third = new_id()
+    await coord.cancel([third])
+    assert await _next(late) == third
+    await coord.cancel([])  # nothing to send is fine
+    for sub in [*workers, late, wakeups]:
+        await _close(sub)
+
+
+async def test_close_ends_cancellation_iterators(coord: Coordination) -> None:
+    sub = coord.cancellations()
+    waiting = asyncio.ensure_future(anext(sub))
+    done, _ = await asyncio.wait({waiting}, timeout=QUIET)
+    assert not done
+    await coord.close()
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(waiting, WAIT)

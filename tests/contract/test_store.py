@@ -511,6 +511,46 @@ async def test_running_then_completed_in_one_batch(store: SqlStore) -> None:
     assert stats.average_duration_ms == 2000.0
 
 
+async def test_batch_of_many_occurrences_and_jobs(store: SqlStore) -> None:
+    """One batch over several occurrences and jobs, as the tracker writes them (on
+    PostgreSQL one statement per table for the whole batch)."""
+    job_a, job_b = make_job(), make_job()
+    await store.create_jobs([job_a, job_b])
+    queued = (await store.dispatch_due([job_a.id, job_b.id], NOW, one_time)).queued
+    a1, b1 = sorted(queued, key=lambda o: o.job_id != job_a.id)
+    [a2] = await _second_occurrence(store, job_a)
+    done = NOW + timedelta(seconds=5)
+    result = await store.apply_status(
+        [
+            status(a1, S.COMPLETED, done, result={"a": [1, 2], "n": None}, duration_ms=100.0),
+            status(a2, S.FAILED, done, exception="boom", duration_ms=300.0),
+            status(b1, S.RUNNING, NOW + timedelta(seconds=1), instance_id="w-2"),
+            status(b1, S.COMPLETED, done, result="text", duration_ms=50.0),
+        ]
+    )
+    assert len(result.applied) == 4
+    assert result.ignored == []
+    stored = {o: await store.get_occurrence(o.id) for o in (a1, a2, b1)}
+    assert (stored[a1].status, stored[a1].result) == (S.COMPLETED, {"a": [1, 2], "n": None})
+    assert (stored[a2].status, stored[a2].exception) == (S.FAILED, "boom")
+    assert (stored[b1].status, stored[b1].result, stored[b1].instance_id) == (
+        S.COMPLETED,
+        "text",
+        "w-2",
+    )
+    assert [c.to_status for c in stored[b1].status_changes] == [S.QUEUED, S.RUNNING, S.COMPLETED]
+    a, b = await store.get_job(job_a.id), await store.get_job(job_b.id)
+    assert (a.total_executions, a.success_count, a.failure_count) == (2, 1, 1)
+    assert a.average_duration_ms == 100.0
+    assert (b.total_executions, b.success_count, b.average_duration_ms) == (1, 1, 50.0)
+
+
+async def _second_occurrence(store: SqlStore, job: Job) -> list[Occurrence]:
+    second = occurrence(job, T0 + MINUTE)
+    await store.insert_occurrences([second])
+    return [second]
+
+
 async def test_final_status_without_start_gets_end_minus_duration(store: SqlStore) -> None:
     occ = await fired(store, make_job())
     end = NOW + timedelta(seconds=10)
@@ -743,3 +783,135 @@ async def test_concurrent_dispatchers_fire_each_job_once(
     assert sorted(queued) == sorted(ids)
     counts = await store.count_occurrences()
     assert counts[S.QUEUED] == len(jobs)
+
+
+# --- sweep claims -----------------------------------------------------------------------------
+
+CLAIM = T0 + 30 * MINUTE
+
+
+async def test_claim_hides_occurrences_until_finished_or_run_out(store: SqlStore) -> None:
+    job = make_job()
+    await store.create_jobs([job])
+    a, b, c, later = (occurrence(job, T0 + i * MINUTE) for i in (0, 1, 2, 10))
+    await store.insert_occurrences([a, b, c, later])
+    due = T0 + 5 * MINUTE
+
+    claimed = await store.claim_undispatched(due, 2, claim_until=CLAIM)
+    assert [(o.id, o.due_at) for o in claimed] == [(a.id, a.due_at), (b.id, b.due_at)]
+    assert [o.id for o in await store.undispatched(due, 10)] == [c.id]
+    assert [o.id for o in await store.claim_undispatched(due, 10, claim_until=CLAIM)] == [c.id]
+    assert await store.claim_undispatched(due, 10, claim_until=CLAIM) == []
+
+    # a was published, b's publishing failed: b is sweepable again at its own due time.
+    await store.finish_claim([a], CLAIM, dispatched_at=NOW)
+    await store.finish_claim([b], CLAIM, dispatched_at=None)
+    stored_a = await store.get_occurrence(a.id)
+    assert (stored_a.dispatched_at, stored_a.due_at) == (NOW, a.due_at)
+    stored_b = await store.get_occurrence(b.id)
+    assert (stored_b.dispatched_at, stored_b.due_at) == (None, b.due_at)
+    assert [o.id for o in await store.undispatched(due, 10)] == [b.id]
+
+    # c's claimer never came back: its claim runs out at CLAIM.
+    assert c.id not in [o.id for o in await store.undispatched(CLAIM - MINUTE, 10)]
+    retaken = await store.claim_undispatched(CLAIM, 10, claim_until=CLAIM + MINUTE)
+    assert [o.id for o in retaken] == [b.id, later.id, c.id]
+    assert (await store.get_occurrence(c.id)).due_at == CLAIM + MINUTE
+    await store.finish_claim(retaken, CLAIM + MINUTE, dispatched_at=NOW)
+    assert (await store.get_occurrence(c.id)).due_at == CLAIM  # restored to the claim's view
+    assert await store.undispatched(CLAIM + MINUTE, 10) == []
+
+
+async def test_claim_respects_hold_and_creation_cutoff(store: SqlStore) -> None:
+    job = make_job(concurrency_policy=ConcurrencyPolicy.QUEUE)
+    await store.create_jobs([job])
+    first = occurrence(job, T0, created_at=T0)
+    second = occurrence(job, T0 + MINUTE, created_at=T0)
+    fresh = occurrence(make_job(), T0, created_at=T0 + 20 * MINUTE)
+    await store.create_jobs([make_job(id=fresh.job_id)])
+    await store.insert_occurrences([first, second, fresh])
+    claimed = await store.claim_undispatched(
+        T0 + 5 * MINUTE, 10, created_before=T0 + MINUTE, claim_until=CLAIM
+    )
+    assert [o.id for o in claimed] == [first.id]  # second is held, fresh too young
+
+
+async def test_finish_claim_leaves_an_occurrence_that_moved_on(store: SqlStore) -> None:
+    job = make_job()
+    await store.create_jobs([job])
+    retried, running = occurrence(job, T0), occurrence(job, T0 + MINUTE)
+    await store.insert_occurrences([retried, running])
+    claimed = await store.claim_undispatched(NOW + MINUTE, 10, claim_until=CLAIM)
+    assert {o.id for o in claimed} == {retried.id, running.id}
+    # Published already and picked up by a worker before the claim was settled.
+    retry_at = NOW + 2 * MINUTE
+    await store.apply_status(
+        [
+            status(retried, S.RUNNING),
+            status(retried, S.FAILED, retry_at=retry_at),
+            status(running, S.RUNNING),
+        ]
+    )
+    await store.finish_claim(claimed, CLAIM, dispatched_at=NOW)
+    stored = await store.get_occurrence(retried.id)
+    assert (stored.attempt, stored.due_at, stored.dispatched_at) == (2, retry_at, None)
+    stored = await store.get_occurrence(running.id)
+    assert (stored.status, stored.due_at, stored.dispatched_at) == (
+        S.RUNNING,
+        running.due_at,
+        NOW,
+    )
+
+
+async def test_concurrent_claimers_never_get_the_same_occurrence(
+    store: SqlStore, store_url: str
+) -> None:
+    jobs = [make_job() for _ in range(4)]
+    await store.create_jobs(jobs)
+    occs = [occurrence(j, T0 + i * timedelta(seconds=1)) for j in jobs for i in range(15)]
+    await store.insert_occurrences(occs)
+    others = [SqlStore(store_url) for _ in range(3)]
+    for other in others:
+        await other.open()
+
+    async def drain(claimer: SqlStore) -> list[UUID]:
+        got: list[UUID] = []
+        while batch := await claimer.claim_undispatched(NOW + MINUTE, 4, claim_until=CLAIM):
+            got.extend(o.id for o in batch)
+        return got
+
+    try:
+        results = await asyncio.gather(*(drain(s) for s in [store, *others] * 2))
+    finally:
+        for other in others:
+            await other.close()
+    claimed = [oid for got in results for oid in got]
+    assert len(claimed) == len(set(claimed)), "an occurrence was claimed twice"
+    assert sorted(claimed) == sorted(o.id for o in occs)
+
+
+# --- zombies ----------------------------------------------------------------------------------
+
+
+async def test_stale_running_finds_silent_running_occurrences(store: SqlStore) -> None:
+    job = make_job()
+    await store.create_jobs([job])
+    silent, beating, queued, late_start, done = (occurrence(job, T0 + i * MINUTE) for i in range(5))
+    await store.insert_occurrences([silent, beating, queued, late_start, done])
+    await store.apply_status(
+        [
+            status(silent, S.RUNNING, T0),
+            status(beating, S.RUNNING, T0),
+            status(beating, S.RUNNING, T0 + 10 * MINUTE),  # a heartbeat
+            status(late_start, S.RUNNING, T0 + 2 * MINUTE),
+            status(done, S.RUNNING, T0),
+            status(done, S.COMPLETED, T0 + MINUTE),
+        ]
+    )
+    before = T0 + 5 * MINUTE
+    assert [o.id for o in await store.stale_running(before, 10)] == [silent.id, late_start.id]
+    assert [o.id for o in await store.stale_running(before, 1)] == [silent.id]
+    assert await store.stale_running(T0, 10) == []
+    found = await store.stale_running(T0 + 11 * MINUTE, 10)
+    assert [o.id for o in found] == [silent.id, late_start.id, beating.id]
+    assert found[2].last_heartbeat == T0 + 10 * MINUTE

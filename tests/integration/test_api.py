@@ -53,6 +53,7 @@ JOB_KEYS = {
     "successRate",
     "averageDuration",
     "bucket",
+    "source",
 }
 
 
@@ -148,6 +149,7 @@ async def test_create_returns_the_job_in_camel_case(client: httpx.AsyncClient) -
     assert job["tags"] == ["test", "first-job"]
     assert (job["priority"], job["concurrentExecutionPolicy"], job["maxRetries"]) == (3, 1, 2)
     assert (job["version"], job["isActive"], job["totalExecutions"]) == (1, True, 0)
+    assert job["source"] == "api"
     assert job["nextRunAt"].endswith(("08:00:00Z", "07:00:00Z"))
     assert job["createdAt"].endswith("Z")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -30,7 +30,6 @@ from rota.core.ports import IndexEntry
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.jobs import JobService, JobSpec
 from rota.settings import SchedulerSettings
-from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
 
 T0 = datetime(2026, 1, 5, 12, 0, 30, tzinfo=UTC)  # a Monday, 30 s past noon
@@ -63,16 +62,6 @@ class RecordingCoordination(MemoryCoordination):
 class BrokenIndex(MemoryScheduleIndex):
     async def upsert(self, entries: Sequence[IndexEntry]) -> None:
         raise BackendUnavailableError("index down")
-
-
-@pytest.fixture
-async def store(tmp_path: Any) -> AsyncIterator[SqlStore]:
-    url = f"sqlite:///{tmp_path / 'rota.db'}"
-    await upgrade(url)
-    sql = SqlStore(url)
-    await sql.open()
-    yield sql
-    await sql.close()
 
 
 @pytest.fixture

@@ -7,7 +7,13 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from rota.api import routes_health, routes_jobs, routes_occurrences
+from rota.api import (
+    routes_admin,
+    routes_health,
+    routes_jobs,
+    routes_occurrences,
+    routes_workers,
+)
 from rota.api.deps import ApiRuntime
 from rota.api.problems import install_problem_handlers, problem_json_only
 
@@ -40,7 +46,9 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
         routes_jobs.router,
         routes_jobs.schedules,
         routes_occurrences.router,
+        routes_workers.router,
         routes_health.router,
+        routes_admin.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
     _install_openapi(app)

@@ -28,6 +28,7 @@ from rota.core.models import (
     Priority,
     StatusChange,
 )
+from rota.services.buckets import BucketStateName, InstanceStateName
 from rota.services.jobs import JobSpec, as_utc
 
 MAX_LIMIT = 1000
@@ -204,6 +205,9 @@ class JobOut(ApiModel):
     success_rate: float | None = Field(description="Percent of finished runs that completed.")
     average_duration: float | None = Field(description="Milliseconds, over completed runs.")
     bucket: int
+    source: str = Field(
+        description="`api`, or `code` for a job declared by `@rota.job(…, cron=…)` (read-only)."
+    )
 
     @classmethod
     def of(cls, job: Job) -> JobOut:
@@ -235,6 +239,7 @@ class JobOut(ApiModel):
             success_rate=job.success_rate,
             average_duration=job.average_duration_ms,
             bucket=job.bucket,
+            source=job.source.value,
         )
 
 
@@ -407,3 +412,33 @@ class Liveness(ApiModel):
 class Readiness(ApiModel):
     status: str = Field(description='"ok" when every component is, else "unavailable".')
     components: dict[str, str] = Field(description='Component -> "ok" or its error.')
+
+
+# --- admin -----------------------------------------------------------------------------------
+
+
+class BucketOut(ApiModel):
+    bucket: int
+    owner: str | None = Field(description="The scheduler instance holding its lease, if any.")
+    state: BucketStateName = Field(
+        description="Active: dispatched by its owner. Completing: the owner is stopping "
+        "gracefully and releases it after its in-flight dispatch. Lost: no live lease (or "
+        "its owner stopped heartbeating): another instance takes it over."
+    )
+    lease_expires_at: datetime | None
+    lag: float = Field(
+        description="Seconds the earliest due entry of the bucket is behind now (0: none overdue)."
+    )
+    indexed: int = Field(description="Entries of the bucket in the hot window (the index).")
+
+
+class InstanceOut(ApiModel):
+    instance_id: str
+    state: InstanceStateName
+    buckets: list[int] = Field(description="Buckets it holds leases on.")
+
+
+class BucketsOut(ApiModel):
+    bucket_count: int
+    instances: list[InstanceOut] = Field(description="Live scheduler instances.")
+    buckets: list[BucketOut]

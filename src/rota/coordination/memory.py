@@ -11,9 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+from uuid import UUID
 
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination, Lease
+
+T = TypeVar("T")
 
 Clock = Callable[[], float]
 
@@ -21,20 +25,22 @@ _WAKEUP_BACKLOG = 1024
 """Wake-ups kept for a subscriber that does not read; beyond this the oldest are dropped."""
 
 
-class _Wakeups:
-    """One subscriber of :meth:`MemoryCoordination.wakeups`: registered when created, so it
-    receives every wake sent after that; ``aclose()`` (or the coordination's close) ends it."""
+class _Wakeups(Generic[T]):
+    """One subscriber of :meth:`MemoryCoordination.wakeups` (or ``cancellations``): registered
+    when created, so it receives every item sent after that; ``aclose()`` (or the
+    coordination's close) ends it."""
 
-    def __init__(self, owner: MemoryCoordination) -> None:
+    def __init__(self, owner: MemoryCoordination, kind: str) -> None:
         self._owner = owner
-        self._queue: asyncio.Queue[float | None] = asyncio.Queue(_WAKEUP_BACKLOG)
+        self.kind = kind
+        self._queue: asyncio.Queue[T | None] = asyncio.Queue(_WAKEUP_BACKLOG)
         self._closed = False
         owner._subscribers.add(self)
 
-    def __aiter__(self) -> _Wakeups:
+    def __aiter__(self) -> _Wakeups[T]:
         return self
 
-    async def __anext__(self) -> float:
+    async def __anext__(self) -> T:
         if self._closed:
             raise StopAsyncIteration
         due = await self._queue.get()
@@ -43,7 +49,7 @@ class _Wakeups:
             raise StopAsyncIteration
         return due
 
-    def deliver(self, due: float | None) -> None:
+    def deliver(self, due: T | None) -> None:
         queue = self._queue
         if queue.full():
             queue.get_nowait()
@@ -65,7 +71,7 @@ class MemoryCoordination(Coordination):
         self._fences: dict[int, int] = {}
         self._instances: dict[str, tuple[dict[str, str], float]] = {}
         self._workers: dict[str, tuple[WorkerInfo, float]] = {}
-        self._subscribers: set[_Wakeups] = set()
+        self._subscribers: set[_Wakeups[Any]] = set()
 
     async def close(self) -> None:
         subscribers, self._subscribers = self._subscribers, set()
@@ -129,7 +135,19 @@ class MemoryCoordination(Coordination):
 
     async def wake(self, due: float) -> None:
         for subscriber in list(self._subscribers):
-            subscriber.deliver(due)
+            if subscriber.kind == "wake":
+                subscriber.deliver(due)
 
-    def wakeups(self) -> _Wakeups:
-        return _Wakeups(self)
+    def wakeups(self) -> _Wakeups[float]:
+        return _Wakeups(self, "wake")
+
+    # --- cancellation channel -------------------------------------------------------------
+
+    async def cancel(self, occurrence_ids: Sequence[UUID]) -> None:
+        for subscriber in list(self._subscribers):
+            if subscriber.kind == "cancel":
+                for occurrence_id in occurrence_ids:
+                    subscriber.deliver(occurrence_id)
+
+    def cancellations(self) -> _Wakeups[UUID]:
+        return _Wakeups(self, "cancel")

@@ -9,10 +9,12 @@
   has expired. Worker registrations use camelCase JSON (``instanceId``, ``workerId``, ``host``,
   ``pid``, ``jobTypes``, ``concurrency``, ``version``, ``currentLoad``, ``startedAt``,
   ``lastHeartbeat``) so workers written in other languages can register too.
-- **Wake-ups** go through a capped stream (``XADD MAXLEN ~``). Each :meth:`wakeups` iterator
-  starts at the stream's last id as of its creation and reads it with short blocking ``XREAD``
-  calls on its own connection, resuming from the last id it saw after a cancelled read or a lost
-  connection (pub/sub would lose what was sent meanwhile).
+- **Wake-ups** and **cancellations** go through capped streams (``XADD MAXLEN ~``):
+  ``{prefix}:wakeups`` (field ``due``, epoch seconds) and ``{prefix}:cancellations`` (field
+  ``occurrence``, an occurrence id). Each iterator starts at its stream's last id as of its
+  creation and reads it with short blocking ``XREAD`` calls on its own connection, resuming
+  from the last id it saw after a cancelled read or a lost connection (pub/sub would lose what
+  was sent meanwhile).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import collections
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from uuid import UUID
 
 import orjson
 
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _LEASE_OF = """
 local function lease_of(value)
@@ -137,6 +141,10 @@ _WAKEUP_CAP = 1000
 """Approximate number of wake-ups the stream keeps (``MAXLEN ~``)."""
 
 
+def _uuid(raw: bytes) -> UUID:
+    return UUID(raw.decode())
+
+
 def _ttl_ms(ttl: float) -> int:
     return max(1, round(ttl * 1000))
 
@@ -198,7 +206,7 @@ class RedisCoordination(Coordination):
         self._closed = False
         self._wakeup_cap = wakeup_cap
         self._block_ms = max(1, round(block_seconds * 1000))
-        self._subscribers: set[_StreamWakeups] = set()
+        self._subscribers: set[_StreamWakeups[Any]] = set()
         self._acquire = redis.register_script(_ACQUIRE_SCRIPT)
         self._release = redis.register_script(_RELEASE_SCRIPT)
         self._list_leases = redis.register_script(_LEASES_SCRIPT)
@@ -330,29 +338,58 @@ class RedisCoordination(Coordination):
                 approximate=True,
             )
 
-    def wakeups(self) -> _StreamWakeups:
-        subscriber = _StreamWakeups(self)
+    def wakeups(self) -> _StreamWakeups[float]:
+        subscriber = _StreamWakeups(self, self._keys.wakeups, b"due", float)
         self._subscribers.add(subscriber)
         return subscriber
 
-    async def _stream_tail(self) -> bytes:
+    # --- cancellation channel -------------------------------------------------------------
+
+    async def cancel(self, occurrence_ids: Sequence[UUID]) -> None:
+        if not occurrence_ids:
+            return
+        starting = [s.start for s in self._subscribers if s.start is not None]
+        if starting:
+            await asyncio.wait(starting)
+        with unavailable("send cancellations"):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for occurrence_id in occurrence_ids:
+                    pipe.xadd(
+                        self._keys.cancellations,
+                        {b"occurrence": str(occurrence_id).encode()},
+                        maxlen=self._wakeup_cap,
+                        approximate=True,
+                    )
+                await pipe.execute()
+
+    def cancellations(self) -> _StreamWakeups[UUID]:
+        subscriber = _StreamWakeups(self, self._keys.cancellations, b"occurrence", _uuid)
+        self._subscribers.add(subscriber)
+        return subscriber
+
+    async def _stream_tail(self, stream: str) -> bytes:
         """The id of the stream's last entry (``0-0`` if empty)."""
-        with unavailable("read wake-ups"):
-            last: Any = await self._redis.xrevrange(self._keys.wakeups, count=1)
+        with unavailable("read a stream"):
+            last: Any = await self._redis.xrevrange(stream, count=1)
         return bytes(last[0][0]) if last else b"0-0"
 
 
-class _StreamWakeups:
-    """One :meth:`RedisCoordination.wakeups` subscriber: reads the wake-up stream from the id
-    it started at, on its own connection. ``aclose()`` (or the coordination's close) ends it,
-    also while a read is waiting."""
+class _StreamWakeups(Generic[T]):
+    """One :meth:`RedisCoordination.wakeups` (or ``cancellations``) subscriber: reads its
+    stream from the id it started at, on its own connection. ``aclose()`` (or the
+    coordination's close) ends it, also while a read is waiting."""
 
     _RETRY_DELAY = 0.5
 
-    def __init__(self, owner: RedisCoordination) -> None:
+    def __init__(
+        self, owner: RedisCoordination, stream: str, field: bytes, parse: Callable[[bytes], T]
+    ) -> None:
         self._owner = owner
+        self._stream = stream
+        self._field = field
+        self._parse = parse
         self._last_id: bytes | None = None
-        self._buffer: collections.deque[float] = collections.deque()
+        self._buffer: collections.deque[T] = collections.deque()
         self._closed = False
         self._client: Redis | None = None
         self._reading: asyncio.Future[None] | None = None
@@ -369,14 +406,14 @@ class _StreamWakeups:
 
     async def _find_start(self) -> None:
         try:
-            self._last_id = await self._owner._stream_tail()
+            self._last_id = await self._owner._stream_tail(self._stream)
         except BackendUnavailableError as exc:
             log.warning("wake-up subscription could not read the stream: %s", exc)
 
-    def __aiter__(self) -> _StreamWakeups:
+    def __aiter__(self) -> _StreamWakeups[T]:
         return self
 
-    async def __anext__(self) -> float:
+    async def __anext__(self) -> T:
         while not self._buffer:
             if self._closed:
                 raise StopAsyncIteration
@@ -399,7 +436,7 @@ class _StreamWakeups:
             await asyncio.wait({self.start})
         try:
             if self._last_id is None:
-                self._last_id = await self._owner._stream_tail()
+                self._last_id = await self._owner._stream_tail(self._stream)
             await self._read()
         except BackendUnavailableError as exc:
             log.warning("wake-up read failed, retrying: %s", exc)
@@ -408,7 +445,7 @@ class _StreamWakeups:
     async def _read(self) -> None:
         if self._client is None:
             self._client = self._owner._redis.client()
-        stream = self._owner._keys.wakeups
+        stream = self._stream
         assert self._last_id is not None
         with unavailable("read wake-ups"):
             found: Any = await self._client.xread(
@@ -418,7 +455,10 @@ class _StreamWakeups:
         for _, entries in streams:
             for entry_id, fields in entries:
                 self._last_id = bytes(entry_id)
-                self._buffer.append(float(fields[b"due"]))
+                try:
+                    self._buffer.append(self._parse(fields[self._field]))
+                except (KeyError, ValueError):
+                    log.warning("unreadable entry %r in %s", fields, stream)
 
     async def aclose(self) -> None:
         self._closed = True

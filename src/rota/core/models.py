@@ -98,6 +98,15 @@ class SkipReason(enum.StrEnum):
     NO_WORKER = "no_worker"
 
 
+class JobSource(enum.StrEnum):
+    """Who a job came from."""
+
+    API = "api"
+    """Created through the API, dashboard, SDK client or bulk endpoint."""
+    CODE = "code"
+    """Declared in worker code (``@rota.job(…, cron=…)``); at most one per job type."""
+
+
 class FailureType(enum.StrEnum):
     RETRIES_EXHAUSTED = "retries_exhausted"
     PERMANENT = "permanent"
@@ -143,6 +152,10 @@ class Job:
     success_count: int = 0
     failure_count: int = 0
     average_duration_ms: float | None = None
+    source: JobSource = JobSource.API
+    declared_spec: Mapping[str, JsonValue] | None = None
+    """For a code-declared job: the declaration last applied to it (``cronExpression``,
+    ``timeZone``, ``priority``); a new declaration is applied only when it differs."""
 
     @property
     def is_recurring(self) -> bool:

@@ -1,8 +1,10 @@
 """The dispatcher: sleeps until the earliest due time of its buckets, then fires due jobs in
 batches — one store transaction per batch — and publishes the Queued occurrences.
 
-It also publishes *pending* occurrences (manual triggers, retries, occurrences left
-undispatched by a crash between commit and publish) from the store; those need no index entry.
+It also publishes *pending* occurrences (manual triggers, retries, zombies' new attempts,
+occurrences left undispatched by a crash between commit and publish) from the store; those need
+no index entry. The sweep claims each batch in the store before publishing it, so several
+servers sweeping at once publish every pending occurrence once.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -25,7 +28,15 @@ from rota.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 
+MAX_IN_FLIGHT = 2
+"""Batches whose publication (publish, confirms, mark dispatched) may go on while the loop
+already fires the next one."""
+
 Clock = Callable[[], datetime]
+
+HELD_MEMORY_SECONDS = 60.0
+"""How long after the last held occurrence (or release) finished occurrences still wake the
+pending sweep; after it, held ones are released by the periodic sweep."""
 
 
 def to_message(occurrence: Occurrence, now: datetime) -> JobMessage:
@@ -87,6 +98,7 @@ class Dispatcher:
         """
         self._mark_on_commit = mark_on_commit
         self._pending_grace = timedelta(seconds=pending_grace)
+        self._claim_time = timedelta(seconds=settings.sweeper_claim_seconds)
         self._store = store
         self._index = index
         self._broker = broker
@@ -102,11 +114,16 @@ class Dispatcher:
         )
         self._wake = asyncio.Event()
         self._pending_hint = True
-        self._held = False
+        self._held_until = 0.0
+        """Monotonic time until which occurrences may be held here (Queue policy): while it
+        lasts, a finished occurrence wakes the pending sweep to release the next one."""
         self._target: float | None = None
         self._next_pending_check = 0.0
         self._stopping = False
         self._paused_reason: str | None = None
+        self._busy = False
+        """The last batch found due entries: look for more before asking for the earliest."""
+        self._in_flight: deque[asyncio.Task[None]] = deque()
         self.stats = DispatchStats()
 
     # --- control ---------------------------------------------------------------------------
@@ -132,7 +149,12 @@ class Dispatcher:
     @property
     def has_held(self) -> bool:
         """Whether occurrences may be held behind earlier ones (Queue policy)."""
-        return self._held
+        return time.monotonic() < self._held_until
+
+    def _remember_held(self) -> None:
+        # A backlog drains one occurrence at a time; each release (or new held one) renews
+        # the memory, which lapses once nothing has moved for a while.
+        self._held_until = time.monotonic() + HELD_MEMORY_SECONDS
 
     @property
     def paused_reason(self) -> str | None:
@@ -143,36 +165,51 @@ class Dispatcher:
     async def run(self) -> None:
         """Dispatch until :meth:`stop`. Errors are logged and retried; the loop never dies."""
         backoff = 0.1
-        while not self._stopping:
-            try:
-                await self._iteration()
-                backoff = 0.1
-            except (RotaError, OSError) as exc:
-                self.stats.errors += 1
-                log.warning("dispatch failed, retrying in %.1fs: %s", backoff, exc)
-                await self._sleep(time.time() + backoff)
-                backoff = min(backoff * 2, 5.0)
-            except Exception:
-                self.stats.errors += 1
-                log.exception("unexpected dispatch error")
-                await self._sleep(time.time() + 1.0)
+        try:
+            while not self._stopping:
+                try:
+                    await self._iteration()
+                    backoff = 0.1
+                except (RotaError, OSError) as exc:
+                    self.stats.errors += 1
+                    self._busy = False
+                    log.warning("dispatch failed, retrying in %.1fs: %s", backoff, exc)
+                    await self._sleep(time.time() + backoff)
+                    backoff = min(backoff * 2, 5.0)
+                except Exception:
+                    self.stats.errors += 1
+                    self._busy = False
+                    log.exception("unexpected dispatch error")
+                    await self._sleep(time.time() + 1.0)
+        finally:
+            await self._settle_in_flight(0, quiet=True)
 
     async def _iteration(self) -> None:
         self.stats.last_tick = time.time()
+        # A wake from here on (while this iteration awaits the index or the store) must cut
+        # the coming sleep short: clear it now, not when the sleep starts.
+        self._wake.clear()
         if self._paused_reason is not None:
             await self._sleep(time.time() + 1.0)
             return
         buckets = self._buckets()
         now_epoch = time.time()
         if self._pending_hint or now_epoch >= self._next_pending_check:
+            await self._settle_in_flight(0)  # the sweep must not see what is being published
             await self.dispatch_pending()
         if not buckets:
+            await self._settle_in_flight(0)
             await self._sleep(now_epoch + 1.0)
             return
+        if self._busy:  # the last batch found due entries: go on without asking the earliest
+            await self._fire(buckets)
+            if self._busy:
+                return
         earliest = await self._index.earliest(buckets)
         if earliest is not None and earliest <= time.time():
-            await self.dispatch_due(buckets)
+            await self._fire(buckets)
             return
+        await self._settle_in_flight(0)
         until = now_epoch + self._settings.sweeper_interval_seconds
         if earliest is not None:
             until = min(until, earliest)
@@ -180,7 +217,6 @@ class Dispatcher:
 
     async def _sleep(self, until: float) -> None:
         self._target = until
-        self._wake.clear()
         delay = until - time.time()
         if delay > 0 and not self._stopping:
             with contextlib.suppress(TimeoutError):
@@ -190,43 +226,88 @@ class Dispatcher:
     # --- work ------------------------------------------------------------------------------
 
     async def dispatch_due(self, buckets: Sequence[int]) -> int:
-        """Fire one batch of due index entries; returns how many occurrences were queued."""
+        """Fire one batch of due index entries and publish it; returns how many occurrences
+        were queued."""
+        queued = await self._fire(buckets)
+        await self._settle_in_flight(0)
+        return queued
+
+    async def _fire(self, buckets: Sequence[int]) -> int:
+        """Fire one batch of due index entries; their publication goes on in the background
+        (at most :data:`MAX_IN_FLIGHT` batches). Returns how many occurrences were queued."""
         entries = await self._index.due(buckets, time.time(), self._settings.dispatch_batch_size)
+        self._busy = bool(entries)
         if not entries:
             return 0
         now = self._clock()
         await self._workers.refresh()
         result = await self._store.dispatch_due([e.job_id for e in entries], now, self._plan)
-        await self._publish(result.queued, now)
+        await self._settle_in_flight(MAX_IN_FLIGHT - 1)
+        if result.queued:
+            publish = self._publish(result.queued, now)
+            self._in_flight.append(asyncio.create_task(publish, name="rota-dispatch-publish"))
         await self._update_index(entries, result.next_runs)
         self.stats.batches += 1
         self.stats.dispatched += len(result.queued)
         self.stats.skipped += len(result.skipped)
         self.stats.held += len(result.held)
         if result.held:
-            self._held = True
+            self._remember_held()
         return len(result.queued)
 
     async def dispatch_pending(self) -> int:
-        """Publish occurrences that are Queued, due and never handed to the broker."""
+        """Publish occurrences that are Queued, due and never handed to the broker.
+
+        Each batch is claimed in the store first, so that several servers sweeping at once
+        never publish the same occurrence twice; a batch whose publishing fails is released
+        for the next sweep. Stops between batches when the dispatcher is stopping."""
         self._pending_hint = False
         self._next_pending_check = time.time() + self._settings.sweeper_interval_seconds
         total = 0
-        while True:
+        batch = self._settings.dispatch_batch_size
+        while not self._stopping:
             now = self._clock()
             created_before = now - self._pending_grace if self._pending_grace else None
-            pending = await self._store.undispatched(
-                now, self._settings.dispatch_batch_size, created_before=created_before
+            claim_until = now + self._claim_time
+            pending = await self._store.claim_undispatched(
+                now, batch, created_before=created_before, claim_until=claim_until
             )
             if not pending:
-                if total == 0:
-                    self._held = False
                 return total
-            await self._publish(pending, now)
+            await self._publish_claimed(pending, now, claim_until)
+            if self.has_held:
+                self._remember_held()
             total += len(pending)
             self.stats.republished += len(pending)
-            if len(pending) < self._settings.dispatch_batch_size:
+            if len(pending) < batch:
                 return total
+        return total
+
+    async def _publish_claimed(
+        self, claimed: Sequence[Occurrence], now: datetime, claim_until: datetime
+    ) -> None:
+        try:
+            await self._broker.publish_jobs([to_message(o, now) for o in claimed])
+        except BaseException:
+            # Give them back at once; if even that fails, the claim runs out by itself.
+            with contextlib.suppress(RotaError, OSError):
+                await asyncio.shield(
+                    self._store.finish_claim(claimed, claim_until, dispatched_at=None)
+                )
+            raise
+        await self._store.finish_claim(claimed, claim_until, dispatched_at=now)
+
+    async def _settle_in_flight(self, keep: int, *, quiet: bool = False) -> None:
+        """Wait until at most ``keep`` batches are being published; a failed publication
+        raises here (the occurrences stay undispatched for the sweep), unless ``quiet``."""
+        while len(self._in_flight) > keep:
+            task = self._in_flight.popleft()
+            try:
+                await task
+            except Exception as exc:
+                if not quiet:
+                    raise
+                log.warning("publishing a dispatched batch failed: %s", exc)
 
     def _plan(self, job: Job, active: int, now: datetime) -> FirePlan:
         job = with_type_defaults(job, self._workers.type_description(job.job_type))

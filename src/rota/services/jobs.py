@@ -23,6 +23,7 @@ from rota.core.models import (
     VERSIONED_FIELDS,
     ConcurrencyPolicy,
     Job,
+    JobSource,
     JobVersion,
     JsonValue,
     MisfirePolicy,
@@ -71,6 +72,7 @@ UPDATABLE_FIELDS: Final = frozenset(
         "timeout_seconds",
         "max_retries",
         "retry_delay_seconds",
+        "declared_spec",
     }
 )
 """Job fields :meth:`JobService.update_job` may change (snake_case attribute names)."""
@@ -84,6 +86,7 @@ NULLABLE_FIELDS: Final = frozenset(
         "timeout_seconds",
         "max_retries",
         "retry_delay_seconds",
+        "declared_spec",
     }
 )
 
@@ -123,6 +126,8 @@ class JobSpec:
     max_retries: int | None = None
     retry_delay_seconds: float | None = None
     created_by: str | None = None
+    source: JobSource = JobSource.API
+    declared_spec: Mapping[str, JsonValue] | None = None
 
 
 _SPEC_FIELDS: Final = frozenset(JobSpec.__dataclass_fields__)
@@ -322,8 +327,12 @@ class JobService:
             updated_at=now,
             created_by=spec.created_by,
             updated_by=spec.created_by,
+            source=spec.source,
+            declared_spec=spec.declared_spec,
         )
-        job = _normalise(replace(job, worker_id=_resolve(job, workers)))
+        if job.source is not JobSource.CODE:  # a code job runs on any group declaring its type
+            job = replace(job, worker_id=_resolve(job, workers))
+        job = _normalise(job)
         return replace(job, next_run_at=first_run_at(job, now) if job.is_active else None)
 
     async def _next_run(self, old: Job, new: Job, now: datetime) -> datetime | None:

@@ -16,9 +16,13 @@ from rota.core.ports import IndexEntry, ScheduleIndex, Store
 
 log = logging.getLogger(__name__)
 
+_FAR_FUTURE = 32503680000.0
+"""Year 3000 in epoch seconds: reading the index up to it reads all of it."""
+
 
 class Loader:
-    """Periodically mirrors ``next_run_at <= now + window`` from the store into the index."""
+    """Periodically mirrors ``next_run_at <= now + window`` from the store into the index:
+    adds or moves the entries the store has, drops the ones it no longer has."""
 
     def __init__(
         self,
@@ -48,15 +52,19 @@ class Loader:
         owned = list(self._buckets() if buckets is None else buckets)
         if not owned:
             return 0
+        # What the index holds *before* the store is read: only those entries may be dropped
+        # as stale. An entry added meanwhile (a job created or changed through any server's
+        # API) is newer than what this read can see, and stays.
+        before = await self._index.due(owned, _FAR_FUTURE, self._limit)
         until = datetime.now(UTC) + timedelta(seconds=self._window)
         due = await self._store.due_jobs(until, owned, self._limit)
-        grouped: dict[int, list[IndexEntry]] = {b: [] for b in owned}
-        for entry in due:
-            grouped.setdefault(entry.bucket, []).append(
-                IndexEntry(entry.job_id, entry.bucket, entry.due_at.timestamp())
-            )
-        for bucket, entries in grouped.items():
-            await self._index.replace_bucket(bucket, entries)
+        await self._index.upsert(
+            [IndexEntry(e.job_id, e.bucket, e.due_at.timestamp()) for e in due]
+        )
+        current = {e.job_id for e in due}
+        stale = [(e.bucket, e.job_id) for e in before if e.job_id not in current]
+        if stale:
+            await self._index.remove(stale)
         self.last_sync = time.time()
         if due and self._on_loaded is not None:
             self._on_loaded(min(e.due_at.timestamp() for e in due))

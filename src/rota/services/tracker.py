@@ -30,6 +30,8 @@ class TrackerStats:
     """Occurrences this tracker recorded Completed (store committed)."""
     log_lines: int = 0
     errors: int = 0
+    holding: bool = False
+    """A batch is taken from the broker and not yet stored and acknowledged."""
 
 
 async def _store_with_retry(
@@ -128,9 +130,13 @@ async def _consume(
     stopping: asyncio.Event,
 ) -> None:
     async for batch in batches:
-        stored = await _store_with_retry(name, lambda b=batch: write(b), stats, stopping)  # type: ignore[misc]
-        if not stored:
-            return
-        await batch.ack()
+        stats.holding = True
+        try:
+            stored = await _store_with_retry(name, lambda b=batch: write(b), stats, stopping)  # type: ignore[misc]
+            if not stored:
+                return
+            await batch.ack()
+        finally:
+            stats.holding = False
         if stopping.is_set():
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from rota.core.models import WorkerInfo
@@ -21,6 +22,8 @@ class WorkerDirectory:
         self._by_type: dict[str, set[str]] = {}
         self._workers: list[WorkerInfo] = []
         self._defaults: dict[str, Mapping[str, Any]] = {}
+        self._roster: tuple[tuple[str, datetime], ...] = ()
+        self._generation = 0
 
     async def refresh(self, *, force: bool = False) -> None:
         if not force and time.monotonic() - self._read_at < self._max_age:
@@ -33,6 +36,10 @@ class WorkerDirectory:
                 by_type.setdefault(job_type, set()).add(worker.worker_id)
                 defaults.setdefault(job_type, description)
         self._workers, self._by_type, self._defaults = workers, by_type, defaults
+        roster = tuple((w.instance_id, w.started_at) for w in workers)
+        if roster != self._roster:
+            self._roster = roster
+            self._generation += 1
         self._read_at = time.monotonic()
 
     def serves(self, job_type: str, worker_id: str | None) -> bool:
@@ -52,3 +59,9 @@ class WorkerDirectory:
     @property
     def workers(self) -> list[WorkerInfo]:
         return list(self._workers)
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever a worker instance registers or goes away (not on heartbeats):
+        what the instances declare can only have changed when this has."""
+        return self._generation

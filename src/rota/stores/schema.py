@@ -26,6 +26,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     Uuid,
+    text,
 )
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.types import TypeEngine
@@ -106,6 +107,10 @@ AutoId = BigInteger().with_variant(Integer(), "sqlite")
 rowid) in SQLite."""
 
 
+CODE_JOBS = text("source = 'code'")
+"""The condition of the partial unique index on code-declared jobs' job types."""
+
+
 def build_metadata() -> MetaData:
     """A fresh :class:`MetaData` holding every table of the store."""
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
@@ -148,9 +153,19 @@ def _jobs(metadata: MetaData) -> None:
         Column("failure_count", BigInteger(), nullable=False),
         Column("average_duration_ms", Float()),
         Column("duration_samples", BigInteger(), nullable=False),
+        Column("source", String(10), nullable=False, server_default="api"),
+        Column("declared_spec", Json()),
         Index(None, "is_active", "next_run_at"),
         Index(None, "bucket", "next_run_at"),
         Index(None, "job_type"),
+        # At most one code-declared job per job type (API jobs of the type are not limited).
+        Index(
+            "uq_jobs_code_job_type",
+            "job_type",
+            unique=True,
+            sqlite_where=CODE_JOBS,
+            postgresql_where=CODE_JOBS,
+        ),
     )
     Table(
         "job_tags",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -30,12 +31,14 @@ import orjson
 from sqlalchemy import (
     JSON,
     Boolean,
+    ColumnElement,
     Float,
     Integer,
     Row,
     Select,
     Table,
     Uuid,
+    any_,
     bindparam,
     case,
     delete,
@@ -65,6 +68,7 @@ from rota.core.errors import (
 from rota.core.models import (
     ConcurrencyPolicy,
     Job,
+    JobSource,
     JobVersion,
     LogRecord,
     MisfirePolicy,
@@ -231,6 +235,47 @@ class _Prepared:
     """One parameter: ``values`` returns it bare, not in a tuple."""
     converters: tuple[tuple[int, _Converter], ...]
     """Positions whose value the driver needs converted."""
+    columnar: str | None = None
+    """PostgreSQL: the same statement over ``unnest`` of one array per parameter (one
+    execution for the whole batch instead of one per row)."""
+    keys: tuple[int, ...] = ()
+    """Positions of the parameters in an UPDATE's WHERE clause: the columnar form is used
+    only when no two rows share them (``UPDATE … FROM`` would apply just one of them)."""
+
+
+_CAST = re.compile(r"\$(\d+)::(TIMESTAMP WITH TIME ZONE|DOUBLE PRECISION|[A-Z]+)")
+
+
+def _columnar(sql: str) -> tuple[str, tuple[int, ...]] | None:
+    """The ``unnest`` form of a compiled PostgreSQL INSERT … VALUES or UPDATE … WHERE whose
+    parameters are all ``$n::TYPE``, and the positions of an UPDATE's key parameters;
+    ``None`` for any other shape."""
+    types: dict[int, str] = {}
+    for number, type_ in _CAST.findall(sql):
+        types.setdefault(int(number), type_)
+    if not types or sorted(types) != list(range(1, len(types) + 1)):
+        return None
+    arrays = ", ".join(f"${n}::{types[n]}[]" for n in sorted(types))
+    if sql.startswith("INSERT INTO "):
+        head, sep, rest = sql.partition(" VALUES (")
+        values, close, tail = rest.partition(")")
+        if not sep or not close or _CAST.sub("", values).strip(", ") != "":
+            return None
+        tail = tail.split(" RETURNING ", 1)[0]
+        return f"{head} SELECT * FROM unnest({arrays}){tail}", ()
+    if sql.startswith("UPDATE "):
+        sets, sep, where = sql.partition(" WHERE ")
+        if not sep:
+            return None
+        names = ", ".join(f"p{n}" for n in sorted(types))
+        keys = tuple(sorted({int(n) - 1 for n, _ in _CAST.findall(where)}))
+
+        def column(match: re.Match[str]) -> str:
+            return f"v.p{match[1]}"
+
+        body = f"{_CAST.sub(column, sets)} FROM unnest({arrays}) AS v({names})"
+        return f"{body} WHERE {_CAST.sub(column, where)}", keys
+    return None
 
 
 class _FastBatches:
@@ -261,7 +306,12 @@ class _FastBatches:
         prepared = self._prepared.get(key)
         if prepared is None:
             prepared = self._prepared[key] = self._prepare(make(), conn)
-        result = await conn.exec_driver_sql(prepared.sql, self._params(prepared, rows))
+        params = self._params(prepared, rows)
+        if prepared.columnar is not None and len(params) > 1 and _distinct(params, prepared.keys):
+            arrays = tuple(list(column) for column in zip(*params, strict=True))
+            result = await conn.exec_driver_sql(prepared.columnar, arrays)
+        else:
+            result = await conn.exec_driver_sql(prepared.sql, params)
         return int(result.rowcount)
 
     @staticmethod
@@ -294,7 +344,15 @@ class _FastBatches:
             conv = self._converter(bind.type)
             if conv is not None:
                 converters.append((index, conv))
-        return _Prepared(compiled.string, itemgetter(*names), len(names) == 1, tuple(converters))
+        columnar = _columnar(compiled.string) if conn.dialect.name == "postgresql" else None
+        return _Prepared(
+            compiled.string,
+            itemgetter(*names),
+            len(names) == 1,
+            tuple(converters),
+            None if columnar is None else columnar[0],
+            () if columnar is None else columnar[1],
+        )
 
     def _converter(self, type_: Any) -> _Converter | None:
         if isinstance(type_, UtcDateTime):
@@ -304,6 +362,16 @@ class _FastBatches:
         if isinstance(type_, JSON):
             return _json_or_null
         return None
+
+
+def _distinct(params: Sequence[tuple[Any, ...]], keys: tuple[int, ...]) -> bool:
+    """Whether no two rows share their values at ``keys``."""
+    if not keys:
+        return True
+    if len(keys) == 1:
+        key = keys[0]
+        return len({row[key] for row in params}) == len(params)
+    return len({tuple(row[i] for i in keys) for row in params}) == len(params)
 
 
 # --- rows <-> records -------------------------------------------------------------------------
@@ -330,8 +398,9 @@ _DEFINITION = (
     "version",
     "updated_at",
     "updated_by",
+    "declared_spec",
 )
-"""Job columns ``update_job`` replaces (not id, creation, or statistics)."""
+"""Job columns ``update_job`` replaces (not id, source, creation, or statistics)."""
 
 
 def _job_definition(job: Job) -> dict[str, Any]:
@@ -357,6 +426,7 @@ def _job_definition(job: Job) -> dict[str, Any]:
         "version": job.version,
         "updated_at": job.updated_at,
         "updated_by": job.updated_by,
+        "declared_spec": None if job.declared_spec is None else dict(job.declared_spec),
     }
 
 
@@ -364,6 +434,7 @@ def _job_row(job: Job) -> dict[str, Any]:
     row = _job_definition(job)
     row.update(
         id=job.id,
+        source=job.source.value,
         created_at=job.created_at,
         created_by=job.created_by,
         total_executions=job.total_executions,
@@ -406,10 +477,14 @@ def _to_job(row: Row[Any]) -> Job:
         success_count=m["success_count"],
         failure_count=m["failure_count"],
         average_duration_ms=m["average_duration_ms"],
+        source=JobSource(m["source"]),
+        declared_spec=m["declared_spec"],
     )
 
 
-_NOT_PLANNED = frozenset({"display_name", "description", "tags", "updated_at", "updated_by"})
+_NOT_PLANNED = frozenset(
+    {"display_name", "description", "tags", "updated_at", "updated_by", "declared_spec"}
+)
 _PLANNING_FIELDS = ("id", *(name for name in _DEFINITION if name not in _NOT_PLANNED))
 _PLANNING_COLUMNS = tuple(jobs.c[name] for name in _PLANNING_FIELDS)
 
@@ -758,6 +833,16 @@ class SqlStore(Store):
         """``sqlite`` or ``postgresql``."""
         return self._dialect
 
+    def _member(self, column: ColumnElement[Any], ids: Sequence[UUID]) -> ColumnElement[bool]:
+        """``column IN ids``. On PostgreSQL ``column = ANY($1)`` with one array parameter:
+        the statement text is the same for every batch, so neither SQLAlchemy (which renders
+        one placeholder per element of an expanding ``IN``) nor the server (which parses and
+        plans every new text) repeats work per batch, and asyncpg reuses its prepared
+        statement."""
+        if self._dialect == "postgresql":
+            return column == any_(bindparam(None, list(ids), type_=postgresql.ARRAY(Uuid())))
+        return column.in_(ids)
+
     # --- connections ----------------------------------------------------------------------
 
     async def open(self) -> None:
@@ -904,6 +989,12 @@ class SqlStore(Store):
             if result.rowcount == 0:
                 raise NotFoundError("job", job_id)
 
+    async def code_jobs(self) -> list[Job]:
+        stmt = select(jobs).where(jobs.c.source == JobSource.CODE.value).order_by(jobs.c.job_type)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [_to_job(r) for r in rows]
+
     async def job_versions(self, job_id: UUID) -> list[JobVersion]:
         stmt = (
             select(job_versions)
@@ -969,7 +1060,7 @@ class SqlStore(Store):
             conn,
             lambda chunk: (
                 select(*_PLANNING_COLUMNS)
-                .where(jobs.c.id.in_(chunk))
+                .where(self._member(jobs.c.id, chunk))
                 .order_by(jobs.c.id)
                 .with_for_update(skip_locked=True)
             ),
@@ -986,20 +1077,22 @@ class SqlStore(Store):
         if self._dialect == "sqlite":  # no row locks: a missing row is a deleted job
             return dict.fromkeys(ids)
         rows = await _fetch_in(
-            conn, lambda chunk: select(jobs.c.id).where(jobs.c.id.in_(chunk)), ids
+            conn, lambda chunk: select(jobs.c.id).where(self._member(jobs.c.id, chunk)), ids
         )
         locked = {r.id for r in rows}
         return {i: None for i in ids if i not in locked}
 
-    @staticmethod
-    async def _active_counts(conn: AsyncConnection, ids: Sequence[UUID]) -> dict[UUID, int]:
+    async def _active_counts(self, conn: AsyncConnection, ids: Sequence[UUID]) -> dict[UUID, int]:
         if not ids:
             return {}
         rows = await _fetch_in(
             conn,
             lambda chunk: (
                 select(occurrences.c.job_id, func.count())
-                .where(occurrences.c.job_id.in_(chunk), occurrences.c.status.in_(ACTIVE))
+                .where(
+                    self._member(occurrences.c.job_id, chunk),
+                    occurrences.c.status.in_(ACTIVE),
+                )
                 .group_by(occurrences.c.job_id)
             ),
             ids,
@@ -1026,7 +1119,7 @@ class SqlStore(Store):
         else:  # some fires were recorded before, or the driver does not count: ask
             found = await _fetch_in(
                 conn,
-                lambda chunk: select(occurrences.c.id).where(occurrences.c.id.in_(chunk)),
+                lambda chunk: select(occurrences.c.id).where(self._member(occurrences.c.id, chunk)),
                 planned,
             )
             inserted = {r.id for r in found}
@@ -1098,32 +1191,79 @@ class SqlStore(Store):
         async with self._write() as conn:
             for chunk in _chunks(ids):
                 await conn.execute(
-                    update(occurrences).where(occurrences.c.id.in_(chunk)).values(dispatched_at=at)
+                    update(occurrences)
+                    .where(self._member(occurrences.c.id, chunk))
+                    .values(dispatched_at=at)
                 )
 
     async def undispatched(
         self, due_before: datetime, limit: int, *, created_before: datetime | None = None
     ) -> list[Occurrence]:
-        occ = occurrences
-        earlier = occurrences.alias("earlier")
-        waiting = exists().where(
-            earlier.c.job_id == occ.c.job_id,
-            earlier.c.status.in_(ACTIVE),
-            earlier.c.id < occ.c.id,
+        stmt = _undispatched_stmt(due_before, limit, created_before)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [_to_occurrence(r) for r in rows]
+
+    async def claim_undispatched(
+        self,
+        due_before: datetime,
+        limit: int,
+        *,
+        created_before: datetime | None = None,
+        claim_until: datetime,
+    ) -> list[Occurrence]:
+        # PostgreSQL: the rows are locked (others skip them) until the claim commits, and a
+        # row claimed meanwhile fails the re-checked ``due_at`` condition. SQLite: the writer
+        # lock serializes claimers.
+        stmt = _undispatched_stmt(due_before, limit, created_before).with_for_update(
+            skip_locked=True, of=occurrences
         )
+        async with self._write() as conn:
+            rows = (await conn.execute(stmt)).all()
+            ids = [r.id for r in rows]
+            for chunk in _chunks(ids):
+                await conn.execute(
+                    update(occurrences)
+                    .where(occurrences.c.id.in_(chunk))
+                    .values(due_at=claim_until)
+                )
+        return [_to_occurrence(r) for r in rows]
+
+    async def finish_claim(
+        self,
+        claimed: Sequence[Occurrence],
+        claim_until: datetime,
+        *,
+        dispatched_at: datetime | None,
+    ) -> None:
+        if not claimed:
+            return
+        c = occurrences.c
+        stmt = (
+            update(occurrences)
+            .where(
+                c.id == bindparam("b_id", type_=Uuid()),
+                c.attempt == bindparam("b_attempt", type_=Integer()),
+                c.due_at == claim_until,
+                c.dispatched_at.is_(None),
+            )
+            .values(due_at=bindparam("b_due", type_=UtcDateTime()), dispatched_at=dispatched_at)
+        )
+        params = [{"b_id": o.id, "b_attempt": o.attempt, "b_due": o.due_at} for o in claimed]
+        async with self._write() as conn:
+            await conn.execute(stmt, params)
+
+    async def stale_running(self, before: datetime, limit: int) -> list[Occurrence]:
+        occ = occurrences
+        # Running rows are few (bounded by the workers' slots): the (status, id) index finds
+        # them, the silence condition is checked on each.
+        last_sign = func.coalesce(occ.c.last_heartbeat, occ.c.start_time, occ.c.created_at)
         stmt = (
             select(occ)
-            .where(
-                occ.c.status == int(OccurrenceStatus.QUEUED),
-                occ.c.dispatched_at.is_(None),
-                occ.c.due_at <= due_before,
-                or_(occ.c.concurrency_policy != int(ConcurrencyPolicy.QUEUE), ~waiting),
-            )
-            .order_by(occ.c.due_at, occ.c.id)
+            .where(occ.c.status == int(OccurrenceStatus.RUNNING), last_sign < before)
+            .order_by(last_sign, occ.c.id)
             .limit(max(0, limit))
         )
-        if created_before is not None:
-            stmt = stmt.where(occ.c.created_at <= created_before)
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
         return [_to_occurrence(r) for r in rows]
@@ -1155,7 +1295,7 @@ class SqlStore(Store):
                 conn,
                 lambda chunk: (
                     select(*columns)
-                    .where(occurrences.c.id.in_(chunk))
+                    .where(self._member(occurrences.c.id, chunk))
                     .order_by(occurrences.c.id)
                     .with_for_update()
                 ),
@@ -1199,7 +1339,9 @@ class SqlStore(Store):
         ids = _unique(r.occurrence_id for r in records)
         async with self._write() as conn:
             rows = await _fetch_in(
-                conn, lambda chunk: select(occurrences.c.id).where(occurrences.c.id.in_(chunk)), ids
+                conn,
+                lambda chunk: select(occurrences.c.id).where(self._member(occurrences.c.id, chunk)),
+                ids,
             )
             known = {r.id for r in rows}
             lines = [
@@ -1294,6 +1436,34 @@ class SqlStore(Store):
         for status, count in rows:
             counts[OccurrenceStatus(status)] = int(count)
         return counts
+
+
+def _undispatched_stmt(
+    due_before: datetime, limit: int, created_before: datetime | None
+) -> Select[Any]:
+    """Queued, never dispatched, due, not held behind an earlier active occurrence of a
+    Queue-policy job; earliest due first."""
+    occ = occurrences
+    earlier = occurrences.alias("earlier")
+    waiting = exists().where(
+        earlier.c.job_id == occ.c.job_id,
+        earlier.c.status.in_(ACTIVE),
+        earlier.c.id < occ.c.id,
+    )
+    stmt = (
+        select(occ)
+        .where(
+            occ.c.status == int(OccurrenceStatus.QUEUED),
+            occ.c.dispatched_at.is_(None),
+            occ.c.due_at <= due_before,
+            or_(occ.c.concurrency_policy != int(ConcurrencyPolicy.QUEUE), ~waiting),
+        )
+        .order_by(occ.c.due_at, occ.c.id)
+        .limit(max(0, limit))
+    )
+    if created_before is not None:
+        stmt = stmt.where(occ.c.created_at <= created_before)
+    return stmt
 
 
 # --- statement helpers ------------------------------------------------------------------------

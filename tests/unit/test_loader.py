@@ -1,0 +1,72 @@
+"""The loader on a real SQLite store and the in-memory index: it mirrors the store's hot window
+into the index, drops what the store no longer has, and keeps what was added meanwhile."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from rota.core.ids import bucket_of, new_id
+from rota.core.models import Job
+from rota.core.ports import DueEntry, IndexEntry
+from rota.indexes.memory import MemoryScheduleIndex
+from rota.services.loader import Loader
+from rota.stores.sql import SqlStore
+
+BUCKETS = 16
+WINDOW = 120.0
+
+
+def job_at(at: datetime) -> Job:
+    return Job(id=new_id(), job_type="report", execute_at=at, next_run_at=at)
+
+
+def loader(store: SqlStore, index: MemoryScheduleIndex) -> Loader:
+    return Loader(store, index, lambda: range(BUCKETS), window_seconds=WINDOW, interval_seconds=60)
+
+
+async def indexed(index: MemoryScheduleIndex) -> dict[object, float]:
+    return {e.job_id: e.due for e in await index.due(range(BUCKETS), 1e12, 10_000)}
+
+
+async def test_sync_mirrors_the_window_and_drops_what_the_store_lost(store: SqlStore) -> None:
+    now = datetime.now(UTC)
+    soon, later = job_at(now + timedelta(seconds=30)), job_at(now + timedelta(hours=1))
+    await store.create_jobs([soon, later])
+    index = MemoryScheduleIndex()
+    gone = new_id()
+    await index.upsert([IndexEntry(gone, bucket_of(gone, BUCKETS), now.timestamp())])
+
+    assert await loader(store, index).sync() == 1
+    assert await indexed(index) == {soon.id: soon.next_run_at.timestamp()}  # type: ignore[union-attr]
+
+
+async def test_an_entry_added_while_the_store_is_read_survives_the_sync(
+    store: SqlStore, url: str
+) -> None:
+    """A job created through the API (committed, then indexed) while the loader reads the
+    store: the read cannot see it, and the sync must not drop its fresh index entry."""
+    now = datetime.now(UTC)
+    existing = job_at(now + timedelta(seconds=10))
+    await store.create_jobs([existing])
+    index = MemoryScheduleIndex()
+    created = job_at(now + timedelta(seconds=5))
+
+    class RacingStore(SqlStore):
+        async def due_jobs(
+            self, until: datetime, buckets: Sequence[int] | None, limit: int
+        ) -> list[DueEntry]:
+            rows = await super().due_jobs(until, buckets, limit)
+            # Meanwhile another server's API creates a job and indexes it.
+            await store.create_jobs([created])
+            bucket = bucket_of(created.id, BUCKETS)
+            await index.upsert([IndexEntry(created.id, bucket, now.timestamp() + 5)])
+            return rows
+
+    racing = RacingStore(url)
+    await racing.open()
+    try:
+        await loader(racing, index).sync()
+    finally:
+        await racing.close()
+    assert set(await indexed(index)) == {existing.id, created.id}
