@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def all_occurrences(api: Callable[..., Any], job_id: str) -> list[dict[str, Any]]:
+    """Every occurrence of a job, through the API's cursor pages (``api(method, path, **kw)``
+    returns the decoded body)."""
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"jobId": job_id, "limit": 1000}
+        if cursor:
+            params["cursor"] = cursor
+        page = api("GET", "/occurrences", params=params)
+        items += page["items"]
+        cursor = page.get("nextCursor")
+        if not cursor:
+            return items
 
 
 class RotaProcess:
@@ -91,17 +107,7 @@ class RotaProcess:
         return r.json()
 
     def occurrences(self, job_id: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        cursor = None
-        while True:
-            params: dict[str, Any] = {"jobId": job_id, "limit": 1000}
-            if cursor:
-                params["cursor"] = cursor
-            page = self.api("GET", "/occurrences", params=params)
-            items += page["items"]
-            cursor = page.get("nextCursor")
-            if not cursor:
-                return items
+        return all_occurrences(self.api, job_id)
 
 
 @pytest.fixture

@@ -1,0 +1,236 @@
+"""The distributed mode with real processes: a fresh PostgreSQL database, RabbitMQ vhost and
+Redis key prefix per test, and helpers to run ``rota server`` / ``rota worker`` processes,
+kill them and read the result through the API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import HERE, all_occurrences, free_port, wait_until
+
+PG = "postgresql://postgres@127.0.0.1:5432/{db}"
+REDIS = "redis://127.0.0.1:6379/0"
+AMQP = "amqp://guest:guest@127.0.0.1:5672/{vhost}"
+
+QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED, TIMED_OUT, UNKNOWN, SKIPPED = range(8)
+
+
+def service_missing(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"service unavailable in CI: {reason}")
+    pytest.skip(reason)
+
+
+def _run(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+
+
+async def _pg(sql: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres", timeout=5)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def _redis_cleanup(prefix: str) -> None:
+    import redis.asyncio as redis
+
+    client = redis.Redis.from_url(REDIS)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def distributed_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Environment variables for Rota processes on a fresh database, vhost and prefix."""
+    name = f"rota_e2e_{uuid.uuid4().hex[:10]}"
+    try:
+        asyncio.run(_pg(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # asyncpg raises its own error types, not OSError
+        service_missing(f"PostgreSQL: {exc}")
+    try:
+        _run("rabbitmqctl", "add_vhost", name)
+        _run("rabbitmqctl", "set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+    except (OSError, subprocess.SubprocessError) as exc:
+        asyncio.run(_pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        service_missing(f"RabbitMQ: {exc}")
+    env = {
+        **os.environ,
+        "ROTA_DATABASE_URL": PG.format(db=name),
+        "ROTA_REDIS_URL": REDIS,
+        "ROTA_AMQP_URL": AMQP.format(vhost=name),
+        "ROTA_NAME_PREFIX": name.replace("_", "-"),
+        "ROTA_DATA_DIR": str(tmp_path / "data"),
+        "ROTA_SCHEDULER__SWEEPER_INTERVAL_SECONDS": "1",
+        "ROTA_VHOST": name,
+    }
+    try:
+        yield env
+    finally:
+        asyncio.run(_redis_cleanup(env["ROTA_NAME_PREFIX"]))
+        subprocess.run(["rabbitmqctl", "delete_vhost", name], capture_output=True, timeout=60)
+        asyncio.run(_pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+class Proc:
+    """One ``rota …`` process with its log file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.args = args
+        self.log = log
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "rota", *args], env=env, stdout=out, stderr=out
+            )
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self, timeout: float) -> int:
+        """SIGTERM; the exit code (fails if the stop takes longer than ``timeout``)."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def tail(self, chars: int = 3000) -> str:
+        return f"--- {self.log.name}\n{self.log.read_text(errors='replace')[-chars:]}"
+
+
+class Server(Proc):
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}/api/v1"
+        super().__init__(["server", "--port", str(self.port)], env, log)
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.base}/health/ready", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+class Cluster:
+    """Servers and workers of one deployment (one database, vhost and prefix)."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.procs: list[Proc] = []
+        subprocess.run(
+            [sys.executable, "-m", "rota", "migrate"], env=env, check=True, timeout=120,
+            capture_output=True,
+        )  # fmt: skip
+
+    def server(self, name: str, **env: str) -> Server:
+        server = Server({**self.env, **env}, self.log_dir / f"{name}.log")
+        self.procs.append(server)
+        wait_until(server.ready, 30, f"server {name} not ready: {self.logs()}")
+        return server
+
+    def worker(
+        self, name: str, *, worker_id: str = "e2e", concurrency: int = 4, grace: float | None = None
+    ) -> Proc:
+        args = ["worker", str(HERE / "jobs.py"), "--worker-id", worker_id]
+        args += ["--concurrency", str(concurrency)]
+        if grace is not None:
+            args += ["--grace", str(grace)]
+        env = {**self.env, "ROTA_DATA_DIR": str(self.log_dir / f"data-{name}")}
+        proc = Proc(args, env, self.log_dir / f"{name}.log")
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+
+    def logs(self) -> str:
+        return "\n".join(p.tail() for p in self.procs)
+
+    # --- the API of any live server ---------------------------------------------------
+
+    @property
+    def base(self) -> str:
+        for proc in self.procs:
+            if isinstance(proc, Server) and proc.alive:
+                return proc.base
+        raise AssertionError("no live server")
+
+    def api(self, method: str, path: str, **kw: Any) -> Any:
+        r = httpx.request(method, f"{self.base}{path}", timeout=15, **kw)
+        assert r.status_code < 300, f"{method} {path}: {r.status_code} {r.text}"
+        return r.json() if r.content else None
+
+    def occurrences(self, job_id: str) -> list[dict[str, Any]]:
+        return all_occurrences(self.api, job_id)
+
+    def logs_of(self, occurrence_id: str) -> list[dict[str, Any]]:
+        return list(
+            self.api("GET", f"/occurrences/{occurrence_id}/logs", params={"limit": 1000})["items"]
+        )
+
+    def worker_instances(self) -> list[str]:
+        """Ids of the live worker instances (empty while the API cannot say)."""
+        try:
+            groups = self.api("GET", "/workers")["items"]
+        except (AssertionError, httpx.HTTPError):
+            return []
+        return [i["instanceId"] for g in groups for i in g["instances"]]
+
+
+@pytest.fixture
+def cluster(distributed_env: dict[str, str], tmp_path: Path) -> Iterator[Cluster]:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    c = Cluster(distributed_env, logs)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def settle(cluster: Cluster, job_ids: list[str], timeout: float) -> None:
+    """Wait until no occurrence of the jobs is Queued or Running."""
+
+    def settled() -> bool:
+        return all(
+            o["status"] not in (QUEUED, RUNNING) for j in job_ids for o in cluster.occurrences(j)
+        )
+
+    wait_until(settled, timeout, f"occurrences stayed Queued/Running: {cluster.logs()}")
+
+
+def wait_seconds(seconds: float) -> None:
+    """Let wall-clock time pass while the cluster works (the schedule itself is under test)."""
+    time.sleep(seconds)
