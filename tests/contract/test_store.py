@@ -702,6 +702,36 @@ async def test_logs_in_order_with_sequence_numbers(store: SqlStore) -> None:
     assert [r.message for _, r in await store.occurrence_logs(b.id)] == ["other"]
 
 
+async def test_a_numbered_log_line_sent_twice_is_stored_once(store: SqlStore) -> None:
+    occ = await fired(store, make_job())
+
+    def line(attempt: int | None, number: int | None, message: str) -> LogRecord:
+        return LogRecord(
+            occurrence_id=occ.id,
+            timestamp=NOW,
+            level="info",
+            message=message,
+            attempt=attempt,
+            line=number,
+        )
+
+    first = [line(1, 1, "a"), line(1, 2, "b")]
+    await store.append_logs(first)
+    # a replayed outbox: line 2 again, in the same batch as line 3 and twice within it
+    await store.append_logs([line(1, 2, "b"), line(1, 3, "c"), line(1, 3, "c")])
+    # the next attempt numbers from 1 again; unnumbered lines are never merged
+    await store.append_logs([line(2, 1, "retry"), line(None, None, "x"), line(None, None, "x")])
+    logs = [r for _, r in await store.occurrence_logs(occ.id)]
+    assert [(r.attempt, r.line, r.message) for r in logs] == [
+        (1, 1, "a"),
+        (1, 2, "b"),
+        (1, 3, "c"),
+        (2, 1, "retry"),
+        (None, None, "x"),
+        (None, None, "x"),
+    ]
+
+
 async def test_get_missing_occurrence_raises_not_found(store: SqlStore) -> None:
     with pytest.raises(NotFoundError):
         await store.get_occurrence(new_id())

@@ -286,6 +286,19 @@ def test_log_from_threads_reaches_the_sink() -> None:
     for t in threads:
         t.join()
     assert sorted(r.message for r in records) == [f"t{i}" for i in range(5)]
+    assert [r.line for r in records] == [1, 2, 3, 4, 5]  # numbered in the order they reach it
+
+
+def test_log_lines_are_numbered_within_their_attempt() -> None:
+    records: list[LogRecord] = []
+    ctx = make_ctx(attempt=3, log_sink=records.append)
+    for n in range(3):
+        ctx.log.info("line %d", n)
+    ctx.log.debug("filtered out")  # DEBUG is accepted: the logger's level is DEBUG
+    assert [(r.attempt, r.line) for r in records] == [(3, 1), (3, 2), (3, 3), (3, 4)]
+    again: list[LogRecord] = []
+    make_ctx(attempt=4, log_sink=again.append).log.info("next attempt starts at 1")
+    assert [(r.attempt, r.line) for r in again] == [(4, 1)]
 
 
 def test_context_without_sink_logs_normally(caplog: pytest.LogCaptureFixture) -> None:

@@ -68,7 +68,9 @@ STATUS_KEYS = {
     "retryAt",
     "failureType",
 }
-LOG_KEYS = {"occurrenceId", "timestamp", "level", "message", "data", "category"}
+LOG_KEYS = {
+    "occurrenceId", "timestamp", "level", "message", "data", "category", "attempt", "line",
+}  # fmt: skip
 
 
 def message(**changes: Any) -> JobMessage:
@@ -116,6 +118,8 @@ def log(**changes: Any) -> LogRecord:
         "message": "building sales report",
         "data": {"rows": 3},
         "category": "report",
+        "attempt": 2,
+        "line": 7,
     }
     fields.update(changes)
     return LogRecord(**fields)
@@ -366,7 +370,10 @@ def test_unencodable_result_names_the_field() -> None:
 
 
 def test_log_records_keys_and_round_trip() -> None:
-    records = [log(), log(level="ERROR", message="", data=None, category=None)]
+    records = [
+        log(),
+        log(level="ERROR", message="", data=None, category=None, attempt=None, line=None),
+    ]
     body = encode_log_records(records)
     assert [set(d) for d in orjson.loads(body)] == [LOG_KEYS, LOG_KEYS]
     assert decode_log_records(body) == records
@@ -378,8 +385,19 @@ LOG_REFUSALS: list[tuple[bytes, str]] = [
     (log_document(message=None), "message"),
     (log_document(data=[1, 2]), "data"),
     (log_document(category=1), "category"),
+    (log_document(attempt=0), "attempt"),
+    (log_document(line="7"), "line"),
+    (log_document(line=True), "line"),
     (log_document(timestamp="2030-13-01T00:00:00Z"), "timestamp"),
 ]
+
+
+def test_log_records_without_line_numbers_are_accepted() -> None:
+    """Workers in other languages may leave ``attempt`` and ``line`` out."""
+    document = orjson.loads(encode_log_records([log()]))[0]
+    del document["attempt"], document["line"]
+    (record,) = decode_log_records(orjson.dumps([document]))
+    assert (record.attempt, record.line) == (None, None)
 
 
 @pytest.mark.parametrize(("body", "field"), LOG_REFUSALS)

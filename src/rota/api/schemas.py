@@ -384,6 +384,7 @@ class LogLine(ApiModel):
     message: str
     data: dict[str, Any] | None
     category: str | None
+    attempt: int | None = Field(description="The attempt that wrote the line, if known.")
 
     @classmethod
     def of(cls, seq: int, record: LogRecord) -> LogLine:
@@ -392,6 +393,7 @@ class LogLine(ApiModel):
             timestamp=record.timestamp,
             level=record.level,
             message=record.message,
+            attempt=record.attempt,
             data=None if record.data is None else dict(record.data),
             category=record.category,
         )

@@ -313,6 +313,11 @@ class LogRecord:
     message: str
     data: Mapping[str, JsonValue] | None = None
     category: str | None = None
+    attempt: int | None = None
+    """The attempt that wrote the line (with ``line``: the line's identity)."""
+    line: int | None = None
+    """The line's number within its attempt, from 1. A line that arrives twice (a replayed
+    outbox, a redelivered batch) with the same ``(attempt, line)`` is stored once."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

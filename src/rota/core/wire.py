@@ -146,6 +146,8 @@ def _log_dict(record: LogRecord) -> dict[str, object]:
         "message": record.message,
         "data": record.data,
         "category": record.category,
+        "attempt": record.attempt,
+        "line": record.line,
     }
 
 
@@ -243,6 +245,12 @@ class _Reader:
             bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
             raise self.fail(key, f"must be {bounds}")
         return value
+
+    def integer_or_none(self, key: str, low: int) -> int | None:
+        """An integer ``>= low``, or ``None`` when absent or null."""
+        if self.doc.get(key) is None:
+            return None
+        return self.integer(key, None, low)
 
     def number_or_none(self, key: str) -> float | None:
         value = self.raw(key, None)
@@ -365,6 +373,8 @@ def _read_log(reader: _Reader) -> LogRecord:
         message=reader.text("message"),
         data=reader.mapping_or_none("data"),
         category=reader.text_or_none("category"),
+        attempt=reader.integer_or_none("attempt", 1),
+        line=reader.integer_or_none("line", 1),
     )
 
 

@@ -244,7 +244,12 @@ def _occurrences(metadata: MetaData) -> None:
         Column("message", Text(), nullable=False),
         Column("data", Json()),
         Column("category", String(200)),
+        Column("attempt", Integer()),
+        Column("line", Integer()),
         Index(None, "occurrence_id", "seq"),
+        # A line sent twice (replayed outbox, redelivered batch) is stored once; lines without
+        # a number (NULLs never conflict) are all kept.
+        Index("uq_occurrence_logs_line", "occurrence_id", "attempt", "line", unique=True),
     )
 
 

@@ -1344,20 +1344,31 @@ class SqlStore(Store):
                 ids,
             )
             known = {r.id for r in rows}
-            lines = [
-                {
-                    "occurrence_id": r.occurrence_id,
-                    "timestamp": r.timestamp,
-                    "level": r.level,
-                    "message": r.message,
-                    "data": None if r.data is None else dict(r.data),
-                    "category": r.category,
-                }
-                for r in records
-                if r.occurrence_id in known
-            ]
+            lines = []
+            numbered: set[tuple[UUID, int, int]] = set()
+            for r in records:
+                if r.occurrence_id not in known:
+                    continue
+                if r.attempt is not None and r.line is not None:
+                    key = (r.occurrence_id, r.attempt, r.line)
+                    if key in numbered:  # the same line twice in one batch
+                        continue
+                    numbered.add(key)
+                lines.append(
+                    {
+                        "occurrence_id": r.occurrence_id,
+                        "timestamp": r.timestamp,
+                        "level": r.level,
+                        "message": r.message,
+                        "data": None if r.data is None else dict(r.data),
+                        "category": r.category,
+                        "attempt": r.attempt,
+                        "line": r.line,
+                    }
+                )
             if lines:
-                await self._fast.execute(conn, "insert_logs", _insert_logs_stmt, lines)
+                make = partial(_insert_logs_stmt, self._dialect)
+                await self._fast.execute(conn, "insert_logs", make, lines)
 
     async def get_occurrence(self, occurrence_id: UUID) -> Occurrence:
         async with self._read() as conn:
@@ -1416,6 +1427,8 @@ class SqlStore(Store):
                     message=r.message,
                     data=r.data,
                     category=r.category,
+                    attempt=r.attempt,
+                    line=r.line,
                 ),
             )
             for r in rows
@@ -1491,8 +1504,14 @@ def _insert_changes_stmt() -> UpdateBase:
     return _insert_stmt(status_changes, skip=("id",))
 
 
-def _insert_logs_stmt() -> UpdateBase:
-    return _insert_stmt(occurrence_logs, skip=("seq",))
+def _insert_logs_stmt(dialect: str) -> UpdateBase:
+    """Log lines; a numbered line already stored (same occurrence, attempt, line) is skipped."""
+    values = {
+        c.name: bindparam(c.name, type_=c.type) for c in occurrence_logs.columns if c.name != "seq"
+    }
+    if dialect == "postgresql":
+        return postgresql.insert(occurrence_logs).values(values).on_conflict_do_nothing()
+    return sqlite.insert(occurrence_logs).values(values).on_conflict_do_nothing()
 
 
 def _advance_jobs_stmt() -> UpdateBase:

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import itertools
 import logging
 import math
 import re
@@ -383,9 +384,16 @@ def _json_safe(value: object) -> JsonValue:
         return str(value)
 
 
-def to_log_record(occurrence_id: UUID, record: logging.LogRecord) -> LogRecord:
+def to_log_record(
+    occurrence_id: UUID,
+    record: logging.LogRecord,
+    *,
+    attempt: int | None = None,
+    line: int | None = None,
+) -> LogRecord:
     """A :class:`~rota.core.models.LogRecord` from a :mod:`logging` record: level name,
-    formatted message (with exception), ``extra`` attributes as data, logger name as category."""
+    formatted message (with exception), ``extra`` attributes as data, logger name as category;
+    ``attempt`` and ``line`` identify the line so a copy that arrives twice is stored once."""
     message = record.getMessage()
     if record.exc_info:
         message = f"{message}\n{_formatter.formatException(record.exc_info)}"
@@ -403,22 +411,32 @@ def to_log_record(occurrence_id: UUID, record: logging.LogRecord) -> LogRecord:
         message=message,
         data=data or None,
         category=record.name,
+        attempt=attempt,
+        line=line,
     )
 
 
 class _OccurrenceLogger(logging.Logger):
-    """A logger of one occurrence: not registered with :mod:`logging`, no propagation; every
-    record it accepts goes to the sink as a :class:`LogRecord`."""
+    """A logger of one attempt of an occurrence: not registered with :mod:`logging`, no
+    propagation; every record it accepts goes to the sink as a :class:`LogRecord` numbered
+    from 1 within the attempt."""
 
-    def __init__(self, name: str, occurrence_id: UUID, sink: LogSink) -> None:
+    def __init__(self, name: str, occurrence_id: UUID, attempt: int, sink: LogSink) -> None:
         super().__init__(name, logging.DEBUG)
         self.propagate = False
         self._occurrence_id = occurrence_id
+        self._attempt = attempt
         self._sink = sink
+        self._lines = itertools.count(1)
+        self._lock = threading.Lock()  # handlers may log from several threads
 
     def handle(self, record: logging.LogRecord) -> None:
         if not self.disabled and self.filter(record):
-            self._sink(to_log_record(self._occurrence_id, record))
+            with self._lock:
+                line = next(self._lines)
+                self._sink(
+                    to_log_record(self._occurrence_id, record, attempt=self._attempt, line=line)
+                )
 
 
 class JobContext:
@@ -490,7 +508,7 @@ class JobContext:
             if self._sink is None:
                 log = logging.getLogger(f"rota.jobs.{self.job_type}")
             else:
-                log = _OccurrenceLogger(self.job_type, self.occurrence_id, self._sink)
+                log = _OccurrenceLogger(self.job_type, self.occurrence_id, self.attempt, self._sink)
             self._log = log
         return log
 
