@@ -107,6 +107,15 @@ class JobSource(enum.StrEnum):
     """Declared in worker code (``@rota.job(…, cron=…)``); at most one per job type."""
 
 
+class ZombiePolicy(enum.StrEnum):
+    """What becomes of an occurrence found without a sign of life past its threshold."""
+
+    REQUEUE = "requeue"
+    """A new attempt, Queued and due at once (at-least-once)."""
+    FAIL = "fail"
+    """Failed (failure type ``zombie``) with a dead-letter record; nothing runs again."""
+
+
 class FailureType(enum.StrEnum):
     RETRIES_EXHAUSTED = "retries_exhausted"
     PERMANENT = "permanent"
@@ -156,6 +165,24 @@ class Job:
     declared_spec: Mapping[str, JsonValue] | None = None
     """For a code-declared job: the declaration last applied to it (``cronExpression``,
     ``timeZone``, ``priority``); a new declaration is applied only when it differs."""
+    auto_disable_threshold: int | None = None
+    """Consecutive failures that disable the job; ``None``: the global default; 0: never."""
+    auto_disable_window_seconds: float | None = None
+    """Failures further apart than this do not count as consecutive; ``None``: the default."""
+    auto_disable_cooldown_seconds: float | None = None
+    """After this long disabled, one probe run is let through; ``None``: the default (which
+    may be no probe: re-enable by hand)."""
+    consecutive_failures: int = 0
+    last_failure_at: datetime | None = None
+    disabled_reason: str | None = None
+    """Why the job was disabled automatically (``None``: it was not, or it was re-enabled)."""
+    disabled_at: datetime | None = None
+    probing: bool = False
+    """Auto-disabled, its cooldown passed: the next fire is a probe (success re-enables)."""
+    zombie_policy: ZombiePolicy | None = None
+    """``None``: the global default."""
+    zombie_threshold_seconds: float | None = None
+    """Seconds without a sign of life before an occurrence is a zombie; ``None``: the default."""
 
     @property
     def is_recurring(self) -> bool:
@@ -230,6 +257,8 @@ class Occurrence:
     last_heartbeat: datetime | None = None
     trigger_reason: str | None = None
     """Why it exists when not scheduled: a manual trigger's reason."""
+    retry_delay_seconds: float | None = None
+    """The job's retry delay override when it fired (``None``: the job type's)."""
     status_changes: tuple[StatusChange, ...] = ()
 
     @property
@@ -242,7 +271,8 @@ class FailedOccurrence:
     """The dead-letter record of an occurrence that will not run again by itself."""
 
     id: UUID
-    occurrence_id: UUID
+    occurrence_id: UUID | None
+    """``None`` for a poison message that names no occurrence (see ``raw_message``)."""
     job_id: UUID | None
     job_type: str
     failure_type: FailureType
@@ -256,6 +286,8 @@ class FailedOccurrence:
     resolved_by: str | None = None
     resolution_note: str | None = None
     resolution_action: str | None = None
+    raw_message: str | None = None
+    """The message body as received (truncated), when it could not be read."""
 
 
 # --- records on the wire (DESIGN.md §5) -------------------------------------------------------

@@ -26,6 +26,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     Uuid,
+    false,
     text,
 )
 from sqlalchemy.dialects import sqlite
@@ -108,6 +109,7 @@ rowid) in SQLite."""
 
 
 CODE_JOBS = text("source = 'code'")
+UNRESOLVED = text("NOT resolved")
 """The condition of the partial unique index on code-declared jobs' job types."""
 
 
@@ -155,6 +157,16 @@ def _jobs(metadata: MetaData) -> None:
         Column("duration_samples", BigInteger(), nullable=False),
         Column("source", String(10), nullable=False, server_default="api"),
         Column("declared_spec", Json()),
+        Column("auto_disable_threshold", Integer()),
+        Column("auto_disable_window_seconds", Float()),
+        Column("auto_disable_cooldown_seconds", Float()),
+        Column("consecutive_failures", Integer(), nullable=False, server_default="0"),
+        Column("last_failure_at", UtcDateTime()),
+        Column("disabled_reason", Text()),
+        Column("disabled_at", UtcDateTime()),
+        Column("probing", Boolean(), nullable=False, server_default=false()),
+        Column("zombie_policy", String(10)),
+        Column("zombie_threshold_seconds", Float()),
         Index(None, "is_active", "next_run_at"),
         Index(None, "bucket", "next_run_at"),
         Index(None, "job_type"),
@@ -216,6 +228,7 @@ def _occurrences(metadata: MetaData) -> None:
         Column("last_heartbeat", UtcDateTime()),
         Column("trigger_reason", Text()),
         Column("concurrency_policy", SmallInteger(), nullable=False),
+        Column("retry_delay_seconds", Float()),
         UniqueConstraint("job_id", "scheduled_for"),
         Index(None, "job_id", "id"),
         Index(None, "job_id", "status", "id"),
@@ -258,7 +271,7 @@ def _failed_occurrences(metadata: MetaData) -> None:
         "failed_occurrences",
         metadata,
         Column("id", Uuid(), primary_key=True),
-        Column("occurrence_id", Uuid(), nullable=False),
+        Column("occurrence_id", Uuid()),
         Column("job_id", Uuid()),
         Column("job_type", String(200), nullable=False),
         Column("failure_type", String(50), nullable=False),
@@ -272,7 +285,16 @@ def _failed_occurrences(metadata: MetaData) -> None:
         Column("resolved_by", String(200)),
         Column("resolution_note", Text()),
         Column("resolution_action", String(100)),
+        Column("raw_message", Text()),
         Index(None, "occurrence_id"),
+        # One unresolved record per occurrence: a repeated report of the same end adds nothing.
+        Index(
+            "uq_failed_occurrences_unresolved",
+            "occurrence_id",
+            unique=True,
+            sqlite_where=UNRESOLVED,
+            postgresql_where=UNRESOLVED,
+        ),
         Index(None, "job_id"),
         Index(None, "failure_type"),
         Index(None, "resolved"),
