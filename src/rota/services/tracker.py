@@ -91,8 +91,13 @@ class StatusTracker:
         return result
 
     async def run(self) -> None:
-        batches = self._broker.consume_status(self._batch_size, self._max_wait)
-        await _consume("status tracker", batches, self._write, self.stats, self._stopping)
+        await _run_consumer(
+            "status tracker",
+            lambda: self._broker.consume_status(self._batch_size, self._max_wait),
+            self._write,
+            self.stats,
+            self._stopping,
+        )
 
     async def _write(self, batch: Batch[StatusRecord]) -> None:
         await self.handle(batch.items)
@@ -113,13 +118,45 @@ class LogCollector:
         self._stopping.set()
 
     async def run(self) -> None:
-        batches = self._broker.consume_logs(self._batch_size, self._max_wait)
-        await _consume("log collector", batches, self._write, self.stats, self._stopping)
+        await _run_consumer(
+            "log collector",
+            lambda: self._broker.consume_logs(self._batch_size, self._max_wait),
+            self._write,
+            self.stats,
+            self._stopping,
+        )
 
     async def _write(self, batch: Batch[LogRecord]) -> None:
         await self._store.append_logs(batch.items)
         self.stats.batches += 1
         self.stats.log_lines += len(batch.items)
+
+
+async def _run_consumer(
+    name: str,
+    consume: Callable[[], AsyncIterator[Batch[T]]],
+    write: Callable[[Batch[T]], Awaitable[None]],
+    stats: TrackerStats,
+    stopping: asyncio.Event,
+) -> None:
+    """Consume until stopped. A consumer that cannot start or breaks (the broker away when it
+    is declared, a channel closed under it) is started again with backoff: the loop never
+    ends by itself while the server runs. Unacknowledged batches come back from the broker."""
+    backoff = 0.1
+    while not stopping.is_set():
+        try:
+            await _consume(name, consume(), write, stats, stopping)
+            if stopping.is_set():
+                return
+            log.warning("%s: the broker ended the consumer; starting it again", name)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # whatever broke the consumer: start it again
+            stats.errors += 1
+            log.warning("%s: consumer failed, restarting in %.1fs: %s", name, backoff, exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), timeout=backoff)
+        backoff = min(backoff * 2, 5.0)
 
 
 async def _consume(
