@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
 import threading
 import time
 from collections import Counter
@@ -371,6 +373,99 @@ async def test_should_retry_hook_overrides_the_policy(harness: Harness, observer
     assert (await observer.wait_final(refused.occurrence_id)).retry_at is None
 
 
+async def test_the_jobs_retry_delay_wins_over_the_job_types(
+    harness: Harness, observer: Observer
+) -> None:
+    await harness.executor(boom, clock=lambda: NOW)  # the job type says 3 s
+    first = await harness.publish("boom", max_retries=5, retry_delay_seconds=0.5)
+    second = await harness.publish("boom", retry_count=1, max_retries=5, retry_delay_seconds=0.5)
+    assert (await observer.wait_final(first.occurrence_id)).retry_at == NOW + timedelta(seconds=0.5)
+    assert (await observer.wait_final(second.occurrence_id)).retry_at == NOW + timedelta(seconds=1)
+
+
+def _message(retry_count: int, **fields: Any) -> JobMessage:
+    return JobMessage(
+        occurrence_id=new_id(),
+        job_id=new_id(),
+        job_type="any",
+        job_data=None,
+        scheduled_for=NOW,
+        timestamp=NOW,
+        retry_count=retry_count,
+        max_retries=99,
+        **fields,
+    )
+
+
+def _bare_executor(broker: InProcessBroker, **kwargs: Any) -> Executor:
+    return Executor(
+        broker,
+        JobRegistry([]),
+        worker_id=WORKER,
+        instance_id="test-instance",
+        concurrency=1,
+        sync_threads=1,
+        flush_interval=0.01,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize(("retry", "seconds"), [(1, 3.0), (2, 6.0), (3, 12.0), (5, 48.0)])
+def test_retry_n_waits_base_times_two_to_the_n_minus_one(
+    broker: InProcessBroker, retry: int, seconds: float
+) -> None:
+    executor = _bare_executor(broker)
+    # the attempt that failed is attempt ``retry`` (retry count ``retry - 1``)
+    assert executor.retry_delay(boom, _message(retry - 1)) == seconds
+
+
+def test_retry_delay_without_any_base_is_ten_seconds(broker: InProcessBroker) -> None:
+    executor = _bare_executor(broker)
+    assert executor.retry_delay(boom_default, _message(0)) == executor_module.DEFAULT_RETRY_DELAY
+    assert executor.retry_delay(boom_default, _message(0, retry_delay_seconds=0.0)) == 0.0
+
+
+def test_retry_delay_is_capped(broker: InProcessBroker) -> None:
+    executor = _bare_executor(broker)
+    capped = rota.job("capped", retry_delay=3, max_retry_delay=20)(boom.func)
+    assert executor.retry_delay(capped, _message(2)) == 12.0
+    assert executor.retry_delay(capped, _message(3)) == 20.0  # 24 s, capped
+    assert executor.retry_delay(capped, _message(500)) == 20.0
+    assert executor.retry_delay(boom, _message(500)) == executor_module.MAX_RETRY_DELAY
+    huge = _message(70, retry_delay_seconds=1e300)
+    assert executor.retry_delay(boom, huge) == executor_module.MAX_RETRY_DELAY
+
+
+class _FixedRandom(random.Random):
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+@pytest.mark.parametrize(("draw", "seconds"), [(0.0, 6.0), (0.5, 12.0), (0.75, 15.0)])
+def test_retry_jitter_varies_the_delay_by_its_fraction(
+    broker: InProcessBroker, draw: float, seconds: float
+) -> None:
+    jittery = rota.job("jittery", retry_delay=3, retry_jitter=0.5)(boom.func)
+    executor = _bare_executor(broker, rng=_FixedRandom(draw))
+    assert executor.retry_delay(jittery, _message(2)) == pytest.approx(seconds)  # 12 s ± 50 %
+
+
+def test_retry_jitter_spreads_delays_within_bounds_and_under_the_cap(
+    broker: InProcessBroker,
+) -> None:
+    jittery = rota.job("jittery", retry_delay=4, retry_jitter=0.5, max_retry_delay=5)(boom.func)
+    executor = _bare_executor(broker, rng=random.Random(7))
+    delays = [executor.retry_delay(jittery, _message(0)) for _ in range(200)]
+    assert all(2.0 <= d <= 5.0 for d in delays)
+    assert min(delays) < 3.0
+    assert delays.count(5.0) > 20  # draws above 5 s are cut to the cap
+    assert len(set(delays)) > 100
+
+
 def test_exception_text_is_bounded() -> None:
     try:
         raise ValueError("x" * 20_000)
@@ -413,6 +508,75 @@ async def test_message_timeout_wins_and_sync_handler_sees_cancellation(
     record = await observer.wait_final(message.occurrence_id)
     assert record.status is S.TIMED_OUT
     assert await asyncio.to_thread(saw_cancel.wait, DEADLINE)
+
+
+async def test_worker_default_timeout_applies_when_neither_job_nor_type_sets_one(
+    harness: Harness, observer: Observer
+) -> None:
+    saw_cancel = threading.Event()
+    returned = threading.Event()
+
+    @rota.job("no-timeout-sync")
+    def unbounded(ctx: rota.JobContext) -> str:
+        if ctx.cancelled.wait(DEADLINE):
+            saw_cancel.set()
+        returned.set()
+        return "too late"
+
+    @rota.job("typed-timeout", timeout=30)
+    async def bounded_by_type(ctx: rota.JobContext) -> str:
+        await asyncio.sleep(0.3)
+        return "in time"
+
+    await harness.executor(unbounded, bounded_by_type, async_plain, default_timeout=0.1)
+    slow = await harness.publish("no-timeout-sync", max_retries=3)
+    record = await observer.wait_final(slow.occurrence_id)
+    assert record.status is S.TIMED_OUT
+    assert record.failure_type is FailureType.TIMED_OUT
+    assert record.retry_at is None  # a timed-out attempt is not retried
+    assert "0.1 s" in (record.exception or "")
+    assert await asyncio.to_thread(saw_cancel.wait, DEADLINE)  # the sync handler saw the flag
+    assert await asyncio.to_thread(returned.wait, DEADLINE)
+    # Whatever the handler returned after its timeout is dropped: a later message's report
+    # arrives on the same ordered channel with nothing more about the timed-out one before it.
+    after = await harness.publish("async-plain")
+    await observer.wait_final(after.occurrence_id)
+    assert [r.status for r in observer.of(slow.occurrence_id) if r.status is not S.RUNNING] == [
+        S.TIMED_OUT
+    ]
+    typed = await harness.publish("typed-timeout")
+    assert (await observer.wait_final(typed.occurrence_id)).status is S.COMPLETED
+
+
+async def test_a_handler_that_swallows_its_timeout_still_timed_out(
+    harness: Harness, observer: Observer
+) -> None:
+    @rota.job("stubborn", timeout=0.05)
+    async def stubborn(ctx: rota.JobContext) -> str:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(30)
+        return "finished anyway"
+
+    @rota.job("stubborn-raises", timeout=0.05)
+    async def stubborn_raises(ctx: rota.JobContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            raise ValueError("cleanup failed") from None
+
+    await harness.executor(stubborn, stubborn_raises)
+    returned = await harness.publish("stubborn", max_retries=3)
+    raised = await harness.publish("stubborn-raises", max_retries=3)
+    for message in (returned, raised):
+        record = await observer.wait_final(message.occurrence_id)
+        assert record.status is S.TIMED_OUT
+        assert record.result is None
+        assert record.retry_at is None
+
+
+def test_default_timeout_must_be_positive(broker: InProcessBroker) -> None:
+    with pytest.raises(ValueError, match="default_timeout"):
+        _bare_executor(broker, default_timeout=0)
 
 
 async def test_user_timeout_error_is_a_failure(harness: Harness, observer: Observer) -> None:

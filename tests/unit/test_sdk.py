@@ -181,6 +181,20 @@ def test_describe() -> None:
     assert described["timeoutSeconds"] == 600.0
     assert described["priority"] == 3
     assert described["isAsync"] is True
+    assert described["retryDelaySeconds"] == 10.0
+    assert described["retryJitter"] == 0.0
+    assert described["maxRetryDelaySeconds"] is None
+
+
+def test_retry_jitter_and_cap_are_job_type_options() -> None:
+    definition = rota.job("jittery", retry_delay=2, retry_jitter=0.25, max_retry_delay=60)(
+        cleanup.func
+    )
+    assert definition.options.retry_jitter == 0.25
+    assert definition.options.max_retry_delay == 60.0
+    described = definition.describe()
+    assert described["retryJitter"] == 0.25
+    assert described["maxRetryDelaySeconds"] == 60.0
 
 
 @pytest.mark.parametrize(
@@ -193,6 +207,12 @@ def test_describe() -> None:
         ({"timeout": -3}, "timeout"),
         ({"timeout": float("inf")}, "timeout"),
         ({"retry_delay": -1}, "retryDelay"),
+        ({"retry_jitter": -0.1}, "retryJitter"),
+        ({"retry_jitter": 1.5}, "retryJitter"),
+        ({"retry_jitter": float("nan")}, "retryJitter"),
+        ({"retry_jitter": "0.1"}, "retryJitter"),
+        ({"max_retry_delay": 0}, "maxRetryDelay"),
+        ({"max_retry_delay": float("inf")}, "maxRetryDelay"),
         ({"priority": 9}, "priority"),
         ({"time_zone": "Mars/Olympus"}, "timeZone"),
         ({"should_retry": 3}, "shouldRetry"),
@@ -205,8 +225,11 @@ def test_invalid_options_are_refused(kwargs: dict[str, Any], field: str) -> None
 
 
 def test_valid_edge_options() -> None:
-    definition = rota.job("edge", max_retries=0, retry_delay=0, priority=0)(cleanup.func)
+    definition = rota.job("edge", max_retries=0, retry_delay=0, priority=0, retry_jitter=1)(
+        cleanup.func
+    )
     assert definition.options.max_retries == 0
+    assert definition.options.retry_jitter == 1.0
     assert definition.options.retry_delay == 0.0
     assert definition.options.priority is Priority.VERY_LOW
 

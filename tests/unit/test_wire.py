@@ -3,6 +3,7 @@ field (a poison message is detected, never crashes its consumer)."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -55,6 +56,7 @@ JOB_KEYS = {
     "timeoutSeconds",
     "jobVersion",
     "workerId",
+    "retryDelaySeconds",
 }
 STATUS_KEYS = {
     "occurrenceId",
@@ -88,6 +90,7 @@ def message(**changes: Any) -> JobMessage:
         "job_version": 3,
         "worker_id": "reports",
         "original_correlation_id": JID,
+        "retry_delay_seconds": 2.5,
     }
     fields.update(changes)
     return JobMessage(**fields)
@@ -157,6 +160,7 @@ def test_job_message_keys_and_values_are_the_documented_ones() -> None:
     assert document["priority"] == 3
     assert document["retryCount"] == 2
     assert document["timeoutSeconds"] == 600.0
+    assert document["retryDelaySeconds"] == 2.5
 
 
 def test_job_message_round_trips_with_its_headers() -> None:
@@ -185,6 +189,7 @@ def test_job_message_without_optional_values_round_trips() -> None:
     document = orjson.loads(encode_job_message(bare))
     assert document["workerId"] is None
     assert document["timeoutSeconds"] is None
+    assert document["retryDelaySeconds"] is None  # null: the job type's retry delay
 
 
 def test_missing_optional_keys_take_defaults_and_unknown_keys_are_ignored() -> None:
@@ -206,6 +211,7 @@ def test_missing_optional_keys_take_defaults_and_unknown_keys_are_ignored() -> N
     assert decoded.job_data is None
     assert decoded.worker_id is None
     assert decoded.original_correlation_id is None
+    assert decoded.retry_delay_seconds is None  # an older sender: the job type's delay
     assert decoded.scheduled_for == datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
@@ -251,6 +257,8 @@ JOB_REFUSALS: list[tuple[bytes, str]] = [
     (job_document(priority=2.5), "priority"),
     (job_document(timeoutSeconds="600"), "timeoutSeconds"),
     (job_document(timeoutSeconds=-1), "timeoutSeconds"),
+    (job_document(retryDelaySeconds="2"), "retryDelaySeconds"),
+    (job_document(retryDelaySeconds=-0.5), "retryDelaySeconds"),
     (job_document(jobVersion=0), "jobVersion"),
     (job_document(workerId=5), "workerId"),
 ]
@@ -516,3 +524,37 @@ def test_driver_uuid_types_encode_as_their_string() -> None:
     body = encode_job_message(message(job_id=DriverUUID(str(job_id))))
     assert orjson.loads(body)["jobId"] == str(job_id)
     assert decode_job_message(body).job_id == job_id
+
+
+# --- the messages the dispatcher sends ------------------------------------------------------
+
+
+def test_every_job_message_the_dispatcher_sends_carries_the_retry_headers() -> None:
+    from rota.core.models import Occurrence
+    from rota.services.dispatcher import to_message
+
+    first = Occurrence(
+        id=OID,
+        job_id=JID,
+        job_type="GenerateReportJob",
+        worker_id="reports",
+        status=OccurrenceStatus.QUEUED,
+        scheduled_for=T0,
+        due_at=T0,
+        created_at=T0,
+        max_retries=4,
+        retry_delay_seconds=0.2,
+    )
+    third = dataclasses.replace(first, attempt=3)
+    for occurrence, retries in ((first, 0), (third, 2)):
+        sent = to_message(occurrence, T0)
+        assert job_message_headers(sent) == {
+            HEADER_RETRY_COUNT: retries,
+            HEADER_MAX_RETRIES: 4,
+            HEADER_ORIGINAL_CORRELATION_ID: str(OID),
+        }
+        document = orjson.loads(encode_job_message(sent))
+        assert document["retryCount"] == retries
+        assert document["maxRetries"] == 4
+        assert document["retryDelaySeconds"] == 0.2
+        assert decode_job_message(encode_job_message(sent), job_message_headers(sent)) == sent

@@ -152,6 +152,7 @@ def new_occurrence(
         max_retries=max_retries,
         priority=job.priority,
         timeout_seconds=job.timeout_seconds,
+        retry_delay_seconds=job.retry_delay_seconds,
         job_version=job.version,
         job_data=job.job_data if job_data is None else job_data,
         skip_reason=skip,

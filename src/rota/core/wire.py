@@ -119,6 +119,7 @@ def _job_message_dict(message: JobMessage) -> dict[str, object]:
         "timeoutSeconds": message.timeout_seconds,
         "jobVersion": message.job_version,
         "workerId": message.worker_id,
+        "retryDelaySeconds": message.retry_delay_seconds,
     }
 
 
@@ -330,6 +331,7 @@ def _read_job_message(reader: _Reader, headers: Mapping[str, object] | None) -> 
         job_version=reader.integer("jobVersion", 1, 1),
         worker_id=reader.text_or_none("workerId"),
         original_correlation_id=_original_correlation_id(headers),
+        retry_delay_seconds=reader.number_or_none("retryDelaySeconds"),
     )
 
 

@@ -34,6 +34,9 @@ already fires the next one."""
 
 Clock = Callable[[], datetime]
 
+MIN_SWEEP_GAP = 0.05
+"""Seconds at least between two sweeps brought forward for an upcoming due time."""
+
 HELD_MEMORY_SECONDS = 60.0
 """How long after the last held occurrence (or release) finished occurrences still wake the
 pending sweep; after it, held ones are released by the periodic sweep."""
@@ -55,6 +58,7 @@ def to_message(occurrence: Occurrence, now: datetime) -> JobMessage:
         job_version=occurrence.job_version,
         worker_id=occurrence.worker_id,
         original_correlation_id=occurrence.id,
+        retry_delay_seconds=occurrence.retry_delay_seconds,
     )
 
 
@@ -199,7 +203,7 @@ class Dispatcher:
             await self.dispatch_pending()
         if not buckets:
             await self._settle_in_flight(0)
-            await self._sleep(now_epoch + 1.0)
+            await self._sleep(min(now_epoch + 1.0, self._next_pending_check))
             return
         if self._busy:  # the last batch found due entries: go on without asking the earliest
             await self._fire(buckets)
@@ -210,7 +214,7 @@ class Dispatcher:
             await self._fire(buckets)
             return
         await self._settle_in_flight(0)
-        until = now_epoch + self._settings.sweeper_interval_seconds
+        until = min(now_epoch + self._settings.sweeper_interval_seconds, self._next_pending_check)
         if earliest is not None:
             until = min(until, earliest)
         await self._sleep(until)
@@ -260,7 +264,10 @@ class Dispatcher:
 
         Each batch is claimed in the store first, so that several servers sweeping at once
         never publish the same occurrence twice; a batch whose publishing fails is released
-        for the next sweep. Stops between batches when the dispatcher is stopping."""
+        for the next sweep. Stops between batches when the dispatcher is stopping. The next
+        sweep is due at the earliest pending due time (a retry's) if that comes before the
+        sweep interval ends, so a retry is published when it is due, not up to an interval
+        later."""
         self._pending_hint = False
         self._next_pending_check = time.time() + self._settings.sweeper_interval_seconds
         total = 0
@@ -273,15 +280,28 @@ class Dispatcher:
                 now, batch, created_before=created_before, claim_until=claim_until
             )
             if not pending:
-                return total
+                break
             await self._publish_claimed(pending, now, claim_until)
             if self.has_held:
                 self._remember_held()
             total += len(pending)
             self.stats.republished += len(pending)
             if len(pending) < batch:
-                return total
+                break
+        if not self._stopping:
+            await self._aim_next_sweep(created_before)
         return total
+
+    async def _aim_next_sweep(self, created_before: datetime | None) -> None:
+        """Bring the next sweep forward to the earliest occurrence that becomes due before it
+        (a retry waiting for its due time)."""
+        now = self._clock()
+        interval = timedelta(seconds=self._settings.sweeper_interval_seconds)
+        upcoming = await self._store.undispatched(now + interval, 1, created_before=created_before)
+        if upcoming:
+            # Due already but not claimed (another server holds it): look again shortly.
+            delay = max((upcoming[0].due_at - now).total_seconds(), MIN_SWEEP_GAP)
+            self._next_pending_check = min(self._next_pending_check, time.time() + delay)
 
     async def _publish_claimed(
         self, claimed: Sequence[Occurrence], now: datetime, claim_until: datetime

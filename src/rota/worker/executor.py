@@ -16,6 +16,7 @@ import contextvars
 import functools
 import logging
 import math
+import random
 import time
 import traceback
 from collections import OrderedDict, deque
@@ -50,9 +51,10 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 
 DEFAULT_RETRY_DELAY = 10.0
-"""Seconds before the first retry when the job type names no ``retry_delay``."""
+"""Seconds before the first retry when neither the job nor its job type names a delay."""
 MAX_EXCEPTION_BYTES = 8192
 MAX_RETRY_DELAY = 30 * 24 * 3600.0
+"""The longest wait before a retry when the job type names no ``max_retry_delay``."""
 _MAX_REMEMBERED_CANCELS = 10_000
 _MAX_REMEMBERED_FINALS = 50_000
 """Finalized attempts kept in memory (checked for every delivery; the local store keeps more,
@@ -137,6 +139,10 @@ class Executor:
     long enough to meet the broker's consumer timeout.
     ``store`` (optional: ``None`` keeps everything in memory) also keeps the finalized attempts
     for ``finalized_retention`` seconds, at most ``finalized_max_entries`` of them.
+
+    An attempt may run for the message's ``timeoutSeconds`` (the job's, else its job type's as
+    the scheduler knows it), else the job type's ``timeout`` here, else ``default_timeout``
+    (``None``: no limit). ``rng`` draws the retry jitter (a fresh generator by default).
     """
 
     def __init__(
@@ -155,9 +161,15 @@ class Executor:
         hand_back_after: float = 600.0,
         finalized_retention: float = 7 * 24 * 3600.0,
         finalized_max_entries: int = 1_000_000,
+        default_timeout: float | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         if concurrency < 1 or sync_threads < 1:
             raise ValueError("concurrency and sync_threads must be >= 1")
+        if default_timeout is not None and not default_timeout > 0:
+            raise ValueError("default_timeout must be > 0 (or None)")
+        self.default_timeout = default_timeout
+        self._rng = rng or random.Random()
         self.worker_id = worker_id
         self.instance_id = instance_id
         self.concurrency = concurrency
@@ -614,20 +626,26 @@ class Executor:
     async def _invoke(
         self, definition: AnyJobDefinition, ctx: JobContext, data: Any, message: JobMessage
     ) -> Any:
-        timeout = message.timeout_seconds
+        timeout = message.timeout_seconds  # the job's (or its type's, known to the scheduler)
         if timeout is None:
             timeout = definition.options.timeout
         if timeout is None:
+            timeout = self.default_timeout
+        if timeout is None:
             return await self._call(definition, ctx, data)
+        text = f"TimeoutError: the job exceeded its timeout of {timeout:g} s"
         scope = asyncio.timeout(timeout)
         try:
             async with scope:
-                return await self._call(definition, ctx, data)
-        except TimeoutError:
+                result = await self._call(definition, ctx, data)
+        except Exception:
+            # the scope's TimeoutError, or whatever the handler raised once cancelled
             if scope.expired():
-                text = f"TimeoutError: the job exceeded its timeout of {timeout:g} s"
                 raise _TimedOut(text) from None
             raise
+        if scope.expired():  # it swallowed its cancellation and returned: too late
+            raise _TimedOut(text)
+        return result
 
     def _call(self, definition: AnyJobDefinition, ctx: JobContext, data: Any) -> Any:
         """An awaitable of the handler's result: its coroutine, or its run in the pool."""
@@ -688,7 +706,7 @@ class Executor:
         now: datetime,
     ) -> datetime | None:
         """When the next attempt is due (``None``: no retry). The job type's ``should_retry``
-        decides if it has one; else ``base × 2^retry_count`` while attempts are left."""
+        decides if it has one; else, while attempts are left, :meth:`retry_delay` from now."""
         hook = definition.options.should_retry
         if hook is not None:
             try:
@@ -702,10 +720,29 @@ class Executor:
                 return None if when is None else _aware_utc(when)
         if message.retry_count >= message.max_retries:
             return None
-        base = definition.options.retry_delay
-        delay = DEFAULT_RETRY_DELAY if base is None else base
-        seconds = min(delay * 2.0 ** min(message.retry_count, 64), MAX_RETRY_DELAY)
-        return now + timedelta(seconds=seconds)
+        return now + timedelta(seconds=self.retry_delay(definition, message))
+
+    def retry_delay(self, definition: AnyJobDefinition, message: JobMessage) -> float:
+        """Seconds before the retry that follows the failure of ``message``'s attempt.
+
+        Retry ``n`` (1 for the first, i.e. after attempt ``n``) waits ``base × 2^(n − 1)``:
+        ``base`` is the job's ``retryDelaySeconds`` when the message carries one, else the job
+        type's ``retry_delay``, else :data:`DEFAULT_RETRY_DELAY`. With the job type's
+        ``retry_jitter`` ``j`` the wait is drawn uniformly from ``[d × (1 − j), d × (1 + j)]``;
+        it is never longer than the job type's ``max_retry_delay`` (else
+        :data:`MAX_RETRY_DELAY`)."""
+        options = definition.options
+        base = message.retry_delay_seconds
+        if base is None:
+            base = options.retry_delay
+        if base is None:
+            base = DEFAULT_RETRY_DELAY
+        retry = message.retry_count + 1
+        delay = base * 2.0 ** min(retry - 1, 64)
+        if options.retry_jitter:
+            delay *= 1.0 + options.retry_jitter * (2.0 * self._rng.random() - 1.0)
+        cap = MAX_RETRY_DELAY if options.max_retry_delay is None else options.max_retry_delay
+        return max(0.0, min(delay, cap))
 
 
 def _ms_since(started: float) -> float:

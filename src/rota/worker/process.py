@@ -76,6 +76,7 @@ async def _run(
         hand_back_after=ws.hand_back_after_seconds,
         finalized_retention=ws.finalized_retention_hours * 3600.0,
         finalized_max_entries=ws.finalized_max_entries,
+        default_timeout=ws.default_timeout_seconds,
     )
     presence = WorkerPresence(
         coordination,

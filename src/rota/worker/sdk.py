@@ -83,8 +83,15 @@ class JobOptions:
 
     max_retries: int | None = None
     retry_delay: float | None = None
-    """Base delay in seconds before the first retry (doubled for each further one)."""
+    """Base delay in seconds before the first retry (doubled for each further one); a job's
+    own ``retryDelaySeconds`` wins over it."""
+    retry_jitter: float = 0.0
+    """Randomness of each retry delay, as a fraction: the delay is drawn uniformly from
+    ``delay × (1 − jitter)`` to ``delay × (1 + jitter)`` (0: none, 1: from 0 to twice)."""
+    max_retry_delay: float | None = None
+    """Longest wait before a retry, in seconds (``None``: the worker's cap, 30 days)."""
     timeout: float | None = None
+    """Seconds an attempt may run; a job's own ``timeoutSeconds`` wins over it."""
     priority: Priority | None = None
     cron: str | None = None
     time_zone: str = "UTC"
@@ -117,6 +124,19 @@ def _check_number(value: float | None, field: str, *, allow_zero: bool) -> float
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValidationError(f"{field} must be {bound}, got {value}", field=field)
+    return float(value)
+
+
+def _check_jitter(value: float) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= 1
+    ):
+        raise ValidationError(
+            f"retryJitter must be a fraction between 0 and 1, got {value!r}", field="retryJitter"
+        )
     return float(value)
 
 
@@ -167,6 +187,8 @@ def build_options(
     *,
     max_retries: int | None = None,
     retry_delay: float | None = None,
+    retry_jitter: float = 0.0,
+    max_retry_delay: float | None = None,
     timeout: float | None = None,
     priority: Priority | int | None = None,
     cron: str | None = None,
@@ -181,6 +203,8 @@ def build_options(
     return JobOptions(
         max_retries=_check_retries(max_retries),
         retry_delay=_check_number(retry_delay, "retryDelay", allow_zero=True),
+        retry_jitter=_check_jitter(retry_jitter),
+        max_retry_delay=_check_number(max_retry_delay, "maxRetryDelay", allow_zero=False),
         timeout=_check_number(timeout, "timeout", allow_zero=False),
         priority=_check_priority(priority),
         cron=cron,
@@ -314,6 +338,8 @@ class JobDefinition(Generic[P, R]):
             "schema": self.data_schema(),
             "maxRetries": o.max_retries,
             "retryDelaySeconds": o.retry_delay,
+            "retryJitter": o.retry_jitter,
+            "maxRetryDelaySeconds": o.max_retry_delay,
             "timeoutSeconds": o.timeout,
             "priority": None if o.priority is None else int(o.priority),
             "cronExpression": o.cron,
@@ -328,6 +354,8 @@ def job(
     *,
     max_retries: int | None = None,
     retry_delay: float | None = None,
+    retry_jitter: float = 0.0,
+    max_retry_delay: float | None = None,
     timeout: float | None = None,
     priority: Priority | int | None = None,
     cron: str | None = None,
@@ -338,8 +366,13 @@ def job(
     """Declare a job type: decorate ``(ctx)`` or ``(ctx, data)`` handlers, sync or async.
 
     ``max_retries``: attempts after the first (default: the scheduler's); ``retry_delay``: base
-    seconds before the first retry, doubled for each further one (default 10); ``timeout``:
-    seconds per attempt; ``priority``: 0-4; ``cron`` / ``time_zone``: a default schedule.
+    seconds before the first retry, doubled for each further one (default 10): retry ``n``
+    waits ``retry_delay × 2^(n − 1)``; ``retry_jitter``: a fraction (0-1) by which each wait
+    varies at random, up or down; ``max_retry_delay``: the longest wait (default 30 days).
+    A job's own ``maxRetries`` and ``retryDelaySeconds`` win over these defaults.
+    ``timeout``: seconds per attempt (a job's ``timeoutSeconds`` wins; without either, the
+    worker's default); an attempt over it ends TimedOut and is not retried.
+    ``priority``: 0-4; ``cron`` / ``time_zone``: a default schedule.
     ``should_retry(ctx, exc)`` overrides the retry policy: it returns when the next attempt is
     due, or ``None`` for no retry (a :class:`PermanentError` is never retried).
     ``concurrency``: the most handlers of this type one worker process runs at once (within
@@ -349,6 +382,8 @@ def job(
     options = build_options(
         max_retries=max_retries,
         retry_delay=retry_delay,
+        retry_jitter=retry_jitter,
+        max_retry_delay=max_retry_delay,
         timeout=timeout,
         priority=priority,
         cron=cron,
