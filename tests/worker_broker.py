@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeVar
 from uuid import UUID
 
 from rota.core.errors import BackendUnavailableError
 from rota.core.models import JobMessage, LogRecord, StatusRecord
-from rota.core.ports import Batch, Broker, Delivery
+from rota.core.ports import Batch, Broker, Delivery, ReceivedDeadLetter
 
 WAIT = 5.0
+T = TypeVar("T")
 
 
 class FlakyBroker(Broker):
@@ -28,6 +30,9 @@ class FlakyBroker(Broker):
         self.status_published: list[list[StatusRecord]] = []
         self.dead: set[UUID] = set()
         """Occurrences whose deliveries report their channel lost (``is_live`` false)."""
+        self.consumer_failures = 0
+        """This many status/log consumers fail on their first read (the broker away when a
+        consumer is declared), each taking one from the count."""
 
     def acked(self, occurrence_id: UUID) -> bool:
         return ("ack", occurrence_id) in self.settles
@@ -64,10 +69,22 @@ class FlakyBroker(Broker):
         await self.inner.publish_logs(records)
 
     def consume_status(self, max_items: int, max_wait: float) -> AsyncIterator[Batch[StatusRecord]]:
-        return self.inner.consume_status(max_items, max_wait)
+        return self._consuming(lambda: self.inner.consume_status(max_items, max_wait))
 
     def consume_logs(self, max_items: int, max_wait: float) -> AsyncIterator[Batch[LogRecord]]:
-        return self.inner.consume_logs(max_items, max_wait)
+        return self._consuming(lambda: self.inner.consume_logs(max_items, max_wait))
+
+    async def _consuming(self, start: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T]:
+        if self.consumer_failures > 0:
+            self.consumer_failures -= 1
+            raise BackendUnavailableError("the broker is away (test): consumer not declared")
+        async for item in start():
+            yield item
+
+    def consume_dead_letters(
+        self, max_items: int, max_wait: float
+    ) -> AsyncIterator[Batch[ReceivedDeadLetter]]:
+        return self.inner.consume_dead_letters(max_items, max_wait)
 
     async def queue_depths(self) -> dict[str, int]:
         return await self.inner.queue_depths()

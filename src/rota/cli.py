@@ -114,6 +114,14 @@ def worker(
         Path | None,
         typer.Option(help="Local state (outbox, finalized attempts); default DATA_DIR/workers/ID."),
     ] = None,
+    default_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="Seconds an attempt may run when neither its job nor its job type sets a "
+            "timeout (ROTA_WORKER__DEFAULT_TIMEOUT_SECONDS); default: no limit.",
+        ),
+    ] = None,
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run a worker process (distributed mode: ROTA_AMQP_URL and ROTA_REDIS_URL)."""
@@ -121,6 +129,8 @@ def worker(
 
     configure_logging(log_level)
     settings = Settings()
+    if default_timeout is not None:
+        settings.worker.default_timeout_seconds = default_timeout
     _run(
         run_worker(
             settings,

@@ -20,10 +20,12 @@ from rota.adapters import make_broker, make_coordination, make_index
 from rota.core.models import OccurrenceStatus, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
 from rota.services.buckets import BucketOwner
+from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
 from rota.services.dispatcher import Dispatcher
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
+from rota.services.probes import ProbeReleaser
 from rota.services.recovery import recover_embedded
 from rota.services.tracker import LogCollector, StatusTracker
 from rota.services.workers import WorkerDirectory
@@ -103,15 +105,28 @@ class Runtime:
             batch_size=settings.tracker.batch_size,
             max_wait=settings.tracker.max_wait_seconds,
         )
+        self.dead_letters = DeadLetterHandler(
+            store,
+            broker,
+            batch_size=settings.tracker.batch_size,
+            max_wait=settings.tracker.max_wait_seconds,
+            on_applied=self._after_status,
+        )
         self.zombies = ZombieDetector(
             store,
             threshold_seconds=sched.zombie_threshold_seconds,
             interval_seconds=sched.zombie_interval_seconds,
+            queued_threshold_seconds=sched.queued_zombie_threshold_seconds,
+            policy=sched.zombie_policy,
             on_applied=self._after_status,
             live_instances=self._live_worker_instances,
             live_threshold_seconds=sched.zombie_live_worker_threshold_seconds,
         )
         self.jobs = JobService(store, index, coordination, sched, utcnow)
+        self.probes = ProbeReleaser(
+            self.jobs, interval_seconds=sched.auto_disable_probe_interval_seconds
+        )
+        self._background: set[asyncio.Task[None]] = set()
         self.declared = DeclaredSchedules(self.jobs, store, self.workers)
         self.executor: Executor | None = None
         self.presence: WorkerPresence | None = None
@@ -124,6 +139,7 @@ class Runtime:
                 concurrency=settings.worker.concurrency,
                 sync_threads=settings.worker.sync_threads,
                 flush_interval=settings.worker.flush_interval_seconds,
+                default_timeout=settings.worker.default_timeout_seconds,
             )
             self.presence = WorkerPresence(
                 coordination,
@@ -155,8 +171,10 @@ class Runtime:
         self._spawn(self.dispatcher.run(), "dispatcher")
         self._spawn(self.tracker.run(), "status-tracker")
         self._spawn(self.log_collector.run(), "log-collector")
+        self._spawn(self.dead_letters.run(), "dead-letters")
         self._spawn(self._relay_wakeups(), "wakeups")
         self._spawn(self.zombies.run(), "zombies")
+        self._spawn(self.probes.run(), "auto-disable-probes")
         self._spawn(self.declared.run(), "declared-schedules")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
@@ -167,6 +185,7 @@ class Runtime:
         await self.owner.begin_release()
         self.dispatcher.stop()
         self.zombies.stop()
+        self.probes.stop()
         if self.executor is not None and self.presence is not None:
             await self.executor.stop(grace)
             await self.presence.stop()
@@ -179,6 +198,7 @@ class Runtime:
         self.declared.stop()
         self.tracker.stop()
         self.log_collector.stop()
+        self.dead_letters.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -208,6 +228,8 @@ class Runtime:
     # --- glue -----------------------------------------------------------------------------
 
     def _after_status(self, result: StatusResult) -> None:
+        if result.disabled:
+            self._drop_disabled(result)
         # A retry (back to Queued) is pending now; a finished occurrence may release one held
         # behind it (Queue policy). Otherwise there is nothing new for the dispatcher.
         for change in result.applied:
@@ -216,6 +238,20 @@ class Runtime:
             ):
                 self.dispatcher.wake(None)
                 return
+
+    def _drop_disabled(self, result: StatusResult) -> None:
+        """Auto-disabled jobs leave the schedule index (in the background: the dispatcher
+        skips inactive jobs anyway, this only spares it the visit)."""
+        for job in result.disabled:
+            log.warning(
+                "job auto-disabled: %s",
+                job.reason,
+                extra={"action": "auto_disable", "job_id": job.job_id},
+            )
+        entries = [(job.bucket, job.job_id) for job in result.disabled]
+        task = asyncio.create_task(self.jobs.drop_disabled(entries))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _live_worker_instances(self) -> set[str]:
         await self.workers.refresh()
@@ -255,7 +291,7 @@ def build_runtime(settings: Settings, registry: JobRegistry | None = None) -> Ru
     """Pick the adapters the settings name and wire a :class:`Runtime`."""
     from rota.stores.sql import SqlStore
 
-    store = SqlStore(settings.effective_database_url)
+    store = SqlStore(settings.effective_database_url, auto_disable=settings.scheduler.auto_disable)
     broker = make_broker(settings)
     index = make_index(settings)
     coordination = make_coordination(settings)

@@ -16,6 +16,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from rota.core.autodisable import AutoDisableDefaults
+from rota.core.models import ZombiePolicy
+
 
 class SchedulerSettings(BaseModel):
     bucket_count: int = Field(16, ge=1, le=1024, description="Buckets the schedule is split into.")
@@ -50,8 +53,50 @@ class SchedulerSettings(BaseModel):
     zombie_interval_seconds: float = Field(
         10.0, gt=0, description="How often each server looks for zombies."
     )
+    queued_zombie_threshold_seconds: float = Field(
+        1800.0,
+        gt=0,
+        description="A Queued occurrence whose message was handed to the broker this long ago "
+        "and that no worker has started is a zombie (its message was lost). Much longer than "
+        "the Running threshold: a message may wait in a backlog, or in a worker whose slots "
+        "are full, for a long time without any sign of life.",
+    )
+    zombie_policy: ZombiePolicy = Field(
+        ZombiePolicy.REQUEUE,
+        description="What becomes of a zombie of a job that names no policy: requeue (a new "
+        "attempt, at-least-once) or fail (Failed, failure type zombie, a dead-letter record).",
+    )
+    auto_disable_threshold: int = Field(
+        5,
+        ge=0,
+        description="Consecutive failures that disable a job (0: never), unless the job sets "
+        "its own.",
+    )
+    auto_disable_window_seconds: float = Field(
+        3600.0,
+        gt=0,
+        description="A failure more than this long after the previous one starts a new count.",
+    )
+    auto_disable_cooldown_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="After this long disabled, one probe run of an auto-disabled job is let "
+        "through (success re-enables it); unset: it stays disabled until re-enabled by hand.",
+    )
+    auto_disable_probe_interval_seconds: float = Field(
+        30.0, gt=0, description="How often each server looks for cooled-down disabled jobs."
+    )
     lease_seconds: float = Field(10.0, gt=0)
     default_max_retries: int = Field(0, ge=0)
+
+    @property
+    def auto_disable(self) -> AutoDisableDefaults:
+        """The auto-disable defaults as the store and services take them."""
+        return AutoDisableDefaults(
+            threshold=self.auto_disable_threshold,
+            window_seconds=self.auto_disable_window_seconds,
+            cooldown_seconds=self.auto_disable_cooldown_seconds,
+        )
 
 
 class TrackerSettings(BaseModel):
@@ -64,6 +109,12 @@ class WorkerSettings(BaseModel):
     sync_threads: int = Field(16, ge=1, description="Threads for plain-def handlers.")
     flush_interval_seconds: float = Field(0.02, gt=0, description="Status/log packing interval.")
     heartbeat_seconds: float = Field(5.0, gt=0)
+    default_timeout_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds an attempt may run when neither its job nor its job type sets a "
+        "timeout; unset: no limit.",
+    )
     state_dir: Path | None = Field(
         None,
         description="`rota worker`: directory of the worker's local SQLite state (finalized "

@@ -923,6 +923,14 @@ async def test_concurrent_claimers_never_get_the_same_occurrence(
 # --- zombies ----------------------------------------------------------------------------------
 
 
+async def stale_running(store: SqlStore, before: datetime, limit: int) -> list[Occurrence]:
+    """Running occurrences silent since before ``before`` (the Queued side kept out)."""
+    found = await store.stale_occurrences(
+        before, running_threshold=0.0, queued_threshold=1e9, limit=limit
+    )
+    return [s.occurrence for s in found]
+
+
 async def test_stale_running_finds_silent_running_occurrences(store: SqlStore) -> None:
     job = make_job()
     await store.create_jobs([job])
@@ -939,9 +947,9 @@ async def test_stale_running_finds_silent_running_occurrences(store: SqlStore) -
         ]
     )
     before = T0 + 5 * MINUTE
-    assert [o.id for o in await store.stale_running(before, 10)] == [silent.id, late_start.id]
-    assert [o.id for o in await store.stale_running(before, 1)] == [silent.id]
-    assert await store.stale_running(T0, 10) == []
-    found = await store.stale_running(T0 + 11 * MINUTE, 10)
+    assert [o.id for o in await stale_running(store, before, 10)] == [silent.id, late_start.id]
+    assert [o.id for o in await stale_running(store, before, 1)] == [silent.id]
+    assert await stale_running(store, T0, 10) == []
+    found = await stale_running(store, T0 + 11 * MINUTE, 10)
     assert [o.id for o in found] == [silent.id, late_start.id, beating.id]
     assert found[2].last_heartbeat == T0 + 10 * MINUTE

@@ -54,6 +54,12 @@ JOB_KEYS = {
     "averageDuration",
     "bucket",
     "source",
+    "autoDisableThreshold",
+    "autoDisableWindowSeconds",
+    "autoDisableCooldownSeconds",
+    "zombiePolicy",
+    "zombieThresholdSeconds",
+    "autoDisable",
 }
 
 

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from rota.core.ids import new_id
-from rota.core.models import FailureType, Job, Occurrence, OccurrenceStatus, StatusRecord
+from rota.core.models import (
+    FailureType,
+    Job,
+    Occurrence,
+    OccurrenceStatus,
+    StatusRecord,
+    ZombiePolicy,
+)
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.core.ports import StatusResult
 from rota.services.zombies import ZombieDetector, zombie_records
@@ -147,7 +155,12 @@ async def test_several_servers_requeue_a_zombie_once(
 ) -> None:
     occs = [await running(store, T0, f"w-{i}") for i in range(10)]
     clock.now = T0 + timedelta(minutes=1)
-    stale_view = await store.stale_running(clock.now - timedelta(seconds=THRESHOLD), 100)
+    stale_view = [
+        s.occurrence
+        for s in await store.stale_occurrences(
+            clock.now, running_threshold=THRESHOLD, queued_threshold=1800, limit=100
+        )
+    ]
     others = [SqlStore(url) for _ in range(2)]
     for other in others:
         await other.open()
@@ -187,3 +200,113 @@ async def test_run_sweeps_until_stopped(store: SqlStore, clock: Clock) -> None:
     zombies.stop()
     await asyncio.wait_for(task, 5)
     assert zombies.requeued == 1
+
+
+# --- policies, per-job thresholds, Queued zombies ---------------------------------------------
+
+
+async def running_job(store: SqlStore, at: datetime, **job_fields: object) -> Occurrence:
+    """A Running occurrence of a new job with the given settings."""
+    job = Job(id=new_id(), job_type="report", execute_at=T0, next_run_at=T0, **job_fields)  # type: ignore[arg-type]
+    await store.create_jobs([job])
+    occ = new_occurrence(job, T0, T0, PlanSettings())
+    await store.insert_occurrences([occ])
+    await store.mark_dispatched([occ.id], T0)
+    await store.apply_status(
+        [StatusRecord(occurrence_id=occ.id, status=S.RUNNING, timestamp=at, instance_id="w-1")]
+    )
+    return occ
+
+
+async def test_fail_policy_fails_the_zombie_instead_of_requeueing(
+    store: SqlStore, clock: Clock
+) -> None:
+    occ = await running_job(store, T0, zombie_policy=ZombiePolicy.FAIL)
+    other = await running_job(store, T0)
+    clock.now = T0 + timedelta(seconds=31)
+    zombies = detector(store, clock)
+    assert await zombies.sweep() == 2
+    assert (zombies.requeued, zombies.failed) == (1, 1)
+    stored = await store.get_occurrence(occ.id)
+    assert (stored.status, stored.attempt) == (S.FAILED, 1)
+    assert stored.exception == "zombie: no heartbeat from worker instance w-1 for 31 s"
+    assert [(c.to_status, c.reason) for c in stored.status_changes[-2:]] == [
+        (S.UNKNOWN, FailureType.ZOMBIE.value),
+        (S.FAILED, FailureType.ZOMBIE.value),
+    ]
+    assert (await store.get_occurrence(other.id)).status is S.QUEUED
+    job = await store.get_job(occ.job_id)
+    assert (job.failure_count, job.consecutive_failures) == (1, 1)
+
+
+async def test_the_global_policy_applies_to_jobs_without_one(store: SqlStore, clock: Clock) -> None:
+    default = await running_job(store, T0)
+    own = await running_job(store, T0, zombie_policy=ZombiePolicy.REQUEUE)
+    clock.now = T0 + timedelta(seconds=31)
+    assert await detector(store, clock, policy=ZombiePolicy.FAIL).sweep() == 2
+    assert (await store.get_occurrence(default.id)).status is S.FAILED
+    assert (await store.get_occurrence(own.id)).status is S.QUEUED
+
+
+async def test_a_jobs_own_threshold_replaces_the_global_one(store: SqlStore, clock: Clock) -> None:
+    quick = await running_job(store, T0, zombie_threshold_seconds=5.0)
+    slow = await running_job(store, T0, zombie_threshold_seconds=120.0)
+    plain = await running_job(store, T0)
+    zombies = detector(store, clock)
+    clock.now = T0 + timedelta(seconds=6)
+    assert await zombies.sweep() == 1
+    assert (await store.get_occurrence(quick.id)).status is S.QUEUED
+    clock.now = T0 + timedelta(seconds=31)
+    assert await zombies.sweep() == 1
+    assert (await store.get_occurrence(plain.id)).status is S.QUEUED
+    assert (await store.get_occurrence(slow.id)).status is S.RUNNING
+    clock.now = T0 + timedelta(seconds=121)
+    assert await zombies.sweep() == 1
+    assert (await store.get_occurrence(slow.id)).status is S.QUEUED
+
+
+async def test_a_queued_occurrence_lost_after_dispatch_is_a_zombie_only_after_its_threshold(
+    store: SqlStore, clock: Clock
+) -> None:
+    job = Job(id=new_id(), job_type="report", execute_at=T0, next_run_at=T0)
+    await store.create_jobs([job])
+    occ = new_occurrence(job, T0, T0, PlanSettings())
+    waiting = new_occurrence(replace(job, id=new_id()), T0, T0, PlanSettings())
+    await store.insert_occurrences([occ, waiting])
+    await store.mark_dispatched([occ.id], T0)  # ``waiting`` never dispatched: not a zombie
+    zombies = detector(store, clock, queued_threshold_seconds=600.0)
+    clock.now = T0 + timedelta(seconds=599)  # long past the Running threshold: still waiting
+    assert await zombies.sweep() == 0
+    clock.now = T0 + timedelta(seconds=601)
+    assert await zombies.sweep() == 1
+    stored = await store.get_occurrence(occ.id)
+    assert (stored.status, stored.attempt, stored.dispatched_at) == (S.QUEUED, 2, None)
+    unknown = stored.status_changes[-2]
+    assert (unknown.from_status, unknown.to_status) == (S.QUEUED, S.UNKNOWN)
+    assert stored.exception == "dispatched 601 s ago and never started: its message was lost"
+    assert (await store.get_occurrence(waiting.id)).attempt == 1
+    # A live worker's registration does not protect a Queued occurrence (none has it).
+    occ2 = new_occurrence(replace(job, id=new_id()), T0, T0, PlanSettings())
+    await store.insert_occurrences([occ2])
+    await store.mark_dispatched([occ2.id], clock.now)
+
+    async def live() -> set[str]:
+        return {"w-1"}
+
+    clock.now += timedelta(seconds=601)
+    assert (
+        await detector(store, clock, live_instances=live, queued_threshold_seconds=600.0).sweep()
+        == 1
+    )
+
+
+async def test_zombie_records_by_policy() -> None:
+    job = Job(id=new_id(), job_type="report", execute_at=T0, next_run_at=T0)
+    occ = new_occurrence(job, T0, T0, PlanSettings())
+    requeue = zombie_records(occ, T0)
+    assert [(r.status, r.attempt) for r in requeue] == [(S.UNKNOWN, 1), (S.QUEUED, 2)]
+    fail = zombie_records(occ, T0, ZombiePolicy.FAIL)
+    assert [(r.status, r.attempt, r.failure_type) for r in fail] == [
+        (S.UNKNOWN, 1, FailureType.ZOMBIE),
+        (S.FAILED, 1, FailureType.ZOMBIE),
+    ]

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from rota.api import (
     routes_admin,
+    routes_failed,
     routes_health,
     routes_jobs,
     routes_occurrences,
@@ -46,6 +47,7 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
         routes_jobs.router,
         routes_jobs.schedules,
         routes_occurrences.router,
+        routes_failed.router,
         routes_workers.router,
         routes_health.router,
         routes_admin.router,

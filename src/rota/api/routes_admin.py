@@ -1,15 +1,20 @@
-"""Administration: bucket ownership and health of the schedule's partitions."""
+"""Administration: bucket ownership and health of the schedule's partitions; reliability
+counters (late reports, zombies, probe runs)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Protocol, cast
 
 from fastapi import APIRouter
 
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
-from rota.api.schemas import BucketOut, BucketsOut, InstanceOut
+from rota.api.schemas import BucketOut, BucketsOut, InstanceOut, ReliabilityOut
 from rota.services.buckets import bucket_overview
+from rota.services.probes import ProbeReleaser
+from rota.services.tracker import StatusTracker
+from rota.services.zombies import ZombieDetector
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 
@@ -44,4 +49,38 @@ async def buckets(runtime: Runtime) -> BucketsOut:
             )
             for b in overview.buckets
         ],
+    )
+
+
+class _Services(Protocol):
+    """The runtime's services whose counters the reliability endpoint shows."""
+
+    @property
+    def tracker(self) -> StatusTracker: ...
+
+    @property
+    def zombies(self) -> ZombieDetector: ...
+
+    @property
+    def probes(self) -> ProbeReleaser: ...
+
+
+@router.get(
+    "/reliability",
+    responses=problem_responses(503),
+    summary="This server's reliability counters: late reports, zombies, probe runs",
+)
+async def reliability(runtime: Runtime) -> ReliabilityOut:
+    services = cast(_Services, runtime)
+    tracker = services.tracker.stats
+    return ReliabilityOut(
+        status_batches=tracker.batches,
+        status_applied=tracker.applied,
+        status_ignored=tracker.ignored,
+        late_reports=tracker.late,
+        heartbeats=tracker.heartbeats,
+        store_errors=tracker.errors,
+        zombies_requeued=services.zombies.requeued,
+        zombies_failed=services.zombies.failed,
+        probes_released=services.probes.released,
     )

@@ -1,11 +1,15 @@
-"""Jobs: create (one or many), list, read, change, delete, trigger, versions; cron preview."""
+"""Jobs: create (one or many), list, read, change, delete, trigger, versions; cron preview.
+
+Also the reference's shapes: ``POST /jobs/job`` (create) and ``PUT /jobs/job`` with
+``{"id": …, "<field>": {"value": …, "isUpdated": true}}`` partial updates."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Query, Response, status
+from pydantic import ValidationError as PydanticValidationError
 
 from rota.api.deps import Jobs
 from rota.api.problems import problem_responses
@@ -25,7 +29,8 @@ from rota.api.schemas import (
     TriggerRequest,
     UtcDatetime,
 )
-from rota.services.jobs import MAX_PREVIEW
+from rota.core.errors import ValidationError
+from rota.services.jobs import MAX_PREVIEW, JobService
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 schedules = APIRouter(prefix="/schedules", tags=["jobs"])
@@ -40,7 +45,75 @@ schedules = APIRouter(prefix="/schedules", tags=["jobs"])
 async def create_job(body: JobCreate, jobs: Jobs, response: Response) -> JobOut:
     job = await jobs.create_job(body.to_spec())
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"
-    return JobOut.of(job)
+    return out(job, jobs)
+
+
+def out(job: Any, jobs: JobService) -> JobOut:
+    return JobOut.of(job, jobs.auto_disable_defaults)
+
+
+@router.post(
+    "/job",
+    status_code=status.HTTP_201_CREATED,
+    responses=problem_responses(413, 422, 503),
+    summary="Create a job (the reference's path; same as POST /jobs)",
+)
+async def create_job_reference(body: JobCreate, jobs: Jobs, response: Response) -> JobOut:
+    return await create_job(body, jobs, response)
+
+
+_WRAPPER_KEYS = frozenset({"value", "isUpdated", "is_updated"})
+
+
+def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
+    """``{"id": …, "isActive": {"value": true, "isUpdated": true}, "priority": 3}`` -> the job
+    id and the fields to change: a ``{value, isUpdated}`` wrapper counts only when
+    ``isUpdated`` is true; a plain value is a change as it is."""
+    raw_id = body.get("id")
+    if raw_id is None:
+        raise ValidationError("id is required", field="id")
+    try:
+        job_id = UUID(str(raw_id))
+    except ValueError:
+        raise ValidationError("id must be a UUID", field="id") from None
+    fields: dict[str, Any] = {}
+    for key, value in body.items():
+        if key == "id":
+            continue
+        if isinstance(value, dict) and value and set(value) <= _WRAPPER_KEYS:
+            updated = value.get("isUpdated", value.get("is_updated", False))
+            if not isinstance(updated, bool):
+                raise ValidationError("isUpdated must be true or false", field=f"{key}.isUpdated")
+            if updated:
+                fields[key] = value.get("value")
+            continue
+        fields[key] = value
+    return job_id, fields
+
+
+@router.put(
+    "/job",
+    responses=problem_responses(404, 409, 413, 422, 503),
+    summary="Change some fields of a job (the reference's {value, isUpdated} form)",
+)
+async def update_job_reference(
+    jobs: Jobs,
+    body: Annotated[
+        dict[str, Any],
+        Body(
+            description='{"id": …, "isActive": {"value": true, "isUpdated": true}}; plain '
+            "values are accepted too. Setting isActive true re-enables an auto-disabled job."
+        ),
+    ],
+) -> JobOut:
+    job_id, fields = unwrap_update(body)
+    try:
+        patch = JobPatch.model_validate(fields)
+    except PydanticValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise ValidationError(f"{where}: {error['msg']}", field=where or None) from None
+    return out(await jobs.update_job(job_id, patch.changes()), jobs)
 
 
 @router.post(
@@ -51,7 +124,7 @@ async def create_job(body: JobCreate, jobs: Jobs, response: Response) -> JobOut:
 )
 async def create_jobs(body: BulkCreate, jobs: Jobs) -> JobList:
     created = await jobs.create_jobs([item.to_spec() for item in body.jobs])
-    return JobList(items=[JobOut.of(job) for job in created])
+    return JobList(items=[out(job, jobs) for job in created])
 
 
 @router.get("", responses=problem_responses(422, 503), summary="List jobs, newest first")
@@ -61,18 +134,28 @@ async def list_jobs(
     tag: Annotated[str | None, Query(max_length=100, pattern=NO_NUL)] = None,
     job_type: Annotated[str | None, Query(alias="jobType", max_length=200, pattern=NO_NUL)] = None,
     is_active: Annotated[bool | None, Query(alias="isActive")] = None,
+    auto_disabled: Annotated[
+        bool | None,
+        Query(alias="autoDisabled", description="true: only jobs disabled by auto-disable."),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     cursor: Annotated[str | None, Query(max_length=500, pattern=NO_NUL)] = None,
 ) -> JobPage:
     page = await jobs.list_jobs(
-        search=search, tag=tag, job_type=job_type, is_active=is_active, limit=limit, cursor=cursor
+        search=search,
+        tag=tag,
+        job_type=job_type,
+        is_active=is_active,
+        auto_disabled=auto_disabled,
+        limit=limit,
+        cursor=cursor,
     )
-    return JobPage(items=[JobOut.of(job) for job in page.items], next_cursor=page.next_cursor)
+    return JobPage(items=[out(job, jobs) for job in page.items], next_cursor=page.next_cursor)
 
 
 @router.get("/{job_id}", responses=problem_responses(404, 422, 503), summary="Read a job")
 async def get_job(job_id: UUID, jobs: Jobs) -> JobOut:
-    return JobOut.of(await jobs.get_job(job_id))
+    return out(await jobs.get_job(job_id), jobs)
 
 
 @router.patch(
@@ -81,7 +164,7 @@ async def get_job(job_id: UUID, jobs: Jobs) -> JobOut:
     summary="Change some fields of a job",
 )
 async def update_job(job_id: UUID, body: JobPatch, jobs: Jobs) -> JobOut:
-    return JobOut.of(await jobs.update_job(job_id, body.changes()))
+    return out(await jobs.update_job(job_id, body.changes()), jobs)
 
 
 @router.delete(

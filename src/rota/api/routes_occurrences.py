@@ -1,16 +1,18 @@
-"""Occurrences: list by job, status and time; detail with status history; logs."""
+"""Occurrences: list by job, status and time; detail with status history; logs; cancel."""
 
 from __future__ import annotations
 
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Body, Query, Response
+from fastapi import status as http
 
-from rota.api.deps import StoreDep
+from rota.api.deps import Runtime, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas import (
     MAX_LIMIT,
+    CancelRequest,
     LogLine,
     LogPage,
     OccurrenceDetail,
@@ -20,8 +22,9 @@ from rota.api.schemas import (
     status_name,
 )
 from rota.core.errors import ValidationError
-from rota.core.models import OccurrenceStatus
+from rota.core.models import OccurrenceStatus, utcnow
 from rota.core.ports import OccurrenceQuery
+from rota.services import cancellation
 
 router = APIRouter(prefix="/occurrences", tags=["occurrences"])
 
@@ -100,3 +103,34 @@ async def occurrence_logs(
     lines = await store.occurrence_logs(occurrence_id, after=after, limit=limit)
     items = [LogLine.of(seq, record) for seq, record in lines]
     return LogPage(items=items, next_after=items[-1].seq if items else after)
+
+
+@router.post(
+    "/{occurrence_id}/cancel",
+    responses={
+        202: {
+            "description": "Running: its worker was asked to cancel it.",
+            "model": OccurrenceDetail,
+        },
+        **problem_responses(404, 409, 413, 422, 503),
+    },
+    summary="Cancel a queued or running occurrence",
+)
+async def cancel_occurrence(
+    occurrence_id: UUID,
+    runtime: Runtime,
+    response: Response,
+    body: Annotated[CancelRequest | None, Body()] = None,
+) -> OccurrenceDetail:
+    """A Queued occurrence is Cancelled at once (200). A Running one is cancelled through its
+    worker (202): it ends Cancelled when the worker reports. One that has ended: 409."""
+    outcome = await cancellation.cancel_occurrence(
+        runtime.store,
+        runtime.coordination,
+        occurrence_id,
+        reason=(body or CancelRequest()).reason,
+        now=utcnow(),
+    )
+    if outcome.requested:
+        response.status_code = http.HTTP_202_ACCEPTED
+    return OccurrenceDetail.of(outcome.occurrence)

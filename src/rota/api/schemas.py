@@ -14,11 +14,15 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
+from rota.core.autodisable import AutoDisableDefaults, effective
 from rota.core.models import (
     ConcurrencyPolicy,
+    FailedOccurrence,
+    FailureType,
     Job,
     JobVersion,
     LogRecord,
@@ -27,6 +31,7 @@ from rota.core.models import (
     OccurrenceStatus,
     Priority,
     StatusChange,
+    ZombiePolicy,
 )
 from rota.services.buckets import BucketStateName, InstanceStateName
 from rota.services.jobs import JobSpec, as_utc
@@ -121,6 +126,28 @@ class JobCreate(InputModel):
     timeout_seconds: Seconds | None = Field(None, gt=0)
     max_retries: int | None = Field(None, ge=0, le=1000)
     retry_delay_seconds: Seconds | None = Field(None, ge=0)
+    auto_disable_threshold: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description="Consecutive failures that disable the job; 0: "
+        "never; null: the server default.",
+    )
+    auto_disable_window_seconds: Seconds | None = Field(
+        None, gt=0, description="Failures further apart start a new count; null: the default."
+    )
+    auto_disable_cooldown_seconds: Seconds | None = Field(
+        None, gt=0, description="After this long disabled, one probe run; null: the default."
+    )
+    zombie_policy: ZombiePolicy | None = Field(
+        None, description="requeue (a new attempt) or fail; null: the server default."
+    )
+    zombie_threshold_seconds: Seconds | None = Field(
+        None,
+        gt=0,
+        description="Seconds without a heartbeat before a Running occurrence is a "
+        "zombie; null: the server default.",
+    )
 
     def to_spec(self, created_by: str | None = None) -> JobSpec:
         return JobSpec(
@@ -141,6 +168,11 @@ class JobCreate(InputModel):
             max_retries=self.max_retries,
             retry_delay_seconds=self.retry_delay_seconds,
             created_by=created_by,
+            auto_disable_threshold=self.auto_disable_threshold,
+            auto_disable_window_seconds=self.auto_disable_window_seconds,
+            auto_disable_cooldown_seconds=self.auto_disable_cooldown_seconds,
+            zombie_policy=self.zombie_policy,
+            zombie_threshold_seconds=self.zombie_threshold_seconds,
         )
 
 
@@ -164,6 +196,11 @@ class JobPatch(InputModel):
     timeout_seconds: Seconds | None = Field(None, gt=0)
     max_retries: int | None = Field(None, ge=0, le=1000)
     retry_delay_seconds: Seconds | None = Field(None, ge=0)
+    auto_disable_threshold: int | None = Field(None, ge=0, le=1_000_000)
+    auto_disable_window_seconds: Seconds | None = Field(None, gt=0)
+    auto_disable_cooldown_seconds: Seconds | None = Field(None, gt=0)
+    zombie_policy: ZombiePolicy | None = None
+    zombie_threshold_seconds: Seconds | None = Field(None, gt=0)
 
     def changes(self) -> dict[str, Any]:
         """The fields sent, by job attribute name."""
@@ -175,6 +212,19 @@ class JobPatch(InputModel):
 
 class BulkCreate(InputModel):
     jobs: Annotated[list[JobCreate], Field(min_length=1, max_length=MAX_BULK)]
+
+
+class AutoDisableOut(ApiModel):
+    """A job's auto-disable settings in effect (its own, else the server's) and state."""
+
+    threshold: int = Field(description="Consecutive failures that disable it (0: never).")
+    window_seconds: float
+    cooldown_seconds: float | None = Field(description="null: no probe run; re-enable by hand.")
+    consecutive_failures: int
+    last_failure_at: datetime | None
+    disabled_reason: str | None = Field(description="Set while it is disabled automatically.")
+    disabled_at: datetime | None
+    probing: bool = Field(description="Its cooldown passed: the next run is a probe.")
 
 
 class JobOut(ApiModel):
@@ -208,9 +258,16 @@ class JobOut(ApiModel):
     source: str = Field(
         description="`api`, or `code` for a job declared by `@rota.job(…, cron=…)` (read-only)."
     )
+    auto_disable_threshold: int | None = Field(description="The job's own; null: the default.")
+    auto_disable_window_seconds: float | None
+    auto_disable_cooldown_seconds: float | None
+    zombie_policy: ZombiePolicy | None = Field(description="The job's own; null: the default.")
+    zombie_threshold_seconds: float | None
+    auto_disable: AutoDisableOut
 
     @classmethod
-    def of(cls, job: Job) -> JobOut:
+    def of(cls, job: Job, defaults: AutoDisableDefaults | None = None) -> JobOut:
+        settings = effective(job, defaults or AutoDisableDefaults())
         return cls(
             id=job.id,
             display_name=job.display_name,
@@ -240,6 +297,21 @@ class JobOut(ApiModel):
             average_duration=job.average_duration_ms,
             bucket=job.bucket,
             source=job.source.value,
+            auto_disable_threshold=job.auto_disable_threshold,
+            auto_disable_window_seconds=job.auto_disable_window_seconds,
+            auto_disable_cooldown_seconds=job.auto_disable_cooldown_seconds,
+            zombie_policy=job.zombie_policy,
+            zombie_threshold_seconds=job.zombie_threshold_seconds,
+            auto_disable=AutoDisableOut(
+                threshold=settings.threshold,
+                window_seconds=settings.window_seconds,
+                cooldown_seconds=settings.cooldown_seconds,
+                consecutive_failures=job.consecutive_failures,
+                last_failure_at=job.last_failure_at,
+                disabled_reason=job.disabled_reason,
+                disabled_at=job.disabled_at,
+                probing=job.probing,
+            ),
         )
 
 
@@ -276,6 +348,10 @@ class TriggerRequest(InputModel):
 
 class Preview(ApiModel):
     fires: list[datetime]
+
+
+class CancelRequest(InputModel):
+    reason: Annotated[str, StringConstraints(max_length=500, pattern=NO_NUL)] | None = None
 
 
 # --- occurrences -----------------------------------------------------------------------------
@@ -444,3 +520,126 @@ class BucketsOut(ApiModel):
     bucket_count: int
     instances: list[InstanceOut] = Field(description="Live scheduler instances.")
     buckets: list[BucketOut]
+
+
+class ReliabilityOut(ApiModel):
+    """Counters of this server since it started (each server keeps its own)."""
+
+    status_batches: int = Field(description="Status batches the tracker stored.")
+    status_applied: int = Field(description="Status records applied.")
+    status_ignored: int = Field(description="Status records ignored, all reasons.")
+    late_reports: int = Field(
+        description="Reports from an older attempt than the occurrence's (a superseded "
+        "attempt, e.g. of a requeued zombie): ignored and counted, never applied."
+    )
+    heartbeats: int
+    store_errors: int = Field(description="Failed store writes the tracker retried.")
+    zombies_requeued: int
+    zombies_failed: int
+    probes_released: int = Field(description="Auto-disabled jobs let through for a probe run.")
+
+
+# --- failed occurrences (dead letters) -------------------------------------------------------
+
+
+UPDATE_WRAPPER_KEYS = frozenset({"value", "isUpdated", "is_updated"})
+
+
+def unwrap_partial_updates(data: Any, keys: frozenset[str]) -> Any:
+    """The reference API's partial-update form, ``{"field": {"value": v, "isUpdated": true}}``,
+    as plain ``{"field": v}``; a field with ``"isUpdated": false`` is left out (not changed).
+    Only the given ``keys`` (API and field names) are unwrapped; plain values pass unchanged,
+    and a wrapper whose ``isUpdated`` is not a boolean is kept as it is, for the field's own
+    validation to refuse it with the field's name."""
+    if not isinstance(data, dict):
+        return data
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in keys and isinstance(value, dict) and value and set(value) <= UPDATE_WRAPPER_KEYS:
+            flag = value.get("isUpdated", value.get("is_updated", True))
+            if isinstance(flag, bool) and "value" in value:
+                if flag:
+                    out[key] = value["value"]
+                continue
+            if flag is False:
+                continue
+        out[key] = value
+    return out
+
+
+_RESOLUTION_KEYS = frozenset(
+    {"resolutionNote", "resolution_note", "resolutionAction", "resolution_action", "resolved"}
+)
+
+
+class FailedOccurrenceUpdate(InputModel):
+    """A change of a failed occurrence's resolution; fields absent (or ``null``, or sent with
+    ``"isUpdated": false``) are left as they are. A note or an action resolves the record
+    unless ``resolved`` is ``false``."""
+
+    resolution_note: Annotated[str, StringConstraints(max_length=4000, pattern=NO_NUL)] | None = (
+        Field(None, description='Text, or {"value": text, "isUpdated": true}.')
+    )
+    resolution_action: Annotated[str, StringConstraints(max_length=100, pattern=NO_NUL)] | None = (
+        Field(None, description='Text, or {"value": text, "isUpdated": true}.')
+    )
+    resolved: bool | None = Field(None, description="Default: true when a note or action is set.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unwrap(cls, data: Any) -> Any:
+        return unwrap_partial_updates(data, _RESOLUTION_KEYS)
+
+
+class FailedOccurrenceOut(ApiModel):
+    id: UUID
+    occurrence_id: UUID | None = Field(description="null for a poison message naming none.")
+    correlation_id: UUID | None = Field(description="The occurrence id (its correlation id).")
+    job_id: UUID | None
+    job_type: str
+    failure_type: FailureType = Field(
+        description="retries_exhausted, permanent, timed_out, zombie, poison, "
+        "unknown_job_type or invalid_data."
+    )
+    exception: str | None = Field(description="Why it failed (cut at 10,000 characters).")
+    job_data: Any
+    attempts: int = Field(description="The attempt that failed last (0: none ran).")
+    retry_count: int = Field(description="Retries before it failed: attempts - 1.")
+    failed_at: datetime
+    created_at: datetime
+    resolved: bool
+    resolved_at: datetime | None
+    resolved_by: str | None
+    resolution_note: str | None
+    resolution_action: str | None
+    raw_message: str | None = Field(
+        description="A poison message's body as received (cut), when it could not be read."
+    )
+
+    @classmethod
+    def of(cls, record: FailedOccurrence) -> FailedOccurrenceOut:
+        return cls(
+            id=record.id,
+            occurrence_id=record.occurrence_id,
+            correlation_id=record.occurrence_id,
+            job_id=record.job_id,
+            job_type=record.job_type,
+            failure_type=record.failure_type,
+            exception=record.exception,
+            job_data=record.job_data,
+            attempts=record.attempts,
+            retry_count=max(0, record.attempts - 1),
+            failed_at=record.failed_at,
+            created_at=record.created_at,
+            resolved=record.resolved,
+            resolved_at=record.resolved_at,
+            resolved_by=record.resolved_by,
+            resolution_note=record.resolution_note,
+            resolution_action=record.resolution_action,
+            raw_message=record.raw_message,
+        )
+
+
+class FailedOccurrencePage(ApiModel):
+    items: list[FailedOccurrenceOut]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")

@@ -14,8 +14,10 @@ same on both:
   handed out only after one of them is settled. Stopping a consumer (``aclose()``) stops intake;
   its unsettled deliveries stay its to settle until :meth:`InProcessBroker.close` hands back
   those still open. A settle after that is a no-op (the message comes again: at least once).
-* **Dead letters.** ``reject(requeue=False)`` moves a message to :attr:`dead_letters` (the
-  newest ``dead_letter_limit`` are kept).
+* **Dead letters.** ``reject(requeue=False)`` moves a message to the dead-letter channel (the
+  newest ``dead_letter_limit`` waiting are kept), consumed in batches by
+  :meth:`InProcessBroker.consume_dead_letters` like the status channel; :attr:`dead_letters`
+  shows the job messages waiting there.
 * **Status and log channels** keep records in publication order and hand them out in
   :class:`~rota.core.ports.Batch` objects. A batch not acknowledged when its consumer stops
   (``aclose()`` or broker close) is put back at the front for the next consumer.
@@ -32,11 +34,12 @@ import heapq
 import itertools
 from collections import deque
 from collections.abc import Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from rota.core.errors import BackendUnavailableError, ConflictError
+from rota.core.errors import BackendUnavailableError, ConflictError, RotaError
 from rota.core.models import JobMessage, LogRecord, Priority, StatusRecord
-from rota.core.ports import Batch, Broker, Delivery
+from rota.core.ports import Batch, Broker, Delivery, ReceivedDeadLetter
+from rota.core.wire import DeadLetter, decode_dead_letter, encode_job_message
 
 T = TypeVar("T")
 
@@ -120,7 +123,7 @@ class _InProcessDelivery(Delivery):
                 consumer.group.put_back(self._level, self._item)
                 consumer.group.wake_all()
             else:
-                consumer.broker._dead_letter(self.message)
+                consumer.broker._dead_letter(self.message, consumer.group.name)
 
     def _settle(self) -> bool:
         """Mark settled; ``False`` if it was already handed back by a close."""
@@ -355,17 +358,23 @@ class InProcessBroker(Broker):
         self._routes: dict[str, list[_GroupQueue]] = {}
         self._seq = itertools.count()
         self._consumers: set[_JobConsumer] = set()
-        self._batch_consumers: set[_BatchConsumer[StatusRecord] | _BatchConsumer[LogRecord]]
-        self._batch_consumers = set()
+        self._batch_consumers: set[_BatchConsumer[Any]] = set()
         self._status: _RecordChannel[StatusRecord] = _RecordChannel(f"{prefix}.status")
         self._logs: _RecordChannel[LogRecord] = _RecordChannel(f"{prefix}.logs")
-        self._dead: deque[JobMessage] = deque(maxlen=dead_letter_limit)
+        self._dead: _RecordChannel[ReceivedDeadLetter] = _RecordChannel(f"{prefix}.dlq")
+        self._dead_limit = dead_letter_limit
         self._closed = False
 
     @property
     def dead_letters(self) -> list[JobMessage]:
-        """Messages rejected without requeue, oldest first (a copy)."""
-        return list(self._dead)
+        """The job messages waiting in the dead-letter channel (not taken by a consumer),
+        oldest first (a copy)."""
+        return [
+            item.letter.message
+            for _key, _arrived, items in self._dead.chunks
+            for item in items
+            if item.letter is not None
+        ]
 
     async def start(self) -> None:
         self._closed = False
@@ -436,7 +445,7 @@ class InProcessBroker(Broker):
         depths = {group.name: group.size for group in self._groups.values()}
         depths[self._status.name] = self._status.messages()
         depths[self._logs.name] = self._logs.messages()
-        depths[f"{self._prefix}.dlq"] = len(self._dead)
+        depths[self._dead.name] = self._dead.messages()
         return depths
 
     def _group(self, worker_id: str) -> _GroupQueue:
@@ -445,8 +454,45 @@ class InProcessBroker(Broker):
             group = self._groups[worker_id] = _GroupQueue(f"{self._prefix}.jobs.{worker_id}")
         return group
 
-    def _dead_letter(self, message: JobMessage) -> None:
-        self._dead.append(message)
+    # --- dead letters ----------------------------------------------------------------------
+
+    def consume_dead_letters(
+        self, max_items: int, max_wait: float
+    ) -> _BatchConsumer[ReceivedDeadLetter]:
+        self._check_open()
+        consumer = _BatchConsumer(self, self._dead, max_items, max_wait)
+        self._batch_consumers.add(consumer)
+        return consumer
+
+    async def dead_letter_body(self, body: bytes, *, reason: str = "rejected") -> None:
+        """Put a message body in the dead-letter channel as a consumer that could not read it
+        would (messages in this process are records, never unreadable bytes: this is for
+        tools and tests that need a poison message in the embedded mode)."""
+        self._check_open()
+        try:
+            letter: DeadLetter | None = decode_dead_letter(body)
+            error = None
+        except RotaError as exc:
+            letter, error = None, exc.message
+        self._put_dead(
+            ReceivedDeadLetter(body=bytes(body), letter=letter, error=error, reason=reason)
+        )
+
+    def _dead_letter(self, message: JobMessage, queue: str) -> None:
+        try:
+            body = encode_job_message(message)
+        except RotaError:  # data that cannot travel as JSON: the record still can
+            body = b""
+        letter = DeadLetter(message=message)
+        self._put_dead(ReceivedDeadLetter(body=body, letter=letter, reason="rejected", queue=queue))
+
+    def _put_dead(self, item: ReceivedDeadLetter) -> None:
+        """Append a dead letter; beyond the limit the oldest waiting ones are dropped."""
+        channel = self._dead
+        channel.publish([item])
+        while channel.count > self._dead_limit and channel.chunks:
+            _key, _arrived, dropped = channel.chunks.popleft()
+            channel.count -= len(dropped)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -307,9 +307,13 @@ class JobMessage:
     max_retries: int = 0
     priority: Priority = Priority.MEDIUM
     timeout_seconds: float | None = None
+    """Seconds the attempt may run (the job's, else its job type's as the scheduler knows it);
+    ``None``: the worker decides (its job type's timeout, else its default)."""
     job_version: int = 1
     worker_id: str | None = None
     original_correlation_id: UUID | None = None
+    retry_delay_seconds: float | None = None
+    """The job's base retry delay; ``None``: the worker's job type's ``retry_delay``."""
 
     @property
     def correlation_id(self) -> UUID:

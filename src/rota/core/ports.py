@@ -16,6 +16,8 @@ from typing import Generic, TypeVar
 from uuid import UUID
 
 from rota.core.models import (
+    FailedOccurrence,
+    FailureType,
     Job,
     JobMessage,
     JobVersion,
@@ -24,8 +26,10 @@ from rota.core.models import (
     OccurrenceStatus,
     StatusRecord,
     WorkerInfo,
+    ZombiePolicy,
 )
 from rota.core.planning import FirePlan
+from rota.core.wire import DeadLetter
 
 T = TypeVar("T")
 
@@ -44,6 +48,9 @@ class JobQuery:
     tag: str | None = None
     job_type: str | None = None
     is_active: bool | None = None
+    auto_disabled: bool | None = None
+    """``True``: only jobs disabled by auto-disable (with a ``disabled_reason``); ``False``:
+    only the others."""
     limit: int = 50
     cursor: str | None = None
     """Jobs are ordered newest first (by id, a UUIDv7)."""
@@ -59,6 +66,34 @@ class OccurrenceQuery:
     limit: int = 50
     cursor: str | None = None
     """Occurrences are ordered newest first (by id, a UUIDv7)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailedQuery:
+    job_id: UUID | None = None
+    failure_types: tuple[FailureType, ...] = ()
+    """Empty: any failure type."""
+    resolved: bool | None = None
+    failed_after: datetime | None = None
+    """``failed_after <= failed_at``."""
+    failed_before: datetime | None = None
+    """``failed_at < failed_before``."""
+    limit: int = 50
+    cursor: str | None = None
+    """Failed occurrences are ordered newest first (by id, a UUIDv7)."""
+
+
+FAILURE_TEXT_LIMIT = 10_000
+"""Characters of an exception (and of a poison message's raw body) a failed-occurrence record
+keeps; longer text is cut and ends with :data:`TRUNCATED_MARK`."""
+TRUNCATED_MARK = "… [truncated]"
+
+
+def truncate_text(text: str | None, limit: int = FAILURE_TEXT_LIMIT) -> str | None:
+    """``text`` cut to at most ``limit`` characters (marked when cut)."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[: max(0, limit - len(TRUNCATED_MARK))] + TRUNCATED_MARK
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +151,27 @@ class StatusResult:
     ignored: list[IgnoredRecord] = field(default_factory=list)
     heartbeats: int = 0
     """Running reports on occurrences already Running: only ``last_heartbeat`` moved."""
+    disabled: list[DisabledJob] = field(default_factory=list)
+    """Jobs this batch disabled (auto-disable): drop them from the schedule index."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisabledJob:
+    """A job disabled by its consecutive failures (or a failed probe run)."""
+
+    job_id: UUID
+    bucket: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StaleOccurrence:
+    """An occurrence with no sign of life past its threshold, with its job's zombie settings
+    (``None``: not set, or the job is gone: the defaults apply)."""
+
+    occurrence: Occurrence
+    zombie_policy: ZombiePolicy | None = None
+    zombie_threshold_seconds: float | None = None
 
 
 class Store(abc.ABC):
@@ -154,8 +210,12 @@ class Store(abc.ABC):
         """Jobs matching every given filter, newest first, at most ``query.limit``."""
 
     @abc.abstractmethod
-    async def update_job(self, job: Job, *, expected_version: int) -> Job:
+    async def update_job(self, job: Job, *, expected_version: int, with_state: bool = False) -> Job:
         """Replace the job's definition (not its statistics) and return it as stored.
+
+        The auto-disable state (``consecutive_failures``, ``last_failure_at``,
+        ``disabled_reason``, ``disabled_at``, ``probing``) belongs to the status tracker and is
+        written only with ``with_state`` (a manual enable or disable, a probe let through).
 
         If the stored version is not ``expected_version`` raise ``ConflictError``. If
         ``job.version`` is greater than ``expected_version``, keep a :class:`JobVersion` snapshot
@@ -250,10 +310,21 @@ class Store(abc.ABC):
         it is."""
 
     @abc.abstractmethod
-    async def stale_running(self, before: datetime, limit: int) -> list[Occurrence]:
-        """Running occurrences whose last sign of life (``last_heartbeat``, else
-        ``start_time``) is older than ``before``, longest silent first, at most ``limit``;
-        without status changes. The zombie detector's query."""
+    async def stale_occurrences(
+        self,
+        now: datetime,
+        *,
+        running_threshold: float,
+        queued_threshold: float,
+        limit: int,
+    ) -> list[StaleOccurrence]:
+        """The zombie detector's query: occurrences with no sign of life past their threshold,
+        longest silent first, at most ``limit``; without status changes.
+
+        Running: silent (``last_heartbeat``, else ``start_time``) for longer than the job's
+        ``zombie_threshold_seconds``, else ``running_threshold``. Queued and handed to the
+        broker (``dispatched_at`` set) but not started: dispatched longer ago than
+        ``queued_threshold`` and than the job's own threshold (whichever is longer)."""
 
     @abc.abstractmethod
     async def reset_dispatch(self, statuses: Sequence[OccurrenceStatus]) -> int:
@@ -281,6 +352,22 @@ class Store(abc.ABC):
         status updates the job's statistics: ``total_executions`` (+1 for every final status),
         ``success_count`` (Completed), ``failure_count`` (Failed, TimedOut, Unknown→Failed),
         ``average_duration_ms`` (mean over Completed with a duration).
+
+        It also keeps the job's auto-disable state (:mod:`rota.core.autodisable`, with the
+        defaults the store was given): a final failure (Failed without ``retry_at``, TimedOut,
+        Unknown→Failed) counts in ``consecutive_failures`` (``last_failure_at``), Completed
+        resets it. An active job whose count reaches its threshold, or a probing job whose
+        probe fails, is disabled in the same transaction (``is_active`` false, no next fire,
+        ``disabled_reason``, ``disabled_at``) and listed in ``disabled``; a probing job whose
+        occurrence completes is enabled for good (``probing`` and the reason cleared).
+
+        Reaching a final failure also records a :class:`~rota.core.models.FailedOccurrence`
+        (the dead letter), in the same transaction: Failed without ``retry_at`` (failure type:
+        the record's, else ``zombie`` from Unknown, else ``retries_exhausted``), TimedOut
+        (``timed_out``, unless the record names another), Unknown→Failed (``zombie``). It holds
+        the occurrence's job id and type, job data, attempt number, exception (cut to
+        :data:`FAILURE_TEXT_LIMIT`) and ``failed_at`` (the record's timestamp). An occurrence
+        has at most one unresolved record: a repeated report adds nothing.
         """
 
     @abc.abstractmethod
@@ -306,6 +393,60 @@ class Store(abc.ABC):
         self, statuses: Sequence[OccurrenceStatus] = (), job_id: UUID | None = None
     ) -> dict[OccurrenceStatus, int]:
         """How many occurrences there are by status (only the given statuses if any)."""
+
+    # --- failed occurrences (dead letters) ----------------------------------------------------
+
+    @abc.abstractmethod
+    async def record_dead_letters(self, records: Sequence[FailedOccurrence]) -> int:
+        """Insert failed-occurrence records made outside :meth:`apply_status` (poison messages:
+        no occurrence, or one the store does not know), in one transaction; exception and raw
+        message are cut to :data:`FAILURE_TEXT_LIMIT`. A record naming an occurrence that
+        already has an unresolved record (or an id already stored) is not inserted. Returns
+        how many were inserted."""
+
+    @abc.abstractmethod
+    async def list_failed(self, query: FailedQuery) -> Page[FailedOccurrence]:
+        """Failed occurrences matching every filter, newest first, at most ``query.limit``."""
+
+    @abc.abstractmethod
+    async def get_failed(self, failed_id: UUID) -> FailedOccurrence:
+        """The record, or ``NotFoundError``."""
+
+    @abc.abstractmethod
+    async def update_failed(
+        self,
+        failed_id: UUID,
+        *,
+        resolution_note: str | None = None,
+        resolution_action: str | None = None,
+        resolved: bool | None = None,
+        resolved_by: str | None = None,
+        now: datetime,
+    ) -> FailedOccurrence:
+        """Change a record's resolution and return it as stored; ``None`` leaves a field as
+        it is. ``resolved=True`` on an unresolved record sets ``resolved_at = now`` (and
+        ``resolved_by``); ``resolved=False`` clears both. ``NotFoundError`` if it does not
+        exist; ``ConflictError`` when un-resolving it would give its occurrence a second
+        unresolved record."""
+
+    @abc.abstractmethod
+    async def delete_failed(self, failed_id: UUID) -> None:
+        """Delete the record (the occurrence is kept). ``NotFoundError`` if it does not
+        exist."""
+
+    @abc.abstractmethod
+    async def retry_failed(
+        self, failed_id: UUID, now: datetime, by: str | None = None
+    ) -> Occurrence:
+        """Run a failed occurrence again, in one transaction: the occurrence (Failed, TimedOut
+        or Unknown) goes to Queued as a new attempt (``attempt + 1``, ``due_at = now``, not
+        dispatched, start/end/heartbeat/duration cleared) with a status change (reason
+        ``manual retry``), and the record is resolved (``resolution_action`` ``retried``,
+        ``resolved_by = by``). Returns the occurrence with its status changes.
+
+        ``NotFoundError`` if the record does not exist; ``ConflictError`` if it names no
+        occurrence (a poison message), the occurrence is gone, or it is not in a failed
+        status (already retried, or it never failed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,6 +528,24 @@ class Batch(Generic[T]):
                 await result
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReceivedDeadLetter:
+    """A message taken from the dead-letter queue."""
+
+    body: bytes
+    """The body as it reached the queue."""
+    letter: DeadLetter | None = None
+    """The job message (and the reason its sender gave); ``None`` if ``body`` cannot be
+    decoded."""
+    error: str | None = None
+    """Why the body cannot be decoded (with ``letter`` ``None``)."""
+    reason: str | None = None
+    """Why the broker dead-lettered it, when it says (``rejected``, ``expired``, ``maxlen``,
+    ``delivery_limit``)."""
+    queue: str | None = None
+    """The queue it was dead-lettered from, when known."""
+
+
 class Broker(abc.ABC):
     """Moves job messages to workers and status/log records back (DESIGN.md §5).
 
@@ -436,6 +595,16 @@ class Broker(abc.ABC):
     @abc.abstractmethod
     def consume_logs(self, max_items: int, max_wait: float) -> AsyncIterator[Batch[LogRecord]]:
         """As :meth:`consume_status`, for log records."""
+
+    @abc.abstractmethod
+    def consume_dead_letters(
+        self, max_items: int, max_wait: float
+    ) -> AsyncIterator[Batch[ReceivedDeadLetter]]:
+        """Batches of the messages in the dead-letter queue (job messages rejected without
+        requeue, or published there with a reason), oldest first, batched as
+        :meth:`consume_status`. Every message is yielded, also one whose body cannot be
+        decoded (``letter`` is ``None``, ``error`` says why, ``body`` holds it as received).
+        A message leaves the queue once its batch is acknowledged."""
 
     @abc.abstractmethod
     async def queue_depths(self) -> dict[str, int]:

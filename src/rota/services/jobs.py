@@ -16,8 +16,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 from uuid import UUID
 
+from rota.core.autodisable import AutoDisableDefaults, probe_due
 from rota.core.cron import CronSchedule
-from rota.core.errors import BackendUnavailableError, ConflictError, ValidationError
+from rota.core.errors import (
+    BackendUnavailableError,
+    ConflictError,
+    NotFoundError,
+    ValidationError,
+)
 from rota.core.ids import bucket_of, new_id
 from rota.core.models import (
     VERSIONED_FIELDS,
@@ -30,6 +36,7 @@ from rota.core.models import (
     Occurrence,
     OccurrenceStatus,
     Priority,
+    ZombiePolicy,
 )
 from rota.core.planning import PlanSettings, first_run_at, new_occurrence, with_type_defaults
 from rota.core.ports import (
@@ -46,7 +53,7 @@ from rota.settings import SchedulerSettings
 
 logger = logging.getLogger(__name__)
 
-E = TypeVar("E", Priority, ConcurrencyPolicy, MisfirePolicy)
+E = TypeVar("E", Priority, ConcurrencyPolicy, MisfirePolicy, ZombiePolicy)
 
 GroupLookup = Callable[[str], set[str]]
 """Job type -> the worker groups declaring it."""
@@ -73,6 +80,11 @@ UPDATABLE_FIELDS: Final = frozenset(
         "max_retries",
         "retry_delay_seconds",
         "declared_spec",
+        "auto_disable_threshold",
+        "auto_disable_window_seconds",
+        "auto_disable_cooldown_seconds",
+        "zombie_policy",
+        "zombie_threshold_seconds",
     }
 )
 """Job fields :meth:`JobService.update_job` may change (snake_case attribute names)."""
@@ -87,6 +99,11 @@ NULLABLE_FIELDS: Final = frozenset(
         "max_retries",
         "retry_delay_seconds",
         "declared_spec",
+        "auto_disable_threshold",
+        "auto_disable_window_seconds",
+        "auto_disable_cooldown_seconds",
+        "zombie_policy",
+        "zombie_threshold_seconds",
     }
 )
 
@@ -128,6 +145,11 @@ class JobSpec:
     created_by: str | None = None
     source: JobSource = JobSource.API
     declared_spec: Mapping[str, JsonValue] | None = None
+    auto_disable_threshold: int | None = None
+    auto_disable_window_seconds: float | None = None
+    auto_disable_cooldown_seconds: float | None = None
+    zombie_policy: ZombiePolicy | str | None = None
+    zombie_threshold_seconds: float | None = None
 
 
 _SPEC_FIELDS: Final = frozenset(JobSpec.__dataclass_fields__)
@@ -159,6 +181,11 @@ class JobService:
 
     # --- reading ----------------------------------------------------------------------------
 
+    @property
+    def auto_disable_defaults(self) -> AutoDisableDefaults:
+        """The global auto-disable settings a job's own fall back to."""
+        return self._settings.auto_disable
+
     async def get_job(self, job_id: UUID) -> Job:
         return await self._store.get_job(job_id)
 
@@ -169,6 +196,7 @@ class JobService:
         tag: str | None = None,
         job_type: str | None = None,
         is_active: bool | None = None,
+        auto_disabled: bool | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page[Job]:
@@ -178,6 +206,7 @@ class JobService:
             tag=tag or None,
             job_type=job_type or None,
             is_active=is_active,
+            auto_disabled=auto_disabled,
             limit=limit,
             cursor=cursor or None,
         )
@@ -234,11 +263,20 @@ class JobService:
         A change of a versioned field bumps the version (the store keeps the old snapshot); a
         change of the schedule or of ``is_active`` recomputes the next fire. A concurrent change
         of the same job raises ``ConflictError``.
+
+        ``is_active`` given (true or false) also ends the auto-disable state: true re-enables
+        the job (consecutive failures, reason, time and probing cleared); false makes it a
+        manual disable (no probe run after a cooldown).
         """
         _check_change_keys(changes)
         current = await self._store.get_job(job_id)
         now = self.now()
         candidate = replace(current, **changes)
+        with_state = "is_active" in changes
+        if with_state:
+            candidate = replace(candidate, disabled_reason=None, disabled_at=None, probing=False)
+            if changes["is_active"] is True:
+                candidate = replace(candidate, consecutive_failures=0, last_failure_at=None)
         if "worker_id" in changes or "job_type" in changes:
             workers = _no_groups if candidate.worker_id else await self._declared_groups()
             candidate = replace(candidate, worker_id=_resolve(candidate, workers))
@@ -251,9 +289,47 @@ class JobService:
             updated_at=now,
             updated_by=by,
         )
-        stored = await self._store.update_job(changed, expected_version=current.version)
+        stored = await self._store.update_job(
+            changed, expected_version=current.version, with_state=with_state
+        )
         await self._sync_index([stored], now, remove_cold=True)
         return stored
+
+    async def release_probes(self, limit: int = 500) -> list[Job]:
+        """Let one probe run through for each auto-disabled recurring job whose cooldown has
+        passed: it becomes active again, ``probing``, with its next fire. The store ends the
+        probe: the next occurrence that completes enables the job for good, the next final
+        failure disables it again (a new ``disabled_at``, so a new cooldown)."""
+        now = self.now()
+        defaults = self.auto_disable_defaults
+        page = await self._store.list_jobs(
+            JobQuery(auto_disabled=True, is_active=False, limit=limit)
+        )
+        released: list[Job] = []
+        for job in page.items:
+            if not probe_due(job, defaults, now):
+                continue
+            changed = replace(job, is_active=True, probing=True, updated_at=now)
+            changed = replace(changed, next_run_at=await self._next_run(job, changed, now))
+            try:
+                stored = await self._store.update_job(
+                    changed, expected_version=job.version, with_state=True
+                )
+            except (ConflictError, NotFoundError):
+                continue  # changed or deleted meanwhile: the next pass sees it as it is
+            logger.info(
+                "auto-disabled job let through for one probe run",
+                extra={"action": "auto_disable_probe", "job_id": job.id},
+            )
+            released.append(stored)
+        await self._sync_index(released, now, remove_cold=False)
+        return released
+
+    async def drop_disabled(self, entries: Sequence[tuple[int, UUID]]) -> None:
+        """Remove auto-disabled jobs' entries from the schedule index (best effort: the
+        dispatcher and the loader skip inactive jobs anyway)."""
+        if entries:
+            await self._guarded(self._index.remove(list(entries)))
 
     async def delete_job(self, job_id: UUID) -> None:
         """Delete a job (its occurrences stay) and drop its schedule index entry."""
@@ -329,6 +405,11 @@ class JobService:
             updated_by=spec.created_by,
             source=spec.source,
             declared_spec=spec.declared_spec,
+            auto_disable_threshold=spec.auto_disable_threshold,
+            auto_disable_window_seconds=spec.auto_disable_window_seconds,
+            auto_disable_cooldown_seconds=spec.auto_disable_cooldown_seconds,
+            zombie_policy=spec.zombie_policy,  # type: ignore[arg-type]  # coerced by _normalise
+            zombie_threshold_seconds=spec.zombie_threshold_seconds,
         )
         if job.source is not JobSource.CODE:  # a code job runs on any group declaring its type
             job = replace(job, worker_id=_resolve(job, workers))
@@ -465,6 +546,19 @@ def _normalise(job: Job) -> Job:
         timeout_seconds=_number(job.timeout_seconds, "timeout_seconds", positive=True),
         max_retries=_count(job.max_retries, "max_retries"),
         retry_delay_seconds=_number(job.retry_delay_seconds, "retry_delay_seconds"),
+        auto_disable_threshold=_count(job.auto_disable_threshold, "auto_disable_threshold"),
+        auto_disable_window_seconds=_number(
+            job.auto_disable_window_seconds, "auto_disable_window_seconds", positive=True
+        ),
+        auto_disable_cooldown_seconds=_number(
+            job.auto_disable_cooldown_seconds, "auto_disable_cooldown_seconds", positive=True
+        ),
+        zombie_policy=None
+        if job.zombie_policy is None
+        else _enum(ZombiePolicy, job.zombie_policy, "zombie_policy"),
+        zombie_threshold_seconds=_number(
+            job.zombie_threshold_seconds, "zombie_threshold_seconds", positive=True
+        ),
     )
     return _check_schedule(job)
 

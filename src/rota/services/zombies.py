@@ -1,18 +1,28 @@
-"""Zombie detection (the Running side): an occurrence that stays Running with no heartbeat
-from its worker past the threshold becomes Unknown, with the reason, and gets a new attempt
-(at-least-once), as the embedded start-up recovery does.
+"""Zombie detection: an occurrence with no sign of life past its threshold becomes Unknown,
+with the reason, and then — by its job's zombie policy (else the global one) — gets a new
+attempt (``requeue``: at-least-once, as the embedded start-up recovery does) or fails
+(``fail``: Failed with failure type ``zombie`` and a dead-letter record; for work that must
+never run twice).
+
+Two kinds:
+
+- **Running**: no heartbeat from the worker past the job's ``zombie_threshold_seconds`` (else
+  the global threshold). Silence alone is not proof: reports travel through the broker, the
+  worker's registration through the coordination registry. While the worker instance is still
+  registered (it heartbeats there), its occurrences are given the much longer
+  ``live_threshold``: a broker outage or a tracker that lags holds reports back without
+  anything being lost (the worker keeps them in its outbox).
+- **Queued**: handed to the broker (``dispatched_at``) but never started, for longer than the
+  Queued threshold (and than the job's own threshold). A Queued occurrence gives no sign of
+  life while its message waits — in a backlog of its queue, or held by a worker whose slots are
+  full (up to the worker's hand-back time) — so a short threshold would take a busy system for
+  a broken one, and a requeue would then run the job twice (the old message is still there).
+  Its threshold is therefore separate and much longer: it catches messages that were lost
+  (a queue purged or deleted, a broker that lost its disk, a job type no queue was bound to).
 
 Every server runs a detector; several finding the same zombie at once is harmless: the store
-applies the first requeue and ignores the others (their attempt is stale by then), and so it
-ignores a late report of the superseded attempt.
-
-Silence alone is not proof: reports travel through the broker, the worker's registration through
-the coordination registry. While the worker instance is still registered (it heartbeats there),
-its occurrences are given the much longer ``live_threshold``: a broker outage or a tracker that
-lags holds reports back without anything being lost (the worker keeps them in its outbox).
-
-Not handled here: occurrences dispatched but never started (Queued). A worker may be busy for a
-long time with its slots full, so silence there is not a sign of loss.
+applies the first change and ignores the others (their attempt is stale by then), and so it
+ignores a late report of the superseded attempt (counted by the status tracker as ``late``).
 """
 
 from __future__ import annotations
@@ -24,8 +34,15 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from rota.core.errors import RotaError
-from rota.core.models import FailureType, Occurrence, OccurrenceStatus, StatusRecord, utcnow
-from rota.core.ports import StatusResult, Store
+from rota.core.models import (
+    FailureType,
+    Occurrence,
+    OccurrenceStatus,
+    StatusRecord,
+    ZombiePolicy,
+    utcnow,
+)
+from rota.core.ports import StaleOccurrence, StatusResult, Store
 
 log = logging.getLogger(__name__)
 
@@ -33,41 +50,56 @@ Clock = Callable[[], datetime]
 LiveInstances = Callable[[], Awaitable[set[str]]]
 """The ids of the worker instances registered now (raises when the registry cannot say)."""
 
+S = OccurrenceStatus
+
 
 def zombie_reason(occurrence: Occurrence, now: datetime) -> str:
+    if occurrence.status is S.QUEUED and occurrence.dispatched_at is not None:
+        waited = max(0, round((now - occurrence.dispatched_at).total_seconds()))
+        return f"dispatched {waited} s ago and never started: its message was lost"
     last = occurrence.last_heartbeat or occurrence.start_time or occurrence.created_at
     silent = max(0, round((now - last).total_seconds()))
     worker = occurrence.instance_id or "unknown"
     return f"no heartbeat from worker instance {worker} for {silent} s"
 
 
-def zombie_records(occurrence: Occurrence, now: datetime) -> list[StatusRecord]:
-    """What becomes of a zombie: Unknown with the reason, then a new attempt due now.
-
-    The one place for the job's zombie policy: a job that must never run twice would get
-    Unknown then Failed here instead of the requeue.
-    """
-    return [
-        StatusRecord(
+def zombie_records(
+    occurrence: Occurrence, now: datetime, policy: ZombiePolicy = ZombiePolicy.REQUEUE
+) -> list[StatusRecord]:
+    """What becomes of a zombie: Unknown with the reason, then a new attempt due now
+    (``requeue``) or Failed with failure type ``zombie`` (``fail``)."""
+    reason = zombie_reason(occurrence, now)
+    unknown = StatusRecord(
+        occurrence_id=occurrence.id,
+        status=S.UNKNOWN,
+        timestamp=now,
+        attempt=occurrence.attempt,
+        exception=reason,
+        failure_type=FailureType.ZOMBIE,
+    )
+    if policy is ZombiePolicy.FAIL:
+        end = StatusRecord(
             occurrence_id=occurrence.id,
-            status=OccurrenceStatus.UNKNOWN,
+            status=S.FAILED,
             timestamp=now,
             attempt=occurrence.attempt,
-            exception=zombie_reason(occurrence, now),
+            exception=f"zombie: {reason}",
             failure_type=FailureType.ZOMBIE,
-        ),
-        StatusRecord(
+        )
+    else:
+        end = StatusRecord(
             occurrence_id=occurrence.id,
-            status=OccurrenceStatus.QUEUED,
+            status=S.QUEUED,
             timestamp=now,
             attempt=occurrence.attempt + 1,
             retry_at=now,
-        ),
-    ]
+        )
+    return [unknown, end]
 
 
 class ZombieDetector:
-    """Periodically turns silent Running occurrences into new attempts."""
+    """Periodically turns silent Running and lost Queued occurrences into new attempts or
+    failures, by policy."""
 
     def __init__(
         self,
@@ -75,6 +107,8 @@ class ZombieDetector:
         *,
         threshold_seconds: float,
         interval_seconds: float,
+        queued_threshold_seconds: float = 1800.0,
+        policy: ZombiePolicy = ZombiePolicy.REQUEUE,
         batch_size: int = 500,
         clock: Clock = utcnow,
         on_applied: Callable[[StatusResult], None] | None = None,
@@ -82,8 +116,10 @@ class ZombieDetector:
         live_threshold_seconds: float = 600.0,
     ) -> None:
         self._store = store
-        self._threshold = timedelta(seconds=threshold_seconds)
-        self._live_threshold = timedelta(seconds=max(live_threshold_seconds, threshold_seconds))
+        self._threshold = threshold_seconds
+        self._queued_threshold = queued_threshold_seconds
+        self._policy = policy
+        self._live_threshold = live_threshold_seconds
         self._live_instances = live_instances
         self._interval = interval_seconds
         self._batch = batch_size
@@ -92,42 +128,71 @@ class ZombieDetector:
         self._stopping = asyncio.Event()
         self.requeued = 0
         """Zombies this detector requeued since start."""
+        self.failed = 0
+        """Zombies this detector failed (policy ``fail``) since start."""
 
     async def sweep(self) -> int:
-        """One pass: requeue every zombie found now; returns how many this call requeued."""
+        """One pass: handle every zombie found now; returns how many this call handled."""
         total = 0
         live = await self._live_instances() if self._live_instances is not None else set()
         while not self._stopping.is_set():
             now = self._clock()
-            stale = await self._store.stale_running(now - self._threshold, self._batch)
-            zombies = [o for o in stale if not self._still_alive(o, live, now)]
+            stale = await self._store.stale_occurrences(
+                now,
+                running_threshold=self._threshold,
+                queued_threshold=self._queued_threshold,
+                limit=self._batch,
+            )
+            zombies = [s for s in stale if not self._still_alive(s, live, now)]
             if not zombies:
                 break
-            records = [r for occ in zombies for r in zombie_records(occ, now)]
+            policies = {s.occurrence.id: s.zombie_policy or self._policy for s in zombies}
+            records = [
+                r
+                for s in zombies
+                for r in zombie_records(s.occurrence, now, policies[s.occurrence.id])
+            ]
             result = await self._store.apply_status(records)
-            requeued = {
-                c.occurrence_id for c in result.applied if c.to_status is OccurrenceStatus.QUEUED
+            ended = {
+                c.occurrence_id: c.to_status
+                for c in result.applied
+                if c.to_status in (S.QUEUED, S.FAILED)
             }
-            for occ in (o for o in zombies if o.id in requeued):
+            for s in zombies:
+                status = ended.get(s.occurrence.id)
+                if status is None:
+                    continue
+                occ = s.occurrence
+                action = "requeued" if status is S.QUEUED else "failed"
                 log.warning(
-                    "zombie occurrence requeued: %s",
+                    "zombie occurrence %s: %s",
+                    action,
                     zombie_reason(occ, now),
                     extra={"action": "zombie", "occurrence_id": occ.id, "job_id": occ.job_id},
                 )
-            total += len(requeued)
+            requeued = sum(1 for status in ended.values() if status is S.QUEUED)
+            self.requeued += requeued
+            self.failed += len(ended) - requeued
+            total += len(ended)
             if result.applied and self._on_applied is not None:
                 self._on_applied(result)
-            if len(stale) < self._batch or not requeued:
-                break  # done, or what is left is being requeued by another server
-        self.requeued += total
+            if len(stale) < self._batch or not ended:
+                break  # done, or what is left is being handled by another server
         return total
 
-    def _still_alive(self, occurrence: Occurrence, live: set[str], now: datetime) -> bool:
-        """Its worker instance is registered and the long threshold has not run out."""
+    def _still_alive(self, stale: StaleOccurrence, live: set[str], now: datetime) -> bool:
+        """A Running occurrence whose worker instance is registered, within the long
+        threshold (or the job's own, if longer)."""
+        occurrence = stale.occurrence
+        if occurrence.status is not S.RUNNING:
+            return False
         if occurrence.instance_id is None or occurrence.instance_id not in live:
             return False
+        threshold = max(
+            self._live_threshold, stale.zombie_threshold_seconds or 0.0, self._threshold
+        )
         last = occurrence.last_heartbeat or occurrence.start_time or occurrence.created_at
-        return now - last < self._live_threshold
+        return now - last < timedelta(seconds=threshold)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -38,15 +38,18 @@ from sqlalchemy import (
     Select,
     Table,
     Uuid,
+    and_,
     any_,
     bindparam,
     case,
     delete,
     event,
     exists,
+    false,
     func,
     insert,
     literal_column,
+    null,
     or_,
     select,
     update,
@@ -59,14 +62,23 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.sql.dml import UpdateBase
 
+from rota.core.autodisable import (
+    AutoDisableDefaults,
+    disable_reason,
+    next_count,
+    probe_failed_reason,
+)
 from rota.core.errors import (
     BackendUnavailableError,
     ConflictError,
     NotFoundError,
     ValidationError,
 )
+from rota.core.ids import new_id
 from rota.core.models import (
     ConcurrencyPolicy,
+    FailedOccurrence,
+    FailureType,
     Job,
     JobSource,
     JobVersion,
@@ -77,25 +89,31 @@ from rota.core.models import (
     Priority,
     StatusChange,
     StatusRecord,
+    ZombiePolicy,
     can_transition,
     utcnow,
 )
 from rota.core.planning import FirePlan
 from rota.core.ports import (
     AppliedChange,
+    DisabledJob,
     DispatchResult,
     DueEntry,
+    FailedQuery,
     FirePlanner,
     IgnoredRecord,
     JobQuery,
     OccurrenceQuery,
     Page,
+    StaleOccurrence,
     StatusResult,
     Store,
+    truncate_text,
 )
 from rota.stores.schema import (
     UtcDateTime,
     aware_utc,
+    failed_occurrences,
     job_tags,
     job_versions,
     jobs,
@@ -399,8 +417,22 @@ _DEFINITION = (
     "updated_at",
     "updated_by",
     "declared_spec",
+    "auto_disable_threshold",
+    "auto_disable_window_seconds",
+    "auto_disable_cooldown_seconds",
+    "zombie_policy",
+    "zombie_threshold_seconds",
 )
 """Job columns ``update_job`` replaces (not id, source, creation, or statistics)."""
+
+_AUTO_DISABLE_STATE = (
+    "consecutive_failures",
+    "last_failure_at",
+    "disabled_reason",
+    "disabled_at",
+    "probing",
+)
+"""Job columns the status tracker keeps; ``update_job`` writes them only when asked."""
 
 
 def _job_definition(job: Job) -> dict[str, Any]:
@@ -427,6 +459,22 @@ def _job_definition(job: Job) -> dict[str, Any]:
         "updated_at": job.updated_at,
         "updated_by": job.updated_by,
         "declared_spec": None if job.declared_spec is None else dict(job.declared_spec),
+        "auto_disable_threshold": job.auto_disable_threshold,
+        "auto_disable_window_seconds": job.auto_disable_window_seconds,
+        "auto_disable_cooldown_seconds": job.auto_disable_cooldown_seconds,
+        "zombie_policy": None if job.zombie_policy is None else job.zombie_policy.value,
+        "zombie_threshold_seconds": job.zombie_threshold_seconds,
+    }
+
+
+def _auto_disable_state(job: Job) -> dict[str, Any]:
+    """The auto-disable state columns (kept by the status tracker)."""
+    return {
+        "consecutive_failures": job.consecutive_failures,
+        "last_failure_at": job.last_failure_at,
+        "disabled_reason": job.disabled_reason,
+        "disabled_at": job.disabled_at,
+        "probing": job.probing,
     }
 
 
@@ -442,6 +490,7 @@ def _job_row(job: Job) -> dict[str, Any]:
         failure_count=job.failure_count,
         average_duration_ms=job.average_duration_ms,
         duration_samples=0 if job.average_duration_ms is None else job.success_count,
+        **_auto_disable_state(job),
     )
     return row
 
@@ -479,11 +528,33 @@ def _to_job(row: Row[Any]) -> Job:
         average_duration_ms=m["average_duration_ms"],
         source=JobSource(m["source"]),
         declared_spec=m["declared_spec"],
+        auto_disable_threshold=m["auto_disable_threshold"],
+        auto_disable_window_seconds=m["auto_disable_window_seconds"],
+        auto_disable_cooldown_seconds=m["auto_disable_cooldown_seconds"],
+        consecutive_failures=m["consecutive_failures"],
+        last_failure_at=m["last_failure_at"],
+        disabled_reason=m["disabled_reason"],
+        disabled_at=m["disabled_at"],
+        probing=m["probing"],
+        zombie_policy=None if m["zombie_policy"] is None else ZombiePolicy(m["zombie_policy"]),
+        zombie_threshold_seconds=m["zombie_threshold_seconds"],
     )
 
 
 _NOT_PLANNED = frozenset(
-    {"display_name", "description", "tags", "updated_at", "updated_by", "declared_spec"}
+    {
+        "display_name",
+        "description",
+        "tags",
+        "updated_at",
+        "updated_by",
+        "declared_spec",
+        "auto_disable_threshold",
+        "auto_disable_window_seconds",
+        "auto_disable_cooldown_seconds",
+        "zombie_policy",
+        "zombie_threshold_seconds",
+    }
 )
 _PLANNING_FIELDS = ("id", *(name for name in _DEFINITION if name not in _NOT_PLANNED))
 _PLANNING_COLUMNS = tuple(jobs.c[name] for name in _PLANNING_FIELDS)
@@ -537,6 +608,7 @@ def _occurrence_row(occ: Occurrence, policy: ConcurrencyPolicy) -> dict[str, Any
         "skip_reason": occ.skip_reason,
         "last_heartbeat": occ.last_heartbeat,
         "trigger_reason": occ.trigger_reason,
+        "retry_delay_seconds": occ.retry_delay_seconds,
         "concurrency_policy": int(policy),
     }
 
@@ -568,6 +640,7 @@ def _to_occurrence(row: Row[Any], changes: tuple[StatusChange, ...] = ()) -> Occ
         skip_reason=m["skip_reason"],
         last_heartbeat=m["last_heartbeat"],
         trigger_reason=m["trigger_reason"],
+        retry_delay_seconds=m["retry_delay_seconds"],
         status_changes=changes,
     )
 
@@ -673,16 +746,36 @@ class _Stats:
     failure: int = 0
     duration_sum: float = 0.0
     duration_count: int = 0
+    outcomes: list[tuple[bool, datetime, str | None]] = field(default_factory=list)
+    """Completed (``False``) and final failures (``True``) in order, with their time and
+    exception: the consecutive-failure count follows them (auto-disable)."""
 
-    def count(self, status: OccurrenceStatus, duration_ms: float | None) -> None:
+    def count(
+        self,
+        status: OccurrenceStatus,
+        duration_ms: float | None,
+        at: datetime,
+        exception: str | None,
+    ) -> None:
         self.total += 1
         if status is OccurrenceStatus.COMPLETED:
             self.success += 1
             if duration_ms is not None:
                 self.duration_sum += duration_ms
                 self.duration_count += 1
+            self.outcomes.append((False, at, None))
         elif status in (OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT):
             self.failure += 1
+            self.outcomes.append((True, at, exception))
+
+    @property
+    def only_successes(self) -> bool:
+        """Completed occurrences and no failure: the count goes back to 0 without a read."""
+        return bool(self.outcomes) and not any(failed for failed, _, _ in self.outcomes)
+
+    @property
+    def any_failure(self) -> bool:
+        return any(failed for failed, _, _ in self.outcomes)
 
 
 _HEARTBEAT = "heartbeat"
@@ -745,6 +838,8 @@ def _reason(record: StatusRecord, to: OccurrenceStatus) -> str | None:
         return "retry"
     if record.failure_type is not None:
         return record.failure_type.value
+    if to is OccurrenceStatus.CANCELLED:
+        return record.exception  # why it was cancelled (the API's reason, or the worker's)
     return None
 
 
@@ -796,7 +891,9 @@ class _StatusBatch:
             }
         )
         if to in _TERMINAL:
-            self.stats[current.job_id].count(to, current.duration_ms)
+            self.stats[current.job_id].count(
+                to, current.duration_ms, record.timestamp, record.exception
+            )
 
     def updates(self) -> dict[tuple[str, ...], list[dict[str, Any]]]:
         """The changed occurrences grouped by the columns they change (one statement each)."""
@@ -818,8 +915,18 @@ class SqlStore(Store):
     must be migrated first (:func:`rota.stores.migrate.upgrade`).
     """
 
-    def __init__(self, url: str, *, pool_size: int = 10, busy_timeout_ms: int = 10_000) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        busy_timeout_ms: int = 10_000,
+        auto_disable: AutoDisableDefaults | None = None,
+    ) -> None:
+        """``auto_disable``: the global auto-disable defaults (default: 5 failures in 60 min,
+        no probe)."""
         self._url = url
+        self._auto_disable = auto_disable or AutoDisableDefaults()
         self._dialect = dialect_of(url)
         self._pool_size = pool_size
         self._busy_timeout_ms = busy_timeout_ms
@@ -940,13 +1047,16 @@ class SqlStore(Store):
             stmt = stmt.where(jobs.c.job_type == query.job_type)
         if query.is_active is not None:
             stmt = stmt.where(jobs.c.is_active == query.is_active)
+        if query.auto_disabled is not None:
+            reason = jobs.c.disabled_reason
+            stmt = stmt.where(reason.is_not(None) if query.auto_disabled else reason.is_(None))
         if query.cursor is not None:
             stmt = stmt.where(jobs.c.id < _decode_cursor(query.cursor))
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
         return _page([_to_job(r) for r in rows], limit, lambda j: j.id)
 
-    async def update_job(self, job: Job, *, expected_version: int) -> Job:
+    async def update_job(self, job: Job, *, expected_version: int, with_state: bool = False) -> Job:
         async with self._write() as conn:
             stmt = select(jobs).where(jobs.c.id == job.id).with_for_update()
             row = (await conn.execute(stmt)).first()
@@ -966,7 +1076,10 @@ class SqlStore(Store):
                         created_at=utcnow(),
                     )
                 )
-            await conn.execute(update(jobs).where(jobs.c.id == job.id).values(_job_definition(job)))
+            values = _job_definition(job)
+            if with_state:
+                values.update(_auto_disable_state(job))
+            await conn.execute(update(jobs).where(jobs.c.id == job.id).values(values))
             if set(job.tags) != set(stored.tags):
                 await self._replace_tags(conn, job)
             row = (await conn.execute(select(jobs).where(jobs.c.id == job.id))).one()
@@ -1253,20 +1366,66 @@ class SqlStore(Store):
         async with self._write() as conn:
             await conn.execute(stmt, params)
 
-    async def stale_running(self, before: datetime, limit: int) -> list[Occurrence]:
-        occ = occurrences
+    async def stale_occurrences(
+        self,
+        now: datetime,
+        *,
+        running_threshold: float,
+        queued_threshold: float,
+        limit: int,
+    ) -> list[StaleOccurrence]:
         # Running rows are few (bounded by the workers' slots): the (status, id) index finds
-        # them, the silence condition is checked on each.
-        last_sign = func.coalesce(occ.c.last_heartbeat, occ.c.start_time, occ.c.created_at)
-        stmt = (
-            select(occ)
-            .where(occ.c.status == int(OccurrenceStatus.RUNNING), last_sign < before)
-            .order_by(last_sign, occ.c.id)
-            .limit(max(0, limit))
+        # them, and each one's silence is compared with its job's threshold. Queued rows may
+        # be many (a backlog): the (status, dispatched_at, due_at) index cuts them down to
+        # those dispatched before the global Queued threshold first.
+        occ, j = occurrences.c, jobs.c
+        joined = occurrences.outerjoin(jobs, j.id == occ.job_id)
+        own = j.zombie_threshold_seconds
+        last_sign = func.coalesce(occ.last_heartbeat, occ.start_time, occ.created_at)
+        limit = max(0, limit)
+        running = (
+            select(occurrences, j.zombie_policy, own)
+            .select_from(joined)
+            .where(
+                occ.status == int(OccurrenceStatus.RUNNING),
+                self._silence(last_sign, now) > func.coalesce(own, running_threshold),
+            )
+            .order_by(last_sign, occ.id)
+            .limit(limit)
+        )
+        queued_before = now - timedelta(seconds=queued_threshold)
+        queued = (
+            select(occurrences, j.zombie_policy, own)
+            .select_from(joined)
+            .where(
+                occ.status == int(OccurrenceStatus.QUEUED),
+                occ.dispatched_at.is_not(None),
+                occ.dispatched_at < queued_before,
+                or_(own.is_(None), self._silence(occ.dispatched_at, now) > own),
+            )
+            .order_by(occ.dispatched_at, occ.id)
+            .limit(limit)
         )
         async with self._read() as conn:
-            rows = (await conn.execute(stmt)).all()
-        return [_to_occurrence(r) for r in rows]
+            rows = [*(await conn.execute(running)).all(), *(await conn.execute(queued)).all()]
+        found = [
+            StaleOccurrence(
+                occurrence=_to_occurrence(r),
+                zombie_policy=None if r.zombie_policy is None else ZombiePolicy(r.zombie_policy),
+                zombie_threshold_seconds=r.zombie_threshold_seconds,
+            )
+            for r in rows
+        ]
+        found.sort(key=lambda s: (_last_sign(s.occurrence), s.occurrence.id))
+        return found[:limit]
+
+    def _silence(self, since: ColumnElement[Any], now: datetime) -> ColumnElement[Any]:
+        """Seconds from ``since`` (a UTC datetime column) to ``now``, in SQL."""
+        if self._dialect == "postgresql":
+            moment = bindparam(None, now, type_=UtcDateTime())
+            return func.extract("epoch", moment - since)
+        moment = bindparam(None, utc_text(now))
+        return (func.julianday(moment) - func.julianday(since)) * literal_column("86400.0")
 
     async def reset_dispatch(self, statuses: Sequence[OccurrenceStatus]) -> int:
         if not statuses:
@@ -1304,12 +1463,20 @@ class SqlStore(Store):
             batch = _StatusBatch(current={oid: _Current(*rest) for oid, *rest in rows})
             for record in records:
                 batch.apply(record)
-            await self._write_status_batch(conn, batch)
+            disabled = await self._write_status_batch(conn, batch)
+            await self._record_final_failures(conn, batch)
         return StatusResult(
-            applied=batch.applied, ignored=batch.ignored, heartbeats=batch.heartbeats
+            applied=batch.applied,
+            ignored=batch.ignored,
+            heartbeats=batch.heartbeats,
+            disabled=disabled,
         )
 
-    async def _write_status_batch(self, conn: AsyncConnection, batch: _StatusBatch) -> None:
+    async def _write_status_batch(
+        self, conn: AsyncConnection, batch: _StatusBatch
+    ) -> list[DisabledJob]:
+        """Write the batch's occurrence changes and job statistics; returns the jobs it
+        disabled."""
         for columns, params in batch.updates().items():
             await self._fast.execute(
                 conn,
@@ -1327,11 +1494,56 @@ class SqlStore(Store):
                 "b_failure": s.failure,
                 "b_dsum": s.duration_sum,
                 "b_dcount": s.duration_count,
+                "b_reset": s.only_successes,
             }
             for job_id, s in sorted(batch.stats.items())
         ]
         if stats:
             await self._fast.execute(conn, "update_stats", _update_stats_stmt, stats)
+        return await self._count_failures(conn, batch.stats)
+
+    async def _count_failures(
+        self, conn: AsyncConnection, stats: dict[UUID, _Stats]
+    ) -> list[DisabledJob]:
+        """Auto-disable: fold the batch's outcomes into the consecutive-failure state of each
+        job that had a failure in it (read under lock, one UPDATE for all), disabling the jobs
+        that reach their threshold. Jobs with only successes were reset by the statistics
+        statement already, without a read."""
+        failing = sorted(job_id for job_id, s in stats.items() if s.any_failure)
+        if not failing:
+            return []
+        j = jobs.c
+        columns = (
+            j.id,
+            j.bucket,
+            j.is_active,
+            j.next_run_at,
+            j.auto_disable_threshold,
+            j.auto_disable_window_seconds,
+            *(j[name] for name in _AUTO_DISABLE_STATE),
+        )
+        rows = await _fetch_in(
+            conn,
+            lambda chunk: (
+                select(*columns).where(self._member(j.id, chunk)).order_by(j.id).with_for_update()
+            ),
+            failing,
+        )
+        params: list[dict[str, Any]] = []
+        disabled: list[DisabledJob] = []
+        for row in rows:
+            streak = _Streak.of(row, self._auto_disable)
+            for failed, at, exception in stats[row.id].outcomes:
+                streak.fold(failed, at, exception)
+            params.append(streak.params(row.id))
+            if streak.disabled_now:
+                assert streak.disabled_reason is not None
+                disabled.append(
+                    DisabledJob(job_id=row.id, bucket=row.bucket, reason=streak.disabled_reason)
+                )
+        if params:
+            await conn.execute(_update_streaks_stmt(), params)
+        return disabled
 
     async def append_logs(self, records: Sequence[LogRecord]) -> None:
         if not records:
@@ -1450,6 +1662,214 @@ class SqlStore(Store):
             counts[OccurrenceStatus(status)] = int(count)
         return counts
 
+    # --- failed occurrences (dead letters) ------------------------------------------------
+
+    async def _record_final_failures(self, conn: AsyncConnection, batch: _StatusBatch) -> None:
+        """The dead-letter records of the occurrences this batch brought to a final failure
+        (one INSERT; an occurrence that has an unresolved record already gets none)."""
+        ends = _final_failures(batch.changes)
+        if not ends:
+            return
+        occ = occurrences.c
+        rows = await _fetch_in(
+            conn,
+            lambda chunk: select(
+                occ.id, occ.job_id, occ.job_type, occ.job_data, occ.exception
+            ).where(self._member(occ.id, chunk)),
+            list(ends),
+        )
+        created = utcnow()
+        records = [
+            _failed_row(
+                FailedOccurrence(
+                    id=new_id(),
+                    occurrence_id=r.id,
+                    job_id=r.job_id,
+                    job_type=r.job_type,
+                    failure_type=ends[r.id][0],
+                    exception=r.exception,
+                    job_data=r.job_data,
+                    attempts=ends[r.id][1],
+                    failed_at=ends[r.id][2],
+                    created_at=created,
+                )
+            )
+            for r in rows
+        ]
+        await self._insert_failed(conn, records)
+
+    async def _insert_failed(self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            make = partial(_insert_failed_stmt, self._dialect)
+            await self._fast.execute(conn, "insert_failed", make, rows)
+
+    async def record_dead_letters(self, records: Sequence[FailedOccurrence]) -> int:
+        if not records:
+            return 0
+        rows = [_failed_row(r) for r in records]
+        ids = _unique(r.id for r in records)
+        async with self._write() as conn:
+            before = await self._count_failed(conn, ids)
+            await self._insert_failed(conn, rows)
+            after = await self._count_failed(conn, ids)
+        return after - before
+
+    async def _count_failed(self, conn: AsyncConnection, ids: Sequence[UUID]) -> int:
+        total = 0
+        for chunk in _chunks(ids):
+            stmt = select(func.count()).where(self._member(failed_occurrences.c.id, chunk))
+            total += int((await conn.execute(stmt)).scalar_one())
+        return total
+
+    async def list_failed(self, query: FailedQuery) -> Page[FailedOccurrence]:
+        limit = max(1, query.limit)
+        f = failed_occurrences.c
+        stmt = select(failed_occurrences).order_by(f.id.desc()).limit(limit + 1)
+        if query.job_id is not None:
+            stmt = stmt.where(f.job_id == query.job_id)
+        if query.failure_types:
+            stmt = stmt.where(f.failure_type.in_([t.value for t in query.failure_types]))
+        if query.resolved is not None:
+            stmt = stmt.where(f.resolved.is_(query.resolved))
+        if query.failed_after is not None:
+            stmt = stmt.where(f.failed_at >= query.failed_after)
+        if query.failed_before is not None:
+            stmt = stmt.where(f.failed_at < query.failed_before)
+        if query.cursor is not None:
+            stmt = stmt.where(f.id < _decode_cursor(query.cursor))
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return _page([_to_failed(r) for r in rows], limit, lambda r: r.id)
+
+    async def get_failed(self, failed_id: UUID) -> FailedOccurrence:
+        stmt = select(failed_occurrences).where(failed_occurrences.c.id == failed_id)
+        async with self._read() as conn:
+            row = (await conn.execute(stmt)).first()
+        if row is None:
+            raise NotFoundError("failed occurrence", failed_id)
+        return _to_failed(row)
+
+    async def update_failed(
+        self,
+        failed_id: UUID,
+        *,
+        resolution_note: str | None = None,
+        resolution_action: str | None = None,
+        resolved: bool | None = None,
+        resolved_by: str | None = None,
+        now: datetime,
+    ) -> FailedOccurrence:
+        f = failed_occurrences.c
+        async with self._write() as conn:
+            stmt = select(failed_occurrences).where(f.id == failed_id).with_for_update()
+            row = (await conn.execute(stmt)).first()
+            if row is None:
+                raise NotFoundError("failed occurrence", failed_id)
+            stored = _to_failed(row)
+            values: dict[str, Any] = {}
+            if resolution_note is not None:
+                values["resolution_note"] = resolution_note
+            if resolution_action is not None:
+                values["resolution_action"] = resolution_action
+            if resolved is True:
+                values["resolved"] = True
+                if not stored.resolved:
+                    values["resolved_at"] = now
+                if resolved_by is not None or not stored.resolved:
+                    values["resolved_by"] = resolved_by
+            elif resolved is False:
+                values.update(resolved=False, resolved_at=None, resolved_by=None)
+            if values:
+                try:
+                    await conn.execute(
+                        update(failed_occurrences).where(f.id == failed_id).values(values)
+                    )
+                except IntegrityError as exc:
+                    raise ConflictError(
+                        f"occurrence {stored.occurrence_id} already has an unresolved "
+                        "failed-occurrence record"
+                    ) from exc
+            row = (await conn.execute(select(failed_occurrences).where(f.id == failed_id))).one()
+        return _to_failed(row)
+
+    async def delete_failed(self, failed_id: UUID) -> None:
+        async with self._write() as conn:
+            result = await conn.execute(
+                delete(failed_occurrences).where(failed_occurrences.c.id == failed_id)
+            )
+            if result.rowcount == 0:
+                raise NotFoundError("failed occurrence", failed_id)
+
+    async def retry_failed(
+        self, failed_id: UUID, now: datetime, by: str | None = None
+    ) -> Occurrence:
+        f = failed_occurrences.c
+        occ = occurrences.c
+        async with self._write() as conn:
+            stmt = select(failed_occurrences).where(f.id == failed_id).with_for_update()
+            row = (await conn.execute(stmt)).first()
+            if row is None:
+                raise NotFoundError("failed occurrence", failed_id)
+            record = _to_failed(row)
+            occurrence_id = record.occurrence_id
+            if occurrence_id is None:
+                raise ConflictError(
+                    f"failed occurrence {failed_id} is a poison message that names no "
+                    "occurrence: there is nothing to retry"
+                )
+            stmt = select(occ.status, occ.attempt).where(occ.id == occurrence_id).with_for_update()
+            current = (await conn.execute(stmt)).first()
+            if current is None:
+                raise ConflictError(f"occurrence {occurrence_id} no longer exists")
+            status = OccurrenceStatus(current.status)
+            if status not in _RETRYABLE:
+                raise ConflictError(
+                    f"occurrence {occurrence_id} is {status.name.title().replace('_', '')}: "
+                    "only a Failed, TimedOut or Unknown occurrence can be retried"
+                )
+            attempt = int(current.attempt) + 1
+            await conn.execute(
+                update(occurrences)
+                .where(occ.id == occurrence_id)
+                .values(
+                    status=int(_QUEUED),
+                    attempt=attempt,
+                    due_at=now,
+                    dispatched_at=None,
+                    start_time=None,
+                    end_time=None,
+                    last_heartbeat=None,
+                    duration_ms=None,
+                )
+            )
+            change = StatusChange(
+                timestamp=now,
+                from_status=status,
+                to_status=_QUEUED,
+                attempt=attempt,
+                reason=MANUAL_RETRY,
+            )
+            await conn.execute(insert(status_changes), [_change_row(occurrence_id, change)])
+            await conn.execute(
+                update(failed_occurrences)
+                .where(or_(f.id == failed_id, (f.occurrence_id == occurrence_id) & ~f.resolved))
+                .values(
+                    resolved=True,
+                    resolved_at=func.coalesce(f.resolved_at, now),
+                    resolved_by=by,
+                    resolution_action=RETRIED,
+                )
+            )
+        return await self.get_occurrence(occurrence_id)
+
+
+def _last_sign(occurrence: Occurrence) -> datetime:
+    """When a stale occurrence last showed life: its heartbeat or start (Running), its
+    dispatch (Queued)."""
+    if occurrence.status is OccurrenceStatus.QUEUED and occurrence.dispatched_at is not None:
+        return occurrence.dispatched_at
+    return occurrence.last_heartbeat or occurrence.start_time or occurrence.created_at
+
 
 def _undispatched_stmt(
     due_before: datetime, limit: int, created_before: datetime | None
@@ -1533,7 +1953,11 @@ def _update_occurrences_stmt(columns: Sequence[str]) -> UpdateBase:
 
 
 def _update_stats_stmt() -> UpdateBase:
+    """Add a batch's counts to the job's statistics. ``b_reset`` (the batch brought only
+    successes): the consecutive-failure count goes back to 0, and a probing job is enabled
+    for good (its probe succeeded: the disable reason goes)."""
     j = jobs.c
+    reset = bindparam("b_reset", type_=Boolean())
     dcount = bindparam("b_dcount", type_=Integer())
     dsum = bindparam("b_dsum", type_=Float())
     samples = j.duration_samples + dcount
@@ -1551,8 +1975,97 @@ def _update_stats_stmt() -> UpdateBase:
             failure_count=j.failure_count + bindparam("b_failure", type_=Integer()),
             duration_samples=samples,
             average_duration_ms=average,
+            consecutive_failures=case((reset, literal_column("0")), else_=j.consecutive_failures),
+            probing=case((reset, false()), else_=j.probing),
+            disabled_reason=case((and_(reset, j.probing), null()), else_=j.disabled_reason),
+            disabled_at=case((and_(reset, j.probing), null()), else_=j.disabled_at),
         )
     )
+
+
+def _update_streaks_stmt() -> UpdateBase:
+    j = jobs.c
+    return (
+        update(jobs)
+        .where(j.id == bindparam("b_id", type_=Uuid()))
+        .values(
+            consecutive_failures=bindparam("b_count", type_=Integer()),
+            last_failure_at=bindparam("b_last", type_=UtcDateTime()),
+            is_active=bindparam("b_active", type_=Boolean()),
+            next_run_at=bindparam("b_next", type_=UtcDateTime()),
+            probing=bindparam("b_probing", type_=Boolean()),
+            disabled_reason=bindparam("b_reason", type_=j.disabled_reason.type),
+            disabled_at=bindparam("b_disabled_at", type_=UtcDateTime()),
+        )
+    )
+
+
+@dataclass(slots=True)
+class _Streak:
+    """A job's auto-disable state while a batch's outcomes are folded into it."""
+
+    threshold: int
+    window: float
+    count: int
+    last_failure_at: datetime | None
+    is_active: bool
+    next_run_at: datetime | None
+    probing: bool
+    disabled_reason: str | None
+    disabled_at: datetime | None
+    disabled_now: bool = False
+
+    @classmethod
+    def of(cls, row: Row[Any], defaults: AutoDisableDefaults) -> _Streak:
+        m = row._mapping
+        threshold, window = m["auto_disable_threshold"], m["auto_disable_window_seconds"]
+        return cls(
+            threshold=defaults.threshold if threshold is None else threshold,
+            window=defaults.window_seconds if window is None else window,
+            count=m["consecutive_failures"],
+            last_failure_at=m["last_failure_at"],
+            is_active=m["is_active"],
+            next_run_at=m["next_run_at"],
+            probing=m["probing"],
+            disabled_reason=m["disabled_reason"],
+            disabled_at=m["disabled_at"],
+        )
+
+    def fold(self, failed: bool, at: datetime, exception: str | None) -> None:
+        if not failed:
+            self.count = 0
+            if self.probing:  # the probe succeeded: enabled for good
+                self.probing = False
+                self.disabled_reason = self.disabled_at = None
+            return
+        self.count = next_count(self.count, self.last_failure_at, at, self.window)
+        if self.last_failure_at is None or at > self.last_failure_at:
+            self.last_failure_at = at
+        if not self.is_active:
+            return
+        if self.probing:
+            reason = probe_failed_reason(exception)
+        elif self.threshold > 0 and self.count >= self.threshold:
+            reason = disable_reason(self.count, self.window, exception)
+        else:
+            return
+        self.is_active = self.probing = False
+        self.next_run_at = None
+        self.disabled_reason = reason
+        self.disabled_at = at
+        self.disabled_now = True
+
+    def params(self, job_id: UUID) -> dict[str, Any]:
+        return {
+            "b_id": job_id,
+            "b_count": self.count,
+            "b_last": self.last_failure_at,
+            "b_active": self.is_active,
+            "b_next": self.next_run_at,
+            "b_probing": self.probing,
+            "b_reason": self.disabled_reason,
+            "b_disabled_at": self.disabled_at,
+        }
 
 
 def _due_entry(job_id: UUID, bucket: int, state: Job | FirePlan) -> DueEntry | None:
@@ -1609,3 +2122,90 @@ def _classify(
                 queued.append(occ)
                 busy = True
     return DispatchResult(queued=queued, held=held, skipped=skipped, next_runs=next_runs)
+
+
+# --- failed occurrences (dead letters) --------------------------------------------------------
+
+MANUAL_RETRY = "manual retry"
+"""The reason of the status change :meth:`SqlStore.retry_failed` records."""
+RETRIED = "retried"
+"""The resolution action of a failed occurrence that was retried."""
+_RETRYABLE = frozenset(
+    {OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT, OccurrenceStatus.UNKNOWN}
+)
+_FAILURE_TYPES = {t.value: t for t in FailureType}
+
+
+def _final_failures(
+    changes: Sequence[dict[str, Any]],
+) -> dict[UUID, tuple[FailureType, int, datetime]]:
+    """The occurrences that reached a final failure among applied status changes, with their
+    failure type, attempt and time."""
+    ends: dict[UUID, tuple[FailureType, int, datetime]] = {}
+    for change in changes:
+        to = change["to_status"]
+        if to == int(OccurrenceStatus.FAILED):
+            if change["from_status"] == int(OccurrenceStatus.UNKNOWN):
+                default = FailureType.ZOMBIE
+            else:
+                default = FailureType.RETRIES_EXHAUSTED
+        elif to == int(OccurrenceStatus.TIMED_OUT):
+            default = FailureType.TIMED_OUT
+        else:
+            continue
+        failure = _FAILURE_TYPES.get(change["reason"] or "", default)
+        ends[change["occurrence_id"]] = (failure, change["attempt"], change["timestamp"])
+    return ends
+
+
+def _failed_row(record: FailedOccurrence) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "occurrence_id": record.occurrence_id,
+        "job_id": record.job_id,
+        "job_type": record.job_type,
+        "failure_type": record.failure_type.value,
+        "exception": truncate_text(record.exception),
+        "job_data": record.job_data,
+        "attempts": record.attempts,
+        "failed_at": record.failed_at,
+        "created_at": record.created_at,
+        "resolved": record.resolved,
+        "resolved_at": record.resolved_at,
+        "resolved_by": record.resolved_by,
+        "resolution_note": record.resolution_note,
+        "resolution_action": record.resolution_action,
+        "raw_message": truncate_text(record.raw_message),
+    }
+
+
+def _to_failed(row: Row[Any]) -> FailedOccurrence:
+    m = row._mapping
+    failure = m["failure_type"]
+    return FailedOccurrence(
+        id=m["id"],
+        occurrence_id=m["occurrence_id"],
+        job_id=m["job_id"],
+        job_type=m["job_type"],
+        failure_type=_FAILURE_TYPES.get(failure, FailureType.POISON),
+        exception=m["exception"],
+        job_data=m["job_data"],
+        attempts=m["attempts"],
+        failed_at=m["failed_at"],
+        created_at=m["created_at"],
+        resolved=bool(m["resolved"]),
+        resolved_at=m["resolved_at"],
+        resolved_by=m["resolved_by"],
+        resolution_note=m["resolution_note"],
+        resolution_action=m["resolution_action"],
+        raw_message=m["raw_message"],
+    )
+
+
+def _insert_failed_stmt(dialect: str) -> UpdateBase:
+    """Failed-occurrence records; one that would give an occurrence a second unresolved record
+    (the partial unique index) is skipped."""
+    values = {c.name: bindparam(c.name, type_=c.type) for c in failed_occurrences.columns}
+    if dialect == "postgresql":
+        return postgresql.insert(failed_occurrences).values(values).on_conflict_do_nothing()
+    return sqlite.insert(failed_occurrences).values(values).on_conflict_do_nothing()

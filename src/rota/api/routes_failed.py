@@ -1,0 +1,126 @@
+"""Failed occurrences (dead letters): list, read, resolve, retry, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Query, Response, status
+
+from rota.api.deps import Runtime, StoreDep
+from rota.api.problems import problem_responses
+from rota.api.schemas import (
+    MAX_LIMIT,
+    FailedOccurrenceOut,
+    FailedOccurrencePage,
+    FailedOccurrenceUpdate,
+    OccurrenceDetail,
+    UtcDatetime,
+)
+from rota.core.errors import ValidationError
+from rota.core.models import FailureType
+from rota.core.ports import FailedQuery
+from rota.services.deadletters import resolve_failed, retry_failed
+
+router = APIRouter(prefix="/failed-occurrences", tags=["failed occurrences"])
+
+
+def parse_failure_types(values: list[str]) -> tuple[FailureType, ...]:
+    """``["timed_out,zombie", "poison"]``: names, repeated or comma-separated."""
+    found: dict[FailureType, None] = {}
+    for value in values:
+        for token in (t.strip() for t in value.split(",")):
+            if not token:
+                continue
+            try:
+                found[FailureType(token.lower())] = None
+            except ValueError:
+                names = ", ".join(t.value for t in FailureType)
+                raise ValidationError(
+                    f"unknown failure type {token!r} (one of {names})", field="failureType"
+                ) from None
+    return tuple(found)
+
+
+@router.get(
+    "", responses=problem_responses(422, 503), summary="List failed occurrences, newest first"
+)
+async def list_failed(
+    store: StoreDep,
+    job_id: Annotated[UUID | None, Query(alias="jobId")] = None,
+    failure_type: Annotated[
+        list[str],
+        Query(
+            alias="failureType",
+            description="Failure types; repeat or comma-separate: timed_out,zombie.",
+        ),
+    ] = [],  # noqa: B006  (FastAPI copies query defaults)
+    resolved: Annotated[bool | None, Query()] = None,
+    failed_after: Annotated[UtcDatetime | None, Query(alias="failedAfter")] = None,
+    failed_before: Annotated[UtcDatetime | None, Query(alias="failedBefore")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+) -> FailedOccurrencePage:
+    query = FailedQuery(
+        job_id=job_id,
+        failure_types=parse_failure_types(failure_type),
+        resolved=resolved,
+        failed_after=failed_after,
+        failed_before=failed_before,
+        limit=limit,
+        cursor=cursor or None,
+    )
+    page = await store.list_failed(query)
+    return FailedOccurrencePage(
+        items=[FailedOccurrenceOut.of(r) for r in page.items], next_cursor=page.next_cursor
+    )
+
+
+@router.get(
+    "/{failed_id}", responses=problem_responses(404, 422, 503), summary="A failed occurrence"
+)
+async def get_failed(failed_id: UUID, store: StoreDep) -> FailedOccurrenceOut:
+    return FailedOccurrenceOut.of(await store.get_failed(failed_id))
+
+
+@router.put(
+    "/{failed_id}",
+    responses=problem_responses(404, 409, 413, 422, 503),
+    summary="Resolve a failed occurrence (note, action), or reopen it",
+)
+async def update_failed(
+    failed_id: UUID, body: FailedOccurrenceUpdate, runtime: Runtime
+) -> FailedOccurrenceOut:
+    record = await resolve_failed(
+        runtime.store,
+        failed_id,
+        resolution_note=body.resolution_note,
+        resolution_action=body.resolution_action,
+        resolved=body.resolved,
+        now=runtime.jobs.now(),
+    )
+    return FailedOccurrenceOut.of(record)
+
+
+@router.post(
+    "/{failed_id}/retry",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=problem_responses(404, 409, 422, 503),
+    summary="Run the failed occurrence again as a new attempt (resolves the record)",
+)
+async def retry(failed_id: UUID, runtime: Runtime) -> OccurrenceDetail:
+    occurrence = await retry_failed(
+        runtime.store, runtime.coordination, failed_id, now=runtime.jobs.now()
+    )
+    return OccurrenceDetail.of(occurrence)
+
+
+@router.delete(
+    "/{failed_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problem_responses(404, 422, 503),
+    summary="Delete a failed-occurrence record (the occurrence is kept)",
+)
+async def delete_failed(failed_id: UUID, store: StoreDep) -> Response:
+    await store.delete_failed(failed_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,93 @@
+"""Cancelling an occurrence (``POST /occurrences/{id}/cancel``).
+
+- **Queued**: Cancelled at once, through the store (a status change with the reason), so the
+  dispatcher never sends it (or sends no further attempt). If its message is already with the
+  broker or a worker, the cancellation channel tells the workers too: a live worker that holds
+  or later receives the message reports it Cancelled without running it. A worker that was not
+  listening when the cancel was sent (started later) would run it; its reports are then
+  ignored (an occurrence that is Cancelled does not change again).
+- **Running**: the cancellation channel asks its worker to stop it (an async handler's task is
+  cancelled, a sync handler sees ``ctx.cancelled``); the occurrence ends Cancelled when the
+  worker reports. A worker that is gone never reports: the zombie detector ends it.
+- **final** (or Unknown, the moment a zombie is being handled): ``ConflictError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from rota.core.errors import ConflictError
+from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusRecord
+from rota.core.ports import Coordination, Store
+
+S = OccurrenceStatus
+
+MAX_ATTEMPTS = 3
+"""Re-reads when the occurrence moves on while it is being cancelled."""
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    occurrence: Occurrence
+    """As stored after the cancel (Cancelled, or still Running)."""
+    requested: bool
+    """``True``: it is running; its worker was asked to cancel it (it ends Cancelled when the
+    worker reports). ``False``: it is Cancelled already."""
+
+
+def cancel_text(reason: str | None) -> str:
+    return f"cancelled: {reason}" if reason else "cancelled"
+
+
+async def cancel_occurrence(
+    store: Store,
+    coordination: Coordination,
+    occurrence_id: UUID,
+    *,
+    reason: str | None,
+    now: datetime,
+) -> CancelOutcome:
+    """Cancel an occurrence (see the module); ``NotFoundError`` if there is none,
+    ``ConflictError`` if it has ended."""
+    text = cancel_text(reason)
+    for _ in range(MAX_ATTEMPTS):
+        occurrence = await store.get_occurrence(occurrence_id)
+        status = occurrence.status
+        if status is S.QUEUED:
+            record = StatusRecord(
+                occurrence_id=occurrence_id,
+                status=S.CANCELLED,
+                timestamp=now,
+                attempt=occurrence.attempt,
+                exception=text,
+            )
+            result = await store.apply_status([record])
+            if not result.applied:
+                continue  # it moved on meanwhile (started, or ended): look again
+            # Its message may be out (or being published right now): a worker holding it, or
+            # receiving it later, skips it.
+            await coordination.cancel([occurrence_id])
+            return CancelOutcome(await store.get_occurrence(occurrence_id), requested=False)
+        if status is S.RUNNING:
+            await coordination.cancel([occurrence_id])
+            await store.append_logs(
+                [
+                    LogRecord(
+                        occurrence_id=occurrence_id,
+                        timestamp=now,
+                        level="WARNING",
+                        message=f"cancel requested: {reason or 'no reason given'}",
+                        category="rota.cancel",
+                    )
+                ]
+            )
+            return CancelOutcome(occurrence, requested=True)
+        name = status.name.title().replace("_", "")
+        if status is S.UNKNOWN:
+            raise ConflictError(
+                f"occurrence {occurrence_id} is Unknown (being handled as a zombie); try again"
+            )
+        raise ConflictError(f"occurrence {occurrence_id} has ended ({name}): nothing to cancel")
+    raise ConflictError(f"occurrence {occurrence_id} keeps changing; try again")

@@ -1,0 +1,43 @@
+"""Auto-disable probes: periodically let one probe run through for each auto-disabled job whose
+cooldown has passed (:meth:`~rota.services.jobs.JobService.release_probes`). Every server runs
+one; two releasing the same job at once set the same state."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from rota.core.errors import RotaError
+from rota.services.jobs import JobService
+
+log = logging.getLogger(__name__)
+
+
+class ProbeReleaser:
+    def __init__(self, jobs: JobService, *, interval_seconds: float) -> None:
+        self._jobs = jobs
+        self._interval = interval_seconds
+        self._stopping = asyncio.Event()
+        self.released = 0
+        """Probe runs let through since start."""
+
+    async def release(self) -> int:
+        released = await self._jobs.release_probes()
+        self.released += len(released)
+        return len(released)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Release due probes every interval until :meth:`stop`; the loop never dies."""
+        while not self._stopping.is_set():
+            try:
+                await self.release()
+            except (RotaError, OSError) as exc:
+                log.warning("auto-disable probe check failed: %s", exc)
+            except Exception:
+                log.exception("unexpected auto-disable probe error")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=self._interval)

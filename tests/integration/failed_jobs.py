@@ -1,0 +1,13 @@
+"""Job handlers for the failed-occurrence API tests."""
+
+from __future__ import annotations
+
+import rota
+
+
+@rota.job("it.flaky", max_retries=0)
+async def flaky(ctx: rota.JobContext) -> str:
+    """Fails its first attempt (no retries left), succeeds on any later one."""
+    if ctx.attempt == 1:
+        raise ValueError("the first attempt always fails")
+    return f"attempt {ctx.attempt} worked"

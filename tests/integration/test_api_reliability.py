@@ -1,0 +1,240 @@
+"""The API's reliability parts: auto-disable and zombie settings of a job, the reference's
+``PUT /jobs/job`` re-enable, and cancelling occurrences (over the in-memory adapters)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import httpx
+import pytest
+
+from rota.api.app import create_app
+from rota.brokers.inprocess import InProcessBroker
+from rota.coordination.memory import MemoryCoordination
+from rota.core.models import OccurrenceStatus, StatusRecord
+from rota.indexes.memory import MemoryScheduleIndex
+from rota.services.jobs import JobService
+from rota.settings import Settings
+from rota.stores.migrate import upgrade
+from rota.stores.sql import SqlStore
+from tests.integration.test_api import MiniRuntime, assert_problem, create
+
+S = OccurrenceStatus
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
+    url = f"sqlite:///{tmp_path / 'rota.db'}"
+    await upgrade(url)
+    settings = Settings(environment="test", data_dir=tmp_path, database_url=url)
+    store = SqlStore(url, auto_disable=settings.scheduler.auto_disable)
+    await store.open()
+    index, coordination = MemoryScheduleIndex(), MemoryCoordination()
+    jobs = JobService(store, index, coordination, settings.scheduler, lambda: datetime.now(UTC))
+    yield MiniRuntime(settings, store, index, InProcessBroker(), coordination, jobs)
+    await store.close()
+
+
+@pytest.fixture
+async def client(runtime: MiniRuntime) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(runtime))
+    async with httpx.AsyncClient(transport=transport, base_url="http://rota") as http:
+        yield http
+
+
+async def test_job_settings_and_auto_disable_state_are_shown(client: httpx.AsyncClient) -> None:
+    job = await create(client)
+    assert job["autoDisable"] == {
+        "threshold": 5,
+        "windowSeconds": 3600.0,
+        "cooldownSeconds": None,
+        "consecutiveFailures": 0,
+        "lastFailureAt": None,
+        "disabledReason": None,
+        "disabledAt": None,
+        "probing": False,
+    }
+    assert (job["zombiePolicy"], job["zombieThresholdSeconds"]) == (None, None)
+    own = await create(
+        client,
+        autoDisableThreshold=2,
+        autoDisableWindowSeconds=600,
+        autoDisableCooldownSeconds=120,
+        zombiePolicy="fail",
+        zombieThresholdSeconds=90,
+    )
+    assert own["autoDisableThreshold"] == 2
+    assert (own["zombiePolicy"], own["zombieThresholdSeconds"]) == ("fail", 90.0)
+    assert own["autoDisable"]["threshold"] == 2
+    assert own["autoDisable"]["cooldownSeconds"] == 120.0
+    changed = await client.patch(
+        f"/api/v1/jobs/{own['id']}", json={"autoDisableThreshold": None, "zombiePolicy": "requeue"}
+    )
+    assert changed.status_code == 200, changed.text
+    body = changed.json()
+    assert (body["autoDisableThreshold"], body["autoDisable"]["threshold"]) == (None, 5)
+    assert body["zombiePolicy"] == "requeue"
+
+
+async def test_bad_settings_are_refused_with_the_field(client: httpx.AsyncClient) -> None:
+    for field, value in [
+        ("autoDisableThreshold", -1),
+        ("autoDisableWindowSeconds", 0),
+        ("zombiePolicy", "explode"),
+        ("zombieThresholdSeconds", 0),
+    ]:
+        response = await client.post(
+            "/api/v1/jobs", json={"jobType": "r", "cronExpression": "* * * * *", field: value}
+        )
+        problem = assert_problem(response, 422)
+        assert field in str(problem["errors"])
+
+
+async def disable_by_failures(runtime: MiniRuntime, job_id: str, count: int = 5) -> None:
+    for _ in range(count):
+        occurrence = await runtime.jobs.trigger(UUID(job_id), force=True)
+        end = StatusRecord(
+            occurrence_id=occurrence.id,
+            status=S.FAILED,
+            timestamp=datetime.now(UTC),
+            exception="RuntimeError: upstream down",
+        )
+        await runtime.store.apply_status([end])
+
+
+async def test_auto_disabled_job_is_shown_and_re_enabled_through_put_jobs_job(
+    client: httpx.AsyncClient, runtime: MiniRuntime
+) -> None:
+    job = await create(client, cronExpression="* * * * *")
+    await disable_by_failures(runtime, job["id"])
+    shown = (await client.get(f"/api/v1/jobs/{job['id']}")).json()
+    assert shown["isActive"] is False
+    assert shown["nextRunAt"] is None
+    state = shown["autoDisable"]
+    assert state["consecutiveFailures"] == 5
+    assert state["disabledReason"] == (
+        "5 consecutive failures within 60 min; last: RuntimeError: upstream down"
+    )
+    assert state["disabledAt"] is not None
+    listed = (await client.get("/api/v1/jobs", params={"autoDisabled": "true"})).json()
+    assert [j["id"] for j in listed["items"]] == [job["id"]]
+
+    # The reference's call, as written there.
+    response = await client.put(
+        "/api/v1/jobs/job",
+        json={"id": job["id"], "isActive": {"value": True, "isUpdated": True}},
+    )
+    assert response.status_code == 200, response.text
+    enabled = response.json()
+    assert enabled["isActive"] is True
+    assert enabled["nextRunAt"] is not None
+    assert enabled["autoDisable"]["consecutiveFailures"] == 0
+    assert enabled["autoDisable"]["disabledReason"] is None
+    assert enabled["autoDisable"]["disabledAt"] is None
+
+
+async def test_put_jobs_job_applies_only_updated_fields(client: httpx.AsyncClient) -> None:
+    job = await create(client, displayName="before", priority=1)
+    response = await client.put(
+        "/api/v1/jobs/job",
+        json={
+            "id": job["id"],
+            "displayName": {"value": "after", "isUpdated": True},
+            "priority": {"value": 4, "isUpdated": False},
+            "autoDisableThreshold": 3,
+        },
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["displayName"], body["priority"], body["autoDisableThreshold"]) == ("after", 1, 3)
+    missing = await client.put("/api/v1/jobs/job", json={"isActive": True})
+    assert assert_problem(missing, 422)["errors"][0]["field"] == "id"
+    unknown = await client.put(
+        "/api/v1/jobs/job", json={"id": job["id"], "colour": {"value": 1, "isUpdated": True}}
+    )
+    assert assert_problem(unknown, 422)["errors"][0]["field"] == "colour"
+    gone = await client.put(
+        "/api/v1/jobs/job", json={"id": "00000000-0000-7000-8000-000000000000", "priority": 1}
+    )
+    assert_problem(gone, 404)
+
+
+async def test_post_jobs_job_creates(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/api/v1/jobs/job", json={"jobType": "report", "cronExpression": "0 0 * * *"}
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["jobType"] == "report"
+
+
+# --- cancel -----------------------------------------------------------------------------------
+
+
+async def test_cancel_a_queued_occurrence_at_once(
+    client: httpx.AsyncClient, runtime: MiniRuntime
+) -> None:
+    job = await create(client)
+    occurrence = (await client.post(f"/api/v1/jobs/{job['id']}/trigger")).json()
+    cancels = runtime.coordination.cancellations()
+    heard = asyncio.ensure_future(anext(cancels))
+    await asyncio.sleep(0)
+    response = await client.post(
+        f"/api/v1/occurrences/{occurrence['id']}/cancel", json={"reason": "wrong data"}
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["statusName"] == "Cancelled"
+    assert body["exception"] == "cancelled: wrong data"
+    last = body["statusChangeLogs"][-1]
+    assert (last["from"], last["to"], last["reason"]) == (0, 4, "cancelled: wrong data")
+    # The workers hear it too: one already holding the message skips it.
+    assert await asyncio.wait_for(heard, 5) == UUID(occurrence["id"])
+    again = await client.post(f"/api/v1/occurrences/{occurrence['id']}/cancel")
+    assert "Cancelled" in assert_problem(again, 409)["detail"]
+
+
+async def test_cancel_a_running_occurrence_goes_to_its_worker(
+    client: httpx.AsyncClient, runtime: MiniRuntime
+) -> None:
+    job = await create(client)
+    occurrence = (await client.post(f"/api/v1/jobs/{job['id']}/trigger")).json()
+    occurrence_id = UUID(occurrence["id"])
+    running = StatusRecord(
+        occurrence_id=occurrence_id, status=S.RUNNING, timestamp=datetime.now(UTC)
+    )
+    await runtime.store.apply_status([running])
+    cancels = runtime.coordination.cancellations()
+    heard = asyncio.ensure_future(anext(cancels))
+    await asyncio.sleep(0)
+    response = await client.post(f"/api/v1/occurrences/{occurrence_id}/cancel")
+    assert response.status_code == 202, response.text
+    assert response.json()["statusName"] == "Running"
+    assert await asyncio.wait_for(heard, 5) == occurrence_id
+    logs = (await client.get(f"/api/v1/occurrences/{occurrence_id}/logs")).json()["items"]
+    assert logs[-1]["message"] == "cancel requested: no reason given"
+    # The worker's report ends it.
+    done = StatusRecord(
+        occurrence_id=occurrence_id,
+        status=S.CANCELLED,
+        timestamp=datetime.now(UTC),
+        exception="cancelled",
+    )
+    await runtime.store.apply_status([done])
+    final: dict[str, Any] = (await client.get(f"/api/v1/occurrences/{occurrence_id}")).json()
+    assert final["statusName"] == "Cancelled"
+
+
+async def test_cancel_refuses_unknown_and_bad_input(client: httpx.AsyncClient) -> None:
+    missing = await client.post("/api/v1/occurrences/00000000-0000-7000-8000-000000000000/cancel")
+    assert_problem(missing, 404)
+    job = await create(client)
+    occurrence = (await client.post(f"/api/v1/jobs/{job['id']}/trigger")).json()
+    bad = await client.post(
+        f"/api/v1/occurrences/{occurrence['id']}/cancel", json={"reason": "x" * 501}
+    )
+    assert assert_problem(bad, 422)["errors"][0]["field"] == "reason"

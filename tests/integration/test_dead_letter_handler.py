@@ -1,0 +1,127 @@
+"""The DLQ handler on a real store: a store outage holds the batch without losing it, and on
+RabbitMQ an unreadable job message goes from a worker group's queue to a poison record."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from rota.brokers.inprocess import InProcessBroker
+from rota.brokers.rabbitmq import RabbitMQBroker
+from rota.core.models import FailureType
+from rota.core.ports import FailedQuery
+from rota.services.deadletters import DeadLetterHandler
+from rota.stores.migrate import upgrade
+from rota.stores.sql import SqlStore
+from tests.contract.rabbitmq_fixtures import rabbitmq_url as rabbitmq_url  # session fixture
+
+WITHIN = 10.0
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqlStore]:
+    url = f"sqlite:///{tmp_path / 'rota.db'}"
+    await upgrade(url)
+    instance = SqlStore(url)
+    await instance.open()
+    try:
+        yield instance
+    finally:
+        await instance.close()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> float:
+    """Poll until ``check`` holds; returns the seconds it took."""
+    start = time.monotonic()
+    while time.monotonic() < start + WITHIN:
+        if await check():
+            return time.monotonic() - start
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def records(store: SqlStore) -> int:
+    return len((await store.list_failed(FailedQuery(limit=100))).items)
+
+
+async def test_store_outage_holds_the_batch_and_loses_nothing(store: SqlStore) -> None:
+    broker = InProcessBroker()
+    await broker.start()
+    handler = DeadLetterHandler(store, broker, batch_size=10, max_wait=0.01, max_backoff=0.1)
+    await store.close()  # the store is away
+    task = asyncio.create_task(handler.run())
+    try:
+        await broker.dead_letter_body(b"{broken")
+
+        async def failing() -> bool:
+            return handler.stats.errors >= 2 and handler.stats.holding
+
+        await eventually(failing, "the handler to retry against the missing store")
+        assert (await broker.queue_depths())["rota.dlq"] == 0  # taken, not acknowledged
+        await store.open()
+
+        async def stored() -> bool:
+            return await records(store) == 1
+
+        await eventually(stored, "the record once the store is back")
+        assert handler.stats.poison == 1
+        assert not handler.stats.holding
+        # The loop is alive: the next letter is stored too.
+        await broker.dead_letter_body(b"\xff")
+
+        async def two() -> bool:
+            return await records(store) == 2
+
+        await eventually(two, "the second record")
+    finally:
+        handler.stop()
+        await broker.close()
+        await asyncio.wait_for(task, WITHIN)
+
+
+async def test_unreadable_job_message_on_rabbitmq_becomes_a_poison_record(
+    store: SqlStore, rabbitmq_url: str
+) -> None:
+    prefix = f"rota-{uuid.uuid4().hex[:8]}"
+    broker = RabbitMQBroker(rabbitmq_url, prefix=prefix, operation_timeout=5, publish_timeout=5)
+    await broker.start()
+    handler = DeadLetterHandler(store, broker, batch_size=10, max_wait=0.05)
+    task = asyncio.create_task(handler.run())
+    consumer = None
+    try:
+        await broker.declare_worker_group("grp", ["Send"])
+        body = b'{"occurrenceId": "01", "jobType": "Send"}'
+        key = broker.names.job_routing_key("Send", uuid.uuid4())
+        await broker._publish([broker._record_item(broker.names.jobs_exchange, key, body)])
+        consumer = broker.consume_jobs("grp", 1)
+        taking = asyncio.ensure_future(anext(consumer))  # the consumer rejects it, yields none
+
+        async def stored() -> bool:
+            return await records(store) == 1
+
+        took = await eventually(stored, "the poison record")
+        [record] = (await store.list_failed(FailedQuery())).items
+        assert (record.failure_type, record.occurrence_id) == (FailureType.POISON, None)
+        assert record.raw_message == body.decode()
+        assert record.job_type == "Send"
+        assert record.exception is not None
+        assert f"from {prefix}.jobs.grp" in record.exception
+        assert not taking.done()
+        taking.cancel()
+        print(f"poison message to record: {took * 1000:.0f} ms")
+
+        async def drained() -> bool:
+            return (await broker.queue_depths()).get(f"{prefix}.dlq") == 0
+
+        await eventually(drained, "the dead-letter queue to be acknowledged")
+    finally:
+        handler.stop()
+        if consumer is not None:
+            await consumer.aclose()  # type: ignore[attr-defined]
+        await broker.close()
+        await asyncio.wait_for(task, WITHIN)

@@ -1,0 +1,195 @@
+"""Cancellation, auto-disable and late reports in the embedded runtime, end to end: real
+executor, dispatcher, tracker and API over SQLite and the in-process adapters."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import httpx
+import pytest
+
+from rota.api.app import create_app
+from rota.core.models import OccurrenceStatus, StatusRecord
+from rota.core.ports import OccurrenceQuery
+from rota.runtime import Runtime
+from rota.serve import prepare
+from rota.services.zombies import zombie_records
+from rota.settings import Settings
+from tests.integration import reliability_jobs
+
+S = OccurrenceStatus
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
+    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
+    settings.scheduler.sweeper_interval_seconds = 0.2
+    settings.worker.concurrency = 1  # a second occurrence waits for the slot (Queued)
+    rt = await prepare(settings, ["tests.integration.reliability_jobs"])
+    await rt.start()
+    try:
+        yield rt
+    finally:
+        await rt.stop(grace=2)
+
+
+@pytest.fixture
+async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(runtime))
+    async with httpx.AsyncClient(transport=transport, base_url="http://rota") as http:
+        yield http
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
+    """Poll until ``check`` holds (``within`` bounds a wait for progress, not a speed target)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def create(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
+    body = {"cronExpression": "0 0 1 1 *"} | fields
+    response = await client.post("/api/v1/jobs", json=body)
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+async def trigger(client: httpx.AsyncClient, job_id: str) -> str:
+    response = await client.post(f"/api/v1/jobs/{job_id}/trigger", json={"force": True})
+    assert response.status_code == 202, response.text
+    occurrence_id: str = response.json()["id"]
+    return occurrence_id
+
+
+async def status_of(runtime: Runtime, occurrence_id: str) -> S:
+    return (await runtime.store.get_occurrence(UUID(occurrence_id))).status
+
+
+async def started(occurrence_id: str) -> bool:
+    event = reliability_jobs.started.get(occurrence_id)
+    return event is not None and event.is_set()
+
+
+@pytest.mark.parametrize("job_type", ["rel.async_block", "rel.sync_block"])
+async def test_cancel_a_running_occurrence_through_its_worker(
+    runtime: Runtime, client: httpx.AsyncClient, job_type: str
+) -> None:
+    job = await create(client, jobType=job_type)
+    occurrence_id = await trigger(client, job["id"])
+    await eventually(lambda: started(occurrence_id), 10, "the handler to start")
+    await eventually(
+        lambda: _is(runtime, occurrence_id, S.RUNNING), 10, "the Running report to be stored"
+    )
+    begun = time.monotonic()
+    response = await client.post(
+        f"/api/v1/occurrences/{occurrence_id}/cancel", json={"reason": "operator"}
+    )
+    assert response.status_code == 202, response.text
+    await eventually(lambda: _is(runtime, occurrence_id, S.CANCELLED), 10, "Cancelled")
+    elapsed = time.monotonic() - begun
+    assert elapsed < 5, f"cancelling took {elapsed:.1f} s"  # the handler waits up to 30 s
+    assert occurrence_id in reliability_jobs.saw_cancel  # the task / the ctx.cancelled flag
+    stored = await runtime.store.get_occurrence(UUID(occurrence_id))
+    assert stored.end_time is not None
+    assert stored.result is None
+    again = await client.post(f"/api/v1/occurrences/{occurrence_id}/cancel")
+    assert again.status_code == 409
+
+
+async def test_a_cancelled_queued_occurrence_never_runs(
+    runtime: Runtime, client: httpx.AsyncClient
+) -> None:
+    job = await create(client, jobType="rel.async_block")
+    first = await trigger(client, job["id"])
+    await eventually(lambda: started(first), 10, "the first run to take the only slot")
+    second = await trigger(client, job["id"])
+
+    async def handed_to_the_worker() -> bool:
+        return (await runtime.store.get_occurrence(UUID(second))).dispatched_at is not None
+
+    await eventually(handed_to_the_worker, 10, "the second occurrence to be dispatched")
+    response = await client.post(f"/api/v1/occurrences/{second}/cancel", json={"reason": "dup"})
+    assert response.status_code == 200, response.text
+    assert response.json()["statusName"] == "Cancelled"
+    # Free the slot: the worker then takes the second message, and skips it.
+    assert (await client.post(f"/api/v1/occurrences/{first}/cancel")).status_code == 202
+    await eventually(lambda: _is(runtime, first, S.CANCELLED), 10, "the first one Cancelled")
+
+    async def drained() -> bool:
+        depths = await runtime.broker.queue_depths()
+        return (
+            runtime.executor is not None
+            and runtime.executor.load == 0
+            and not any(n for q, n in depths.items() if ".jobs." in q)
+        )
+
+    await eventually(drained, 10, "the second message to be consumed")
+    await asyncio.sleep(0.3)  # let a (wrong) start of the handler show itself
+    assert not await started(second)
+    stored = await runtime.store.get_occurrence(UUID(second))
+    assert stored.status is S.CANCELLED
+    assert S.RUNNING not in [c.to_status for c in stored.status_changes]
+
+
+async def test_a_failing_job_is_auto_disabled(runtime: Runtime, client: httpx.AsyncClient) -> None:
+    job = await create(
+        client, jobType="rel.fail", cronExpression="* * * * * *", autoDisableThreshold=2
+    )
+    job_id = UUID(job["id"])
+
+    async def disabled() -> bool:
+        return not (await runtime.store.get_job(job_id)).is_active
+
+    await eventually(disabled, 15, "the job to be disabled")
+    shown = (await client.get(f"/api/v1/jobs/{job_id}")).json()
+    assert shown["autoDisable"]["consecutiveFailures"] >= 2
+    assert shown["autoDisable"]["disabledReason"].startswith("2 consecutive failures within 60 min")
+    assert "RuntimeError: upstream down" in shown["autoDisable"]["disabledReason"]
+    assert await runtime.index.size(list(range(runtime.settings.scheduler.bucket_count))) == 0
+    # It fires no more.
+    page = await runtime.store.list_occurrences(OccurrenceQuery(job_id=job_id, limit=100))
+    await asyncio.sleep(1.5)
+    later = await runtime.store.list_occurrences(OccurrenceQuery(job_id=job_id, limit=100))
+    assert len(later.items) == len(page.items)
+
+
+async def test_a_late_report_of_a_superseded_attempt_is_ignored_and_counted(
+    runtime: Runtime, client: httpx.AsyncClient
+) -> None:
+    before = (await client.get("/api/v1/admin/reliability")).json()
+    job = await create(client, jobType="rel.nobody")  # no worker runs it
+    occurrence_id = UUID(await trigger(client, job["id"]))
+    now = datetime.now(UTC)
+    running = StatusRecord(
+        occurrence_id=occurrence_id, status=S.RUNNING, timestamp=now, instance_id="w-old"
+    )
+    await runtime.broker.publish_status([running])
+    await eventually(lambda: _is(runtime, str(occurrence_id), S.RUNNING), 10, "Running")
+    occurrence = await runtime.store.get_occurrence(occurrence_id)
+    await runtime.store.apply_status(zombie_records(occurrence, now))  # a new attempt (2)
+    late = StatusRecord(
+        occurrence_id=occurrence_id, status=S.COMPLETED, timestamp=now, attempt=1, result="old"
+    )
+    await runtime.broker.publish_status([late])
+
+    async def counted() -> bool:
+        body = (await client.get("/api/v1/admin/reliability")).json()
+        return bool(body["lateReports"] == before["lateReports"] + 1)
+
+    await eventually(counted, 10, "the late report to be counted")
+    stored = await runtime.store.get_occurrence(occurrence_id)
+    assert (stored.status, stored.attempt, stored.result) == (S.QUEUED, 2, None)
+
+
+async def _is(runtime: Runtime, occurrence_id: str, status: S) -> bool:
+    return await status_of(runtime, occurrence_id) is status
