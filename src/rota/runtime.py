@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from rota.adapters import make_broker, make_coordination, make_index
-from rota.core.models import OccurrenceStatus, utcnow
+from rota.core.models import OccurrenceStatus, WorkerInfo, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
 from rota.services.buckets import BucketOwner
 from rota.services.deadletters import DeadLetterHandler
@@ -119,8 +119,9 @@ class Runtime:
             queued_threshold_seconds=sched.queued_zombie_threshold_seconds,
             policy=sched.zombie_policy,
             on_applied=self._after_status,
-            live_instances=self._live_worker_instances,
+            live_workers=self._live_workers,
             live_threshold_seconds=sched.zombie_live_worker_threshold_seconds,
+            max_requeues=sched.zombie_max_requeues,
         )
         self.jobs = JobService(store, index, coordination, sched, utcnow)
         self.probes = ProbeReleaser(
@@ -253,9 +254,9 @@ class Runtime:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _live_worker_instances(self) -> set[str]:
+    async def _live_workers(self) -> list[WorkerInfo]:
         await self.workers.refresh()
-        return {w.instance_id for w in self.workers.workers}
+        return list(self.workers.workers)
 
     async def _relay_wakeups(self) -> None:
         async for due in self.coordination.wakeups():

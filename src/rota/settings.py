@@ -50,6 +50,12 @@ class SchedulerSettings(BaseModel):
         description="The zombie threshold while the occurrence's worker instance is still "
         "registered (its reports may be held up by a broker outage, not lost).",
     )
+    zombie_max_requeues: int = Field(
+        3,
+        ge=0,
+        description="A zombie is requeued (policy requeue) at most this many times beyond its "
+        "job's retries; one found after that fails (failure type zombie, a dead letter).",
+    )
     zombie_interval_seconds: float = Field(
         10.0, gt=0, description="How often each server looks for zombies."
     )

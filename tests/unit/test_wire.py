@@ -558,3 +558,11 @@ def test_every_job_message_the_dispatcher_sends_carries_the_retry_headers() -> N
         assert document["maxRetries"] == 4
         assert document["retryDelaySeconds"] == 0.2
         assert decode_job_message(encode_job_message(sent), job_message_headers(sent)) == sent
+
+
+def test_nul_characters_in_text_are_replaced() -> None:
+    """PostgreSQL text cannot hold NUL: one in an exception must not make a batch unstorable."""
+    (record,) = decode_status_records(status_document(exception="boom\x00tail"))
+    assert record.exception == "boom\ufffdtail"
+    (line,) = decode_log_records(log_document(message="a\x00b", category="c\x00"))
+    assert (line.message, line.category) == ("a\ufffdb", "c\ufffd")

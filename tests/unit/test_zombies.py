@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -15,16 +16,18 @@ from rota.core.models import (
     Occurrence,
     OccurrenceStatus,
     StatusRecord,
+    WorkerInfo,
     ZombiePolicy,
 )
 from rota.core.planning import PlanSettings, new_occurrence
-from rota.core.ports import StatusResult
+from rota.core.ports import FailedQuery, StatusResult
 from rota.services.zombies import ZombieDetector, zombie_records
 from rota.stores.sql import SqlStore
 
 S = OccurrenceStatus
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 THRESHOLD = 30.0
+QUEUED_DEFAULT = 1800.0
 
 
 class Clock:
@@ -38,6 +41,31 @@ class Clock:
 @pytest.fixture
 def clock() -> Clock:
     return Clock(T0)
+
+
+def worker(
+    instance: str,
+    *,
+    job_types: tuple[str, ...] = ("report",),
+    group: str = "g",
+    started_at: datetime = T0,
+) -> WorkerInfo:
+    return WorkerInfo(
+        instance_id=instance,
+        worker_id=group,
+        host="h",
+        pid=1,
+        job_types={t: {} for t in job_types},
+        concurrency=1,
+        started_at=started_at,
+    )
+
+
+def registry(*infos: WorkerInfo) -> Callable[[], Awaitable[list[WorkerInfo]]]:
+    async def live() -> list[WorkerInfo]:
+        return list(infos)
+
+    return live
 
 
 def detector(store: SqlStore, clock: Clock, **kwargs: object) -> ZombieDetector:
@@ -109,12 +137,9 @@ async def test_a_still_registered_worker_gets_the_long_threshold(
     """Reports held up (broker away) while the worker is registered: not a zombie yet."""
     alive = await running(store, T0, instance="w-alive")
     gone = await running(store, T0, instance="w-gone")
-    registered = {"w-alive"}
-
-    async def live() -> set[str]:
-        return set(registered)
-
-    zombies = detector(store, clock, live_instances=live, live_threshold_seconds=300)
+    zombies = detector(
+        store, clock, live_workers=registry(worker("w-alive")), live_threshold_seconds=300
+    )
     clock.now = T0 + timedelta(seconds=60)
     assert await zombies.sweep() == 1
     assert (await store.get_occurrence(alive.id)).status is S.RUNNING
@@ -131,10 +156,10 @@ async def test_a_worker_that_goes_away_makes_its_silent_occurrence_a_zombie(
     occ = await running(store, T0, instance="w-1")
     registered = {"w-1"}
 
-    async def live() -> set[str]:
-        return set(registered)
+    async def live() -> list[WorkerInfo]:
+        return [worker(i) for i in registered]
 
-    zombies = detector(store, clock, live_instances=live)
+    zombies = detector(store, clock, live_workers=live)
     clock.now = T0 + timedelta(seconds=40)
     assert await zombies.sweep() == 0
     registered.clear()  # its registration expired: killed
@@ -285,19 +310,64 @@ async def test_a_queued_occurrence_lost_after_dispatch_is_a_zombie_only_after_it
     assert (unknown.from_status, unknown.to_status) == (S.QUEUED, S.UNKNOWN)
     assert stored.exception == "dispatched 601 s ago and never started: its message was lost"
     assert (await store.get_occurrence(waiting.id)).attempt == 1
-    # A live worker's registration does not protect a Queued occurrence (none has it).
-    occ2 = new_occurrence(replace(job, id=new_id()), T0, T0, PlanSettings())
-    await store.insert_occurrences([occ2])
-    await store.mark_dispatched([occ2.id], clock.now)
 
-    async def live() -> set[str]:
-        return {"w-1"}
 
-    clock.now += timedelta(seconds=601)
-    assert (
-        await detector(store, clock, live_instances=live, queued_threshold_seconds=600.0).sweep()
-        == 1
-    )
+async def test_a_queued_occurrence_is_a_zombie_only_while_a_worker_able_to_run_it_is_up(
+    store: SqlStore, clock: Clock
+) -> None:
+    """While no worker of its group (with its job type) has been up for the whole threshold,
+    its message waits in the queue: a new attempt would make it run twice."""
+    job = Job(id=new_id(), job_type="report", worker_id="g", execute_at=T0, next_run_at=T0)
+    await store.create_jobs([job])
+    occ = new_occurrence(job, T0, T0, PlanSettings())
+    await store.insert_occurrences([occ])
+    await store.mark_dispatched([occ.id], T0)
+    clock.now = T0 + timedelta(hours=4)
+    just_back = clock.now - timedelta(seconds=60)  # working through the backlog
+    not_serving = [
+        worker("w-other-type", job_types=("mail",)),
+        worker("w-other-group", group="h"),
+        worker("w-just-back", started_at=just_back),
+    ]
+    zombies = detector(store, clock, live_workers=registry(*not_serving))
+    zombies_none = detector(store, clock, live_workers=registry())
+    for d in (zombies, zombies_none):
+        assert await d.sweep() == 0
+    assert (await store.get_occurrence(occ.id)).attempt == 1
+    serving = worker("w-up", started_at=clock.now - timedelta(seconds=QUEUED_DEFAULT + 1))
+    assert await detector(store, clock, live_workers=registry(serving)).sweep() == 1
+    stored = await store.get_occurrence(occ.id)
+    assert (stored.status, stored.attempt) == (S.QUEUED, 2)
+
+
+async def test_requeues_are_bounded_then_the_zombie_fails(store: SqlStore, clock: Clock) -> None:
+    """A handler that kills its worker every time ends in a dead letter, not in an endless
+    series of new attempts."""
+    occ = await running(store, T0)
+    zombies = detector(store, clock, max_requeues=2)
+    for attempt in (1, 2, 3):
+        clock.now += timedelta(seconds=THRESHOLD + 1)
+        record = StatusRecord(
+            occurrence_id=occ.id,
+            status=S.RUNNING,
+            timestamp=clock.now,
+            attempt=attempt,
+            instance_id="w-1",
+        )
+        if attempt > 1:
+            await store.apply_status([record])
+            clock.now += timedelta(seconds=THRESHOLD + 1)
+        assert await zombies.sweep() == 1
+        stored = await store.get_occurrence(occ.id)
+        if attempt < 3:
+            assert (stored.status, stored.attempt) == (S.QUEUED, attempt + 1)
+    assert stored.status is S.FAILED
+    assert stored.attempt == 3
+    assert stored.exception is not None
+    assert "gave up after 3 attempts" in stored.exception
+    assert (zombies.requeued, zombies.failed) == (2, 1)
+    failed = await store.list_failed(FailedQuery(job_id=occ.job_id))
+    assert [f.failure_type for f in failed.items] == [FailureType.ZOMBIE]
 
 
 async def test_zombie_records_by_policy() -> None:

@@ -229,13 +229,13 @@ class _Reader:
         value = self.raw(key)
         if not isinstance(value, str):
             raise self.fail(key, "must be a string")
-        return value
+        return _no_nul(value)
 
     def text_or_none(self, key: str) -> str | None:
         value = self.raw(key, None)
         if value is not None and not isinstance(value, str):
             raise self.fail(key, "must be a string or null")
-        return value
+        return None if value is None else _no_nul(value)
 
     def integer(self, key: str, default: int | None, low: int, high: int | None = None) -> int:
         """An integer in ``[low, high]``; required when ``default`` is ``None``."""
@@ -297,6 +297,12 @@ def _parse_time(reader: _Reader, key: str, value: object) -> datetime:
                 raise reader.fail(key, "must carry a time zone (UTC: Z)")
             return parsed if parsed.tzinfo is UTC else parsed.astimezone(UTC)
     raise reader.fail(key, "must be an ISO-8601 datetime string")
+
+
+def _no_nul(text: str) -> str:
+    """``text`` with NUL characters replaced by U+FFFD: PostgreSQL text cannot hold NUL, and
+    one such character in an exception would otherwise make a whole batch unstorable."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 def _loads(body: bytes | bytearray | memoryview | str) -> object:

@@ -18,6 +18,11 @@ from rota.core.ports import Batch, Broker, StatusResult, Store
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+MIN_RESTART_BACKOFF = 0.1
+MAX_RESTART_BACKOFF = 5.0
+HEALTHY_SECONDS = 60.0
+"""A consumer that ran this long before it broke restarts after the shortest backoff."""
+
 
 @dataclass(slots=True)
 class TrackerStats:
@@ -142,10 +147,13 @@ async def _run_consumer(
     """Consume until stopped. A consumer that cannot start or breaks (the broker away when it
     is declared, a channel closed under it) is started again with backoff: the loop never
     ends by itself while the server runs. Unacknowledged batches come back from the broker."""
-    backoff = 0.1
+    backoff = MIN_RESTART_BACKOFF
+    loop = asyncio.get_running_loop()
     while not stopping.is_set():
+        started = loop.time()
+        batches = consume()
         try:
-            await _consume(name, consume(), write, stats, stopping)
+            await _consume(name, batches, write, stats, stopping)
             if stopping.is_set():
                 return
             log.warning("%s: the broker ended the consumer; starting it again", name)
@@ -154,9 +162,18 @@ async def _run_consumer(
         except Exception as exc:  # whatever broke the consumer: start it again
             stats.errors += 1
             log.warning("%s: consumer failed, restarting in %.1fs: %s", name, backoff, exc)
+        finally:
+            # Cancel the broken consumer's subscription: left open, the broker would keep
+            # handing it a share of the messages that nobody reads.
+            aclose = getattr(batches, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+        if loop.time() - started > HEALTHY_SECONDS:
+            backoff = MIN_RESTART_BACKOFF  # it ran well for a while: a fresh failure
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), timeout=backoff)
-        backoff = min(backoff * 2, 5.0)
+        backoff = min(backoff * 2, MAX_RESTART_BACKOFF)
 
 
 async def _consume(

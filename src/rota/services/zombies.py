@@ -18,7 +18,12 @@ Two kinds:
   full (up to the worker's hand-back time) — so a short threshold would take a busy system for
   a broken one, and a requeue would then run the job twice (the old message is still there).
   Its threshold is therefore separate and much longer: it catches messages that were lost
-  (a queue purged or deleted, a broker that lost its disk, a job type no queue was bound to).
+  (a queue purged or deleted, a broker that lost its disk). And only while a registered
+  worker instance able to run it has been up for that whole threshold: while its workers are
+  down the message waits safely in the queue.
+
+A requeue is bounded (``max_requeues`` attempts beyond the occurrence's retries), so a handler
+that kills its worker every time ends Failed (``zombie``) with a dead-letter record.
 
 Every server runs a detector; several finding the same zombie at once is harmless: the store
 applies the first change and ignores the others (their attempt is stale by then), and so it
@@ -30,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 
 from rota.core.errors import RotaError
@@ -39,6 +44,7 @@ from rota.core.models import (
     Occurrence,
     OccurrenceStatus,
     StatusRecord,
+    WorkerInfo,
     ZombiePolicy,
     utcnow,
 )
@@ -47,8 +53,10 @@ from rota.core.ports import StaleOccurrence, StatusResult, Store
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-LiveInstances = Callable[[], Awaitable[set[str]]]
-"""The ids of the worker instances registered now (raises when the registry cannot say)."""
+LiveWorkers = Callable[[], Awaitable[Sequence[WorkerInfo]]]
+"""The worker instances registered now (raises when the registry cannot say)."""
+
+DEFAULT_MAX_REQUEUES = 3
 
 S = OccurrenceStatus
 
@@ -64,11 +72,26 @@ def zombie_reason(occurrence: Occurrence, now: datetime) -> str:
 
 
 def zombie_records(
-    occurrence: Occurrence, now: datetime, policy: ZombiePolicy = ZombiePolicy.REQUEUE
+    occurrence: Occurrence,
+    now: datetime,
+    policy: ZombiePolicy = ZombiePolicy.REQUEUE,
+    *,
+    max_requeues: int = DEFAULT_MAX_REQUEUES,
 ) -> list[StatusRecord]:
     """What becomes of a zombie: Unknown with the reason, then a new attempt due now
-    (``requeue``) or Failed with failure type ``zombie`` (``fail``)."""
+    (``requeue``) or Failed with failure type ``zombie`` (``fail``).
+
+    ``requeue`` is bounded: an occurrence gets at most ``max_requeues`` attempts beyond its
+    retries (attempt ``max_retries + 1 + max_requeues`` is the last); a zombie past that fails.
+    A handler that takes its worker down every time (a crash, the OOM killer) thus ends in a
+    dead letter instead of felling worker after worker forever."""
     reason = zombie_reason(occurrence, now)
+    if (
+        policy is ZombiePolicy.REQUEUE
+        and occurrence.attempt > occurrence.max_retries + max_requeues
+    ):
+        policy = ZombiePolicy.FAIL
+        reason = f"{reason}; gave up after {occurrence.attempt} attempts"
     unknown = StatusRecord(
         occurrence_id=occurrence.id,
         status=S.UNKNOWN,
@@ -112,15 +135,17 @@ class ZombieDetector:
         batch_size: int = 500,
         clock: Clock = utcnow,
         on_applied: Callable[[StatusResult], None] | None = None,
-        live_instances: LiveInstances | None = None,
+        live_workers: LiveWorkers | None = None,
         live_threshold_seconds: float = 600.0,
+        max_requeues: int = DEFAULT_MAX_REQUEUES,
     ) -> None:
         self._store = store
         self._threshold = threshold_seconds
         self._queued_threshold = queued_threshold_seconds
         self._policy = policy
         self._live_threshold = live_threshold_seconds
-        self._live_instances = live_instances
+        self._live_workers = live_workers
+        self._max_requeues = max_requeues
         self._interval = interval_seconds
         self._batch = batch_size
         self._clock = clock
@@ -134,7 +159,7 @@ class ZombieDetector:
     async def sweep(self) -> int:
         """One pass: handle every zombie found now; returns how many this call handled."""
         total = 0
-        live = await self._live_instances() if self._live_instances is not None else set()
+        live = list(await self._live_workers()) if self._live_workers is not None else None
         while not self._stopping.is_set():
             now = self._clock()
             stale = await self._store.stale_occurrences(
@@ -150,7 +175,9 @@ class ZombieDetector:
             records = [
                 r
                 for s in zombies
-                for r in zombie_records(s.occurrence, now, policies[s.occurrence.id])
+                for r in zombie_records(
+                    s.occurrence, now, policies[s.occurrence.id], max_requeues=self._max_requeues
+                )
             ]
             result = await self._store.apply_status(records)
             ended = {
@@ -180,13 +207,31 @@ class ZombieDetector:
                 break  # done, or what is left is being handled by another server
         return total
 
-    def _still_alive(self, stale: StaleOccurrence, live: set[str], now: datetime) -> bool:
-        """A Running occurrence whose worker instance is registered, within the long
-        threshold (or the job's own, if longer)."""
+    def _still_alive(
+        self, stale: StaleOccurrence, live: list[WorkerInfo] | None, now: datetime
+    ) -> bool:
+        """Whether silence is no proof of loss yet.
+
+        Running: its worker instance is registered, and it is within the long threshold (or
+        the job's own, if longer). Queued: no registered worker instance able to run it has
+        been up for the whole Queued threshold — while the workers of its group are down (or
+        just came back and work through the backlog) its message waits safely in the queue,
+        and a new attempt would only make it run twice. Without a registry (``live`` is
+        ``None``) only the thresholds count."""
         occurrence = stale.occurrence
-        if occurrence.status is not S.RUNNING:
+        if live is None:
             return False
-        if occurrence.instance_id is None or occurrence.instance_id not in live:
+        if occurrence.status is S.QUEUED:
+            up_since = now - timedelta(seconds=self._queued_threshold)
+            return not any(
+                w.started_at <= up_since
+                and occurrence.job_type in w.job_types
+                and (occurrence.worker_id is None or w.worker_id == occurrence.worker_id)
+                for w in live
+            )
+        if occurrence.instance_id is None or occurrence.instance_id not in {
+            w.instance_id for w in live
+        }:
             return False
         threshold = max(
             self._live_threshold, stale.zombie_threshold_seconds or 0.0, self._threshold
