@@ -7,14 +7,26 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 import pytest
 
+from rota.coordination.memory import MemoryCoordination
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.ids import new_id
-from rota.core.models import Job, Occurrence, OccurrenceStatus, StatusRecord, ZombiePolicy
-from rota.core.planning import PlanSettings, new_occurrence
-from rota.core.ports import DisabledJob, JobQuery
+from rota.core.models import (
+    ConcurrencyPolicy,
+    Job,
+    Occurrence,
+    OccurrenceStatus,
+    StatusRecord,
+    ZombiePolicy,
+)
+from rota.core.planning import FirePlan, PlanSettings, new_occurrence, plan_fires
+from rota.core.ports import DisabledJob, JobQuery, ProbeScan
+from rota.indexes.memory import MemoryScheduleIndex
+from rota.services.jobs import JobService
+from rota.settings import SchedulerSettings
 from rota.stores.sql import SqlStore
 
 S = OccurrenceStatus
@@ -338,3 +350,158 @@ async def test_stale_occurrences_find_queued_ones_dispatched_long_ago(store: Sql
     assert await stale(T0 + 51 * MINUTE) == {lost.id, recent.id}
     assert await stale(T0 + 61 * MINUTE) == {lost.id, recent.id, own.id}
     assert never.id not in await stale(T0 + 10 * HOUR)
+
+
+# --- probes after the cooldown ----------------------------------------------------------------
+
+REASON = "3 consecutive failures within 10 min; last: boom"
+
+
+def disabled_job(disabled_at: datetime | None = T0, **fields: object) -> Job:
+    state: dict[str, object] = {
+        "is_active": False,
+        "next_run_at": None,
+        "consecutive_failures": 3,
+        "disabled_reason": REASON,
+        "disabled_at": disabled_at,
+    }
+    return cron_job(**(state | fields))
+
+
+async def test_due_probes_finds_every_job_past_its_cooldown_page_by_page(
+    store: SqlStore,
+) -> None:
+    ten_minutes = AutoDisableDefaults(3, 600.0, 600.0)
+    due = [disabled_job(T0 - HOUR) for _ in range(5)]
+    own_cooldown = disabled_job(T0 - 2 * MINUTE, auto_disable_cooldown_seconds=60.0)
+    not_yet = [
+        disabled_job(T0 - 5 * MINUTE),  # the default cooldown has 5 minutes to go
+        disabled_job(T0 - HOUR, auto_disable_cooldown_seconds=7200.0),
+    ]
+    never = [
+        disabled_job(None, disabled_reason=None),  # disabled by hand
+        disabled_job(T0 - HOUR, is_active=True, probing=True, next_run_at=T0),  # probing
+        disabled_job(T0 - HOUR, cron_expression=None, execute_at=T0 - HOUR),  # one-time
+        cron_job(),  # active
+    ]
+    await store.create_jobs([*due, own_cooldown, *not_yet, *never])
+    found: list[UUID] = []
+    after = None
+    pages = 0
+    while True:
+        scan = await store.due_probes(T0, ten_minutes, after=after, limit=2)
+        found += [job.id for job in scan.due]
+        pages += 1
+        if scan.after is None:
+            break
+        after = scan.after
+    assert sorted(found) == sorted([j.id for j in due] + [own_cooldown.id])
+    assert pages >= 4  # 8 candidates, 2 at a time: not only the first page
+    # Without a default cooldown only a job's own cooldown lets a probe through.
+    scan = await store.due_probes(T0, AutoDisableDefaults(3, 600.0, None))
+    assert ([j.id for j in scan.due], scan.after) == ([own_cooldown.id], None)
+
+
+async def test_a_probe_release_applies_only_to_the_state_it_saw(store: SqlStore) -> None:
+    job = disabled_job(T0 - HOUR, description="kept")
+    await store.create_jobs([job])
+    nxt = T0 + MINUTE
+
+    async def release(seen: datetime, version: int = 1) -> Job | None:
+        return await store.release_probe(
+            job.id, seen_disabled_at=seen, seen_version=version, next_run_at=nxt, at=T0
+        )
+
+    # A server that read an older disable (the job was disabled again since) does nothing.
+    assert await release(T0 - 2 * HOUR) is None
+    assert await release(T0 - HOUR, version=0) is None  # the definition changed since
+    stored = await store.get_job(job.id)
+    assert (stored.is_active, stored.probing, stored.next_run_at) == (False, False, None)
+    # An edit of a field that is not versioned, made after the scan, is not written over.
+    await store.update_job(replace(stored, description="edited"), expected_version=1)
+    released = await release(T0 - HOUR)
+    assert released is not None
+    assert (released.is_active, released.probing, released.next_run_at) == (True, True, nxt)
+    assert (released.disabled_reason, released.disabled_at) == (REASON, T0 - HOUR)
+    assert released.description == "edited"
+    # A second server with the same view: already released.
+    assert await release(T0 - HOUR) is None
+    # A probe that failed meanwhile (a new disabled_at) is not released by a stale view.
+    disabled = await Runs(store, job).apply(S.FAILED, T0 + 2 * MINUTE)
+    assert [d.job_id for d in disabled] == [job.id]
+    assert await release(T0 - HOUR) is None
+    stored = await store.get_job(job.id)
+    assert (stored.is_active, stored.probing, stored.disabled_at) == (False, False, T0 + 2 * MINUTE)
+    # Disabled by hand (no reason): never released.
+    manual = replace(stored, disabled_reason=None, disabled_at=None)
+    await store.update_job(manual, expected_version=1, with_state=True)
+    assert await release(T0 + 2 * MINUTE) is None
+    assert (
+        await store.release_probe(
+            new_id(), seen_disabled_at=T0, seen_version=1, next_run_at=nxt, at=T0
+        )
+        is None
+    )
+
+
+async def test_release_probes_leaves_a_job_disabled_by_hand_meanwhile(store_url: str) -> None:
+    """The scan sees an auto-disabled job; before the release, someone disables it by hand
+    through the API: the release must not turn it back on."""
+    job = disabled_job(datetime.now(UTC) - HOUR)
+    other = disabled_job(datetime.now(UTC) - HOUR)
+
+    class RacingStore(SqlStore):
+        async def due_probes(
+            self,
+            now: datetime,
+            defaults: AutoDisableDefaults,
+            *,
+            after: UUID | None = None,
+            limit: int = 500,
+        ) -> ProbeScan:
+            scan = await super().due_probes(now, defaults, after=after, limit=limit)
+            await jobs.update_job(job.id, {"is_active": False})
+            return scan
+
+    racing = RacingStore(store_url)
+    await racing.open()
+    try:
+        await racing.create_jobs([job, other])
+        settings = SchedulerSettings(auto_disable_cooldown_seconds=60)
+        jobs = JobService(
+            racing, MemoryScheduleIndex(), MemoryCoordination(), settings, lambda: datetime.now(UTC)
+        )
+        released = await jobs.release_probes()
+        assert [j.id for j in released] == [other.id]
+        stored = await racing.get_job(job.id)
+        assert (stored.is_active, stored.probing, stored.disabled_reason) == (False, False, None)
+        assert (await racing.get_job(other.id)).probing
+    finally:
+        await racing.close()
+
+
+async def test_a_probing_job_runs_one_occurrence_at_a_time_whatever_its_policy(
+    store: SqlStore,
+) -> None:
+    """While its probe is Queued or Running, a probing job's fires are Skipped (overlap),
+    even with the Queue policy that would otherwise hold them: one probe run, not several."""
+    settings = PlanSettings()
+
+    def planner(job: Job, active: int, now: datetime) -> FirePlan:
+        return plan_fires(job, active, now, settings)
+
+    fields = {"concurrency_policy": ConcurrencyPolicy.QUEUE, "next_run_at": T0}
+    probing = cron_job(**fields, probing=True, disabled_reason=REASON, disabled_at=T0 - HOUR)
+    plain = cron_job(**fields)
+    await store.create_jobs([probing, plain])
+    await Runs(store, probing).new()  # the probe, still Queued
+    await Runs(store, plain).new()
+    result = await store.dispatch_due([probing.id, plain.id], T0, planner)
+    assert [(o.job_id, o.skip_reason) for o in result.skipped] == [(probing.id, "overlap")]
+    assert [o.job_id for o in result.held] == [plain.id]
+    assert result.queued == []
+    # With no probe active the fire runs (the probe itself).
+    idle = cron_job(**fields, probing=True, disabled_reason=REASON, disabled_at=T0 - HOUR)
+    await store.create_jobs([idle])
+    result = await store.dispatch_due([idle.id], T0, planner)
+    assert [o.job_id for o in result.queued] == [idle.id]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ import pytest
 from rota.api.app import create_app
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
+from rota.core.errors import BackendUnavailableError
 from rota.core.models import OccurrenceStatus, StatusRecord
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.jobs import JobService
@@ -164,6 +165,54 @@ async def test_put_jobs_job_applies_only_updated_fields(client: httpx.AsyncClien
     assert_problem(gone, 404)
 
 
+async def test_put_jobs_job_takes_objects_that_are_not_wrappers_as_values(
+    client: httpx.AsyncClient,
+) -> None:
+    job = await create(client, cronExpression="0 0 1 1 *", jobData={"old": True})
+    job_id = job["id"]
+    # A jobData object that happens to have a "value" key is jobData, not a wrapper.
+    response = await client.put("/api/v1/jobs/job", json={"id": job_id, "jobData": {"value": 5}})
+    assert response.status_code == 200, response.text
+    assert response.json()["jobData"] == {"value": 5}
+    assert (await client.get(f"/api/v1/jobs/{job_id}")).json()["jobData"] == {"value": 5}
+    # The same object sent wrapped; and a wrapper that says "not updated" changes nothing.
+    wrapped = {"value": {"value": 6}, "isUpdated": True}
+    response = await client.put("/api/v1/jobs/job", json={"id": job_id, "jobData": wrapped})
+    assert response.json()["jobData"] == {"value": 6}
+    response = await client.put(
+        "/api/v1/jobs/job", json={"id": job_id, "jobData": {"isUpdated": False}}
+    )
+    assert response.json()["jobData"] == {"value": 6}
+    # isUpdated true without a value: refused naming the field; nothing is cleared.
+    missing = await client.put(
+        "/api/v1/jobs/job", json={"id": job_id, "cronExpression": {"isUpdated": True}}
+    )
+    assert assert_problem(missing, 422)["errors"][0]["field"] == "cronExpression"
+    not_bool = await client.put(
+        "/api/v1/jobs/job",
+        json={"id": job_id, "cronExpression": {"value": "* * * * *", "isUpdated": "yes"}},
+    )
+    assert assert_problem(not_bool, 422)["errors"][0]["field"] == "cronExpression"
+    shown = (await client.get(f"/api/v1/jobs/{job_id}")).json()
+    assert (shown["cronExpression"], shown["jobData"]) == ("0 0 1 1 *", {"value": 6})
+
+
+async def test_failed_occurrence_update_reads_wrappers_like_put_jobs_job(
+    client: httpx.AsyncClient,
+) -> None:
+    url = "/api/v1/failed-occurrences/0190c2b6-0000-7000-8000-00000000abcd"
+    for body in [
+        {"resolutionNote": {"isUpdated": True}},
+        {"resolutionNote": {"value": "x", "isUpdated": "yes"}},
+        {"resolutionNote": {"value": "x"}},  # no isUpdated: an object, not text
+    ]:
+        problem = assert_problem(await client.put(url, json=body), 422)
+        assert [e["field"] for e in problem["errors"]] == ["resolutionNote"], body
+    # A proper wrapper passes the input checks (and finds no such record).
+    wrapped = {"resolutionNote": {"value": "x", "isUpdated": True}}
+    assert_problem(await client.put(url, json=wrapped), 404)
+
+
 async def test_post_jobs_job_creates(client: httpx.AsyncClient) -> None:
     response = await client.post(
         "/api/v1/jobs/job", json={"jobType": "report", "cronExpression": "0 0 * * *"}
@@ -196,6 +245,37 @@ async def test_cancel_a_queued_occurrence_at_once(
     assert await asyncio.wait_for(heard, 5) == UUID(occurrence["id"])
     again = await client.post(f"/api/v1/occurrences/{occurrence['id']}/cancel")
     assert "Cancelled" in assert_problem(again, 409)["detail"]
+
+
+class UnreachableCancels(MemoryCoordination):
+    """A coordination whose cancellation channel cannot be reached (Redis down)."""
+
+    async def cancel(self, occurrence_ids: Sequence[UUID]) -> None:
+        raise BackendUnavailableError("coordination unreachable")
+
+
+async def test_a_queued_cancel_stands_when_the_workers_cannot_be_told(
+    client: httpx.AsyncClient, runtime: MiniRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    job = await create(client)
+    queued = (await client.post(f"/api/v1/jobs/{job['id']}/trigger")).json()
+    running = (await client.post(f"/api/v1/jobs/{job['id']}/trigger", json={"force": True})).json()
+    record = StatusRecord(
+        occurrence_id=UUID(running["id"]), status=S.RUNNING, timestamp=datetime.now(UTC)
+    )
+    await runtime.store.apply_status([record])
+    runtime.coordination = UnreachableCancels()
+    # Queued: the store's change is the cancel; the workers not hearing of it is logged.
+    response = await client.post(f"/api/v1/occurrences/{queued['id']}/cancel")
+    assert response.status_code == 200, response.text
+    assert response.json()["statusName"] == "Cancelled"
+    stored = await runtime.store.get_occurrence(UUID(queued["id"]))
+    assert stored.status is S.CANCELLED
+    assert "could not be told" in caplog.text
+    # Running: nothing happened without the channel, so the caller hears it (and may retry).
+    response = await client.post(f"/api/v1/occurrences/{running['id']}/cancel")
+    assert_problem(response, 503)
+    assert (await runtime.store.get_occurrence(UUID(running["id"]))).status is S.RUNNING
 
 
 async def test_cancel_a_running_occurrence_goes_to_its_worker(

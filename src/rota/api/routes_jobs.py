@@ -28,6 +28,7 @@ from rota.api.schemas import (
     Preview,
     TriggerRequest,
     UtcDatetime,
+    unwrap_partial_updates,
 )
 from rota.core.errors import ValidationError
 from rota.services.jobs import MAX_PREVIEW, JobService
@@ -62,13 +63,12 @@ async def create_job_reference(body: JobCreate, jobs: Jobs, response: Response) 
     return await create_job(body, jobs, response)
 
 
-_WRAPPER_KEYS = frozenset({"value", "isUpdated", "is_updated"})
-
-
 def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
     """``{"id": …, "isActive": {"value": true, "isUpdated": true}, "priority": 3}`` -> the job
-    id and the fields to change: a ``{value, isUpdated}`` wrapper counts only when
-    ``isUpdated`` is true; a plain value is a change as it is."""
+    id and the fields to change, by :func:`~rota.api.schemas.unwrap_partial_updates` (the same
+    rules as ``PUT /failed-occurrences/{id}``): a ``{value, isUpdated}`` wrapper counts only
+    when ``isUpdated`` is true; any other value (``jobData`` objects too) is a change as it
+    is."""
     raw_id = body.get("id")
     if raw_id is None:
         raise ValidationError("id is required", field="id")
@@ -76,18 +76,9 @@ def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
         job_id = UUID(str(raw_id))
     except ValueError:
         raise ValidationError("id must be a UUID", field="id") from None
-    fields: dict[str, Any] = {}
-    for key, value in body.items():
-        if key == "id":
-            continue
-        if isinstance(value, dict) and value and set(value) <= _WRAPPER_KEYS:
-            updated = value.get("isUpdated", value.get("is_updated", False))
-            if not isinstance(updated, bool):
-                raise ValidationError("isUpdated must be true or false", field=f"{key}.isUpdated")
-            if updated:
-                fields[key] = value.get("value")
-            continue
-        fields[key] = value
+    fields: dict[str, Any] = unwrap_partial_updates(
+        {key: value for key, value in body.items() if key != "id"}
+    )
     return job_id, fields
 
 

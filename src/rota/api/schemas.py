@@ -19,6 +19,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from rota.core.autodisable import AutoDisableDefaults, effective
+from rota.core.errors import ValidationError
 from rota.core.models import (
     ConcurrencyPolicy,
     FailedOccurrence,
@@ -545,24 +546,44 @@ class ReliabilityOut(ApiModel):
 UPDATE_WRAPPER_KEYS = frozenset({"value", "isUpdated", "is_updated"})
 
 
-def unwrap_partial_updates(data: Any, keys: frozenset[str]) -> Any:
+def unwrap_partial_updates(data: Any, keys: frozenset[str] | None = None) -> Any:
     """The reference API's partial-update form, ``{"field": {"value": v, "isUpdated": true}}``,
-    as plain ``{"field": v}``; a field with ``"isUpdated": false`` is left out (not changed).
-    Only the given ``keys`` (API and field names) are unwrapped; plain values pass unchanged,
-    and a wrapper whose ``isUpdated`` is not a boolean is kept as it is, for the field's own
-    validation to refuse it with the field's name."""
+    as plain ``{"field": v}``. Used by ``PUT /jobs/job`` and ``PUT /failed-occurrences/{id}``
+    alike. Only the given ``keys`` (API and field names; ``None``: every key) are looked at.
+
+    A field's value is a wrapper only when it is an object of no other keys than ``value``
+    and ``isUpdated`` (or ``is_updated``) with a boolean ``isUpdated``:
+
+    - ``isUpdated`` true with a ``value``: the field changes to that value;
+    - ``isUpdated`` false (with or without a ``value``): the field is left out (not changed);
+    - ``isUpdated`` true without a ``value``: refused (``ValidationError`` naming the field);
+    - a ``value`` with an ``isUpdated`` that is not a boolean: refused the same way.
+
+    Anything else is a plain value, kept as it is (``{"value": 5}`` with no ``isUpdated`` is
+    an object, e.g. a job's ``jobData``), for the field's own validation."""
     if not isinstance(data, dict):
         return data
     out: dict[str, Any] = {}
     for key, value in data.items():
-        if key in keys and isinstance(value, dict) and value and set(value) <= UPDATE_WRAPPER_KEYS:
-            flag = value.get("isUpdated", value.get("is_updated", True))
-            if isinstance(flag, bool) and "value" in value:
-                if flag:
-                    out[key] = value["value"]
+        if (
+            (keys is None or key in keys)
+            and isinstance(value, dict)
+            and value
+            and set(value) <= UPDATE_WRAPPER_KEYS
+        ):
+            flag_key = "isUpdated" if "isUpdated" in value else "is_updated"
+            flag = value.get(flag_key)
+            if isinstance(flag, bool):
+                if not flag:
+                    continue
+                if "value" not in value:
+                    raise ValidationError(
+                        f"{key}: isUpdated is true but no value was given", field=key
+                    )
+                out[key] = value["value"]
                 continue
-            if flag is False:
-                continue
+            if flag_key in value and "value" in value:
+                raise ValidationError(f"{key}: isUpdated must be true or false", field=key)
         out[key] = value
     return out
 

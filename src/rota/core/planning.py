@@ -89,6 +89,7 @@ def plan_fires(
     dispatched_at: datetime | None = None,
 ) -> FirePlan:
     """Plan the fires of a due job. ``active``: its occurrences Queued or Running now.
+    The Skip policy, and a job that is ``probing``, run a fire only when none is active.
     ``dispatched_at``: record the Queued occurrences as handed to the broker at that time."""
     fires, next_run = enumerate_fires(job, now, settings.max_recorded_misses)
     runs = _choose_runs(fires, now, job, settings)
@@ -100,7 +101,10 @@ def plan_fires(
             reason = SkipReason.MISFIRE
         elif not has_worker:
             reason = SkipReason.NO_WORKER
-        elif running_now > 0 and job.concurrency_policy is ConcurrencyPolicy.SKIP:
+        elif running_now > 0 and (job.concurrency_policy is ConcurrencyPolicy.SKIP or job.probing):
+            # A probing job (auto-disabled, let through after its cooldown) runs one probe at
+            # a time whatever its policy: the first to end decides, so later fires meanwhile
+            # are Skipped as overlapping.
             reason = SkipReason.OVERLAP
         else:
             running_now += 1

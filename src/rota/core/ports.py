@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Generic, TypeVar
 from uuid import UUID
 
+from rota.core.autodisable import AutoDisableDefaults
 from rota.core.models import (
     FailedOccurrence,
     FailureType,
@@ -165,6 +166,15 @@ class DisabledJob:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeScan:
+    """One page of :meth:`Store.due_probes`."""
+
+    due: list[Job]
+    after: UUID | None = None
+    """Pass back as ``after`` for the next page; ``None``: no candidates left."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StaleOccurrence:
     """An occurrence with no sign of life past its threshold, with its job's zombie settings
     (``None``: not set, or the job is gone: the defaults apply)."""
@@ -236,6 +246,43 @@ class Store(abc.ABC):
     async def code_jobs(self) -> list[Job]:
         """Every job declared by worker code (``source`` code), in job type order. There is
         at most one per job type: :meth:`create_jobs` raises ``ConflictError`` for a second."""
+
+    # --- auto-disable probes ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def due_probes(
+        self,
+        now: datetime,
+        defaults: AutoDisableDefaults,
+        *,
+        after: UUID | None = None,
+        limit: int = 500,
+    ) -> ProbeScan:
+        """Auto-disabled recurring jobs whose cooldown has passed at ``now``: not active, not
+        ``probing``, with a ``disabled_reason``, and a cooldown (the job's, else ``defaults``')
+        with ``disabled_at + cooldown <= now`` (:func:`~rota.core.autodisable.probe_due`).
+
+        Looks at up to ``limit`` candidate jobs in id order after ``after``; the result holds
+        the due ones among them and, when more candidates may follow, the id to pass as
+        ``after`` next (so a caller reads all of them, page by page)."""
+
+    @abc.abstractmethod
+    async def release_probe(
+        self,
+        job_id: UUID,
+        *,
+        seen_disabled_at: datetime,
+        seen_version: int,
+        next_run_at: datetime | None,
+        at: datetime,
+    ) -> Job | None:
+        """Let one probe run through, in one conditional write: the job becomes active and
+        ``probing`` with ``next_run_at`` (and ``updated_at`` ``at``), only if it is still
+        auto-disabled as the caller saw it: not active, not probing, a ``disabled_reason``,
+        ``disabled_at`` equal to ``seen_disabled_at`` and its definition at ``seen_version``.
+        Returns the job as stored, or ``None`` if it did not apply (enabled, disabled by hand,
+        edited, released by someone else, disabled again by a failed probe, or gone). Only
+        those state fields change: nothing else of the job is written."""
 
     # --- scheduling -----------------------------------------------------------------------
 

@@ -6,23 +6,28 @@
   or later receives the message reports it Cancelled without running it. A worker that was not
   listening when the cancel was sent (started later) would run it; its reports are then
   ignored (an occurrence that is Cancelled does not change again).
+  If the cancellation channel cannot be reached the cancel still stands (logged; the caller
+  gets the Cancelled occurrence): a message already out may then be run, its reports ignored.
 - **Running**: the cancellation channel asks its worker to stop it (an async handler's task is
   cancelled, a sync handler sees ``ctx.cancelled``); the occurrence ends Cancelled when the
-  worker reports. A worker that is gone never reports: the zombie detector ends it.
+  worker reports. A worker that is gone never reports: the zombie detector ends it. If the
+  channel cannot be reached nothing happened: ``BackendUnavailableError`` (503).
 - **final** (or Unknown, the moment a zombie is being handled): ``ConflictError``.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from rota.core.errors import ConflictError
+from rota.core.errors import BackendUnavailableError, ConflictError
 from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusRecord
 from rota.core.ports import Coordination, Store
 
 S = OccurrenceStatus
+log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
 """Re-reads when the occurrence moves on while it is being cancelled."""
@@ -67,8 +72,18 @@ async def cancel_occurrence(
             if not result.applied:
                 continue  # it moved on meanwhile (started, or ended): look again
             # Its message may be out (or being published right now): a worker holding it, or
-            # receiving it later, skips it.
-            await coordination.cancel([occurrence_id])
+            # receiving it later, skips it. The cancel is stored already: a coordination that
+            # cannot be reached does not undo it (nor may the caller see a failure and retry
+            # into a 409); only a message already out may then run (its reports ignored).
+            try:
+                await coordination.cancel([occurrence_id])
+            except BackendUnavailableError as exc:
+                log.warning(
+                    "occurrence %s cancelled, but the workers could not be told: %s",
+                    occurrence_id,
+                    exc,
+                    extra={"action": "cancel_notify_failed", "occurrence_id": occurrence_id},
+                )
             return CancelOutcome(await store.get_occurrence(occurrence_id), requested=False)
         if status is S.RUNNING:
             await coordination.cancel([occurrence_id])

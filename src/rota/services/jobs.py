@@ -16,12 +16,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 from uuid import UUID
 
-from rota.core.autodisable import AutoDisableDefaults, probe_due
+from rota.core.autodisable import AutoDisableDefaults
 from rota.core.cron import CronSchedule
 from rota.core.errors import (
     BackendUnavailableError,
     ConflictError,
-    NotFoundError,
     ValidationError,
 )
 from rota.core.ids import bucket_of, new_id
@@ -295,33 +294,44 @@ class JobService:
         await self._sync_index([stored], now, remove_cold=True)
         return stored
 
-    async def release_probes(self, limit: int = 500) -> list[Job]:
-        """Let one probe run through for each auto-disabled recurring job whose cooldown has
-        passed: it becomes active again, ``probing``, with its next fire. The store ends the
+    async def release_probes(self, page_size: int = 500) -> list[Job]:
+        """Let probe runs through for the auto-disabled recurring jobs whose cooldown has
+        passed: each becomes active again, ``probing``, with its next fire. The store ends the
         probe: the next occurrence that completes enables the job for good, the next final
-        failure disables it again (a new ``disabled_at``, so a new cooldown)."""
+        failure disables it again (a new ``disabled_at``, so a new cooldown).
+
+        Every candidate is looked at, page by page. Each release is a conditional write that
+        applies only if the job is still as read (same ``disabled_at`` and version, still
+        inactive and not probing): a job enabled, disabled by hand or edited meanwhile, or
+        released by another server, or disabled again by a probe that just failed, is left
+        as it is (the next pass sees it as it is)."""
         now = self.now()
         defaults = self.auto_disable_defaults
-        page = await self._store.list_jobs(
-            JobQuery(auto_disabled=True, is_active=False, limit=limit)
-        )
         released: list[Job] = []
-        for job in page.items:
-            if not probe_due(job, defaults, now):
-                continue
-            changed = replace(job, is_active=True, probing=True, updated_at=now)
-            changed = replace(changed, next_run_at=await self._next_run(job, changed, now))
-            try:
-                stored = await self._store.update_job(
-                    changed, expected_version=job.version, with_state=True
+        after: UUID | None = None
+        while True:
+            scan = await self._store.due_probes(now, defaults, after=after, limit=page_size)
+            for job in scan.due:
+                if job.disabled_at is None:  # not so from due_probes; keeps the type narrow
+                    continue
+                changed = replace(job, is_active=True, probing=True)
+                stored = await self._store.release_probe(
+                    job.id,
+                    seen_disabled_at=job.disabled_at,
+                    seen_version=job.version,
+                    next_run_at=await self._next_run(job, changed, now),
+                    at=now,
                 )
-            except (ConflictError, NotFoundError):
-                continue  # changed or deleted meanwhile: the next pass sees it as it is
-            logger.info(
-                "auto-disabled job let through for one probe run",
-                extra={"action": "auto_disable_probe", "job_id": job.id},
-            )
-            released.append(stored)
+                if stored is None:
+                    continue
+                logger.info(
+                    "auto-disabled job let through for a probe run",
+                    extra={"action": "auto_disable_probe", "job_id": job.id},
+                )
+                released.append(stored)
+            if scan.after is None:
+                break
+            after = scan.after
         await self._sync_index(released, now, remove_cold=False)
         return released
 

@@ -1,6 +1,7 @@
 """Auto-disable probes: periodically let one probe run through for each auto-disabled job whose
 cooldown has passed (:meth:`~rota.services.jobs.JobService.release_probes`). Every server runs
-one; two releasing the same job at once set the same state."""
+one; a release is a conditional write, so of two servers releasing the same job only one
+applies (and none over a change made since they read it)."""
 
 from __future__ import annotations
 

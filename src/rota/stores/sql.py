@@ -66,6 +66,7 @@ from rota.core.autodisable import (
     AutoDisableDefaults,
     disable_reason,
     next_count,
+    probe_due,
     probe_failed_reason,
 )
 from rota.core.errors import (
@@ -105,6 +106,7 @@ from rota.core.ports import (
     JobQuery,
     OccurrenceQuery,
     Page,
+    ProbeScan,
     StaleOccurrence,
     StatusResult,
     Store,
@@ -556,7 +558,11 @@ _NOT_PLANNED = frozenset(
         "zombie_threshold_seconds",
     }
 )
-_PLANNING_FIELDS = ("id", *(name for name in _DEFINITION if name not in _NOT_PLANNED))
+_PLANNING_FIELDS = (
+    "id",
+    *(name for name in _DEFINITION if name not in _NOT_PLANNED),
+    "probing",  # a probing job runs one occurrence at a time (plan_fires)
+)
 _PLANNING_COLUMNS = tuple(jobs.c[name] for name in _PLANNING_FIELDS)
 
 
@@ -1122,6 +1128,70 @@ class SqlStore(Store):
             )
             for r in rows
         ]
+
+    # --- auto-disable probes ---------------------------------------------------------------
+
+    async def due_probes(
+        self,
+        now: datetime,
+        defaults: AutoDisableDefaults,
+        *,
+        after: UUID | None = None,
+        limit: int = 500,
+    ) -> ProbeScan:
+        j = jobs.c
+        limit = max(1, limit)
+        stmt = (
+            select(jobs)
+            .where(
+                j.disabled_reason.is_not(None),
+                j.disabled_at.is_not(None),
+                j.is_active.is_(False),
+                j.probing.is_(False),
+                j.cron_expression.is_not(None),
+            )
+            .order_by(j.id)
+            .limit(limit)
+        )
+        if defaults.cooldown_seconds is None:  # only jobs with a cooldown of their own
+            stmt = stmt.where(j.auto_disable_cooldown_seconds.is_not(None))
+        if after is not None:
+            stmt = stmt.where(j.id > after)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        candidates = [_to_job(r) for r in rows]
+        # The cooldown is per job (or the default): compared here rather than with interval
+        # arithmetic that differs between SQLite and PostgreSQL.
+        due = [job for job in candidates if probe_due(job, defaults, now)]
+        return ProbeScan(due=due, after=candidates[-1].id if len(candidates) == limit else None)
+
+    async def release_probe(
+        self,
+        job_id: UUID,
+        *,
+        seen_disabled_at: datetime,
+        seen_version: int,
+        next_run_at: datetime | None,
+        at: datetime,
+    ) -> Job | None:
+        j = jobs.c
+        stmt = (
+            update(jobs)
+            .where(
+                j.id == job_id,
+                j.is_active.is_(False),
+                j.probing.is_(False),
+                j.disabled_reason.is_not(None),
+                j.disabled_at == seen_disabled_at,
+                j.version == seen_version,
+            )
+            .values(is_active=True, probing=True, next_run_at=next_run_at, updated_at=at)
+        )
+        async with self._write() as conn:
+            if (await conn.execute(stmt)).rowcount != 1:
+                return None
+            row = (await conn.execute(select(jobs).where(j.id == job_id))).one()
+        return _to_job(row)
 
     # --- scheduling -----------------------------------------------------------------------
 

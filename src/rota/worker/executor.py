@@ -214,6 +214,9 @@ class Executor:
         """Deliveries given back to the broker unstarted (held too long, or at stop)."""
         self.dropped_dead = 0
         """Held deliveries dropped because their channel was lost (the broker redelivers)."""
+        self.cancelled_unstarted = 0
+        """Deliveries of occurrences cancelled before they started: reported Cancelled, the
+        handler not run."""
 
     @property
     def load(self) -> int:
@@ -512,6 +515,7 @@ class Executor:
         if self._early_cancels and message.occurrence_id in self._early_cancels:
             del self._early_cancels[message.occurrence_id]
             record = self._cancelled(ctx, "cancelled before it started", time.perf_counter())
+            self.cancelled_unstarted += 1
         else:
             record = await self._supervise(ctx, definition, data, message)
         self._report_final(record)
