@@ -128,3 +128,7 @@ def wait_until(predicate: Any, timeout: float, message: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(message)
+
+
+# --- recovery times of the fault tests (tests/e2e/recovery.py): fixture and summary hook -----
+from .recovery import pytest_terminal_summary, recovery  # noqa: E402, F401

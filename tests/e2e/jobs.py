@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import rota
 
@@ -41,3 +42,53 @@ async def quick(ctx: rota.JobContext) -> str:
     await asyncio.sleep(0.2)
     ctx.log.info("quick %s", ctx.occurrence_id)
     return "quick"
+
+
+# --- fault tests (test_faults.py) -------------------------------------------------------------
+
+
+def _note_run(path: str, ctx: rota.JobContext) -> None:
+    """Append ``{occurrence id} {attempt} {pid}`` to ``path``: one line per handler run, in
+    every process (an ``O_APPEND`` write this short is atomic), the ground truth of how often a
+    handler really ran."""
+    line = f"{ctx.occurrence_id} {ctx.attempt} {os.getpid()}\n".encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+class RunLog(rota.JobData):
+    path: str
+    """The file every run of the handler is noted in."""
+    seconds: float = 0.0
+    """How long the handler runs after noting its run."""
+
+
+@rota.job("e2e.record")
+async def record(ctx: rota.JobContext, data: RunLog) -> str:
+    _note_run(data.path, ctx)
+    if data.seconds:
+        await asyncio.sleep(data.seconds)
+    return "recorded"
+
+
+class Suicide(rota.JobData):
+    path: str
+    """The file every run of the handler is noted in."""
+    after: float = 1.5
+    """Seconds the first attempt runs before it kills its process (its Running report and
+    the message's acknowledgement go out meanwhile, every 20 ms)."""
+
+
+@rota.job("e2e.suicide")
+async def suicide(ctx: rota.JobContext, data: Suicide) -> str:
+    """Kills its own worker process in its first attempt; any later attempt completes."""
+    _note_run(data.path, ctx)
+    if ctx.attempt == 1:
+        ctx.log.info("attempt 1: this process dies in %.1f s", data.after)
+        await asyncio.sleep(data.after)
+        os._exit(1)
+    ctx.log.info("attempt %d: survived", ctx.attempt)
+    return "survived"

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import orjson
 
@@ -137,6 +137,31 @@ end
 return out
 """
 
+# KEYS: generation key, index set, then the value key of each id in ARGV[2..]; ARGV[1]: a
+# new generation token, set if the registry has none (a fresh or emptied Redis). Returns the
+# registry's generation, then a flat list (id, value, milliseconds to live) of the ids whose
+# key still exists, and removes the others from the index.
+_WORKERS_SCRIPT = """
+local generation = redis.call('GET', KEYS[1])
+if not generation then
+  generation = ARGV[1]
+  redis.call('SET', KEYS[1], generation)
+end
+local out = {generation}
+for i = 2, #ARGV do
+  local key = KEYS[i + 1]
+  local value = redis.call('GET', key)
+  if value then
+    out[#out + 1] = ARGV[i]
+    out[#out + 1] = value
+    out[#out + 1] = redis.call('PTTL', key)
+  else
+    redis.call('SREM', KEYS[2], ARGV[i])
+  end
+end
+return out
+"""
+
 _WAKEUP_CAP = 1000
 """Approximate number of wake-ups the stream keeps (``MAXLEN ~``)."""
 
@@ -211,6 +236,16 @@ class RedisCoordination(Coordination):
         self._release = redis.register_script(_RELEASE_SCRIPT)
         self._list_leases = redis.register_script(_LEASES_SCRIPT)
         self._live = redis.register_script(_LIVE_SCRIPT)
+        self._live_workers = redis.register_script(_WORKERS_SCRIPT)
+        self._generation_key = f"{self._keys.prefix}:registry"
+        self._generation: bytes | None = None
+        self._seen: dict[str, tuple[WorkerInfo, float]] = {}
+        """Registrations of the current generation as last read: instance -> (info, its TTL
+        in seconds, the longest seen)."""
+        self._orphans: dict[str, tuple[WorkerInfo, float, float]] = {}
+        """Registrations a loss of the registry took away, live until they expire: instance
+        -> (info, TTL, expiry on the loop's clock)."""
+        """Registrations a data loss took away before they expired (see :meth:`workers`)."""
 
     @classmethod
     def from_url(
@@ -293,15 +328,62 @@ class RedisCoordination(Coordination):
 
     async def workers(self) -> list[WorkerInfo]:
         """Live, well-formed registrations; a malformed one (a worker written elsewhere that
-        got the format wrong) is logged and left out instead of hiding every other worker."""
-        live = await self._live_values(self._keys.workers, self._keys.worker)
-        out: list[WorkerInfo] = []
-        for instance_id, raw in live:
+        got the format wrong) is logged and left out instead of hiding every other worker.
+
+        Redis may lose the registry (``FLUSHALL``, a restart without persistence, a failover to
+        an empty replica): until the workers' next heartbeats every group would look gone, and
+        the dispatcher would skip their fires (``no_worker``). The registry therefore carries a
+        generation token; when it changes, the registrations this instance read last before the
+        loss (and those still kept from an earlier loss) stay live for one more TTL of theirs
+        from then (they could not refresh while Redis was away), unless they register again
+        sooner."""
+        live = await self._read_workers()
+        now = asyncio.get_running_loop().time()
+        seen: dict[str, tuple[WorkerInfo, float]] = {}
+        for instance_id, raw, ttl_ms in live:
             try:
-                out.append(_worker_from_json(raw))
+                info = _worker_from_json(raw)
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("ignoring malformed worker registration %s: %s", instance_id, exc)
-        return out
+                continue
+            known = self._seen.get(instance_id)
+            ttl = max(ttl_ms / 1000, known[1] if known else 0.0)
+            seen[instance_id] = (info, ttl)
+        self._seen = seen
+        orphans = {
+            instance_id: entry
+            for instance_id, entry in self._orphans.items()
+            if instance_id not in seen and entry[2] > now
+        }
+        self._orphans = orphans
+        merged = {**{i: e[0] for i, e in orphans.items()}, **{i: e[0] for i, e in seen.items()}}
+        return [merged[instance_id] for instance_id in sorted(merged)]
+
+    async def _read_workers(self) -> list[tuple[str, bytes, int]]:
+        """``(id, value, ms to live)`` of the live worker registrations; notices a lost
+        registry (its generation changed) and keeps what was seen before as orphans."""
+        key_of = self._keys.worker
+        with unavailable("list registrations"):
+            members: set[Any] = await self._redis.smembers(self._keys.workers)
+            ids = sorted(bytes(member).decode() for member in members)
+            keys = [self._generation_key, self._keys.workers, *map(key_of, ids)]
+            flat = await self._live_workers(keys=keys, args=[uuid4().hex, *ids])
+        generation = bytes(flat[0])
+        if self._generation is not None and generation != self._generation:
+            now = asyncio.get_running_loop().time()
+            known = [(i, info, ttl) for i, (info, ttl, _) in self._orphans.items()]
+            known += [(i, info, ttl) for i, (info, ttl) in self._seen.items()]
+            carried = {i: (info, ttl, now + ttl) for i, info, ttl in known if ttl > 0}
+            if carried:
+                log.warning(
+                    "the worker registry lost its data; %d registrations kept for their TTL",
+                    len(carried),
+                    extra={"action": "registry_lost", "count": len(carried)},
+                )
+            self._orphans.update(carried)
+            self._seen = {}
+        self._generation = generation
+        return [(flat[i].decode(), flat[i + 1], int(flat[i + 2])) for i in range(1, len(flat), 3)]
 
     async def _put(self, index: str, key: str, member: str, value: bytes, ttl: float) -> None:
         with unavailable("register"):
