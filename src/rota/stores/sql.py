@@ -1318,15 +1318,9 @@ class SqlStore(Store):
         return inserted
 
     def _insert_planned_stmt(self) -> UpdateBase:
-        values = {c.name: bindparam(c.name, type_=c.type) for c in occurrences.columns}
-        keys = ["job_id", "scheduled_for"]
-        if self._dialect == "postgresql":
-            return (
-                postgresql.insert(occurrences)
-                .values(values)
-                .on_conflict_do_nothing(index_elements=keys)
-            )
-        return sqlite.insert(occurrences).values(values).on_conflict_do_nothing(index_elements=keys)
+        return _insert_or_skip_stmt(
+            self._dialect, occurrences, conflict_keys=["job_id", "scheduled_for"]
+        )
 
     async def _advance_jobs(
         self, conn: AsyncConnection, due: Sequence[Job], plans: dict[UUID, FirePlan]
@@ -1994,14 +1988,26 @@ def _insert_changes_stmt() -> UpdateBase:
     return _insert_stmt(status_changes, skip=("id",))
 
 
+def _insert_or_skip_stmt(
+    dialect: str,
+    table: Table,
+    *,
+    skip: tuple[str, ...] = (),
+    conflict_keys: Sequence[str] | None = None,
+) -> UpdateBase:
+    """An INSERT of every column but ``skip`` (named, typed parameters) that skips a row
+    conflicting with a unique key (``conflict_keys``, else any) instead of failing."""
+    values = {c.name: bindparam(c.name, type_=c.type) for c in table.columns if c.name not in skip}
+    if dialect == "postgresql":
+        pg = postgresql.insert(table).values(values)
+        return pg.on_conflict_do_nothing(index_elements=conflict_keys)
+    lite = sqlite.insert(table).values(values)
+    return lite.on_conflict_do_nothing(index_elements=conflict_keys)
+
+
 def _insert_logs_stmt(dialect: str) -> UpdateBase:
     """Log lines; a numbered line already stored (same occurrence, attempt, line) is skipped."""
-    values = {
-        c.name: bindparam(c.name, type_=c.type) for c in occurrence_logs.columns if c.name != "seq"
-    }
-    if dialect == "postgresql":
-        return postgresql.insert(occurrence_logs).values(values).on_conflict_do_nothing()
-    return sqlite.insert(occurrence_logs).values(values).on_conflict_do_nothing()
+    return _insert_or_skip_stmt(dialect, occurrence_logs, skip=("seq",))
 
 
 def _advance_jobs_stmt() -> UpdateBase:
@@ -2275,7 +2281,4 @@ def _to_failed(row: Row[Any]) -> FailedOccurrence:
 def _insert_failed_stmt(dialect: str) -> UpdateBase:
     """Failed-occurrence records; one that would give an occurrence a second unresolved record
     (the partial unique index) is skipped."""
-    values = {c.name: bindparam(c.name, type_=c.type) for c in failed_occurrences.columns}
-    if dialect == "postgresql":
-        return postgresql.insert(failed_occurrences).values(values).on_conflict_do_nothing()
-    return sqlite.insert(failed_occurrences).values(values).on_conflict_do_nothing()
+    return _insert_or_skip_stmt(dialect, failed_occurrences)
