@@ -112,6 +112,12 @@ def test_server_killed_its_buckets_are_taken_over_nothing_lost_or_doubled(
     )  # fmt: skip
     for job in ticks:
         c.api("PATCH", f"/jobs/{job['id']}", json={"isActive": False})
+    # The last one-time job is due about 21 s after creation: wait for each to have fired.
+    wait_until(
+        lambda: all(c.occurrences(j["id"]) for j in once),
+        30,
+        f"a one-time job never fired: {c.logs()}",
+    )
     settle(c, [j["id"] for j in ticks + once], 30)
 
     for job in ticks:

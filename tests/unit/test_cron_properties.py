@@ -195,7 +195,11 @@ def piece(draw: st.DrawFn, name: str, croniter_safe: bool = False, star_weight: 
     if kind == "star_step":
         step = draw(st.integers(1, hi - lo))
         return Piece(f"*/{step}", frozenset(range(lo, hi + 1, step)))
-    return join(draw(st.lists(term(name, croniter_safe), min_size=1, max_size=3)))
+    terms = draw(st.lists(term(name, croniter_safe), min_size=1, max_size=3))
+    if croniter_safe and len(terms) > 1:
+        # croniter misreads L inside a list (``2-31,L`` fires on the 1st): L only alone there.
+        terms = [t for t in terms if not t.last_day] or terms[:1]
+    return join(terms)
 
 
 @st.composite
