@@ -331,6 +331,55 @@ async def test_close_ends_consumers_and_hands_back_unsettled(
     await stop(fresh)
 
 
+async def test_many_messages_arrive_whole_and_in_order(
+    broker: Broker, names: Callable[[str], str]
+) -> None:
+    """More messages than a publish window (RabbitMQ writes a window as one payload)."""
+    group, kind = names("grp"), names("kind")
+    await broker.declare_worker_group(group, [kind])
+    messages = [job(kind) for _ in range(2500)]
+    await broker.publish_jobs(messages)
+    consumer = broker.consume_jobs(group, 500)
+    got: list[uuid.UUID] = []
+    for _ in messages:
+        delivery = await take(consumer)
+        got.append(delivery.message.occurrence_id)
+        await delivery.ack()
+    assert got == [m.occurrence_id for m in messages]
+    await stays_pending(consumer)
+    await stop(consumer)
+
+
+async def test_acks_settle_only_their_own_deliveries(
+    broker: Broker, names: Callable[[str], str]
+) -> None:
+    """Acknowledging later deliveries while an earlier one is open leaves that one open (a
+    ``multiple`` ack may only cover what is really done)."""
+    group, kind = names("grp"), names("kind")
+    await broker.declare_worker_group(group, [kind])
+    messages = [job(kind) for _ in range(6)]
+    await broker.publish_jobs(messages)
+    consumer = broker.consume_jobs(group, 10)
+    first, second, third, *rest = await take_n(consumer, 6)
+    await third.ack()
+    await second.ack()
+    for delivery in rest[1:]:
+        await delivery.ack()
+    await first.reject(requeue=True)  # comes again: the others must not
+    again = await take(consumer)
+    assert again.message.occurrence_id == first.message.occurrence_id
+    await again.ack()
+    # rest[0] stays open: closing hands it (and only it) back.
+    await broker.close()
+    await broker.start()
+    fresh = broker.consume_jobs(group, 10)
+    back = await take(fresh)
+    assert back.message.occurrence_id == rest[0].message.occurrence_id
+    await back.ack()
+    await stays_pending(fresh)
+    await stop(fresh)
+
+
 async def test_queue_depths_name_every_queue(
     broker: Broker, harness: Harness, names: Callable[[str], str]
 ) -> None:
