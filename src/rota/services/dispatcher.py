@@ -28,7 +28,7 @@ from rota.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 
-MAX_IN_FLIGHT = 2
+MAX_IN_FLIGHT = 4
 """Batches whose publication (publish, confirms, mark dispatched) may go on while the loop
 already fires the next one."""
 
@@ -213,7 +213,9 @@ class Dispatcher:
         if earliest is not None and earliest <= time.time():
             await self._fire(buckets)
             return
-        await self._settle_in_flight(0)
+        # Publications still waiting for their confirms go on while the loop sleeps: a slow
+        # confirm (the broker's disk) must not hold back the next fire.
+        await self._settle_done_in_flight()
         until = min(now_epoch + self._settings.sweeper_interval_seconds, self._next_pending_check)
         if earliest is not None:
             until = min(until, earliest)
@@ -316,6 +318,12 @@ class Dispatcher:
                 )
             raise
         await self._store.finish_claim(claimed, claim_until, dispatched_at=now)
+
+    async def _settle_done_in_flight(self) -> None:
+        """Settle the publications that have ended (oldest first, up to the first still
+        running); a failed one raises here."""
+        while self._in_flight and self._in_flight[0].done():
+            await self._settle_in_flight(len(self._in_flight) - 1)
 
     async def _settle_in_flight(self, keep: int, *, quiet: bool = False) -> None:
         """Wait until at most ``keep`` batches are being published; a failed publication
