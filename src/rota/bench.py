@@ -7,6 +7,7 @@ fresh temporary data dir, so the numbers include every write the product does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -41,7 +42,7 @@ async def noop(ctx: rota.JobContext) -> None:
 
 
 @asynccontextmanager
-async def _embedded_runtime(concurrency: int) -> AsyncIterator[Runtime]:
+async def _embedded_runtime(concurrency: int) -> AsyncIterator[tuple[Runtime, int | None]]:
     from rota.serve import prepare
 
     with tempfile.TemporaryDirectory(prefix="rota-bench-") as tmp:
@@ -57,7 +58,7 @@ async def _embedded_runtime(concurrency: int) -> AsyncIterator[Runtime]:
         await runtime.start()
         tune_gc()
         try:
-            yield runtime
+            yield runtime, None
         finally:
             await runtime.stop(grace=5)
 
@@ -67,7 +68,7 @@ BENCH_WORKER = "bench"
 
 
 @asynccontextmanager
-async def _distributed_runtime(concurrency: int) -> AsyncIterator[Runtime]:
+async def _distributed_runtime(concurrency: int) -> AsyncIterator[tuple[Runtime, int | None]]:
     """One server runtime in this process and one ``rota worker`` process, on the services
     named by ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL (under the ``rota-bench``
     name prefix, so a bench never touches a real installation's queues or keys)."""
@@ -90,7 +91,7 @@ async def _distributed_runtime(concurrency: int) -> AsyncIterator[Runtime]:
     try:
         await _wait_for_worker(runtime, worker)
         tune_gc()
-        yield runtime
+        yield runtime, worker.pid
     finally:
         worker.send_signal(signal.SIGTERM)
         await asyncio.to_thread(worker.wait, 60)
@@ -122,17 +123,48 @@ async def _completed_in_store(runtime: Runtime) -> int:
     return counts.get(OccurrenceStatus.COMPLETED, 0)
 
 
-async def _wait_completed(
-    runtime: Runtime, expected: int, deadline: float, baseline: int = 0
-) -> int:
-    """Wait until the tracker has committed ``expected`` Completed occurrences (a cheap
-    in-process counter, so polling does not load the store), then count them in the store
-    (less the ``baseline`` a shared store already held)."""
+async def _wait_completed(runtime: Runtime, target: int, deadline: float, baseline: int) -> int:
+    """Wait until the tracker's count of committed Completed occurrences reaches ``target``
+    (a cheap in-process counter, so polling does not load the store), then count them in the
+    store, less the ``baseline`` it held before the jobs were created."""
     while time.monotonic() < deadline:
-        if runtime.tracker.stats.completed >= expected:
+        if runtime.tracker.stats.completed >= target:
             break
         await asyncio.sleep(0.005)
     return await _completed_in_store(runtime) - baseline
+
+
+_SERVICES = {"postgres": "postgres", "beam.smp": "rabbitmq", "redis-server": "redis"}
+"""Process names of the services whose CPU a run reports when they run on this machine."""
+
+
+def _cpu_seconds(worker_pid: int | None) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process ("bench": the server runtime),
+    the worker process, and the services running on this machine, by name."""
+    out: dict[str, float] = {}
+
+    def add(name: str, process: psutil.Process) -> None:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            out[name] = out.get(name, 0.0) + times.user + times.system
+
+    add("bench", psutil.Process())
+    if worker_pid is not None:
+        add("worker", psutil.Process(worker_pid))
+    for process in psutil.process_iter(["name"]):
+        service = _SERVICES.get(process.info["name"] or "")
+        if service is not None:
+            add(service, process)
+    return out
+
+
+def _cpu_per_job(before: dict[str, float], after: dict[str, float], jobs: int) -> dict[str, float]:
+    """Microseconds of CPU per job each process used between two :func:`_cpu_seconds`."""
+    if jobs <= 0:
+        return {}
+    return {
+        name: round((after[name] - before.get(name, 0.0)) * 1e6 / jobs, 1) for name in sorted(after)
+    }
 
 
 def _environment() -> dict[str, Any]:
@@ -147,8 +179,9 @@ def _environment() -> dict[str, Any]:
 
 async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[str, Any]:
     process = psutil.Process()
-    async with _runtime_for(mode, concurrency) as runtime:
+    async with _runtime_for(mode, concurrency) as (runtime, worker_pid):
         baseline = await _completed_in_store(runtime)
+        target = runtime.tracker.stats.completed + jobs
         now = runtime.jobs.now()
         specs = [
             {"display_name": f"noop {i}", "job_type": "bench.noop", "execute_at": now}
@@ -157,8 +190,10 @@ async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[s
         t0 = time.perf_counter()
         await runtime.jobs.create_jobs(specs)
         created = time.perf_counter()
-        done = await _wait_completed(runtime, jobs, time.monotonic() + 600, baseline)
+        cpu_before = _cpu_seconds(worker_pid)
+        done = await _wait_completed(runtime, target, time.monotonic() + 600, baseline)
         finished = time.perf_counter()
+        cpu = _cpu_per_job(cpu_before, _cpu_seconds(worker_pid), done)
         elapsed = finished - created
     return {
         "scenario": "throughput",
@@ -168,15 +203,41 @@ async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[s
         "createSeconds": round(created - t0, 3),
         "runSeconds": round(elapsed, 3),
         "jobsPerSecond": round(done / elapsed, 1) if elapsed > 0 else None,
+        "cpuMicrosPerJob": cpu,
         "peakRssMiB": round(process.memory_info().rss / 2**20, 1),
         "environment": _environment(),
     }
 
 
+WARM_UP_JOBS = 50
+
+
+async def _warm_up(runtime: Runtime) -> None:
+    """Fire and complete a few jobs, spread over a second, before measuring: the first fires
+    of a fresh process pay one-time costs (statements prepared, connections and code paths
+    used the first time) that say nothing about steady-state latency."""
+    baseline = await _completed_in_store(runtime)
+    target = runtime.tracker.stats.completed + WARM_UP_JOBS
+    now = runtime.jobs.now()
+    specs = [
+        {
+            "display_name": f"warm-up {i}",
+            "job_type": "bench.noop",
+            "execute_at": now + timedelta(seconds=i / WARM_UP_JOBS),
+        }
+        for i in range(WARM_UP_JOBS)
+    ]
+    await runtime.jobs.create_jobs(specs)
+    if await _wait_completed(runtime, target, time.monotonic() + 60, baseline) < len(specs):
+        raise RuntimeError("the warm-up jobs did not complete within 60 s")
+
+
 async def run_latency(mode: str, jobs: int, spread: float) -> dict[str, Any]:
     process = psutil.Process()
-    async with _runtime_for(mode, 64) as runtime:
+    async with _runtime_for(mode, 64) as (runtime, _worker_pid):
+        await _warm_up(runtime)
         baseline = await _completed_in_store(runtime)
+        target = runtime.tracker.stats.completed + jobs
         start = runtime.jobs.now() + timedelta(seconds=2)
         specs = [
             {
@@ -187,7 +248,7 @@ async def run_latency(mode: str, jobs: int, spread: float) -> dict[str, Any]:
             for i in range(jobs)
         ]
         created = await runtime.jobs.create_jobs(specs)
-        done = await _wait_completed(runtime, jobs, time.monotonic() + spread + 120, baseline)
+        done = await _wait_completed(runtime, target, time.monotonic() + spread + 120, baseline)
         lateness = await _lateness(runtime, {job.id for job in created})
     ordered = sorted(lateness)
 
