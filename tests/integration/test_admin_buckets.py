@@ -20,6 +20,7 @@ from rota.core.planning import PlanSettings, new_occurrence
 from rota.runtime import Runtime
 from rota.serve import prepare
 from rota.settings import Settings
+from tests.api_client import api_client
 
 S = OccurrenceStatus
 
@@ -56,8 +57,7 @@ def runtime(handle: Stoppable) -> Runtime:
 
 @pytest.fixture
 async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(runtime))
-    async with httpx.AsyncClient(transport=transport, base_url="http://rota") as http:
+    async with api_client(create_app(runtime)) as http:
         yield http
 
 

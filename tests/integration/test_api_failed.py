@@ -22,6 +22,7 @@ from rota.core.wire import DeadLetter, encode_dead_letter
 from rota.runtime import Runtime
 from rota.serve import prepare
 from rota.settings import Settings
+from tests.api_client import api_client
 
 API = "/api/v1/failed-occurrences"
 PROBLEM = "application/problem+json"
@@ -43,8 +44,7 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
 
 @pytest.fixture
 async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(runtime))
-    async with httpx.AsyncClient(transport=transport, base_url="http://rota") as http:
+    async with api_client(create_app(runtime)) as http:
         yield http
 
 

@@ -23,6 +23,7 @@ from rota.services.jobs import JobService
 from rota.settings import Settings
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
+from tests.api_client import api_client
 from tests.integration.test_api import MiniRuntime, assert_problem, create
 
 S = OccurrenceStatus
@@ -43,8 +44,7 @@ async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
 
 @pytest.fixture
 async def client(runtime: MiniRuntime) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(runtime))
-    async with httpx.AsyncClient(transport=transport, base_url="http://rota") as http:
+    async with api_client(create_app(runtime)) as http:
         yield http
 
 

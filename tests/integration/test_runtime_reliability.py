@@ -20,6 +20,7 @@ from rota.runtime import Runtime
 from rota.serve import prepare
 from rota.services.zombies import zombie_records
 from rota.settings import Settings
+from tests.api_client import api_client
 from tests.integration import reliability_jobs
 
 S = OccurrenceStatus
@@ -40,8 +41,7 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
 
 @pytest.fixture
 async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(runtime))
-    async with httpx.AsyncClient(transport=transport, base_url="http://rota") as http:
+    async with api_client(create_app(runtime)) as http:
         yield http
 
 
