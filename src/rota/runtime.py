@@ -17,18 +17,20 @@ from datetime import datetime
 from typing import Any
 
 from rota.adapters import make_broker, make_coordination, make_index
+from rota.core.errors import RotaError
 from rota.core.models import OccurrenceStatus, WorkerInfo, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
 from rota.services.buckets import BucketOwner
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
 from rota.services.dispatcher import Dispatcher
+from rota.services.events import EventPublisher
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
 from rota.services.probes import ProbeReleaser
 from rota.services.recovery import recover_embedded
 from rota.services.tracker import LogCollector, StatusTracker
-from rota.services.workers import WorkerDirectory
+from rota.services.workers import WorkerDirectory, roster_changes
 from rota.services.zombies import ZombieDetector
 from rota.settings import Settings
 from rota.worker.discovery import JobRegistry
@@ -65,6 +67,7 @@ class Runtime:
         self.registry = registry
         self.instance_id = new_instance_id("rota")
         sched = settings.scheduler
+        self.events = EventPublisher(coordination)
         self.workers = WorkerDirectory(coordination)
         self.owner = BucketOwner(
             coordination,
@@ -83,6 +86,7 @@ class Runtime:
             utcnow,
             mark_on_commit=settings.is_embedded,
             pending_grace=0.0 if settings.is_embedded else sched.sweeper_grace_seconds,
+            events=self.events,
         )
         self.loader = Loader(
             store,
@@ -104,6 +108,7 @@ class Runtime:
             broker,
             batch_size=settings.tracker.batch_size,
             max_wait=settings.tracker.max_wait_seconds,
+            events=self.events,
         )
         self.dead_letters = DeadLetterHandler(
             store,
@@ -123,7 +128,7 @@ class Runtime:
             live_threshold_seconds=sched.zombie_live_worker_threshold_seconds,
             max_requeues=sched.zombie_max_requeues,
         )
-        self.jobs = JobService(store, index, coordination, sched, utcnow)
+        self.jobs = JobService(store, index, coordination, sched, utcnow, events=self.events)
         self.probes = ProbeReleaser(
             self.jobs, interval_seconds=sched.auto_disable_probe_interval_seconds
         )
@@ -151,11 +156,14 @@ class Runtime:
                 heartbeat_seconds=settings.worker.heartbeat_seconds,
             )
         self._tasks: list[asyncio.Task[None]] = []
+        self._events_task: asyncio.Task[None] | None = None
+        self._roster: dict[str, WorkerInfo] | None = None
         self.started_at: datetime | None = None
 
     # --- life cycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._events_task = asyncio.create_task(self.events.run(), name="rota-events")
         await self.store.open()
         await self.broker.start()
         if self.settings.is_embedded:
@@ -177,6 +185,7 @@ class Runtime:
         self._spawn(self.zombies.run(), "zombies")
         self._spawn(self.probes.run(), "auto-disable-probes")
         self._spawn(self.declared.run(), "declared-schedules")
+        self._spawn(self._watch_workers(), "worker-watch")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
 
@@ -206,6 +215,7 @@ class Runtime:
         self._tasks.clear()
         with contextlib.suppress(Exception):
             await self.owner.release()
+        await self._stop_events()
         await self.broker.close()
         await self.coordination.close()
         await self.index.close()
@@ -223,12 +233,23 @@ class Runtime:
                 return
             await asyncio.sleep(0.02)
 
+    async def _stop_events(self) -> None:
+        """Publish the events still pending (briefly), then end the publisher."""
+        task, self._events_task = self._events_task, None
+        self.events.stop()
+        if task is not None:
+            _, pending = await asyncio.wait({task}, timeout=2.0)
+            for late in pending:
+                late.cancel()
+                await asyncio.gather(late, return_exceptions=True)
+
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=f"rota-{name}"))
 
     # --- glue -----------------------------------------------------------------------------
 
     def _after_status(self, result: StatusResult) -> None:
+        self.events.status_applied(result)
         if result.disabled:
             self._drop_disabled(result)
         # A retry (back to Queued) is pending now; a finished occurrence may release one held
@@ -257,6 +278,20 @@ class Runtime:
     async def _live_workers(self) -> list[WorkerInfo]:
         await self.workers.refresh()
         return list(self.workers.workers)
+
+    async def _watch_workers(self, interval: float = 2.0) -> None:
+        """``worker.changed`` events when worker instances join, leave or change what they
+        declare. Every server sees the same registry: only the owner of bucket 0 reports."""
+        while True:
+            try:
+                await self.workers.refresh(force=True)
+                roster = {w.instance_id: w for w in self.workers.workers}
+                if self._roster is not None and 0 in self.owner.buckets:
+                    self.events.emit(roster_changes(self._roster, roster))
+                self._roster = roster
+            except (RotaError, OSError) as exc:
+                log.debug("worker watch: registry unavailable: %s", exc)
+            await asyncio.sleep(interval)
 
     async def _relay_wakeups(self) -> None:
         async for due in self.coordination.wakeups():

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from rota.api import (
     routes_admin,
+    routes_events,
     routes_failed,
     routes_health,
     routes_jobs,
@@ -51,6 +52,7 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
         routes_workers.router,
         routes_health.router,
         routes_admin.router,
+        routes_events.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
     _install_openapi(app)

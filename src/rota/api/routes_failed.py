@@ -110,7 +110,11 @@ async def update_failed(
 )
 async def retry(failed_id: UUID, runtime: Runtime) -> OccurrenceDetail:
     occurrence = await retry_failed(
-        runtime.store, runtime.coordination, failed_id, now=runtime.jobs.now()
+        runtime.store,
+        runtime.coordination,
+        failed_id,
+        now=runtime.jobs.now(),
+        events=runtime.jobs.events,
     )
     return OccurrenceDetail.of(occurrence)
 

@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 from uuid import UUID
 
 from rota.core.autodisable import AutoDisableDefaults
+from rota.core.events import Event
 from rota.core.models import (
     FailedOccurrence,
     FailureType,
@@ -136,6 +137,11 @@ class AppliedChange:
     to_status: OccurrenceStatus
     attempt: int
     """The attempt the occurrence is at after the change (a retry increments it)."""
+    job_type: str = ""
+    worker_id: str | None = None
+    """The worker group the occurrence's job names."""
+    instance_id: str | None = None
+    """The worker instance whose report made the change (``None``: not a worker's)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -732,3 +738,26 @@ class Coordination(abc.ABC):
     @abc.abstractmethod
     def cancellations(self) -> AsyncIterator[UUID]:
         """Occurrence ids sent to :meth:`cancel` (from any process) after subscribing."""
+
+    # --- change events (the SSE feed) ------------------------------------------------------
+
+    @abc.abstractmethod
+    async def publish_events(self, events: Sequence[Event]) -> None:
+        """Append events to the one shared feed, in order, in one round trip. Every event
+        gets an id (``<ms>-<seq>-<n>``, see :func:`~rota.core.events.parse_event_id`)
+        greater than every id before it. The feed is capped: only about the last
+        ``event_cap`` events are kept for replay (the adapter's setting)."""
+
+    @abc.abstractmethod
+    async def replay(self, after: str | None, limit: int = 1000) -> list[tuple[str, Event]]:
+        """Up to ``limit`` kept events with an id greater than ``after`` (``None``: the
+        oldest kept), oldest first, as ``(id, event)``. An ``after`` older than what is kept
+        replays from the oldest kept; one that is not an event id raises
+        ``ValidationError``."""
+
+    @abc.abstractmethod
+    def events(self, after: str | None = None) -> AsyncIterator[tuple[str, Event]]:
+        """``(id, event)`` as they are published (from any process), oldest first, each
+        once: with ``after``, first the kept events after that id (as :meth:`replay`), then
+        the new ones; without, only those published after subscribing. Closing the iterator
+        (``aclose``) or the coordination ends it."""

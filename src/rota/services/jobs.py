@@ -23,6 +23,7 @@ from rota.core.errors import (
     ConflictError,
     ValidationError,
 )
+from rota.core.events import EventType, job_changed
 from rota.core.ids import bucket_of, new_id
 from rota.core.models import (
     VERSIONED_FIELDS,
@@ -47,6 +48,7 @@ from rota.core.ports import (
     ScheduleIndex,
     Store,
 )
+from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
 from rota.settings import SchedulerSettings
 
@@ -164,8 +166,13 @@ class JobService:
         coordination: Coordination,
         settings: SchedulerSettings,
         clock: Callable[[], datetime],
+        *,
+        events: EventPublisher | None = None,
     ) -> None:
+        """``events``: where change events go (the runtime's publisher); without one they
+        gather in a publisher of the service's own that nothing publishes (tests)."""
         self._store = store
+        self.events = events or EventPublisher(coordination)
         self._index = index
         self._coordination = coordination
         self._settings = settings
@@ -251,6 +258,7 @@ class JobService:
                     exc.field = f"[{position}].{exc.field}" if exc.field else f"[{position}]"
                 raise
         await self._store.create_jobs(jobs)
+        self.events.emit(job_changed(EventType.JOB_CREATED, [j.id for j in jobs]))
         await self._sync_index(jobs, now, remove_cold=False)
         return jobs
 
@@ -291,6 +299,7 @@ class JobService:
         stored = await self._store.update_job(
             changed, expected_version=current.version, with_state=with_state
         )
+        self.events.emit(job_changed(EventType.JOB_UPDATED, [stored.id]))
         await self._sync_index([stored], now, remove_cold=True)
         return stored
 
@@ -332,6 +341,7 @@ class JobService:
             if scan.after is None:
                 break
             after = scan.after
+        self.events.emit(job_changed(EventType.JOB_UPDATED, [j.id for j in released]))
         await self._sync_index(released, now, remove_cold=False)
         return released
 
@@ -345,6 +355,7 @@ class JobService:
         """Delete a job (its occurrences stay) and drop its schedule index entry."""
         job = await self._store.get_job(job_id)
         await self._store.delete_job(job_id)
+        self.events.emit(job_changed(EventType.JOB_DELETED, [job_id]))
         await self._guarded(self._index.remove([(job.bucket, job.id)]))
 
     async def trigger(
@@ -372,6 +383,7 @@ class JobService:
             job, now, now, self._plan, trigger_reason=reason or "manual", job_data=job_data
         )
         await self._store.insert_occurrences([occurrence])
+        self.events.occurrences_created([occurrence])
         await self._guarded(self._coordination.wake(now.timestamp()))
         return occurrence
 

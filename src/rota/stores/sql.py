@@ -703,7 +703,15 @@ def _unique(ids: Iterable[UUID]) -> list[UUID]:
 
 # --- status application (pure) ----------------------------------------------------------------
 
-_LOADED = ("status", "attempt", "start_time", "duration_ms", "last_heartbeat")
+_LOADED = (
+    "job_type",
+    "worker_id",
+    "status",
+    "attempt",
+    "start_time",
+    "duration_ms",
+    "last_heartbeat",
+)
 """Occurrence columns ``apply_status`` reads besides id and job id."""
 
 _RUNNING = OccurrenceStatus.RUNNING
@@ -722,14 +730,18 @@ class _Current:
         "changed",
         "duration_ms",
         "job_id",
+        "job_type",
         "last_heartbeat",
         "start_time",
         "status",
+        "worker_id",
     )
 
     def __init__(
         self,
         job_id: UUID,
+        job_type: str,
+        worker_id: str | None,
         status: int,
         attempt: int,
         start_time: datetime | None,
@@ -737,6 +749,8 @@ class _Current:
         last_heartbeat: datetime | None,
     ) -> None:
         self.job_id = job_id
+        self.job_type = job_type
+        self.worker_id = worker_id
         self.status = _STATUSES[status]
         self.attempt = attempt
         self.start_time = start_time
@@ -884,6 +898,9 @@ class _StatusBatch:
                 from_status=before,
                 to_status=to,
                 attempt=attempt,
+                job_type=current.job_type,
+                worker_id=current.worker_id,
+                instance_id=record.instance_id,
             )
         )
         self.changes.append(
