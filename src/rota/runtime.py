@@ -18,9 +18,10 @@ from typing import Any
 
 from rota.adapters import make_broker, make_coordination, make_index
 from rota.core.errors import RotaError
-from rota.core.models import OccurrenceStatus, WorkerInfo, utcnow
+from rota.core.models import DispatcherState, OccurrenceStatus, WorkerInfo, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
 from rota.services.buckets import BucketOwner
+from rota.services.control import FOLLOW_INTERVAL
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
 from rota.services.dispatcher import Dispatcher
@@ -171,6 +172,7 @@ class Runtime:
         if self.executor is not None and self.presence is not None:
             await self.presence.start()
             await self.executor.start()
+        await self.follow_dispatcher_state()
         await self.workers.refresh(force=True)
         await self.declared.sync_if_changed()
         await self.owner.tick()
@@ -186,6 +188,7 @@ class Runtime:
         self._spawn(self.probes.run(), "auto-disable-probes")
         self._spawn(self.declared.run(), "declared-schedules")
         self._spawn(self._watch_workers(), "worker-watch")
+        self._spawn(self._follow_dispatcher_switch(), "dispatcher-switch")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
 
@@ -292,6 +295,33 @@ class Runtime:
             except (RotaError, OSError) as exc:
                 log.debug("worker watch: registry unavailable: %s", exc)
             await asyncio.sleep(interval)
+
+    async def follow_dispatcher_state(self) -> DispatcherState:
+        """Read the dispatchers' stop switch from the store and apply it here."""
+        state = await self.store.dispatcher_state()
+        self.apply_dispatcher_state(state)
+        return state
+
+    def apply_dispatcher_state(self, state: DispatcherState) -> None:
+        if state.paused:
+            if self.dispatcher.paused_reason is None:
+                log.warning(
+                    "dispatcher stopped: %s",
+                    state.reason,
+                    extra={"action": "dispatcher_stop", "by": state.by},
+                )
+            self.dispatcher.pause(state.reason or "stopped")
+        elif self.dispatcher.paused_reason is not None:
+            log.warning("dispatcher resumed", extra={"action": "dispatcher_resume"})
+            self.dispatcher.resume()
+
+    async def _follow_dispatcher_switch(self) -> None:
+        while True:
+            await asyncio.sleep(FOLLOW_INTERVAL)
+            try:
+                await self.follow_dispatcher_state()
+            except (RotaError, OSError) as exc:
+                log.warning("could not read the dispatcher switch: %s", exc)
 
     async def _relay_wakeups(self) -> None:
         async for due in self.coordination.wakeups():

@@ -217,3 +217,27 @@ async def test_a_run_publishes_its_change_events(runtime: Runtime) -> None:
     log_event = next(d for t, d in seen if t == "occurrence.log")
     assert log_event["occurrenceId"] == created["occurrenceId"]
     assert "fast ran" in str(log_event["message"])
+
+
+async def test_a_stopped_dispatcher_fires_nothing_until_resumed(runtime: Runtime) -> None:
+    from rota.core.models import DispatcherState
+    from rota.services.control import switch_dispatcher
+
+    state = await switch_dispatcher(
+        runtime.store, paused=True, reason="maintenance", by="ops", now=runtime.jobs.now()
+    )
+    runtime.apply_dispatcher_state(state)
+    assert runtime.dispatcher.paused_reason == "maintenance"
+    job = await runtime.jobs.create_job({"job_type": "it.fast", "cron_expression": "* * * * * *"})
+    await asyncio.sleep(2.5)  # fires fall due every second meanwhile; none may be dispatched
+    assert await occurrences(runtime, job.id) == []
+
+    # Another server's switch reaches this one through the store.
+    await runtime.store.set_dispatcher_state(DispatcherState(paused=False))
+    assert not (await runtime.follow_dispatcher_state()).paused
+    assert runtime.dispatcher.paused_reason is None
+
+    async def fired() -> bool:
+        return S.COMPLETED in await statuses(runtime, job.id)
+
+    await eventually(fired, 15, "a fire after resuming")

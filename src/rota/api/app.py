@@ -14,6 +14,7 @@ from rota.api import (
     routes_health,
     routes_jobs,
     routes_occurrences,
+    routes_stats,
     routes_workers,
 )
 from rota.api.deps import ApiRuntime
@@ -47,12 +48,14 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
     for router in (
         routes_jobs.router,
         routes_jobs.schedules,
+        routes_jobs.tags,
         routes_occurrences.router,
         routes_failed.router,
         routes_workers.router,
         routes_health.router,
         routes_admin.router,
         routes_events.router,
+        routes_stats.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
     _install_openapi(app)

@@ -1,4 +1,5 @@
-"""Jobs: create (one or many), list, read, change, delete, trigger, versions; cron preview.
+"""Jobs: create (one or many), list, read, change, delete, trigger, versions; cron preview;
+tags.
 
 Also the reference's shapes: ``POST /jobs/job`` (create) and ``PUT /jobs/job`` with
 ``{"id": …, "<field>": {"value": …, "isUpdated": true}}`` partial updates."""
@@ -9,13 +10,15 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Query, Response, status
+from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
-from rota.api.deps import Jobs
+from rota.api.deps import Jobs, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas import (
     MAX_LIMIT,
     NO_NUL,
+    ApiModel,
     BulkCreate,
     JobCreate,
     JobList,
@@ -35,6 +38,7 @@ from rota.services.jobs import MAX_PREVIEW, JobService
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 schedules = APIRouter(prefix="/schedules", tags=["jobs"])
+tags = APIRouter(prefix="/tags", tags=["jobs"])
 
 
 @router.post(
@@ -206,3 +210,19 @@ async def preview(
     count: Annotated[int, Query(ge=1, le=MAX_PREVIEW)] = 5,
 ) -> Preview:
     return Preview(fires=jobs.preview(cron, time_zone, after, count))
+
+
+class TagOut(ApiModel):
+    tag: str
+    jobs: int = Field(description="Jobs carrying the tag.")
+
+
+class TagList(ApiModel):
+    items: list[TagOut] = Field(description="Every tag in use, by name.")
+
+
+@tags.get("", responses=problem_responses(503), summary="Tags in use, with their job counts")
+async def list_tags(store: StoreDep) -> TagList:
+    """Every tag of any job with how many jobs carry it. List a tag's jobs with
+    ``GET /jobs?tag=``."""
+    return TagList(items=[TagOut(tag=t.tag, jobs=t.jobs) for t in await store.tags()])

@@ -18,6 +18,7 @@ from uuid import UUID
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.events import Event
 from rota.core.models import (
+    DispatcherState,
     FailedOccurrence,
     FailureType,
     Job,
@@ -96,6 +97,38 @@ def truncate_text(text: str | None, limit: int = FAILURE_TEXT_LIMIT) -> str | No
     if text is None or len(text) <= limit:
         return text
     return text[: max(0, limit - len(TRUNCATED_MARK))] + TRUNCATED_MARK
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreOverview:
+    """Counts for the overview page (:meth:`Store.overview`)."""
+
+    by_status: dict[OccurrenceStatus, int]
+    """Every occurrence ever recorded, by status (every status present, zeros included)."""
+    jobs: int
+    active_jobs: int
+    completed: int
+    """Occurrences that ended Completed since the window's start."""
+    failed: int
+    """Occurrences that ended Failed or TimedOut since the window's start."""
+    cancelled: int
+    average_duration_ms: float | None
+    """Mean duration of the window's Completed occurrences that have one."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputPoint:
+    start: datetime
+    """The bucket covers ``[start, start + bucket)``."""
+    completed: int
+    failed: int
+    """Failed or TimedOut."""
+
+
+@dataclass(frozen=True, slots=True)
+class TagCount:
+    tag: str
+    jobs: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,6 +480,36 @@ class Store(abc.ABC):
     ) -> dict[OccurrenceStatus, int]:
         """How many occurrences there are by status (only the given statuses if any)."""
 
+    # --- statistics ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def overview(self, since: datetime) -> StoreOverview:
+        """Occurrence counts by status (all time), job counts, and what ended since ``since``
+        (by ``end_time``): Completed, Failed or TimedOut, Cancelled, and the mean duration of
+        the Completed ones. Aggregates over indexed columns, a few statements."""
+
+    @abc.abstractmethod
+    async def throughput(
+        self, start: datetime, bucket_seconds: int, buckets: int
+    ) -> list[ThroughputPoint]:
+        """Occurrences that ended Completed, and Failed or TimedOut, per bucket of
+        ``bucket_seconds`` from ``start`` (by ``end_time``): exactly ``buckets`` points, in
+        time order, empty buckets included. One aggregate statement."""
+
+    @abc.abstractmethod
+    async def tags(self) -> list[TagCount]:
+        """Every tag with how many jobs carry it, by tag name."""
+
+    # --- control --------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def dispatcher_state(self) -> DispatcherState:
+        """The dispatchers' stop switch as last set (not paused if never set)."""
+
+    @abc.abstractmethod
+    async def set_dispatcher_state(self, state: DispatcherState) -> None:
+        """Store the dispatchers' stop switch (every server reads it)."""
+
     # --- failed occurrences (dead letters) ----------------------------------------------------
 
     @abc.abstractmethod
@@ -660,8 +723,10 @@ class Broker(abc.ABC):
         A message leaves the queue once its batch is acknowledged."""
 
     @abc.abstractmethod
-    async def queue_depths(self) -> dict[str, int]:
-        """Messages waiting, by queue name."""
+    async def queue_depths(self, groups: Sequence[str] = ()) -> dict[str, int]:
+        """Messages waiting, by queue name: the status, log and dead-letter queues, the job
+        queues of the worker groups this broker declared or consumed, and those of
+        ``groups`` (a group whose queue does not exist is left out)."""
 
 
 @dataclass(frozen=True, slots=True)

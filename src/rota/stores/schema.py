@@ -119,6 +119,7 @@ def build_metadata() -> MetaData:
     _jobs(metadata)
     _occurrences(metadata)
     _failed_occurrences(metadata)
+    _control(metadata)
     return metadata
 
 
@@ -234,6 +235,7 @@ def _occurrences(metadata: MetaData) -> None:
         Index(None, "job_id", "status", "id"),
         Index(None, "status", "id"),
         Index(None, "status", "dispatched_at", "due_at"),
+        Index(None, "end_time", "status"),
     )
     Table(
         "occurrence_status_changes",
@@ -263,6 +265,16 @@ def _occurrences(metadata: MetaData) -> None:
         # A line sent twice (replayed outbox, redelivered batch) is stored once; lines without
         # a number (NULLs never conflict) are all kept.
         Index("uq_occurrence_logs_line", "occurrence_id", "attempt", "line", unique=True),
+    )
+
+
+def _control(metadata: MetaData) -> None:
+    Table(
+        "scheduler_control",
+        metadata,
+        Column("key", String(100), primary_key=True),
+        Column("value", Json(), nullable=False),
+        Column("updated_at", UtcDateTime(), nullable=False),
     )
 
 
@@ -312,3 +324,4 @@ occurrences = metadata.tables["occurrences"]
 status_changes = metadata.tables["occurrence_status_changes"]
 occurrence_logs = metadata.tables["occurrence_logs"]
 failed_occurrences = metadata.tables["failed_occurrences"]
+scheduler_control = metadata.tables["scheduler_control"]
