@@ -44,7 +44,7 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
         redoc_url=None,
     )
     app.state.runtime = runtime
-    install_problem_handlers(app)
+    install_problem_handlers(app, max_body_bytes=runtime.settings.api.max_body_bytes)
     for router in (
         routes_jobs.router,
         routes_jobs.schedules,

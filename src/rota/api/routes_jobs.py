@@ -118,7 +118,9 @@ async def update_job_reference(
     summary="Create many jobs at once (all or none)",
 )
 async def create_jobs(body: BulkCreate, jobs: Jobs) -> JobList:
-    created = await jobs.create_jobs([item.to_spec() for item in body.jobs])
+    """Up to 10,000 jobs in one transaction: all are created or none. Every refused job is
+    named in the 422 problem's ``errors`` (``jobs[17].cronExpression``)."""
+    created = await jobs.create_jobs([item.to_spec() for item in body.jobs], field_prefix="jobs")
     return JobList(items=[out(job, jobs) for job in created])
 
 

@@ -1050,10 +1050,16 @@ class SqlStore(Store):
         if not jobs_:
             return
         tags = [{"tag": t, "job_id": j.id} for j in jobs_ for t in dict.fromkeys(j.tags)]
+        rows = [_job_row(j) for j in jobs_]
         async with self._write() as conn:
-            await conn.execute(insert(jobs), [_job_row(j) for j in jobs_])
+            if len(rows) == 1:
+                await conn.execute(insert(jobs), rows)
+            else:  # a bulk create: driver-level parameters (one unnest on PostgreSQL)
+                await self._fast.execute(conn, "insert_jobs", partial(_insert_stmt, jobs), rows)
             if tags:
-                await conn.execute(insert(job_tags), tags)
+                await self._fast.execute(
+                    conn, "insert_job_tags", partial(_insert_stmt, job_tags), tags
+                )
 
     async def get_job(self, job_id: UUID) -> Job:
         async with self._read() as conn:
