@@ -9,11 +9,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Final
 
 from fastapi import APIRouter, Query
-from pydantic import Field
 
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
-from rota.api.schemas import ApiModel, status_name
+from rota.api.schemas import (
+    JobCounts,
+    OccurrenceCounts,
+    Overview,
+    Throughput,
+    ThroughputPointOut,
+    WindowStats,
+    WorkerCounts,
+    status_name,
+)
 from rota.core.errors import ValidationError
 from rota.core.models import OccurrenceStatus, utcnow
 
@@ -26,59 +34,6 @@ DEFAULT_BUCKETS: Final = {3600: 60, 86_400: 900, 604_800: 3600}
 """Window -> default bucket (seconds): 1h by minute, 24h by 15 minutes, 7d by hour."""
 _DURATION: Final = re.compile(r"^\s*(\d{1,7})\s*([smhd]?)\s*$")
 _UNITS: Final = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
-
-
-class OccurrenceCounts(ApiModel):
-    total: int
-    by_status: dict[str, int] = Field(description="Status name -> occurrences, all time.")
-
-
-class JobCounts(ApiModel):
-    total: int
-    active: int
-
-
-class WindowStats(ApiModel):
-    """What ended in the last 24 hours (by end time)."""
-
-    since: datetime
-    executions: int = Field(description="Completed + failed + cancelled.")
-    completed: int
-    failed: int = Field(description="Failed or TimedOut.")
-    cancelled: int
-    success_rate: float | None = Field(
-        description="Percent of completed among completed and failed; null when none ended."
-    )
-    average_duration_ms: float | None = Field(description="Mean over the completed ones.")
-
-
-class WorkerCounts(ApiModel):
-    groups: int
-    instances: int = Field(description="Live worker instances (online).")
-    capacity: int = Field(description="Their concurrency together.")
-    load: int = Field(description="Jobs they run now (as of their last heartbeats).")
-
-
-class Overview(ApiModel):
-    occurrences: OccurrenceCounts
-    jobs: JobCounts
-    last24h: WindowStats = Field(alias="last24h")
-    workers: WorkerCounts
-    generated_at: datetime
-
-
-class ThroughputPointOut(ApiModel):
-    start: datetime
-    completed: int
-    failed: int
-
-
-class Throughput(ApiModel):
-    window_seconds: int
-    bucket_seconds: int
-    start: datetime
-    end: datetime
-    points: list[ThroughputPointOut] = Field(description="Oldest first, empty buckets included.")
 
 
 def parse_duration(value: str, field: str) -> int:

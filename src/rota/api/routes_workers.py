@@ -7,45 +7,16 @@ its heartbeat keeps its registration alive.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter
 
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
-from rota.api.schemas import ApiModel
+from rota.api.schemas import WorkerGroupOut, WorkerInstanceOut, WorkerList
 from rota.core.models import WorkerInfo
 
 router = APIRouter(prefix="/workers", tags=["workers"])
-
-
-class WorkerInstanceOut(ApiModel):
-    instance_id: str
-    host: str
-    pid: int
-    version: str
-    concurrency: int
-    current_load: int
-    started_at: datetime
-    last_heartbeat: datetime
-    job_types: list[str]
-
-
-class WorkerGroupOut(ApiModel):
-    worker_id: str
-    """The group: jobs naming it are routed to its queue."""
-    instances: list[WorkerInstanceOut]
-    capacity: int
-    """The concurrency of all its live instances together."""
-    load: int
-    """Jobs its instances run now."""
-    job_types: dict[str, dict[str, Any]]
-    """Job type -> what an instance declared about it (data schema, defaults, schedule)."""
-
-
-class WorkerList(ApiModel):
-    items: list[WorkerGroupOut]
 
 
 def _instance(info: WorkerInfo) -> WorkerInstanceOut:
