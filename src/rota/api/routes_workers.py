@@ -14,6 +14,7 @@ from fastapi import APIRouter
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
 from rota.api.schemas import WorkerGroupOut, WorkerInstanceOut, WorkerList
+from rota.core.errors import NotFoundError
 from rota.core.models import WorkerInfo
 
 router = APIRouter(prefix="/workers", tags=["workers"])
@@ -60,3 +61,17 @@ def group_workers(workers: list[WorkerInfo]) -> list[WorkerGroupOut]:
 @router.get("", responses=problem_responses(503), summary="Live worker groups and instances")
 async def list_workers(runtime: Runtime) -> WorkerList:
     return WorkerList(items=group_workers(await runtime.coordination.workers()))
+
+
+@router.get(
+    "/{worker_id}",
+    responses=problem_responses(404, 503),
+    summary="One live worker group: its instances, job types (data schemas) and load",
+)
+async def get_worker_group(worker_id: str, runtime: Runtime) -> WorkerGroupOut:
+    groups = group_workers(
+        [w for w in await runtime.coordination.workers() if w.worker_id == worker_id]
+    )
+    if not groups:
+        raise NotFoundError("worker group", worker_id)
+    return groups[0]
