@@ -17,7 +17,8 @@ key                                type    holds
 ``{prefix}:workers``               set     ids of worker instances (cleaned when read)
 ``{prefix}:wakeups``               stream  wake-up signals (field ``due``), capped
 ``{prefix}:cancellations``         stream  cancellation requests, capped
-``{prefix}:events``                stream  change events for dashboards, capped
+``{prefix}:events``                stream  change events (``GET /events``): field ``e``, a JSON
+                                           array of up to 100 ``[type, data]``; capped
 =================================  ======  =====================================================
 """
 

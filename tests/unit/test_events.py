@@ -107,3 +107,36 @@ def test_roster_changes_report_joins_leaves_and_declarations_not_load() -> None:
         "changed",
         8,
     )
+
+
+def test_config_masking_by_name_and_in_urls() -> None:
+    from rota.api.routes_admin import MASK, mask_secrets
+
+    settings = {
+        "auth": {
+            "jwt_secret": "s" * 40,
+            "admin_password": "hunter2",
+            "access_token_minutes": 15,
+            "signing_key": "k",
+            "refresh_token_days": None,
+        },
+        "database_url": "postgresql://rota:pw@db:5432/rota",
+        "redis_url": "redis://cache:6379/0",
+        "amqp_url": "amqp://guest:guest@mq:5672/%2F",
+        "name_prefix": "rota",
+        "bucket_count": 16,
+        "mirrors": ["https://u:p@mirror.example/x"],
+    }
+    masked = mask_secrets(settings)
+    assert masked["auth"] == {
+        "jwtSecret": MASK,
+        "adminPassword": MASK,
+        "accessTokenMinutes": 15,
+        "signingKey": MASK,
+        "refreshTokenDays": None,
+    }
+    assert masked["databaseUrl"] == f"postgresql://rota:{MASK}@db:5432/rota"
+    assert masked["redisUrl"] == "redis://cache:6379/0"
+    assert masked["amqpUrl"] == f"amqp://guest:{MASK}@mq:5672/%2F"
+    assert (masked["namePrefix"], masked["bucketCount"]) == ("rota", 16)
+    assert masked["mirrors"] == [f"https://u:{MASK}@mirror.example/x"]

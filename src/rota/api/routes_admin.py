@@ -232,7 +232,9 @@ async def config(runtime: Runtime) -> dict[str, Any]:
 
 
 MASK = "********"
-_SECRET_NAME = re.compile(r"(password|passwd|secret|token|api_?key|private_?key|credential)", re.I)
+_SECRET_NAME = re.compile(
+    r"(password|passwd|secret|token|credential|api_?key|private_?key|(^|_)key$)", re.I
+)
 
 
 def _mask_url(value: str) -> str:
@@ -248,13 +250,13 @@ def _mask_url(value: str) -> str:
 
 
 def mask_secrets(value: Any, name: str = "") -> Any:
-    """``value`` with secrets masked (any field whose name says it is one, any password in a
-    URL: ``scheme://user:password@host``) and its keys in camelCase."""
+    """``value`` with secrets masked (the text of any field whose name says it is one, any
+    password in a URL: ``scheme://user:password@host``) and its keys in camelCase."""
     if isinstance(value, dict):
         return {to_camel(str(k)): mask_secrets(v, str(k)) for k, v in value.items()}
     if isinstance(value, list):
         return [mask_secrets(v, name) for v in value]
-    if value is not None and _SECRET_NAME.search(name):
+    if isinstance(value, str | bytes) and value and _SECRET_NAME.search(name):
         return MASK
     if isinstance(value, str) and "://" in value:
         return _mask_url(value)
