@@ -32,6 +32,9 @@ def test_event_ids_round_trip_and_sort() -> None:
     with pytest.raises(ValidationError) as caught:
         parse_event_id("5-0", field="Last-Event-ID")
     assert caught.value.field == "Last-Event-ID"
+    for too_big in ("99999999999999999999-0-0", f"1-{2**63}-0", "1-0-9999999999"):
+        with pytest.raises(ValidationError):
+            parse_event_id(too_big)
 
 
 def test_log_events_are_compact_one_per_occurrence() -> None:

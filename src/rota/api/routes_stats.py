@@ -112,6 +112,8 @@ async def throughput(
         bucket_seconds = parse_duration(bucket, "bucket")
     if bucket_seconds < MIN_BUCKET_SECONDS:
         raise ValidationError(f"bucket must be at least {MIN_BUCKET_SECONDS}s", field="bucket")
+    if bucket_seconds > window_seconds:
+        raise ValidationError("bucket may be at most the window", field="bucket")
     count = math.ceil(window_seconds / bucket_seconds)
     if count > MAX_POINTS:
         raise ValidationError(

@@ -55,6 +55,11 @@ LOG_MESSAGE_CHARS: Final = 500
 
 _EVENT_ID: Final = re.compile(r"^(\d{1,20})-(\d{1,20})-(\d{1,9})$")
 
+_MAX_MS: Final = 2**48
+"""Milliseconds of an event id stay below this (the year 10889), sequences below 2**63: what
+a Redis stream id can hold."""
+_MAX_SEQ: Final = 2**63
+
 EventId = tuple[int, int, int]
 """``(milliseconds, sequence, index)``: the feed entry (a Redis stream id) and the event's
 place in it; ids sort as these tuples do."""
@@ -64,12 +69,13 @@ def parse_event_id(value: str, field: str = "lastEventId") -> EventId:
     """An event id (``<ms>-<seq>-<n>``) as a sortable tuple; ``ValidationError`` naming
     ``field`` if it is not one."""
     match = _EVENT_ID.match(value.strip())
-    if match is None:
+    parsed = None if match is None else (int(match[1]), int(match[2]), int(match[3]))
+    if parsed is None or parsed[0] >= _MAX_MS or parsed[1] >= _MAX_SEQ:
         raise ValidationError(
             "an event id looks like 1700000000000-0-0 (milliseconds-sequence-index)",
             field=field,
         )
-    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+    return parsed
 
 
 def format_event_id(event_id: EventId) -> str:
