@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Query, Response, status
+from fastapi import APIRouter, Body, Header, Query, Response, status
 from pydantic import ValidationError as PydanticValidationError
 
 from rota.api.deps import Jobs
@@ -46,11 +46,25 @@ schedules = APIRouter(prefix="/schedules", tags=["jobs"])
 async def create_job(body: JobCreate, jobs: Jobs, response: Response) -> JobOut:
     job = await jobs.create_job(body.to_spec())
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"
-    return out(job, jobs)
+    return out(job, jobs, response)
 
 
-def out(job: Any, jobs: JobService) -> JobOut:
+def out(job: Any, jobs: JobService, response: Response | None = None) -> JobOut:
+    """The job as the API shows it; with ``response``, its entity tag as the ``ETag``."""
+    if response is not None:
+        response.headers["ETag"] = job.etag
     return JobOut.of(job, jobs.auto_disable_defaults)
+
+
+IfMatch = Annotated[
+    str | None,
+    Header(
+        alias="If-Match",
+        max_length=500,
+        description="The job's ETag as last read: the change is refused (412) if the job has "
+        "changed since (an edit, or an auto-disable).",
+    ),
+]
 
 
 @router.post(
@@ -84,11 +98,12 @@ def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
 
 @router.put(
     "/job",
-    responses=problem_responses(404, 409, 413, 422, 503),
+    responses=problem_responses(404, 409, 412, 413, 422, 503),
     summary="Change some fields of a job (the reference's {value, isUpdated} form)",
 )
 async def update_job_reference(
     jobs: Jobs,
+    response: Response,
     body: Annotated[
         dict[str, Any],
         Body(
@@ -96,6 +111,7 @@ async def update_job_reference(
             "values are accepted too. Setting isActive true re-enables an auto-disabled job."
         ),
     ],
+    if_match: IfMatch = None,
 ) -> JobOut:
     job_id, fields = unwrap_update(body)
     try:
@@ -104,7 +120,7 @@ async def update_job_reference(
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
         raise ValidationError(f"{where}: {error['msg']}", field=where or None) from None
-    return out(await jobs.update_job(job_id, patch.changes()), jobs)
+    return out(await jobs.update_job(job_id, patch.changes(), if_match=if_match), jobs, response)
 
 
 @router.post(
@@ -145,27 +161,29 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", responses=problem_responses(404, 422, 503), summary="Read a job")
-async def get_job(job_id: UUID, jobs: Jobs) -> JobOut:
-    return out(await jobs.get_job(job_id), jobs)
+async def get_job(job_id: UUID, jobs: Jobs, response: Response) -> JobOut:
+    return out(await jobs.get_job(job_id), jobs, response)
 
 
 @router.patch(
     "/{job_id}",
-    responses=problem_responses(404, 409, 413, 422, 503),
+    responses=problem_responses(404, 409, 412, 413, 422, 503),
     summary="Change some fields of a job",
 )
-async def update_job(job_id: UUID, body: JobPatch, jobs: Jobs) -> JobOut:
-    return out(await jobs.update_job(job_id, body.changes()), jobs)
+async def update_job(
+    job_id: UUID, body: JobPatch, jobs: Jobs, response: Response, if_match: IfMatch = None
+) -> JobOut:
+    return out(await jobs.update_job(job_id, body.changes(), if_match=if_match), jobs, response)
 
 
 @router.delete(
     "/{job_id}",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses=problem_responses(404, 422, 503),
+    responses=problem_responses(404, 412, 422, 503),
     summary="Delete a job (its occurrences are kept)",
 )
-async def delete_job(job_id: UUID, jobs: Jobs) -> Response:
-    await jobs.delete_job(job_id)
+async def delete_job(job_id: UUID, jobs: Jobs, if_match: IfMatch = None) -> Response:
+    await jobs.delete_job(job_id, if_match=if_match)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
