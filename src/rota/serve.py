@@ -49,7 +49,7 @@ async def serve(
     url = f"http://{settings.api.host}:{settings.api.port}"
     try:
         if dev_admin:
-            await _dev_admin(runtime, console, url)
+            await ensure_dev_admin(runtime, console, url)
         if demo:
             from rota.demo import seed
 
@@ -77,7 +77,7 @@ async def serve(
 DEV_ADMIN = "admin"
 
 
-async def _dev_admin(runtime: Runtime, console: Console, url: str) -> None:
+async def ensure_dev_admin(runtime: Runtime, console: Console, url: str) -> None:
     """The first Admin of a development data dir, printed once; later starts say it exists."""
     from rota.services.auth import generate_password
 
