@@ -3,6 +3,7 @@ rotation and reuse, logout, password policy and changes, the admin bootstrap."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -270,3 +271,12 @@ def test_the_config_refuses_short_secrets_and_long_lived_tokens() -> None:
         AuthConfig(secret=b"short")
     with pytest.raises(ValueError, match="15 minutes"):
         AuthConfig(secret=SECRET, access_ttl=timedelta(minutes=16))
+
+
+async def test_two_servers_bootstrapping_at_once_make_one_admin(auth: AuthService) -> None:
+    results = await asyncio.gather(
+        auth.ensure_admin("root", "the bootstrap passphrase"),
+        auth.ensure_admin("root", "the bootstrap passphrase"),
+    )
+    assert sum(r is not None for r in results) == 1
+    assert await auth.has_admin()

@@ -54,7 +54,8 @@ def _audit_view(job: JobOut) -> dict[str, Any]:
 async def create_job(
     body: JobCreate, jobs: Jobs, response: Response, user: OperatorUser, audit: Audit
 ) -> JobOut:
-    job = out(await jobs.create_job(body.to_spec(created_by=user.username)), jobs, response)
+    created = await jobs.create_job(body.to_spec(created_by=user.username))
+    job = out(created, jobs, response)
     await audit.record(user.username, "job.created", "job", job.id, after=_audit_view(job))
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"
     return job
@@ -216,9 +217,9 @@ async def update_job(
     job_id: UUID,
     body: JobPatch,
     jobs: Jobs,
+    response: Response,
     user: OperatorUser,
     audit: Audit,
-    response: Response,
     if_match: IfMatch = None,
 ) -> JobOut:
     return await _update(jobs, job_id, body, user, audit, response, if_match)

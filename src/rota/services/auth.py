@@ -420,13 +420,19 @@ class AuthService:
     async def ensure_admin(self, username: str, password: str) -> User | None:
         """The bootstrap: when no active Admin exists, make ``username`` one with
         ``password`` (created, or an existing user promoted, re-activated and given the
-        password). Returns the user, or ``None`` when an Admin already exists."""
+        password). Returns the user, or ``None`` when an Admin already exists (or another
+        server created it at the same time)."""
         if await self.has_admin():
             return None
         name = normalize_username(username)
         existing = await self._store.find_user(name)
         if existing is None:
-            return await self.create_user(name, password, Role.ADMIN)
+            try:
+                return await self.create_user(name, password, Role.ADMIN)
+            except ConflictError:
+                if await self.has_admin():  # another server bootstrapped it meanwhile
+                    return None
+                raise
         check_password(name, password)
         return await self._store.update_user(
             replace(
