@@ -23,6 +23,9 @@ from rota.coordination.memory import MemoryCoordination
 from rota.coordination.redis import RedisCoordination
 from rota.core.ports import Coordination
 from rota.indexes.memory import MemoryScheduleIndex
+from rota.runtime import auth_config
+from rota.services.audit import AuditService
+from rota.services.auth import AuthService
 from rota.services.events import EventPublisher
 from rota.services.jobs import JobService
 from rota.settings import Settings
@@ -45,6 +48,12 @@ class EventsRuntime:
     jobs: JobService
     events: EventPublisher
     failing: dict[str, str] = field(default_factory=dict)
+    auth: AuthService = field(init=False)
+    audit: AuditService = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
+        self.audit = AuditService(self.store, self.jobs.now)
 
     async def health(self) -> dict[str, str]:
         return {"store": "ok"}

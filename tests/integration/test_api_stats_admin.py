@@ -133,7 +133,12 @@ async def test_dispatcher_stop_and_resume(
     assert stopped.json()["paused"] is True
     assert stopped.json()["reason"] == "db upgrade"
     assert stopped.json()["changedAt"] is not None
+    assert stopped.json()["by"] == "test-admin"
     assert (await runtime.store.dispatcher_state()).paused
+    audit = (await client.get("/api/v1/audit")).json()["items"]
+    entry = next(e for e in audit if e["action"] == "dispatcher.stopped")
+    assert entry["after"] == {"paused": True, "reason": "db upgrade"}
+    assert entry["before"] == {"paused": False, "reason": None}
     assert (await client.get("/api/v1/admin/dispatcher")).json()["reason"] == "db upgrade"
 
     resumed = await client.post("/api/v1/admin/dispatcher/resume")

@@ -7,13 +7,12 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import httpx
-import orjson
 import pytest
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,12 +31,15 @@ from rota.coordination.memory import MemoryCoordination
 from rota.core.ids import new_id
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord, WorkerInfo
 from rota.indexes.memory import MemoryScheduleIndex
+from rota.runtime import auth_config
+from rota.services.audit import AuditService
+from rota.services.auth import AuthService
 from rota.services.events import EventPublisher
 from rota.services.jobs import JobService
 from rota.settings import Settings
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
-from tests.api_client import api_client
+from tests.api_client import PASSWORD, api_client, ensure_user, username_of
 from tests.asgi_stream import StreamingASGITransport
 
 S = OccurrenceStatus
@@ -55,6 +57,12 @@ class ClientRuntime:
     jobs: JobService
     events: EventPublisher
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    auth: AuthService = field(init=False)
+    audit: AuditService = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
+        self.audit = AuditService(self.store, self.jobs.now)
 
     async def health(self) -> dict[str, str]:
         return {"store": "ok"}
@@ -273,101 +281,81 @@ async def test_events_replay_and_follow(client: rota.Client) -> None:
 # --- signing in ------------------------------------------------------------------------------
 
 
-class AuthGate:
-    """Stands in front of the app like the API's sign-in does: login and refresh routes that
-    hand out tokens, and a 401 for any other /api/v1 call without the current token."""
+class PathCounter:
+    """Counts the requests to each path on their way to the app."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.access = "access-0"
-        self.refresh = "refresh-0"
-        self.logins = 0
-        self.refreshes = 0
+        self.hits: dict[str, int] = {}
 
-    def expire(self) -> None:
-        self.access += "-expired"
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Any:
+        path = str(scope.get("path", ""))
+        self.hits[path] = self.hits.get(path, 0) + 1
+        return self.app(scope, receive, send)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] != "http" or not path.startswith("/api/v1"):
-            await self.app(scope, receive, send)
-            return
-        if path in ("/api/v1/auth/login", "/api/v1/auth/refresh"):
-            message = await receive()
-            body = orjson.loads(message.get("body") or b"{}")
-            await self._auth(path, body, send)
-            return
-        headers = dict(scope.get("headers", []))
-        if headers.get(b"authorization") != f"Bearer {self.access}".encode():
-            await _json(send, 401, {"type": "about:blank", "title": "Unauthorized", "status": 401})
-            return
-        await self.app(scope, receive, send)
-
-    async def _auth(self, path: str, body: dict[str, Any], send: Send) -> None:
-        if path.endswith("/login"):
-            if body != {"username": "ops", "password": "correct horse"}:
-                await _json(send, 401, {"title": "Unauthorized", "status": 401, "detail": "no"})
-                return
-            self.logins += 1
-        else:
-            if body.get("refreshToken") != self.refresh:
-                await _json(send, 401, {"title": "Unauthorized", "status": 401})
-                return
-            self.refreshes += 1
-        n = self.logins + self.refreshes
-        self.access, self.refresh = f"access-{n}", f"refresh-{n}"
-        tokens = {
-            "accessToken": self.access,
-            "refreshToken": self.refresh,
-            "tokenType": "bearer",
-            "expiresIn": 900,
-        }
-        await _json(send, 200, tokens)
+    def count(self, path: str) -> int:
+        return self.hits.get(path, 0)
 
 
-async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
-    payload = orjson.dumps(body)
-    headers = [(b"content-type", b"application/json")]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
-
-
-async def test_sign_in_then_refresh_on_401_then_sign_in_again(app: FastAPI) -> None:
-    gate = AuthGate(app)
-    transport = StreamingASGITransport(gate)
+async def test_sign_in_then_refresh_on_401_then_sign_in_again(
+    runtime: ClientRuntime, app: FastAPI
+) -> None:
+    """Against the API's own sign-in, on a clock the test moves."""
+    skew = [timedelta(0)]
+    runtime.auth = AuthService(
+        runtime.store,
+        auth_config(runtime.settings),
+        lambda: datetime.now(UTC) + skew[0],
+    )
+    await ensure_user(runtime.auth, "operator")
+    counter = PathCounter(app)
+    transport = StreamingASGITransport(counter)
+    login, refresh = "/api/v1/auth/login", "/api/v1/auth/refresh"
     async with rota.Client(
-        "http://rota", username="ops", password="correct horse", transport=transport
+        "http://rota", username=username_of("operator"), password=PASSWORD, transport=transport
     ) as client:
         assert client.token is None
         job = await client.create_job(job_type="x", cron_expression="@daily")
-        assert (gate.logins, gate.refreshes) == (1, 0)
-        assert client.token == gate.access
+        assert (counter.count(login), counter.count(refresh)) == (1, 0)
+        assert client.token is not None
 
-        gate.expire()  # the access token runs out: one refresh, then the call goes through
+        skew[0] += timedelta(hours=1)  # the access token ran out: one refresh, then the call
         assert (await client.get_job(job.id)).id == job.id
-        assert (gate.logins, gate.refreshes) == (1, 1)
+        assert (counter.count(login), counter.count(refresh)) == (1, 1)
 
-        gate.expire()
-        gate.refresh = "revoked"  # and the refresh token is no good: sign in again
+        skew[0] += timedelta(days=60)  # and the refresh token too: sign in again
         assert (await client.get_job(job.id)).id == job.id
-        assert (gate.logins, gate.refreshes) == (2, 1)
+        assert (counter.count(login), counter.count(refresh)) == (2, 2)
 
-        gate.expire()  # events renew the same way
+        skew[0] += timedelta(hours=1)  # event streams renew the same way
         stream = client.events(last_event_id="0-0-0", reconnect=False)
         event = await asyncio.wait_for(anext(stream), WAIT)
         assert event.type == "job.created"
         await stream.aclose()  # type: ignore[attr-defined]
-        assert gate.refreshes == 2
+        assert counter.count(refresh) == 3
 
     async with rota.Client(
-        "http://rota", username="ops", password="wrong", transport=transport
+        "http://rota", username=username_of("operator"), password="wrong", transport=transport
     ) as client:
         with pytest.raises(ApiAuthError) as refused:
             await client.list_jobs()
-        assert refused.value.detail == "no"
+        assert refused.value.status == 401
     async with rota.Client("http://rota", token="stale", transport=transport) as client:
         with pytest.raises(ApiAuthError):
             await client.list_jobs()
+
+
+async def test_a_viewer_may_read_but_not_change(app: FastAPI) -> None:
+    async with (
+        api_client(app, role="viewer") as http,
+        rota.Client(
+            "http://rota", token=bearer(http), transport=StreamingASGITransport(app)
+        ) as viewer,
+    ):
+        assert (await viewer.list_jobs()).items == []
+        with pytest.raises(ApiAuthError) as denied:
+            await viewer.create_job(job_type="x", cron_expression="@daily")
+        assert denied.value.status == 403
 
 
 def test_credentials_are_one_or_the_other() -> None:
@@ -386,9 +374,16 @@ def test_sync_client(tmp_path: Path) -> None:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await holder["app"](scope, receive, send)
 
-    with rota.SyncClient("http://rota", transport=StreamingASGITransport(app)) as client:
-        # The runtime lives on the facade's own loop, as a server's would on its own.
+    with rota.SyncClient(
+        "http://rota",
+        username=username_of("operator"),
+        password=PASSWORD,
+        transport=StreamingASGITransport(app),
+    ) as client:
+        # The runtime lives on the facade's own loop, as a server's would on its own; the
+        # client signs in on its first call.
         rt = client.call(make_runtime(tmp_path))
+        client.call(ensure_user(rt.auth, "operator"))
         holder["app"] = create_app(rt)
         try:
             job = client.create_job(job_type="report", cron_expression="@hourly")

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body
 from pydantic import Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from rota.api.deps import Runtime
+from rota.api.deps import Audit, Runtime
 from rota.api.problems import problem_responses
 from rota.api.schemas import (
     NO_NUL,
@@ -24,7 +24,9 @@ from rota.api.schemas import (
     InstanceOut,
     ReliabilityOut,
 )
+from rota.api.security import OperatorUser, requires
 from rota.core.models import DispatcherState, utcnow
+from rota.core.security import Role
 from rota.services.buckets import bucket_overview
 from rota.services.control import switch_dispatcher
 from rota.services.dispatcher import Dispatcher
@@ -32,7 +34,7 @@ from rota.services.probes import ProbeReleaser
 from rota.services.tracker import StatusTracker
 from rota.services.zombies import ZombieDetector
 
-router = APIRouter(prefix="/admin", tags=["admin"])
+router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[requires(Role.VIEWER)])
 
 
 def _utc(epoch: float | None) -> datetime | None:
@@ -168,17 +170,28 @@ def _dispatcher_out(runtime: object, state: DispatcherState) -> DispatcherOut:
     )
 
 
-async def _switch(runtime: Runtime, *, paused: bool, reason: str | None) -> DispatcherOut:
+async def _switch(
+    runtime: Runtime, audit: Audit, user: str, *, paused: bool, reason: str | None
+) -> DispatcherOut:
+    before = await runtime.store.dispatcher_state()
     state = await switch_dispatcher(
         runtime.store,
         paused=paused,
         reason=reason,
-        by=None,
+        by=user,
         now=utcnow(),
         events=runtime.jobs.events,
     )
     if hasattr(runtime, "apply_dispatcher_state"):  # this server at once; the others soon
         cast(_Dispatching, runtime).apply_dispatcher_state(state)
+    action = "dispatcher.stopped" if paused else "dispatcher.resumed"
+    await audit.record(
+        user,
+        action,
+        "dispatcher",
+        before={"paused": before.paused, "reason": before.reason},
+        after={"paused": state.paused, "reason": state.reason},
+    )
     return _dispatcher_out(runtime, state)
 
 
@@ -196,8 +209,10 @@ async def dispatcher_state(runtime: Runtime) -> DispatcherOut:
     responses=problem_responses(413, 422, 503),
     summary="Stop dispatching on every server (no new fires are sent), with a reason",
 )
-async def stop_dispatcher(body: StopRequest, runtime: Runtime) -> DispatcherOut:
-    return await _switch(runtime, paused=True, reason=body.reason)
+async def stop_dispatcher(
+    body: StopRequest, runtime: Runtime, user: OperatorUser, audit: Audit
+) -> DispatcherOut:
+    return await _switch(runtime, audit, user.username, paused=True, reason=body.reason)
 
 
 @router.post(
@@ -206,9 +221,13 @@ async def stop_dispatcher(body: StopRequest, runtime: Runtime) -> DispatcherOut:
     summary="Resume dispatching on every server",
 )
 async def resume_dispatcher(
-    runtime: Runtime, body: Annotated[ResumeRequest | None, Body()] = None
+    runtime: Runtime,
+    user: OperatorUser,
+    audit: Audit,
+    body: Annotated[ResumeRequest | None, Body()] = None,
 ) -> DispatcherOut:
-    return await _switch(runtime, paused=False, reason=(body or ResumeRequest()).reason)
+    reason = (body or ResumeRequest()).reason
+    return await _switch(runtime, audit, user.username, paused=False, reason=reason)
 
 
 # --- effective configuration --------------------------------------------------------------
@@ -216,6 +235,7 @@ async def resume_dispatcher(
 
 @router.get(
     "/config",
+    dependencies=[requires(Role.ADMIN)],
     responses=problem_responses(503),
     summary="The effective settings of this server, secrets masked",
 )

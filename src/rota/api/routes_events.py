@@ -20,10 +20,12 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
 from rota.api.schemas import NO_NUL
+from rota.api.security import requires
 from rota.core.errors import ValidationError
 from rota.core.events import Event, EventType, parse_event_id
+from rota.core.security import Role
 
-router = APIRouter(prefix="/events", tags=["events"])
+router = APIRouter(prefix="/events", tags=["events"], dependencies=[requires(Role.VIEWER)])
 
 RETRY_MS = 3000
 """How long a browser waits before it reconnects (sent once, first)."""

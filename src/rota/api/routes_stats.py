@@ -22,10 +22,12 @@ from rota.api.schemas import (
     WorkerCounts,
     status_name,
 )
+from rota.api.security import requires
 from rota.core.errors import ValidationError
 from rota.core.models import OccurrenceStatus, utcnow
+from rota.core.security import Role
 
-router = APIRouter(prefix="/stats", tags=["stats"])
+router = APIRouter(prefix="/stats", tags=["stats"], dependencies=[requires(Role.VIEWER)])
 
 DAY: Final = timedelta(hours=24)
 MAX_POINTS: Final = 1000

@@ -14,10 +14,12 @@ from fastapi import APIRouter
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
 from rota.api.schemas import WorkerGroupOut, WorkerInstanceOut, WorkerList
+from rota.api.security import requires
 from rota.core.errors import NotFoundError
 from rota.core.models import WorkerInfo
+from rota.core.security import Role
 
-router = APIRouter(prefix="/workers", tags=["workers"])
+router = APIRouter(prefix="/workers", tags=["workers"], dependencies=[requires(Role.VIEWER)])
 
 
 def _instance(info: WorkerInfo) -> WorkerInstanceOut:
@@ -65,7 +67,7 @@ async def list_workers(runtime: Runtime) -> WorkerList:
 
 @router.get(
     "/{worker_id}",
-    responses=problem_responses(404, 503),
+    responses=problem_responses(404, 422, 503),
     summary="One live worker group: its instances, job types (data schemas) and load",
 )
 async def get_worker_group(worker_id: str, runtime: Runtime) -> WorkerGroupOut:

@@ -7,7 +7,7 @@ scheduler's shared switches (the dispatcher's stop/resume).
   stopped, why, by whom, since when), read by every server.
 
 Revision ID: 0005b
-Revises: 0004
+Revises: 0005
 Create Date: 2026-11-23
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005b"
-down_revision: str | Sequence[str] | None = "0004"
+down_revision: str | Sequence[str] | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
