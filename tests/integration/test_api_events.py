@@ -22,6 +22,7 @@ from rota.api.app import create_app
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
 from rota.coordination.redis import RedisCoordination
+from rota.core.events import Event
 from rota.core.ports import Coordination
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.runtime import auth_config
@@ -309,18 +310,28 @@ async def test_a_failing_feed_never_fails_the_change(
 
 
 async def test_resuming_after_what_the_feed_dropped_says_gap(
-    app: FastAPI, client: httpx.AsyncClient
+    app: FastAPI, client: httpx.AsyncClient, runtime: EventsRuntime
 ) -> None:
     job = await create(client)
+    await runtime.events.flush()
     async with subscribe(app, client, headers={"Last-Event-ID": "1-0-0"}) as events:
+        replayed = await events.next_event()  # nothing dropped yet: no gap
+        assert (replayed.event, replayed.data) == ("job.created", {"jobId": job["id"]})
+    assert replayed.id is not None
+
+    # Fill the feed past its cap (memory: 10,000 events; Redis: about 2,000 entries).
+    for _ in range(12):
+        await runtime.coordination.publish_events(
+            [Event("job.updated", {"jobId": "filler"})] * 1000
+        )
+        for _ in range(200):
+            await runtime.coordination.publish_events([Event("job.updated", {"jobId": "f"})])
+        if await runtime.coordination.feed_horizon() is not None:
+            break
+    horizon = await runtime.coordination.feed_horizon()
+    assert horizon is not None
+    async with subscribe(app, client, headers={"Last-Event-ID": replayed.id}) as events:
         gap = await events.next_event()
         assert gap.event == "gap"
         assert gap.id is None  # not an event of the feed: the client's position stays
-        assert gap.data["after"] == "1-0-0"
-        replayed = await events.next_event()
-        assert replayed.data == {"jobId": job["id"]}
-        assert gap.data["oldest"] == replayed.id
-    async with subscribe(app, client, headers={"Last-Event-ID": replayed.id}) as events:
-        second = await create(client)
-        follow = await events.next_event()  # no gap: nothing was dropped after that id
-        assert (follow.event, follow.data) == ("job.created", {"jobId": second["id"]})
+        assert gap.data == {"after": replayed.id, "oldest": horizon}

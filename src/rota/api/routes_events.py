@@ -105,13 +105,14 @@ def event_filter(
 
 async def _gap(runtime: Runtime, after: str | None) -> ServerSentEvent | None:
     """A ``gap`` message when the client resumes after an event older than every event the
-    feed still keeps: what came between may be lost, so it should reload what it shows."""
+    feed still keeps, once it has dropped some: what came between may be lost, so it should
+    reload what it shows."""
     if after is None:
         return None
-    oldest = await runtime.coordination.replay(None, limit=1)
-    if not oldest or parse_event_id(oldest[0][0]) <= parse_event_id(after):
+    oldest = await runtime.coordination.feed_horizon()
+    if oldest is None or parse_event_id(oldest) <= parse_event_id(after):
         return None
-    data = {"after": after, "oldest": oldest[0][0]}
+    data = {"after": after, "oldest": oldest}
     return ServerSentEvent(event="gap", raw_data=orjson.dumps(data).decode())
 
 
