@@ -16,9 +16,12 @@ from collections.abc import Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from rota.adapters import make_broker, make_coordination, make_index
 from rota.core.models import OccurrenceStatus, WorkerInfo, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
+from rota.metrics import RotaMetrics
 from rota.services.buckets import BucketOwner
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
@@ -56,8 +59,10 @@ class Runtime:
         broker: Broker,
         coordination: Coordination,
         registry: JobRegistry | None = None,
+        metrics: RotaMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or RotaMetrics(CollectorRegistry())
         self.store = store
         self.index = index
         self.broker = broker
@@ -83,6 +88,7 @@ class Runtime:
             utcnow,
             mark_on_commit=settings.is_embedded,
             pending_grace=0.0 if settings.is_embedded else sched.sweeper_grace_seconds,
+            on_fired=self.metrics.record_dispatch,
         )
         self.loader = Loader(
             store,
@@ -123,7 +129,9 @@ class Runtime:
             live_threshold_seconds=sched.zombie_live_worker_threshold_seconds,
             max_requeues=sched.zombie_max_requeues,
         )
-        self.jobs = JobService(store, index, coordination, sched, utcnow)
+        self.jobs = JobService(
+            store, index, coordination, sched, utcnow, on_triggered=self.metrics.record_trigger
+        )
         self.probes = ProbeReleaser(
             self.jobs, interval_seconds=sched.auto_disable_probe_interval_seconds
         )
@@ -141,6 +149,7 @@ class Runtime:
                 sync_threads=settings.worker.sync_threads,
                 flush_interval=settings.worker.flush_interval_seconds,
                 default_timeout=settings.worker.default_timeout_seconds,
+                on_finished=self.metrics.record_finished,
             )
             self.presence = WorkerPresence(
                 coordination,
@@ -152,6 +161,7 @@ class Runtime:
             )
         self._tasks: list[asyncio.Task[None]] = []
         self.started_at: datetime | None = None
+        self._watch_metrics()
 
     # --- life cycle -----------------------------------------------------------------------
 
@@ -229,6 +239,7 @@ class Runtime:
     # --- glue -----------------------------------------------------------------------------
 
     def _after_status(self, result: StatusResult) -> None:
+        self.metrics.record_status(result)
         if result.disabled:
             self._drop_disabled(result)
         # A retry (back to Queued) is pending now; a finished occurrence may release one held
@@ -261,6 +272,42 @@ class Runtime:
     async def _relay_wakeups(self) -> None:
         async for due in self.coordination.wakeups():
             self.dispatcher.wake(due)
+
+    def _watch_metrics(self) -> None:
+        """The values the metrics read when scraped."""
+        watched = self.metrics.watched
+        watched.zombies = lambda: {
+            "requeued": self.zombies.requeued,
+            "failed": self.zombies.failed,
+        }
+        watched.leases_held = lambda: len(self.owner.buckets)
+        watched.leases_taken_over = lambda: self.owner.taken_over
+        watched.dispatcher_last_tick = lambda: self.dispatcher.stats.last_tick
+        watched.dispatcher_paused = lambda: self.dispatcher.paused_reason is not None
+        executor = self.executor
+        if executor is not None:
+            watched.duplicate_deliveries = lambda: executor.duplicates_skipped
+            watched.outbox_pending = lambda: executor.reporter.outbox_entries
+            watched.jobs_running = lambda: executor.load
+
+    async def refresh_metrics(self) -> None:
+        """Read what the metrics cannot count themselves (queue depths, live workers); called
+        before each scrape. A backend that does not answer leaves the last values."""
+        try:
+            depths = await asyncio.wait_for(self.broker.queue_depths(), timeout=2.0)
+        except Exception as exc:
+            log.debug("queue depths unavailable for metrics: %s", exc)
+        else:
+            self.metrics.set_queue_depths(depths)
+        try:
+            await asyncio.wait_for(self.workers.refresh(), timeout=2.0)
+        except Exception as exc:
+            log.debug("worker registry unavailable for metrics: %s", exc)
+        else:
+            groups: dict[str, int] = {}
+            for worker in self.workers.workers:
+                groups[worker.worker_id] = groups.get(worker.worker_id, 0) + 1
+            self.metrics.set_workers(groups)
 
     async def health(self) -> dict[str, str]:
         """Each component's state: ``ok`` or the error text."""

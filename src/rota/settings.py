@@ -132,6 +132,16 @@ class WorkerSettings(BaseModel):
     finalized_max_entries: int = Field(
         1_000_000, ge=1000, description="Most finalized attempts remembered."
     )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="`rota worker`: serve GET /metrics and GET /health on this port (0: any "
+        "free port, logged at start); unset: no endpoint.",
+    )
+    metrics_host: str = Field(
+        "127.0.0.1", description="`rota worker`: the interface of the metrics/health endpoint."
+    )
     hand_back_after_seconds: float = Field(
         600.0,
         gt=0,

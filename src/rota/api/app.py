@@ -12,6 +12,7 @@ from rota.api import (
     routes_failed,
     routes_health,
     routes_jobs,
+    routes_metrics,
     routes_occurrences,
     routes_workers,
 )
@@ -53,6 +54,7 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
         routes_admin.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
+    app.include_router(routes_metrics.router)
     _install_openapi(app)
     return app
 

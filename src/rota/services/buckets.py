@@ -137,6 +137,9 @@ class BucketOwner:
         self._held: dict[int, Lease] = {}
         self._releasing = False
         self._stopping = asyncio.Event()
+        self._claimed_once = False
+        self.taken_over = 0
+        """Buckets gained after the first claim (another instance lost or released them)."""
 
     @property
     def buckets(self) -> list[int]:
@@ -173,6 +176,9 @@ class BucketOwner:
         acquired = await self._coordination.acquire_buckets(self.instance_id, wanted, self._ttl)
         gained = [b for b in acquired if b not in self._held]
         self._held = dict(acquired)
+        if self._claimed_once:
+            self.taken_over += len(gained)
+        self._claimed_once = True
         if gained and self._on_gained is not None:
             self._on_gained(gained)
         return self.buckets

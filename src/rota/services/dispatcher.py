@@ -22,7 +22,7 @@ from uuid import UUID
 from rota.core.errors import RotaError
 from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, utcnow
 from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
-from rota.core.ports import Broker, DueEntry, IndexEntry, ScheduleIndex, Store
+from rota.core.ports import Broker, DispatchResult, DueEntry, IndexEntry, ScheduleIndex, Store
 from rota.services.workers import WorkerDirectory
 from rota.settings import SchedulerSettings
 
@@ -90,6 +90,7 @@ class Dispatcher:
         *,
         mark_on_commit: bool = False,
         pending_grace: float = 0.0,
+        on_fired: Callable[[DispatchResult, datetime], None] | None = None,
     ) -> None:
         """``mark_on_commit``: record Skip-policy occurrences as dispatched in the dispatch
         transaction itself instead of in a second one after publishing. Only for the embedded
@@ -99,7 +100,10 @@ class Dispatcher:
         ``pending_grace``: pending occurrences younger than this are left alone by the sweep,
         so that an occurrence another instance's dispatcher is publishing right now is not
         published twice (distributed mode; 0 in the embedded mode, which has one dispatcher).
+
+        ``on_fired(result, now)``: called once per fired batch (metrics).
         """
+        self._on_fired = on_fired
         self._mark_on_commit = mark_on_commit
         self._pending_grace = timedelta(seconds=pending_grace)
         self._claim_time = timedelta(seconds=settings.sweeper_claim_seconds)
@@ -259,6 +263,8 @@ class Dispatcher:
         self.stats.held += len(result.held)
         if result.held:
             self._remember_held()
+        if self._on_fired is not None:
+            self._on_fired(result, now)
         return len(result.queued)
 
     async def dispatch_pending(self) -> int:

@@ -164,7 +164,11 @@ class JobService:
         coordination: Coordination,
         settings: SchedulerSettings,
         clock: Callable[[], datetime],
+        *,
+        on_triggered: Callable[[Occurrence], None] | None = None,
     ) -> None:
+        """``on_triggered(occurrence)``: called after a manual trigger stored its occurrence."""
+        self._on_triggered = on_triggered
         self._store = store
         self._index = index
         self._coordination = coordination
@@ -372,6 +376,8 @@ class JobService:
             job, now, now, self._plan, trigger_reason=reason or "manual", job_data=job_data
         )
         await self._store.insert_occurrences([occurrence])
+        if self._on_triggered is not None:
+            self._on_triggered(occurrence)
         await self._guarded(self._coordination.wake(now.timestamp()))
         return occurrence
 

@@ -163,12 +163,15 @@ class Executor:
         finalized_max_entries: int = 1_000_000,
         default_timeout: float | None = None,
         rng: random.Random | None = None,
+        on_finished: Callable[[str, float | None], None] | None = None,
     ) -> None:
         if concurrency < 1 or sync_threads < 1:
             raise ValueError("concurrency and sync_threads must be >= 1")
         if default_timeout is not None and not default_timeout > 0:
             raise ValueError("default_timeout must be > 0 (or None)")
         self.default_timeout = default_timeout
+        self._on_finished = on_finished
+        """``on_finished(job_type, duration_ms)`` after a handler ran (metrics)."""
         self._rng = rng or random.Random()
         self.worker_id = worker_id
         self.instance_id = instance_id
@@ -518,6 +521,8 @@ class Executor:
             self.cancelled_unstarted += 1
         else:
             record = await self._supervise(ctx, definition, data, message)
+            if self._on_finished is not None:
+                self._on_finished(message.job_type, record.duration_ms)
         self._report_final(record)
 
     async def _supervise(

@@ -11,14 +11,19 @@ import logging
 import signal
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from rota.adapters import make_broker, make_coordination
 from rota.core.errors import ConfigurationError
+from rota.metrics import RotaMetrics
 from rota.runtime import new_instance_id
 from rota.settings import Settings
 from rota.worker.discovery import JobRegistry, load_jobs
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
+from rota.worker.metrics_server import MetricsServer
 from rota.worker.presence import WorkerPresence
 
 log = logging.getLogger(__name__)
@@ -64,6 +69,7 @@ async def _run(
     ws = settings.worker
     broker = make_broker(settings)
     coordination = make_coordination(settings)
+    metrics = RotaMetrics(CollectorRegistry(), server=False)
     executor = Executor(
         broker,
         registry,
@@ -77,7 +83,9 @@ async def _run(
         finalized_retention=ws.finalized_retention_hours * 3600.0,
         finalized_max_entries=ws.finalized_max_entries,
         default_timeout=ws.default_timeout_seconds,
+        on_finished=metrics.record_finished,
     )
+    watch_worker(metrics, executor)
     presence = WorkerPresence(
         coordination,
         executor,
@@ -88,6 +96,15 @@ async def _run(
     )
     stop = stop or asyncio.Event()
     _on_signals(stop)
+    endpoint = None
+    if ws.metrics_port is not None:
+        endpoint = MetricsServer(
+            metrics,
+            lambda: worker_health(executor, stop),
+            host=ws.metrics_host,
+            port=ws.metrics_port,
+        )
+        await endpoint.start()
     await broker.start()
     try:
         # Bind the queue before announcing the job types: a fire the scheduler routes to us
@@ -106,6 +123,27 @@ async def _run(
         await presence.stop()
         await broker.close()
         await coordination.close()
+        if endpoint is not None:
+            await endpoint.close()
+
+
+def watch_worker(metrics: RotaMetrics, executor: Executor) -> None:
+    """What a worker's metrics read when scraped."""
+    watched = metrics.watched
+    watched.duplicate_deliveries = lambda: executor.duplicates_skipped
+    watched.outbox_pending = lambda: executor.reporter.outbox_entries
+    watched.jobs_running = lambda: executor.load
+
+
+def worker_health(executor: Executor, stop: asyncio.Event) -> tuple[bool, dict[str, Any]]:
+    """Healthy while the worker takes jobs (not stopping)."""
+    return not stop.is_set(), {
+        "workerId": executor.worker_id,
+        "instanceId": executor.instance_id,
+        "running": executor.load,
+        "held": executor.held,
+        "outboxPending": executor.reporter.outbox_entries,
+    }
 
 
 def _on_signals(stop: asyncio.Event) -> None:
