@@ -20,6 +20,7 @@ from rich.console import Console
 
 from rota.core.errors import RotaError
 from rota.settings import Settings
+from rota.startup import redact_url
 
 T = TypeVar("T")
 
@@ -122,6 +123,15 @@ def worker(
             "timeout (ROTA_WORKER__DEFAULT_TIMEOUT_SECONDS); default: no limit.",
         ),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Serve GET /metrics and GET /health on this port (0: any free port; "
+            "ROTA_WORKER__METRICS_PORT); default: none.",
+        ),
+    ] = None,
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run a worker process (distributed mode: ROTA_AMQP_URL and ROTA_REDIS_URL)."""
@@ -131,6 +141,8 @@ def worker(
     settings = Settings()
     if default_timeout is not None:
         settings.worker.default_timeout_seconds = default_timeout
+    if metrics_port is not None:
+        settings.worker.metrics_port = metrics_port
     _run(
         run_worker(
             settings,
@@ -159,7 +171,7 @@ def migrate(
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     _run(upgrade(url))
-    _console().print(f"[green]schema up to date[/green] ({_redact(url)})")
+    _console().print(f"[green]schema up to date[/green] ({redact_url(url)})")
 
 
 @bench_app.command("throughput")
@@ -238,13 +250,6 @@ def _apply_listen(settings: Settings, host: str | None, port: int | None) -> Non
         settings.api.host = host
     if port is not None:
         settings.api.port = port
-
-
-def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
 
 
 def main() -> None:

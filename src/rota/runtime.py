@@ -34,6 +34,7 @@ from rota.services.tracker import LogCollector, StatusTracker
 from rota.services.workers import WorkerDirectory
 from rota.services.zombies import ZombieDetector
 from rota.settings import Settings
+from rota.startup import wait_for
 from rota.worker.discovery import JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.presence import WorkerPresence
@@ -166,8 +167,7 @@ class Runtime:
     # --- life cycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.store.open()
-        await self.broker.start()
+        await self._open_backends()
         if self.settings.is_embedded:
             await recover_embedded(self.store, utcnow())
         if self.executor is not None and self.presence is not None:
@@ -189,6 +189,23 @@ class Runtime:
         self._spawn(self.declared.run(), "declared-schedules")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
+
+    async def _open_backends(self) -> None:
+        """Open the store and the broker, and reach Redis; in the distributed mode each is
+        waited for (``startup_wait_seconds``) with a message per try."""
+        s = self.settings
+        if s.is_embedded and s.effective_database_url.startswith("sqlite"):
+            await self.store.open()
+            await self.broker.start()
+            return
+        wait = s.startup_wait_seconds
+        await wait_for("the database", s.effective_database_url, self.store.open, within=wait)
+        if s.redis_url:
+            await wait_for("Redis", s.redis_url, self.coordination.instances, within=wait)
+        if s.amqp_url:
+            await wait_for("RabbitMQ", s.amqp_url, self.broker.start, within=wait)
+        else:
+            await self.broker.start()
 
     async def stop(self, *, grace: float = 10.0) -> None:
         """Graceful stop: no new dispatch, running jobs finish (up to ``grace``), their reports
@@ -315,6 +332,7 @@ class Runtime:
         checks: dict[str, Coroutine[Any, Any, object]] = {
             "store": self.store.ping(),
             "index": self.index.size([]),
+            "coordination": self.coordination.instances(),
             "broker": self.broker.queue_depths(),
         }
         for name, check in checks.items():

@@ -180,6 +180,12 @@ class Settings(BaseSettings):
     name_prefix: str = Field(
         "rota", pattern=r"^[a-z][a-z0-9_-]*$", description="Prefix of Redis keys and AMQP names."
     )
+    startup_wait_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="At start, how long a server or worker waits for PostgreSQL, Redis and "
+        "RabbitMQ to answer (retrying, with a message per try) before giving up; 0: no wait.",
+    )
     scheduler: SchedulerSettings = SchedulerSettings()
     tracker: TrackerSettings = TrackerSettings()
     worker: WorkerSettings = WorkerSettings()

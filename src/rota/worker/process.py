@@ -17,9 +17,11 @@ from prometheus_client import CollectorRegistry
 
 from rota.adapters import make_broker, make_coordination
 from rota.core.errors import ConfigurationError
+from rota.core.ports import Broker, Coordination
 from rota.metrics import RotaMetrics
 from rota.runtime import new_instance_id
 from rota.settings import Settings
+from rota.startup import wait_for
 from rota.worker.discovery import JobRegistry, load_jobs
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
@@ -96,21 +98,23 @@ async def _run(
     )
     stop = stop or asyncio.Event()
     _on_signals(stop)
+    started = asyncio.Event()
     endpoint = None
     if ws.metrics_port is not None:
         endpoint = MetricsServer(
             metrics,
-            lambda: worker_health(executor, stop),
+            lambda: worker_health(executor, started, stop),
             host=ws.metrics_host,
             port=ws.metrics_port,
         )
         await endpoint.start()
-    await broker.start()
     try:
+        await _connect(settings, broker, coordination)
         # Bind the queue before announcing the job types: a fire the scheduler routes to us
         # must find a queue.
         await executor.start()
         await presence.start()
+        started.set()
         log.info(
             "worker started",
             extra={"worker_id": worker_id, "instance_id": executor.instance_id,
@@ -135,15 +139,28 @@ def watch_worker(metrics: RotaMetrics, executor: Executor) -> None:
     watched.jobs_running = lambda: executor.load
 
 
-def worker_health(executor: Executor, stop: asyncio.Event) -> tuple[bool, dict[str, Any]]:
-    """Healthy while the worker takes jobs (not stopping)."""
-    return not stop.is_set(), {
+def worker_health(
+    executor: Executor, started: asyncio.Event, stop: asyncio.Event
+) -> tuple[bool, dict[str, Any]]:
+    """Healthy while the worker takes jobs: started (its broker and Redis reached), not
+    stopping."""
+    state = "stopping" if stop.is_set() else "running" if started.is_set() else "starting"
+    return state == "running", {
+        "state": state,
         "workerId": executor.worker_id,
         "instanceId": executor.instance_id,
         "running": executor.load,
         "held": executor.held,
         "outboxPending": executor.reporter.outbox_entries,
     }
+
+
+async def _connect(settings: Settings, broker: Broker, coordination: Coordination) -> None:
+    """Reach Redis and RabbitMQ, waiting for them up to ``startup_wait_seconds``."""
+    wait = settings.startup_wait_seconds
+    if settings.redis_url:
+        await wait_for("Redis", settings.redis_url, coordination.instances, within=wait)
+    await wait_for("RabbitMQ", settings.amqp_url or "", broker.start, within=wait)
 
 
 def _on_signals(stop: asyncio.Event) -> None:
