@@ -39,19 +39,10 @@ def _console() -> Console:
 
 
 def configure_logging(level: str) -> None:
-    """Readable lines on a terminal, JSON lines otherwise."""
-    handler = logging.StreamHandler(sys.stderr)
-    if sys.stderr.isatty():
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    else:
-        from rota.logs import JsonFormatter
+    """Readable lines on a terminal, JSON lines otherwise, with the log context."""
+    from rota.logs import configure
 
-        handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    configure(level)
 
 
 HostOpt = Annotated[str | None, typer.Option(help="Interface to listen on.")]
