@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 
 from rota.core.errors import RotaError
+from rota.services.maintenance import MaintenanceReport, RetentionPolicy
 from rota.settings import Settings
 from rota.startup import redact_url
 
@@ -163,6 +164,41 @@ def migrate(
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     _run(upgrade(url))
     _console().print(f"[green]schema up to date[/green] ({redact_url(url)})")
+
+
+@app.command()
+def maintenance(
+    database_url: Annotated[
+        str | None, typer.Option(help="Defaults to ROTA_DATABASE_URL or the data dir's SQLite.")
+    ] = None,
+) -> None:
+    """Apply the retention settings once (ROTA_RETENTION__…): delete old occurrences, log
+    lines and resolved dead letters in small batches, and print what was deleted."""
+
+    configure_logging("warning")
+    settings = Settings()
+    url = database_url or settings.effective_database_url
+    policy = RetentionPolicy.from_settings(settings.retention)
+    report: MaintenanceReport = _run(_retention(url, policy, settings.startup_wait_seconds))
+    console = _console()
+    for status, n in sorted(report.occurrences.items()):
+        console.print(f"{status} occurrences deleted: {n}")
+    console.print(f"log lines deleted: {report.logs}")
+    console.print(f"resolved dead letters deleted: {report.dead_letters}")
+    console.print(f"[green]retention done[/green] in {report.seconds:.1f} s ({redact_url(url)})")
+
+
+async def _retention(url: str, policy: RetentionPolicy, wait_seconds: float) -> MaintenanceReport:
+    from rota.services.maintenance import Maintenance
+    from rota.startup import wait_for
+    from rota.stores.sql import SqlStore
+
+    store = SqlStore(url)
+    await wait_for("the database", url, store.open, within=wait_seconds)
+    try:
+        return await Maintenance(store, policy).run_once()
+    finally:
+        await store.close()
 
 
 @bench_app.command("throughput")

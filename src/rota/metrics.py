@@ -278,6 +278,10 @@ class RotaMetrics:
         if duration_ms is not None:
             self.job_duration.observe(duration_ms / 1000.0, job_type)
 
+    def record_deleted(self, kind: str, rows: int) -> None:
+        """Retention deleted ``rows`` of ``kind`` (one step)."""
+        self.maintenance_deleted.labels(kind).inc(rows)
+
     def set_queue_depths(self, depths: Mapping[str, int]) -> None:
         self.queue_depth.clear()
         for name, depth in depths.items():

@@ -28,6 +28,7 @@ from rota.services.declared import DeclaredSchedules
 from rota.services.dispatcher import Dispatcher
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
+from rota.services.maintenance import Maintenance, RetentionPolicy
 from rota.services.probes import ProbeReleaser
 from rota.services.recovery import recover_embedded
 from rota.services.tracker import LogCollector, StatusTracker
@@ -136,6 +137,14 @@ class Runtime:
         self.probes = ProbeReleaser(
             self.jobs, interval_seconds=sched.auto_disable_probe_interval_seconds
         )
+        self.maintenance = Maintenance(
+            store,
+            RetentionPolicy.from_settings(settings.retention),
+            interval_seconds=settings.retention.interval_seconds,
+            is_leader=lambda: 0 in self.owner.buckets,
+            on_deleted=self.metrics.record_deleted,
+            on_run=lambda _report: self.metrics.maintenance_runs.inc(),
+        )
         self._background: set[asyncio.Task[None]] = set()
         self.declared = DeclaredSchedules(self.jobs, store, self.workers)
         self.executor: Executor | None = None
@@ -187,6 +196,8 @@ class Runtime:
         self._spawn(self.zombies.run(), "zombies")
         self._spawn(self.probes.run(), "auto-disable-probes")
         self._spawn(self.declared.run(), "declared-schedules")
+        if self.settings.retention.enabled:
+            self._spawn(self.maintenance.run(), "maintenance")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
 
@@ -214,6 +225,7 @@ class Runtime:
         self.dispatcher.stop()
         self.zombies.stop()
         self.probes.stop()
+        self.maintenance.stop()
         if self.executor is not None and self.presence is not None:
             await self.executor.stop(grace)
             await self.presence.stop()

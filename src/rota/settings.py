@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from pydantic_settings import (
@@ -157,6 +157,30 @@ class WorkerSettings(BaseModel):
         return data_dir / "workers" / name
 
 
+def _days(description: str, default: float) -> Any:
+    return Field(default, ge=0, description=f"{description} Days; 0: kept forever.")
+
+
+class RetentionSettings(BaseModel):
+    """How long history is kept (``ROTA_RETENTION__…``); retention deletes in small batches."""
+
+    completed_days: float = _days("Completed occurrences (with history and logs).", 30)
+    failed_days: float = _days(
+        "Failed and TimedOut occurrences (kept while their dead letter is unresolved).", 90
+    )
+    cancelled_days: float = _days("Cancelled occurrences.", 30)
+    skipped_days: float = _days("Skipped occurrences (misfires, overlaps).", 30)
+    logs_days: float = _days("Log lines, of any occurrence, by their timestamp.", 30)
+    resolved_dead_letters_days: float = _days(
+        "Resolved failed-occurrence records, by resolution time.", 90
+    )
+    batch_size: int = Field(1000, ge=1, le=50_000, description="Rows per delete statement.")
+    interval_seconds: float = Field(
+        3600.0, gt=0, description="How often a server runs retention (the owner of bucket 0)."
+    )
+    enabled: bool = Field(True, description="Run retention periodically in `rota server`.")
+
+
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -190,6 +214,7 @@ class Settings(BaseSettings):
     tracker: TrackerSettings = TrackerSettings()
     worker: WorkerSettings = WorkerSettings()
     api: ApiSettings = ApiSettings()
+    retention: RetentionSettings = RetentionSettings()
 
     @classmethod
     def settings_customise_sources(
