@@ -31,11 +31,14 @@ from rota.services.loader import Loader
 from rota.services.maintenance import Maintenance, RetentionPolicy
 from rota.services.probes import ProbeReleaser
 from rota.services.recovery import recover_embedded
+from rota.services.silence import KINDS as SILENCE_KINDS
+from rota.services.silence import Alert, SilenceConfig, SilenceMonitor
 from rota.services.tracker import LogCollector, StatusTracker
 from rota.services.workers import WorkerDirectory
 from rota.services.zombies import ZombieDetector
 from rota.settings import Settings
 from rota.startup import wait_for
+from rota.webhooks import alert_webhook
 from rota.worker.discovery import JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.presence import WorkerPresence
@@ -145,6 +148,26 @@ class Runtime:
             on_deleted=self.metrics.record_deleted,
             on_run=lambda _report: self.metrics.maintenance_runs.inc(),
         )
+        silence = settings.silence
+        self.silence = SilenceMonitor(
+            store,
+            SilenceConfig(
+                interval_seconds=silence.interval_seconds,
+                window_seconds=silence.window_seconds,
+                grace_seconds=silence.grace_seconds,
+                stall_seconds=silence.dispatcher_stall_seconds,
+            ),
+            instance_id=self.instance_id,
+            buckets=lambda: self.owner.buckets,
+            last_tick=lambda: self.dispatcher.stats.last_tick,
+            on_raised=self._alert_changed,
+            on_resolved=self._alert_changed,
+            notify=(
+                alert_webhook(settings.alert_webhook_url, silence.webhook_timeout_seconds)
+                if settings.alert_webhook_url
+                else None
+            ),
+        )
         self._background: set[asyncio.Task[None]] = set()
         self.declared = DeclaredSchedules(self.jobs, store, self.workers)
         self.executor: Executor | None = None
@@ -196,6 +219,8 @@ class Runtime:
         self._spawn(self.zombies.run(), "zombies")
         self._spawn(self.probes.run(), "auto-disable-probes")
         self._spawn(self.declared.run(), "declared-schedules")
+        if self.settings.silence.enabled:
+            self._spawn(self.silence.run(), "silence")
         if self.settings.retention.enabled:
             self._spawn(self.maintenance.run(), "maintenance")
         self.started_at = utcnow()
@@ -226,6 +251,7 @@ class Runtime:
         self.zombies.stop()
         self.probes.stop()
         self.maintenance.stop()
+        self.silence.stop()
         if self.executor is not None and self.presence is not None:
             await self.executor.stop(grace)
             await self.presence.stop()
@@ -302,9 +328,18 @@ class Runtime:
         async for due in self.coordination.wakeups():
             self.dispatcher.wake(due)
 
+    def _alert_changed(self, alert: Alert) -> None:
+        if alert.resolved_at is None:
+            self.metrics.silence_alerts.labels(alert.kind).inc()
+        active = self.silence.active
+        for kind in SILENCE_KINDS:
+            self.metrics.silence_active.labels(kind).set(sum(1 for a in active if a.kind == kind))
+
     def _watch_metrics(self) -> None:
         """The values the metrics read when scraped."""
         watched = self.metrics.watched
+        for kind in SILENCE_KINDS:
+            self.metrics.silence_active.labels(kind).set(0)
         watched.zombies = lambda: {
             "requeued": self.zombies.requeued,
             "failed": self.zombies.failed,

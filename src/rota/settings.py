@@ -181,6 +181,26 @@ class RetentionSettings(BaseModel):
     enabled: bool = Field(True, description="Run retention periodically in `rota server`.")
 
 
+class SilenceSettings(BaseModel):
+    """Silence detection (``ROTA_SILENCE__…``): missed fires and a stalled dispatcher."""
+
+    enabled: bool = Field(True, description="Look for silence in `rota server`/`rota dev`.")
+    interval_seconds: float = Field(30.0, gt=0, description="How often each server looks.")
+    window_seconds: float = Field(
+        900.0, gt=0, description="How far back a cron job's expected fires are checked."
+    )
+    grace_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="Fires expected more recently than this are not checked yet (keep it "
+        "above the misfire threshold and the dispatch delay).",
+    )
+    dispatcher_stall_seconds: float = Field(
+        60.0, gt=0, description="A dispatcher whose loop has not ticked for this long alerts."
+    )
+    webhook_timeout_seconds: float = Field(5.0, gt=0, description="Per webhook POST.")
+
+
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -215,6 +235,10 @@ class Settings(BaseSettings):
     worker: WorkerSettings = WorkerSettings()
     api: ApiSettings = ApiSettings()
     retention: RetentionSettings = RetentionSettings()
+    silence: SilenceSettings = SilenceSettings()
+    alert_webhook_url: str | None = Field(
+        None, description="POST each new silence alert here as JSON (ROTA_ALERT_WEBHOOK_URL)."
+    )
 
     @classmethod
     def settings_customise_sources(

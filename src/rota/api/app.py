@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from rota.api import (
     routes_admin,
+    routes_alerts,
     routes_failed,
     routes_health,
     routes_jobs,
@@ -52,6 +53,7 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
         routes_workers.router,
         routes_health.router,
         routes_admin.router,
+        routes_alerts.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(routes_metrics.router)

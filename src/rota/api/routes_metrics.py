@@ -7,6 +7,7 @@ from typing import Protocol, cast
 from fastapi import APIRouter, Response
 
 from rota.api.deps import Runtime
+from rota.api.problems import problem_responses
 from rota.metrics import CONTENT_TYPE, RotaMetrics
 
 router = APIRouter(tags=["monitoring"])
@@ -23,7 +24,10 @@ class _WithMetrics(Protocol):
     "/metrics",
     summary="Prometheus metrics (text exposition format)",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE: {}}, "description": "The metrics"}},
+    responses={
+        200: {"content": {CONTENT_TYPE: {}}, "description": "The metrics"},
+        **problem_responses(503),
+    },
 )
 async def metrics(runtime: Runtime) -> Response:
     wired = cast(_WithMetrics, runtime)
