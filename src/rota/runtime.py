@@ -38,6 +38,7 @@ from rota.services.workers import WorkerDirectory
 from rota.services.zombies import ZombieDetector
 from rota.settings import Settings
 from rota.startup import wait_for
+from rota.tracing import Tracing
 from rota.webhooks import alert_webhook
 from rota.worker.discovery import JobRegistry
 from rota.worker.executor import Executor
@@ -65,9 +66,12 @@ class Runtime:
         coordination: Coordination,
         registry: JobRegistry | None = None,
         metrics: RotaMetrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or RotaMetrics(CollectorRegistry())
+        self.tracing = tracing or Tracing()
+        traced = self.tracing.enabled
         self.store = store
         self.index = index
         self.broker = broker
@@ -94,6 +98,7 @@ class Runtime:
             mark_on_commit=settings.is_embedded,
             pending_grace=0.0 if settings.is_embedded else sched.sweeper_grace_seconds,
             on_fired=self.metrics.record_dispatch,
+            stamp=self.tracing.stamp_plan if traced else None,
         )
         self.loader = Loader(
             store,
@@ -135,7 +140,13 @@ class Runtime:
             max_requeues=sched.zombie_max_requeues,
         )
         self.jobs = JobService(
-            store, index, coordination, sched, utcnow, on_triggered=self.metrics.record_trigger
+            store,
+            index,
+            coordination,
+            sched,
+            utcnow,
+            on_triggered=self.metrics.record_trigger,
+            stamp=self.tracing.stamp_trigger if traced else None,
         )
         self.probes = ProbeReleaser(
             self.jobs, interval_seconds=sched.auto_disable_probe_interval_seconds
@@ -183,6 +194,7 @@ class Runtime:
                 flush_interval=settings.worker.flush_interval_seconds,
                 default_timeout=settings.worker.default_timeout_seconds,
                 on_finished=self.metrics.record_finished,
+                tracing=self.tracing,
             )
             self.presence = WorkerPresence(
                 coordination,
@@ -400,8 +412,11 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-def build_runtime(settings: Settings, registry: JobRegistry | None = None) -> Runtime:
-    """Pick the adapters the settings name and wire a :class:`Runtime`."""
+def build_runtime(
+    settings: Settings, registry: JobRegistry | None = None, tracing: Tracing | None = None
+) -> Runtime:
+    """Pick the adapters the settings name and wire a :class:`Runtime` (with its own metrics
+    registry; ``tracing`` off unless given)."""
     from rota.stores.sql import SqlStore
 
     store = SqlStore(settings.effective_database_url, auto_disable=settings.scheduler.auto_disable)
@@ -415,6 +430,7 @@ def build_runtime(settings: Settings, registry: JobRegistry | None = None) -> Ru
         broker=broker,
         coordination=coordination,
         registry=registry,
+        tracing=tracing,
     )
 
 

@@ -18,3 +18,18 @@ async def fast(ctx: rota.JobContext) -> str:
 @rota.job("ops.broken", max_retries=1, retry_delay=0.1)
 async def broken(ctx: rota.JobContext) -> None:
     raise RuntimeError(f"broken on attempt {ctx.attempt}")
+
+
+@rota.job("ops.traced")
+async def traced(ctx: rota.JobContext) -> str:
+    """Returns the trace id of the span it runs in (tracing tests)."""
+    from opentelemetry import trace
+
+    return format(trace.get_current_span().get_span_context().trace_id, "032x")
+
+
+@rota.job("ops.traced_sync")
+def traced_sync(ctx: rota.JobContext) -> str:
+    from opentelemetry import trace
+
+    return format(trace.get_current_span().get_span_context().trace_id, "032x")

@@ -229,6 +229,7 @@ def _occurrences(metadata: MetaData) -> None:
         Column("trigger_reason", Text()),
         Column("concurrency_policy", SmallInteger(), nullable=False),
         Column("retry_delay_seconds", Float()),
+        Column("traceparent", String(64)),
         UniqueConstraint("job_id", "scheduled_for"),
         Index(None, "job_id", "id"),
         Index(None, "job_id", "status", "id"),

@@ -616,6 +616,7 @@ def _occurrence_row(occ: Occurrence, policy: ConcurrencyPolicy) -> dict[str, Any
         "last_heartbeat": occ.last_heartbeat,
         "trigger_reason": occ.trigger_reason,
         "retry_delay_seconds": occ.retry_delay_seconds,
+        "traceparent": occ.traceparent,
         "concurrency_policy": int(policy),
     }
 
@@ -648,6 +649,7 @@ def _to_occurrence(row: Row[Any], changes: tuple[StatusChange, ...] = ()) -> Occ
         last_heartbeat=m["last_heartbeat"],
         trigger_reason=m["trigger_reason"],
         retry_delay_seconds=m["retry_delay_seconds"],
+        traceparent=m["traceparent"],
         status_changes=changes,
     )
 

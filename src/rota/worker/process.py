@@ -22,6 +22,7 @@ from rota.metrics import RotaMetrics
 from rota.runtime import new_instance_id
 from rota.settings import Settings
 from rota.startup import wait_for
+from rota.tracing import tracing_from_env
 from rota.worker.discovery import JobRegistry, load_jobs
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
@@ -72,6 +73,7 @@ async def _run(
     broker = make_broker(settings)
     coordination = make_coordination(settings)
     metrics = RotaMetrics(CollectorRegistry(), server=False)
+    tracing = tracing_from_env("rota-worker")
     executor = Executor(
         broker,
         registry,
@@ -86,6 +88,7 @@ async def _run(
         finalized_max_entries=ws.finalized_max_entries,
         default_timeout=ws.default_timeout_seconds,
         on_finished=metrics.record_finished,
+        tracing=tracing,
     )
     watch_worker(metrics, executor)
     presence = WorkerPresence(
@@ -129,6 +132,7 @@ async def _run(
         await coordination.close()
         if endpoint is not None:
             await endpoint.close()
+        tracing.shutdown()
 
 
 def watch_worker(metrics: RotaMetrics, executor: Executor) -> None:
