@@ -34,8 +34,18 @@ def bind_context(**fields: object) -> None:
     and pool threads copy the context). ``None`` values are left out."""
     current = _context.get()
     merged = dict(current) if current else {}
-    merged.update({key: value for key, value in fields.items() if value is not None})
+    for key, value in fields.items():
+        if value is not None:
+            merged[key] = value
     _context.set(merged)
+
+
+def set_job_context(occurrence_id: object, job_id: object, job_type: str, attempt: int) -> None:
+    """The log context of a task that runs one job attempt (replacing what it inherited):
+    the executor's per-job fast path."""
+    _context.set(
+        {"occurrence_id": occurrence_id, "job_id": job_id, "job_type": job_type, "attempt": attempt}
+    )
 
 
 @contextmanager

@@ -265,9 +265,14 @@ class RotaMetrics:
                 self.late_reports.inc(reasons["late"])
         if not result.applied and not result.disabled:
             return
-        events: Tally[str] = Tally()
-        for change in result.applied:
-            events.update(_events_of(change.from_status, change.to_status))
+        pairs: dict[tuple[OccurrenceStatus, OccurrenceStatus], int] = {}
+        for change in result.applied:  # the only per-record work: one dict update
+            key = (change.from_status, change.to_status)
+            pairs[key] = pairs.get(key, 0) + 1
+        events: dict[str, int] = {}
+        for (before, after), n in pairs.items():
+            for name in _events_of(before, after):
+                events[name] = events.get(name, 0) + n
         for name, n in events.items():
             self._events[name].inc(n)
         if result.disabled:

@@ -39,7 +39,7 @@ from rota.core.models import (
     utcnow,
 )
 from rota.core.ports import Broker, Delivery
-from rota.logs import bind_context
+from rota.logs import set_job_context
 from rota.tracing import Tracing
 from rota.worker.discovery import AnyJobDefinition, JobRegistry
 from rota.worker.localstore import LocalStore
@@ -517,12 +517,8 @@ class Executor:
             return
         definition, data = claimed
         ctx = self._context(message)
-        bind_context(  # this task's own context: its log lines carry the ids
-            occurrence_id=message.occurrence_id,
-            job_id=message.job_id,
-            job_type=message.job_type,
-            attempt=message.attempt,
-        )
+        # this task's own log context: its log lines (the handler's too) carry the ids
+        set_job_context(message.occurrence_id, message.job_id, message.job_type, message.attempt)
         self.reporter.add_status(self._record(ctx, S.RUNNING, self._clock()))
         self.reporter.ack_after_flush(delivery)
         if self._early_cancels and message.occurrence_id in self._early_cancels:
