@@ -140,3 +140,17 @@ async def test_jobs_with_fires_in_a_window(store: SqlStore) -> None:
     assert await store.jobs_with_fires(ids, NOW + 2 * HOUR, NOW + DAY) == set()
     assert await store.jobs_with_fires(ids, NOW + HOUR, NOW + HOUR) == {b.job_id}
     assert await store.jobs_with_fires([], NOW, NOW + DAY) == set()
+
+
+async def test_recurring_jobs_of_some_buckets_by_id(store: SqlStore) -> None:
+    cron = [make_job(cron_expression="* * * * *", bucket=b % 3) for b in range(6)]
+    one_time = make_job(bucket=0)
+    inactive = make_job(cron_expression="* * * * *", bucket=0, is_active=False)
+    await store.create_jobs([*cron, one_time, inactive])
+    wanted = sorted((j for j in cron if j.bucket in (0, 2)), key=lambda j: j.id)
+    first = await store.recurring_jobs([0, 2], 3)
+    assert [j.id for j in first] == [j.id for j in wanted[:3]]
+    rest = await store.recurring_jobs([0, 2], 3, after=first[-1].id)
+    assert [j.id for j in rest] == [j.id for j in wanted[3:]]
+    assert rest[0].cron_expression == "* * * * *"
+    assert await store.recurring_jobs([], 10) == []

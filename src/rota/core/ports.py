@@ -536,6 +536,13 @@ class Store(abc.ABC):
         records are never deleted."""
 
     @abc.abstractmethod
+    async def recurring_jobs(
+        self, buckets: Sequence[int], limit: int, after: UUID | None = None
+    ) -> list[Job]:
+        """Active jobs with a cron expression in ``buckets``, by id, the first ``limit`` after
+        ``after`` (one-time jobs are never read)."""
+
+    @abc.abstractmethod
     async def jobs_with_fires(
         self, job_ids: Sequence[UUID], start: datetime, end: datetime
     ) -> set[UUID]:

@@ -25,7 +25,7 @@ from uuid import UUID
 from rota.core.cron import parse_cached
 from rota.core.errors import CronError, RotaError
 from rota.core.models import Job, utcnow
-from rota.core.ports import JobQuery, Store
+from rota.core.ports import Store
 
 log = logging.getLogger(__name__)
 
@@ -158,19 +158,16 @@ class SilenceMonitor:
         start = now - timedelta(seconds=self._config.window_seconds)
         seen: set[str] = set()
         expected: dict[UUID, tuple[Job, datetime]] = {}
-        cursor = None
-        while True:
-            page = await self._store.list_jobs(
-                JobQuery(is_active=True, limit=self._config.page_size, cursor=cursor)
-            )
-            for job in page.items:
-                if job.bucket in mine and job.cron_expression:
-                    due = _first_expected(job, start, end)
-                    if due is not None:
-                        expected[job.id] = (job, due)
-            if page.next_cursor is None:
+        after = None
+        while mine:
+            page = await self._store.recurring_jobs(sorted(mine), self._config.page_size, after)
+            for job in page:
+                due = _first_expected(job, start, end)
+                if due is not None:
+                    expected[job.id] = (job, due)
+            if len(page) < self._config.page_size:
                 break
-            cursor = page.next_cursor
+            after = page[-1].id
         fired = await self._store.jobs_with_fires(list(expected), start, end) if expected else set()
         for job_id, (job, due) in expected.items():
             key = f"job:{job_id}"

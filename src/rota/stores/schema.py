@@ -110,6 +110,7 @@ rowid) in SQLite."""
 
 CODE_JOBS = text("source = 'code'")
 UNRESOLVED = text("NOT resolved")
+RECURRING = text("cron_expression IS NOT NULL")
 """The condition of the partial unique index on code-declared jobs' job types."""
 
 
@@ -177,6 +178,14 @@ def _jobs(metadata: MetaData) -> None:
             unique=True,
             sqlite_where=CODE_JOBS,
             postgresql_where=CODE_JOBS,
+        ),
+        # The cron jobs of a bucket (silence detection), without the one-time ones.
+        Index(
+            "ix_jobs_recurring",
+            "bucket",
+            "id",
+            sqlite_where=RECURRING,
+            postgresql_where=RECURRING,
         ),
     )
     Table(

@@ -1988,6 +1988,21 @@ class SqlStore(Store):
             await conn.execute(delete(failed_occurrences).where(self._member(f.id, ids)))
         return len(ids)
 
+    async def recurring_jobs(
+        self, buckets: Sequence[int], limit: int, after: UUID | None = None
+    ) -> list[Job]:
+        if not buckets:
+            return []
+        j = jobs.c
+        stmt = select(jobs).where(
+            j.bucket.in_(list(buckets)), j.cron_expression.is_not(None), j.is_active
+        )
+        if after is not None:
+            stmt = stmt.where(j.id > after)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt.order_by(j.id).limit(limit))).all()
+        return [_to_job(r) for r in rows]
+
     async def jobs_with_fires(
         self, job_ids: Sequence[UUID], start: datetime, end: datetime
     ) -> set[UUID]:
