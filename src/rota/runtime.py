@@ -86,6 +86,7 @@ class Runtime:
             bucket_count=sched.bucket_count,
             lease_seconds=sched.lease_seconds,
             on_gained=lambda _b: self.loader.kick(),
+            info=lambda: self.silence.shared_info(),
         )
         self.dispatcher = Dispatcher(
             store,

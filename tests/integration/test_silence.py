@@ -100,6 +100,10 @@ async def test_a_paused_dispatcher_makes_a_cron_job_raise_an_alert(
         assert hook["source"] == "rota"
         assert hook["alert"]["kind"] == "missed_fire"  # type: ignore[index]
         assert hook["alert"]["jobId"] == str(job.id)  # type: ignore[index]
+        # published in this server's heartbeat, for the other servers' admin/alerts
+        await rt.owner.tick()
+        shared = json.loads((await rt.coordination.instances())[rt.instance_id]["alerts"])
+        assert [a["jobId"] for a in shared] == [str(job.id)]
         text = rt.metrics.exposition().decode()
         assert 'rota_silence_alerts_total{kind="missed_fire"} 1.0' in text
         assert 'rota_silence_alerts_active{kind="missed_fire"} 1.0' in text
@@ -119,6 +123,35 @@ async def test_a_paused_dispatcher_makes_a_cron_job_raise_an_alert(
         assert 'rota_silence_alerts_active{kind="missed_fire"} 0.0' in (
             rt.metrics.exposition().decode()
         )
+    finally:
+        await rt.stop(grace=1)
+
+
+async def test_alerts_of_other_servers_are_listed(tmp_path: Path) -> None:
+    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
+    rt = await prepare(settings, ["tests.integration.ops_jobs"])
+    await rt.start()
+    try:
+        other = {
+            "kind": "dispatcher_stalled",
+            "key": "dispatcher:rota-other-1",
+            "message": "the dispatcher of rota-other-1 has not ticked for 75 s",
+            "raisedAt": "2030-01-01T00:00:00+00:00",
+            "resolvedAt": None,
+            "instanceId": "rota-other-1",
+            "jobId": None,
+            "jobType": None,
+            "expectedAt": None,
+        }
+        await rt.coordination.heartbeat_instance(
+            "rota-other-1", {"alerts": json.dumps([other, {"kind": 1}])}, 30
+        )
+        await rt.coordination.heartbeat_instance("rota-other-2", {"alerts": "not json"}, 30)
+        async with api_client(create_app(rt), role="viewer") as http:
+            response = await http.get("/api/v1/admin/alerts")
+        assert response.status_code == 200
+        # malformed entries are left out
+        assert response.json()["active"] == [other | {"raisedAt": "2030-01-01T00:00:00Z"}]
     finally:
         await rt.stop(grace=1)
 

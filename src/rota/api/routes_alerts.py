@@ -1,4 +1,5 @@
-"""``GET /admin/alerts``: this server's silence alerts (missed fires, a stalled dispatcher)."""
+"""``GET /admin/alerts``: the silence alerts (missed fires, a stalled dispatcher) of every live
+server — this one's, and those the others publish in their heartbeats."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ from typing import Protocol, cast
 from uuid import UUID
 
 from fastapi import APIRouter
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
 from rota.api.schemas import ApiModel
-from rota.services.silence import Alert, SilenceMonitor
+from rota.services.silence import Alert, SilenceMonitor, shared_alerts
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 
@@ -32,14 +33,21 @@ class AlertOut(ApiModel):
 
 
 class AlertsOut(ApiModel):
-    active: list[AlertOut] = Field(description="Alerts raised and not resolved, newest first.")
-    recent: list[AlertOut] = Field(description="Resolved alerts (the last 200), newest first.")
+    active: list[AlertOut] = Field(
+        description="Alerts raised and not resolved, of every live server, newest first."
+    )
+    recent: list[AlertOut] = Field(
+        description="Alerts this server resolved (the last 200), newest first."
+    )
     checks: int = Field(description="Silence checks this server has made since it started.")
 
 
 class _WithSilence(Protocol):
     @property
     def silence(self) -> SilenceMonitor: ...
+
+    @property
+    def instance_id(self) -> str: ...
 
 
 def _out(alert: Alert) -> AlertOut:
@@ -62,9 +70,22 @@ def _out(alert: Alert) -> AlertOut:
     summary="Silence alerts of this server: cron jobs that missed fires, a stalled dispatcher",
 )
 async def alerts(runtime: Runtime) -> AlertsOut:
-    monitor = cast(_WithSilence, runtime).silence
+    wired = cast(_WithSilence, runtime)
+    monitor = wired.silence
+    active = [_out(a) for a in monitor.active]
+    others = {
+        name: info
+        for name, info in (await runtime.coordination.instances()).items()
+        if name != wired.instance_id
+    }
+    for shared in shared_alerts(others):
+        try:
+            active.append(AlertOut.model_validate(shared))
+        except ValidationError:
+            continue  # written by another version: left out
+    active.sort(key=lambda a: a.raised_at, reverse=True)
     return AlertsOut(
-        active=[_out(a) for a in monitor.active],
+        active=active,
         recent=[_out(a) for a in monitor.recent],
         checks=monitor.checks,
     )

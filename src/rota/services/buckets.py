@@ -128,7 +128,10 @@ class BucketOwner:
         bucket_count: int,
         lease_seconds: float,
         on_gained: Callable[[list[int]], None] | None = None,
+        info: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
+        """``info()``: more to publish in the instance heartbeat (every instance reads it)."""
+        self._extra_info = info
         self._coordination = coordination
         self.instance_id = instance_id
         self._count = bucket_count
@@ -147,7 +150,10 @@ class BucketOwner:
         return [] if self._releasing else sorted(self._held)
 
     def _info(self) -> dict[str, str]:
-        return {STATE_KEY: STOPPING} if self._releasing else {}
+        info = dict(self._extra_info()) if self._extra_info is not None else {}
+        if self._releasing:
+            info[STATE_KEY] = STOPPING
+        return info
 
     async def _fair_share(self) -> int:
         instances = await self._coordination.instances()

@@ -16,11 +16,13 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
+
+import orjson
 
 from rota.core.cron import parse_cached
 from rota.core.errors import CronError, RotaError
@@ -36,6 +38,10 @@ KINDS: tuple[AlertKind, ...] = (MISSED_FIRE, DISPATCHER_STALLED)
 
 RECENT = 200
 """Resolved alerts remembered for the API."""
+SHARED = 100
+"""Most active alerts an instance publishes in its heartbeat."""
+INFO_KEY = "alerts"
+"""The instance heartbeat key holding its active alerts (JSON), for the other instances."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +105,14 @@ class SilenceMonitor:
     @property
     def active(self) -> list[Alert]:
         return sorted(self._active.values(), key=lambda a: a.raised_at, reverse=True)
+
+    def shared_info(self) -> dict[str, str]:
+        """What this instance's heartbeat carries: its active alerts as JSON (at most
+        :data:`SHARED`), so that any server can list every server's alerts."""
+        active = self.active
+        if not active:
+            return {}
+        return {INFO_KEY: orjson.dumps([alert_json(a) for a in active[:SHARED]]).decode()}
 
     @property
     def recent(self) -> list[Alert]:
@@ -244,6 +258,23 @@ def _first_expected(job: Job, start: datetime, end: datetime) -> datetime | None
     except CronError:
         return None
     return fire if fire <= end else None
+
+
+def shared_alerts(instances: Mapping[str, Mapping[str, str]]) -> list[dict[str, Any]]:
+    """The active alerts other instances publish in their heartbeats (unreadable ones are
+    left out)."""
+    out: list[dict[str, Any]] = []
+    for info in instances.values():
+        raw = info.get(INFO_KEY)
+        if not raw:
+            continue
+        try:
+            alerts = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(alerts, list):
+            out.extend(a for a in alerts if isinstance(a, dict))
+    return out
 
 
 def alert_json(alert: Alert) -> dict[str, object]:
