@@ -13,9 +13,11 @@ from pydantic import Field, ValidationError
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
 from rota.api.schemas import ApiModel
+from rota.api.security import requires
+from rota.core.security import Role
 from rota.services.silence import Alert, SilenceMonitor, shared_alerts
 
-router = APIRouter(prefix="/admin", tags=["admin"])
+router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[requires(Role.VIEWER)])
 
 
 class AlertOut(ApiModel):

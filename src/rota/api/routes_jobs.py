@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Query, Response, status
+from fastapi import APIRouter, Body, Header, Query, Response, status
 from pydantic import ValidationError as PydanticValidationError
 
-from rota.api.deps import Jobs
+from rota.api.deps import Audit, Jobs
 from rota.api.problems import problem_responses
 from rota.api.schemas import (
     MAX_LIMIT,
@@ -30,11 +30,19 @@ from rota.api.schemas import (
     UtcDatetime,
     unwrap_partial_updates,
 )
+from rota.api.security import OperatorUser, requires
 from rota.core.errors import ValidationError
+from rota.core.security import Role
 from rota.services.jobs import MAX_PREVIEW, JobService
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
-schedules = APIRouter(prefix="/schedules", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
+schedules = APIRouter(prefix="/schedules", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
+AUDITED_IDS = 1000
+"""A bulk create's audit entry names at most this many job ids."""
+
+
+def _audit_view(job: JobOut) -> dict[str, Any]:
+    return job.model_dump(mode="json", by_alias=True)
 
 
 @router.post(
@@ -43,14 +51,32 @@ schedules = APIRouter(prefix="/schedules", tags=["jobs"])
     responses=problem_responses(413, 422, 503),
     summary="Create a job",
 )
-async def create_job(body: JobCreate, jobs: Jobs, response: Response) -> JobOut:
-    job = await jobs.create_job(body.to_spec())
+async def create_job(
+    body: JobCreate, jobs: Jobs, response: Response, user: OperatorUser, audit: Audit
+) -> JobOut:
+    created = await jobs.create_job(body.to_spec(created_by=user.username))
+    job = out(created, jobs, response)
+    await audit.record(user.username, "job.created", "job", job.id, after=_audit_view(job))
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"
-    return out(job, jobs)
+    return job
 
 
-def out(job: Any, jobs: JobService) -> JobOut:
+def out(job: Any, jobs: JobService, response: Response | None = None) -> JobOut:
+    """The job as the API shows it; with ``response``, its entity tag as the ``ETag``."""
+    if response is not None:
+        response.headers["ETag"] = job.etag
     return JobOut.of(job, jobs.auto_disable_defaults)
+
+
+IfMatch = Annotated[
+    str | None,
+    Header(
+        alias="If-Match",
+        max_length=500,
+        description="The job's ETag as last read: the change is refused (412) if the job has "
+        "changed since (an edit, or an auto-disable).",
+    ),
+]
 
 
 @router.post(
@@ -59,8 +85,10 @@ def out(job: Any, jobs: JobService) -> JobOut:
     responses=problem_responses(413, 422, 503),
     summary="Create a job (the reference's path; same as POST /jobs)",
 )
-async def create_job_reference(body: JobCreate, jobs: Jobs, response: Response) -> JobOut:
-    return await create_job(body, jobs, response)
+async def create_job_reference(
+    body: JobCreate, jobs: Jobs, response: Response, user: OperatorUser, audit: Audit
+) -> JobOut:
+    return await create_job(body, jobs, response, user, audit)
 
 
 def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
@@ -84,11 +112,14 @@ def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
 
 @router.put(
     "/job",
-    responses=problem_responses(404, 409, 413, 422, 503),
+    responses=problem_responses(404, 409, 412, 413, 422, 503),
     summary="Change some fields of a job (the reference's {value, isUpdated} form)",
 )
 async def update_job_reference(
     jobs: Jobs,
+    user: OperatorUser,
+    audit: Audit,
+    response: Response,
     body: Annotated[
         dict[str, Any],
         Body(
@@ -96,6 +127,7 @@ async def update_job_reference(
             "values are accepted too. Setting isActive true re-enables an auto-disabled job."
         ),
     ],
+    if_match: IfMatch = None,
 ) -> JobOut:
     job_id, fields = unwrap_update(body)
     try:
@@ -104,7 +136,30 @@ async def update_job_reference(
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
         raise ValidationError(f"{where}: {error['msg']}", field=where or None) from None
-    return out(await jobs.update_job(job_id, patch.changes()), jobs)
+    return await _update(jobs, job_id, patch, user, audit, response, if_match)
+
+
+async def _update(
+    jobs: JobService,
+    job_id: UUID,
+    patch: JobPatch,
+    user: OperatorUser,
+    audit: Audit,
+    response: Response,
+    if_match: str | None,
+) -> JobOut:
+    before = out(await jobs.get_job(job_id), jobs)
+    changed = await jobs.update_job(job_id, patch.changes(), by=user.username, if_match=if_match)
+    after = out(changed, jobs, response)
+    await audit.record(
+        user.username,
+        "job.updated",
+        "job",
+        job_id,
+        before=_audit_view(before),
+        after=_audit_view(after),
+    )
+    return after
 
 
 @router.post(
@@ -113,8 +168,12 @@ async def update_job_reference(
     responses=problem_responses(413, 422, 503),
     summary="Create many jobs at once (all or none)",
 )
-async def create_jobs(body: BulkCreate, jobs: Jobs) -> JobList:
-    created = await jobs.create_jobs([item.to_spec() for item in body.jobs])
+async def create_jobs(body: BulkCreate, jobs: Jobs, user: OperatorUser, audit: Audit) -> JobList:
+    created = await jobs.create_jobs([item.to_spec(created_by=user.username) for item in body.jobs])
+    ids = [str(job.id) for job in created[:AUDITED_IDS]]
+    await audit.record(
+        user.username, "job.bulk_created", "job", after={"count": len(created), "ids": ids}
+    )
     return JobList(items=[out(job, jobs) for job in created])
 
 
@@ -145,27 +204,39 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", responses=problem_responses(404, 422, 503), summary="Read a job")
-async def get_job(job_id: UUID, jobs: Jobs) -> JobOut:
-    return out(await jobs.get_job(job_id), jobs)
+async def get_job(job_id: UUID, jobs: Jobs, response: Response) -> JobOut:
+    return out(await jobs.get_job(job_id), jobs, response)
 
 
 @router.patch(
     "/{job_id}",
-    responses=problem_responses(404, 409, 413, 422, 503),
+    responses=problem_responses(404, 409, 412, 413, 422, 503),
     summary="Change some fields of a job",
 )
-async def update_job(job_id: UUID, body: JobPatch, jobs: Jobs) -> JobOut:
-    return out(await jobs.update_job(job_id, body.changes()), jobs)
+async def update_job(
+    job_id: UUID,
+    body: JobPatch,
+    jobs: Jobs,
+    response: Response,
+    user: OperatorUser,
+    audit: Audit,
+    if_match: IfMatch = None,
+) -> JobOut:
+    return await _update(jobs, job_id, body, user, audit, response, if_match)
 
 
 @router.delete(
     "/{job_id}",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses=problem_responses(404, 422, 503),
+    responses=problem_responses(404, 412, 422, 503),
     summary="Delete a job (its occurrences are kept)",
 )
-async def delete_job(job_id: UUID, jobs: Jobs) -> Response:
-    await jobs.delete_job(job_id)
+async def delete_job(
+    job_id: UUID, jobs: Jobs, user: OperatorUser, audit: Audit, if_match: IfMatch = None
+) -> Response:
+    before = out(await jobs.get_job(job_id), jobs)
+    await jobs.delete_job(job_id, if_match=if_match)
+    await audit.record(user.username, "job.deleted", "job", job_id, before=_audit_view(before))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -176,13 +247,25 @@ async def delete_job(job_id: UUID, jobs: Jobs) -> Response:
     summary="Run a job now",
 )
 async def trigger_job(
-    job_id: UUID, jobs: Jobs, body: Annotated[TriggerRequest | None, Body()] = None
+    job_id: UUID,
+    jobs: Jobs,
+    user: OperatorUser,
+    audit: Audit,
+    body: Annotated[TriggerRequest | None, Body()] = None,
 ) -> OccurrenceDetail:
     request = body or TriggerRequest()
     occurrence = await jobs.trigger(
         job_id, reason=request.reason, job_data=request.job_data, force=request.force
     )
-    return OccurrenceDetail.of(occurrence)
+    detail = OccurrenceDetail.of(occurrence)
+    await audit.record(
+        user.username,
+        "job.triggered",
+        "job",
+        job_id,
+        after={"occurrenceId": str(detail.id), "reason": request.reason, "force": request.force},
+    )
+    return detail
 
 
 @router.get(

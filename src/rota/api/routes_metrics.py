@@ -1,4 +1,8 @@
-"""``GET /metrics``: the server's Prometheus metrics in the text exposition format."""
+"""``GET /metrics``: the server's Prometheus metrics in the text exposition format.
+
+Outside ``/api/v1`` and the OpenAPI description, and public like ``/openapi.json``:
+Prometheus scrapes it without signing in (it tells counts and names of queues and worker
+groups, nothing else; keep it on the internal network)."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ class _WithMetrics(Protocol):
     "/metrics",
     summary="Prometheus metrics (text exposition format)",
     response_class=Response,
+    include_in_schema=False,
     responses={
         200: {"content": {CONTENT_TYPE: {}}, "description": "The metrics"},
         **problem_responses(503),

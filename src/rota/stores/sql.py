@@ -125,6 +125,7 @@ from rota.stores.schema import (
     status_changes,
     utc_text,
 )
+from rota.stores.sql_security import SecurityQueries
 from rota.stores.urls import dialect_of, sqlite_path, to_async_url
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,10 @@ def _configure_sqlite(
     event.listen(engine.sync_engine, "begin", on_begin)
 
 
+_DRIVER_MODULES = frozenset({"asyncpg", "aiosqlite", "sqlite3"})
+"""Top-level modules of the database drivers, whose own exceptions mean the store failed."""
+
+
 @asynccontextmanager
 async def guard_errors() -> AsyncIterator[None]:
     """Translate driver errors: duplicates -> ``ConflictError``, everything else the database
@@ -223,6 +228,14 @@ async def guard_errors() -> AsyncIterator[None]:
         raise BackendUnavailableError(f"database error: {type(cause).__name__}: {cause}") from exc
     except (PoolTimeoutError, OSError, TimeoutError) as exc:
         raise BackendUnavailableError(f"database unreachable: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        # A driver error SQLAlchemy does not wrap: asyncpg raises its own while connecting
+        # (``CannotConnectNowError`` while PostgreSQL starts or stops, ``TooManyConnections``…).
+        if type(exc).__module__.split(".")[0] in _DRIVER_MODULES:
+            raise BackendUnavailableError(
+                f"database unreachable: {type(exc).__name__}: {exc}"
+            ) from exc
+        raise
 
 
 # --- hot batch writes -------------------------------------------------------------------------
@@ -917,7 +930,7 @@ class _StatusBatch:
 # --- the store --------------------------------------------------------------------------------
 
 
-class SqlStore(Store):
+class SqlStore(SecurityQueries, Store):
     """The :class:`~rota.core.ports.Store` on SQLite (embedded) or PostgreSQL (distributed).
 
     ``url`` is a plain user URL (``sqlite:///path/rota.db``, ``postgresql://…``); the schema
