@@ -164,8 +164,20 @@ def migrate(
     url = database_url or settings.effective_database_url
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        _run(_reach_database(url, settings.startup_wait_seconds))
     _run(upgrade(url))
     _console().print(f"[green]schema up to date[/green] ({redact_url(url)})")
+
+
+async def _reach_database(url: str, wait_seconds: float) -> None:
+    """Wait for a database server to answer (``rota migrate`` often starts beside it)."""
+    from rota.startup import wait_for
+    from rota.stores.sql import SqlStore
+
+    store = SqlStore(url)
+    await wait_for("the database", url, store.open, within=wait_seconds)
+    await store.close()
 
 
 @app.command()
