@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -86,6 +87,71 @@ def test_server_and_worker_metrics_health_and_logs(
         assert all({"time", "level", "logger", "message"} <= set(line) for line in lines)
     finally:
         cluster.stop()
+
+
+def _spans(log: Path) -> list[dict[str, Any]]:
+    """The spans the console exporter wrote into a process's log (multi-line JSON objects
+    between the one-line JSON log records)."""
+    text = log.read_text(errors="replace")
+    decoder = json.JSONDecoder()
+    spans: list[dict[str, Any]] = []
+    at = 0
+    while (start := text.find("{", at)) != -1:
+        try:
+            value, at = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            at = start + 1
+            continue
+        if isinstance(value, dict) and "context" in value and "name" in value:
+            spans.append(value)
+    return spans
+
+
+def test_one_trace_from_the_server_through_rabbitmq_to_the_worker(
+    distributed_env: dict[str, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    env = {
+        **distributed_env,
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+    cluster = Cluster(env, tmp_path)
+    try:
+        cluster.server("server")
+        worker = cluster.worker("worker")
+        wait_until(
+            lambda: '"worker started"' in worker.log.read_text(errors="replace"),
+            30,
+            "the worker did not start",
+        )
+        job = cluster.api(
+            "POST",
+            "/jobs",
+            json={"jobType": "e2e.tick", "workerId": "e2e", "executeAt": "2020-01-01T00:00:00Z"},
+        )
+
+        def completed() -> bool:
+            return any(o["status"] == 2 for o in cluster.occurrences(job["id"]))
+
+        try:
+            wait_until(completed, 40, "the job did not complete")
+        except AssertionError:
+            seen = [(o["status"], o["skipReason"]) for o in cluster.occurrences(job["id"])]
+            raise AssertionError(f"occurrences {seen}: {cluster.logs()}") from None
+        [occurrence] = cluster.occurrences(job["id"])
+    finally:
+        cluster.stop()  # a graceful stop flushes the exporters
+    fires = [s for s in _spans(tmp_path / "server.log") if s["name"] == "rota.fire e2e.tick"]
+    runs = [s for s in _spans(worker.log) if s["name"] == "rota.run e2e.tick"]
+    assert len(fires) == 1, cluster.logs()
+    assert len(runs) == 1, cluster.logs()
+    fire, run = fires[0], runs[0]
+    assert run["context"]["trace_id"] == fire["context"]["trace_id"]
+    assert run["parent_id"] == fire["context"]["span_id"]
+    assert run["attributes"]["rota.occurrence_id"] == occurrence["id"]
+    assert fire["resource"]["attributes"]["service.name"] == "rota-server"
+    assert run["resource"]["attributes"]["service.name"] == "rota-worker"
 
 
 def test_a_worker_without_its_broker_waits_then_names_it(
