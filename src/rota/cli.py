@@ -364,4 +364,7 @@ def _apply_listen(settings: Settings, host: str | None, port: int | None) -> Non
 
 
 def main() -> None:
+    from prometheus_client import disable_created_metrics
+
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series
     app()
