@@ -121,3 +121,17 @@ async def test_worker_endpoint_serves_metrics_and_health() -> None:
     with pytest.raises(httpx.ConnectError):
         async with httpx.AsyncClient() as http:
             await asyncio.wait_for(http.get(f"http://127.0.0.1:{server.port}/health"), 5)
+
+
+async def test_a_taken_port_is_a_configuration_error() -> None:
+    from rota.core.errors import ConfigurationError
+
+    metrics = RotaMetrics(CollectorRegistry(), server=False)
+    first = MetricsServer(metrics, lambda: (True, {}), host="127.0.0.1", port=0)
+    await first.start()
+    try:
+        second = MetricsServer(metrics, lambda: (True, {}), host="127.0.0.1", port=first.port)
+        with pytest.raises(ConfigurationError, match=f"127.0.0.1:{first.port}"):
+            await second.start()
+    finally:
+        await first.close()

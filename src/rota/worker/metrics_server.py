@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from rota.core.errors import ConfigurationError
 from rota.metrics import CONTENT_TYPE, RotaMetrics
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,14 @@ class MetricsServer:
         self.port = port
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        """Listen; ``ConfigurationError`` naming the address when it cannot (port taken)."""
+        try:
+            self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve worker metrics on {self._host}:{self._port} "
+                f"(ROTA_WORKER__METRICS_PORT): {exc.strerror or exc}"
+            ) from exc
         self.port = int(self._server.sockets[0].getsockname()[1])
         log.info(
             "worker metrics and health on http://%s:%d", self._host, self.port,
