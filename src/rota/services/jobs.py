@@ -165,7 +165,15 @@ class JobService:
         coordination: Coordination,
         settings: SchedulerSettings,
         clock: Callable[[], datetime],
+        *,
+        on_triggered: Callable[[Occurrence], None] | None = None,
+        stamp: Callable[[Occurrence], Occurrence] | None = None,
     ) -> None:
+        """``on_triggered(occurrence)``: called after a manual trigger stored its occurrence;
+        ``stamp(occurrence)``: marks a manual trigger's occurrence before it is stored (its
+        trace context; tracing on)."""
+        self._on_triggered = on_triggered
+        self._stamp = stamp
         self._store = store
         self._index = index
         self._coordination = coordination
@@ -384,7 +392,11 @@ class JobService:
         occurrence = new_occurrence(
             job, now, now, self._plan, trigger_reason=reason or "manual", job_data=job_data
         )
+        if self._stamp is not None:
+            occurrence = self._stamp(occurrence)
         await self._store.insert_occurrences([occurrence])
+        if self._on_triggered is not None:
+            self._on_triggered(occurrence)
         await self._guarded(self._coordination.wake(now.timestamp()))
         return occurrence
 
