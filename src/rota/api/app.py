@@ -9,12 +9,14 @@ from fastapi import FastAPI
 
 from rota.api import (
     routes_admin,
+    routes_alerts,
     routes_audit,
     routes_auth,
     routes_events,
     routes_failed,
     routes_health,
     routes_jobs,
+    routes_metrics,
     routes_occurrences,
     routes_stats,
     routes_users,
@@ -68,12 +70,14 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
         routes_workers.router,
         routes_health.router,
         routes_admin.router,
+        routes_alerts.router,
         routes_users.router,
         routes_audit.router,
         routes_events.router,
         routes_stats.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
+    app.include_router(routes_metrics.router)
     _install_openapi(app)
     return app
 

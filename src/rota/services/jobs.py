@@ -179,9 +179,16 @@ class JobService:
         clock: Callable[[], datetime],
         *,
         events: EventPublisher | None = None,
+        on_triggered: Callable[[Occurrence], None] | None = None,
+        stamp: Callable[[Occurrence], Occurrence] | None = None,
     ) -> None:
         """``events``: where change events go (the runtime's publisher); without one they
-        gather in a publisher of the service's own that nothing publishes (tests)."""
+        gather in a publisher of the service's own that nothing publishes (tests).
+        ``on_triggered(occurrence)``: called after a manual trigger stored its occurrence;
+        ``stamp(occurrence)``: marks a manual trigger's occurrence before it is stored (its
+        trace context; tracing on)."""
+        self._on_triggered = on_triggered
+        self._stamp = stamp
         self._store = store
         self.events = events or EventPublisher(coordination)
         self._index = index
@@ -423,8 +430,12 @@ class JobService:
         occurrence = new_occurrence(
             job, now, now, self._plan, trigger_reason=reason or "manual", job_data=job_data
         )
+        if self._stamp is not None:
+            occurrence = self._stamp(occurrence)
         await self._store.insert_occurrences([occurrence])
         self.events.occurrences_created([occurrence])
+        if self._on_triggered is not None:
+            self._on_triggered(occurrence)
         await self._guarded(self._coordination.wake(now.timestamp()))
         return occurrence
 

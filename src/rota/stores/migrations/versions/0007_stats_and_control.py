@@ -6,8 +6,8 @@ scheduler's shared switches (the dispatcher's stop/resume).
 - ``scheduler_control``: ``key`` -> a JSON ``value`` (``dispatcher``: whether dispatching is
   stopped, why, by whom, since when), read by every server.
 
-Revision ID: 0005b
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-11-23
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005b"
-down_revision: str | Sequence[str] | None = "0005"
+revision: str = "0007"
+down_revision: str | Sequence[str] | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
