@@ -134,6 +134,8 @@ class Watched:
     duplicate_deliveries: Callable[[], int] | None = None
     outbox_pending: Callable[[], int] | None = None
     jobs_running: Callable[[], int] | None = None
+    events: Callable[[], tuple[int, int]] | None = None
+    """Change events published to the feed and dropped (buffer full, publish failed)."""
 
 
 class RotaMetrics:
@@ -358,6 +360,16 @@ class _Collector(Collector):
             )
         if w.jobs_running is not None:
             yield _gauge("rota_jobs_running", "Handlers running now.", w.jobs_running())
+        if w.events is not None:
+            published, dropped = w.events()
+            yield _counter(
+                "rota_events_published", "Change events published to the feed.", published
+            )
+            yield _counter(
+                "rota_events_dropped",
+                "Change events lost (the publisher's buffer was full, or a publish failed).",
+                dropped,
+            )
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

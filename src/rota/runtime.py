@@ -452,6 +452,7 @@ class Runtime:
         watched.leases_taken_over = lambda: self.owner.taken_over
         watched.dispatcher_last_tick = lambda: self.dispatcher.stats.last_tick
         watched.dispatcher_paused = lambda: self.dispatcher.paused_reason is not None
+        watched.events = lambda: (self.events.stats.published, self.events.stats.dropped)
         executor = self.executor
         if executor is not None:
             watched.duplicate_deliveries = lambda: executor.duplicates_skipped

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -217,6 +218,11 @@ async def test_a_run_publishes_its_change_events(runtime: Runtime) -> None:
     log_event = next(d for t, d in seen if t == "occurrence.log")
     assert log_event["occurrenceId"] == created["occurrenceId"]
     assert "fast ran" in str(log_event["message"])
+    exposition = runtime.metrics.exposition().decode()
+    published = re.search(r"^rota_events_published_total (\S+)$", exposition, re.M)
+    assert published is not None
+    assert float(published[1]) >= len(seen)
+    assert "rota_events_dropped_total 0.0" in exposition
 
 
 async def test_a_stopped_dispatcher_fires_nothing_until_resumed(runtime: Runtime) -> None:
