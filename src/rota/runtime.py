@@ -220,6 +220,8 @@ class Runtime:
             )
         self._tasks: list[asyncio.Task[None]] = []
         self._events_task: asyncio.Task[None] | None = None
+        self._switched_off = False
+        """The dispatcher is paused because the shared switch says so."""
         self._roster: dict[str, WorkerInfo] | None = None
         self.started_at: datetime | None = None
         self._watch_metrics()
@@ -408,16 +410,20 @@ class Runtime:
         return state
 
     def apply_dispatcher_state(self, state: DispatcherState) -> None:
+        """Pause or resume this server's dispatcher by the shared switch. Only a pause the
+        switch made is resumed by it (a pause made here by other means stays)."""
         if state.paused:
-            if self.dispatcher.paused_reason is None:
+            if not self._switched_off:
                 log.warning(
                     "dispatcher stopped: %s",
                     state.reason,
                     extra={"action": "dispatcher_stop", "by": state.by},
                 )
+            self._switched_off = True
             self.dispatcher.pause(state.reason or "stopped")
-        elif self.dispatcher.paused_reason is not None:
+        elif self._switched_off:
             log.warning("dispatcher resumed", extra={"action": "dispatcher_resume"})
+            self._switched_off = False
             self.dispatcher.resume()
 
     async def _follow_dispatcher_switch(self) -> None:

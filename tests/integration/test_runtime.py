@@ -247,3 +247,8 @@ async def test_a_stopped_dispatcher_fires_nothing_until_resumed(runtime: Runtime
         return S.COMPLETED in await statuses(runtime, job.id)
 
     await eventually(fired, 15, "a fire after resuming")
+
+    runtime.dispatcher.pause("paused here by other means")  # not by the switch: it stays
+    assert not (await runtime.follow_dispatcher_state()).paused
+    assert runtime.dispatcher.paused_reason == "paused here by other means"
+    runtime.dispatcher.resume()
