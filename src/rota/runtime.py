@@ -20,16 +20,18 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from rota.adapters import make_broker, make_coordination, make_index
-from rota.core.errors import ConfigurationError, ValidationError
-from rota.core.models import OccurrenceStatus, WorkerInfo, utcnow
+from rota.core.errors import ConfigurationError, RotaError, ValidationError
+from rota.core.models import DispatcherState, OccurrenceStatus, WorkerInfo, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
 from rota.metrics import RotaMetrics
 from rota.services.audit import AuditService
 from rota.services.auth import MIN_SECRET_BYTES, AuthConfig, AuthService
 from rota.services.buckets import BucketOwner
+from rota.services.control import FOLLOW_INTERVAL
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
 from rota.services.dispatcher import Dispatcher
+from rota.services.events import EventPublisher
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
 from rota.services.maintenance import Maintenance, RetentionPolicy
@@ -38,7 +40,7 @@ from rota.services.recovery import recover_embedded
 from rota.services.silence import KINDS as SILENCE_KINDS
 from rota.services.silence import Alert, SilenceConfig, SilenceMonitor
 from rota.services.tracker import LogCollector, StatusTracker
-from rota.services.workers import WorkerDirectory
+from rota.services.workers import WorkerDirectory, roster_changes
 from rota.services.zombies import ZombieDetector
 from rota.settings import Settings
 from rota.startup import wait_for
@@ -84,6 +86,7 @@ class Runtime:
         self.registry = registry
         self.instance_id = new_instance_id("rota")
         sched = settings.scheduler
+        self.events = EventPublisher(coordination)
         self.workers = WorkerDirectory(coordination)
         self.owner = BucketOwner(
             coordination,
@@ -105,6 +108,7 @@ class Runtime:
             pending_grace=0.0 if settings.is_embedded else sched.sweeper_grace_seconds,
             on_fired=self.metrics.record_dispatch,
             stamp=self.tracing.stamp_plan if traced else None,
+            events=self.events,
         )
         self.loader = Loader(
             store,
@@ -126,6 +130,7 @@ class Runtime:
             broker,
             batch_size=settings.tracker.batch_size,
             max_wait=settings.tracker.max_wait_seconds,
+            events=self.events,
         )
         self.dead_letters = DeadLetterHandler(
             store,
@@ -153,6 +158,7 @@ class Runtime:
             utcnow,
             on_triggered=self.metrics.record_trigger,
             stamp=self.tracing.stamp_trigger if traced else None,
+            events=self.events,
         )
         self.auth = AuthService(store, auth or auth_config(settings), utcnow)
         self.audit = AuditService(store, utcnow)
@@ -213,12 +219,15 @@ class Runtime:
                 heartbeat_seconds=settings.worker.heartbeat_seconds,
             )
         self._tasks: list[asyncio.Task[None]] = []
+        self._events_task: asyncio.Task[None] | None = None
+        self._roster: dict[str, WorkerInfo] | None = None
         self.started_at: datetime | None = None
         self._watch_metrics()
 
     # --- life cycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._events_task = asyncio.create_task(self.events.run(), name="rota-events")
         await self._open_backends()
         await self._bootstrap_admin()
         if self.settings.is_embedded:
@@ -226,6 +235,7 @@ class Runtime:
         if self.executor is not None and self.presence is not None:
             await self.presence.start()
             await self.executor.start()
+        await self.follow_dispatcher_state()
         await self.workers.refresh(force=True)
         await self.declared.sync_if_changed()
         await self.owner.tick()
@@ -244,6 +254,8 @@ class Runtime:
             self._spawn(self.silence.run(), "silence")
         if self.settings.retention.enabled:
             self._spawn(self.maintenance.run(), "maintenance")
+        self._spawn(self._watch_workers(), "worker-watch")
+        self._spawn(self._follow_dispatcher_switch(), "dispatcher-switch")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
 
@@ -292,6 +304,7 @@ class Runtime:
         self._tasks.clear()
         with contextlib.suppress(Exception):
             await self.owner.release()
+        await self._stop_events()
         await self.broker.close()
         await self.coordination.close()
         await self.index.close()
@@ -308,6 +321,16 @@ class Runtime:
             if not any(depths.get(name) for name in queues) and not holding:
                 return
             await asyncio.sleep(0.02)
+
+    async def _stop_events(self) -> None:
+        """Publish the events still pending (briefly), then end the publisher."""
+        task, self._events_task = self._events_task, None
+        self.events.stop()
+        if task is not None:
+            _, pending = await asyncio.wait({task}, timeout=2.0)
+            for late in pending:
+                late.cancel()
+                await asyncio.gather(late, return_exceptions=True)
 
     async def _bootstrap_admin(self) -> None:
         """ROTA_ADMIN_USER / ROTA_ADMIN_PASSWORD: the first Admin, when there is none."""
@@ -334,6 +357,7 @@ class Runtime:
 
     def _after_status(self, result: StatusResult) -> None:
         self.metrics.record_status(result)
+        self.events.status_applied(result)
         if result.disabled:
             self._drop_disabled(result)
         # A retry (back to Queued) is pending now; a finished occurrence may release one held
@@ -362,6 +386,47 @@ class Runtime:
     async def _live_workers(self) -> list[WorkerInfo]:
         await self.workers.refresh()
         return list(self.workers.workers)
+
+    async def _watch_workers(self, interval: float = 2.0) -> None:
+        """``worker.changed`` events when worker instances join, leave or change what they
+        declare. Every server sees the same registry: only the owner of bucket 0 reports."""
+        while True:
+            try:
+                await self.workers.refresh(force=True)
+                roster = {w.instance_id: w for w in self.workers.workers}
+                if self._roster is not None and 0 in self.owner.buckets:
+                    self.events.emit(roster_changes(self._roster, roster))
+                self._roster = roster
+            except (RotaError, OSError) as exc:
+                log.debug("worker watch: registry unavailable: %s", exc)
+            await asyncio.sleep(interval)
+
+    async def follow_dispatcher_state(self) -> DispatcherState:
+        """Read the dispatchers' stop switch from the store and apply it here."""
+        state = await self.store.dispatcher_state()
+        self.apply_dispatcher_state(state)
+        return state
+
+    def apply_dispatcher_state(self, state: DispatcherState) -> None:
+        if state.paused:
+            if self.dispatcher.paused_reason is None:
+                log.warning(
+                    "dispatcher stopped: %s",
+                    state.reason,
+                    extra={"action": "dispatcher_stop", "by": state.by},
+                )
+            self.dispatcher.pause(state.reason or "stopped")
+        elif self.dispatcher.paused_reason is not None:
+            log.warning("dispatcher resumed", extra={"action": "dispatcher_resume"})
+            self.dispatcher.resume()
+
+    async def _follow_dispatcher_switch(self) -> None:
+        while True:
+            await asyncio.sleep(FOLLOW_INTERVAL)
+            try:
+                await self.follow_dispatcher_state()
+            except (RotaError, OSError) as exc:
+                log.warning("could not read the dispatcher switch: %s", exc)
 
     async def _relay_wakeups(self) -> None:
         async for due in self.coordination.wakeups():

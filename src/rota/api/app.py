@@ -12,11 +12,13 @@ from rota.api import (
     routes_alerts,
     routes_audit,
     routes_auth,
+    routes_events,
     routes_failed,
     routes_health,
     routes_jobs,
     routes_metrics,
     routes_occurrences,
+    routes_stats,
     routes_users,
     routes_workers,
 )
@@ -57,11 +59,12 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
         redoc_url=None,
     )
     app.state.runtime = runtime
-    install_problem_handlers(app)
+    install_problem_handlers(app, max_body_bytes=runtime.settings.api.max_body_bytes)
     for router in (
         routes_auth.router,
         routes_jobs.router,
         routes_jobs.schedules,
+        routes_jobs.tags,
         routes_occurrences.router,
         routes_failed.router,
         routes_workers.router,
@@ -70,6 +73,8 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
         routes_alerts.router,
         routes_users.router,
         routes_audit.router,
+        routes_events.router,
+        routes_stats.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(routes_metrics.router)
