@@ -55,7 +55,9 @@ async def serve(
         )
         server = _Server(config)
         url = f"http://{settings.api.host}:{settings.api.port}"
-        console.print(f"[bold]Rota[/bold] is running: API {url}/api/v1  docs {url}/docs")
+        console.print(
+            f"[bold]Rota[/bold] is running: dashboard {url}/  API {url}/api/v1  docs {url}/docs"
+        )
         console.print(f"store: {settings.effective_database_url}")
         await server.serve()
     finally:

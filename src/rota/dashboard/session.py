@@ -1,0 +1,246 @@
+"""Who is looking at the dashboard: sign-in through the API's own auth endpoints.
+
+The dashboard holds no credentials of its own. Its login form is handed to
+``POST /api/v1/auth/login`` (in process, through ASGI, with the browser's address so throttling
+and lockout apply per client); the tokens come back as two HttpOnly, SameSite=Strict cookies:
+``rota_access`` (the access JWT, which the API also accepts from the cookie, together with the
+``X-Rota-CSRF`` header on changes) and ``rota_refresh``. Each page asks ``GET /api/v1/auth/me``
+who the token belongs to, refreshes an expired access token once, and otherwise sends the
+browser to the login page.
+
+Without the auth routes (a build of the API that has none) the dashboard says so on every page
+and acts as an unnamed Admin, like the API itself.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from fastapi import Request
+from starlette.responses import Response
+
+ACCESS_COOKIE = "rota_access"
+REFRESH_COOKIE = "rota_refresh"
+CSRF_HEADER = "X-Rota-CSRF"
+AUTH_PREFIX = "/api/v1/auth"
+REFRESH_MAX_AGE = 30 * 24 * 3600
+"""Seconds the refresh cookie is kept; the server decides how long the token itself is good."""
+
+
+class Role(enum.IntEnum):
+    """The API's roles, in order of what they may do."""
+
+    VIEWER = 0
+    OPERATOR = 1
+    ADMIN = 2
+
+    @classmethod
+    def parse(cls, value: object) -> Role:
+        text = str(getattr(value, "value", value)).strip().lower()
+        for role in cls:
+            if role.name.lower() == text:
+                return role
+        return cls.VIEWER
+
+    @property
+    def label(self) -> str:
+        return self.name.title()
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardUser:
+    username: str
+    role: Role
+    auth_enabled: bool = True
+
+    @property
+    def can_operate(self) -> bool:
+        """Jobs, trigger, cancel, resolve, dispatcher control."""
+        return self.role >= Role.OPERATOR
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role >= Role.ADMIN
+
+
+ANONYMOUS_ADMIN = DashboardUser(username="", role=Role.ADMIN, auth_enabled=False)
+
+
+class LoginRequired(Exception):
+    """The page needs a signed-in user; the handler sends the browser to the login page."""
+
+
+@dataclass(slots=True)
+class Tokens:
+    access: str
+    refresh: str | None
+    expires_in: int | None
+
+
+@dataclass(slots=True)
+class SessionState:
+    """Cookies to set or clear on the response of the current request."""
+
+    tokens: Tokens | None = None
+    clear: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def auth_installed(request: Request) -> bool:
+    """Whether the API this dashboard runs in has the auth routes."""
+    cached = getattr(request.app.state, "rota_auth_installed", None)
+    if cached is None:
+        cached = any(
+            getattr(route, "path", None) == f"{AUTH_PREFIX}/me" for route in request.app.routes
+        )
+        request.app.state.rota_auth_installed = cached
+    return bool(cached)
+
+
+def internal_client(request: Request) -> httpx.AsyncClient:
+    """A client on this very app, in process, carrying the browser's address."""
+    host = request.client.host if request.client else "127.0.0.1"
+    port = request.client.port if request.client else 0
+    transport = httpx.ASGITransport(app=request.app, client=(host, port))
+    return httpx.AsyncClient(transport=transport, base_url="http://rota.internal", timeout=10)
+
+
+def _tokens(body: dict[str, Any]) -> Tokens:
+    expires = body.get("expiresIn")
+    return Tokens(
+        access=str(body["accessToken"]),
+        refresh=body.get("refreshToken"),
+        expires_in=int(expires) if isinstance(expires, int | float) else None,
+    )
+
+
+async def login(request: Request, username: str, password: str) -> Tokens | str:
+    """The tokens, or the text of the refusal."""
+    async with internal_client(request) as api:
+        answer = await api.post(
+            f"{AUTH_PREFIX}/login", json={"username": username, "password": password}
+        )
+    if answer.status_code == 200:
+        return _tokens(answer.json())
+    if answer.status_code in (400, 401, 422):
+        return "Wrong username or password."
+    try:
+        detail = answer.json().get("detail") or answer.json().get("title")
+    except ValueError:
+        detail = None
+    return str(detail or f"Sign-in failed ({answer.status_code}).")
+
+
+async def logout(request: Request) -> None:
+    access = request.cookies.get(ACCESS_COOKIE)
+    refresh = request.cookies.get(REFRESH_COOKIE)
+    if not access and not refresh:
+        return
+    headers = {"Authorization": f"Bearer {access}"} if access else {}
+    async with internal_client(request) as api:
+        await api.post(
+            f"{AUTH_PREFIX}/logout",
+            json={"refreshToken": refresh} if refresh else {},
+            headers=headers,
+        )
+
+
+async def _me(api: httpx.AsyncClient, access: str) -> DashboardUser | None:
+    answer = await api.get(f"{AUTH_PREFIX}/me", headers={"Authorization": f"Bearer {access}"})
+    if answer.status_code != 200:
+        return None
+    body = answer.json()
+    return DashboardUser(username=str(body.get("username", "")), role=Role.parse(body.get("role")))
+
+
+async def refresh(request: Request) -> Tokens | None:
+    token = request.cookies.get(REFRESH_COOKIE)
+    if not token:
+        return None
+    async with internal_client(request) as api:
+        answer = await api.post(f"{AUTH_PREFIX}/refresh", json={"refreshToken": token})
+    return _tokens(answer.json()) if answer.status_code == 200 else None
+
+
+async def current_user(request: Request) -> DashboardUser:
+    """The signed-in user (refreshing the access token once if it has expired).
+
+    Raises :class:`LoginRequired` when nobody is signed in. Cookies to set are left in
+    ``request.state.rota_session`` for :func:`apply_cookies`.
+    """
+    if not auth_installed(request):
+        return ANONYMOUS_ADMIN
+    state = session_state(request)
+    access = request.cookies.get(ACCESS_COOKIE)
+    async with internal_client(request) as api:
+        if access:
+            user = await _me(api, access)
+            if user is not None:
+                return user
+    tokens = await refresh(request)
+    if tokens is not None:
+        async with internal_client(request) as api:
+            user = await _me(api, tokens.access)
+        if user is not None:
+            state.tokens = tokens
+            return user
+    state.clear = True
+    raise LoginRequired
+
+
+def session_state(request: Request) -> SessionState:
+    state = getattr(request.state, "rota_session", None)
+    if state is None:
+        state = SessionState()
+        request.state.rota_session = state
+    return state
+
+
+def set_cookies(request: Request, response: Response, tokens: Tokens) -> None:
+    secure = request.url.scheme == "https"
+    response.set_cookie(
+        ACCESS_COOKIE,
+        tokens.access,
+        max_age=tokens.expires_in,
+        httponly=True,
+        samesite="strict",
+        secure=secure,
+        path="/",
+    )
+    if tokens.refresh:
+        response.set_cookie(
+            REFRESH_COOKIE,
+            tokens.refresh,
+            max_age=REFRESH_MAX_AGE,
+            httponly=True,
+            samesite="strict",
+            secure=secure,
+            path="/",
+        )
+
+
+def clear_cookies(response: Response) -> None:
+    response.delete_cookie(ACCESS_COOKIE, path="/", httponly=True, samesite="strict")
+    response.delete_cookie(REFRESH_COOKIE, path="/", httponly=True, samesite="strict")
+
+
+def apply_cookies(request: Request, response: Response) -> Response:
+    """Set the cookies a refresh produced (or clear them) on ``response``."""
+    state = getattr(request.state, "rota_session", None)
+    if state is None:
+        return response
+    if state.tokens is not None:
+        set_cookies(request, response, state.tokens)
+    elif state.clear:
+        clear_cookies(response)
+    return response
+
+
+def safe_next(value: str | None) -> str:
+    """A local path to go to after signing in (never another site)."""
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return "/"
+    return value
