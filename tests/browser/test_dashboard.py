@@ -1,0 +1,221 @@
+"""The dashboard in Chromium: sign in, create a job, watch it run, steer executions."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import ADMIN, VIEWER, Server, sign_in
+
+MARK = "window.__rotaNoReload = 42"
+STILL_MARKED = "window.__rotaNoReload === 42"
+
+
+def _one_time_job(server: Server, job_type: str, name: str) -> dict[str, Any]:
+    """A one-time job due now; returns its first occurrence once it exists."""
+    with server.api() as api:
+        created = api.post(
+            "/jobs",
+            json={
+                "jobType": job_type,
+                "displayName": name,
+                "executeAt": datetime.now(UTC).isoformat(),
+            },
+        )
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+
+        def first() -> dict[str, Any] | None:
+            items: list[dict[str, Any]] = api.get("/occurrences", params={"jobId": job_id}).json()[
+                "items"
+            ]
+            return items[0] if items else None
+
+        occurrence: dict[str, Any] = server.wait_for(f"an occurrence of {name}", first)
+        return occurrence
+
+
+def _status_of(server: Server, occurrence_id: str) -> str:
+    with server.api() as api:
+        name: str = api.get(f"/occurrences/{occurrence_id}").json()["statusName"]
+        return name
+
+
+def test_sign_in_shows_the_overview(page: Page, server: Server, artifacts: Path) -> None:
+    sign_in(page, server, ADMIN)
+    expect(page.get_by_text("Executions", exact=True).first).to_be_visible()
+    expect(page.locator(".health")).to_contain_text("store")
+    page.screenshot(path=artifacts / "overview.png", full_page=True)
+    if server.auth:
+        page.get_by_role("button", name="Sign out").click()
+        expect(page).to_have_url(f"{server.url}/login")
+        page.goto(f"{server.url}/jobs")
+        expect(page).to_have_url(f"{server.url}/login?next=/jobs")
+
+
+def test_wrong_password_is_refused(page: Page, server: Server) -> None:
+    if not server.auth:
+        page.goto(f"{server.url}/login")
+        expect(page.get_by_text("This server has no sign-in")).to_be_visible()
+        return
+    page.goto(f"{server.url}/login")
+    page.get_by_label("Username").fill(ADMIN[0])
+    page.get_by_label("Password").fill("not the password")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("Wrong username or password")
+
+
+def test_create_a_cron_job_and_watch_its_executions_arrive(
+    admin_page: Page, server: Server, artifacts: Path
+) -> None:
+    page = admin_page
+    page.goto(f"{server.url}/jobs")
+    page.get_by_test_id("new-job").click()
+    page.get_by_label("Name").fill("Browser tick every second")
+    page.get_by_label("Job type").fill("browser.tick")
+    page.get_by_label("Cron expression").fill("* * * * * *")
+    expect(page.get_by_test_id("preview").locator("li")).to_have_count(8)
+    page.get_by_label("Cron expression").fill("0 30 2 * * *")
+    page.get_by_label("Time zone").fill("Europe/Berlin")
+    expect(page.get_by_test_id("preview")).to_contain_text("CET")
+    page.get_by_label("Cron expression").fill("61 * * * *")
+    expect(page.get_by_test_id("preview-error")).to_be_visible()
+    page.get_by_label("Cron expression").fill("* * * * * *")
+    page.get_by_label("Time zone").fill("UTC")
+    page.get_by_label("Job data (JSON)").fill('{"kind": ')
+    expect(page.locator("#jobData-check")).to_contain_text("Not valid JSON")
+    page.get_by_label("Job type").fill("browser.typed")
+    page.get_by_label("Job data (JSON)").fill('{"title": "x", "copies": "two"}')
+    expect(page.locator("#jobData-check")).to_contain_text("jobData.copies should be integer")
+    page.get_by_label("Job data (JSON)").fill('{"copies": 2}')
+    expect(page.locator("#jobData-check")).to_contain_text("jobData.title is required")
+    page.get_by_label("Job data (JSON)").fill('{"title": "x", "copies": 2}')
+    expect(page.locator("#jobData-check")).to_contain_text("Matches the data schema")
+    page.get_by_label("Job type").fill("browser.tick")
+    page.get_by_label("Job data (JSON)").fill('{"kind": "browser"}')
+    page.screenshot(path=artifacts / "job-form.png", full_page=True)
+    page.get_by_test_id("save").click()
+    expect(page).to_have_url(re.compile(r"/jobs/[0-9a-f-]{36}$"))
+    expect(page.get_by_role("heading", name="Browser tick every second")).to_be_visible()
+    page.evaluate(MARK)
+    rows = page.locator("#job-occurrences [data-testid=occurrence-row]")
+    expect(rows.nth(2)).to_be_visible()  # three executions appeared on the open page
+    expect(rows.first).to_contain_text("Completed")
+    assert page.evaluate(STILL_MARKED), "the page was reloaded"
+    page.screenshot(path=artifacts / "job.png", full_page=True)
+    page.goto(f"{server.url}/jobs?search=Browser+tick")
+    expect(page.get_by_role("link", name="Browser tick every second")).to_be_visible()
+    page.screenshot(path=artifacts / "jobs.png", full_page=True)
+    page.get_by_role("link", name="Browser tick every second").click()
+    page.get_by_role("button", name="Disable").click()
+    expect(page.locator("#job-summary")).to_contain_text("inactive")
+
+
+def test_log_lines_arrive_live_and_a_running_execution_is_cancelled(
+    admin_page: Page, server: Server, artifacts: Path
+) -> None:
+    page = admin_page
+    occurrence = _one_time_job(server, "browser.slow", "Slow browser job")
+    server.wait_for("Running", lambda: _status_of(server, occurrence["id"]) == "Running")
+    page.goto(f"{server.url}/executions/{occurrence['id']}")
+    page.evaluate(MARK)
+    lines = page.get_by_test_id("log").locator("li")
+    seen = lines.count()
+    expect(lines.nth(seen + 2)).to_be_visible()  # three more lines arrived without a reload
+    expect(lines.last).to_contain_text("step")
+    assert page.evaluate(STILL_MARKED), "the page was reloaded"
+    page.screenshot(path=artifacts / "execution-running.png", full_page=True)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.get_by_test_id("cancel").click()
+    expect(page.locator("#occurrence-summary .status-line")).to_contain_text("Cancelled")
+    expect(page.get_by_test_id("cancel")).to_have_count(0)
+    assert _status_of(server, occurrence["id"]) == "Cancelled"
+    page.goto(f"{server.url}/executions")
+    expect(page.locator("[data-testid=occurrence-row]").first).to_be_visible()
+    page.screenshot(path=artifacts / "executions.png", full_page=True)
+
+
+def test_resolve_a_failed_execution(admin_page: Page, server: Server, artifacts: Path) -> None:
+    page = admin_page
+    occurrence = _one_time_job(server, "browser.fail", "Failing browser job")
+
+    def record() -> dict[str, Any] | None:
+        with server.api() as api:
+            items = api.get("/failed-occurrences", params={"jobId": occurrence["jobId"]}).json()
+        found: list[dict[str, Any]] = items["items"]
+        return found[0] if found else None
+
+    failed = server.wait_for("a failed-execution record", record)
+    page.goto(f"{server.url}/executions/{occurrence['id']}")
+    expect(page.get_by_test_id("exception")).to_contain_text("fails on purpose")
+    page.goto(f"{server.url}/failed?jobId={occurrence['jobId']}")
+    row = page.locator("[data-testid=failed-row]").first
+    expect(row).to_contain_text("permanent")
+    page.screenshot(path=artifacts / "failed.png", full_page=True)
+    row.get_by_label("Action").fill("ignored")
+    row.get_by_label("Note").fill("checked in the browser test")
+    row.get_by_test_id("resolve").click()
+    expect(page.get_by_text("Nothing here.")).to_be_visible()
+    with server.api() as api:
+        stored = api.get(f"/failed-occurrences/{failed['id']}").json()
+    assert stored["resolved"] is True
+    assert stored["resolutionAction"] == "ignored"
+    assert stored["resolutionNote"] == "checked in the browser test"
+
+
+def test_every_page_renders(admin_page: Page, server: Server, artifacts: Path) -> None:
+    page = admin_page
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    for path, heading in (
+        ("/", "Overview"),
+        ("/jobs", "Jobs"),
+        ("/executions", "Executions"),
+        ("/failed", "Failed executions"),
+        ("/workers", "Workers"),
+        ("/admin", "Admin"),
+        ("/users", "Users"),
+    ):
+        page.goto(f"{server.url}{path}")
+        expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
+        if path == "/workers":
+            expect(page.locator("#workers-table")).to_contain_text("browser.slow")
+        name = path.strip("/") or "overview"
+        page.screenshot(path=artifacts / f"page-{name}.png", full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{server.url}/executions")
+    page.screenshot(path=artifacts / "phone-executions.png", full_page=True)
+    assert errors == []
+
+
+def test_a_viewer_sees_no_actions_and_a_forged_action_is_refused(
+    page: Page, server: Server, artifacts: Path
+) -> None:
+    if not server.auth:
+        pytest.fail("the API has no sign-in: roles cannot be checked")
+    with server.api() as api:
+        job = api.post(
+            "/jobs", json={"jobType": "browser.tick", "cronExpression": "0 0 1 1 *"}
+        ).json()
+    sign_in(page, server, VIEWER)
+    page.goto(f"{server.url}/jobs/{job['id']}")
+    expect(page.get_by_role("heading", name="browser.tick")).to_be_visible()
+    expect(page.get_by_test_id("trigger")).to_have_count(0)
+    expect(page.get_by_role("button", name="Delete")).to_have_count(0)
+    page.goto(f"{server.url}/jobs")
+    expect(page.get_by_test_id("new-job")).to_have_count(0)
+    page.screenshot(path=artifacts / "viewer-jobs.png", full_page=True)
+    forged = page.evaluate(
+        """async (id) => (await fetch(`/api/v1/jobs/${id}/trigger`, {
+            method: "POST", headers: {"X-Rota-CSRF": "1", "Content-Type": "application/json"},
+            body: "{}"})).status""",
+        job["id"],
+    )
+    assert forged == 403
+    with server.api() as api:
+        assert api.get("/occurrences", params={"jobId": job["id"]}).json()["items"] == []
