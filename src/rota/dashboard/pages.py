@@ -534,11 +534,17 @@ async def workers_page(request: Request, user: User, runtime: Runtime) -> Respon
 _SECRET_WORDS = ("password", "secret", "token", "key")
 
 
+def _is_secret(key: str) -> bool:
+    """``jwt_secret``, ``admin_password``, ``api_key``: yes; ``access_token_minutes``: no."""
+    words = key.lower().split("_")
+    return words[-1] in _SECRET_WORDS or "password" in words or "secret" in words
+
+
 def redact(value: Any, key: str = "") -> Any:
     """Settings as shown to an Admin: secrets hidden, credentials cut out of URLs."""
     if isinstance(value, dict):
         return {k: redact(v, k) for k, v in value.items()}
-    if any(word in key.lower() for word in _SECRET_WORDS) and value:
+    if _is_secret(key) and value:
         return "***"
     if isinstance(value, str) and "://" in value and "@" in value:
         scheme, rest = value.split("://", 1)

@@ -1,0 +1,244 @@
+"""The dashboard's pages and fragments over a real SQLite store, through ASGI (no browser)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from uuid import UUID
+
+import httpx
+import pytest
+
+from rota.api.app import create_app
+from rota.brokers.inprocess import InProcessBroker
+from rota.coordination.memory import MemoryCoordination
+from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
+from rota.core.planning import PlanSettings, new_occurrence
+from rota.dashboard.pages import redact
+from rota.dashboard.session import Role, safe_next
+from rota.indexes.memory import MemoryScheduleIndex
+from rota.services.jobs import JobService
+from rota.settings import Settings
+from rota.stores.migrate import upgrade
+from rota.stores.sql import SqlStore
+from tests.api_client import api_client
+
+
+@dataclass
+class PageRuntime:
+    settings: Settings
+    store: SqlStore
+    index: MemoryScheduleIndex
+    broker: InProcessBroker
+    coordination: MemoryCoordination
+    jobs: JobService
+
+    async def health(self) -> dict[str, str]:
+        return {"store": "ok", "index": "ok", "broker": "ok"}
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[PageRuntime]:
+    url = f"sqlite:///{tmp_path / 'rota.db'}"
+    await upgrade(url)
+    store = SqlStore(url)
+    await store.open()
+    settings = Settings(environment="test", data_dir=tmp_path, database_url=url)
+    index = MemoryScheduleIndex()
+    coordination = MemoryCoordination()
+    jobs = JobService(store, index, coordination, settings.scheduler, lambda: datetime.now(UTC))
+    yield PageRuntime(settings, store, index, InProcessBroker(), coordination, jobs)
+    await store.close()
+
+
+@pytest.fixture
+async def client(runtime: PageRuntime) -> AsyncIterator[httpx.AsyncClient]:
+    async with api_client(create_app(runtime)) as http:
+        yield http
+
+
+async def make_job(client: httpx.AsyncClient, **fields: object) -> dict[str, object]:
+    body = {"jobType": "report", "cronExpression": "0 0 1 1 *", "displayName": "Yearly"} | fields
+    answer = await client.post("/api/v1/jobs", json=body)
+    assert answer.status_code == 201, answer.text
+    job: dict[str, object] = answer.json()
+    return job
+
+
+async def finished_occurrence(runtime: PageRuntime, job_id: UUID) -> UUID:
+    job = await runtime.store.get_job(job_id)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    occurrence = new_occurrence(job, t0, t0, PlanSettings())
+    await runtime.store.insert_occurrences([occurrence])
+    await runtime.store.apply_status(
+        [
+            StatusRecord(
+                occurrence_id=occurrence.id, status=OccurrenceStatus.RUNNING, timestamp=t0
+            ),
+            StatusRecord(
+                occurrence_id=occurrence.id,
+                status=OccurrenceStatus.COMPLETED,
+                timestamp=t0 + timedelta(seconds=2),
+                result={"rows": 7},
+                duration_ms=2000,
+            ),
+        ]
+    )
+    await runtime.store.append_logs(
+        [
+            LogRecord(
+                occurrence_id=occurrence.id,
+                timestamp=t0 + timedelta(milliseconds=i),
+                level="INFO",
+                message=f"line <{i}>",
+            )
+            for i in range(3)
+        ]
+    )
+    return occurrence.id
+
+
+@pytest.mark.parametrize(
+    ("path", "heading"),
+    [
+        ("/", "Overview"),
+        ("/jobs", "Jobs"),
+        ("/jobs/new", "New job"),
+        ("/executions", "Executions"),
+        ("/failed", "Failed executions"),
+        ("/workers", "Workers"),
+        ("/admin", "Admin"),
+        ("/users", "Users"),
+    ],
+)
+async def test_every_page_renders(client: httpx.AsyncClient, path: str, heading: str) -> None:
+    answer = await client.get(path)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("text/html")
+    assert f"<h1>{heading}</h1>" in answer.text
+    assert 'hx-headers=\'{"X-Rota-CSRF": "1"}\'' in answer.text
+    assert '<main id="main"' in answer.text
+
+
+async def test_the_pages_are_not_in_the_openapi_document(client: httpx.AsyncClient) -> None:
+    paths = (await client.get("/openapi.json")).json()["paths"]
+    assert all(path.startswith("/api/v1/") for path in paths)
+
+
+async def test_the_front_end_libraries_are_served(client: httpx.AsyncClient) -> None:
+    for name in ("htmx.min.js", "sse.min.js", "uPlot.iife.min.js", "uPlot.min.css"):
+        answer = await client.get(f"/static/vendor/{name}")
+        assert answer.status_code == 200, f"{name} missing: run make install"
+    assert (await client.get("/static/rota.js")).status_code == 200
+
+
+async def test_jobs_filter_and_page_on_the_server(client: httpx.AsyncClient) -> None:
+    for i in range(30):
+        await make_job(client, displayName=f"Job {i:02d}", tags=["even" if i % 2 else "odd"])
+    first = await client.get("/jobs")
+    assert first.text.count("<tr>") == 26  # the header and 25 jobs
+    assert "Next page" in first.text
+    evens = await client.get("/jobs", params={"tag": "even"})
+    assert evens.text.count('href="/jobs?tag=even"') == 15
+    assert "Next page" not in evens.text
+    found = await client.get("/jobs", params={"search": "Job 07"})
+    assert "Job 07" in found.text
+    assert "Job 08" not in found.text
+    fragment = await client.get("/jobs", params={"fragment": "jobs_table", "search": "Job 07"})
+    assert "<html" not in fragment.text
+    assert fragment.text.lstrip().startswith('<div id="jobs-table"')
+
+
+async def test_job_page_shows_stats_and_version_diff(client: httpx.AsyncClient) -> None:
+    job = await make_job(client)
+    changed = await client.patch(f"/api/v1/jobs/{job['id']}", json={"cronExpression": "0 5 * * *"})
+    assert changed.status_code == 200, changed.text
+    page = await client.get(f"/jobs/{job['id']}")
+    assert page.status_code == 200
+    assert "<h1>Yearly</h1>" in page.text
+    assert "version 1 → 2" in page.text
+    assert "&#34;0 0 1 1 *&#34;" in page.text
+    assert "&#34;0 5 * * *&#34;" in page.text
+    missing = await client.get("/jobs/01900000-0000-7000-8000-000000000000")
+    assert missing.status_code == 404
+
+
+async def test_execution_page_and_log_tail(client: httpx.AsyncClient, runtime: PageRuntime) -> None:
+    job = await make_job(client)
+    occurrence_id = await finished_occurrence(runtime, UUID(str(job["id"])))
+    page = await client.get(f"/executions/{occurrence_id}")
+    assert page.status_code == 200
+    assert "Completed" in page.text
+    assert "&#34;rows&#34;: 7" in page.text
+    assert "line &lt;2&gt;" in page.text  # escaped
+    assert 'data-testid="cancel"' not in page.text  # finished: nothing to cancel
+    tail = await client.get(f"/ui/occurrences/{occurrence_id}/logs", params={"after": 2})
+    assert tail.text.count("<li") == 1
+    assert "line &lt;2&gt;" in tail.text
+    listed = await client.get("/executions", params={"status": "Completed"})
+    assert str(occurrence_id) in listed.text
+    none = await client.get("/executions", params={"status": "Failed"})
+    assert str(occurrence_id) not in none.text
+    bad = await client.get("/executions", params={"status": "nonsense"})
+    assert bad.status_code == 200
+    assert "Unknown status" in bad.text
+
+
+async def test_cron_preview_fragment(client: httpx.AsyncClient) -> None:
+    answer = await client.get(
+        "/ui/preview", params={"cronExpression": "0 30 2 * * *", "timeZone": "Europe/Berlin"}
+    )
+    assert answer.text.count("<li>") == 8
+    assert "02:30:00" in answer.text
+    wrong = await client.get("/ui/preview", params={"cronExpression": "61 * * * *"})
+    assert 'data-testid="preview-error"' in wrong.text
+    zone = await client.get(
+        "/ui/preview", params={"cronExpression": "* * * * *", "timeZone": "Mars/Olympus"}
+    )
+    assert 'data-testid="preview-error"' in zone.text
+
+
+async def test_series_counts_finished_executions_per_minute(
+    client: httpx.AsyncClient, runtime: PageRuntime
+) -> None:
+    answer = await client.get("/ui/series.json", params={"minutes": 10})
+    series = answer.json()
+    assert len(series["x"]) == len(series["completed"]) == len(series["failed"]) == 10
+    assert sum(series["completed"]) == 0
+
+
+async def test_login_without_auth_routes_says_so(client: httpx.AsyncClient) -> None:
+    page = await client.get("/login")
+    assert "no sign-in" in page.text
+    answer = await client.post("/login", data={"username": "a", "password": "b", "next": "//x"})
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/"
+
+
+def test_redirects_after_sign_in_stay_on_this_site() -> None:
+    assert safe_next("/jobs?x=1") == "/jobs?x=1"
+    for outside in ("//evil.example", "https://evil.example", "/\\evil", None, ""):
+        assert safe_next(outside) == "/"
+
+
+def test_configuration_is_shown_without_secrets() -> None:
+    shown = redact(
+        {
+            "database_url": "postgresql://rota:hunter2@db/rota",
+            "auth": {"jwt_secret": "s" * 40, "access_token_minutes": 15},
+            "redis_url": None,
+        }
+    )
+    assert shown == {
+        "database_url": "postgresql://***@db/rota",
+        "auth": {"jwt_secret": "***", "access_token_minutes": 15},
+        "redis_url": None,
+    }
+
+
+def test_roles_parse_case_insensitively() -> None:
+    assert Role.parse("admin") is Role.ADMIN
+    assert Role.parse("Operator") is Role.OPERATOR
+    assert Role.parse("something else") is Role.VIEWER
