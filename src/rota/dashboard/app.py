@@ -53,14 +53,17 @@ async def _to_login(request: Request, exc: Exception) -> Response:
 # --- filters --------------------------------------------------------------------------------
 
 
-def render_time(value: datetime | None, empty: str = "—") -> Markup:
-    """``<time>`` in UTC; the page's script shows it in the browser's zone, UTC on hover."""
+def render_time(value: datetime | None, empty: str = "—", fmt: str = "full") -> Markup:
+    """``<time>`` in UTC; the page's script shows it in the browser's zone, UTC on hover
+    (``fmt="time"``: the time of day only, with milliseconds)."""
     if value is None:
         return Markup(empty)
     utc = value.astimezone(UTC)
     iso = utc.isoformat().replace("+00:00", "Z")
     text = utc.strftime("%Y-%m-%d %H:%M:%S UTC")
-    return Markup('<time datetime="{0}" title="{1}">{1}</time>').format(iso, text)
+    return Markup('<time datetime="{0}" title="{1}" data-fmt="{2}">{1}</time>').format(
+        iso, text, fmt
+    )
 
 
 def render_duration(ms: float | None) -> str:

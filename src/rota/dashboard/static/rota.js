@@ -12,11 +12,15 @@
     hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short",
   });
 
+  const timeOfDay = new Intl.DateTimeFormat(undefined, {
+    hour: "2-digit", minute: "2-digit", second: "2-digit", fractionalSecondDigits: 3,
+  });
+
   function localTimes(root) {
     root.querySelectorAll("time[datetime]:not([data-local])").forEach(function (el) {
       const when = new Date(el.getAttribute("datetime"));
       if (isNaN(when)) return;
-      el.textContent = fmt.format(when);
+      el.textContent = (el.dataset.fmt === "time" ? timeOfDay : fmt).format(when);
       el.dataset.local = "1";
     });
   }
@@ -284,7 +288,7 @@
   document.addEventListener("htmx:beforeRequest", function (event) {
     const el = event.detail.elt;
     if (el.hasAttribute && el.hasAttribute("data-keep-selection") && event.detail.requestConfig && event.detail.requestConfig.verb === "get") {
-      const busy = el.querySelector("input[name=select]:checked") || (el.contains(document.activeElement) && document.activeElement.matches("input, textarea, select"));
+      const busy = el.querySelector("input[name=select]:checked, details[open] form") || (el.contains(document.activeElement) && document.activeElement.matches("input, textarea, select"));
       if (busy) event.preventDefault();
     }
   });
