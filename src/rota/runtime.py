@@ -13,12 +13,16 @@ import os
 import secrets
 import socket
 from collections.abc import Coroutine, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from rota.adapters import make_broker, make_coordination, make_index
+from rota.core.errors import ConfigurationError, ValidationError
 from rota.core.models import OccurrenceStatus, WorkerInfo, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
+from rota.services.audit import AuditService
+from rota.services.auth import MIN_SECRET_BYTES, AuthConfig, AuthService
 from rota.services.buckets import BucketOwner
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
@@ -56,6 +60,7 @@ class Runtime:
         broker: Broker,
         coordination: Coordination,
         registry: JobRegistry | None = None,
+        auth: AuthConfig | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -124,6 +129,8 @@ class Runtime:
             max_requeues=sched.zombie_max_requeues,
         )
         self.jobs = JobService(store, index, coordination, sched, utcnow)
+        self.auth = AuthService(store, auth or auth_config(settings), utcnow)
+        self.audit = AuditService(store, utcnow)
         self.probes = ProbeReleaser(
             self.jobs, interval_seconds=sched.auto_disable_probe_interval_seconds
         )
@@ -157,6 +164,7 @@ class Runtime:
 
     async def start(self) -> None:
         await self.store.open()
+        await self._bootstrap_admin()
         await self.broker.start()
         if self.settings.is_embedded:
             await recover_embedded(self.store, utcnow())
@@ -223,6 +231,24 @@ class Runtime:
                 return
             await asyncio.sleep(0.02)
 
+    async def _bootstrap_admin(self) -> None:
+        """ROTA_ADMIN_USER / ROTA_ADMIN_PASSWORD: the first Admin, when there is none."""
+        name, password = self.settings.admin_user, self.settings.admin_password
+        if not name or password is None:
+            return
+        try:
+            user = await self.auth.ensure_admin(name, password.get_secret_value())
+        except ValidationError as exc:
+            raise ConfigurationError(
+                f"ROTA_ADMIN_USER / ROTA_ADMIN_PASSWORD: {exc.message}"
+            ) from exc
+        if user is not None:
+            log.warning(
+                "created the first admin %s from ROTA_ADMIN_USER",
+                user.username,
+                extra={"action": "admin_bootstrap"},
+            )
+
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=f"rota-{name}"))
 
@@ -286,6 +312,60 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
+
+
+SECRET_FILE = "auth-secret"
+
+
+def auth_secret(settings: Settings) -> bytes:
+    """The key that signs access tokens: ROTA_AUTH_SECRET (at least 32 bytes). Outside
+    development and test it is required; there a generated one is kept in the data dir
+    (``auth-secret``, readable by the owner only), so tokens survive restarts."""
+    if settings.auth_secret is not None:
+        secret = settings.auth_secret.get_secret_value().encode()
+        if len(secret) < MIN_SECRET_BYTES:
+            raise ConfigurationError(
+                f"ROTA_AUTH_SECRET has {len(secret)} bytes; it needs at least "
+                f"{MIN_SECRET_BYTES} (e.g. python -c 'import secrets; "
+                "print(secrets.token_urlsafe(48))')"
+            )
+        return secret
+    if settings.environment == "production":
+        raise ConfigurationError(
+            "ROTA_AUTH_SECRET is not set: outside development it must be set to a random "
+            f"secret of at least {MIN_SECRET_BYTES} bytes, the same on every server (e.g. "
+            "python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+        )
+    return _secret_file(settings.data_dir / SECRET_FILE)
+
+
+def _secret_file(path: Path) -> bytes:
+    try:
+        secret = path.read_bytes().strip()
+    except FileNotFoundError:
+        secret = b""
+    if len(secret) >= MIN_SECRET_BYTES:
+        return secret
+    path.parent.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(48).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        file.write(secret + b"\n")
+    return secret
+
+
+def auth_config(settings: Settings) -> AuthConfig:
+    """The token and lockout settings with the secret (``ConfigurationError`` without one)."""
+    auth = settings.auth
+    return AuthConfig(
+        secret=auth_secret(settings),
+        access_ttl=timedelta(minutes=auth.access_token_minutes),
+        refresh_ttl=timedelta(days=auth.refresh_token_days),
+        max_failed_logins=auth.max_failed_logins,
+        lockout=timedelta(minutes=auth.lockout_minutes),
+        issuer=auth.issuer,
+        audience=auth.audience,
+    )
 
 
 def build_runtime(settings: Settings, registry: JobRegistry | None = None) -> Runtime:

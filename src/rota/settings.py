@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -147,6 +147,26 @@ class WorkerSettings(BaseModel):
         return data_dir / "workers" / name
 
 
+class AuthSettings(BaseModel):
+    access_token_minutes: float = Field(
+        15.0, gt=0, le=15, description="Lifetime of an access token (a JWT), at most 15 minutes."
+    )
+    refresh_token_days: float = Field(
+        14.0, gt=0, description="Lifetime of a refresh token (rotated on every use)."
+    )
+    max_failed_logins: int = Field(
+        5, ge=1, description="Failed logins in a row that lock an account (or a user name)."
+    )
+    lockout_minutes: float = Field(15.0, gt=0, description="How long a lock lasts.")
+    issuer: str = Field("rota", description="The access tokens' iss claim.")
+    audience: str = Field("rota-api", description="The access tokens' aud claim.")
+    cookie_secure: bool = Field(
+        True,
+        description="Mark the dashboard's rota_access cookie Secure (HTTPS only); development "
+        "turns it off.",
+    )
+
+
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -174,6 +194,17 @@ class Settings(BaseSettings):
     tracker: TrackerSettings = TrackerSettings()
     worker: WorkerSettings = WorkerSettings()
     api: ApiSettings = ApiSettings()
+    auth: AuthSettings = AuthSettings()
+    auth_secret: SecretStr | None = Field(
+        None,
+        description="The key that signs access tokens (HS256): at least 32 bytes, the same on "
+        "every server. Required outside development; development keeps a generated one in "
+        "the data dir.",
+    )
+    admin_user: str | None = Field(
+        None, description="With admin_password: the first Admin, created at start if none exists."
+    )
+    admin_password: SecretStr | None = Field(None, description="The first Admin's password.")
 
     @classmethod
     def settings_customise_sources(

@@ -21,6 +21,9 @@ from rota.core.ids import new_id
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.indexes.memory import MemoryScheduleIndex
+from rota.runtime import auth_config
+from rota.services.audit import AuditService
+from rota.services.auth import AuthService
 from rota.services.jobs import JobService
 from rota.settings import Settings
 from rota.stores.migrate import upgrade
@@ -75,6 +78,12 @@ class MiniRuntime:
     coordination: MemoryCoordination
     jobs: JobService
     failing: dict[str, str] = field(default_factory=dict)
+    auth: AuthService = field(init=False)
+    audit: AuditService = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
+        self.audit = AuditService(self.store, self.jobs.now)
 
     async def health(self) -> dict[str, str]:
         components = {"store": "ok", "index": "ok", "broker": "ok"}

@@ -19,10 +19,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rota.core.errors import (
+    AccountLockedError,
+    AuthenticationError,
     BackendUnavailableError,
     ConflictError,
     CronError,
     NotFoundError,
+    PermissionDeniedError,
     ValidationError,
 )
 from rota.services.jobs import api_name
@@ -38,6 +41,10 @@ CONFLICT: Final = "urn:rota:problem:conflict"
 UNAVAILABLE: Final = "urn:rota:problem:backend-unavailable"
 TOO_LARGE: Final = "urn:rota:problem:payload-too-large"
 INTERNAL: Final = "urn:rota:problem:internal"
+UNAUTHORIZED: Final = "urn:rota:problem:unauthorized"
+FORBIDDEN: Final = "urn:rota:problem:forbidden"
+LOCKED: Final = "urn:rota:problem:locked"
+WWW_AUTHENTICATE: Final = 'Bearer realm="rota"'
 
 _LOCATIONS: Final = frozenset({"body", "query", "path", "header", "cookie"})
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -170,6 +177,25 @@ def _unavailable(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _unauthenticated(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AuthenticationError)
+    if isinstance(exc, AccountLockedError):
+        headers = {"Retry-After": str(exc.retry_after)}
+        return problem_response(
+            request.url.path, 429, detail=exc.message, type_=LOCKED, headers=headers
+        )
+    error = ', error="invalid_token"' if exc.message.startswith("invalid access token") else ""
+    headers = {"WWW-Authenticate": WWW_AUTHENTICATE + error}
+    return problem_response(
+        request.url.path, 401, detail=exc.message, type_=UNAUTHORIZED, headers=headers
+    )
+
+
+def _forbidden(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PermissionDeniedError)
+    return problem_response(request.url.path, 403, detail=exc.message, type_=FORBIDDEN)
+
+
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else None
@@ -184,6 +210,8 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NotFoundError, _not_found)
     app.add_exception_handler(ConflictError, _conflict)
     app.add_exception_handler(BackendUnavailableError, _unavailable)
+    app.add_exception_handler(AuthenticationError, _unauthenticated)
+    app.add_exception_handler(PermissionDeniedError, _forbidden)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(UnhandledErrorMiddleware)

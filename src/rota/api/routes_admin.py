@@ -11,12 +11,14 @@ from fastapi import APIRouter
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
 from rota.api.schemas import BucketOut, BucketsOut, InstanceOut, ReliabilityOut
+from rota.api.security import requires
+from rota.core.security import Role
 from rota.services.buckets import bucket_overview
 from rota.services.probes import ProbeReleaser
 from rota.services.tracker import StatusTracker
 from rota.services.zombies import ZombieDetector
 
-router = APIRouter(prefix="/admin", tags=["admin"])
+router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[requires(Role.VIEWER)])
 
 
 def _utc(epoch: float | None) -> datetime | None:

@@ -11,7 +11,7 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Query, Response, status
 from pydantic import ValidationError as PydanticValidationError
 
-from rota.api.deps import Jobs
+from rota.api.deps import Audit, Jobs
 from rota.api.problems import problem_responses
 from rota.api.schemas import (
     MAX_LIMIT,
@@ -30,11 +30,19 @@ from rota.api.schemas import (
     UtcDatetime,
     unwrap_partial_updates,
 )
+from rota.api.security import OperatorUser, requires
 from rota.core.errors import ValidationError
+from rota.core.security import Role
 from rota.services.jobs import MAX_PREVIEW, JobService
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
-schedules = APIRouter(prefix="/schedules", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
+schedules = APIRouter(prefix="/schedules", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
+AUDITED_IDS = 1000
+"""A bulk create's audit entry names at most this many job ids."""
+
+
+def _audit_view(job: JobOut) -> dict[str, Any]:
+    return job.model_dump(mode="json", by_alias=True)
 
 
 @router.post(
@@ -43,10 +51,13 @@ schedules = APIRouter(prefix="/schedules", tags=["jobs"])
     responses=problem_responses(413, 422, 503),
     summary="Create a job",
 )
-async def create_job(body: JobCreate, jobs: Jobs, response: Response) -> JobOut:
-    job = await jobs.create_job(body.to_spec())
+async def create_job(
+    body: JobCreate, jobs: Jobs, response: Response, user: OperatorUser, audit: Audit
+) -> JobOut:
+    job = out(await jobs.create_job(body.to_spec(created_by=user.username)), jobs)
+    await audit.record(user.username, "job.created", "job", job.id, after=_audit_view(job))
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"
-    return out(job, jobs)
+    return job
 
 
 def out(job: Any, jobs: JobService) -> JobOut:
@@ -59,8 +70,10 @@ def out(job: Any, jobs: JobService) -> JobOut:
     responses=problem_responses(413, 422, 503),
     summary="Create a job (the reference's path; same as POST /jobs)",
 )
-async def create_job_reference(body: JobCreate, jobs: Jobs, response: Response) -> JobOut:
-    return await create_job(body, jobs, response)
+async def create_job_reference(
+    body: JobCreate, jobs: Jobs, response: Response, user: OperatorUser, audit: Audit
+) -> JobOut:
+    return await create_job(body, jobs, response, user, audit)
 
 
 def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
@@ -89,6 +102,8 @@ def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
 )
 async def update_job_reference(
     jobs: Jobs,
+    user: OperatorUser,
+    audit: Audit,
     body: Annotated[
         dict[str, Any],
         Body(
@@ -104,7 +119,23 @@ async def update_job_reference(
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
         raise ValidationError(f"{where}: {error['msg']}", field=where or None) from None
-    return out(await jobs.update_job(job_id, patch.changes()), jobs)
+    return await _update(jobs, job_id, patch, user, audit)
+
+
+async def _update(
+    jobs: JobService, job_id: UUID, patch: JobPatch, user: OperatorUser, audit: Audit
+) -> JobOut:
+    before = out(await jobs.get_job(job_id), jobs)
+    after = out(await jobs.update_job(job_id, patch.changes(), by=user.username), jobs)
+    await audit.record(
+        user.username,
+        "job.updated",
+        "job",
+        job_id,
+        before=_audit_view(before),
+        after=_audit_view(after),
+    )
+    return after
 
 
 @router.post(
@@ -113,8 +144,12 @@ async def update_job_reference(
     responses=problem_responses(413, 422, 503),
     summary="Create many jobs at once (all or none)",
 )
-async def create_jobs(body: BulkCreate, jobs: Jobs) -> JobList:
-    created = await jobs.create_jobs([item.to_spec() for item in body.jobs])
+async def create_jobs(body: BulkCreate, jobs: Jobs, user: OperatorUser, audit: Audit) -> JobList:
+    created = await jobs.create_jobs([item.to_spec(created_by=user.username) for item in body.jobs])
+    ids = [str(job.id) for job in created[:AUDITED_IDS]]
+    await audit.record(
+        user.username, "job.bulk_created", "job", after={"count": len(created), "ids": ids}
+    )
     return JobList(items=[out(job, jobs) for job in created])
 
 
@@ -154,8 +189,10 @@ async def get_job(job_id: UUID, jobs: Jobs) -> JobOut:
     responses=problem_responses(404, 409, 413, 422, 503),
     summary="Change some fields of a job",
 )
-async def update_job(job_id: UUID, body: JobPatch, jobs: Jobs) -> JobOut:
-    return out(await jobs.update_job(job_id, body.changes()), jobs)
+async def update_job(
+    job_id: UUID, body: JobPatch, jobs: Jobs, user: OperatorUser, audit: Audit
+) -> JobOut:
+    return await _update(jobs, job_id, body, user, audit)
 
 
 @router.delete(
@@ -164,8 +201,10 @@ async def update_job(job_id: UUID, body: JobPatch, jobs: Jobs) -> JobOut:
     responses=problem_responses(404, 422, 503),
     summary="Delete a job (its occurrences are kept)",
 )
-async def delete_job(job_id: UUID, jobs: Jobs) -> Response:
+async def delete_job(job_id: UUID, jobs: Jobs, user: OperatorUser, audit: Audit) -> Response:
+    before = out(await jobs.get_job(job_id), jobs)
     await jobs.delete_job(job_id)
+    await audit.record(user.username, "job.deleted", "job", job_id, before=_audit_view(before))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -176,13 +215,25 @@ async def delete_job(job_id: UUID, jobs: Jobs) -> Response:
     summary="Run a job now",
 )
 async def trigger_job(
-    job_id: UUID, jobs: Jobs, body: Annotated[TriggerRequest | None, Body()] = None
+    job_id: UUID,
+    jobs: Jobs,
+    user: OperatorUser,
+    audit: Audit,
+    body: Annotated[TriggerRequest | None, Body()] = None,
 ) -> OccurrenceDetail:
     request = body or TriggerRequest()
     occurrence = await jobs.trigger(
         job_id, reason=request.reason, job_data=request.job_data, force=request.force
     )
-    return OccurrenceDetail.of(occurrence)
+    detail = OccurrenceDetail.of(occurrence)
+    await audit.record(
+        user.username,
+        "job.triggered",
+        "job",
+        job_id,
+        after={"occurrenceId": str(detail.id), "reason": request.reason, "force": request.force},
+    )
+    return detail
 
 
 @router.get(

@@ -15,9 +15,11 @@ from fastapi import APIRouter
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
 from rota.api.schemas import ApiModel
+from rota.api.security import requires
 from rota.core.models import WorkerInfo
+from rota.core.security import Role
 
-router = APIRouter(prefix="/workers", tags=["workers"])
+router = APIRouter(prefix="/workers", tags=["workers"], dependencies=[requires(Role.VIEWER)])
 
 
 class WorkerInstanceOut(ApiModel):

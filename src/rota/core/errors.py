@@ -63,3 +63,20 @@ class PermanentError(RotaError):
 
 class JobCancelledError(RotaError):
     """Raised inside a handler by ``ctx.check_cancelled()`` once the occurrence is cancelled."""
+
+
+class AuthenticationError(RotaError):
+    """Who is calling could not be established: no, a bad or an expired token, or wrong
+    credentials. The message never tells whether a user exists."""
+
+
+class AccountLockedError(AuthenticationError):
+    """Too many failed logins: the account (or the name) is locked for ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermissionDeniedError(RotaError):
+    """The caller is known but its role does not allow this."""

@@ -30,6 +30,7 @@ from rota.core.models import (
     ZombiePolicy,
 )
 from rota.core.planning import FirePlan
+from rota.core.security import AuditEntry, AuditQuery, RefreshOutcome, RefreshToken, User
 from rota.core.wire import DeadLetter
 
 T = TypeVar("T")
@@ -494,6 +495,90 @@ class Store(abc.ABC):
         ``NotFoundError`` if the record does not exist; ``ConflictError`` if it names no
         occurrence (a poison message), the occurrence is gone, or it is not in a failed
         status (already retried, or it never failed)."""
+
+    # --- users, refresh tokens, audit (security) ----------------------------------------------
+
+    @abc.abstractmethod
+    async def create_user(self, user: User) -> None:
+        """Insert a user. ``ConflictError`` if the username is taken. (Names are compared as
+        they are: the service lowercases them.)"""
+
+    @abc.abstractmethod
+    async def get_user(self, user_id: UUID) -> User:
+        """The user, or ``NotFoundError``."""
+
+    @abc.abstractmethod
+    async def find_user(self, username: str) -> User | None:
+        """The user of this name, or ``None``."""
+
+    @abc.abstractmethod
+    async def list_users(self, limit: int = 50, cursor: str | None = None) -> Page[User]:
+        """Users ordered by id (oldest first), at most ``limit``."""
+
+    @abc.abstractmethod
+    async def count_admins(self) -> int:
+        """How many active users have the Admin role."""
+
+    @abc.abstractmethod
+    async def update_user(self, user: User) -> User:
+        """Store the user's username, password hash, role, active flag and lockout state as
+        given (``updated_at`` too) and return it. ``NotFoundError`` if it does not exist;
+        ``ConflictError`` if the change would leave no active Admin while there was one, or
+        the new username is taken. The check and the write are one transaction."""
+
+    @abc.abstractmethod
+    async def delete_user(self, user_id: UUID) -> User:
+        """Delete the user and its refresh tokens; returns the user as it was.
+        ``NotFoundError`` if it does not exist; ``ConflictError`` if it is the last active
+        Admin."""
+
+    @abc.abstractmethod
+    async def record_login_failure(
+        self, user_id: UUID, *, max_failures: int, lock_until: datetime
+    ) -> User:
+        """Count one failed login, atomically: ``failed_logins + 1``; reaching ``max_failures``
+        locks the user until ``lock_until`` and starts the count again. Returns the user as
+        stored. ``NotFoundError`` if it does not exist."""
+
+    @abc.abstractmethod
+    async def record_login_success(self, user_id: UUID) -> None:
+        """Forget the failed logins and any lock of the user."""
+
+    @abc.abstractmethod
+    async def add_refresh_token(self, token: RefreshToken) -> None:
+        """Store a new refresh token (its hash)."""
+
+    @abc.abstractmethod
+    async def rotate_refresh_token(
+        self, token_hash: str, successor: RefreshToken, now: datetime
+    ) -> RefreshOutcome:
+        """Use a refresh token up, in one transaction. A live token (not used, not revoked,
+        ``expires_at > now``) gets ``used_at = now`` and ``successor`` is stored in its
+        family for its user (the successor's ``family_id`` and ``user_id`` are replaced by
+        the token's): ``ROTATED`` with the user id. A token that was used or revoked before
+        revokes every live token of its family: ``REUSED`` with the user id. An unknown or
+        expired token changes nothing: ``INVALID``. Of two concurrent uses of one token,
+        exactly one rotates."""
+
+    @abc.abstractmethod
+    async def revoke_refresh_tokens(
+        self,
+        now: datetime,
+        *,
+        token_hash: str | None = None,
+        user_id: UUID | None = None,
+    ) -> int:
+        """Revoke the live tokens of the family of ``token_hash`` (logout) and/or of every
+        family of ``user_id`` (password change, deactivation). Returns how many were
+        revoked. Tokens expired for more than a day are deleted on the way."""
+
+    @abc.abstractmethod
+    async def append_audit(self, entries: Sequence[AuditEntry]) -> None:
+        """Store audit entries (``before``/``after`` as JSON)."""
+
+    @abc.abstractmethod
+    async def list_audit(self, query: AuditQuery) -> Page[AuditEntry]:
+        """Audit entries matching every filter, newest first, at most ``query.limit``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,6 +119,7 @@ def build_metadata() -> MetaData:
     _jobs(metadata)
     _occurrences(metadata)
     _failed_occurrences(metadata)
+    _security(metadata)
     return metadata
 
 
@@ -302,6 +303,53 @@ def _failed_occurrences(metadata: MetaData) -> None:
     )
 
 
+def _security(metadata: MetaData) -> None:
+    Table(
+        "users",
+        metadata,
+        Column("id", Uuid(), primary_key=True),
+        Column("username", String(100), nullable=False),
+        Column("password_hash", String(500), nullable=False),
+        Column("role", String(20), nullable=False),
+        Column("is_active", Boolean(), nullable=False),
+        Column("failed_logins", Integer(), nullable=False, server_default="0"),
+        Column("locked_until", UtcDateTime()),
+        Column("created_at", UtcDateTime(), nullable=False),
+        Column("updated_at", UtcDateTime(), nullable=False),
+        UniqueConstraint("username"),
+    )
+    Table(
+        "refresh_tokens",
+        metadata,
+        Column("token_hash", String(64), primary_key=True),
+        Column("family_id", Uuid(), nullable=False),
+        Column("user_id", Uuid(), ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+        Column("issued_at", UtcDateTime(), nullable=False),
+        Column("expires_at", UtcDateTime(), nullable=False),
+        Column("used_at", UtcDateTime()),
+        Column("revoked_at", UtcDateTime()),
+        Index(None, "family_id"),
+        Index(None, "user_id"),
+        Index(None, "expires_at"),
+    )
+    # No foreign key to users: the log outlives deleted users (``actor`` is a username).
+    Table(
+        "audit_entries",
+        metadata,
+        Column("id", Uuid(), primary_key=True),
+        Column("at", UtcDateTime(), nullable=False),
+        Column("actor", String(100), nullable=False),
+        Column("action", String(100), nullable=False),
+        Column("resource_type", String(50), nullable=False),
+        Column("resource_id", String(200)),
+        Column("before", Json()),
+        Column("after", Json()),
+        Index(None, "at"),
+        Index(None, "actor", "id"),
+        Index(None, "resource_type", "resource_id", "id"),
+    )
+
+
 metadata = build_metadata()
 """The store's tables: plain declarations, no connection or state."""
 
@@ -312,3 +360,6 @@ occurrences = metadata.tables["occurrences"]
 status_changes = metadata.tables["occurrence_status_changes"]
 occurrence_logs = metadata.tables["occurrence_logs"]
 failed_occurrences = metadata.tables["failed_occurrences"]
+users = metadata.tables["users"]
+refresh_tokens = metadata.tables["refresh_tokens"]
+audit_entries = metadata.tables["audit_entries"]

@@ -124,6 +124,7 @@ from rota.stores.schema import (
     status_changes,
     utc_text,
 )
+from rota.stores.sql_security import SecurityQueries
 from rota.stores.urls import dialect_of, sqlite_path, to_async_url
 
 log = logging.getLogger(__name__)
@@ -914,7 +915,7 @@ class _StatusBatch:
 # --- the store --------------------------------------------------------------------------------
 
 
-class SqlStore(Store):
+class SqlStore(SecurityQueries, Store):
     """The :class:`~rota.core.ports.Store` on SQLite (embedded) or PostgreSQL (distributed).
 
     ``url`` is a plain user URL (``sqlite:///path/rota.db``, ``postgresql://…``); the schema
