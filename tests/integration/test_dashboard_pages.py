@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
@@ -17,13 +17,16 @@ from rota.coordination.memory import MemoryCoordination
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.dashboard.pages import redact
-from rota.dashboard.session import Role, safe_next
+from rota.dashboard.session import ACCESS_COOKIE, REFRESH_COOKIE, Role, safe_next
 from rota.indexes.memory import MemoryScheduleIndex
+from rota.runtime import auth_config
+from rota.services.audit import AuditService
+from rota.services.auth import AuthService
 from rota.services.jobs import JobService
 from rota.settings import Settings
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
-from tests.api_client import api_client
+from tests.api_client import PASSWORD, api_client, ensure_user, username_of
 
 
 @dataclass
@@ -34,6 +37,12 @@ class PageRuntime:
     broker: InProcessBroker
     coordination: MemoryCoordination
     jobs: JobService
+    auth: AuthService = field(init=False)
+    audit: AuditService = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
+        self.audit = AuditService(self.store, self.jobs.now)
 
     async def health(self) -> dict[str, str]:
         return {"store": "ok", "index": "ok", "broker": "ok"}
@@ -209,12 +218,100 @@ async def test_series_counts_finished_executions_per_minute(
     assert sum(series["completed"]) == 0
 
 
-async def test_login_without_auth_routes_says_so(client: httpx.AsyncClient) -> None:
-    page = await client.get("/login")
-    assert "no sign-in" in page.text
-    answer = await client.post("/login", data={"username": "a", "password": "b", "next": "//x"})
-    assert answer.status_code == 303
-    assert answer.headers["location"] == "/"
+def cookies_of(answer: httpx.Response) -> dict[str, str]:
+    """The cookies an answer sets (name -> value; empty for a cleared one)."""
+    found = {}
+    for header in answer.headers.get_list("set-cookie"):
+        name, _, rest = header.partition("=")
+        found[name] = rest.split(";", 1)[0].strip('"')
+    return found
+
+
+def jar(cookies: dict[str, str]) -> dict[str, str]:
+    """A Cookie header (the client keeps no cookies between these requests)."""
+    return {"Cookie": "; ".join(f"{name}={value}" for name, value in cookies.items())}
+
+
+async def sign_in(client: httpx.AsyncClient, role: str) -> dict[str, str]:
+    answer = await client.post(
+        "/login", data={"username": username_of(role), "password": PASSWORD, "next": "/jobs"}
+    )
+    assert answer.status_code == 303, answer.text
+    assert answer.headers["location"] == "/jobs"
+    for header in answer.headers.get_list("set-cookie"):
+        assert "HttpOnly" in header
+        assert "SameSite=strict" in header
+    return cookies_of(answer)
+
+
+@pytest.fixture
+async def anonymous(runtime: PageRuntime) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(runtime)
+    for role in ("viewer", "operator"):
+        await ensure_user(runtime.auth, role)
+    async with api_client(app, role=None) as http:
+        yield http
+
+
+async def test_sign_in_sets_cookies_and_sign_out_revokes(anonymous: httpx.AsyncClient) -> None:
+    outside = await anonymous.get("/executions", params={"status": "Failed"})
+    assert outside.status_code == 303
+    assert outside.headers["location"] == "/login?next=/executions?status=Failed"
+    wrong = await anonymous.post("/login", data={"username": "test-viewer", "password": "nope"})
+    assert wrong.status_code == 401
+    assert "Wrong username or password" in wrong.text
+    cookies = await sign_in(anonymous, "viewer")
+    assert set(cookies) == {ACCESS_COOKIE, REFRESH_COOKIE}
+    page = await anonymous.get("/jobs", headers=jar(cookies))
+    assert page.status_code == 200
+    assert "test-viewer" in page.text
+    out = await anonymous.post("/logout", headers=jar(cookies))
+    assert out.status_code == 303
+    assert cookies_of(out) == {ACCESS_COOKIE: "", REFRESH_COOKIE: ""}
+    reused = await anonymous.post(
+        "/api/v1/auth/refresh", json={"refreshToken": cookies[REFRESH_COOKIE]}
+    )
+    assert reused.status_code == 401
+
+
+async def test_an_expired_access_cookie_is_refreshed(anonymous: httpx.AsyncClient) -> None:
+    cookies = await sign_in(anonymous, "viewer")
+    stale = {ACCESS_COOKIE: "expired.or.forged", REFRESH_COOKIE: cookies[REFRESH_COOKIE]}
+    page = await anonymous.get("/jobs", headers=jar(stale))
+    assert page.status_code == 200
+    renewed = cookies_of(page)
+    assert renewed[ACCESS_COOKIE] not in ("", stale[ACCESS_COOKIE])
+    assert renewed[REFRESH_COOKIE] not in ("", cookies[REFRESH_COOKIE])
+    gone = await anonymous.get("/jobs", headers=jar({ACCESS_COOKIE: "forged"}))
+    assert gone.status_code == 303
+    assert cookies_of(gone)[ACCESS_COOKIE] == ""
+
+
+async def test_a_viewer_sees_no_actions_and_the_api_refuses_them(
+    anonymous: httpx.AsyncClient,
+) -> None:
+    operator = await sign_in(anonymous, "operator")
+    assert 'data-testid="new-job"' in (await anonymous.get("/jobs", headers=jar(operator))).text
+    created = await anonymous.post(
+        "/api/v1/jobs",
+        json={"jobType": "report", "cronExpression": "0 0 1 1 *"},
+        headers={"X-Rota-CSRF": "1", **jar(operator)},
+    )
+    assert created.status_code == 201, created.text
+    job_id = created.json()["id"]
+    viewer = await sign_in(anonymous, "viewer")
+    listing = await anonymous.get("/jobs", headers=jar(viewer))
+    assert 'data-testid="new-job"' not in listing.text
+    detail = await anonymous.get(f"/jobs/{job_id}", headers=jar(viewer))
+    assert "data-api=" not in detail.text
+    forged = await anonymous.post(
+        f"/api/v1/jobs/{job_id}/trigger", json={}, headers={"X-Rota-CSRF": "1", **jar(viewer)}
+    )
+    assert forged.status_code == 403
+    cross_site = await anonymous.post(
+        f"/api/v1/jobs/{job_id}/trigger", json={}, headers=jar(operator)
+    )
+    assert cross_site.status_code == 403
 
 
 def test_redirects_after_sign_in_stay_on_this_site() -> None:

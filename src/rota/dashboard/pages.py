@@ -51,7 +51,7 @@ def _templates(request: Request) -> Jinja2Templates:
 
 
 def has_route(request: Request, path: str) -> bool:
-    return any(getattr(route, "path", None) == path for route in request.app.routes)
+    return path in session.api_paths(request)
 
 
 def live(request: Request, **filters: str) -> dict[str, Any]:

@@ -89,15 +89,18 @@ class SessionState:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def api_paths(request: Request) -> frozenset[str]:
+    """The paths the API of this app offers (from its OpenAPI document, read once)."""
+    cached: frozenset[str] | None = getattr(request.app.state, "rota_api_paths", None)
+    if cached is None:
+        cached = frozenset(request.app.openapi().get("paths", {}))
+        request.app.state.rota_api_paths = cached
+    return cached
+
+
 def auth_installed(request: Request) -> bool:
     """Whether the API this dashboard runs in has the auth routes."""
-    cached = getattr(request.app.state, "rota_auth_installed", None)
-    if cached is None:
-        cached = any(
-            getattr(route, "path", None) == f"{AUTH_PREFIX}/me" for route in request.app.routes
-        )
-        request.app.state.rota_auth_installed = cached
-    return bool(cached)
+    return f"{AUTH_PREFIX}/me" in api_paths(request)
 
 
 def internal_client(request: Request) -> httpx.AsyncClient:
@@ -174,7 +177,7 @@ async def current_user(request: Request) -> DashboardUser:
     if not auth_installed(request):
         return ANONYMOUS_ADMIN
     state = session_state(request)
-    access = request.cookies.get(ACCESS_COOKIE)
+    access = _bearer(request) or request.cookies.get(ACCESS_COOKIE)
     async with internal_client(request) as api:
         if access:
             user = await _me(api, access)
@@ -189,6 +192,12 @@ async def current_user(request: Request) -> DashboardUser:
             return user
     state.clear = True
     raise LoginRequired
+
+
+def _bearer(request: Request) -> str | None:
+    """A bearer token sent by a program (the dashboard itself uses the cookie)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
 
 
 def session_state(request: Request) -> SessionState:
