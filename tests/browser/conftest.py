@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import pytest
@@ -108,7 +108,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "ROTA_ADMIN_USER": ADMIN[0],
         "ROTA_ADMIN_PASSWORD": ADMIN[1],
         "ROTA_EVENT_LOOP": "asyncio",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     log = (data / "server.log").open("wb")
     command = [sys.executable, "-m", "rota", "dev", "--no-demo", "--port", str(port)]
@@ -193,15 +193,31 @@ def sign_in(page: Page, server: Server, user: tuple[str, str]) -> None:
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
 
 
+VIEWPORT: Final = {"width": 1280, "height": 860}
+
+
 @pytest.fixture
 def page(browser: Browser, server: Server) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    """A fresh browser context: nobody signed in."""
+    context = browser.new_context(viewport=VIEWPORT)
     opened = context.new_page()
     yield opened
     context.close()
 
 
+@pytest.fixture(scope="session")
+def admin_state(browser: Browser, server: Server) -> Any:
+    """The Admin's cookies after one sign-in through the form (reused: argon2 is slow)."""
+    context = browser.new_context(viewport=VIEWPORT)
+    sign_in(context.new_page(), server, ADMIN)
+    state = context.storage_state()
+    context.close()
+    return state
+
+
 @pytest.fixture
-def admin_page(page: Page, server: Server) -> Page:
-    sign_in(page, server, ADMIN)
-    return page
+def admin_page(browser: Browser, admin_state: Any) -> Iterator[Page]:
+    context = browser.new_context(viewport=VIEWPORT, storage_state=admin_state)
+    opened = context.new_page()
+    yield opened
+    context.close()

@@ -33,6 +33,7 @@ def install_dashboard(app: FastAPI) -> None:
     env.filters["percent"] = render_percent
     env.globals["status_class"] = status_class
     env.globals["status_name"] = status_name
+    env.globals["live_trigger"] = live_trigger
     app.state.dashboard_templates = templates
     app.mount(STATIC_PREFIX, StaticFiles(directory=_package_dir("static")), name="static")
     app.include_router(pages.router)
@@ -83,6 +84,17 @@ def render_duration(ms: float | None) -> str:
 
 def render_percent(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f} %"
+
+
+def live_trigger(live: dict[str, Any], events: tuple[str, ...]) -> str:
+    """A live region's ``hx-trigger``: the page's own refresh, the events that concern it (when
+    the API streams events) and the polling safety net."""
+    triggers = ["rota:refresh"]
+    if live.get("events"):
+        triggers += [f"sse:{event}" for event in events]
+    if live.get("poll"):
+        triggers.append(f"every {live['poll']}s")
+    return ", ".join(triggers)
 
 
 _STATUS_CLASSES = {

@@ -62,10 +62,10 @@
 
   function refresh(target) {
     if (target === "page") { window.location.reload(); return; }
+    // Through the element's own trigger, so its hx-sync queue orders this request with the
+    // ones events trigger (the last change is always fetched).
     const el = document.querySelector(target);
-    if (el && el.getAttribute("hx-get") && window.htmx) {
-      htmx.ajax("GET", el.getAttribute("hx-get"), { target: el, swap: "outerHTML" });
-    }
+    if (el && window.htmx) htmx.trigger(el, "rota:refresh");
   }
 
   async function after(el, response) {
