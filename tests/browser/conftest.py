@@ -98,7 +98,9 @@ def artifacts() -> Path:
     return where
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running in this thread
+# while it is open, which the asyncio tests that follow in the same run could not start under.
+@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """``rota dev`` (embedded: SQLite, in-process broker and worker) with the test jobs."""
     data = tmp_path_factory.mktemp("rota-browser")
@@ -173,7 +175,7 @@ async def _store_users(data: Path) -> None:
         await store.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
@@ -205,7 +207,7 @@ def page(browser: Browser, server: Server) -> Iterator[Page]:
     context.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def admin_state(browser: Browser, server: Server) -> Any:
     """The Admin's cookies after one sign-in through the form (reused: argon2 is slow)."""
     context = browser.new_context(viewport=VIEWPORT)

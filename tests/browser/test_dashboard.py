@@ -219,3 +219,25 @@ def test_a_viewer_sees_no_actions_and_a_forged_action_is_refused(
     assert forged == 403
     with server.api() as api:
         assert api.get("/occurrences", params={"jobId": job["id"]}).json()["items"] == []
+
+
+def test_admin_stops_and_resumes_dispatching(admin_page: Page, server: Server) -> None:
+    page = admin_page
+    page.goto(f"{server.url}/admin")
+    expect(page.get_by_role("heading", name="Buckets (16)")).to_be_visible()
+    with server.api() as api:
+        has_control = api.get("/admin/dispatcher").status_code == 200
+    if not has_control:
+        expect(
+            page.get_by_text("Not available: this server's API has no dispatcher")
+        ).to_be_visible()
+        return
+    page.get_by_label("Reason").fill("maintenance from the browser test")
+    page.get_by_role("button", name="Stop dispatching").click()
+    expect(page.get_by_test_id("dispatcher-state")).to_contain_text(
+        "stopped — maintenance from the browser test"
+    )
+    page.get_by_role("button", name="Resume dispatching").click()
+    expect(page.get_by_test_id("dispatcher-state")).to_contain_text("dispatching")
+    with server.api() as api:
+        assert api.get("/admin/dispatcher").json()["paused"] is False

@@ -564,16 +564,34 @@ async def admin_page(request: Request, user: User, runtime: Runtime) -> Response
     except Exception:
         depths = None
     config = redact(runtime.settings.model_dump(mode="json")) if user.is_admin else None
+    dispatcher = None
+    if has_route(request, "/api/v1/admin/dispatcher"):
+        status, body = await api_get(request, "/api/v1/admin/dispatcher")
+        dispatcher = body if status == 200 and isinstance(body, dict) else None
     context = {
         "buckets": buckets,
         "depths": depths,
         "config": json.dumps(config, indent=2) if config is not None else None,
-        "dispatcher": {
-            "stop": has_route(request, "/api/v1/admin/dispatcher/stop"),
-            "resume": has_route(request, "/api/v1/admin/dispatcher/resume"),
-        },
+        "dispatcher": dispatcher,
+        "control": has_route(request, "/api/v1/admin/dispatcher/stop")
+        and has_route(request, "/api/v1/admin/dispatcher/resume"),
     }
     return render(request, user, "admin.html", context)
+
+
+async def api_get(request: Request, path: str) -> tuple[int, Any]:
+    """``GET`` an API path in process, as the signed-in user: status and JSON body."""
+    headers = {}
+    access = session.access_token(request)
+    if access:
+        headers["Authorization"] = f"Bearer {access}"
+    async with session.internal_client(request) as api:
+        answer = await api.get(path, headers=headers)
+    try:
+        body = answer.json()
+    except ValueError:
+        body = None
+    return answer.status_code, body
 
 
 @router.get("/users")
@@ -582,16 +600,10 @@ async def users_page(request: Request, user: User) -> Response:
     users: list[dict[str, Any]] = []
     error = None
     if available and user.is_admin:
-        access = request.cookies.get(session.ACCESS_COOKIE)
-        state = session.session_state(request)
-        if state.tokens is not None:
-            access = state.tokens.access
-        async with session.internal_client(request) as api:
-            answer = await api.get("/api/v1/users", headers={"Authorization": f"Bearer {access}"})
-        if answer.status_code == 200:
-            body = answer.json()
-            users = body.get("items", body) if isinstance(body, dict) else body
+        status, body = await api_get(request, "/api/v1/users?limit=1000")
+        if status == 200 and isinstance(body, dict):
+            users = body.get("items", [])
         else:
-            error = f"The API answered {answer.status_code}."
+            error = f"The API answered {status}."
     context = {"users": users, "available": available, "error": error}
     return render(request, user, "users.html", context)

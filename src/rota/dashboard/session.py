@@ -200,6 +200,14 @@ def _bearer(request: Request) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
+def access_token(request: Request) -> str | None:
+    """The access token of this request's user (a fresh one if this request refreshed it)."""
+    state: SessionState | None = getattr(request.state, "rota_session", None)
+    if state is not None and state.tokens is not None:
+        return state.tokens.access
+    return _bearer(request) or request.cookies.get(ACCESS_COOKIE)
+
+
 def session_state(request: Request) -> SessionState:
     state = getattr(request.state, "rota_session", None)
     if state is None:
