@@ -168,6 +168,32 @@ def test_resolve_a_failed_execution(admin_page: Page, server: Server, artifacts:
     assert stored["resolutionNote"] == "checked in the browser test"
 
 
+def test_bulk_resolve_failed_executions(admin_page: Page, server: Server) -> None:
+    page = admin_page
+    jobs = [_one_time_job(server, "browser.fail", f"Failing job {i}")["jobId"] for i in (1, 2)]
+
+    def unresolved() -> list[dict[str, Any]]:
+        with server.api() as api:
+            items = api.get("/failed-occurrences", params={"resolved": "false"}).json()["items"]
+        return [r for r in items if r["jobId"] in jobs]
+
+    server.wait_for("two failed-execution records", lambda: len(unresolved()) == 2)
+    page.goto(f"{server.url}/failed")
+    for job_id in jobs:
+        row = page.locator(
+            "[data-testid=failed-row]", has=page.locator(f'a[href="/jobs/{job_id}"]')
+        )
+        row.locator("input[name=select]").check()
+    bulk = page.locator("form.bulk")
+    bulk.get_by_label("Action").fill("fixed")
+    bulk.get_by_label("Note").fill("both at once")
+    page.get_by_test_id("bulk-resolve").click()
+    expect(page.locator("#flash")).to_contain_text("2 resolved")
+    assert unresolved() == []
+    for job_id in jobs:
+        expect(page.locator(f'[data-testid=failed-row] a[href="/jobs/{job_id}"]')).to_have_count(0)
+
+
 def test_every_page_renders(admin_page: Page, server: Server, artifacts: Path) -> None:
     page = admin_page
     errors: list[str] = []
