@@ -273,6 +273,12 @@ async def test_sign_in_sets_cookies_and_sign_out_revokes(anonymous: httpx.AsyncC
         "/api/v1/auth/refresh", json={"refreshToken": cookies[REFRESH_COOKIE]}
     )
     assert reused.status_code == 401
+    # signing out with an expired access token still ends the login
+    again = await sign_in(anonymous, "viewer")
+    expired = {ACCESS_COOKIE: "expired", REFRESH_COOKIE: again[REFRESH_COOKIE]}
+    assert (await anonymous.post("/logout", headers=jar(expired))).status_code == 303
+    after = await anonymous.get("/jobs", headers=jar(expired))
+    assert after.status_code == 303  # the refresh token no longer works
 
 
 async def test_an_expired_access_cookie_is_refreshed(anonymous: httpx.AsyncClient) -> None:

@@ -138,17 +138,27 @@ async def login(request: Request, username: str, password: str) -> Tokens | str:
 
 
 async def logout(request: Request) -> None:
+    """Revoke the refresh token's login (with a fresh access token if the cookie's expired)."""
     access = request.cookies.get(ACCESS_COOKIE)
-    refresh = request.cookies.get(REFRESH_COOKIE)
-    if not access and not refresh:
+    refresh_token = request.cookies.get(REFRESH_COOKIE)
+    if not refresh_token:
         return
-    headers = {"Authorization": f"Bearer {access}"} if access else {}
     async with internal_client(request) as api:
-        await api.post(
-            f"{AUTH_PREFIX}/logout",
-            json={"refreshToken": refresh} if refresh else {},
-            headers=headers,
-        )
+        answer = await _logout(api, access, refresh_token)
+        if answer.status_code == 401:
+            renewed = await api.post(f"{AUTH_PREFIX}/refresh", json={"refreshToken": refresh_token})
+            if renewed.status_code == 200:
+                tokens = _tokens(renewed.json())
+                await _logout(api, tokens.access, tokens.refresh)
+
+
+async def _logout(
+    api: httpx.AsyncClient, access: str | None, refresh_token: str | None
+) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {access}"} if access else {}
+    return await api.post(
+        f"{AUTH_PREFIX}/logout", json={"refreshToken": refresh_token}, headers=headers
+    )
 
 
 async def _me(api: httpx.AsyncClient, access: str) -> DashboardUser | None:
