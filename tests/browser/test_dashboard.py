@@ -114,6 +114,16 @@ def test_create_a_cron_job_and_watch_its_executions_arrive(
     page.get_by_role("link", name="Browser tick every second").click()
     page.get_by_role("button", name="Disable").click()
     expect(page.locator("#job-summary")).to_contain_text("inactive")
+    page.get_by_role("link", name="Edit").click()
+    expect(page.get_by_label("Cron expression")).to_have_value("* * * * * *")
+    page.get_by_label("Name").fill("Browser tick, edited")
+    page.get_by_label("Cron expression").fill("0 0 12 * * MON")
+    page.get_by_label("Active").check()
+    page.get_by_test_id("save").click()
+    expect(page.get_by_role("heading", name="Browser tick, edited")).to_be_visible()
+    expect(page.locator("#job-summary")).to_contain_text("0 0 12 * * MON")
+    expect(page.locator(".versions")).to_contain_text("version 1 → 2")
+    expect(page.locator(".versions")).to_contain_text("cronExpression")
 
 
 def test_log_lines_arrive_live_and_a_running_execution_is_cancelled(

@@ -235,6 +235,17 @@
     return null;
   }
 
+  function fieldsOf(schema) {
+    const required = schema.required || [];
+    const props = schema.properties || {};
+    const names = Object.keys(props).map(function (name) {
+      const p = resolveRef(props[name], schema);
+      const type = p.type || (p.anyOf ? p.anyOf.map(function (a) { return resolveRef(a, schema).type; }).filter(Boolean).join(" or ") : "any");
+      return name + " (" + type + (required.includes(name) ? ", required" : "") + ")";
+    });
+    return names.length ? names.join(", ") : "none";
+  }
+
   function checkJobData(form) {
     const area = form.querySelector("#jobData");
     const typeInput = form.querySelector("#jobType");
@@ -257,7 +268,9 @@
     }
     area.setAttribute("aria-invalid", error ? "true" : "false");
     if (out) {
-      out.textContent = error ? error : schema ? "Matches the data schema of " + typeInput.value + "." : raw ? "Valid JSON (no schema known for this job type)." : "";
+      let text = error ? error : schema ? "Matches the data schema of " + typeInput.value + "." : raw ? "Valid JSON (no schema known for this job type)." : "";
+      if (schema && !raw && !error) text = "Fields of " + typeInput.value + ": " + fieldsOf(schema) + ".";
+      out.textContent = text;
       out.className = error ? "error" : "muted";
     }
     return error;
@@ -316,7 +329,7 @@
     const opts = {
       width: width, height: 160,
       legend: { show: false },
-      scales: { x: { time: true } },
+      scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(1, Math.ceil(max * 1.1))]; } } },
       series: [{}, { label: el.dataset.label || "", stroke: el.dataset.color || "#2b6cb0", fill: (el.dataset.color || "#2b6cb0") + "33", width: 2 }],
       axes: [{}, { size: 40 }],
     };
