@@ -41,6 +41,8 @@ POLL_WITH_EVENTS = 30
 """Seconds between safety-net refreshes when the event stream drives the page."""
 POLL_WITHOUT_EVENTS = 3
 """Seconds between refreshes when the API has no event stream."""
+STILL: dict[str, Any] = {"events": None, "poll": 0}
+"""A page with nothing live on it."""
 STATUS_NAMES = [status_name(s) for s in OccurrenceStatus]
 RESOLUTION_ACTIONS = ("fixed", "retried", "ignored", "wont_fix", "other")
 
@@ -75,7 +77,7 @@ def render(
     fragment = request.query_params.get("fragment")
     name = f"_{fragment}.html" if fragment in fragments else page
     values = {"user": user, "nav": page.removesuffix(".html"), **context}
-    values.setdefault("live", live(request))
+    values.setdefault("live", STILL)
     response = _templates(request).TemplateResponse(request, name, values, status_code=status_code)
     return session.apply_cookies(request, response)
 
@@ -190,6 +192,7 @@ async def overview(request: Request, user: User, runtime: Runtime) -> Response:
         "health": health,
         "unresolved": len(unresolved.items),
         "unresolved_more": unresolved.next_cursor is not None,
+        "live": live(request, types="occurrence.created,occurrence.updated,worker.changed"),
     }
     return render(request, user, "overview.html", context, fragments=("overview_stats",))
 
@@ -311,7 +314,7 @@ async def _job_form(
         "job_types": types,
         "schemas_json": json.dumps({k: v.get("schema") for k, v in types.items()}),
         "time_zones": _time_zones(),
-        "live": {"events": None, "poll": 0},
+        "live": STILL,
     }
     return render(request, user, "job_form.html", context)
 
@@ -375,7 +378,9 @@ async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID)
         "durations": json.dumps({"x": [p[0] for p in points], "y": [p[1] for p in points]}),
         "counts": {status_name(s): counts.get(s, 0) for s in OccurrenceStatus},
         "diffs": list(reversed(diffs)),
-        "live": live(request, jobId=str(job_id)),
+        "live": live(
+            request, types="occurrence.created,occurrence.updated,job.updated", jobId=str(job_id)
+        ),
     }
     return render(request, user, "job.html", context, fragments=("job_summary", "job_occurrences"))
 
