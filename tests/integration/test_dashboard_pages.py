@@ -14,7 +14,7 @@ import pytest
 from rota.api.app import create_app
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
-from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
+from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord, WorkerInfo
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.dashboard.pages import redact
 from rota.dashboard.session import ACCESS_COOKIE, REFRESH_COOKIE, Role, safe_next
@@ -346,3 +346,27 @@ def test_roles_parse_case_insensitively() -> None:
     assert Role.parse("admin") is Role.ADMIN
     assert Role.parse("Operator") is Role.OPERATOR
     assert Role.parse("something else") is Role.VIEWER
+
+
+async def test_job_form_lists_declared_types_and_embeds_their_schemas_safely(
+    client: httpx.AsyncClient, runtime: PageRuntime
+) -> None:
+    hostile = {"type": "object", "description": "</script><script>alert(1)</script>"}
+    await runtime.coordination.register_worker(
+        WorkerInfo(
+            instance_id="w-1",
+            worker_id="reports",
+            host="h",
+            pid=1,
+            job_types={"report.build": {"schema": hostile}},
+            concurrency=2,
+        ),
+        ttl=30,
+    )
+    form = await client.get("/jobs/new")
+    assert '<option value="report.build">reports</option>' in form.text
+    assert "</script><script>alert(1)" not in form.text
+    assert "<\\/script><script>alert(1)<\\/script>" in form.text
+    workers = await client.get("/workers")
+    assert "report.build" in workers.text
+    assert "0 / 2" in workers.text

@@ -312,7 +312,10 @@ async def _job_form(
         "job": out,
         "job_data_text": json.dumps(out.job_data, indent=2) if out and out.job_data else "",
         "job_types": types,
-        "schemas_json": json.dumps({k: v.get("schema") for k, v in types.items()}),
+        # Inside <script>: a "</script>" in a worker's schema must not end the element.
+        "schemas_json": json.dumps({k: v.get("schema") for k, v in types.items()}).replace(
+            "</", "<\\/"
+        ),
         "time_zones": _time_zones(),
         "live": STILL,
     }
