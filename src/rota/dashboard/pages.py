@@ -184,8 +184,9 @@ async def overview(request: Request, user: User, runtime: Runtime) -> Response:
         "counts": by_name,
         "total": sum(by_name.values()),
         "success_rate": None if not finished else 100.0 * by_name["Completed"] / finished,
+        "rate_note": "of all finished executions",
         "average_ms": sum(durations) / len(durations) if durations else None,
-        "sampled": len(durations),
+        "average_note": f"over the last {len(durations)} completed executions",
         "instances": len(workers),
         "capacity": sum(w.concurrency for w in workers),
         "load": sum(w.current_load for w in workers),
@@ -194,15 +195,48 @@ async def overview(request: Request, user: User, runtime: Runtime) -> Response:
         "unresolved_more": unresolved.next_cursor is not None,
         "live": live(request, types="occurrence.created,occurrence.updated,worker.changed"),
     }
+    context.update(await _last_day(request))
     return render(request, user, "overview.html", context, fragments=("overview_stats",))
+
+
+async def _last_day(request: Request) -> dict[str, Any]:
+    """The exact success rate and average duration of the last 24 hours, where the API has
+    them (``/stats/overview``: store aggregates); nothing otherwise."""
+    if not has_route(request, "/api/v1/stats/overview"):
+        return {}
+    status, body = await api_get(request, "/api/v1/stats/overview")
+    day = body.get("last24h") if status == 200 and isinstance(body, dict) else None
+    if not isinstance(day, dict):
+        return {}
+    return {
+        "success_rate": day.get("successRate"),
+        "rate_note": "of the executions that ended in the last 24 hours",
+        "average_ms": day.get("averageDurationMs"),
+        "average_note": "over the executions completed in the last 24 hours",
+    }
 
 
 @router.get("/ui/series.json")
 async def series(
-    _user: User, runtime: Runtime, minutes: Annotated[int, Query(ge=5, le=180)] = 30
+    request: Request,
+    _user: User,
+    runtime: Runtime,
+    minutes: Annotated[int, Query(ge=5, le=180)] = 30,
 ) -> JSONResponse:
-    """Occurrences per minute over the last ``minutes`` (finished ok / failed), from the last
-    2,000 occurrences at most."""
+    """Executions per minute over the last ``minutes`` (completed / failed): the API's
+    ``/stats/throughput`` where it has it, else counted from the last 2,000 occurrences."""
+    if has_route(request, "/api/v1/stats/throughput"):
+        path = f"/api/v1/stats/throughput?window={minutes}m&bucket=1m"
+        status, body = await api_get(request, path)
+        if status == 200 and isinstance(body, dict):
+            points = body.get("points", [])
+            return JSONResponse(
+                {
+                    "x": [int(datetime.fromisoformat(p["start"]).timestamp()) for p in points],
+                    "completed": [p["completed"] for p in points],
+                    "failed": [p["failed"] for p in points],
+                }
+            )
     now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
     start = now - timedelta(minutes=minutes)
     page = await runtime.store.list_occurrences(OccurrenceQuery(scheduled_after=start, limit=1000))
