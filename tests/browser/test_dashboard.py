@@ -163,6 +163,8 @@ def test_resolve_a_failed_execution(admin_page: Page, server: Server, artifacts:
     failed = server.wait_for("a failed-execution record", record)
     page.goto(f"{server.url}/executions/{occurrence['id']}")
     expect(page.get_by_test_id("exception")).to_contain_text("fails on purpose")
+    expect(page.locator("#occurrence-summary")).to_contain_text("Dead-lettered (permanent)")
+    expect(page.get_by_test_id("retry-occurrence")).to_be_visible()
     page.goto(f"{server.url}/failed?jobId={occurrence['jobId']}")
     row = page.locator("[data-testid=failed-row]").first
     expect(row).to_contain_text("permanent")

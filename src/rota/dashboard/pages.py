@@ -24,7 +24,7 @@ from rota.api.routes_occurrences import parse_statuses
 from rota.api.routes_workers import group_workers
 from rota.api.schemas import JobOut, status_name
 from rota.core.errors import NotFoundError, RotaError
-from rota.core.models import FailureType, Job, Occurrence, OccurrenceStatus
+from rota.core.models import FailedOccurrence, FailureType, Job, Occurrence, OccurrenceStatus
 from rota.core.ports import FailedQuery, OccurrenceQuery
 from rota.dashboard import session
 from rota.dashboard.session import DashboardUser
@@ -489,8 +489,7 @@ async def occurrence_page(
     except NotFoundError:
         return not_found(request, user, "execution")
     lines = await runtime.store.occurrence_logs(occurrence_id, after=0, limit=1000)
-    failed = await runtime.store.list_failed(FailedQuery(job_id=occurrence.job_id, limit=50))
-    record = next((r for r in failed.items if r.occurrence_id == occurrence_id), None)
+    record = await _failed_record(runtime, occurrence)
     context = {
         "occ": occurrence,
         "status": status_name(occurrence.status),
@@ -504,6 +503,23 @@ async def occurrence_page(
         "live": live(request, occurrenceId=str(occurrence_id)),
     }
     return render(request, user, "occurrence.html", context, fragments=("occurrence_summary",))
+
+
+async def _failed_record(runtime: ApiRuntime, occurrence: Occurrence) -> FailedOccurrence | None:
+    """The dead-letter record of a finished occurrence: among its job's records from around
+    the time it ended."""
+    if not occurrence.status.is_terminal or occurrence.status is OccurrenceStatus.COMPLETED:
+        return None
+    ended = occurrence.end_time or occurrence.created_at
+    page = await runtime.store.list_failed(
+        FailedQuery(
+            job_id=occurrence.job_id,
+            failed_after=ended - timedelta(minutes=5),
+            failed_before=ended + timedelta(minutes=5),
+            limit=500,
+        )
+    )
+    return next((r for r in page.items if r.occurrence_id == occurrence.id), None)
 
 
 @router.get("/ui/occurrences/{occurrence_id}/logs")
