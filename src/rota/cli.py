@@ -31,6 +31,8 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Measure throughput and latency; results as JSON.")
 app.add_typer(bench_app, name="bench")
+user_app = typer.Typer(help="Users of the API and dashboard (roles Admin, Operator, Viewer).")
+app.add_typer(user_app, name="user")
 
 
 def _console() -> Console:
@@ -83,7 +85,7 @@ def dev(
     modules = list(jobs or [])
     if demo:
         modules.insert(0, "rota.demo")
-    _run(serve(settings, modules, demo=demo, console=_console()))
+    _run(serve(settings, modules, demo=demo, console=_console(), dev_admin=True))
     _exit_past_stuck_threads()
 
 
@@ -160,6 +162,76 @@ def migrate(
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     _run(upgrade(url))
     _console().print(f"[green]schema up to date[/green] ({_redact(url)})")
+
+
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option(help="The data dir (embedded SQLite store); default ROTA_DATA_DIR or .rota."),
+]
+PasswordStdinOpt = Annotated[
+    bool,
+    typer.Option("--password-stdin", help="Read the password from the first line of stdin."),
+]
+
+
+def _read_password(from_stdin: bool) -> str:
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    password: str = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
+    return password
+
+
+def _user_settings(data_dir: Path | None) -> Settings:
+    return Settings(data_dir=data_dir) if data_dir is not None else Settings()
+
+
+@user_app.command("create")
+def user_create(
+    name: Annotated[str, typer.Argument(help="The username (case-insensitive).")],
+    role: Annotated[str, typer.Option(help="admin, operator or viewer.")] = "viewer",
+    password_stdin: PasswordStdinOpt = False,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Create a user (the password is prompted for, or read with --password-stdin)."""
+    from rota.core.security import Role
+    from rota.users import create_user
+
+    configure_logging("warning")
+    settings = _user_settings(data_dir)
+    try:
+        parsed = Role.parse(role)
+    except RotaError as exc:
+        raise typer.BadParameter(exc.message, param_hint="--role") from None
+    password = _read_password(password_stdin)
+    user = _run(create_user(settings, name, password, parsed))
+    _console().print(f"[green]created {user.role.value} {user.username}[/green]")
+
+
+@user_app.command("password")
+def user_password(
+    name: Annotated[str, typer.Argument(help="The username.")],
+    password_stdin: PasswordStdinOpt = False,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Set a user's password (a reset: it also unlocks the user and ends its logins)."""
+    from rota.users import reset_password
+
+    configure_logging("warning")
+    settings = _user_settings(data_dir)
+    password = _read_password(password_stdin)
+    user = _run(reset_password(settings, name, password))
+    _console().print(f"[green]password of {user.username} set[/green]")
+
+
+@user_app.command("list")
+def user_list(data_dir: DataDirOpt = None) -> None:
+    """List the users with their roles."""
+    from rota.users import list_users
+
+    configure_logging("warning")
+    for user in _run(list_users(_user_settings(data_dir))):
+        state = "active" if user.is_active else "inactive"
+        print(f"{user.username}\t{user.role.value}\t{state}")
 
 
 @bench_app.command("throughput")

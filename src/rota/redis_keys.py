@@ -15,6 +15,8 @@ key                                type    holds
 ``{prefix}:instances``             set     ids of scheduler instances (cleaned when read)
 ``{prefix}:worker:{id}``           string  a worker instance's registration (JSON), with a TTL
 ``{prefix}:workers``               set     ids of worker instances (cleaned when read)
+``{prefix}:registry``              string  generation token of the worker registry (a new one
+                                           means Redis lost the registrations)
 ``{prefix}:wakeups``               stream  wake-up signals (field ``due``), capped
 ``{prefix}:cancellations``         stream  cancellation requests, capped
 ``{prefix}:events``                stream  change events for dashboards, capped
@@ -65,6 +67,10 @@ class RedisKeys:
     @property
     def workers(self) -> str:
         return f"{self.prefix}:workers"
+
+    @property
+    def registry(self) -> str:
+        return f"{self.prefix}:registry"
 
     @property
     def wakeups(self) -> str:

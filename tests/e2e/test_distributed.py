@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import HERE, free_port, wait_until
+from .conftest import HERE, Session, free_port, wait_until
 from .distributed import Proc, distributed_env  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
@@ -46,14 +46,18 @@ def test_server_and_worker_processes_run_a_cron_job(
                 return False
 
         wait_until(ready, 30, "server not ready")
+        auth = Session().headers(base)
         job = httpx.post(
             f"{base}/jobs",
+            headers=auth,
             json={"jobType": "e2e.tick", "workerId": "e2e", "cronExpression": "*/1 * * * * *"},
             timeout=10,
         ).json()
 
         def occurrences() -> list[dict[str, Any]]:
-            r = httpx.get(f"{base}/occurrences", params={"jobId": job["id"]}, timeout=10)
+            r = httpx.get(
+                f"{base}/occurrences", params={"jobId": job["id"]}, headers=auth, timeout=10
+            )
             return list(r.json()["items"])
 
         def three_completed() -> bool:
@@ -66,7 +70,8 @@ def test_server_and_worker_processes_run_a_cron_job(
             raise AssertionError(f"occurrences {seen}; logs: {logs()}") from None
         done = next(o for o in occurrences() if o["status"] == 2)
         assert done["instanceId"].startswith("e2e-")
-        lines = httpx.get(f"{base}/occurrences/{done['id']}/logs", timeout=10).json()["items"]
+        logs_url = f"{base}/occurrences/{done['id']}/logs"
+        lines = httpx.get(logs_url, headers=auth, timeout=10).json()["items"]
         assert any("tick" in line["message"] for line in lines)
     finally:
         for proc in procs:

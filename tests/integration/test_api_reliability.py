@@ -139,6 +139,49 @@ async def test_auto_disabled_job_is_shown_and_re_enabled_through_put_jobs_job(
     assert enabled["autoDisable"]["disabledAt"] is None
 
 
+async def test_a_change_sent_with_a_copy_from_before_an_auto_disable_is_refused(
+    client: httpx.AsyncClient, runtime: MiniRuntime
+) -> None:
+    job = await create(client, cronExpression="* * * * *")
+    read = await client.get(f"/api/v1/jobs/{job['id']}")
+    stale = read.headers["ETag"]
+    await disable_by_failures(runtime, job["id"])
+
+    for method, path, body in [
+        ("PATCH", f"/api/v1/jobs/{job['id']}", {"isActive": True, "priority": 3}),
+        ("PUT", "/api/v1/jobs/job", {"id": job["id"], "isActive": True, "priority": 3}),
+    ]:
+        refused = await client.request(method, path, json=body, headers={"If-Match": stale})
+        problem = assert_problem(refused, 412)
+        assert "changed since" in problem["detail"]
+    deleted = await client.delete(f"/api/v1/jobs/{job['id']}", headers={"If-Match": stale})
+    assert_problem(deleted, 412)
+    shown = await client.get(f"/api/v1/jobs/{job['id']}")
+    assert shown.json()["isActive"] is False  # the auto-disable stands
+    assert shown.json()["priority"] == job["priority"]
+
+    fresh = shown.headers["ETag"]
+    assert fresh != stale
+    changed = await client.patch(
+        f"/api/v1/jobs/{job['id']}", json={"priority": 3}, headers={"If-Match": fresh}
+    )
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["priority"] == 3
+    assert changed.json()["isActive"] is False
+    assert changed.headers["ETag"] not in (fresh, stale)
+    # Weak tags and lists compare by value; "*" matches any existing job.
+    weak = await client.patch(
+        f"/api/v1/jobs/{job['id']}",
+        json={"priority": 4},
+        headers={"If-Match": f'"nope", W/{changed.headers["ETag"]}'},
+    )
+    assert weak.status_code == 200, weak.text
+    anything = await client.patch(
+        f"/api/v1/jobs/{job['id']}", json={"priority": 1}, headers={"If-Match": "*"}
+    )
+    assert anything.status_code == 200, anything.text
+
+
 async def test_put_jobs_job_applies_only_updated_fields(client: httpx.AsyncClient) -> None:
     job = await create(client, displayName="before", priority=1)
     response = await client.put(

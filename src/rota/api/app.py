@@ -9,11 +9,13 @@ from fastapi import FastAPI
 
 from rota.api import (
     routes_admin,
+    routes_audit,
     routes_auth,
     routes_failed,
     routes_health,
     routes_jobs,
     routes_occurrences,
+    routes_users,
     routes_workers,
 )
 from rota.api.deps import ApiRuntime
@@ -64,6 +66,8 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
         routes_workers.router,
         routes_health.router,
         routes_admin.router,
+        routes_users.router,
+        routes_audit.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
     if dashboard:

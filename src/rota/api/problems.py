@@ -26,6 +26,7 @@ from rota.core.errors import (
     CronError,
     NotFoundError,
     PermissionDeniedError,
+    PreconditionFailedError,
     ValidationError,
 )
 from rota.services.jobs import api_name
@@ -38,6 +39,7 @@ MAX_BODY_BYTES: Final = 1024 * 1024
 VALIDATION: Final = "urn:rota:problem:validation"
 NOT_FOUND: Final = "urn:rota:problem:not-found"
 CONFLICT: Final = "urn:rota:problem:conflict"
+PRECONDITION: Final = "urn:rota:problem:precondition-failed"
 UNAVAILABLE: Final = "urn:rota:problem:backend-unavailable"
 TOO_LARGE: Final = "urn:rota:problem:payload-too-large"
 INTERNAL: Final = "urn:rota:problem:internal"
@@ -168,6 +170,11 @@ def _conflict(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request.url.path, 409, detail=exc.message, type_=CONFLICT)
 
 
+def _precondition(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PreconditionFailedError)
+    return problem_response(request.url.path, 412, detail=exc.message, type_=PRECONDITION)
+
+
 def _unavailable(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, BackendUnavailableError)
     logger.warning("backend unavailable: %s", exc.message, extra={"path": request.url.path})
@@ -209,6 +216,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ValidationError, _rota_invalid)
     app.add_exception_handler(NotFoundError, _not_found)
     app.add_exception_handler(ConflictError, _conflict)
+    app.add_exception_handler(PreconditionFailedError, _precondition)
     app.add_exception_handler(BackendUnavailableError, _unavailable)
     app.add_exception_handler(AuthenticationError, _unauthenticated)
     app.add_exception_handler(PermissionDeniedError, _forbidden)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Query, Response, status
+from fastapi import APIRouter, Body, Header, Query, Response, status
 from pydantic import ValidationError as PydanticValidationError
 
 from rota.api.deps import Audit, Jobs
@@ -54,14 +54,29 @@ def _audit_view(job: JobOut) -> dict[str, Any]:
 async def create_job(
     body: JobCreate, jobs: Jobs, response: Response, user: OperatorUser, audit: Audit
 ) -> JobOut:
-    job = out(await jobs.create_job(body.to_spec(created_by=user.username)), jobs)
+    created = await jobs.create_job(body.to_spec(created_by=user.username))
+    job = out(created, jobs, response)
     await audit.record(user.username, "job.created", "job", job.id, after=_audit_view(job))
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"
     return job
 
 
-def out(job: Any, jobs: JobService) -> JobOut:
+def out(job: Any, jobs: JobService, response: Response | None = None) -> JobOut:
+    """The job as the API shows it; with ``response``, its entity tag as the ``ETag``."""
+    if response is not None:
+        response.headers["ETag"] = job.etag
     return JobOut.of(job, jobs.auto_disable_defaults)
+
+
+IfMatch = Annotated[
+    str | None,
+    Header(
+        alias="If-Match",
+        max_length=500,
+        description="The job's ETag as last read: the change is refused (412) if the job has "
+        "changed since (an edit, or an auto-disable).",
+    ),
+]
 
 
 @router.post(
@@ -97,13 +112,14 @@ def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
 
 @router.put(
     "/job",
-    responses=problem_responses(404, 409, 413, 422, 503),
+    responses=problem_responses(404, 409, 412, 413, 422, 503),
     summary="Change some fields of a job (the reference's {value, isUpdated} form)",
 )
 async def update_job_reference(
     jobs: Jobs,
     user: OperatorUser,
     audit: Audit,
+    response: Response,
     body: Annotated[
         dict[str, Any],
         Body(
@@ -111,6 +127,7 @@ async def update_job_reference(
             "values are accepted too. Setting isActive true re-enables an auto-disabled job."
         ),
     ],
+    if_match: IfMatch = None,
 ) -> JobOut:
     job_id, fields = unwrap_update(body)
     try:
@@ -119,14 +136,21 @@ async def update_job_reference(
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
         raise ValidationError(f"{where}: {error['msg']}", field=where or None) from None
-    return await _update(jobs, job_id, patch, user, audit)
+    return await _update(jobs, job_id, patch, user, audit, response, if_match)
 
 
 async def _update(
-    jobs: JobService, job_id: UUID, patch: JobPatch, user: OperatorUser, audit: Audit
+    jobs: JobService,
+    job_id: UUID,
+    patch: JobPatch,
+    user: OperatorUser,
+    audit: Audit,
+    response: Response,
+    if_match: str | None,
 ) -> JobOut:
     before = out(await jobs.get_job(job_id), jobs)
-    after = out(await jobs.update_job(job_id, patch.changes(), by=user.username), jobs)
+    changed = await jobs.update_job(job_id, patch.changes(), by=user.username, if_match=if_match)
+    after = out(changed, jobs, response)
     await audit.record(
         user.username,
         "job.updated",
@@ -180,30 +204,38 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", responses=problem_responses(404, 422, 503), summary="Read a job")
-async def get_job(job_id: UUID, jobs: Jobs) -> JobOut:
-    return out(await jobs.get_job(job_id), jobs)
+async def get_job(job_id: UUID, jobs: Jobs, response: Response) -> JobOut:
+    return out(await jobs.get_job(job_id), jobs, response)
 
 
 @router.patch(
     "/{job_id}",
-    responses=problem_responses(404, 409, 413, 422, 503),
+    responses=problem_responses(404, 409, 412, 413, 422, 503),
     summary="Change some fields of a job",
 )
 async def update_job(
-    job_id: UUID, body: JobPatch, jobs: Jobs, user: OperatorUser, audit: Audit
+    job_id: UUID,
+    body: JobPatch,
+    jobs: Jobs,
+    response: Response,
+    user: OperatorUser,
+    audit: Audit,
+    if_match: IfMatch = None,
 ) -> JobOut:
-    return await _update(jobs, job_id, body, user, audit)
+    return await _update(jobs, job_id, body, user, audit, response, if_match)
 
 
 @router.delete(
     "/{job_id}",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses=problem_responses(404, 422, 503),
+    responses=problem_responses(404, 412, 422, 503),
     summary="Delete a job (its occurrences are kept)",
 )
-async def delete_job(job_id: UUID, jobs: Jobs, user: OperatorUser, audit: Audit) -> Response:
+async def delete_job(
+    job_id: UUID, jobs: Jobs, user: OperatorUser, audit: Audit, if_match: IfMatch = None
+) -> Response:
     before = out(await jobs.get_job(job_id), jobs)
-    await jobs.delete_job(job_id)
+    await jobs.delete_job(job_id, if_match=if_match)
     await audit.record(user.username, "job.deleted", "job", job_id, before=_audit_view(before))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 

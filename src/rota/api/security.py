@@ -107,8 +107,19 @@ def _roles(dependant: Dependant) -> set[Role]:
     return found
 
 
-def route_role(route: APIRoute) -> Role | None:
-    """The role a route needs (the highest it checks), or ``None`` if it checks none."""
+def api_routes(app: FastAPI) -> list[Any]:
+    """The app's API routes as they are served: each with its full ``path``, ``methods``,
+    ``endpoint`` and ``dependant`` (the router's dependencies included)."""
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:  # FastAPI before lazily included routers: the routes are flat
+        return [r for r in app.routes if isinstance(r, APIRoute)]
+    return [c for c in iter_route_contexts(app.routes) if isinstance(c.original_route, APIRoute)]
+
+
+def route_role(route: Any) -> Role | None:
+    """The role a route (from :func:`api_routes`) needs: the highest it checks, or ``None``
+    if it checks none."""
     roles = _roles(route.dependant)
     return max(roles, key=lambda r: r.rank) if roles else None
 
@@ -149,8 +160,8 @@ def document_roles(app: FastAPI, spec: dict[str, Any], public: frozenset[str]) -
         problem = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(problem.pop("$defs", {}))
         schemas["Problem"] = problem
-    for route in app.routes:
-        if not isinstance(route, APIRoute) or not route.include_in_schema:
+    for route in api_routes(app):
+        if not route.include_in_schema:
             continue
         role = route_role(route)
         for method in route.methods or ():

@@ -237,7 +237,7 @@ class RedisCoordination(Coordination):
         self._list_leases = redis.register_script(_LEASES_SCRIPT)
         self._live = redis.register_script(_LIVE_SCRIPT)
         self._live_workers = redis.register_script(_WORKERS_SCRIPT)
-        self._generation_key = f"{self._keys.prefix}:registry"
+        self._generation_key = self._keys.registry
         self._generation: bytes | None = None
         self._seen: dict[str, tuple[WorkerInfo, float]] = {}
         """Registrations of the current generation as last read: instance -> (info, its TTL

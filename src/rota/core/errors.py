@@ -28,6 +28,10 @@ class ConflictError(RotaError):
     """The change clashes with the current state (duplicate, stale version, bad transition)."""
 
 
+class PreconditionFailedError(RotaError):
+    """A conditional change (``If-Match``) was made against a copy that is no longer current."""
+
+
 class ValidationError(RotaError):
     """Input was refused. ``field`` names the offending input field (API name, camelCase)."""
 

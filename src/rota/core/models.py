@@ -193,6 +193,16 @@ class Job:
         finished = self.success_count + self.failure_count
         return None if finished == 0 else 100.0 * self.success_count / finished
 
+    @property
+    def etag(self) -> str:
+        """An entity tag for conditional changes (``If-Match``): it changes with every edit
+        (version, update time) and with every change of state the scheduler makes on its own
+        (auto-disable, probe, re-enable), so a client holding an older copy is refused
+        instead of overwriting what it has not seen."""
+        disabled = "" if self.disabled_at is None else self.disabled_at.isoformat()
+        state = f"{int(self.is_active)}{int(self.probing)}{disabled}"
+        return f'"{self.version}-{self.updated_at.timestamp():.6f}-{state}"'
+
 
 VERSIONED_FIELDS: tuple[str, ...] = (
     "job_type",

@@ -56,6 +56,8 @@ ALGORITHM: Final = "HS256"
 MIN_SECRET_BYTES: Final = 32
 MAX_ACCESS_TTL: Final = timedelta(minutes=15)
 BAD_CREDENTIALS: Final = "invalid username or password"
+CLOCK_SKEW_SECONDS: Final = 10.0
+"""Leeway for the clocks of servers that share a secret."""
 _UNKNOWN_NAMES_KEPT: Final = 10_000
 _CLAIMS: Final = ["exp", "iat", "nbf", "iss", "aud", "sub", "jti"]
 
@@ -291,15 +293,32 @@ class AuthService:
                 algorithms=[ALGORITHM],
                 audience=self.config.audience,
                 issuer=self.config.issuer,
-                options={"require": _CLAIMS},
+                options={
+                    "require": _CLAIMS,
+                    # Times are checked below against this service's clock.
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_iat": False,
+                },
             )
+            self._check_times(claims)
             user_id = UUID(str(claims["sub"]))
-        except (jwt.PyJWTError, ValueError) as exc:
+        except (jwt.PyJWTError, ValueError, TypeError) as exc:
             raise AuthenticationError(f"invalid access token: {exc}") from None
         user = await self._active_user(user_id)
         if user is None:
             raise AuthenticationError("invalid access token: the user is not active")
         return Principal(user.id, user.username, user.role, str(claims["jti"]))
+
+    def _check_times(self, claims: dict[str, Any]) -> None:
+        now = self._clock().timestamp()
+        exp, nbf, iat = (float(claims[name]) for name in ("exp", "nbf", "iat"))
+        if now >= exp + CLOCK_SKEW_SECONDS:
+            raise ValueError("the token has expired")
+        if now + CLOCK_SKEW_SECONDS < nbf or now + CLOCK_SKEW_SECONDS < iat:
+            raise ValueError("the token is not yet valid")
+        if exp - iat > MAX_ACCESS_TTL.total_seconds():
+            raise ValueError("the token lives longer than 15 minutes")
 
     async def _active_user(self, user_id: UUID) -> User | None:
         try:
@@ -401,13 +420,19 @@ class AuthService:
     async def ensure_admin(self, username: str, password: str) -> User | None:
         """The bootstrap: when no active Admin exists, make ``username`` one with
         ``password`` (created, or an existing user promoted, re-activated and given the
-        password). Returns the user, or ``None`` when an Admin already exists."""
+        password). Returns the user, or ``None`` when an Admin already exists (or another
+        server created it at the same time)."""
         if await self.has_admin():
             return None
         name = normalize_username(username)
         existing = await self._store.find_user(name)
         if existing is None:
-            return await self.create_user(name, password, Role.ADMIN)
+            try:
+                return await self.create_user(name, password, Role.ADMIN)
+            except ConflictError:
+                if await self.has_admin():  # another server bootstrapped it meanwhile
+                    return None
+                raise
         check_password(name, password)
         return await self._store.update_user(
             replace(

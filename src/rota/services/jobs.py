@@ -21,6 +21,7 @@ from rota.core.cron import CronSchedule
 from rota.core.errors import (
     BackendUnavailableError,
     ConflictError,
+    PreconditionFailedError,
     ValidationError,
 )
 from rota.core.ids import bucket_of, new_id
@@ -255,7 +256,12 @@ class JobService:
         return jobs
 
     async def update_job(
-        self, job_id: UUID, changes: Mapping[str, Any], *, by: str | None = None
+        self,
+        job_id: UUID,
+        changes: Mapping[str, Any],
+        *,
+        by: str | None = None,
+        if_match: str | None = None,
     ) -> Job:
         """Apply a partial change (snake_case attribute names).
 
@@ -266,9 +272,14 @@ class JobService:
         ``is_active`` given (true or false) also ends the auto-disable state: true re-enables
         the job (consecutive failures, reason, time and probing cleared); false makes it a
         manual disable (no probe run after a cooldown).
+
+        ``if_match`` (an ``If-Match`` header): the change applies only to the job whose
+        :attr:`~rota.core.models.Job.etag` it names, so a client sending back an old copy
+        (say ``isActive: true`` read before an auto-disable) is refused, not obeyed.
         """
         _check_change_keys(changes)
         current = await self._store.get_job(job_id)
+        check_etag(current, if_match)
         now = self.now()
         candidate = replace(current, **changes)
         with_state = "is_active" in changes
@@ -341,9 +352,11 @@ class JobService:
         if entries:
             await self._guarded(self._index.remove(list(entries)))
 
-    async def delete_job(self, job_id: UUID) -> None:
-        """Delete a job (its occurrences stay) and drop its schedule index entry."""
+    async def delete_job(self, job_id: UUID, *, if_match: str | None = None) -> None:
+        """Delete a job (its occurrences stay) and drop its schedule index entry (``if_match``:
+        only the job of that entity tag)."""
         job = await self._store.get_job(job_id)
+        check_etag(job, if_match)
         await self._store.delete_job(job_id)
         await self._guarded(self._index.remove([(job.bucket, job.id)]))
 
@@ -511,6 +524,20 @@ def _as_spec(spec: JobSpec | Mapping[str, Any]) -> JobSpec:
     if "job_type" not in spec:
         raise ValidationError("jobType is required", field="jobType")
     return JobSpec(**spec)
+
+
+def check_etag(job: Job, if_match: str | None) -> None:
+    """Refuse a conditional change whose ``If-Match`` names none of the job's entity tags
+    (``*`` matches any existing job; weak tags ``W/"…"`` compare by their value)."""
+    if if_match is None:
+        return
+    tags = [tag.strip().removeprefix("W/") for tag in if_match.split(",")]
+    if "*" in tags or job.etag in tags:
+        return
+    raise PreconditionFailedError(
+        f"job {job.id} changed since that copy was read (its entity tag is now {job.etag}); "
+        "read it again and re-apply the change"
+    )
 
 
 def _check_change_keys(changes: Mapping[str, Any]) -> None:

@@ -210,6 +210,10 @@ def _configure_sqlite(
     event.listen(engine.sync_engine, "begin", on_begin)
 
 
+_DRIVER_MODULES = frozenset({"asyncpg", "aiosqlite", "sqlite3"})
+"""Top-level modules of the database drivers, whose own exceptions mean the store failed."""
+
+
 @asynccontextmanager
 async def guard_errors() -> AsyncIterator[None]:
     """Translate driver errors: duplicates -> ``ConflictError``, everything else the database
@@ -223,6 +227,14 @@ async def guard_errors() -> AsyncIterator[None]:
         raise BackendUnavailableError(f"database error: {type(cause).__name__}: {cause}") from exc
     except (PoolTimeoutError, OSError, TimeoutError) as exc:
         raise BackendUnavailableError(f"database unreachable: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        # A driver error SQLAlchemy does not wrap: asyncpg raises its own while connecting
+        # (``CannotConnectNowError`` while PostgreSQL starts or stops, ``TooManyConnections``…).
+        if type(exc).__module__.split(".")[0] in _DRIVER_MODULES:
+            raise BackendUnavailableError(
+                f"database unreachable: {type(exc).__name__}: {exc}"
+            ) from exc
+        raise
 
 
 # --- hot batch writes -------------------------------------------------------------------------

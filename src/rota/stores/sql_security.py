@@ -261,7 +261,7 @@ class SecurityQueries:
             for condition in conditions:
                 result = await conn.execute(
                     update(refresh_tokens)
-                    .where(condition, t.revoked_at.is_(None))
+                    .where(condition, t.revoked_at.is_(None), t.used_at.is_(None))
                     .values(revoked_at=now)
                 )
                 revoked += result.rowcount
