@@ -124,6 +124,15 @@ def test_create_a_cron_job_and_watch_its_executions_arrive(
     expect(page.locator("#job-summary")).to_contain_text("0 0 12 * * MON")
     expect(page.locator(".versions")).to_contain_text("version 1 → 2")
     expect(page.locator(".versions")).to_contain_text("cronExpression")
+    job_id = page.url.rsplit("/", 1)[1]
+    page.get_by_role("link", name="Edit").click()
+    with server.api() as api:  # someone else changes the job while the form is open
+        assert api.patch(f"/jobs/{job_id}", json={"description": "theirs"}).status_code == 200
+    page.get_by_label("Name").fill("Mine, on a stale copy")
+    page.get_by_test_id("save").click()
+    expect(page.locator("#form-error")).to_contain_text("Someone changed this job")
+    with server.api() as api:
+        assert api.get(f"/jobs/{job_id}").json()["displayName"] == "Browser tick, edited"
 
 
 def test_log_lines_arrive_live_and_a_running_execution_is_cancelled(

@@ -344,6 +344,7 @@ async def _job_form(
     out = JobOut.of(job, runtime.jobs.auto_disable_defaults) if job else None
     context = {
         "job": out,
+        "etag": job.etag if job else None,
         "job_data_text": json.dumps(out.job_data, indent=2) if out and out.job_data else "",
         "job_types": types,
         # Inside <script>: a "</script>" in a worker's schema must not end the element.

@@ -45,8 +45,9 @@
   }
 
   // --- calling the API -----------------------------------------------------------------------
-  async function call(method, url, body, retried) {
-    const init = { method: method, headers: Object.assign({ "Accept": "application/json" }, CSRF), credentials: "same-origin" };
+  async function call(method, url, body, retried, extra) {
+    const headers = Object.assign({ "Accept": "application/json" }, CSRF, extra || {});
+    const init = { method: method, headers: headers, credentials: "same-origin" };
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -54,7 +55,7 @@
     const response = await fetch(url, init);
     if (response.status === 401 && !retried) {
       const refreshed = await fetch("/ui/session/refresh", { method: "POST", headers: CSRF, credentials: "same-origin" });
-      if (refreshed.ok) return call(method, url, body, true);
+      if (refreshed.ok) return call(method, url, body, true, extra);
       window.location = "/login?next=" + encodeURIComponent(location.pathname + location.search);
     }
     return response;
@@ -160,7 +161,13 @@
       if (schemaError) { formError(form, schemaError); return; }
       formError(form, "");
       const [method, url] = split(form.dataset.apiForm);
-      const response = await call(method, url, body);
+      // An edit names the version it was made on: a change made meanwhile is not overwritten.
+      const extra = form.dataset.ifMatch ? { "If-Match": form.dataset.ifMatch } : {};
+      const response = await call(method, url, body, false, extra);
+      if (response.status === 412) {
+        formError(form, "Someone changed this job since you opened the form: reload it to see their change, then edit again.");
+        return;
+      }
       if (!response.ok) { formError(form, (await problemText(response.clone())) || "Refused (" + response.status + ")."); }
       await after(form, response);
     } else if (form.dataset.bulk) {
