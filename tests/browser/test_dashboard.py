@@ -288,3 +288,27 @@ def test_admin_stops_and_resumes_dispatching(admin_page: Page, server: Server) -
     expect(page.get_by_test_id("dispatcher-state")).to_contain_text("dispatching")
     with server.api() as api:
         assert api.get("/admin/dispatcher").json()["paused"] is False
+
+
+def test_an_admin_manages_users(admin_page: Page, server: Server, artifacts: Path) -> None:
+    page = admin_page
+    page.goto(f"{server.url}/users")
+    page.get_by_label("Username").fill("newcomer")
+    page.get_by_label("Password").fill("too short")
+    page.get_by_test_id("create-user").click()
+    expect(page.locator("#form-error")).to_contain_text("password")
+    page.get_by_label("Password").fill("a-long-enough-password-2026")
+    page.get_by_label("Role").select_option("Operator")
+    page.get_by_test_id("create-user").click()
+    row = page.locator('[data-testid=user-row][data-user="newcomer"]')
+    expect(row).to_contain_text("Operator")
+    expect(row).to_contain_text("active")
+    page.screenshot(path=artifacts / "users.png", full_page=True)
+    row.get_by_role("button", name="Deactivate").click()
+    expect(row).to_contain_text("inactive")
+    page.on("dialog", lambda dialog: dialog.accept())
+    row.get_by_role("button", name="Delete").click()
+    expect(row).to_have_count(0)
+    with server.api() as api:
+        names = [u["username"] for u in api.get("/users").json()["items"]]
+    assert "newcomer" not in names
