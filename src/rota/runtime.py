@@ -18,21 +18,23 @@ from pathlib import Path
 from typing import Any
 
 from rota.adapters import make_broker, make_coordination, make_index
-from rota.core.errors import ConfigurationError, ValidationError
-from rota.core.models import OccurrenceStatus, WorkerInfo, utcnow
+from rota.core.errors import ConfigurationError, RotaError, ValidationError
+from rota.core.models import DispatcherState, OccurrenceStatus, WorkerInfo, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
 from rota.services.audit import AuditService
 from rota.services.auth import MIN_SECRET_BYTES, AuthConfig, AuthService
 from rota.services.buckets import BucketOwner
+from rota.services.control import FOLLOW_INTERVAL
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
 from rota.services.dispatcher import Dispatcher
+from rota.services.events import EventPublisher
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
 from rota.services.probes import ProbeReleaser
 from rota.services.recovery import recover_embedded
 from rota.services.tracker import LogCollector, StatusTracker
-from rota.services.workers import WorkerDirectory
+from rota.services.workers import WorkerDirectory, roster_changes
 from rota.services.zombies import ZombieDetector
 from rota.settings import Settings
 from rota.worker.discovery import JobRegistry
@@ -70,6 +72,7 @@ class Runtime:
         self.registry = registry
         self.instance_id = new_instance_id("rota")
         sched = settings.scheduler
+        self.events = EventPublisher(coordination)
         self.workers = WorkerDirectory(coordination)
         self.owner = BucketOwner(
             coordination,
@@ -88,6 +91,7 @@ class Runtime:
             utcnow,
             mark_on_commit=settings.is_embedded,
             pending_grace=0.0 if settings.is_embedded else sched.sweeper_grace_seconds,
+            events=self.events,
         )
         self.loader = Loader(
             store,
@@ -109,6 +113,7 @@ class Runtime:
             broker,
             batch_size=settings.tracker.batch_size,
             max_wait=settings.tracker.max_wait_seconds,
+            events=self.events,
         )
         self.dead_letters = DeadLetterHandler(
             store,
@@ -128,7 +133,7 @@ class Runtime:
             live_threshold_seconds=sched.zombie_live_worker_threshold_seconds,
             max_requeues=sched.zombie_max_requeues,
         )
-        self.jobs = JobService(store, index, coordination, sched, utcnow)
+        self.jobs = JobService(store, index, coordination, sched, utcnow, events=self.events)
         self.auth = AuthService(store, auth or auth_config(settings), utcnow)
         self.audit = AuditService(store, utcnow)
         self.probes = ProbeReleaser(
@@ -158,11 +163,14 @@ class Runtime:
                 heartbeat_seconds=settings.worker.heartbeat_seconds,
             )
         self._tasks: list[asyncio.Task[None]] = []
+        self._events_task: asyncio.Task[None] | None = None
+        self._roster: dict[str, WorkerInfo] | None = None
         self.started_at: datetime | None = None
 
     # --- life cycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._events_task = asyncio.create_task(self.events.run(), name="rota-events")
         await self.store.open()
         await self._bootstrap_admin()
         await self.broker.start()
@@ -171,6 +179,7 @@ class Runtime:
         if self.executor is not None and self.presence is not None:
             await self.presence.start()
             await self.executor.start()
+        await self.follow_dispatcher_state()
         await self.workers.refresh(force=True)
         await self.declared.sync_if_changed()
         await self.owner.tick()
@@ -185,6 +194,8 @@ class Runtime:
         self._spawn(self.zombies.run(), "zombies")
         self._spawn(self.probes.run(), "auto-disable-probes")
         self._spawn(self.declared.run(), "declared-schedules")
+        self._spawn(self._watch_workers(), "worker-watch")
+        self._spawn(self._follow_dispatcher_switch(), "dispatcher-switch")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
 
@@ -214,6 +225,7 @@ class Runtime:
         self._tasks.clear()
         with contextlib.suppress(Exception):
             await self.owner.release()
+        await self._stop_events()
         await self.broker.close()
         await self.coordination.close()
         await self.index.close()
@@ -230,6 +242,16 @@ class Runtime:
             if not any(depths.get(name) for name in queues) and not holding:
                 return
             await asyncio.sleep(0.02)
+
+    async def _stop_events(self) -> None:
+        """Publish the events still pending (briefly), then end the publisher."""
+        task, self._events_task = self._events_task, None
+        self.events.stop()
+        if task is not None:
+            _, pending = await asyncio.wait({task}, timeout=2.0)
+            for late in pending:
+                late.cancel()
+                await asyncio.gather(late, return_exceptions=True)
 
     async def _bootstrap_admin(self) -> None:
         """ROTA_ADMIN_USER / ROTA_ADMIN_PASSWORD: the first Admin, when there is none."""
@@ -255,6 +277,7 @@ class Runtime:
     # --- glue -----------------------------------------------------------------------------
 
     def _after_status(self, result: StatusResult) -> None:
+        self.events.status_applied(result)
         if result.disabled:
             self._drop_disabled(result)
         # A retry (back to Queued) is pending now; a finished occurrence may release one held
@@ -283,6 +306,47 @@ class Runtime:
     async def _live_workers(self) -> list[WorkerInfo]:
         await self.workers.refresh()
         return list(self.workers.workers)
+
+    async def _watch_workers(self, interval: float = 2.0) -> None:
+        """``worker.changed`` events when worker instances join, leave or change what they
+        declare. Every server sees the same registry: only the owner of bucket 0 reports."""
+        while True:
+            try:
+                await self.workers.refresh(force=True)
+                roster = {w.instance_id: w for w in self.workers.workers}
+                if self._roster is not None and 0 in self.owner.buckets:
+                    self.events.emit(roster_changes(self._roster, roster))
+                self._roster = roster
+            except (RotaError, OSError) as exc:
+                log.debug("worker watch: registry unavailable: %s", exc)
+            await asyncio.sleep(interval)
+
+    async def follow_dispatcher_state(self) -> DispatcherState:
+        """Read the dispatchers' stop switch from the store and apply it here."""
+        state = await self.store.dispatcher_state()
+        self.apply_dispatcher_state(state)
+        return state
+
+    def apply_dispatcher_state(self, state: DispatcherState) -> None:
+        if state.paused:
+            if self.dispatcher.paused_reason is None:
+                log.warning(
+                    "dispatcher stopped: %s",
+                    state.reason,
+                    extra={"action": "dispatcher_stop", "by": state.by},
+                )
+            self.dispatcher.pause(state.reason or "stopped")
+        elif self.dispatcher.paused_reason is not None:
+            log.warning("dispatcher resumed", extra={"action": "dispatcher_resume"})
+            self.dispatcher.resume()
+
+    async def _follow_dispatcher_switch(self) -> None:
+        while True:
+            await asyncio.sleep(FOLLOW_INTERVAL)
+            try:
+                await self.follow_dispatcher_state()
+            except (RotaError, OSError) as exc:
+                log.warning("could not read the dispatcher switch: %s", exc)
 
     async def _relay_wakeups(self) -> None:
         async for due in self.coordination.wakeups():

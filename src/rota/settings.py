@@ -94,6 +94,12 @@ class SchedulerSettings(BaseModel):
     )
     lease_seconds: float = Field(10.0, gt=0)
     default_max_retries: int = Field(0, ge=0)
+    max_job_data_bytes: int = Field(
+        64 * 1024,
+        ge=1,
+        description="A job's data (and a trigger's data override) may be at most this many "
+        "bytes as JSON: it travels in every job message.",
+    )
 
     @property
     def auto_disable(self) -> AutoDisableDefaults:
@@ -170,6 +176,12 @@ class AuthSettings(BaseModel):
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        description="Request bodies larger than this are refused (413); a bulk create of "
+        "10,000 jobs is a few MiB.",
+    )
 
 
 class Settings(BaseSettings):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from .conftest import HERE, Session, free_port, wait_until
@@ -73,6 +74,19 @@ def test_server_and_worker_processes_run_a_cron_job(
         logs_url = f"{base}/occurrences/{done['id']}/logs"
         lines = httpx.get(logs_url, headers=auth, timeout=10).json()["items"]
         assert any("tick" in line["message"] for line in lines)
+
+        # The changes reach the event stream (through Redis), replayed from the feed's start.
+        query = {"lastEventId": "0-0-0", "types": "occurrence.updated", "jobId": job["id"]}
+        timeout = httpx.Timeout(10, read=10)
+        with httpx.stream("GET", f"{base}/events", params=query, timeout=timeout) as stream:
+            assert stream.status_code == 200
+            data = next(
+                orjson.loads(line[5:])
+                for line in stream.iter_lines()
+                if line.startswith("data:") and '"status":2' in line
+            )
+        assert data["jobId"] == job["id"]
+        assert data["instanceId"].startswith("e2e-")
     finally:
         for proc in procs:
             proc.stop()

@@ -100,7 +100,18 @@ def test_changes_need_at_least_operator(app: FastAPI) -> None:
         ("PUT", "/api/v1/failed-occurrences/{failed_id}", Role.OPERATOR),
         ("POST", "/api/v1/failed-occurrences/{failed_id}/retry", Role.OPERATOR),
         ("GET", "/api/v1/workers", Role.VIEWER),
+        ("GET", "/api/v1/workers/{worker_id}", Role.VIEWER),
         ("GET", "/api/v1/auth/me", Role.VIEWER),
+        ("POST", "/api/v1/jobs/bulk", Role.OPERATOR),
+        ("GET", "/api/v1/tags", Role.VIEWER),
+        ("GET", "/api/v1/events", Role.VIEWER),
+        ("GET", "/api/v1/stats/overview", Role.VIEWER),
+        ("GET", "/api/v1/stats/throughput", Role.VIEWER),
+        ("GET", "/api/v1/admin/queues", Role.VIEWER),
+        ("GET", "/api/v1/admin/dispatcher", Role.VIEWER),
+        ("POST", "/api/v1/admin/dispatcher/stop", Role.OPERATOR),
+        ("POST", "/api/v1/admin/dispatcher/resume", Role.OPERATOR),
+        ("GET", "/api/v1/admin/config", Role.ADMIN),
     ],
 )
 def test_known_routes_have_their_roles(app: FastAPI, method: str, path: str, role: Role) -> None:

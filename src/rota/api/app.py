@@ -11,10 +11,12 @@ from rota.api import (
     routes_admin,
     routes_audit,
     routes_auth,
+    routes_events,
     routes_failed,
     routes_health,
     routes_jobs,
     routes_occurrences,
+    routes_stats,
     routes_users,
     routes_workers,
 )
@@ -56,11 +58,12 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
         redoc_url=None,
     )
     app.state.runtime = runtime
-    install_problem_handlers(app)
+    install_problem_handlers(app, max_body_bytes=runtime.settings.api.max_body_bytes)
     for router in (
         routes_auth.router,
         routes_jobs.router,
         routes_jobs.schedules,
+        routes_jobs.tags,
         routes_occurrences.router,
         routes_failed.router,
         routes_workers.router,
@@ -68,6 +71,8 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
         routes_admin.router,
         routes_users.router,
         routes_audit.router,
+        routes_events.router,
+        routes_stats.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
     if dashboard:

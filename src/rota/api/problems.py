@@ -34,7 +34,8 @@ from rota.services.jobs import api_name
 logger = logging.getLogger(__name__)
 
 PROBLEM_JSON: Final = "application/problem+json"
-MAX_BODY_BYTES: Final = 1024 * 1024
+MAX_BODY_BYTES: Final = 16 * 1024 * 1024
+"""The default request body limit (``ROTA_API__MAX_BODY_BYTES``)."""
 
 VALIDATION: Final = "urn:rota:problem:validation"
 NOT_FOUND: Final = "urn:rota:problem:not-found"
@@ -151,12 +152,16 @@ def _request_invalid(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request.url.path, 422, detail=detail, type_=VALIDATION, errors=errors)
 
 
+def _field_error(exc: ValidationError) -> FieldError:
+    part = exc.part if isinstance(exc, CronError) else None
+    return FieldError(field=exc.field, message=exc.message, part=part)
+
+
 def _rota_invalid(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ValidationError)
-    part = exc.part if isinstance(exc, CronError) else None
-    error = FieldError(field=exc.field, message=exc.message, part=part)
+    errors = [_field_error(e) for e in exc.errors] or [_field_error(exc)]
     return problem_response(
-        request.url.path, 422, detail=exc.message, type_=VALIDATION, errors=[error]
+        request.url.path, 422, detail=exc.message, type_=VALIDATION, errors=errors
     )
 
 
@@ -209,7 +214,7 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request.url.path, exc.status_code, detail=detail, headers=exc.headers)
 
 
-def install_problem_handlers(app: FastAPI) -> None:
+def install_problem_handlers(app: FastAPI, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
     """Problem details for every error: handlers for the known ones, middleware for the rest,
     and the request body limit."""
     app.add_exception_handler(RequestValidationError, _request_invalid)
@@ -221,7 +226,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AuthenticationError, _unauthenticated)
     app.add_exception_handler(PermissionDeniedError, _forbidden)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     app.add_middleware(UnhandledErrorMiddleware)
 
 

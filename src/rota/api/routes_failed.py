@@ -137,7 +137,12 @@ async def retry(
     failed_id: UUID, runtime: Runtime, user: OperatorUser, audit: Audit
 ) -> OccurrenceDetail:
     occurrence = await retry_failed(
-        runtime.store, runtime.coordination, failed_id, by=user.username, now=runtime.jobs.now()
+        runtime.store,
+        runtime.coordination,
+        failed_id,
+        by=user.username,
+        now=runtime.jobs.now(),
+        events=runtime.jobs.events,
     )
     await audit.record(
         user.username,

@@ -1,4 +1,5 @@
-"""Jobs: create (one or many), list, read, change, delete, trigger, versions; cron preview.
+"""Jobs: create (one or many), list, read, change, delete, trigger, versions; cron preview;
+tags.
 
 Also the reference's shapes: ``POST /jobs/job`` (create) and ``PUT /jobs/job`` with
 ``{"id": …, "<field>": {"value": …, "isUpdated": true}}`` partial updates."""
@@ -9,13 +10,15 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Header, Query, Response, status
+from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
-from rota.api.deps import Audit, Jobs
+from rota.api.deps import Audit, Jobs, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas import (
     MAX_LIMIT,
     NO_NUL,
+    ApiModel,
     BulkCreate,
     JobCreate,
     JobList,
@@ -37,6 +40,7 @@ from rota.services.jobs import MAX_PREVIEW, JobService
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
 schedules = APIRouter(prefix="/schedules", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
+tags = APIRouter(prefix="/tags", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
 AUDITED_IDS = 1000
 """A bulk create's audit entry names at most this many job ids."""
 
@@ -169,7 +173,11 @@ async def _update(
     summary="Create many jobs at once (all or none)",
 )
 async def create_jobs(body: BulkCreate, jobs: Jobs, user: OperatorUser, audit: Audit) -> JobList:
-    created = await jobs.create_jobs([item.to_spec(created_by=user.username) for item in body.jobs])
+    """Up to 10,000 jobs in one transaction: all are created or none. Every refused job is
+    named in the 422 problem's ``errors`` (``jobs[17].cronExpression``)."""
+    created = await jobs.create_jobs(
+        [item.to_spec(created_by=user.username) for item in body.jobs], field_prefix="jobs"
+    )
     ids = [str(job.id) for job in created[:AUDITED_IDS]]
     await audit.record(
         user.username, "job.bulk_created", "job", after={"count": len(created), "ids": ids}
@@ -289,3 +297,19 @@ async def preview(
     count: Annotated[int, Query(ge=1, le=MAX_PREVIEW)] = 5,
 ) -> Preview:
     return Preview(fires=jobs.preview(cron, time_zone, after, count))
+
+
+class TagOut(ApiModel):
+    tag: str
+    jobs: int = Field(description="Jobs carrying the tag.")
+
+
+class TagList(ApiModel):
+    items: list[TagOut] = Field(description="Every tag in use, by name.")
+
+
+@tags.get("", responses=problem_responses(503), summary="Tags in use, with their job counts")
+async def list_tags(store: StoreDep) -> TagList:
+    """Every tag of any job with how many jobs carry it. List a tag's jobs with
+    ``GET /jobs?tag=``."""
+    return TagList(items=[TagOut(tag=t.tag, jobs=t.jobs) for t in await store.tags()])

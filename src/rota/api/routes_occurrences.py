@@ -137,6 +137,7 @@ async def cancel_occurrence(
         occurrence_id,
         reason=reason,
         now=utcnow(),
+        events=runtime.jobs.events,
     )
     if outcome.requested:
         response.status_code = http.HTTP_202_ACCEPTED

@@ -6,6 +6,8 @@ HTTP status mapping lives only in the API's exception handlers; here errors carr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class RotaError(Exception):
     """Root of every error Rota raises on purpose."""
@@ -35,9 +37,18 @@ class PreconditionFailedError(RotaError):
 class ValidationError(RotaError):
     """Input was refused. ``field`` names the offending input field (API name, camelCase)."""
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        errors: Sequence[ValidationError] = (),
+    ) -> None:
         super().__init__(message)
         self.field = field
+        self.errors: tuple[ValidationError, ...] = tuple(errors)
+        """When several inputs were refused at once (a bulk create): each one, with its
+        field."""
 
 
 class CronError(ValidationError):

@@ -382,3 +382,14 @@ class WorkerInfo:
     current_load: int = 0
     started_at: datetime = field(default_factory=utcnow)
     last_heartbeat: datetime = field(default_factory=utcnow)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatcherState:
+    """Whether the dispatchers of every server are stopped (no fire is dispatched while they
+    are), why, by whom and since when."""
+
+    paused: bool = False
+    reason: str | None = None
+    by: str | None = None
+    changed_at: datetime | None = None

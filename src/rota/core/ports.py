@@ -16,7 +16,9 @@ from typing import Generic, TypeVar
 from uuid import UUID
 
 from rota.core.autodisable import AutoDisableDefaults
+from rota.core.events import Event
 from rota.core.models import (
+    DispatcherState,
     FailedOccurrence,
     FailureType,
     Job,
@@ -98,6 +100,38 @@ def truncate_text(text: str | None, limit: int = FAILURE_TEXT_LIMIT) -> str | No
     return text[: max(0, limit - len(TRUNCATED_MARK))] + TRUNCATED_MARK
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreOverview:
+    """Counts for the overview page (:meth:`Store.overview`)."""
+
+    by_status: dict[OccurrenceStatus, int]
+    """Every occurrence ever recorded, by status (every status present, zeros included)."""
+    jobs: int
+    active_jobs: int
+    completed: int
+    """Occurrences that ended Completed since the window's start."""
+    failed: int
+    """Occurrences that ended Failed or TimedOut since the window's start."""
+    cancelled: int
+    average_duration_ms: float | None
+    """Mean duration of the window's Completed occurrences that have one."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputPoint:
+    start: datetime
+    """The bucket covers ``[start, start + bucket)``."""
+    completed: int
+    failed: int
+    """Failed or TimedOut."""
+
+
+@dataclass(frozen=True, slots=True)
+class TagCount:
+    tag: str
+    jobs: int
+
+
 @dataclass(frozen=True, slots=True)
 class DueEntry:
     """A job's next fire time as the schedule index holds it."""
@@ -137,6 +171,11 @@ class AppliedChange:
     to_status: OccurrenceStatus
     attempt: int
     """The attempt the occurrence is at after the change (a retry increments it)."""
+    job_type: str = ""
+    worker_id: str | None = None
+    """The worker group the occurrence's job names."""
+    instance_id: str | None = None
+    """The worker instance whose report made the change (``None``: not a worker's)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -442,6 +481,36 @@ class Store(abc.ABC):
     ) -> dict[OccurrenceStatus, int]:
         """How many occurrences there are by status (only the given statuses if any)."""
 
+    # --- statistics ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def overview(self, since: datetime) -> StoreOverview:
+        """Occurrence counts by status (all time), job counts, and what ended since ``since``
+        (by ``end_time``): Completed, Failed or TimedOut, Cancelled, and the mean duration of
+        the Completed ones. Aggregates over indexed columns, a few statements."""
+
+    @abc.abstractmethod
+    async def throughput(
+        self, start: datetime, bucket_seconds: int, buckets: int
+    ) -> list[ThroughputPoint]:
+        """Occurrences that ended Completed, and Failed or TimedOut, per bucket of
+        ``bucket_seconds`` from ``start`` (by ``end_time``): exactly ``buckets`` points, in
+        time order, empty buckets included. One aggregate statement."""
+
+    @abc.abstractmethod
+    async def tags(self) -> list[TagCount]:
+        """Every tag with how many jobs carry it, by tag name."""
+
+    # --- control --------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def dispatcher_state(self) -> DispatcherState:
+        """The dispatchers' stop switch as last set (not paused if never set)."""
+
+    @abc.abstractmethod
+    async def set_dispatcher_state(self, state: DispatcherState) -> None:
+        """Store the dispatchers' stop switch (every server reads it)."""
+
     # --- failed occurrences (dead letters) ----------------------------------------------------
 
     @abc.abstractmethod
@@ -739,8 +808,10 @@ class Broker(abc.ABC):
         A message leaves the queue once its batch is acknowledged."""
 
     @abc.abstractmethod
-    async def queue_depths(self) -> dict[str, int]:
-        """Messages waiting, by queue name."""
+    async def queue_depths(self, groups: Sequence[str] = ()) -> dict[str, int]:
+        """Messages waiting, by queue name: the status, log and dead-letter queues, the job
+        queues of the worker groups this broker declared or consumed, and those of
+        ``groups`` (a group whose queue does not exist is left out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -817,3 +888,26 @@ class Coordination(abc.ABC):
     @abc.abstractmethod
     def cancellations(self) -> AsyncIterator[UUID]:
         """Occurrence ids sent to :meth:`cancel` (from any process) after subscribing."""
+
+    # --- change events (the SSE feed) ------------------------------------------------------
+
+    @abc.abstractmethod
+    async def publish_events(self, events: Sequence[Event]) -> None:
+        """Append events to the one shared feed, in order, in one round trip. Every event
+        gets an id (``<ms>-<seq>-<n>``, see :func:`~rota.core.events.parse_event_id`)
+        greater than every id before it. The feed is capped: only about the last
+        ``event_cap`` events are kept for replay (the adapter's setting)."""
+
+    @abc.abstractmethod
+    async def replay(self, after: str | None, limit: int = 1000) -> list[tuple[str, Event]]:
+        """Up to ``limit`` kept events with an id greater than ``after`` (``None``: the
+        oldest kept), oldest first, as ``(id, event)``. An ``after`` older than what is kept
+        replays from the oldest kept; one that is not an event id raises
+        ``ValidationError``."""
+
+    @abc.abstractmethod
+    def events(self, after: str | None = None) -> AsyncIterator[tuple[str, Event]]:
+        """``(id, event)`` as they are published (from any process), oldest first, each
+        once: with ``after``, first the kept events after that id (as :meth:`replay`), then
+        the new ones; without, only those published after subscribing. Closing the iterator
+        (``aclose``) or the coordination ends it."""

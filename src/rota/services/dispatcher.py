@@ -23,6 +23,7 @@ from rota.core.errors import RotaError
 from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, utcnow
 from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
 from rota.core.ports import Broker, DueEntry, IndexEntry, ScheduleIndex, Store
+from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
 from rota.settings import SchedulerSettings
 
@@ -90,6 +91,7 @@ class Dispatcher:
         *,
         mark_on_commit: bool = False,
         pending_grace: float = 0.0,
+        events: EventPublisher | None = None,
     ) -> None:
         """``mark_on_commit``: record Skip-policy occurrences as dispatched in the dispatch
         transaction itself instead of in a second one after publishing. Only for the embedded
@@ -101,6 +103,7 @@ class Dispatcher:
         published twice (distributed mode; 0 in the embedded mode, which has one dispatcher).
         """
         self._mark_on_commit = mark_on_commit
+        self._events = events
         self._pending_grace = timedelta(seconds=pending_grace)
         self._claim_time = timedelta(seconds=settings.sweeper_claim_seconds)
         self._store = store
@@ -248,6 +251,8 @@ class Dispatcher:
         now = self._clock()
         await self._workers.refresh()
         result = await self._store.dispatch_due([e.job_id for e in entries], now, self._plan)
+        if self._events is not None:
+            self._events.occurrences_created([*result.queued, *result.held, *result.skipped])
         await self._settle_in_flight(MAX_IN_FLIGHT - 1)
         if result.queued:
             publish = self._publish(result.queued, now)

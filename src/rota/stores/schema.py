@@ -120,6 +120,7 @@ def build_metadata() -> MetaData:
     _occurrences(metadata)
     _failed_occurrences(metadata)
     _security(metadata)
+    _control(metadata)
     return metadata
 
 
@@ -235,6 +236,7 @@ def _occurrences(metadata: MetaData) -> None:
         Index(None, "job_id", "status", "id"),
         Index(None, "status", "id"),
         Index(None, "status", "dispatched_at", "due_at"),
+        Index(None, "end_time", "status"),
     )
     Table(
         "occurrence_status_changes",
@@ -264,6 +266,16 @@ def _occurrences(metadata: MetaData) -> None:
         # A line sent twice (replayed outbox, redelivered batch) is stored once; lines without
         # a number (NULLs never conflict) are all kept.
         Index("uq_occurrence_logs_line", "occurrence_id", "attempt", "line", unique=True),
+    )
+
+
+def _control(metadata: MetaData) -> None:
+    Table(
+        "scheduler_control",
+        metadata,
+        Column("key", String(100), primary_key=True),
+        Column("value", Json(), nullable=False),
+        Column("updated_at", UtcDateTime(), nullable=False),
     )
 
 
@@ -363,3 +375,4 @@ failed_occurrences = metadata.tables["failed_occurrences"]
 users = metadata.tables["users"]
 refresh_tokens = metadata.tables["refresh_tokens"]
 audit_entries = metadata.tables["audit_entries"]
+scheduler_control = metadata.tables["scheduler_control"]
