@@ -102,6 +102,7 @@ def test_create_a_cron_job_and_watch_its_executions_arrive(
     page.get_by_test_id("save").click()
     expect(page).to_have_url(re.compile(r"/jobs/[0-9a-f-]{36}$"))
     expect(page.get_by_role("heading", name="Browser tick every second")).to_be_visible()
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "on")  # events stream
     page.evaluate(MARK)
     rows = page.locator("#job-occurrences [data-testid=occurrence-row]")
     expect(rows.nth(2)).to_be_visible()  # three executions appeared on the open page
