@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -292,6 +293,28 @@ async def test_an_expired_access_cookie_is_refreshed(anonymous: httpx.AsyncClien
     gone = await anonymous.get("/jobs", headers=jar({ACCESS_COOKIE: "forged"}))
     assert gone.status_code == 303
     assert cookies_of(gone)[ACCESS_COOKIE] == ""
+
+
+async def test_requests_racing_to_refresh_do_not_end_the_login(
+    anonymous: httpx.AsyncClient,
+) -> None:
+    """A page's parallel requests after the access token expired refresh once between them
+    (a second use of a refresh token would end the login as stolen)."""
+    cookies = await sign_in(anonymous, "viewer")
+    stale = jar({ACCESS_COOKIE: "expired", REFRESH_COOKIE: cookies[REFRESH_COOKIE]})
+    pages = await asyncio.gather(
+        anonymous.get("/", headers=stale),
+        anonymous.get("/ui/series.json", headers=stale),
+        anonymous.get("/ui/series.json", headers=stale),
+        anonymous.get("/executions", headers=stale),
+    )
+    assert [p.status_code for p in pages] == [200, 200, 200, 200]
+    renewed = {cookies_of(p)[REFRESH_COOKIE] for p in pages}
+    assert len(renewed) == 1  # one refresh, its tokens handed to all four
+    later = await anonymous.get(
+        "/jobs", headers=jar({ACCESS_COOKIE: "expired", REFRESH_COOKIE: renewed.pop()})
+    )
+    assert later.status_code == 200  # the login goes on
 
 
 async def test_a_viewer_sees_no_actions_and_the_api_refuses_them(

@@ -222,7 +222,7 @@ async def series(
     _user: User,
     runtime: Runtime,
     minutes: Annotated[int, Query(ge=5, le=180)] = 30,
-) -> JSONResponse:
+) -> Response:
     """Executions per minute over the last ``minutes`` (completed / failed): the API's
     ``/stats/throughput`` where it has it, else counted from the last 2,000 occurrences."""
     if has_route(request, "/api/v1/stats/throughput"):
@@ -230,13 +230,12 @@ async def series(
         status, body = await api_get(request, path)
         if status == 200 and isinstance(body, dict):
             points = body.get("points", [])
-            return JSONResponse(
-                {
-                    "x": [int(datetime.fromisoformat(p["start"]).timestamp()) for p in points],
-                    "completed": [p["completed"] for p in points],
-                    "failed": [p["failed"] for p in points],
-                }
-            )
+            data = {
+                "x": [int(datetime.fromisoformat(p["start"]).timestamp()) for p in points],
+                "completed": [p["completed"] for p in points],
+                "failed": [p["failed"] for p in points],
+            }
+            return session.apply_cookies(request, JSONResponse(data))
     now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
     start = now - timedelta(minutes=minutes)
     page = await runtime.store.list_occurrences(OccurrenceQuery(scheduled_after=start, limit=1000))
@@ -255,14 +254,8 @@ async def series(
         elif occ.status in (OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT):
             bad[minute] += 1
     xs = [int(start.timestamp()) + 60 * i for i in range(minutes)]
-    return JSONResponse(
-        {
-            "x": xs,
-            "completed": [ok[x] for x in xs],
-            "failed": [bad[x] for x in xs],
-            "sampled": len(items),
-        }
-    )
+    data = {"x": xs, "completed": [ok[x] for x in xs], "failed": [bad[x] for x in xs]}
+    return session.apply_cookies(request, JSONResponse(data))
 
 
 # --- jobs -------------------------------------------------------------------------------------

@@ -14,7 +14,11 @@ and acts as an unnamed Admin, like the API itself.
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +30,9 @@ ACCESS_COOKIE = "rota_access"
 REFRESH_COOKIE = "rota_refresh"
 CSRF_HEADER = "X-Rota-CSRF"
 AUTH_PREFIX = "/api/v1/auth"
+REFRESH_GRACE_SECONDS = 30.0
+"""How long the tokens a refresh gave are handed to other requests with the same refresh
+token (see :class:`Refresher`)."""
 REFRESH_MAX_AGE = 30 * 24 * 3600
 """Seconds the refresh cookie is kept; the server decides how long the token itself is good."""
 
@@ -169,13 +176,60 @@ async def _me(api: httpx.AsyncClient, access: str) -> DashboardUser | None:
     return DashboardUser(username=str(body.get("username", "")), role=Role.parse(body.get("role")))
 
 
+class Refresher:
+    """One refresh per refresh token in this process, its result shared for a short while.
+
+    A page fires several requests at once (fragments, charts, the event stream); once the
+    access token has expired each would refresh with the same refresh token, and the API takes
+    the second use of a refresh token for a stolen one and ends the login. So concurrent and
+    immediately following requests with the same refresh token get the first one's tokens.
+    """
+
+    def __init__(self, grace_seconds: float = REFRESH_GRACE_SECONDS) -> None:
+        self._grace = grace_seconds
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._done: dict[str, tuple[float, Tokens | None]] = {}
+
+    async def refresh(
+        self, token: str, call: Callable[[], Awaitable[Tokens | None]]
+    ) -> Tokens | None:
+        key = hashlib.sha256(token.encode()).hexdigest()
+        now = time.monotonic()
+        for old in [k for k, (at, _) in self._done.items() if now - at > self._grace]:
+            del self._done[old]
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        try:
+            async with lock:
+                if key in self._done:
+                    return self._done[key][1]
+                tokens = await call()
+                self._done[key] = (time.monotonic(), tokens)
+                return tokens
+        finally:
+            if not lock.locked():
+                self._locks.pop(key, None)
+
+
+def _refresher(request: Request) -> Refresher:
+    refresher: Refresher | None = getattr(request.app.state, "rota_refresher", None)
+    if refresher is None:
+        refresher = Refresher()
+        request.app.state.rota_refresher = refresher
+    return refresher
+
+
 async def refresh(request: Request) -> Tokens | None:
+    """New tokens for the refresh cookie (``None``: it is missing or no longer good)."""
     token = request.cookies.get(REFRESH_COOKIE)
     if not token:
         return None
-    async with internal_client(request) as api:
-        answer = await api.post(f"{AUTH_PREFIX}/refresh", json={"refreshToken": token})
-    return _tokens(answer.json()) if answer.status_code == 200 else None
+
+    async def call() -> Tokens | None:
+        async with internal_client(request) as api:
+            answer = await api.post(f"{AUTH_PREFIX}/refresh", json={"refreshToken": token})
+        return _tokens(answer.json()) if answer.status_code == 200 else None
+
+    return await _refresher(request).refresh(token, call)
 
 
 async def current_user(request: Request) -> DashboardUser:

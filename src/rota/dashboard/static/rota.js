@@ -347,25 +347,30 @@
     el.setAttribute("aria-label", (el.dataset.label || "series") + ": " + ys.length + " points, latest " + (ys.length ? ys[ys.length - 1] : "none"));
   }
 
-  async function loadChart(el) {
+  async function loadCharts(url, els) {
     try {
-      const response = await fetch(el.dataset.seriesUrl, { credentials: "same-origin" });
+      const response = await fetch(url, { credentials: "same-origin" });
       if (!response.ok) return;
       const data = await response.json();
-      drawChart(el, data.x, data[el.dataset.series]);
+      els.forEach(function (el) { drawChart(el, data.x, data[el.dataset.series]); });
     } catch (e) { /* next tick */ }
   }
 
   function charts() {
+    const byUrl = {};
     document.querySelectorAll(".chart").forEach(function (el) {
       if (el.dataset.inline) {
         const data = JSON.parse(el.dataset.inline);
         if (data.x.length) drawChart(el, data.x, data.y); else el.textContent = "No finished runs yet.";
       } else if (el.dataset.seriesUrl) {
-        loadChart(el);
-        const every = Math.max(5, parseInt(el.dataset.poll || "10", 10));
-        setInterval(function () { loadChart(el); }, Math.min(every, 10) * 1000);
+        (byUrl[el.dataset.seriesUrl] = byUrl[el.dataset.seriesUrl] || []).push(el);
       }
+    });
+    Object.keys(byUrl).forEach(function (url) {
+      const els = byUrl[url];
+      loadCharts(url, els);  // one request for the charts that share a series
+      const every = Math.max(5, parseInt(els[0].dataset.poll || "10", 10));
+      setInterval(function () { loadCharts(url, els); }, Math.min(every, 10) * 1000);
     });
   }
 
