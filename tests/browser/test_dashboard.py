@@ -83,6 +83,9 @@ def test_create_a_cron_job_and_watch_its_executions_arrive(
     page.get_by_label("Cron expression").fill("0 30 2 * * *")
     page.get_by_label("Time zone").fill("Europe/Berlin")
     expect(page.get_by_test_id("preview")).to_contain_text("CET")
+    page.get_by_label("from").fill("2026-03-28")  # across the spring-forward
+    expect(page.get_by_test_id("preview")).to_contain_text("Sun 2026-03-29 03:00:00 CEST")
+    page.get_by_label("from").fill("")
     page.get_by_label("Cron expression").fill("61 * * * *")
     expect(page.get_by_test_id("preview-error")).to_be_visible()
     page.get_by_label("Cron expression").fill("* * * * * *")

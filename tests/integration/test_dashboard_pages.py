@@ -393,3 +393,23 @@ async def test_job_form_lists_declared_types_and_embeds_their_schemas_safely(
     workers = await client.get("/workers")
     assert "report.build" in workers.text
     assert "0 / 2" in workers.text
+
+
+async def test_cron_preview_from_a_date_shows_a_dst_change(client: httpx.AsyncClient) -> None:
+    """2026-03-29: Berlin skips 02:00-03:00; a 02:30 fire runs at the end of the gap."""
+    answer = await client.get(
+        "/ui/preview",
+        params={
+            "cronExpression": "0 30 2 * * *",
+            "timeZone": "Europe/Berlin",
+            "previewFrom": "2026-03-28",
+        },
+    )
+    fires = answer.text
+    assert 'Sat 2026-03-28 02:30:00 <span class="muted">CET (UTC+0100)' in fires
+    assert 'Sun 2026-03-29 03:00:00 <span class="muted">CEST (UTC+0200)' in fires
+    assert 'Mon 2026-03-30 02:30:00 <span class="muted">CEST (UTC+0200)' in fires
+    bad = await client.get(
+        "/ui/preview", params={"cronExpression": "* * * * *", "previewFrom": "yesterday"}
+    )
+    assert 'data-testid="preview-error"' in bad.text

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -357,16 +357,22 @@ async def cron_preview(
     runtime: Runtime,
     cron: Annotated[str, Query(alias="cronExpression", max_length=200)] = "",
     time_zone: Annotated[str, Query(alias="timeZone", max_length=100)] = "UTC",
+    start: Annotated[str, Query(alias="previewFrom", max_length=20)] = "",
 ) -> Response:
-    """The next fires of a cron expression, shown in its own zone and in UTC."""
+    """The next fires of a cron expression, shown in its own zone and in UTC; from now, or from
+    the start of ``previewFrom`` (a date, in the job's zone) to check a DST change."""
     fires: list[tuple[datetime, datetime]] = []
     error = None
     if cron.strip():
         try:
             zone = ZoneInfo(time_zone or "UTC")
+            after = None
+            if start.strip():
+                day = date.fromisoformat(start.strip())
+                after = datetime.combine(day, datetime.min.time(), zone) - timedelta(seconds=1)
             fires = [
                 (fire, fire.astimezone(zone))
-                for fire in runtime.jobs.preview(cron, time_zone or "UTC", None, 8)
+                for fire in runtime.jobs.preview(cron, time_zone or "UTC", after, 8)
             ]
         except (RotaError, ZoneInfoNotFoundError, ValueError) as exc:
             error = getattr(exc, "message", None) or str(exc) or "invalid time zone"

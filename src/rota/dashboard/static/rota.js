@@ -126,7 +126,7 @@
     const scheduleKind = kindInput ? kindInput.value : null;
     form.querySelectorAll("input[name], select[name], textarea[name]").forEach(function (input) {
       const name = input.name;
-      if (name.startsWith("_") || name === "select" || (input.type === "radio")) return;
+      if (name.startsWith("_") || name === "select" || input.type === "radio" || input.hasAttribute("data-skip")) return;
       const group = input.closest("[data-kind-group]");
       if (group && scheduleKind && group.dataset.kindGroup !== scheduleKind) {
         if (nullEmpty) body[name] = null;
