@@ -413,3 +413,15 @@ async def test_cron_preview_from_a_date_shows_a_dst_change(client: httpx.AsyncCl
         "/ui/preview", params={"cronExpression": "* * * * *", "previewFrom": "yesterday"}
     )
     assert 'data-testid="preview-error"' in bad.text
+
+
+async def test_version_diff_compares_times_as_times(client: httpx.AsyncClient) -> None:
+    job = await make_job(client, cronExpression=None, executeAt="2030-01-01T00:00:00Z")
+    moved = await client.patch(
+        f"/api/v1/jobs/{job['id']}", json={"executeAt": "2030-01-02T00:00:00+00:00"}
+    )
+    assert moved.status_code == 200, moved.text
+    page = (await client.get(f"/jobs/{job['id']}")).text
+    assert "2030-01-01T00:00:00Z" in page
+    assert "2030-01-02T00:00:00Z" in page
+    assert page.count('<th scope="row">') == 1  # only executeAt changed

@@ -7,6 +7,7 @@ the API's role checks decide; the pages only hide what the user's role may not d
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
@@ -431,8 +432,11 @@ def _attr(api_name: str) -> str:
 
 def _diff(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str, str]]:
     def text(value: Any) -> str:
+        if isinstance(value, str) and value[:4].isdigit():
+            with contextlib.suppress(ValueError):  # snapshots keep times as text
+                value = datetime.fromisoformat(value)
         if isinstance(value, datetime):
-            return value.isoformat()
+            return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
         return json.dumps(value, default=str, sort_keys=True)
 
     changes = []
