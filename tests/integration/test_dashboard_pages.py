@@ -192,9 +192,17 @@ async def test_execution_page_and_log_tail(client: httpx.AsyncClient, runtime: P
     assert str(occurrence_id) in listed.text
     none = await client.get("/executions", params={"status": "Failed"})
     assert str(occurrence_id) not in none.text
+    window = {"after": "2025-12-31T23:59", "before": "2026-01-01T00:01"}
+    inside = await client.get("/executions", params=window)
+    assert f"/executions/{occurrence_id}" in inside.text
+    later = await client.get("/executions", params={"after": "2026-01-01T00:00:01"})
+    assert f"/executions/{occurrence_id}" not in later.text
     bad = await client.get("/executions", params={"status": "nonsense"})
     assert bad.status_code == 200
     assert "Unknown status" in bad.text
+    odd = await client.get("/executions", params={"after": "soon"})
+    assert odd.status_code == 200
+    assert "Unknown status, job id or time" in odd.text
 
 
 async def test_cron_preview_fragment(client: httpx.AsyncClient) -> None:

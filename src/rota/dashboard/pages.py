@@ -457,22 +457,35 @@ async def executions_page(
     runtime: Runtime,
     status: Annotated[str, Query(max_length=100)] = "",
     job_id: Annotated[str, Query(alias="jobId", max_length=40)] = "",
+    after: Annotated[str, Query(max_length=30)] = "",
+    before: Annotated[str, Query(max_length=30)] = "",
     cursor: Cursor = None,
 ) -> Response:
+    """Executions newest first, by status, job and scheduled time (``after``/``before``: UTC,
+    as a ``datetime-local`` field sends them)."""
     error = None
     try:
         statuses = parse_statuses([status]) if status else ()
         job = UUID(job_id) if job_id.strip() else None
+        since, until = _utc_or_none(after), _utc_or_none(before)
     except (RotaError, ValueError):
-        statuses, job, error = (), None, "Unknown status or job id: showing everything."
+        statuses, job, since, until = (), None, None, None
+        error = "Unknown status, job id or time: showing everything."
     page = await runtime.store.list_occurrences(
-        OccurrenceQuery(job_id=job, statuses=statuses, limit=PAGE_SIZE, cursor=cursor or None)
+        OccurrenceQuery(
+            job_id=job,
+            statuses=statuses,
+            scheduled_after=since,
+            scheduled_before=until,
+            limit=PAGE_SIZE,
+            cursor=cursor or None,
+        )
     )
     context = {
         "occurrences": page.items,
         "next_url": page_url(request, cursor=page.next_cursor) if page.next_cursor else None,
         "first_url": page_url(request, cursor=None) if cursor else None,
-        "filters": {"status": status, "jobId": job_id},
+        "filters": {"status": status, "jobId": job_id, "after": after, "before": before},
         "statuses": STATUS_NAMES,
         "error": error,
         "live": live(
@@ -482,6 +495,14 @@ async def executions_page(
         ),
     }
     return render(request, user, "executions.html", context, fragments=("occurrences_table",))
+
+
+def _utc_or_none(text: str) -> datetime | None:
+    """``2026-01-02T03:04`` (naive: UTC) -> an aware datetime; empty -> ``None``."""
+    if not text.strip():
+        return None
+    value = datetime.fromisoformat(text.strip())
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 @router.get("/executions/{occurrence_id}")
