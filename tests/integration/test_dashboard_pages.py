@@ -150,6 +150,7 @@ async def test_jobs_filter_and_page_on_the_server(client: httpx.AsyncClient) -> 
     first = await client.get("/jobs")
     assert first.text.count("<tr>") == 26  # the header and 25 jobs
     assert "Next page" in first.text
+    assert '<option value="even">15 jobs</option>' in first.text  # the tags in use
     evens = await client.get("/jobs", params={"tag": "even"})
     assert evens.text.count('href="/jobs?tag=even"') == 15
     assert "Next page" not in evens.text

@@ -291,8 +291,13 @@ async def jobs_page(
         limit=PAGE_SIZE,
         cursor=cursor or None,
     )
+    tags: list[dict[str, Any]] = []
+    if has_route(request, "/api/v1/tags"):
+        code, body = await api_get(request, "/api/v1/tags")
+        tags = body.get("items", []) if code == 200 and isinstance(body, dict) else []
     context = {
         "jobs": page.items,
+        "tags": tags,
         "last": await _last_results(runtime, page.items),
         "next_url": page_url(request, cursor=page.next_cursor) if page.next_cursor else None,
         "first_url": page_url(request, cursor=None) if cursor else None,
