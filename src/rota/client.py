@@ -87,7 +87,8 @@ class ApiNotFoundError(ApiError):
 
 
 class ApiConflictError(ApiError):
-    """409: a stale change, a trigger refused by the Skip policy, an ended occurrence."""
+    """409 (or 412: the job changed since the ETag sent): a stale change, a trigger refused by
+    the Skip policy, an ended occurrence."""
 
 
 class ApiValidationError(ApiError):
@@ -108,6 +109,7 @@ _ERRORS: Final[dict[int, type[ApiError]]] = {
     403: ApiAuthError,
     404: ApiNotFoundError,
     409: ApiConflictError,
+    412: ApiConflictError,
     413: ApiPayloadTooLargeError,
     422: ApiValidationError,
     503: ApiUnavailableError,

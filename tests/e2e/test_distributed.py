@@ -78,7 +78,9 @@ def test_server_and_worker_processes_run_a_cron_job(
         # The changes reach the event stream (through Redis), replayed from the feed's start.
         query = {"lastEventId": "0-0-0", "types": "occurrence.updated", "jobId": job["id"]}
         timeout = httpx.Timeout(10, read=10)
-        with httpx.stream("GET", f"{base}/events", params=query, timeout=timeout) as stream:
+        with httpx.stream(
+            "GET", f"{base}/events", params=query, headers=auth, timeout=timeout
+        ) as stream:
             assert stream.status_code == 200
             data = next(
                 orjson.loads(line[5:])

@@ -179,9 +179,17 @@ class MemoryCoordination(Coordination):
         last_ms, last_seq = self._last_entry
         entry = (ms, 0) if ms > last_ms else (last_ms, last_seq + 1)
         self._last_entry = entry
-        for n, event in enumerate(events):
-            self._published += 1
-            self._feed.append((self._published, (*entry, n), event))
+        ms, seq = entry
+        first = self._published + 1
+        self._feed.extend(
+            zip(
+                range(first, first + len(events)),
+                ((ms, seq, n) for n in range(len(events))),
+                events,
+                strict=True,
+            )
+        )
+        self._published += len(events)
         await self._notify_feed()
 
     async def _notify_feed(self) -> None:

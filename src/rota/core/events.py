@@ -82,21 +82,28 @@ def format_event_id(event_id: EventId) -> str:
     return "-".join(map(str, event_id))
 
 
+_STATUS_NAMES: Final = {s: s.name.title().replace("_", "") for s in OccurrenceStatus}
+_CREATED: Final = EventType.OCCURRENCE_CREATED.value
+_UPDATED: Final = EventType.OCCURRENCE_UPDATED.value
+_LOG: Final = EventType.OCCURRENCE_LOG.value
+
+
 def status_name(status: OccurrenceStatus) -> str:
     """``TIMED_OUT`` -> ``TimedOut``: the API's name of a status."""
-    return status.name.title().replace("_", "")
+    return _STATUS_NAMES[status]
 
 
 def occurrence_created(occurrence: Occurrence) -> Event:
+    status = occurrence.status
     return Event(
-        EventType.OCCURRENCE_CREATED,
+        _CREATED,
         {
             "occurrenceId": str(occurrence.id),
             "jobId": str(occurrence.job_id),
             "jobType": occurrence.job_type,
             "workerId": occurrence.worker_id,
-            "status": int(occurrence.status),
-            "statusName": status_name(occurrence.status),
+            "status": int(status),
+            "statusName": _STATUS_NAMES[status],
             "attempt": occurrence.attempt,
             "scheduledFor": occurrence.scheduled_for.isoformat(),
             "skipReason": occurrence.skip_reason,
@@ -116,7 +123,7 @@ def occurrence_updated(
     attempt: int,
 ) -> Event:
     return Event(
-        EventType.OCCURRENCE_UPDATED,
+        _UPDATED,
         {
             "occurrenceId": str(occurrence_id),
             "jobId": str(job_id),
@@ -125,7 +132,7 @@ def occurrence_updated(
             "instanceId": instance_id,
             "fromStatus": None if from_status is None else int(from_status),
             "status": int(status),
-            "statusName": status_name(status),
+            "statusName": _STATUS_NAMES[status],
             "attempt": attempt,
         },
     )
@@ -137,21 +144,26 @@ def occurrence_logs(records: Sequence[LogRecord]) -> list[Event]:
     :data:`LOG_MESSAGE_CHARS`), and the last line's ``level`` and ``message`` at the top."""
     by_occurrence: dict[UUID, list[LogRecord]] = {}
     for record in records:
-        by_occurrence.setdefault(record.occurrence_id, []).append(record)
+        lines = by_occurrence.get(record.occurrence_id)
+        if lines is None:
+            by_occurrence[record.occurrence_id] = [record]
+        else:
+            lines.append(record)
     events = []
+    cut = LOG_MESSAGE_CHARS
     for occurrence_id, lines in by_occurrence.items():
         shown = [
             {
                 "timestamp": line.timestamp.isoformat(),
                 "level": line.level,
-                "message": line.message[:LOG_MESSAGE_CHARS],
+                "message": line.message[:cut],
             }
             for line in lines[-LOG_LINES_PER_EVENT:]
         ]
         last = shown[-1]
         events.append(
             Event(
-                EventType.OCCURRENCE_LOG,
+                _LOG,
                 {
                     "occurrenceId": str(occurrence_id),
                     "level": last["level"],
