@@ -110,6 +110,7 @@ def test_create_a_cron_job_and_watch_its_executions_arrive(
     rows = page.locator("#job-occurrences [data-testid=occurrence-row]")
     expect(rows.nth(2)).to_be_visible()  # three executions appeared on the open page
     expect(rows.first).to_contain_text("Completed")
+    expect(page.locator("#job-occurrences .chart canvas")).to_have_count(1)  # durations drawn
     assert page.evaluate(STILL_MARKED), "the page was reloaded"
     page.screenshot(path=artifacts / "job.png", full_page=True)
     page.goto(f"{server.url}/jobs?search=Browser+tick")

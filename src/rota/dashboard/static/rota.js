@@ -320,7 +320,11 @@
       if (el.scrollHeight - el.scrollTop - el.clientHeight < 120) el.scrollTop = el.scrollHeight;
     }
   });
-  document.addEventListener("htmx:afterSettle", function (event) { localTimes(event.detail.elt || document); });
+  document.addEventListener("htmx:afterSettle", function (event) {
+    const root = event.detail.elt || document;
+    localTimes(root);
+    if (root.querySelectorAll) inlineCharts(root);  // a refreshed part brings its chart's data
+  });
   document.addEventListener("htmx:sseOpen", function () { setLive("on"); });
   document.addEventListener("htmx:sseError", function () { setLive("off"); });
 
@@ -342,6 +346,7 @@
     };
     if (el._plot) { el._plot.setData([xs, ys]); return; }
     el.innerHTML = "";
+    el.classList.add("plotted");
     el._plot = new uPlot(opts, [xs, ys], el);
     el.setAttribute("role", "img");
     el.setAttribute("aria-label", (el.dataset.label || "series") + ": " + ys.length + " points, latest " + (ys.length ? ys[ys.length - 1] : "none"));
@@ -356,13 +361,18 @@
     } catch (e) { /* next tick */ }
   }
 
+  function inlineCharts(root) {
+    root.querySelectorAll(".chart[data-inline]").forEach(function (el) {
+      const data = JSON.parse(el.dataset.inline);
+      if (data.x.length) drawChart(el, data.x, data.y); else el.textContent = "No finished runs yet.";
+    });
+  }
+
   function charts() {
     const byUrl = {};
+    inlineCharts(document);
     document.querySelectorAll(".chart").forEach(function (el) {
-      if (el.dataset.inline) {
-        const data = JSON.parse(el.dataset.inline);
-        if (data.x.length) drawChart(el, data.x, data.y); else el.textContent = "No finished runs yet.";
-      } else if (el.dataset.seriesUrl) {
+      if (el.dataset.seriesUrl) {
         (byUrl[el.dataset.seriesUrl] = byUrl[el.dataset.seriesUrl] || []).push(el);
       }
     });
