@@ -185,7 +185,7 @@ def test_resolve_a_failed_execution(admin_page: Page, server: Server, artifacts:
     page.screenshot(path=artifacts / "failed.png", full_page=True)
     row.get_by_label("Action").fill("ignored")
     row.get_by_label("Note").fill("checked in the browser test")
-    row.get_by_test_id("resolve").click()
+    row.get_by_label("Note").press("Enter")  # submitted from the keyboard
     expect(page.get_by_text("Nothing here.")).to_be_visible()
     with server.api() as api:
         stored = api.get(f"/failed-occurrences/{failed['id']}").json()

@@ -66,7 +66,10 @@
     // Through the element's own trigger, so its hx-sync queue orders this request with the
     // ones events trigger (the last change is always fetched).
     const el = document.querySelector(target);
-    if (el && window.htmx) htmx.trigger(el, "rota:refresh");
+    if (el && window.htmx) {
+      el.dataset.forceRefresh = "1";  // the user's own action: refresh even while they work in it
+      htmx.trigger(el, "rota:refresh");
+    }
   }
 
   async function after(el, response) {
@@ -307,6 +310,10 @@
   });
   document.addEventListener("htmx:beforeRequest", function (event) {
     const el = event.detail.elt;
+    if (el.dataset && el.dataset.forceRefresh) {
+      delete el.dataset.forceRefresh;
+      return;
+    }
     if (el.hasAttribute && el.hasAttribute("data-keep-selection") && event.detail.requestConfig && event.detail.requestConfig.verb === "get") {
       const busy = el.querySelector("input[name=select]:checked, details[open] form") || (el.contains(document.activeElement) && document.activeElement.matches("input, textarea, select"));
       if (busy) event.preventDefault();
