@@ -224,6 +224,10 @@ def test_every_page_renders(admin_page: Page, server: Server, artifacts: Path) -
     page = admin_page
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on(
+        "console",
+        lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None,
+    )
     for path, heading in (
         ("/", "Overview"),
         ("/jobs", "Jobs"),

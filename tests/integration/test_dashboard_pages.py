@@ -130,6 +130,8 @@ async def test_every_page_renders(client: httpx.AsyncClient, path: str, heading:
     assert f"<h1>{heading}</h1>" in answer.text
     assert 'hx-headers=\'{"X-Rota-CSRF": "1"}\'' in answer.text
     assert '<main id="main"' in answer.text
+    assert "script-src 'self'" in answer.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
 
 
 async def test_the_pages_are_not_in_the_openapi_document(client: httpx.AsyncClient) -> None:
