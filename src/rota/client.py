@@ -135,7 +135,9 @@ def _error(response: httpx.Response, body: bytes) -> ApiError:
 
 @dataclass(frozen=True, slots=True)
 class StreamEvent:
-    """One server-sent change event (see docs/api.md for the types and payloads)."""
+    """One server-sent change event (see docs/api.md for the types and payloads), or a
+    ``gap`` message (``id`` empty): events between the last one seen and the oldest the
+    server keeps may be lost, reload what you show."""
 
     id: str
     type: str
@@ -151,10 +153,11 @@ class _SseParser:
     def feed(self, line: str) -> StreamEvent | None:
         if line == "":
             event = None
-            if self._type is not None and self._id is not None:
+            if self._type is not None:
                 raw = "\n".join(self._data)
-                event = StreamEvent(self._id, self._type, orjson.loads(raw) if raw else {})
-            self._type, self._data = None, []
+                data = orjson.loads(raw) if raw else {}
+                event = StreamEvent(self._id or "", self._type, data)
+            self._id, self._type, self._data = None, None, []
             return event
         name, _, value = line.partition(":")
         value = value.removeprefix(" ")
@@ -540,7 +543,8 @@ class Client:
         while True:
             try:
                 async for event in self._stream(params, last):
-                    last = event.id
+                    if event.id:  # a gap message has none: the position stays
+                        last = event.id
                     yield event
             except httpx.TransportError:
                 if not reconnect:

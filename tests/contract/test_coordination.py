@@ -409,4 +409,13 @@ async def test_the_feed_is_capped(adapter: str) -> None:
         # Redis trims whole nodes of its stream (MAXLEN ~): about the cap, never everything.
         assert 50 <= len(kept) < 1000
         assert [e.data["n"] for _, e in kept] == list(range(1000 - len(kept), 1000))
+        horizon = await coord.feed_horizon()
+        assert horizon is not None
+        assert parse_event_id(horizon) <= parse_event_id(kept[0][0])
         await coord.close()
+
+
+async def test_the_horizon_is_none_until_something_is_dropped(coord: Coordination) -> None:
+    assert await coord.feed_horizon() is None
+    await coord.publish_events([_ev(n) for n in range(300)])
+    assert await coord.feed_horizon() is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from rota.api.app import create_app
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
 from rota.coordination.redis import RedisCoordination
+from rota.core.events import Event
 from rota.core.ports import Coordination
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.runtime import auth_config
@@ -88,6 +90,10 @@ async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             events.stop()
             await asyncio.wait_for(publishing, WAIT)
             await coordination.close()
+    # The Redis clients of the streams are unreachable now: finalize them here, not at some
+    # later garbage collection (under CPython 3.11 one that runs inside ast.parse, e.g. when
+    # pytest imports a plugin's module at the end of the session, fails that parse).
+    gc.collect()
 
 
 @pytest.fixture
@@ -115,6 +121,11 @@ class EventReader:
 
     def __init__(self, response: httpx.Response) -> None:
         self._lines = response.aiter_lines()
+
+    async def aclose(self) -> None:
+        """End the line iterator here (left to the garbage collector, its finalizer would run
+        at an arbitrary moment, even while the interpreter compiles code)."""
+        await self._lines.aclose()  # type: ignore[attr-defined]
 
     async def next(self, within: float = WAIT) -> Message:
         return await asyncio.wait_for(self._read(), within)
@@ -162,10 +173,13 @@ async def subscribe(
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         reader = EventReader(response)
-        first = await reader.next()
-        assert first.comments == ["connected"]
-        assert first.retry == 3000
-        yield reader
+        try:
+            first = await reader.next()
+            assert first.comments == ["connected"]
+            assert first.retry == 3000
+            yield reader
+        finally:
+            await reader.aclose()
 
 
 async def create(client: httpx.AsyncClient, **extra: Any) -> dict[str, Any]:
@@ -293,3 +307,31 @@ async def test_a_failing_feed_never_fails_the_change(
     await runtime.events.flush()
     assert runtime.events.stats.failures >= 1
     assert runtime.events.stats.dropped >= 1
+
+
+async def test_resuming_after_what_the_feed_dropped_says_gap(
+    app: FastAPI, client: httpx.AsyncClient, runtime: EventsRuntime
+) -> None:
+    job = await create(client)
+    await runtime.events.flush()
+    async with subscribe(app, client, headers={"Last-Event-ID": "1-0-0"}) as events:
+        replayed = await events.next_event()  # nothing dropped yet: no gap
+        assert (replayed.event, replayed.data) == ("job.created", {"jobId": job["id"]})
+    assert replayed.id is not None
+
+    # Fill the feed past its cap (memory: 10,000 events; Redis: about 2,000 entries).
+    for _ in range(12):
+        await runtime.coordination.publish_events(
+            [Event("job.updated", {"jobId": "filler"})] * 1000
+        )
+        for _ in range(200):
+            await runtime.coordination.publish_events([Event("job.updated", {"jobId": "f"})])
+        if await runtime.coordination.feed_horizon() is not None:
+            break
+    horizon = await runtime.coordination.feed_horizon()
+    assert horizon is not None
+    async with subscribe(app, client, headers={"Last-Event-ID": replayed.id}) as events:
+        gap = await events.next_event()
+        assert gap.event == "gap"
+        assert gap.id is None  # not an event of the feed: the client's position stays
+        assert gap.data == {"after": replayed.id, "oldest": horizon}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,7 @@ from rota.client import (
     StreamEvent,
 )
 from rota.coordination.memory import MemoryCoordination
+from rota.core.events import Event
 from rota.core.ids import new_id
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord, WorkerInfo
 from rota.indexes.memory import MemoryScheduleIndex
@@ -258,7 +260,7 @@ async def test_errors_carry_the_problem(client: rota.Client) -> None:
     assert isinstance(bulk.value, rota.RotaError)
 
 
-async def test_events_replay_and_follow(client: rota.Client) -> None:
+async def test_events_replay_and_follow(runtime: ClientRuntime, client: rota.Client) -> None:
     first = await client.create_job(job_type="a", cron_expression="@daily")
     received: list[StreamEvent] = []
     stream = client.events(types=["job.created"], last_event_id="0-0-0", reconnect=False)
@@ -276,6 +278,15 @@ async def test_events_replay_and_follow(client: rota.Client) -> None:
     assert [e.data["jobId"] for e in received] == [str(first.id), str(second.id)]
     assert all(e.type == "job.created" for e in received)
     assert re.fullmatch(r"\d+-\d+-\d+", received[0].id)
+
+    assert await runtime.coordination.feed_horizon() is None
+    runtime.coordination._feed = deque(runtime.coordination._feed, maxlen=2)  # a tiny cap
+    await runtime.coordination.publish_events([Event("job.updated", {"jobId": "x"})] * 2)
+    resumed = client.events(last_event_id=received[0].id, reconnect=False)
+    gap = await asyncio.wait_for(anext(resumed), WAIT)
+    assert (gap.type, gap.id, gap.data["after"]) == ("gap", "", received[0].id)
+    assert (await asyncio.wait_for(anext(resumed), WAIT)).type == "job.updated"
+    await resumed.aclose()  # type: ignore[attr-defined]
 
 
 # --- signing in ------------------------------------------------------------------------------

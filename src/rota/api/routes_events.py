@@ -103,6 +103,19 @@ def event_filter(
     )
 
 
+async def _gap(runtime: Runtime, after: str | None) -> ServerSentEvent | None:
+    """A ``gap`` message when the client resumes after an event older than every event the
+    feed still keeps, once it has dropped some: what came between may be lost, so it should
+    reload what it shows."""
+    if after is None:
+        return None
+    oldest = await runtime.coordination.feed_horizon()
+    if oldest is None or parse_event_id(oldest) <= parse_event_id(after):
+        return None
+    data = {"after": after, "oldest": oldest}
+    return ServerSentEvent(event="gap", raw_data=orjson.dumps(data).decode())
+
+
 @router.get(
     "",
     response_class=EventSourceResponse,
@@ -115,10 +128,14 @@ async def stream_events(
     """Event types: ``occurrence.created``, ``occurrence.updated``, ``occurrence.log``,
     ``job.created``, ``job.updated``, ``job.deleted``, ``worker.changed``,
     ``dispatcher.changed`` (payloads in docs/api.md). The first message is a ``connected``
-    comment with the reconnect delay: the subscription is in place once it arrives."""
+    comment with the reconnect delay: the subscription is in place once it arrives. A client
+    resuming after an event the feed no longer keeps gets a ``gap`` message first (reload)."""
     stream = runtime.coordination.events(selected.after)
     try:
         yield ServerSentEvent(comment="connected", retry=RETRY_MS)
+        gap = await _gap(runtime, selected.after)
+        if gap is not None:
+            yield gap
         async for event_id, event in stream:
             if selected.matches(event):
                 yield ServerSentEvent(

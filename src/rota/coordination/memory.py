@@ -78,6 +78,7 @@ class MemoryCoordination(Coordination):
         )
         """``(position, id, event)``; positions count up by one per event ever published."""
         self._published = 0
+        self._dropped = False
         self._last_entry = (0, 0)
         self._feed_changed: asyncio.Condition | None = None
         self._feed_readers: set[_FeedReader] = set()
@@ -180,6 +181,9 @@ class MemoryCoordination(Coordination):
         entry = (ms, 0) if ms > last_ms else (last_ms, last_seq + 1)
         self._last_entry = entry
         ms, seq = entry
+        feed = self._feed
+        if feed.maxlen is not None and len(feed) + len(events) > feed.maxlen:
+            self._dropped = True
         first = self._published + 1
         self._feed.extend(
             zip(
@@ -234,6 +238,11 @@ class MemoryCoordination(Coordination):
     async def replay(self, after: str | None, limit: int = 1000) -> list[tuple[str, Event]]:
         position = self._position_after(None if after is None else parse_event_id(after))
         return [(format_event_id(i), e) for _, i, e in self._take(position, max(0, limit))]
+
+    async def feed_horizon(self) -> str | None:
+        if not self._dropped or not self._feed:
+            return None
+        return format_event_id(self._feed[0][1])
 
     def events(self, after: str | None = None) -> _FeedReader:
         parsed = None if after is None else parse_event_id(after)

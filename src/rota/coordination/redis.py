@@ -501,6 +501,22 @@ class RedisCoordination(Coordination):
             low = b"(" + bytes(entries[-1][0])
         return out[:limit]
 
+    async def feed_horizon(self) -> str | None:
+        """From ``XINFO STREAM``: more entries added than the stream holds means it trimmed
+        some; the oldest kept is its first entry."""
+        from redis.exceptions import ResponseError
+
+        with unavailable("read the event stream"):
+            try:
+                info: Any = await self._redis.xinfo_stream(self._keys.events)
+            except ResponseError:  # no such key: nothing published (or Redis lost it)
+                return None
+        added, length = info.get("entries-added"), info.get("length")
+        first = info.get("first-entry")
+        if added is None or length is None or added <= length or not first:
+            return None
+        return f"{bytes(first[0]).decode()}-0"
+
     def events(self, after: str | None = None) -> _StreamWakeups[tuple[str, Event]]:
         start = None if after is None else parse_event_id(after)
 
@@ -669,6 +685,9 @@ class _StreamWakeups(Generic[T]):
             future.cancel()
         if pending:
             await asyncio.wait(pending)
+        for future in pending:  # a read cut short may end in the driver's own error: seen
+            if not future.cancelled():
+                future.exception()
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()

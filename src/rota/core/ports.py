@@ -906,6 +906,12 @@ class Coordination(abc.ABC):
         ``ValidationError``."""
 
     @abc.abstractmethod
+    async def feed_horizon(self) -> str | None:
+        """The id of the oldest event the feed keeps, once it has dropped older ones (its cap);
+        ``None`` while it has dropped none. A client resuming after an older id may have
+        missed events."""
+
+    @abc.abstractmethod
     def events(self, after: str | None = None) -> AsyncIterator[tuple[str, Event]]:
         """``(id, event)`` as they are published (from any process), oldest first, each
         once: with ``after``, first the kept events after that id (as :meth:`replay`), then
