@@ -91,7 +91,8 @@ def live_trigger(live: dict[str, Any], events: tuple[str, ...]) -> str:
     the API streams events) and the polling safety net."""
     triggers = ["rota:refresh"]
     if live.get("events"):
-        triggers += [f"sse:{event}" for event in events]
+        # gap: the stream resumed after events it no longer had, so refresh whatever happened
+        triggers += [f"sse:{event}" for event in events] + ["sse:gap"]
     if live.get("poll"):
         triggers.append(f"every {live['poll']}s")
     return ", ".join(triggers)
