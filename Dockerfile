@@ -1,5 +1,14 @@
 # One image for every Rota process: `rota server`, `rota worker`, `rota migrate`.
 # Build: docker build -t rota .   (the compose file builds it for you)
+# The dashboard's front-end libraries, from the npm registry at the versions package-lock.json pins.
+FROM node:20-slim AS assets
+WORKDIR /assets
+COPY package.json package-lock.json ./
+RUN npm ci --ignore-scripts --no-audit --no-fund \
+ && mkdir vendor \
+ && cp node_modules/htmx.org/dist/htmx.min.js node_modules/htmx-ext-sse/dist/sse.min.js \
+       node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css vendor/
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
@@ -7,6 +16,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
 WORKDIR /app
 COPY pyproject.toml constraints.txt README.md ./
 COPY src ./src
+COPY --from=assets /assets/vendor ./src/rota/dashboard/static/vendor
 RUN pip install -c constraints.txt '.[postgres,redis,rabbitmq]' \
  && useradd --create-home --uid 10001 rota
 USER rota

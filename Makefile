@@ -3,16 +3,28 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+VENDOR := src/rota/dashboard/static/vendor
+VENDOR_STAMP := $(VENDOR)/.copied
 
 .PHONY: install run test lint typecheck unit clean
 
-install: $(STAMP)
+install: $(STAMP) $(VENDOR_STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
+
+# The dashboard's front-end libraries, from the npm registry (versions pinned in package.json and
+# package-lock.json), copied into the package's static folder. Nothing runs in the browser's build.
+$(VENDOR_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null || { echo "make: npm is needed for the dashboard's assets (apt-get install npm)" >&2; exit 1; }
+	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@mkdir -p $(VENDOR)
+	cp node_modules/htmx.org/dist/htmx.min.js node_modules/htmx-ext-sse/dist/sse.min.js \
+	   node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css $(VENDOR)/
+	@touch $(VENDOR_STAMP)
 
 run: install
 	$(BIN)/rota dev
@@ -31,4 +43,4 @@ test: install lint typecheck
 	$(BIN)/pytest
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache node_modules $(VENDOR)

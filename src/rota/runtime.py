@@ -106,9 +106,9 @@ class Runtime:
             utcnow,
             mark_on_commit=settings.is_embedded,
             pending_grace=0.0 if settings.is_embedded else sched.sweeper_grace_seconds,
-            events=self.events,
             on_fired=self.metrics.record_dispatch,
             stamp=self.tracing.stamp_plan if traced else None,
+            events=self.events,
         )
         self.loader = Loader(
             store,
@@ -156,9 +156,9 @@ class Runtime:
             coordination,
             sched,
             utcnow,
-            events=self.events,
             on_triggered=self.metrics.record_trigger,
             stamp=self.tracing.stamp_trigger if traced else None,
+            events=self.events,
         )
         self.auth = AuthService(store, auth or auth_config(settings), utcnow)
         self.audit = AuditService(store, utcnow)
@@ -252,12 +252,12 @@ class Runtime:
         self._spawn(self.zombies.run(), "zombies")
         self._spawn(self.probes.run(), "auto-disable-probes")
         self._spawn(self.declared.run(), "declared-schedules")
-        self._spawn(self._watch_workers(), "worker-watch")
-        self._spawn(self._follow_dispatcher_switch(), "dispatcher-switch")
         if self.settings.silence.enabled:
             self._spawn(self.silence.run(), "silence")
         if self.settings.retention.enabled:
             self._spawn(self.maintenance.run(), "maintenance")
+        self._spawn(self._watch_workers(), "worker-watch")
+        self._spawn(self._follow_dispatcher_switch(), "dispatcher-switch")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
 
@@ -358,8 +358,8 @@ class Runtime:
     # --- glue -----------------------------------------------------------------------------
 
     def _after_status(self, result: StatusResult) -> None:
-        self.events.status_applied(result)
         self.metrics.record_status(result)
+        self.events.status_applied(result)
         if result.disabled:
             self._drop_disabled(result)
         # A retry (back to Queued) is pending now; a finished occurrence may release one held

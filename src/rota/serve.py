@@ -69,7 +69,9 @@ async def serve(
             lifespan="off",
         )
         server = _Server(config)
-        console.print(f"[bold]Rota[/bold] is running: API {url}/api/v1  docs {url}/docs")
+        console.print(
+            f"[bold]Rota[/bold] is running: dashboard {url}/  API {url}/api/v1  docs {url}/docs"
+        )
         console.print(f"store: {settings.effective_database_url}")
         await server.serve()
     finally:

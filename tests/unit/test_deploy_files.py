@@ -70,3 +70,13 @@ def test_the_image_runs_rota_with_the_distributed_extras() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "'.[postgres,redis,rabbitmq]'" in dockerfile
     assert 'ENTRYPOINT ["rota"]' in dockerfile
+
+
+def test_the_image_carries_the_dashboards_front_end_libraries() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    assert "npm ci" in dockerfile
+    for name in ("htmx.min.js", "sse.min.js", "uPlot.iife.min.js", "uPlot.min.css"):
+        assert name in dockerfile, f"the image lacks {name}"
+        assert name in makefile, f"make install does not copy {name}"
+    assert "COPY --from=assets /assets/vendor ./src/rota/dashboard/static/vendor" in dockerfile

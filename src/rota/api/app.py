@@ -43,8 +43,9 @@ def _version() -> str:
         return "0"
 
 
-def create_app(runtime: ApiRuntime) -> FastAPI:
-    """The REST API (``/api/v1``, OpenAPI at ``/openapi.json``) serving ``runtime``.
+def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
+    """The REST API (``/api/v1``, OpenAPI at ``/openapi.json``) serving ``runtime``, and the
+    dashboard at ``/`` unless ``dashboard`` is false.
 
     The runtime's life cycle (start, stop) belongs to the caller; the app only uses it.
     """
@@ -78,6 +79,10 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
     ):
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(routes_metrics.router)
+    if dashboard:
+        from rota.dashboard import install_dashboard
+
+        install_dashboard(app)
     _install_openapi(app)
     return app
 

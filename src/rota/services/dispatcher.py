@@ -92,9 +92,9 @@ class Dispatcher:
         *,
         mark_on_commit: bool = False,
         pending_grace: float = 0.0,
-        events: EventPublisher | None = None,
         on_fired: Callable[[DispatchResult, datetime], None] | None = None,
         stamp: Callable[[FirePlan], FirePlan] | None = None,
+        events: EventPublisher | None = None,
     ) -> None:
         """``mark_on_commit``: record Skip-policy occurrences as dispatched in the dispatch
         transaction itself instead of in a second one after publishing. Only for the embedded

@@ -178,15 +178,15 @@ class JobService:
         settings: SchedulerSettings,
         clock: Callable[[], datetime],
         *,
-        events: EventPublisher | None = None,
         on_triggered: Callable[[Occurrence], None] | None = None,
         stamp: Callable[[Occurrence], Occurrence] | None = None,
+        events: EventPublisher | None = None,
     ) -> None:
-        """``events``: where change events go (the runtime's publisher); without one they
-        gather in a publisher of the service's own that nothing publishes (tests).
-        ``on_triggered(occurrence)``: called after a manual trigger stored its occurrence;
+        """``on_triggered(occurrence)``: called after a manual trigger stored its occurrence;
         ``stamp(occurrence)``: marks a manual trigger's occurrence before it is stored (its
-        trace context; tracing on)."""
+        trace context; tracing on). ``events``: where change events go (the runtime's
+        publisher); without one they gather in a publisher of the service's own that nothing
+        publishes (tests)."""
         self._on_triggered = on_triggered
         self._stamp = stamp
         self._store = store
@@ -433,9 +433,9 @@ class JobService:
         if self._stamp is not None:
             occurrence = self._stamp(occurrence)
         await self._store.insert_occurrences([occurrence])
-        self.events.occurrences_created([occurrence])
         if self._on_triggered is not None:
             self._on_triggered(occurrence)
+        self.events.occurrences_created([occurrence])
         await self._guarded(self._coordination.wake(now.timestamp()))
         return occurrence
 

@@ -1,0 +1,114 @@
+"""The dashboard mounted on the API's app: templates, static files, pages and the login."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
+from starlette.responses import RedirectResponse, Response
+
+from rota.api.schemas import status_name
+from rota.dashboard import pages
+from rota.dashboard.session import LoginRequired, apply_cookies, clear_cookies
+
+STATIC_PREFIX = "/static"
+
+
+def _package_dir(name: str) -> Path:
+    return Path(str(resources.files("rota.dashboard") / name))
+
+
+def install_dashboard(app: FastAPI) -> None:
+    """Serve the dashboard at ``/`` (pages), ``/ui/…`` (fragments) and ``/static`` on ``app``."""
+    templates = Jinja2Templates(directory=_package_dir("templates"))
+    env = templates.env
+    env.filters["time"] = render_time
+    env.filters["duration"] = render_duration
+    env.filters["percent"] = render_percent
+    env.globals["status_class"] = status_class
+    env.globals["status_name"] = status_name
+    env.globals["live_trigger"] = live_trigger
+    app.state.dashboard_templates = templates
+    app.mount(STATIC_PREFIX, StaticFiles(directory=_package_dir("static")), name="static")
+    app.include_router(pages.router)
+    app.add_exception_handler(LoginRequired, _to_login)
+
+
+async def _to_login(request: Request, exc: Exception) -> Response:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    location = f"/login?next={target}" if request.url.path != "/" else "/login"
+    if request.headers.get("HX-Request"):
+        response: Response = Response(status_code=204, headers={"HX-Redirect": location})
+    else:
+        response = RedirectResponse(location, status_code=303)
+    clear_cookies(response)
+    return apply_cookies(request, response)
+
+
+# --- filters --------------------------------------------------------------------------------
+
+
+def render_time(value: datetime | None, empty: str = "—", fmt: str = "full") -> Markup:
+    """``<time>`` in UTC; the page's script shows it in the browser's zone, UTC on hover
+    (``fmt="time"``: the time of day only, with milliseconds)."""
+    if value is None:
+        return Markup(empty)
+    utc = value.astimezone(UTC)
+    iso = utc.isoformat().replace("+00:00", "Z")
+    text = utc.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return Markup('<time datetime="{0}" title="{1}" data-fmt="{2}">{1}</time>').format(
+        iso, text, fmt
+    )
+
+
+def render_duration(ms: float | None) -> str:
+    if ms is None:
+        return "—"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    seconds = ms / 1000
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 120:
+        return f"{minutes} min {sec} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+def render_percent(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f} %"
+
+
+def live_trigger(live: dict[str, Any], events: tuple[str, ...]) -> str:
+    """A live region's ``hx-trigger``: the page's own refresh, the events that concern it (when
+    the API streams events) and the polling safety net."""
+    triggers = ["rota:refresh"]
+    if live.get("events"):
+        # gap: the stream resumed after events it no longer had, so refresh whatever happened
+        triggers += [f"sse:{event}" for event in events] + ["sse:gap"]
+    if live.get("poll"):
+        triggers.append(f"every {live['poll']}s")
+    return ", ".join(triggers)
+
+
+_STATUS_CLASSES = {
+    "Queued": "st-queued",
+    "Running": "st-running",
+    "Completed": "st-ok",
+    "Failed": "st-bad",
+    "TimedOut": "st-bad",
+    "Unknown": "st-warn",
+    "Cancelled": "st-muted",
+    "Skipped": "st-muted",
+}
+
+
+def status_class(name: Any) -> str:
+    return _STATUS_CLASSES.get(str(name), "st-muted")

@@ -1,0 +1,716 @@
+"""The dashboard's pages and the fragments htmx re-fetches when an event says something changed.
+
+Pages read the store and services directly (server-rendered, paged and filtered on the server).
+Every change a person makes goes through the REST API from the browser (``static/rota.js``), so
+the API's role checks decide; the pages only hide what the user's role may not do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import Counter
+from datetime import UTC, date, datetime, timedelta
+from typing import Annotated, Any
+from urllib.parse import urlencode
+from uuid import UUID
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.templating import Jinja2Templates
+from starlette.responses import JSONResponse, RedirectResponse, Response
+
+from rota.api.deps import ApiRuntime, get_runtime
+from rota.api.routes_occurrences import parse_statuses
+from rota.api.routes_workers import group_workers
+from rota.api.schemas import JobOut, status_name
+from rota.core.errors import NotFoundError, RotaError
+from rota.core.models import FailedOccurrence, FailureType, Job, Occurrence, OccurrenceStatus
+from rota.core.ports import FailedQuery, OccurrenceQuery
+from rota.dashboard import session
+from rota.dashboard.session import DashboardUser
+
+router = APIRouter(include_in_schema=False)
+
+User = Annotated[DashboardUser, Depends(session.current_user)]
+Runtime = Annotated[ApiRuntime, Depends(get_runtime)]
+Cursor = Annotated[str | None, Query(max_length=500)]
+
+PAGE_SIZE = 25
+EVENTS_PATH = "/api/v1/events"
+POLL_WITH_EVENTS = 30
+"""Seconds between safety-net refreshes when the event stream drives the page."""
+POLL_WITHOUT_EVENTS = 3
+"""Seconds between refreshes when the API has no event stream."""
+STILL: dict[str, Any] = {"events": None, "poll": 0}
+"""A page with nothing live on it."""
+STATUS_NAMES = [status_name(s) for s in OccurrenceStatus]
+RESOLUTION_ACTIONS = ("fixed", "retried", "ignored", "wont_fix", "other")
+
+
+def _templates(request: Request) -> Jinja2Templates:
+    templates: Jinja2Templates = request.app.state.dashboard_templates
+    return templates
+
+
+def has_route(request: Request, path: str) -> bool:
+    return path in session.api_paths(request)
+
+
+def live(request: Request, **filters: str) -> dict[str, Any]:
+    """How a page stays current: the event stream (with filters) and a polling safety net."""
+    if has_route(request, EVENTS_PATH):
+        query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
+        url = EVENTS_PATH + (f"?{query}" if query else "")
+        return {"events": url, "poll": POLL_WITH_EVENTS}
+    return {"events": None, "poll": POLL_WITHOUT_EVENTS}
+
+
+def render(
+    request: Request,
+    user: DashboardUser,
+    page: str,
+    context: dict[str, Any],
+    fragments: tuple[str, ...] = (),
+    status_code: int = 200,
+) -> Response:
+    """The page, or with ``?fragment=name`` (one of ``fragments``) only ``_name.html``."""
+    fragment = request.query_params.get("fragment")
+    name = f"_{fragment}.html" if fragment in fragments else page
+    values = {"user": user, "nav": page.removesuffix(".html"), **context}
+    values.setdefault("live", STILL)
+    response = _templates(request).TemplateResponse(request, name, values, status_code=status_code)
+    return session.apply_cookies(request, page_headers(response))
+
+
+PAGE_HEADERS: dict[str, str] = {
+    # Scripts and styles only from this server (htmx is used without eval), no framing.
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; "
+    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'; "
+    "base-uri 'self'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+def page_headers(response: Response) -> Response:
+    response.headers.update(PAGE_HEADERS)
+    return response
+
+
+def not_found(request: Request, user: DashboardUser, what: str) -> Response:
+    return render(request, user, "not_found.html", {"what": what}, status_code=404)
+
+
+def page_url(request: Request, **changes: str | None) -> str:
+    """This page's URL with some query parameters changed (``None`` removes one)."""
+    params = {k: v for k, v in request.query_params.items() if k != "fragment"}
+    for key, value in changes.items():
+        if value is None:
+            params.pop(key, None)
+        else:
+            params[key] = value
+    query = urlencode(params)
+    return request.url.path + (f"?{query}" if query else "")
+
+
+# --- sign-in ----------------------------------------------------------------------------------
+
+
+@router.get("/login")
+async def login_page(request: Request, next: str | None = None) -> Response:
+    return page_headers(
+        _templates(request).TemplateResponse(
+            request,
+            "login.html",
+            {
+                "next": session.safe_next(next),
+                "error": None,
+                "auth": session.auth_installed(request),
+                "username": "",
+            },
+        )
+    )
+
+
+@router.post("/login")
+async def login_submit(
+    request: Request,
+    username: Annotated[str, Form(max_length=200)],
+    password: Annotated[str, Form(max_length=1000)],
+    next: Annotated[str, Form(max_length=2000)] = "/",
+) -> Response:
+    target = session.safe_next(next)
+    if not session.auth_installed(request):
+        return RedirectResponse(target, status_code=303)
+    outcome = await session.login(request, username, password)
+    if isinstance(outcome, str):
+        return page_headers(
+            _templates(request).TemplateResponse(
+                request,
+                "login.html",
+                {"next": target, "error": outcome, "auth": True, "username": username},
+                status_code=401,
+            )
+        )
+    response = RedirectResponse(target, status_code=303)
+    session.set_cookies(request, response, outcome)
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    if session.auth_installed(request):
+        await session.logout(request)
+    response = RedirectResponse("/login", status_code=303)
+    session.clear_cookies(response)
+    return response
+
+
+@router.post("/ui/session/refresh")
+async def refresh_session(request: Request) -> Response:
+    """For the page's script: an API call answered 401, get a new access token."""
+    if not session.auth_installed(request):
+        return Response(status_code=204)
+    tokens = await session.refresh(request)
+    if tokens is None:
+        response = Response(status_code=401)
+        session.clear_cookies(response)
+        return response
+    response = Response(status_code=204)
+    session.set_cookies(request, response, tokens)
+    return response
+
+
+# --- overview ---------------------------------------------------------------------------------
+
+
+@router.get("/")
+async def overview(request: Request, user: User, runtime: Runtime) -> Response:
+    counts = await runtime.store.count_occurrences()
+    by_name = {status_name(s): counts.get(s, 0) for s in OccurrenceStatus}
+    finished = sum(by_name[n] for n in ("Completed", "Failed", "TimedOut"))
+    recent = await runtime.store.list_occurrences(
+        OccurrenceQuery(statuses=(OccurrenceStatus.COMPLETED,), limit=200)
+    )
+    durations = [o.duration_ms for o in recent.items if o.duration_ms is not None]
+    workers = await runtime.coordination.workers()
+    try:
+        health = await runtime.health()
+    except Exception as exc:
+        health = {"runtime": f"error: {exc}"}
+    unresolved = await runtime.store.list_failed(FailedQuery(resolved=False, limit=100))
+    context = {
+        "counts": by_name,
+        "total": sum(by_name.values()),
+        "success_rate": None if not finished else 100.0 * by_name["Completed"] / finished,
+        "rate_note": "of all finished executions",
+        "average_ms": sum(durations) / len(durations) if durations else None,
+        "average_note": f"over the last {len(durations)} completed executions",
+        "instances": len(workers),
+        "capacity": sum(w.concurrency for w in workers),
+        "load": sum(w.current_load for w in workers),
+        "health": health,
+        "unresolved": len(unresolved.items),
+        "unresolved_more": unresolved.next_cursor is not None,
+        "live": live(request, types="occurrence.created,occurrence.updated,worker.changed"),
+    }
+    context.update(await _last_day(request))
+    return render(request, user, "overview.html", context, fragments=("overview_stats",))
+
+
+async def _last_day(request: Request) -> dict[str, Any]:
+    """The exact success rate and average duration of the last 24 hours, where the API has
+    them (``/stats/overview``: store aggregates); nothing otherwise."""
+    if not has_route(request, "/api/v1/stats/overview"):
+        return {}
+    status, body = await api_get(request, "/api/v1/stats/overview")
+    day = body.get("last24h") if status == 200 and isinstance(body, dict) else None
+    if not isinstance(day, dict):
+        return {}
+    return {
+        "success_rate": day.get("successRate"),
+        "rate_note": "of the executions that ended in the last 24 hours",
+        "average_ms": day.get("averageDurationMs"),
+        "average_note": "over the executions completed in the last 24 hours",
+    }
+
+
+@router.get("/ui/series.json")
+async def series(
+    request: Request,
+    _user: User,
+    runtime: Runtime,
+    minutes: Annotated[int, Query(ge=5, le=180)] = 30,
+) -> Response:
+    """Executions per minute over the last ``minutes`` (completed / failed): the API's
+    ``/stats/throughput`` where it has it, else counted from the last 2,000 occurrences."""
+    if has_route(request, "/api/v1/stats/throughput"):
+        path = f"/api/v1/stats/throughput?window={minutes}m&bucket=1m"
+        status, body = await api_get(request, path)
+        if status == 200 and isinstance(body, dict):
+            points = body.get("points", [])
+            data = {
+                "x": [int(datetime.fromisoformat(p["start"]).timestamp()) for p in points],
+                "completed": [p["completed"] for p in points],
+                "failed": [p["failed"] for p in points],
+            }
+            return session.apply_cookies(request, JSONResponse(data))
+    now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    start = now - timedelta(minutes=minutes)
+    page = await runtime.store.list_occurrences(OccurrenceQuery(scheduled_after=start, limit=1000))
+    items = list(page.items)
+    if page.next_cursor:
+        more = await runtime.store.list_occurrences(
+            OccurrenceQuery(scheduled_after=start, limit=1000, cursor=page.next_cursor)
+        )
+        items += more.items
+    ok: Counter[int] = Counter()
+    bad: Counter[int] = Counter()
+    for occ in items:
+        minute = int(occ.scheduled_for.timestamp()) // 60 * 60
+        if occ.status is OccurrenceStatus.COMPLETED:
+            ok[minute] += 1
+        elif occ.status in (OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT):
+            bad[minute] += 1
+    xs = [int(start.timestamp()) + 60 * i for i in range(minutes)]
+    data = {"x": xs, "completed": [ok[x] for x in xs], "failed": [bad[x] for x in xs]}
+    return session.apply_cookies(request, JSONResponse(data))
+
+
+# --- jobs -------------------------------------------------------------------------------------
+
+
+async def _last_results(runtime: ApiRuntime, jobs: list[Job]) -> dict[UUID, Occurrence]:
+    last: dict[UUID, Occurrence] = {}
+    for job in jobs:
+        page = await runtime.store.list_occurrences(OccurrenceQuery(job_id=job.id, limit=1))
+        if page.items:
+            last[job.id] = page.items[0]
+    return last
+
+
+@router.get("/jobs")
+async def jobs_page(
+    request: Request,
+    user: User,
+    runtime: Runtime,
+    search: Annotated[str, Query(max_length=200)] = "",
+    tag: Annotated[str, Query(max_length=100)] = "",
+    state: Annotated[str, Query(max_length=20)] = "",
+    cursor: Cursor = None,
+) -> Response:
+    is_active = {"active": True, "inactive": False}.get(state)
+    auto_disabled = True if state == "auto_disabled" else None
+    page = await runtime.jobs.list_jobs(
+        search=search.replace("\x00", "") or None,
+        tag=tag.replace("\x00", "") or None,
+        is_active=is_active,
+        auto_disabled=auto_disabled,
+        limit=PAGE_SIZE,
+        cursor=cursor or None,
+    )
+    tags: list[dict[str, Any]] = []
+    if has_route(request, "/api/v1/tags"):
+        code, body = await api_get(request, "/api/v1/tags")
+        tags = body.get("items", []) if code == 200 and isinstance(body, dict) else []
+    context = {
+        "jobs": page.items,
+        "tags": tags,
+        "last": await _last_results(runtime, page.items),
+        "next_url": page_url(request, cursor=page.next_cursor) if page.next_cursor else None,
+        "first_url": page_url(request, cursor=None) if cursor else None,
+        "filters": {"search": search, "tag": tag, "state": state},
+        "live": live(request, types="job.created,job.updated,job.deleted,occurrence.updated"),
+    }
+    return render(request, user, "jobs.html", context, fragments=("jobs_table",))
+
+
+def _time_zones() -> list[str]:
+    from zoneinfo import available_timezones
+
+    return sorted(available_timezones())
+
+
+async def _job_types(runtime: ApiRuntime) -> dict[str, dict[str, Any]]:
+    """Job type -> its description (with ``schema``) from the live workers."""
+    types: dict[str, dict[str, Any]] = {}
+    for group in group_workers(await runtime.coordination.workers()):
+        for name, description in group.job_types.items():
+            types.setdefault(name, {**description, "workerId": group.worker_id})
+    return types
+
+
+@router.get("/jobs/new")
+async def new_job(request: Request, user: User, runtime: Runtime) -> Response:
+    return await _job_form(request, user, runtime, None)
+
+
+@router.get("/jobs/{job_id}/edit")
+async def edit_job(request: Request, user: User, runtime: Runtime, job_id: UUID) -> Response:
+    try:
+        job = await runtime.jobs.get_job(job_id)
+    except NotFoundError:
+        return not_found(request, user, "job")
+    return await _job_form(request, user, runtime, job)
+
+
+async def _job_form(
+    request: Request, user: DashboardUser, runtime: ApiRuntime, job: Job | None
+) -> Response:
+    types = await _job_types(runtime)
+    out = JobOut.of(job, runtime.jobs.auto_disable_defaults) if job else None
+    context = {
+        "job": out,
+        "etag": job.etag if job else None,
+        "job_data_text": json.dumps(out.job_data, indent=2) if out and out.job_data else "",
+        "job_types": types,
+        # Inside <script>: a "</script>" in a worker's schema must not end the element.
+        "schemas_json": json.dumps({k: v.get("schema") for k, v in types.items()}).replace(
+            "</", "<\\/"
+        ),
+        "time_zones": _time_zones(),
+        "live": STILL,
+    }
+    return render(request, user, "job_form.html", context)
+
+
+@router.get("/ui/preview")
+async def cron_preview(
+    request: Request,
+    user: User,
+    runtime: Runtime,
+    cron: Annotated[str, Query(alias="cronExpression", max_length=200)] = "",
+    time_zone: Annotated[str, Query(alias="timeZone", max_length=100)] = "UTC",
+    start: Annotated[str, Query(alias="previewFrom", max_length=20)] = "",
+) -> Response:
+    """The next fires of a cron expression, shown in its own zone and in UTC; from now, or from
+    the start of ``previewFrom`` (a date, in the job's zone) to check a DST change."""
+    fires: list[tuple[datetime, datetime]] = []
+    error = None
+    if cron.strip():
+        try:
+            zone = ZoneInfo(time_zone or "UTC")
+            after = None
+            if start.strip():
+                day = date.fromisoformat(start.strip())
+                after = datetime.combine(day, datetime.min.time(), zone) - timedelta(seconds=1)
+            fires = [
+                (fire, fire.astimezone(zone))
+                for fire in runtime.jobs.preview(cron, time_zone or "UTC", after, 8)
+            ]
+        except (RotaError, ZoneInfoNotFoundError, ValueError) as exc:
+            error = getattr(exc, "message", None) or str(exc) or "invalid time zone"
+    context = {"fires": fires, "error": error, "cron": cron}
+    return render(request, user, "_preview.html", context)
+
+
+@router.get("/jobs/{job_id}")
+async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID) -> Response:
+    try:
+        job = await runtime.jobs.get_job(job_id)
+    except NotFoundError:
+        return not_found(request, user, "job")
+    occurrences = await runtime.store.list_occurrences(
+        OccurrenceQuery(job_id=job_id, limit=PAGE_SIZE)
+    )
+    history = await runtime.store.list_occurrences(OccurrenceQuery(job_id=job_id, limit=200))
+    points = [
+        (int(o.scheduled_for.timestamp()), o.duration_ms)
+        for o in reversed(history.items)
+        if o.duration_ms is not None
+    ]
+    versions = await runtime.jobs.job_versions(job_id)
+    counts = await runtime.store.count_occurrences(job_id=job_id)
+    out = JobOut.of(job, runtime.jobs.auto_disable_defaults)
+    current = {k: getattr(out, _attr(k)) for k in _VERSIONED_API}
+    snapshots = [dict(v.snapshot) for v in versions] + [current]
+    diffs = [
+        {
+            "version": v.version,
+            "created_at": v.created_at,
+            "changes": _diff(snapshots[i], snapshots[i + 1]),
+        }
+        for i, v in enumerate(versions)
+    ]
+    context = {
+        "job": out,
+        "occurrences": occurrences.items,
+        "more_url": f"/executions?jobId={job_id}" if occurrences.next_cursor else None,
+        "durations": json.dumps({"x": [p[0] for p in points], "y": [p[1] for p in points]}),
+        "counts": {status_name(s): counts.get(s, 0) for s in OccurrenceStatus},
+        "diffs": list(reversed(diffs)),
+        "live": live(
+            request, types="occurrence.created,occurrence.updated,job.updated", jobId=str(job_id)
+        ),
+    }
+    return render(request, user, "job.html", context, fragments=("job_summary", "job_occurrences"))
+
+
+_VERSIONED_API = ("jobType", "workerId", "jobData", "cronExpression", "timeZone", "executeAt")
+
+
+def _attr(api_name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in api_name)
+
+
+def _diff(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str, str]]:
+    def text(value: Any) -> str:
+        if isinstance(value, str) and value[:4].isdigit():
+            with contextlib.suppress(ValueError):  # snapshots keep times as text
+                value = datetime.fromisoformat(value)
+        if isinstance(value, datetime):
+            return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        return json.dumps(value, default=str, sort_keys=True)
+
+    changes = []
+    for key in _VERSIONED_API:
+        old, new = text(before.get(key)), text(after.get(key))
+        if old != new:
+            changes.append((key, old, new))
+    return changes
+
+
+# --- executions -------------------------------------------------------------------------------
+
+
+@router.get("/executions")
+async def executions_page(
+    request: Request,
+    user: User,
+    runtime: Runtime,
+    status: Annotated[str, Query(max_length=100)] = "",
+    job_id: Annotated[str, Query(alias="jobId", max_length=40)] = "",
+    after: Annotated[str, Query(max_length=30)] = "",
+    before: Annotated[str, Query(max_length=30)] = "",
+    cursor: Cursor = None,
+) -> Response:
+    """Executions newest first, by status, job and scheduled time (``after``/``before``: UTC,
+    as a ``datetime-local`` field sends them)."""
+    error = None
+    try:
+        statuses = parse_statuses([status]) if status else ()
+        job = UUID(job_id) if job_id.strip() else None
+        since, until = _utc_or_none(after), _utc_or_none(before)
+    except (RotaError, ValueError):
+        statuses, job, since, until = (), None, None, None
+        error = "Unknown status, job id or time: showing everything."
+    page = await runtime.store.list_occurrences(
+        OccurrenceQuery(
+            job_id=job,
+            statuses=statuses,
+            scheduled_after=since,
+            scheduled_before=until,
+            limit=PAGE_SIZE,
+            cursor=cursor or None,
+        )
+    )
+    context = {
+        "occurrences": page.items,
+        "next_url": page_url(request, cursor=page.next_cursor) if page.next_cursor else None,
+        "first_url": page_url(request, cursor=None) if cursor else None,
+        "filters": {"status": status, "jobId": job_id, "after": after, "before": before},
+        "statuses": STATUS_NAMES,
+        "error": error,
+        "live": live(
+            request,
+            types="occurrence.created,occurrence.updated",
+            jobId=str(job) if job else "",
+        ),
+    }
+    return render(request, user, "executions.html", context, fragments=("occurrences_table",))
+
+
+def _utc_or_none(text: str) -> datetime | None:
+    """``2026-01-02T03:04`` (naive: UTC) -> an aware datetime; empty -> ``None``."""
+    if not text.strip():
+        return None
+    value = datetime.fromisoformat(text.strip())
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@router.get("/executions/{occurrence_id}")
+async def occurrence_page(
+    request: Request, user: User, runtime: Runtime, occurrence_id: UUID
+) -> Response:
+    try:
+        occurrence = await runtime.store.get_occurrence(occurrence_id)
+    except NotFoundError:
+        return not_found(request, user, "execution")
+    lines = await runtime.store.occurrence_logs(occurrence_id, after=0, limit=1000)
+    record = await _failed_record(runtime, occurrence)
+    context = {
+        "occ": occurrence,
+        "status": status_name(occurrence.status),
+        "lines": lines,
+        "last_seq": lines[-1][0] if lines else 0,
+        "failed_record": record,
+        "job_data": json.dumps(occurrence.job_data, indent=2, default=str),
+        "result": None
+        if occurrence.result is None
+        else json.dumps(occurrence.result, indent=2, default=str),
+        "live": live(request, occurrenceId=str(occurrence_id)),
+    }
+    return render(request, user, "occurrence.html", context, fragments=("occurrence_summary",))
+
+
+async def _failed_record(runtime: ApiRuntime, occurrence: Occurrence) -> FailedOccurrence | None:
+    """The dead-letter record of a finished occurrence: among its job's records from around
+    the time it ended."""
+    if not occurrence.status.is_terminal or occurrence.status is OccurrenceStatus.COMPLETED:
+        return None
+    ended = occurrence.end_time or occurrence.created_at
+    page = await runtime.store.list_failed(
+        FailedQuery(
+            job_id=occurrence.job_id,
+            failed_after=ended - timedelta(minutes=5),
+            failed_before=ended + timedelta(minutes=5),
+            limit=500,
+        )
+    )
+    return next((r for r in page.items if r.occurrence_id == occurrence.id), None)
+
+
+@router.get("/ui/occurrences/{occurrence_id}/logs")
+async def occurrence_log_lines(
+    request: Request,
+    user: User,
+    runtime: Runtime,
+    occurrence_id: UUID,
+    after: Annotated[int, Query(ge=0)] = 0,
+) -> Response:
+    """Log lines after ``after`` (appended to the tail by htmx)."""
+    lines = await runtime.store.occurrence_logs(occurrence_id, after=after, limit=1000)
+    return render(request, user, "_log_lines.html", {"lines": lines})
+
+
+# --- failed executions ------------------------------------------------------------------------
+
+
+@router.get("/failed")
+async def failed_page(
+    request: Request,
+    user: User,
+    runtime: Runtime,
+    resolved: Annotated[str, Query(max_length=10)] = "no",
+    failure_type: Annotated[str, Query(alias="failureType", max_length=40)] = "",
+    job_id: Annotated[str, Query(alias="jobId", max_length=40)] = "",
+    cursor: Cursor = None,
+) -> Response:
+    try:
+        types = (FailureType(failure_type),) if failure_type else ()
+        job = UUID(job_id) if job_id.strip() else None
+    except ValueError:
+        types, job = (), None
+    page = await runtime.store.list_failed(
+        FailedQuery(
+            job_id=job,
+            failure_types=types,
+            resolved={"yes": True, "no": False}.get(resolved),
+            limit=PAGE_SIZE,
+            cursor=cursor or None,
+        )
+    )
+    context = {
+        "records": page.items,
+        "next_url": page_url(request, cursor=page.next_cursor) if page.next_cursor else None,
+        "first_url": page_url(request, cursor=None) if cursor else None,
+        "filters": {"resolved": resolved, "failureType": failure_type, "jobId": job_id},
+        "failure_types": [t.value for t in FailureType],
+        "actions": RESOLUTION_ACTIONS,
+        "live": live(request, types="occurrence.updated"),
+    }
+    return render(request, user, "failed.html", context, fragments=("failed_table",))
+
+
+# --- workers, admin, users --------------------------------------------------------------------
+
+
+@router.get("/workers")
+async def workers_page(request: Request, user: User, runtime: Runtime) -> Response:
+    groups = group_workers(await runtime.coordination.workers())
+    now = datetime.now(UTC)
+    context = {
+        "groups": groups,
+        "now": now,
+        "live": live(request, types="worker.changed"),
+    }
+    return render(request, user, "workers.html", context, fragments=("workers_table",))
+
+
+_SECRET_WORDS = ("password", "secret", "token", "key")
+
+
+def _is_secret(key: str) -> bool:
+    """``jwt_secret``, ``admin_password``, ``api_key``: yes; ``access_token_minutes``: no."""
+    words = key.lower().split("_")
+    return words[-1] in _SECRET_WORDS or "password" in words or "secret" in words
+
+
+def redact(value: Any, key: str = "") -> Any:
+    """Settings as shown to an Admin: secrets hidden, credentials cut out of URLs."""
+    if isinstance(value, dict):
+        return {k: redact(v, k) for k, v in value.items()}
+    if _is_secret(key) and value:
+        return "***"
+    if isinstance(value, str) and "://" in value and "@" in value:
+        scheme, rest = value.split("://", 1)
+        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+    return value
+
+
+@router.get("/admin")
+async def admin_page(request: Request, user: User, runtime: Runtime) -> Response:
+    from rota.services.buckets import bucket_overview
+
+    buckets = await bucket_overview(
+        runtime.coordination, runtime.index, runtime.settings.scheduler.bucket_count
+    )
+    try:
+        depths: dict[str, int] | None = await runtime.broker.queue_depths()
+    except Exception:
+        depths = None
+    config = redact(runtime.settings.model_dump(mode="json")) if user.is_admin else None
+    dispatcher = None
+    if has_route(request, "/api/v1/admin/dispatcher"):
+        status, body = await api_get(request, "/api/v1/admin/dispatcher")
+        dispatcher = body if status == 200 and isinstance(body, dict) else None
+    context = {
+        "buckets": buckets,
+        "depths": depths,
+        "config": json.dumps(config, indent=2) if config is not None else None,
+        "dispatcher": dispatcher,
+        "control": has_route(request, "/api/v1/admin/dispatcher/stop")
+        and has_route(request, "/api/v1/admin/dispatcher/resume"),
+    }
+    return render(request, user, "admin.html", context)
+
+
+async def api_get(request: Request, path: str) -> tuple[int, Any]:
+    """``GET`` an API path in process, as the signed-in user: status and JSON body."""
+    headers = {}
+    access = session.access_token(request)
+    if access:
+        headers["Authorization"] = f"Bearer {access}"
+    async with session.internal_client(request) as api:
+        answer = await api.get(path, headers=headers)
+    try:
+        body = answer.json()
+    except ValueError:
+        body = None
+    return answer.status_code, body
+
+
+@router.get("/users")
+async def users_page(request: Request, user: User) -> Response:
+    available = has_route(request, "/api/v1/users")
+    users: list[dict[str, Any]] = []
+    error = None
+    if available and user.is_admin:
+        status, body = await api_get(request, "/api/v1/users?limit=1000")
+        if status == 200 and isinstance(body, dict):
+            users = body.get("items", [])
+        else:
+            error = f"The API answered {status}."
+    context = {"users": users, "available": available, "error": error}
+    return render(request, user, "users.html", context)

@@ -1,0 +1,400 @@
+// Rota dashboard: the little the server-rendered pages need in the browser.
+// Times in the browser's zone, actions sent to the REST API (JSON, CSRF header), the live log
+// tail, charts, and a check of job data against its job type's schema. No build step.
+(function () {
+  "use strict";
+
+  const CSRF = { "X-Rota-CSRF": "1" };
+
+  // --- times ---------------------------------------------------------------------------------
+  const fmt = new Intl.DateTimeFormat(undefined, {
+    year: "numeric", month: "2-digit", day: "2-digit",
+    hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short",
+  });
+
+  const timeOfDay = new Intl.DateTimeFormat(undefined, {
+    hour: "2-digit", minute: "2-digit", second: "2-digit", fractionalSecondDigits: 3,
+  });
+
+  function localTimes(root) {
+    root.querySelectorAll("time[datetime]:not([data-local])").forEach(function (el) {
+      const when = new Date(el.getAttribute("datetime"));
+      if (isNaN(when)) return;
+      el.textContent = (el.dataset.fmt === "time" ? timeOfDay : fmt).format(when);
+      el.dataset.local = "1";
+    });
+  }
+
+  // --- messages ------------------------------------------------------------------------------
+  function flash(text, kind) {
+    const box = document.getElementById("flash");
+    if (!box) return;
+    box.textContent = text;
+    box.className = kind || "";
+    clearTimeout(flash.timer);
+    flash.timer = setTimeout(function () { box.textContent = ""; box.className = ""; }, 8000);
+  }
+
+  async function problemText(response) {
+    try {
+      const body = await response.json();
+      return (body.detail || body.title || "") + (body.field ? " (" + body.field + ")" : "");
+    } catch (e) {
+      return "";
+    }
+  }
+
+  // --- calling the API -----------------------------------------------------------------------
+  async function call(method, url, body, retried, extra) {
+    const headers = Object.assign({ "Accept": "application/json" }, CSRF, extra || {});
+    const init = { method: method, headers: headers, credentials: "same-origin" };
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const response = await fetch(url, init);
+    if (response.status === 401 && !retried) {
+      const refreshed = await fetch("/ui/session/refresh", { method: "POST", headers: CSRF, credentials: "same-origin" });
+      if (refreshed.ok) return call(method, url, body, true, extra);
+      window.location = "/login?next=" + encodeURIComponent(location.pathname + location.search);
+    }
+    return response;
+  }
+
+  function refresh(target) {
+    if (target === "page") { window.location.reload(); return; }
+    // Through the element's own trigger, so its hx-sync queue orders this request with the
+    // ones events trigger (the last change is always fetched).
+    const el = document.querySelector(target);
+    if (el && window.htmx) {
+      el.dataset.forceRefresh = "1";  // the user's own action: refresh even while they work in it
+      htmx.trigger(el, "rota:refresh");
+    }
+  }
+
+  async function after(el, response) {
+    if (!response.ok) {
+      const text = await problemText(response);
+      const message = response.status === 403 ? "Your role may not do this." : text || "Refused (" + response.status + ").";
+      flash(message, "error");
+      return false;
+    }
+    let body = null;
+    try { body = await response.json(); } catch (e) { body = null; }
+    flash("Done.", "ok");
+    if (el.dataset.next) {
+      const id = body && body.id ? body.id : "";
+      window.location = el.dataset.next.replace("{id}", id);
+    } else if (el.hasAttribute("data-refresh-page")) {
+      refresh("page");
+    } else if (el.dataset.refresh) {
+      refresh(el.dataset.refresh);
+    }
+    return true;
+  }
+
+  function split(spec) {
+    const i = spec.indexOf(" ");
+    return [spec.slice(0, i), spec.slice(i + 1)];
+  }
+
+  document.addEventListener("click", async function (event) {
+    const el = event.target.closest("button[data-api]");
+    if (!el) return;
+    event.preventDefault();
+    if (el.dataset.confirm && !window.confirm(el.dataset.confirm)) return;
+    const [method, url] = split(el.dataset.api);
+    const body = el.dataset.body ? JSON.parse(el.dataset.body) : (method === "DELETE" ? undefined : {});
+    el.disabled = true;
+    try { await after(el, await call(method, url, body)); } finally { el.disabled = false; }
+  });
+
+  // --- forms to JSON -------------------------------------------------------------------------
+  function value(input) {
+    const kind = input.dataset.kind;
+    if (kind === "bool") return input.checked;
+    const raw = input.value.trim();
+    if (raw === "") return undefined;
+    if (kind === "int") return parseInt(raw, 10);
+    if (kind === "float") return parseFloat(raw);
+    if (kind === "json") return JSON.parse(raw);
+    if (kind === "datetime") return raw.length === 16 ? raw + ":00Z" : raw + "Z";
+    return raw;
+  }
+
+  function formBody(form) {
+    const body = {};
+    const nullEmpty = form.hasAttribute("data-null-empty");
+    const kindInput = form.querySelector("input[name=_kind]:checked");
+    const scheduleKind = kindInput ? kindInput.value : null;
+    form.querySelectorAll("input[name], select[name], textarea[name]").forEach(function (input) {
+      const name = input.name;
+      if (name.startsWith("_") || name === "select" || input.type === "radio" || input.hasAttribute("data-skip")) return;
+      const group = input.closest("[data-kind-group]");
+      if (group && scheduleKind && group.dataset.kindGroup !== scheduleKind) {
+        if (nullEmpty) body[name] = null;
+        return;
+      }
+      const v = value(input);
+      if (v === undefined) {
+        if (nullEmpty && name !== "jobType" && name !== "timeZone") body[name] = null;
+      } else {
+        body[name] = v;
+      }
+    });
+    if (body.tags === null) body.tags = [];
+    if (body.description === null) body.description = "";
+    if (body.displayName === null) body.displayName = "";
+    return body;
+  }
+
+  function formError(form, text) {
+    const box = form.querySelector("#form-error");
+    if (box) { box.hidden = !text; box.textContent = text || ""; }
+    if (text) flash(text, "error");
+  }
+
+  document.addEventListener("submit", async function (event) {
+    const form = event.target;
+    if (form.dataset.apiForm) {
+      event.preventDefault();
+      let body;
+      try { body = formBody(form); } catch (e) { formError(form, "Job data is not valid JSON: " + e.message); return; }
+      const schemaError = checkJobData(form);
+      if (schemaError) { formError(form, schemaError); return; }
+      formError(form, "");
+      const [method, url] = split(form.dataset.apiForm);
+      // An edit names the version it was made on: a change made meanwhile is not overwritten.
+      const extra = form.dataset.ifMatch ? { "If-Match": form.dataset.ifMatch } : {};
+      const response = await call(method, url, body, false, extra);
+      if (response.status === 412) {
+        formError(form, "Someone changed this job since you opened the form: reload it to see their change, then edit again.");
+        return;
+      }
+      if (!response.ok) { formError(form, (await problemText(response.clone())) || "Refused (" + response.status + ")."); }
+      await after(form, response);
+    } else if (form.dataset.bulk) {
+      event.preventDefault();
+      const holder = form.closest("[hx-get]") || document;
+      const ids = Array.from(holder.querySelectorAll("input[name=select]:checked")).map(function (c) { return c.value; });
+      if (!ids.length) { flash("Select the failed executions to resolve first.", "error"); return; }
+      const body = formBody(form);
+      const [method, template] = split(form.dataset.bulk);
+      let failed = 0;
+      for (const id of ids) {
+        const response = await call(method, template.replace("{id}", id), body);
+        if (!response.ok) failed += 1;
+      }
+      holder.querySelectorAll("input[name=select]:checked").forEach(function (c) { c.checked = false; });
+      flash(failed ? failed + " of " + ids.length + " were refused." : ids.length + " resolved.", failed ? "error" : "ok");
+      refresh(form.dataset.refresh);
+    }
+  });
+
+  // --- job data against the job type's schema ----------------------------------------------
+  const TYPES = {
+    string: function (v) { return typeof v === "string"; },
+    integer: function (v) { return Number.isInteger(v); },
+    number: function (v) { return typeof v === "number"; },
+    boolean: function (v) { return typeof v === "boolean"; },
+    object: function (v) { return v !== null && typeof v === "object" && !Array.isArray(v); },
+    array: function (v) { return Array.isArray(v); },
+    null: function (v) { return v === null; },
+  };
+
+  function resolveRef(schema, root) {
+    if (schema && schema.$ref && schema.$ref.startsWith("#/")) {
+      return schema.$ref.slice(2).split("/").reduce(function (node, key) { return node && node[key]; }, root) || {};
+    }
+    return schema || {};
+  }
+
+  function validate(value, schema, root, path) {
+    schema = resolveRef(schema, root);
+    if (schema.anyOf) {
+      const ok = schema.anyOf.some(function (s) { return validate(value, s, root, path) === null; });
+      return ok ? null : path + " does not match any allowed form";
+    }
+    const types = schema.type ? [].concat(schema.type) : null;
+    if (types && !types.some(function (t) { return TYPES[t] && TYPES[t](value); })) {
+      return path + " should be " + types.join(" or ");
+    }
+    if (schema.enum && !schema.enum.some(function (e) { return JSON.stringify(e) === JSON.stringify(value); })) {
+      return path + " should be one of " + schema.enum.map(function (e) { return JSON.stringify(e); }).join(", ");
+    }
+    if (TYPES.object(value)) {
+      for (const key of schema.required || []) {
+        if (!(key in value)) return path + "." + key + " is required";
+      }
+      const props = schema.properties || {};
+      for (const key of Object.keys(value)) {
+        if (key in props) {
+          const error = validate(value[key], props[key], root, path + "." + key);
+          if (error) return error;
+        } else if (schema.additionalProperties === false) {
+          return path + "." + key + " is not allowed";
+        }
+      }
+    }
+    if (Array.isArray(value) && schema.items) {
+      for (let i = 0; i < value.length; i++) {
+        const error = validate(value[i], schema.items, root, path + "[" + i + "]");
+        if (error) return error;
+      }
+    }
+    return null;
+  }
+
+  function fieldsOf(schema) {
+    const required = schema.required || [];
+    const props = schema.properties || {};
+    const names = Object.keys(props).map(function (name) {
+      const p = resolveRef(props[name], schema);
+      const type = p.type || (p.anyOf ? p.anyOf.map(function (a) { return resolveRef(a, schema).type; }).filter(Boolean).join(" or ") : "any");
+      return name + " (" + type + (required.includes(name) ? ", required" : "") + ")";
+    });
+    return names.length ? names.join(", ") : "none";
+  }
+
+  function checkJobData(form) {
+    const area = form.querySelector("#jobData");
+    const typeInput = form.querySelector("#jobType");
+    const out = document.getElementById("jobData-check");
+    const schemas = document.getElementById("schemas");
+    if (!area || !typeInput || !schemas) return null;
+    let data = null;
+    const raw = area.value.trim();
+    if (raw) {
+      try { data = JSON.parse(raw); } catch (e) {
+        area.setAttribute("aria-invalid", "true");
+        if (out) out.textContent = "Not valid JSON: " + e.message;
+        return "Job data is not valid JSON: " + e.message;
+      }
+    }
+    const schema = JSON.parse(schemas.textContent || "{}")[typeInput.value];
+    let error = null;
+    if (schema && (raw || (schema.required || []).length)) {
+      error = validate(raw ? data : {}, schema, schema, "jobData");
+    }
+    area.setAttribute("aria-invalid", error ? "true" : "false");
+    if (out) {
+      let text = error ? error : schema ? "Matches the data schema of " + typeInput.value + "." : raw ? "Valid JSON (no schema known for this job type)." : "";
+      if (schema && !raw && !error) text = "Fields of " + typeInput.value + ": " + fieldsOf(schema) + ".";
+      out.textContent = text;
+      out.className = error ? "error" : "muted";
+    }
+    return error;
+  }
+
+  function formKinds(form) {
+    const checked = form.querySelector("input[name=_kind]:checked");
+    form.querySelectorAll("[data-kind-group]").forEach(function (group) {
+      group.hidden = !!checked && group.dataset.kindGroup !== checked.value;
+    });
+  }
+
+  document.addEventListener("input", function (event) {
+    const form = event.target.closest("#job-form");
+    if (!form) return;
+    if (event.target.id === "jobData" || event.target.id === "jobType") checkJobData(form);
+  });
+  document.addEventListener("change", function (event) {
+    const form = event.target.closest("#job-form");
+    if (form) { formKinds(form); checkJobData(form); }
+  });
+
+  // --- live log tail, and leaving a selection alone ------------------------------------------
+  document.addEventListener("htmx:configRequest", function (event) {
+    const el = event.detail.elt;
+    if (el.id === "log") event.detail.parameters.after = el.dataset.logAfter || "0";
+  });
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    const el = event.detail.elt;
+    if (el.dataset && el.dataset.forceRefresh) {
+      delete el.dataset.forceRefresh;
+      return;
+    }
+    if (el.hasAttribute && el.hasAttribute("data-keep-selection") && event.detail.requestConfig && event.detail.requestConfig.verb === "get") {
+      const busy = el.querySelector("input[name=select]:checked, details[open] form") || (el.contains(document.activeElement) && document.activeElement.matches("input, textarea, select"));
+      if (busy) event.preventDefault();
+    }
+  });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    const el = event.detail.target;
+    if (el && el.id === "log") {
+      const last = el.lastElementChild;
+      if (last && last.dataset.seq) el.dataset.logAfter = last.dataset.seq;
+      if (el.scrollHeight - el.scrollTop - el.clientHeight < 120) el.scrollTop = el.scrollHeight;
+    }
+  });
+  document.addEventListener("htmx:afterSettle", function (event) {
+    const root = event.detail.elt || document;
+    localTimes(root);
+    if (root.querySelectorAll) inlineCharts(root);  // a refreshed part brings its chart's data
+  });
+  document.addEventListener("htmx:sseOpen", function () { setLive("on"); });
+  document.addEventListener("htmx:sseError", function () { setLive("off"); });
+
+  function setLive(state) {
+    const dot = document.getElementById("live-state");
+    if (dot) dot.dataset.state = state;
+  }
+
+  // --- charts --------------------------------------------------------------------------------
+  function drawChart(el, xs, ys) {
+    if (!window.uPlot) return;
+    const width = Math.max(240, el.clientWidth || 320);
+    const opts = {
+      width: width, height: 160,
+      legend: { show: false },
+      scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(1, Math.ceil(max * 1.1))]; } } },
+      series: [{}, { label: el.dataset.label || "", stroke: el.dataset.color || "#2b6cb0", fill: (el.dataset.color || "#2b6cb0") + "33", width: 2 }],
+      axes: [{}, { size: 40 }],
+    };
+    if (el._plot) { el._plot.setData([xs, ys]); return; }
+    el.innerHTML = "";
+    el.classList.add("plotted");
+    el._plot = new uPlot(opts, [xs, ys], el);
+    el.setAttribute("role", "img");
+    el.setAttribute("aria-label", (el.dataset.label || "series") + ": " + ys.length + " points, latest " + (ys.length ? ys[ys.length - 1] : "none"));
+  }
+
+  async function loadCharts(url, els) {
+    try {
+      const response = await fetch(url, { credentials: "same-origin" });
+      if (!response.ok) return;
+      const data = await response.json();
+      els.forEach(function (el) { drawChart(el, data.x, data[el.dataset.series]); });
+    } catch (e) { /* next tick */ }
+  }
+
+  function inlineCharts(root) {
+    root.querySelectorAll(".chart[data-inline]").forEach(function (el) {
+      const data = JSON.parse(el.dataset.inline);
+      if (data.x.length) drawChart(el, data.x, data.y); else el.textContent = "No finished runs yet.";
+    });
+  }
+
+  function charts() {
+    const byUrl = {};
+    inlineCharts(document);
+    document.querySelectorAll(".chart").forEach(function (el) {
+      if (el.dataset.seriesUrl) {
+        (byUrl[el.dataset.seriesUrl] = byUrl[el.dataset.seriesUrl] || []).push(el);
+      }
+    });
+    Object.keys(byUrl).forEach(function (url) {
+      const els = byUrl[url];
+      loadCharts(url, els);  // one request for the charts that share a series
+      const every = Math.max(5, parseInt(els[0].dataset.poll || "10", 10));
+      setInterval(function () { loadCharts(url, els); }, Math.min(every, 10) * 1000);
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    localTimes(document);
+    const form = document.getElementById("job-form");
+    if (form) { formKinds(form); checkJobData(form); }
+    charts();
+  });
+})();

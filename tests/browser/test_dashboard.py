@@ -1,0 +1,323 @@
+"""The dashboard in Chromium: sign in, create a job, watch it run, steer executions."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import ADMIN, VIEWER, Server, sign_in
+
+MARK = "window.__rotaNoReload = 42"
+STILL_MARKED = "window.__rotaNoReload === 42"
+
+
+def _one_time_job(server: Server, job_type: str, name: str) -> dict[str, Any]:
+    """A one-time job due now; returns its first occurrence once it exists."""
+    with server.api() as api:
+        created = api.post(
+            "/jobs",
+            json={
+                "jobType": job_type,
+                "displayName": name,
+                "executeAt": datetime.now(UTC).isoformat(),
+            },
+        )
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+
+        def first() -> dict[str, Any] | None:
+            items: list[dict[str, Any]] = api.get("/occurrences", params={"jobId": job_id}).json()[
+                "items"
+            ]
+            return items[0] if items else None
+
+        occurrence: dict[str, Any] = server.wait_for(f"an occurrence of {name}", first)
+        return occurrence
+
+
+def _status_of(server: Server, occurrence_id: str) -> str:
+    with server.api() as api:
+        name: str = api.get(f"/occurrences/{occurrence_id}").json()["statusName"]
+        return name
+
+
+def test_sign_in_shows_the_overview(page: Page, server: Server, artifacts: Path) -> None:
+    sign_in(page, server, ADMIN)
+    expect(page.get_by_text("Executions", exact=True).first).to_be_visible()
+    expect(page.locator(".health")).to_contain_text("store")
+    page.screenshot(path=artifacts / "overview.png", full_page=True)
+    if server.auth:
+        page.get_by_role("button", name="Sign out").click()
+        expect(page).to_have_url(f"{server.url}/login")
+        page.goto(f"{server.url}/jobs")
+        expect(page).to_have_url(f"{server.url}/login?next=/jobs")
+
+
+def test_wrong_password_is_refused(page: Page, server: Server) -> None:
+    if not server.auth:
+        page.goto(f"{server.url}/login")
+        expect(page.get_by_text("This server has no sign-in")).to_be_visible()
+        return
+    page.goto(f"{server.url}/login")
+    page.get_by_label("Username").fill(ADMIN[0])
+    page.get_by_label("Password").fill("not the password")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("Wrong username or password")
+
+
+def test_create_a_cron_job_and_watch_its_executions_arrive(
+    admin_page: Page, server: Server, artifacts: Path
+) -> None:
+    page = admin_page
+    page.goto(f"{server.url}/jobs")
+    page.get_by_test_id("new-job").click()
+    page.get_by_label("Name").fill("Browser tick every second")
+    page.get_by_label("Job type").fill("browser.tick")
+    page.get_by_label("Cron expression").fill("* * * * * *")
+    expect(page.get_by_test_id("preview").locator("li")).to_have_count(8)
+    page.get_by_label("Cron expression").fill("0 30 2 * * *")
+    page.get_by_label("Time zone").fill("Europe/Berlin")
+    expect(page.get_by_test_id("preview")).to_contain_text("CET")
+    page.get_by_label("from").fill("2026-03-28")  # across the spring-forward
+    expect(page.get_by_test_id("preview")).to_contain_text("Sun 2026-03-29 03:00:00 CEST")
+    page.get_by_label("from").fill("")
+    page.get_by_label("Cron expression").fill("61 * * * *")
+    expect(page.get_by_test_id("preview-error")).to_be_visible()
+    page.get_by_label("Cron expression").fill("* * * * * *")
+    page.get_by_label("Time zone").fill("UTC")
+    page.get_by_label("Job data (JSON)").fill('{"kind": ')
+    expect(page.locator("#jobData-check")).to_contain_text("Not valid JSON")
+    page.get_by_label("Job type").fill("browser.typed")
+    page.get_by_label("Job data (JSON)").fill('{"title": "x", "copies": "two"}')
+    expect(page.locator("#jobData-check")).to_contain_text("jobData.copies should be integer")
+    page.get_by_label("Job data (JSON)").fill('{"copies": 2}')
+    expect(page.locator("#jobData-check")).to_contain_text("jobData.title is required")
+    page.get_by_label("Job data (JSON)").fill('{"title": "x", "copies": 2}')
+    expect(page.locator("#jobData-check")).to_contain_text("Matches the data schema")
+    page.get_by_label("Job type").fill("browser.tick")
+    page.get_by_label("Job data (JSON)").fill('{"kind": "browser"}')
+    page.screenshot(path=artifacts / "job-form.png", full_page=True)
+    page.get_by_test_id("save").click()
+    expect(page).to_have_url(re.compile(r"/jobs/[0-9a-f-]{36}$"))
+    expect(page.get_by_role("heading", name="Browser tick every second")).to_be_visible()
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "on")  # events stream
+    page.evaluate(MARK)
+    rows = page.locator("#job-occurrences [data-testid=occurrence-row]")
+    expect(rows.nth(2)).to_be_visible()  # three executions appeared on the open page
+    expect(rows.first).to_contain_text("Completed")
+    expect(page.locator("#job-occurrences .chart canvas")).to_have_count(1)  # durations drawn
+    assert page.evaluate(STILL_MARKED), "the page was reloaded"
+    page.screenshot(path=artifacts / "job.png", full_page=True)
+    page.goto(f"{server.url}/jobs?search=Browser+tick")
+    expect(page.get_by_role("link", name="Browser tick every second")).to_be_visible()
+    page.screenshot(path=artifacts / "jobs.png", full_page=True)
+    page.get_by_role("link", name="Browser tick every second").click()
+    page.get_by_role("button", name="Disable").click()
+    expect(page.locator("#job-summary")).to_contain_text("inactive")
+    page.get_by_role("link", name="Edit").click()
+    expect(page.get_by_label("Cron expression")).to_have_value("* * * * * *")
+    page.get_by_label("Name").fill("Browser tick, edited")
+    page.get_by_label("Cron expression").fill("0 0 12 * * MON")
+    page.get_by_label("Active").check()
+    page.get_by_test_id("save").click()
+    expect(page.get_by_role("heading", name="Browser tick, edited")).to_be_visible()
+    expect(page.locator("#job-summary")).to_contain_text("0 0 12 * * MON")
+    expect(page.locator(".versions")).to_contain_text("version 1 → 2")
+    expect(page.locator(".versions")).to_contain_text("cronExpression")
+    job_id = page.url.rsplit("/", 1)[1]
+    page.get_by_role("link", name="Edit").click()
+    with server.api() as api:  # someone else changes the job while the form is open
+        assert api.patch(f"/jobs/{job_id}", json={"description": "theirs"}).status_code == 200
+    page.get_by_label("Name").fill("Mine, on a stale copy")
+    page.get_by_test_id("save").click()
+    expect(page.locator("#form-error")).to_contain_text("Someone changed this job")
+    with server.api() as api:
+        assert api.get(f"/jobs/{job_id}").json()["displayName"] == "Browser tick, edited"
+
+
+def test_log_lines_arrive_live_and_a_running_execution_is_cancelled(
+    admin_page: Page, server: Server, artifacts: Path
+) -> None:
+    page = admin_page
+    occurrence = _one_time_job(server, "browser.slow", "Slow browser job")
+    server.wait_for("Running", lambda: _status_of(server, occurrence["id"]) == "Running")
+    page.goto(f"{server.url}/executions/{occurrence['id']}")
+    page.evaluate(MARK)
+    lines = page.get_by_test_id("log").locator("li")
+    seen = lines.count()
+    expect(lines.nth(seen + 2)).to_be_visible()  # three more lines arrived without a reload
+    expect(lines.last).to_contain_text("step")
+    assert page.evaluate(STILL_MARKED), "the page was reloaded"
+    page.screenshot(path=artifacts / "execution-running.png", full_page=True)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.get_by_test_id("cancel").click()
+    expect(page.locator("#occurrence-summary .status-line")).to_contain_text("Cancelled")
+    expect(page.get_by_test_id("cancel")).to_have_count(0)
+    assert _status_of(server, occurrence["id"]) == "Cancelled"
+    page.goto(f"{server.url}/executions")
+    expect(page.locator("[data-testid=occurrence-row]").first).to_be_visible()
+    page.screenshot(path=artifacts / "executions.png", full_page=True)
+
+
+def test_resolve_a_failed_execution(admin_page: Page, server: Server, artifacts: Path) -> None:
+    page = admin_page
+    occurrence = _one_time_job(server, "browser.fail", "Failing browser job")
+
+    def record() -> dict[str, Any] | None:
+        with server.api() as api:
+            items = api.get("/failed-occurrences", params={"jobId": occurrence["jobId"]}).json()
+        found: list[dict[str, Any]] = items["items"]
+        return found[0] if found else None
+
+    failed = server.wait_for("a failed-execution record", record)
+    page.goto(f"{server.url}/executions/{occurrence['id']}")
+    expect(page.get_by_test_id("exception")).to_contain_text("fails on purpose")
+    expect(page.locator("#occurrence-summary")).to_contain_text("Dead-lettered (permanent)")
+    expect(page.get_by_test_id("retry-occurrence")).to_be_visible()
+    page.goto(f"{server.url}/failed?jobId={occurrence['jobId']}")
+    row = page.locator("[data-testid=failed-row]").first
+    expect(row).to_contain_text("permanent")
+    page.screenshot(path=artifacts / "failed.png", full_page=True)
+    row.get_by_label("Action").fill("ignored")
+    row.get_by_label("Note").fill("checked in the browser test")
+    row.get_by_label("Note").press("Enter")  # submitted from the keyboard
+    expect(page.get_by_text("Nothing here.")).to_be_visible()
+    with server.api() as api:
+        stored = api.get(f"/failed-occurrences/{failed['id']}").json()
+    assert stored["resolved"] is True
+    assert stored["resolutionAction"] == "ignored"
+    assert stored["resolutionNote"] == "checked in the browser test"
+
+
+def test_bulk_resolve_failed_executions(admin_page: Page, server: Server) -> None:
+    page = admin_page
+    jobs = [_one_time_job(server, "browser.fail", f"Failing job {i}")["jobId"] for i in (1, 2)]
+
+    def unresolved() -> list[dict[str, Any]]:
+        with server.api() as api:
+            items = api.get("/failed-occurrences", params={"resolved": "false"}).json()["items"]
+        return [r for r in items if r["jobId"] in jobs]
+
+    server.wait_for("two failed-execution records", lambda: len(unresolved()) == 2)
+    page.goto(f"{server.url}/failed")
+    for job_id in jobs:
+        row = page.locator(
+            "[data-testid=failed-row]", has=page.locator(f'a[href="/jobs/{job_id}"]')
+        )
+        row.locator("input[name=select]").check()
+    bulk = page.locator("form.bulk")
+    bulk.get_by_label("Action").fill("fixed")
+    bulk.get_by_label("Note").fill("both at once")
+    page.get_by_test_id("bulk-resolve").click()
+    expect(page.locator("#flash")).to_contain_text("2 resolved")
+    assert unresolved() == []
+    for job_id in jobs:
+        expect(page.locator(f'[data-testid=failed-row] a[href="/jobs/{job_id}"]')).to_have_count(0)
+
+
+def test_every_page_renders(admin_page: Page, server: Server, artifacts: Path) -> None:
+    page = admin_page
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on(
+        "console",
+        lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None,
+    )
+    for path, heading in (
+        ("/", "Overview"),
+        ("/jobs", "Jobs"),
+        ("/executions", "Executions"),
+        ("/failed", "Failed executions"),
+        ("/workers", "Workers"),
+        ("/admin", "Admin"),
+        ("/users", "Users"),
+    ):
+        page.goto(f"{server.url}{path}")
+        expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
+        if path == "/workers":
+            expect(page.locator("#workers-table")).to_contain_text("browser.slow")
+        name = path.strip("/") or "overview"
+        page.screenshot(path=artifacts / f"page-{name}.png", full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{server.url}/executions")
+    page.screenshot(path=artifacts / "phone-executions.png", full_page=True)
+    assert errors == []
+
+
+def test_a_viewer_sees_no_actions_and_a_forged_action_is_refused(
+    page: Page, server: Server, artifacts: Path
+) -> None:
+    if not server.auth:
+        pytest.fail("the API has no sign-in: roles cannot be checked")
+    with server.api() as api:
+        job = api.post(
+            "/jobs", json={"jobType": "browser.tick", "cronExpression": "0 0 1 1 *"}
+        ).json()
+    sign_in(page, server, VIEWER)
+    page.goto(f"{server.url}/jobs/{job['id']}")
+    expect(page.get_by_role("heading", name="browser.tick")).to_be_visible()
+    expect(page.get_by_test_id("trigger")).to_have_count(0)
+    expect(page.get_by_role("button", name="Delete")).to_have_count(0)
+    page.goto(f"{server.url}/jobs")
+    expect(page.get_by_test_id("new-job")).to_have_count(0)
+    page.screenshot(path=artifacts / "viewer-jobs.png", full_page=True)
+    forged = page.evaluate(
+        """async (id) => (await fetch(`/api/v1/jobs/${id}/trigger`, {
+            method: "POST", headers: {"X-Rota-CSRF": "1", "Content-Type": "application/json"},
+            body: "{}"})).status""",
+        job["id"],
+    )
+    assert forged == 403
+    with server.api() as api:
+        assert api.get("/occurrences", params={"jobId": job["id"]}).json()["items"] == []
+
+
+def test_admin_stops_and_resumes_dispatching(admin_page: Page, server: Server) -> None:
+    page = admin_page
+    page.goto(f"{server.url}/admin")
+    expect(page.get_by_role("heading", name="Buckets (16)")).to_be_visible()
+    with server.api() as api:
+        has_control = api.get("/admin/dispatcher").status_code == 200
+    if not has_control:
+        expect(
+            page.get_by_text("Not available: this server's API has no dispatcher")
+        ).to_be_visible()
+        return
+    page.get_by_label("Reason").fill("maintenance from the browser test")
+    page.get_by_role("button", name="Stop dispatching").click()
+    expect(page.get_by_test_id("dispatcher-state")).to_contain_text(
+        "stopped — maintenance from the browser test"
+    )
+    page.get_by_role("button", name="Resume dispatching").click()
+    expect(page.get_by_test_id("dispatcher-state")).to_contain_text("dispatching")
+    with server.api() as api:
+        assert api.get("/admin/dispatcher").json()["paused"] is False
+
+
+def test_an_admin_manages_users(admin_page: Page, server: Server, artifacts: Path) -> None:
+    page = admin_page
+    page.goto(f"{server.url}/users")
+    page.get_by_label("Username").fill("newcomer")
+    page.get_by_label("Password").fill("too short")
+    page.get_by_test_id("create-user").click()
+    expect(page.locator("#form-error")).to_contain_text("password")
+    page.get_by_label("Password").fill("a-long-enough-password-2026")
+    page.get_by_label("Role").select_option("Operator")
+    page.get_by_test_id("create-user").click()
+    row = page.locator('[data-testid=user-row][data-user="newcomer"]')
+    expect(row).to_contain_text("Operator")
+    expect(row).to_contain_text("active")
+    page.screenshot(path=artifacts / "users.png", full_page=True)
+    row.get_by_role("button", name="Deactivate").click()
+    expect(row).to_contain_text("inactive")
+    page.on("dialog", lambda dialog: dialog.accept())
+    row.get_by_role("button", name="Delete").click()
+    expect(row).to_have_count(0)
+    with server.api() as api:
+        names = [u["username"] for u in api.get("/users").json()["items"]]
+    assert "newcomer" not in names
