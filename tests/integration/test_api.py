@@ -501,6 +501,42 @@ async def test_garbage_is_a_problem_not_a_crash(client: httpx.AsyncClient) -> No
     assert_problem(await client.put("/api/v1/jobs", json={}), 405)
 
 
+async def test_bytes_that_are_not_text_are_a_422_on_the_body(client: httpx.AsyncClient) -> None:
+    """Found by schemathesis: a body that is not UTF-8 was FastAPI's bare 400."""
+    headers = {"content-type": "application/json"}
+    for path in ("/api/v1/jobs", "/api/v1/users", "/api/v1/auth/login"):
+        response = await client.post(path, content=b'{"jobType": "\x80\xc3"}', headers=headers)
+        problem = assert_problem(response, 422)
+        assert fields(problem) == ["body"]
+        assert "UTF-8" in problem["detail"]
+
+
+async def test_header_and_wrapped_update_errors_name_their_field(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by schemathesis: an invalid If-Match header, and a PUT /jobs/job field, gave an
+    error without its ``field`` (the schema requires it) or with a snake_case one."""
+    job = await create(client)
+    too_long = {"If-Match": "x" * 501}
+    patched = await client.patch(f"/api/v1/jobs/{job['id']}", json={}, headers=too_long)
+    assert fields(assert_problem(patched, 422)) == ["If-Match"]
+    deleted = await client.delete(f"/api/v1/jobs/{job['id']}", headers=too_long)
+    assert fields(assert_problem(deleted, 422)) == ["If-Match"]
+
+    wrapped = await client.put(
+        "/api/v1/jobs/job",
+        json={
+            "id": job["id"],
+            "displayName": {"value": "x" * 201, "isUpdated": True},
+            "max_retries": -1,
+        },
+    )
+    problem = assert_problem(wrapped, 422)
+    assert sorted(fields(problem)) == ["displayName", "maxRetries"]
+    missing = await client.put("/api/v1/jobs/job", json={})
+    assert missing.json()["errors"] == [{"field": "id", "message": "id is required"}]
+
+
 async def test_request_bodies_over_one_mebibyte_are_refused(client: httpx.AsyncClient) -> None:
     big = {"jobType": "t", "cronExpression": "@daily", "jobData": "x" * (1024 * 1024)}
     assert_problem(await client.post("/api/v1/jobs", json=big), 413)

@@ -78,16 +78,22 @@ def problem_response(
     errors: Iterable[FieldError] = (),
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
+    errors = list(errors)
     body = Problem(
         type=type_,
         title=http.HTTPStatus(status).phrase,
         status=status,
         detail=detail,
         instance=instance,
-        errors=list(errors),
-    )
+        errors=errors,
+    ).model_dump(mode="json", exclude_none=True)
+    # An error's ``field`` is always there (``null``: the input as a whole), as documented.
+    body["errors"] = [
+        error.model_dump(mode="json", exclude_none=True) | {"field": error.field}
+        for error in errors
+    ]
     return JSONResponse(
-        body.model_dump(mode="json", exclude_none=True),
+        body,
         status_code=status,
         media_type=PROBLEM_JSON,
         headers=headers,
@@ -125,6 +131,8 @@ def field_path(loc: Sequence[int | str]) -> str | None:
     """``("body", "jobs", 3, "cron_expression")`` -> ``jobs[3].cronExpression``; the body as a
     whole is ``body``. Pydantic's union member tags (``list[str]``) are left out."""
     where = loc[0] if loc and loc[0] in _LOCATIONS else None
+    if where == "header" and len(loc) == 2:
+        return str(loc[1])  # a header by its own name: If-Match
     path = ""
     for part in loc[1:] if where else loc:
         if isinstance(part, int):
@@ -205,6 +213,13 @@ def _forbidden(request: Request, exc: Exception) -> JSONResponse:
 
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+        # FastAPI's "error parsing the body": bytes that are not text, so not JSON either.
+        message = f"the body is not valid JSON (not UTF-8 text: {exc.__cause__.reason})"
+        error = FieldError(field="body", message=message)
+        return problem_response(
+            request.url.path, 422, detail=message, type_=VALIDATION, errors=[error]
+        )
     detail = exc.detail if isinstance(exc.detail, str) else None
     return problem_response(request.url.path, exc.status_code, detail=detail, headers=exc.headers)
 
