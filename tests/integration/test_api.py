@@ -511,6 +511,46 @@ async def test_bytes_that_are_not_text_are_a_422_on_the_body(client: httpx.Async
         assert "UTF-8" in problem["detail"]
 
 
+async def test_json_that_cannot_be_stored_is_a_422_not_a_crash(client: httpx.AsyncClient) -> None:
+    """Python's JSON reader takes lone surrogates, NaN, 1e999, deep nesting and huge
+    integers; each was a 500 (the store or the response could not encode it) or a bare 400."""
+    job = await create(client)
+    headers = {"content-type": "application/json"}
+    base = b'{"jobType": "t", "cronExpression": "@daily", '
+    cases: list[tuple[str, str, bytes, str]] = [
+        ("POST", "/api/v1/jobs", base + b'"jobData": "\\ud800"}', "jobData"),
+        ("POST", "/api/v1/jobs", base + b'"jobData": {"\\udfff": [1]}}', "jobData"),
+        ("POST", "/api/v1/jobs", base + b'"jobData": "[\\"\\ud800\\"]"}', "jobData"),
+        ("POST", "/api/v1/jobs", base + b'"jobData": NaN}', "jobData"),
+        ("POST", "/api/v1/jobs", base + b'"jobData": {"a": 1e999}}', "jobData"),
+        (
+            "POST",
+            "/api/v1/jobs",
+            base + b'"jobData": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            "body",
+        ),
+        ("POST", "/api/v1/jobs", base + b'"jobData": ' + b"9" * 5000 + b"}", "body"),
+        ("POST", f"/api/v1/jobs/{job['id']}/trigger", b'{"jobData": "\\ud800"}', "jobData"),
+        (
+            "PUT",
+            "/api/v1/jobs/job",
+            b'{"id": "%s", "jobData": "\\ud800"}' % job["id"].encode(),
+            "jobData",
+        ),
+        (
+            "PUT",
+            "/api/v1/jobs/job",
+            b'{"id": "%s", "\\ud800": {"value": 1, "isUpdated": 3}}' % job["id"].encode(),
+            "\ud800",
+        ),
+    ]
+    for method, path, body, field in cases:
+        response = await client.request(method, path, content=body, headers=headers)
+        assert fields(assert_problem(response, 422)) == [field], (path, body[:80])
+    assert [j["id"] for j in (await client.get("/api/v1/jobs")).json()["items"]] == [job["id"]]
+    assert (await client.get("/api/v1/occurrences")).json()["items"] == []
+
+
 async def test_header_and_wrapped_update_errors_name_their_field(
     client: httpx.AsyncClient,
 ) -> None:

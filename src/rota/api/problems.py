@@ -6,6 +6,7 @@ Rota errors carry meaning (:mod:`rota.core.errors`); this module alone maps them
 from __future__ import annotations
 
 import http
+import json
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -92,12 +93,15 @@ def problem_response(
         error.model_dump(mode="json", exclude_none=True) | {"field": error.field}
         for error in errors
     ]
-    return JSONResponse(
-        body,
-        status_code=status,
-        media_type=PROBLEM_JSON,
-        headers=headers,
-    )
+    return ProblemResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+class ProblemResponse(JSONResponse):
+    """A problem as ASCII JSON: a message quoting input (an unknown field's name) stays
+    writable even if that input holds a lone surrogate, which UTF-8 cannot encode."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode()
 
 
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -211,11 +215,19 @@ def _forbidden(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request.url.path, 403, detail=exc.message, type_=FORBIDDEN)
 
 
+def _unreadable(cause: BaseException) -> str:
+    if isinstance(cause, UnicodeDecodeError):
+        return f"not UTF-8 text: {cause.reason}"
+    if isinstance(cause, RecursionError):
+        return "nested too deeply"
+    return str(cause) if isinstance(cause, ValueError) else "unreadable"
+
+
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
-        # FastAPI's "error parsing the body": bytes that are not text, so not JSON either.
-        message = f"the body is not valid JSON (not UTF-8 text: {exc.__cause__.reason})"
+    if exc.status_code == 400 and exc.__cause__ is not None:
+        # FastAPI's "error parsing the body": the JSON reader failed other than on syntax.
+        message = f"the body is not valid JSON ({_unreadable(exc.__cause__)})"
         error = FieldError(field="body", message=message)
         return problem_response(
             request.url.path, 422, detail=message, type_=VALIDATION, errors=[error]

@@ -55,7 +55,20 @@ def parse_json_string(value: Any) -> Any:
     return value
 
 
-JobData = Annotated[Any, BeforeValidator(parse_json_string)]
+def storable_json(value: Any) -> Any:
+    """Job data is stored and sent as standard JSON in UTF-8, so what Python's JSON reader
+    lets through but cannot be written back is refused here, not in the store: a lone
+    surrogate (``"\\ud800"``), ``NaN``, or a number too large for a float (``1e999``)."""
+    try:
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode()
+    except UnicodeEncodeError:
+        raise ValueError("holds text that is not valid Unicode (a lone surrogate)") from None
+    except ValueError:
+        raise ValueError("holds NaN or an infinite number, which JSON cannot carry") from None
+    return value
+
+
+JobData = Annotated[Any, BeforeValidator(parse_json_string), AfterValidator(storable_json)]
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 """A date-time in input, as UTC (naive: taken as UTC)."""
 NO_NUL = r"^[^\x00]*$"
