@@ -128,7 +128,14 @@ class Runtime:
             live_threshold_seconds=sched.zombie_live_worker_threshold_seconds,
             max_requeues=sched.zombie_max_requeues,
         )
-        self.jobs = JobService(store, index, coordination, sched, utcnow)
+        self.jobs = JobService(
+            store,
+            index,
+            coordination,
+            sched,
+            utcnow,
+            max_job_data_bytes=settings.api.max_job_data_bytes,
+        )
         self.auth = AuthService(store, auth or auth_config(settings), utcnow)
         self.audit = AuditService(store, utcnow)
         self.probes = ProbeReleaser(

@@ -170,6 +170,12 @@ class AuthSettings(BaseModel):
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    max_job_data_bytes: int = Field(
+        256 * 1024,
+        ge=1,
+        description="The largest jobData of a job (create, bulk, update) or a trigger, as "
+        "compact UTF-8 JSON; larger is a 422 naming jobData. Request bodies stop at 1 MiB.",
+    )
 
 
 class Settings(BaseSettings):

@@ -544,9 +544,9 @@ async def test_json_that_cannot_be_stored_is_a_422_not_a_crash(client: httpx.Asy
             "\ud800",
         ),
     ]
-    for method, path, body, field in cases:
+    for method, path, body, named in cases:
         response = await client.request(method, path, content=body, headers=headers)
-        assert fields(assert_problem(response, 422)) == [field], (path, body[:80])
+        assert fields(assert_problem(response, 422)) == [named], (path, body[:80])
     assert [j["id"] for j in (await client.get("/api/v1/jobs")).json()["items"]] == [job["id"]]
     assert (await client.get("/api/v1/occurrences")).json()["items"] == []
 
@@ -579,7 +579,9 @@ async def test_header_and_wrapped_update_errors_name_their_field(
 
 async def test_request_bodies_over_one_mebibyte_are_refused(client: httpx.AsyncClient) -> None:
     big = {"jobType": "t", "cronExpression": "@daily", "jobData": "x" * (1024 * 1024)}
-    assert_problem(await client.post("/api/v1/jobs", json=big), 413)
+    too_large = assert_problem(await client.post("/api/v1/jobs", json=big), 413)
+    assert too_large["type"] == "urn:rota:problem:payload-too-large"
+    assert too_large["detail"] == "the request body is larger than 1048576 bytes"
 
     async def chunks() -> AsyncIterator[bytes]:
         payload = json.dumps(big).encode()
@@ -589,11 +591,45 @@ async def test_request_bodies_over_one_mebibyte_are_refused(client: httpx.AsyncC
     streamed = await client.post(
         "/api/v1/jobs", content=chunks(), headers={"content-type": "application/json"}
     )
+    assert "content-length" not in streamed.request.headers  # chunked: no declared length
     assert_problem(streamed, 413)
+    many = {"jobs": [{"jobType": "t", "cronExpression": "@daily", "description": "d" * 3000}]}
+    bulk = await client.post("/api/v1/jobs/bulk", json={"jobs": many["jobs"] * 400})
+    assert_problem(bulk, 413)
     assert (await client.get("/api/v1/jobs")).json()["items"] == []
 
     fits = {"jobType": "t", "cronExpression": "@daily", "jobData": "x" * 1000}
     assert (await client.post("/api/v1/jobs", json=fits)).status_code == 201
+
+
+async def test_job_data_over_the_limit_is_a_422_on_jobdata(
+    client: httpx.AsyncClient, runtime: MiniRuntime
+) -> None:
+    limit = runtime.jobs.max_job_data_bytes
+    assert limit == 256 * 1024  # the default (ROTA_API__MAX_JOB_DATA_BYTES)
+    over = "x" * limit  # with its quotes, 2 bytes over
+    base = {"jobType": "t", "cronExpression": "@daily"}
+
+    created = assert_problem(await client.post("/api/v1/jobs", json=base | {"jobData": over}), 422)
+    assert fields(created) == ["jobData"]
+    assert f"limit is {limit}" in created["detail"]
+    as_string = await client.post("/api/v1/jobs/job", json=base | {"jobData": json.dumps([over])})
+    assert fields(assert_problem(as_string, 422)) == ["jobData"]
+    bulk = await client.post("/api/v1/jobs/bulk", json={"jobs": [base, base | {"jobData": over}]})
+    assert fields(assert_problem(bulk, 422)) == ["jobs[1].jobData"]
+    assert (await client.get("/api/v1/jobs")).json()["items"] == []
+
+    job = await create(client, jobData={"fits": "x" * (limit - 20)})
+    patched = await client.patch(f"/api/v1/jobs/{job['id']}", json={"jobData": over})
+    assert fields(assert_problem(patched, 422)) == ["jobData"]
+    wrapped = {"id": job["id"], "jobData": {"value": over, "isUpdated": True}}
+    assert fields(assert_problem(await client.put("/api/v1/jobs/job", json=wrapped), 422)) == [
+        "jobData"
+    ]
+    triggered = await client.post(f"/api/v1/jobs/{job['id']}/trigger", json={"jobData": over})
+    assert fields(assert_problem(triggered, 422)) == ["jobData"]
+    assert (await client.get(f"/api/v1/jobs/{job['id']}")).json()["jobData"] == job["jobData"]
+    assert (await client.get("/api/v1/occurrences")).json()["items"] == []
 
 
 async def test_unexpected_and_backend_errors_are_problems(
@@ -680,5 +716,7 @@ async def test_bulk_create(client: httpx.AsyncClient) -> None:
         "/api/v1/jobs/bulk",
         json={"jobs": [{"jobType": "a", "cronExpression": "@daily"}, {"jobType": "b"}]},
     )
-    assert fields(assert_problem(refused, 422)) == ["[1].cronExpression"]
+    assert fields(assert_problem(refused, 422)) == ["jobs[1].cronExpression"]
+    one = await client.post("/api/v1/jobs/bulk", json={"jobs": [{"jobType": "b"}]})
+    assert fields(assert_problem(one, 422)) == ["jobs[0].cronExpression"]
     assert len((await client.get("/api/v1/jobs")).json()["items"]) == 3

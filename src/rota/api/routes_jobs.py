@@ -170,7 +170,16 @@ async def _update(
     summary="Create many jobs at once (all or none)",
 )
 async def create_jobs(body: BulkCreate, jobs: Jobs, user: OperatorUser, audit: Audit) -> JobList:
-    created = await jobs.create_jobs([item.to_spec(created_by=user.username) for item in body.jobs])
+    try:
+        created = await jobs.create_jobs(
+            [item.to_spec(created_by=user.username) for item in body.jobs]
+        )
+    except ValidationError as exc:
+        # The service names a batch's field by position ([3].jobData; one job: jobData);
+        # the body names it under jobs.
+        where = exc.field or ""
+        exc.field = "jobs" + (where if where.startswith("[") else f"[0].{where}".rstrip("."))
+        raise
     ids = [str(job.id) for job in created[:AUDITED_IDS]]
     await audit.record(
         user.username, "job.bulk_created", "job", after={"count": len(created), "ids": ids}

@@ -8,6 +8,7 @@ the write still stands and the loader heals the index later.
 
 from __future__ import annotations
 
+import json
 import logging
 import zoneinfo
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -60,6 +61,8 @@ GroupLookup = Callable[[str], set[str]]
 
 MAX_PREVIEW: Final = 1000
 """At most this many fires in one schedule preview."""
+DEFAULT_MAX_JOB_DATA_BYTES: Final = 256 * 1024
+"""The default limit of a job's data (and a trigger's), as compact UTF-8 JSON."""
 
 UPDATABLE_FIELDS: Final = frozenset(
     {
@@ -165,8 +168,13 @@ class JobService:
         coordination: Coordination,
         settings: SchedulerSettings,
         clock: Callable[[], datetime],
+        *,
+        max_job_data_bytes: int = DEFAULT_MAX_JOB_DATA_BYTES,
     ) -> None:
+        """``max_job_data_bytes``: the largest job data a create, update or trigger takes
+        (as compact UTF-8 JSON); larger is a ``ValidationError`` on ``jobData``."""
         self._store = store
+        self.max_job_data_bytes = max_job_data_bytes
         self._index = index
         self._coordination = coordination
         self._settings = settings
@@ -244,6 +252,7 @@ class JobService:
         for position, raw in enumerate(specs):
             try:
                 spec = _as_spec(raw)
+                self._check_job_data(spec.job_data)
                 if workers is None and not (spec.worker_id or "").strip():
                     workers = await self._declared_groups()
                 jobs.append(self._new_job(spec, now, workers or _no_groups))
@@ -278,6 +287,8 @@ class JobService:
         (say ``isActive: true`` read before an auto-disable) is refused, not obeyed.
         """
         _check_change_keys(changes)
+        if "job_data" in changes:
+            self._check_job_data(changes["job_data"])
         current = await self._store.get_job(job_id)
         check_etag(current, if_match)
         now = self.now()
@@ -374,6 +385,7 @@ class JobService:
         ``ConflictError`` unless ``force``. ``job_data`` (when given) replaces the job's data
         for this run only. An inactive job can be triggered too (a manual run is explicit).
         """
+        self._check_job_data(job_data)
         job = await self._store.get_job(job_id)
         if job.concurrency_policy is ConcurrencyPolicy.SKIP and not force:
             await self._refuse_overlap(job)
@@ -400,6 +412,19 @@ class JobService:
     def now(self) -> datetime:
         """The service clock's current time (aware UTC)."""
         return as_utc(self._clock())
+
+    def _check_job_data(self, data: JsonValue) -> None:
+        """Refuse job data over the limit (``ValidationError`` on ``jobData``)."""
+        if data is None or isinstance(data, bool):
+            return
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+        size = len(text.encode(errors="surrogatepass"))
+        if size > self.max_job_data_bytes:
+            raise ValidationError(
+                f"jobData is {size} bytes as JSON; the limit is {self.max_job_data_bytes} "
+                "(ROTA_API__MAX_JOB_DATA_BYTES)",
+                field="jobData",
+            )
 
     def _new_job(self, spec: JobSpec, now: datetime, workers: GroupLookup) -> Job:
         job_id = new_id()
