@@ -19,7 +19,11 @@ from rota.api import (
     routes_workers,
 )
 from rota.api.deps import ApiRuntime
-from rota.api.problems import install_problem_handlers, problem_json_only
+from rota.api.problems import (
+    document_input_errors,
+    install_problem_handlers,
+    problem_json_only,
+)
 from rota.api.security import document_roles
 
 API_PREFIX = "/api/v1"
@@ -80,7 +84,7 @@ def _install_openapi(app: FastAPI) -> None:
         if app.openapi_schema is None:
             spec = generate()
             document_roles(app, spec, PUBLIC_PATHS)
-            app.openapi_schema = problem_json_only(spec)
+            app.openapi_schema = problem_json_only(document_input_errors(spec))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -116,6 +116,36 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
+_FASTAPI_422: Final = ("HTTPValidationError", "ValidationError")
+"""FastAPI's own 422 body schemas, which Rota never sends (its 422 is a Problem)."""
+
+
+def document_input_errors(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every operation that takes input documents its 422 problem (in place of FastAPI's
+    default ``HTTPValidationError``, which is not what Rota sends), and every POST, PUT and
+    PATCH its 413 (the body limit applies to them all), so a new route is described right
+    without repeating it."""
+    for item in spec.get("paths", {}).values():
+        for method, operation in item.items():
+            responses = operation.setdefault("responses", {})
+            if operation.get("parameters") or "requestBody" in operation:
+                current = responses.get("422", {}).get("content", {})
+                if PROBLEM_JSON not in current:
+                    responses["422"] = _problem_entry(422)
+            if method in ("post", "put", "patch"):
+                responses.setdefault("413", _problem_entry(413))
+    schemas = spec.get("components", {}).get("schemas", {})
+    if "#/components/schemas/HTTPValidationError" not in json.dumps(spec.get("paths", {})):
+        for name in _FASTAPI_422:  # HTTPValidationError and the ValidationError it holds
+            schemas.pop(name, None)
+    return spec
+
+
+def _problem_entry(status: int) -> dict[str, Any]:
+    (entry,) = problem_responses(status).values()
+    return {key: value for key, value in entry.items() if key != "model"}
+
+
 def problem_json_only(spec: dict[str, Any]) -> dict[str, Any]:
     """Error responses are documented as ``application/problem+json`` only (FastAPI adds an
     ``application/json`` twin for every response ``model``)."""
