@@ -43,7 +43,7 @@ from rota.serve import prepare
 from rota.settings import Settings
 from tests.api_client import api_client, ensure_user
 
-MAX_EXAMPLES: Final = 30
+MAX_EXAMPLES: Final = 25
 """Examples per operation (valid and invalid together)."""
 WITHIN: Final = 20.0
 """Upper bound for the seeding to happen (never reached when it works)."""
