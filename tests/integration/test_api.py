@@ -551,6 +551,31 @@ async def test_json_that_cannot_be_stored_is_a_422_not_a_crash(client: httpx.Asy
     assert (await client.get("/api/v1/occurrences")).json()["items"] == []
 
 
+async def test_numbers_past_what_is_stored_are_a_422(client: httpx.AsyncClient) -> None:
+    """Found by schemathesis: ``after`` over 64 bits was a 500 (SQLite overflow); a duration of
+    1e12 seconds was stored and later overflowed the date arithmetic of retries, zombies and
+    auto-disable."""
+    huge = await client.get(f"/api/v1/occurrences/{new_id()}/logs", params={"after": 2**63})
+    assert fields(assert_problem(huge, 422)) == ["after"]
+    largest = await client.get(f"/api/v1/occurrences/{new_id()}/logs", params={"after": 2**63 - 1})
+    assert_problem(largest, 404)  # valid: no such occurrence
+
+    base = {"jobType": "t", "cronExpression": "@daily"}
+    for name in (
+        "timeoutSeconds",
+        "retryDelaySeconds",
+        "autoDisableWindowSeconds",
+        "autoDisableCooldownSeconds",
+        "zombieThresholdSeconds",
+    ):
+        refused = await client.post("/api/v1/jobs", json=base | {name: 1e12})
+        assert fields(assert_problem(refused, 422)) == [name]
+    job = await create(client, retryDelaySeconds=315_576_000)
+    assert job["retryDelaySeconds"] == 315_576_000
+    patched = await client.patch(f"/api/v1/jobs/{job['id']}", json={"timeoutSeconds": 1e300})
+    assert fields(assert_problem(patched, 422)) == ["timeoutSeconds"]
+
+
 async def test_header_and_wrapped_update_errors_name_their_field(
     client: httpx.AsyncClient,
 ) -> None:

@@ -378,6 +378,17 @@ async def test_delete_removes_job_and_index_entry(
     assert set(await indexed(index)) == {other.id}
 
 
+async def test_durations_must_be_finite_and_at_most_ten_years(service: JobService) -> None:
+    for value in (315_576_001.0, float("inf"), float("nan")):
+        with pytest.raises(ValidationError) as info:
+            await service.create_job(every_minute(retry_delay_seconds=value))
+        assert info.value.field == "retryDelaySeconds"
+    job = await service.create_job(every_minute(zombie_threshold_seconds=315_576_000))
+    with pytest.raises(ValidationError) as updated:
+        await service.update_job(job.id, {"auto_disable_cooldown_seconds": 1e12})
+    assert updated.value.field == "autoDisableCooldownSeconds"
+
+
 async def test_job_data_over_the_limit_is_refused_on_jobdata(
     store: SqlStore, index: MemoryScheduleIndex, coordination: RecordingCoordination, clock: Clock
 ) -> None:

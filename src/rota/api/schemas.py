@@ -35,7 +35,7 @@ from rota.core.models import (
     ZombiePolicy,
 )
 from rota.services.buckets import BucketStateName, InstanceStateName
-from rota.services.jobs import JobSpec, as_utc
+from rota.services.jobs import MAX_SECONDS, JobSpec, as_utc
 
 MAX_LIMIT = 1000
 """The largest page any list endpoint returns."""
@@ -75,7 +75,8 @@ NO_NUL = r"^[^\x00]*$"
 """Text may hold any character but NUL (PostgreSQL cannot store it)."""
 ShortText = Annotated[str, StringConstraints(max_length=200, pattern=NO_NUL)]
 Tag = Annotated[str, StringConstraints(max_length=100, pattern=NO_NUL)]
-Seconds = Annotated[float, Field(allow_inf_nan=False)]
+Seconds = Annotated[float, Field(allow_inf_nan=False, le=MAX_SECONDS)]
+"""A duration in seconds: finite, at most 10 years (a date must still follow from it)."""
 
 
 def split_tags(value: Any) -> Any:

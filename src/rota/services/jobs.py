@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import zoneinfo
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -61,6 +62,9 @@ GroupLookup = Callable[[str], set[str]]
 
 MAX_PREVIEW: Final = 1000
 """At most this many fires in one schedule preview."""
+MAX_SECONDS: Final = 315_576_000
+"""The longest duration a job setting takes (10 years): far beyond any real need, and
+still a date when added to now."""
 DEFAULT_MAX_JOB_DATA_BYTES: Final = 256 * 1024
 """The default limit of a job's data (and a trigger's), as compact UTF-8 JSON."""
 
@@ -704,6 +708,10 @@ def _number(value: object, field: str, *, positive: bool = False) -> float | Non
     if value < 0 or (positive and value == 0):
         bound = "greater than 0" if positive else "at least 0"
         raise ValidationError(f"{api_name(field)} must be {bound}", field=api_name(field))
+    if not math.isfinite(value) or value > MAX_SECONDS:
+        raise ValidationError(
+            f"{api_name(field)} must be at most {MAX_SECONDS} (10 years)", field=api_name(field)
+        )
     return float(value)
 
 
