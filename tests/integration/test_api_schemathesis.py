@@ -14,6 +14,7 @@ Failures print a curl command that reproduces the request.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -26,7 +27,7 @@ import anyio.from_thread
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import (
@@ -43,8 +44,10 @@ from rota.serve import prepare
 from rota.settings import Settings
 from tests.api_client import api_client, ensure_user
 
-MAX_EXAMPLES: Final = 25
-"""Examples per operation (valid and invalid together)."""
+MAX_EXAMPLES: Final = int(os.environ.get("ROTA_SCHEMATHESIS_EXAMPLES", "25"))
+"""Examples per operation (valid and invalid together); raise it for a deeper run by hand."""
+DERANDOMIZE: Final = os.environ.get("ROTA_SCHEMATHESIS_SEED") is None
+"""Derandomized (the same examples every run) unless a seed is given for a new search."""
 WITHIN: Final = 20.0
 """Upper bound for the seeding to happen (never reached when it works)."""
 BASE: Final = "http://rota"
@@ -209,7 +212,7 @@ def test_operation_conforms(api: Api, operation: str) -> None:
 
     @settings(
         max_examples=MAX_EXAMPLES,
-        derandomize=True,
+        derandomize=DERANDOMIZE,
         database=None,
         deadline=None,
         suppress_health_check=list(HealthCheck),
@@ -222,6 +225,8 @@ def test_operation_conforms(api: Api, operation: str) -> None:
         checks = NEGATIVE_CHECKS if negative else CHECKS
         case.validate_response(response, checks=checks, headers=dict(response.request.headers))
 
+    if not DERANDOMIZE:
+        conforms = seed(int(os.environ["ROTA_SCHEMATHESIS_SEED"]))(conforms)
     conforms()
 
 
