@@ -576,6 +576,29 @@ async def test_numbers_past_what_is_stored_are_a_422(client: httpx.AsyncClient) 
     assert fields(assert_problem(patched, 422)) == ["timeoutSeconds"]
 
 
+async def test_date_times_are_iso_text_not_numbers(client: httpx.AsyncClient) -> None:
+    """Found by schemathesis: a number was taken as seconds since 1970 (``executeAt: -662``
+    made a job for 1969), against the documented date-time format."""
+    for value in (23946997, -662, "79026", 1.5):
+        refused = await client.post("/api/v1/jobs", json={"jobType": "t", "executeAt": value})
+        problem = assert_problem(refused, 422)
+        assert fields(problem) == ["executeAt"]
+        assert "ISO-8601" in problem["detail"]
+    bulk = await client.post("/api/v1/jobs/bulk", json={"jobs": [{"jobType": "t", "executeAt": 5}]})
+    assert fields(assert_problem(bulk, 422)) == ["jobs[0].executeAt"]
+    for path, name, extra in (
+        ("/api/v1/failed-occurrences", "failedBefore", {}),
+        ("/api/v1/occurrences", "scheduledAfter", {}),
+        ("/api/v1/audit", "after", {}),
+        ("/api/v1/schedules/preview", "after", {"cron": "@daily"}),
+    ):
+        response = await client.get(path, params={name: "79026"} | extra)
+        assert fields(assert_problem(response, 422)) == [name], path
+    assert (await client.get("/api/v1/jobs")).json()["items"] == []
+    iso = await client.get("/api/v1/occurrences", params={"scheduledAfter": "2030-01-01T00:00:00Z"})
+    assert iso.status_code == 200
+
+
 async def test_header_and_wrapped_update_errors_name_their_field(
     client: httpx.AsyncClient,
 ) -> None:

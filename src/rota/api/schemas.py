@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
@@ -69,8 +70,19 @@ def storable_json(value: Any) -> Any:
 
 
 JobData = Annotated[Any, BeforeValidator(parse_json_string), AfterValidator(storable_json)]
-UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
-"""A date-time in input, as UTC (naive: taken as UTC)."""
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+
+
+def iso_only(value: Any) -> Any:
+    """A date-time is ISO-8601 text, as documented: a number (which pydantic would take as
+    seconds since 1970, so a stray 5 becomes 1970-01-01T00:00:05Z) is refused."""
+    if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.fullmatch(value)):
+        raise ValueError("must be an ISO-8601 date-time such as 2030-01-01T09:00:00Z")
+    return value
+
+
+UtcDatetime = Annotated[datetime, BeforeValidator(iso_only), AfterValidator(as_utc)]
+"""A date-time in input, ISO-8601 text, as UTC (naive: taken as UTC)."""
 NO_NUL = r"^[^\x00]*$"
 """Text may hold any character but NUL (PostgreSQL cannot store it)."""
 ShortText = Annotated[str, StringConstraints(max_length=200, pattern=NO_NUL)]
