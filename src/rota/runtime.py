@@ -17,10 +17,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from rota.adapters import make_broker, make_coordination, make_index
 from rota.core.errors import ConfigurationError, ValidationError
 from rota.core.models import OccurrenceStatus, WorkerInfo, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
+from rota.metrics import RotaMetrics
 from rota.services.audit import AuditService
 from rota.services.auth import MIN_SECRET_BYTES, AuthConfig, AuthService
 from rota.services.buckets import BucketOwner
@@ -29,12 +32,18 @@ from rota.services.declared import DeclaredSchedules
 from rota.services.dispatcher import Dispatcher
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
+from rota.services.maintenance import Maintenance, RetentionPolicy
 from rota.services.probes import ProbeReleaser
 from rota.services.recovery import recover_embedded
+from rota.services.silence import KINDS as SILENCE_KINDS
+from rota.services.silence import Alert, SilenceConfig, SilenceMonitor
 from rota.services.tracker import LogCollector, StatusTracker
 from rota.services.workers import WorkerDirectory
 from rota.services.zombies import ZombieDetector
 from rota.settings import Settings
+from rota.startup import wait_for
+from rota.tracing import Tracing
+from rota.webhooks import alert_webhook
 from rota.worker.discovery import JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.presence import WorkerPresence
@@ -60,9 +69,14 @@ class Runtime:
         broker: Broker,
         coordination: Coordination,
         registry: JobRegistry | None = None,
+        metrics: RotaMetrics | None = None,
+        tracing: Tracing | None = None,
         auth: AuthConfig | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or RotaMetrics(CollectorRegistry())
+        self.tracing = tracing or Tracing()
+        traced = self.tracing.enabled
         self.store = store
         self.index = index
         self.broker = broker
@@ -77,6 +91,7 @@ class Runtime:
             bucket_count=sched.bucket_count,
             lease_seconds=sched.lease_seconds,
             on_gained=lambda _b: self.loader.kick(),
+            info=lambda: self.silence.shared_info(),
         )
         self.dispatcher = Dispatcher(
             store,
@@ -88,6 +103,8 @@ class Runtime:
             utcnow,
             mark_on_commit=settings.is_embedded,
             pending_grace=0.0 if settings.is_embedded else sched.sweeper_grace_seconds,
+            on_fired=self.metrics.record_dispatch,
+            stamp=self.tracing.stamp_plan if traced else None,
         )
         self.loader = Loader(
             store,
@@ -135,11 +152,41 @@ class Runtime:
             sched,
             utcnow,
             max_job_data_bytes=settings.api.max_job_data_bytes,
+            on_triggered=self.metrics.record_trigger,
+            stamp=self.tracing.stamp_trigger if traced else None,
         )
         self.auth = AuthService(store, auth or auth_config(settings), utcnow)
         self.audit = AuditService(store, utcnow)
         self.probes = ProbeReleaser(
             self.jobs, interval_seconds=sched.auto_disable_probe_interval_seconds
+        )
+        self.maintenance = Maintenance(
+            store,
+            RetentionPolicy.from_settings(settings.retention),
+            interval_seconds=settings.retention.interval_seconds,
+            is_leader=lambda: 0 in self.owner.buckets,
+            on_deleted=self.metrics.record_deleted,
+            on_run=lambda _report: self.metrics.maintenance_runs.inc(),
+        )
+        silence = settings.silence
+        self.silence = SilenceMonitor(
+            store,
+            SilenceConfig(
+                interval_seconds=silence.interval_seconds,
+                window_seconds=silence.window_seconds,
+                grace_seconds=silence.grace_seconds,
+                stall_seconds=silence.dispatcher_stall_seconds,
+            ),
+            instance_id=self.instance_id,
+            buckets=lambda: self.owner.buckets,
+            last_tick=lambda: self.dispatcher.stats.last_tick,
+            on_raised=self._alert_changed,
+            on_resolved=self._alert_changed,
+            notify=(
+                alert_webhook(settings.alert_webhook_url, silence.webhook_timeout_seconds)
+                if settings.alert_webhook_url
+                else None
+            ),
         )
         self._background: set[asyncio.Task[None]] = set()
         self.declared = DeclaredSchedules(self.jobs, store, self.workers)
@@ -155,6 +202,8 @@ class Runtime:
                 sync_threads=settings.worker.sync_threads,
                 flush_interval=settings.worker.flush_interval_seconds,
                 default_timeout=settings.worker.default_timeout_seconds,
+                on_finished=self.metrics.record_finished,
+                tracing=self.tracing,
             )
             self.presence = WorkerPresence(
                 coordination,
@@ -166,13 +215,13 @@ class Runtime:
             )
         self._tasks: list[asyncio.Task[None]] = []
         self.started_at: datetime | None = None
+        self._watch_metrics()
 
     # --- life cycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.store.open()
+        await self._open_backends()
         await self._bootstrap_admin()
-        await self.broker.start()
         if self.settings.is_embedded:
             await recover_embedded(self.store, utcnow())
         if self.executor is not None and self.presence is not None:
@@ -192,8 +241,29 @@ class Runtime:
         self._spawn(self.zombies.run(), "zombies")
         self._spawn(self.probes.run(), "auto-disable-probes")
         self._spawn(self.declared.run(), "declared-schedules")
+        if self.settings.silence.enabled:
+            self._spawn(self.silence.run(), "silence")
+        if self.settings.retention.enabled:
+            self._spawn(self.maintenance.run(), "maintenance")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
+
+    async def _open_backends(self) -> None:
+        """Open the store and the broker, and reach Redis; in the distributed mode each is
+        waited for (``startup_wait_seconds``) with a message per try."""
+        s = self.settings
+        if s.is_embedded and s.effective_database_url.startswith("sqlite"):
+            await self.store.open()
+            await self.broker.start()
+            return
+        wait = s.startup_wait_seconds
+        await wait_for("the database", s.effective_database_url, self.store.open, within=wait)
+        if s.redis_url:
+            await wait_for("Redis", s.redis_url, self.coordination.instances, within=wait)
+        if s.amqp_url:
+            await wait_for("RabbitMQ", s.amqp_url, self.broker.start, within=wait)
+        else:
+            await self.broker.start()
 
     async def stop(self, *, grace: float = 10.0) -> None:
         """Graceful stop: no new dispatch, running jobs finish (up to ``grace``), their reports
@@ -202,6 +272,8 @@ class Runtime:
         self.dispatcher.stop()
         self.zombies.stop()
         self.probes.stop()
+        self.maintenance.stop()
+        self.silence.stop()
         if self.executor is not None and self.presence is not None:
             await self.executor.stop(grace)
             await self.presence.stop()
@@ -262,6 +334,7 @@ class Runtime:
     # --- glue -----------------------------------------------------------------------------
 
     def _after_status(self, result: StatusResult) -> None:
+        self.metrics.record_status(result)
         if result.disabled:
             self._drop_disabled(result)
         # A retry (back to Queued) is pending now; a finished occurrence may release one held
@@ -295,12 +368,58 @@ class Runtime:
         async for due in self.coordination.wakeups():
             self.dispatcher.wake(due)
 
+    def _alert_changed(self, alert: Alert) -> None:
+        if alert.resolved_at is None:
+            self.metrics.silence_alerts.labels(alert.kind).inc()
+        active = self.silence.active
+        for kind in SILENCE_KINDS:
+            self.metrics.silence_active.labels(kind).set(sum(1 for a in active if a.kind == kind))
+
+    def _watch_metrics(self) -> None:
+        """The values the metrics read when scraped."""
+        watched = self.metrics.watched
+        for kind in SILENCE_KINDS:
+            self.metrics.silence_active.labels(kind).set(0)
+        watched.zombies = lambda: {
+            "requeued": self.zombies.requeued,
+            "failed": self.zombies.failed,
+        }
+        watched.leases_held = lambda: len(self.owner.buckets)
+        watched.leases_taken_over = lambda: self.owner.taken_over
+        watched.dispatcher_last_tick = lambda: self.dispatcher.stats.last_tick
+        watched.dispatcher_paused = lambda: self.dispatcher.paused_reason is not None
+        executor = self.executor
+        if executor is not None:
+            watched.duplicate_deliveries = lambda: executor.duplicates_skipped
+            watched.outbox_pending = lambda: executor.reporter.outbox_entries
+            watched.jobs_running = lambda: executor.load
+
+    async def refresh_metrics(self) -> None:
+        """Read what the metrics cannot count themselves (queue depths, live workers); called
+        before each scrape. A backend that does not answer leaves the last values."""
+        try:
+            depths = await asyncio.wait_for(self.broker.queue_depths(), timeout=2.0)
+        except Exception as exc:
+            log.debug("queue depths unavailable for metrics: %s", exc)
+        else:
+            self.metrics.set_queue_depths(depths)
+        try:
+            await asyncio.wait_for(self.workers.refresh(), timeout=2.0)
+        except Exception as exc:
+            log.debug("worker registry unavailable for metrics: %s", exc)
+        else:
+            groups: dict[str, int] = {}
+            for worker in self.workers.workers:
+                groups[worker.worker_id] = groups.get(worker.worker_id, 0) + 1
+            self.metrics.set_workers(groups)
+
     async def health(self) -> dict[str, str]:
         """Each component's state: ``ok`` or the error text."""
         out: dict[str, str] = {}
         checks: dict[str, Coroutine[Any, Any, object]] = {
             "store": self.store.ping(),
             "index": self.index.size([]),
+            "coordination": self.coordination.instances(),
             "broker": self.broker.queue_depths(),
         }
         for name, check in checks.items():
@@ -375,8 +494,11 @@ def auth_config(settings: Settings) -> AuthConfig:
     )
 
 
-def build_runtime(settings: Settings, registry: JobRegistry | None = None) -> Runtime:
-    """Pick the adapters the settings name and wire a :class:`Runtime`."""
+def build_runtime(
+    settings: Settings, registry: JobRegistry | None = None, tracing: Tracing | None = None
+) -> Runtime:
+    """Pick the adapters the settings name and wire a :class:`Runtime` (with its own metrics
+    registry; ``tracing`` off unless given)."""
     from rota.stores.sql import SqlStore
 
     store = SqlStore(settings.effective_database_url, auto_disable=settings.scheduler.auto_disable)
@@ -390,6 +512,7 @@ def build_runtime(settings: Settings, registry: JobRegistry | None = None) -> Ru
         broker=broker,
         coordination=coordination,
         registry=registry,
+        tracing=tracing,
     )
 
 

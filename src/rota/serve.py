@@ -13,11 +13,14 @@ from rich.panel import Panel
 
 from rota.runtime import Runtime, build_runtime, tune_gc
 from rota.settings import Settings
+from rota.tracing import Tracing, tracing_from_env
 
 log = logging.getLogger(__name__)
 
 
-async def prepare(settings: Settings, modules: Sequence[str]) -> Runtime:
+async def prepare(
+    settings: Settings, modules: Sequence[str], tracing: Tracing | None = None
+) -> Runtime:
     """Migrate the store (embedded/dev) and wire the runtime with the given job modules."""
     from rota.stores.migrate import upgrade
     from rota.worker.discovery import load_jobs
@@ -28,7 +31,7 @@ async def prepare(settings: Settings, modules: Sequence[str]) -> Runtime:
     if url.startswith("sqlite") or settings.environment == "development":
         await upgrade(url)
     registry = load_jobs(modules) if modules else None
-    return build_runtime(settings, registry)
+    return build_runtime(settings, registry, tracing)
 
 
 async def serve(
@@ -43,7 +46,8 @@ async def serve(
     password and print the login."""
     from rota.api.app import create_app
 
-    runtime = await prepare(settings, modules)
+    tracing = tracing_from_env("rota-server")
+    runtime = await prepare(settings, modules, tracing)
     await runtime.start()
     tune_gc()
     url = f"http://{settings.api.host}:{settings.api.port}"
@@ -71,6 +75,7 @@ async def serve(
     finally:
         with contextlib.suppress(asyncio.CancelledError):
             await runtime.stop()
+        tracing.shutdown()
         console.print("Rota stopped.")
 
 

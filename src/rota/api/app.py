@@ -9,11 +9,13 @@ from fastapi import FastAPI
 
 from rota.api import (
     routes_admin,
+    routes_alerts,
     routes_audit,
     routes_auth,
     routes_failed,
     routes_health,
     routes_jobs,
+    routes_metrics,
     routes_occurrences,
     routes_users,
     routes_workers,
@@ -69,10 +71,12 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
         routes_workers.router,
         routes_health.router,
         routes_admin.router,
+        routes_alerts.router,
         routes_users.router,
         routes_audit.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
+    app.include_router(routes_metrics.router)
     _install_openapi(app)
     return app
 

@@ -269,6 +269,9 @@ class Occurrence:
     """Why it exists when not scheduled: a manual trigger's reason."""
     retry_delay_seconds: float | None = None
     """The job's retry delay override when it fired (``None``: the job type's)."""
+    traceparent: str | None = None
+    """The W3C trace context of the span that created it (tracing on): every attempt's
+    message carries it, so retries join the same trace."""
     status_changes: tuple[StatusChange, ...] = ()
 
     @property
@@ -324,6 +327,8 @@ class JobMessage:
     original_correlation_id: UUID | None = None
     retry_delay_seconds: float | None = None
     """The job's base retry delay; ``None``: the worker's job type's ``retry_delay``."""
+    traceparent: str | None = None
+    """W3C trace context (the ``traceparent`` header), when tracing is on."""
 
     @property
     def correlation_id(self) -> UUID:

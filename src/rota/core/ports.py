@@ -176,6 +176,15 @@ class ProbeScan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PurgeBatch:
+    """One step of :meth:`Store.purge_occurrences`."""
+
+    deleted: int
+    next_after: UUID | None
+    """Pass back as ``after`` for the next step; ``None``: nothing more to look at."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StaleOccurrence:
     """An occurrence with no sign of life past its threshold, with its job's zombie settings
     (``None``: not set, or the job is gone: the defaults apply)."""
@@ -495,6 +504,51 @@ class Store(abc.ABC):
         ``NotFoundError`` if the record does not exist; ``ConflictError`` if it names no
         occurrence (a poison message), the occurrence is gone, or it is not in a failed
         status (already retried, or it never failed)."""
+
+    # --- retention and silence ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def purge_occurrences(
+        self,
+        status: OccurrenceStatus,
+        created_before: datetime,
+        limit: int,
+        after: UUID | None = None,
+    ) -> PurgeBatch:
+        """One retention step over occurrences in ``status`` (a final one: ``ValueError``
+        otherwise), in one short transaction: look at the ``limit`` oldest (by id) after
+        ``after``, and delete those created before ``created_before`` with their status
+        changes and log lines. An occurrence with an unresolved failed-occurrence record is
+        kept (it may still be retried). The batch says how many were deleted and where the
+        next step starts (``None``: done — fewer than ``limit`` left, or one created after
+        ``created_before`` was reached)."""
+
+    @abc.abstractmethod
+    async def purge_logs(self, before: datetime, limit: int) -> int:
+        """Delete log lines whose timestamp is before ``before``, among the ``limit`` oldest
+        stored (in order of arrival), in one statement; returns how many. 0 means the oldest
+        lines are not old enough: nothing more to do (a line that arrived long after its
+        timestamp waits until the lines stored before it have gone)."""
+
+    @abc.abstractmethod
+    async def purge_failed(self, resolved_before: datetime, limit: int) -> int:
+        """Delete at most ``limit`` resolved failed-occurrence records resolved before
+        ``resolved_before``, oldest first, in one statement; returns how many. Unresolved
+        records are never deleted."""
+
+    @abc.abstractmethod
+    async def recurring_jobs(
+        self, buckets: Sequence[int], limit: int, after: UUID | None = None
+    ) -> list[Job]:
+        """Active jobs with a cron expression in ``buckets``, by id, the first ``limit`` after
+        ``after`` (one-time jobs are never read)."""
+
+    @abc.abstractmethod
+    async def jobs_with_fires(
+        self, job_ids: Sequence[UUID], start: datetime, end: datetime
+    ) -> set[UUID]:
+        """Of ``job_ids``, those with at least one occurrence (any status, Skipped included)
+        scheduled for a time in ``[start, end]``."""
 
     # --- users, refresh tokens, audit (security) ----------------------------------------------
 

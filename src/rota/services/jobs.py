@@ -174,9 +174,16 @@ class JobService:
         clock: Callable[[], datetime],
         *,
         max_job_data_bytes: int = DEFAULT_MAX_JOB_DATA_BYTES,
+        on_triggered: Callable[[Occurrence], None] | None = None,
+        stamp: Callable[[Occurrence], Occurrence] | None = None,
     ) -> None:
         """``max_job_data_bytes``: the largest job data a create, update or trigger takes
-        (as compact UTF-8 JSON); larger is a ``ValidationError`` on ``jobData``."""
+        (as compact UTF-8 JSON); larger is a ``ValidationError`` on ``jobData``.
+        ``on_triggered(occurrence)``: called after a manual trigger stored its occurrence;
+        ``stamp(occurrence)``: marks a manual trigger's occurrence before it is stored (its
+        trace context; tracing on)."""
+        self._on_triggered = on_triggered
+        self._stamp = stamp
         self._store = store
         self.max_job_data_bytes = max_job_data_bytes
         self._index = index
@@ -400,7 +407,11 @@ class JobService:
         occurrence = new_occurrence(
             job, now, now, self._plan, trigger_reason=reason or "manual", job_data=job_data
         )
+        if self._stamp is not None:
+            occurrence = self._stamp(occurrence)
         await self._store.insert_occurrences([occurrence])
+        if self._on_triggered is not None:
+            self._on_triggered(occurrence)
         await self._guarded(self._coordination.wake(now.timestamp()))
         return occurrence
 

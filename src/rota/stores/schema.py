@@ -110,6 +110,7 @@ rowid) in SQLite."""
 
 CODE_JOBS = text("source = 'code'")
 UNRESOLVED = text("NOT resolved")
+RECURRING = text("cron_expression IS NOT NULL")
 """The condition of the partial unique index on code-declared jobs' job types."""
 
 
@@ -179,6 +180,14 @@ def _jobs(metadata: MetaData) -> None:
             sqlite_where=CODE_JOBS,
             postgresql_where=CODE_JOBS,
         ),
+        # The cron jobs of a bucket (silence detection), without the one-time ones.
+        Index(
+            "ix_jobs_recurring",
+            "bucket",
+            "id",
+            sqlite_where=RECURRING,
+            postgresql_where=RECURRING,
+        ),
     )
     Table(
         "job_tags",
@@ -230,6 +239,7 @@ def _occurrences(metadata: MetaData) -> None:
         Column("trigger_reason", Text()),
         Column("concurrency_policy", SmallInteger(), nullable=False),
         Column("retry_delay_seconds", Float()),
+        Column("traceparent", String(64)),
         UniqueConstraint("job_id", "scheduled_for"),
         Index(None, "job_id", "id"),
         Index(None, "job_id", "status", "id"),

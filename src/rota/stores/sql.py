@@ -107,6 +107,7 @@ from rota.core.ports import (
     OccurrenceQuery,
     Page,
     ProbeScan,
+    PurgeBatch,
     StaleOccurrence,
     StatusResult,
     Store,
@@ -628,6 +629,7 @@ def _occurrence_row(occ: Occurrence, policy: ConcurrencyPolicy) -> dict[str, Any
         "last_heartbeat": occ.last_heartbeat,
         "trigger_reason": occ.trigger_reason,
         "retry_delay_seconds": occ.retry_delay_seconds,
+        "traceparent": occ.traceparent,
         "concurrency_policy": int(policy),
     }
 
@@ -660,6 +662,7 @@ def _to_occurrence(row: Row[Any], changes: tuple[StatusChange, ...] = ()) -> Occ
         last_heartbeat=m["last_heartbeat"],
         trigger_reason=m["trigger_reason"],
         retry_delay_seconds=m["retry_delay_seconds"],
+        traceparent=m["traceparent"],
         status_changes=changes,
     )
 
@@ -1938,6 +1941,99 @@ class SqlStore(SecurityQueries, Store):
                 )
             )
         return await self.get_occurrence(occurrence_id)
+
+    # --- retention and silence ------------------------------------------------------------
+
+    async def purge_occurrences(
+        self,
+        status: OccurrenceStatus,
+        created_before: datetime,
+        limit: int,
+        after: UUID | None = None,
+    ) -> PurgeBatch:
+        if not status.is_terminal:
+            raise ValueError(f"only final occurrences are purged, not {status.name}")
+        o = occurrences.c
+        f = failed_occurrences.c
+        held = exists().where(f.occurrence_id == o.id, ~f.resolved).label("held")
+        stmt = select(o.id, o.created_at, held).where(o.status == int(status))
+        if after is not None:
+            stmt = stmt.where(o.id > after)
+        stmt = stmt.order_by(o.id).limit(limit)  # the (status, id) index, oldest first
+        async with self._write() as conn:
+            rows = (await conn.execute(stmt)).all()
+            doomed = [r.id for r in rows if r.created_at < created_before and not r.held]
+            for chunk in _chunks(doomed):
+                await conn.execute(
+                    delete(status_changes).where(
+                        self._member(status_changes.c.occurrence_id, chunk)
+                    )
+                )
+                await conn.execute(
+                    delete(occurrence_logs).where(
+                        self._member(occurrence_logs.c.occurrence_id, chunk)
+                    )
+                )
+                await conn.execute(delete(occurrences).where(self._member(o.id, chunk)))
+        done = len(rows) < limit or any(r.created_at >= created_before for r in rows)
+        return PurgeBatch(deleted=len(doomed), next_after=None if done else rows[-1].id)
+
+    async def purge_logs(self, before: datetime, limit: int) -> int:
+        lg = occurrence_logs.c
+        head = select(lg.seq, lg.timestamp).order_by(lg.seq).limit(limit).subquery("head")
+        doomed = select(head.c.seq).where(head.c.timestamp < before)
+        async with self._write() as conn:
+            result = await conn.execute(delete(occurrence_logs).where(lg.seq.in_(doomed)))
+        return int(result.rowcount or 0)
+
+    async def purge_failed(self, resolved_before: datetime, limit: int) -> int:
+        f = failed_occurrences.c
+        doomed = (
+            select(f.id)
+            .where(f.resolved, f.resolved_at < resolved_before)
+            .order_by(f.resolved_at)
+            .limit(limit)
+        )
+        async with self._write() as conn:
+            ids = list((await conn.execute(doomed)).scalars())
+            if not ids:
+                return 0
+            await conn.execute(delete(failed_occurrences).where(self._member(f.id, ids)))
+        return len(ids)
+
+    async def recurring_jobs(
+        self, buckets: Sequence[int], limit: int, after: UUID | None = None
+    ) -> list[Job]:
+        if not buckets:
+            return []
+        j = jobs.c
+        stmt = select(jobs).where(
+            j.bucket.in_(list(buckets)), j.cron_expression.is_not(None), j.is_active
+        )
+        if after is not None:
+            stmt = stmt.where(j.id > after)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt.order_by(j.id).limit(limit))).all()
+        return [_to_job(r) for r in rows]
+
+    async def jobs_with_fires(
+        self, job_ids: Sequence[UUID], start: datetime, end: datetime
+    ) -> set[UUID]:
+        o = occurrences.c
+        found: set[UUID] = set()
+        async with self._read() as conn:
+            for chunk in _chunks(_unique(job_ids)):
+                stmt = (
+                    select(o.job_id)
+                    .where(
+                        self._member(o.job_id, chunk),
+                        o.scheduled_for >= start,
+                        o.scheduled_for <= end,
+                    )
+                    .distinct()
+                )
+                found.update((await conn.execute(stmt)).scalars())
+        return found
 
 
 def _last_sign(occurrence: Occurrence) -> datetime:
