@@ -156,6 +156,7 @@ class Runtime:
             coordination,
             sched,
             utcnow,
+            max_job_data_bytes=settings.api.max_job_data_bytes,
             on_triggered=self.metrics.record_trigger,
             stamp=self.tracing.stamp_trigger if traced else None,
             events=self.events,
