@@ -172,6 +172,13 @@ class BucketOwner:
             await self._coordination.release_buckets(self.instance_id, surplus)
         acquired = await self._coordination.acquire_buckets(self.instance_id, wanted, self._ttl)
         gained = [b for b in acquired if b not in self._held]
+        lost = [b for b in self._held if b not in acquired]
+        if gained or lost:
+            log.info(
+                "buckets gained %s, lost %s; holding %s (fair share %d, gave back %s)",
+                gained, lost, sorted(acquired), share, surplus,
+                extra={"action": "buckets_changed", "gained": gained, "lost": lost},
+            )  # fmt: skip
         self._held = dict(acquired)
         if gained and self._on_gained is not None:
             self._on_gained(gained)
