@@ -8,14 +8,18 @@ The SDK for job handlers (DESIGN.md §4)::
     def cleanup(ctx: rota.JobContext) -> None: ...
 """
 
+from rota.client import ApiError, Client, SyncClient
 from rota.core.errors import PermanentError, RotaError
 from rota.worker.sdk import JobContext, JobData, JobDefinition, job
 
 __all__ = [
+    "ApiError",
+    "Client",
     "JobContext",
     "JobData",
     "JobDefinition",
     "PermanentError",
     "RotaError",
+    "SyncClient",
     "job",
 ]

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import platform
+import secrets
 import signal
 import statistics
 import subprocess
@@ -25,6 +26,7 @@ from typing import Any
 from uuid import UUID
 
 import psutil
+from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
@@ -81,6 +83,8 @@ async def _distributed_runtime(concurrency: int) -> AsyncIterator[tuple[Runtime,
             "bench --mode distributed needs ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL"
         )
     settings.scheduler.dispatch_batch_size = 2000
+    if settings.auth_secret is None:  # the bench serves no API: any key will do
+        settings.auth_secret = SecretStr(secrets.token_urlsafe(48))
     await upgrade(settings.effective_database_url)
     runtime = await prepare(settings, [])
     await runtime.start()

@@ -19,7 +19,9 @@ import typer
 from rich.console import Console
 
 from rota.core.errors import RotaError
+from rota.services.maintenance import MaintenanceReport, RetentionPolicy
 from rota.settings import Settings
+from rota.startup import redact_url
 
 T = TypeVar("T")
 
@@ -31,6 +33,8 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Measure throughput and latency; results as JSON.")
 app.add_typer(bench_app, name="bench")
+user_app = typer.Typer(help="Users of the API and dashboard (roles Admin, Operator, Viewer).")
+app.add_typer(user_app, name="user")
 
 
 def _console() -> Console:
@@ -38,19 +42,10 @@ def _console() -> Console:
 
 
 def configure_logging(level: str) -> None:
-    """Readable lines on a terminal, JSON lines otherwise."""
-    handler = logging.StreamHandler(sys.stderr)
-    if sys.stderr.isatty():
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    else:
-        from rota.logs import JsonFormatter
+    """Readable lines on a terminal, JSON lines otherwise, with the log context."""
+    from rota.logs import configure
 
-        handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    configure(level)
 
 
 HostOpt = Annotated[str | None, typer.Option(help="Interface to listen on.")]
@@ -83,7 +78,7 @@ def dev(
     modules = list(jobs or [])
     if demo:
         modules.insert(0, "rota.demo")
-    _run(serve(settings, modules, demo=demo, console=_console()))
+    _run(serve(settings, modules, demo=demo, console=_console(), dev_admin=True))
     _exit_past_stuck_threads()
 
 
@@ -122,6 +117,15 @@ def worker(
             "timeout (ROTA_WORKER__DEFAULT_TIMEOUT_SECONDS); default: no limit.",
         ),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Serve GET /metrics and GET /health on this port (0: any free port; "
+            "ROTA_WORKER__METRICS_PORT); default: none.",
+        ),
+    ] = None,
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run a worker process (distributed mode: ROTA_AMQP_URL and ROTA_REDIS_URL)."""
@@ -131,6 +135,8 @@ def worker(
     settings = Settings()
     if default_timeout is not None:
         settings.worker.default_timeout_seconds = default_timeout
+    if metrics_port is not None:
+        settings.worker.metrics_port = metrics_port
     _run(
         run_worker(
             settings,
@@ -158,8 +164,125 @@ def migrate(
     url = database_url or settings.effective_database_url
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        _run(_reach_database(url, settings.startup_wait_seconds))
     _run(upgrade(url))
-    _console().print(f"[green]schema up to date[/green] ({_redact(url)})")
+    _console().print(f"[green]schema up to date[/green] ({redact_url(url)})")
+
+
+async def _reach_database(url: str, wait_seconds: float) -> None:
+    """Wait for a database server to answer (``rota migrate`` often starts beside it)."""
+    from rota.startup import wait_for
+    from rota.stores.sql import SqlStore
+
+    store = SqlStore(url)
+    await wait_for("the database", url, store.open, within=wait_seconds)
+    await store.close()
+
+
+@app.command()
+def maintenance(
+    database_url: Annotated[
+        str | None, typer.Option(help="Defaults to ROTA_DATABASE_URL or the data dir's SQLite.")
+    ] = None,
+) -> None:
+    """Apply the retention settings once (ROTA_RETENTION__…): delete old occurrences, log
+    lines and resolved dead letters in small batches, and print what was deleted."""
+
+    configure_logging("warning")
+    settings = Settings()
+    url = database_url or settings.effective_database_url
+    policy = RetentionPolicy.from_settings(settings.retention)
+    report: MaintenanceReport = _run(_retention(url, policy, settings.startup_wait_seconds))
+    console = _console()
+    for status, n in sorted(report.occurrences.items()):
+        console.print(f"{status} occurrences deleted: {n}")
+    console.print(f"log lines deleted: {report.logs}")
+    console.print(f"resolved dead letters deleted: {report.dead_letters}")
+    console.print(f"[green]retention done[/green] in {report.seconds:.1f} s ({redact_url(url)})")
+
+
+async def _retention(url: str, policy: RetentionPolicy, wait_seconds: float) -> MaintenanceReport:
+    from rota.services.maintenance import Maintenance
+    from rota.startup import wait_for
+    from rota.stores.sql import SqlStore
+
+    store = SqlStore(url)
+    await wait_for("the database", url, store.open, within=wait_seconds)
+    try:
+        return await Maintenance(store, policy).run_once()
+    finally:
+        await store.close()
+
+
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option(help="The data dir (embedded SQLite store); default ROTA_DATA_DIR or .rota."),
+]
+PasswordStdinOpt = Annotated[
+    bool,
+    typer.Option("--password-stdin", help="Read the password from the first line of stdin."),
+]
+
+
+def _read_password(from_stdin: bool) -> str:
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    password: str = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
+    return password
+
+
+def _user_settings(data_dir: Path | None) -> Settings:
+    return Settings(data_dir=data_dir) if data_dir is not None else Settings()
+
+
+@user_app.command("create")
+def user_create(
+    name: Annotated[str, typer.Argument(help="The username (case-insensitive).")],
+    role: Annotated[str, typer.Option(help="admin, operator or viewer.")] = "viewer",
+    password_stdin: PasswordStdinOpt = False,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Create a user (the password is prompted for, or read with --password-stdin)."""
+    from rota.core.security import Role
+    from rota.users import create_user
+
+    configure_logging("warning")
+    settings = _user_settings(data_dir)
+    try:
+        parsed = Role.parse(role)
+    except RotaError as exc:
+        raise typer.BadParameter(exc.message, param_hint="--role") from None
+    password = _read_password(password_stdin)
+    user = _run(create_user(settings, name, password, parsed))
+    _console().print(f"[green]created {user.role.value} {user.username}[/green]")
+
+
+@user_app.command("password")
+def user_password(
+    name: Annotated[str, typer.Argument(help="The username.")],
+    password_stdin: PasswordStdinOpt = False,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Set a user's password (a reset: it also unlocks the user and ends its logins)."""
+    from rota.users import reset_password
+
+    configure_logging("warning")
+    settings = _user_settings(data_dir)
+    password = _read_password(password_stdin)
+    user = _run(reset_password(settings, name, password))
+    _console().print(f"[green]password of {user.username} set[/green]")
+
+
+@user_app.command("list")
+def user_list(data_dir: DataDirOpt = None) -> None:
+    """List the users with their roles."""
+    from rota.users import list_users
+
+    configure_logging("warning")
+    for user in _run(list_users(_user_settings(data_dir))):
+        state = "active" if user.is_active else "inactive"
+        print(f"{user.username}\t{user.role.value}\t{state}")
 
 
 @bench_app.command("throughput")
@@ -240,12 +363,8 @@ def _apply_listen(settings: Settings, host: str | None, port: int | None) -> Non
         settings.api.port = port
 
 
-def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
-
-
 def main() -> None:
+    from prometheus_client import disable_created_metrics
+
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series
     app()

@@ -19,7 +19,8 @@ key                                type    holds
                                            means Redis lost the registrations)
 ``{prefix}:wakeups``               stream  wake-up signals (field ``due``), capped
 ``{prefix}:cancellations``         stream  cancellation requests, capped
-``{prefix}:events``                stream  change events for dashboards, capped
+``{prefix}:events``                stream  change events (``GET /events``): field ``e``, a JSON
+                                           array of up to 100 ``[type, data]``; capped
 =================================  ======  =====================================================
 """
 

@@ -13,24 +13,39 @@ import os
 import secrets
 import socket
 from collections.abc import Coroutine, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from rota.adapters import make_broker, make_coordination, make_index
-from rota.core.models import OccurrenceStatus, WorkerInfo, utcnow
+from rota.core.errors import ConfigurationError, RotaError, ValidationError
+from rota.core.models import DispatcherState, OccurrenceStatus, WorkerInfo, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
+from rota.metrics import RotaMetrics
+from rota.services.audit import AuditService
+from rota.services.auth import MIN_SECRET_BYTES, AuthConfig, AuthService
 from rota.services.buckets import BucketOwner
+from rota.services.control import FOLLOW_INTERVAL
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
 from rota.services.dispatcher import Dispatcher
+from rota.services.events import EventPublisher
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
+from rota.services.maintenance import Maintenance, RetentionPolicy
 from rota.services.probes import ProbeReleaser
 from rota.services.recovery import recover_embedded
+from rota.services.silence import KINDS as SILENCE_KINDS
+from rota.services.silence import Alert, SilenceConfig, SilenceMonitor
 from rota.services.tracker import LogCollector, StatusTracker
-from rota.services.workers import WorkerDirectory
+from rota.services.workers import WorkerDirectory, roster_changes
 from rota.services.zombies import ZombieDetector
 from rota.settings import Settings
+from rota.startup import wait_for
+from rota.tracing import Tracing
+from rota.webhooks import alert_webhook
 from rota.worker.discovery import JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.presence import WorkerPresence
@@ -56,8 +71,14 @@ class Runtime:
         broker: Broker,
         coordination: Coordination,
         registry: JobRegistry | None = None,
+        metrics: RotaMetrics | None = None,
+        tracing: Tracing | None = None,
+        auth: AuthConfig | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or RotaMetrics(CollectorRegistry())
+        self.tracing = tracing or Tracing()
+        traced = self.tracing.enabled
         self.store = store
         self.index = index
         self.broker = broker
@@ -65,6 +86,7 @@ class Runtime:
         self.registry = registry
         self.instance_id = new_instance_id("rota")
         sched = settings.scheduler
+        self.events = EventPublisher(coordination)
         self.workers = WorkerDirectory(coordination)
         self.owner = BucketOwner(
             coordination,
@@ -72,6 +94,7 @@ class Runtime:
             bucket_count=sched.bucket_count,
             lease_seconds=sched.lease_seconds,
             on_gained=lambda _b: self.loader.kick(),
+            info=lambda: self.silence.shared_info(),
         )
         self.dispatcher = Dispatcher(
             store,
@@ -83,6 +106,9 @@ class Runtime:
             utcnow,
             mark_on_commit=settings.is_embedded,
             pending_grace=0.0 if settings.is_embedded else sched.sweeper_grace_seconds,
+            on_fired=self.metrics.record_dispatch,
+            stamp=self.tracing.stamp_plan if traced else None,
+            events=self.events,
         )
         self.loader = Loader(
             store,
@@ -104,6 +130,7 @@ class Runtime:
             broker,
             batch_size=settings.tracker.batch_size,
             max_wait=settings.tracker.max_wait_seconds,
+            events=self.events,
         )
         self.dead_letters = DeadLetterHandler(
             store,
@@ -123,9 +150,48 @@ class Runtime:
             live_threshold_seconds=sched.zombie_live_worker_threshold_seconds,
             max_requeues=sched.zombie_max_requeues,
         )
-        self.jobs = JobService(store, index, coordination, sched, utcnow)
+        self.jobs = JobService(
+            store,
+            index,
+            coordination,
+            sched,
+            utcnow,
+            on_triggered=self.metrics.record_trigger,
+            stamp=self.tracing.stamp_trigger if traced else None,
+            events=self.events,
+        )
+        self.auth = AuthService(store, auth or auth_config(settings), utcnow)
+        self.audit = AuditService(store, utcnow)
         self.probes = ProbeReleaser(
             self.jobs, interval_seconds=sched.auto_disable_probe_interval_seconds
+        )
+        self.maintenance = Maintenance(
+            store,
+            RetentionPolicy.from_settings(settings.retention),
+            interval_seconds=settings.retention.interval_seconds,
+            is_leader=lambda: 0 in self.owner.buckets,
+            on_deleted=self.metrics.record_deleted,
+            on_run=lambda _report: self.metrics.maintenance_runs.inc(),
+        )
+        silence = settings.silence
+        self.silence = SilenceMonitor(
+            store,
+            SilenceConfig(
+                interval_seconds=silence.interval_seconds,
+                window_seconds=silence.window_seconds,
+                grace_seconds=silence.grace_seconds,
+                stall_seconds=silence.dispatcher_stall_seconds,
+            ),
+            instance_id=self.instance_id,
+            buckets=lambda: self.owner.buckets,
+            last_tick=lambda: self.dispatcher.stats.last_tick,
+            on_raised=self._alert_changed,
+            on_resolved=self._alert_changed,
+            notify=(
+                alert_webhook(settings.alert_webhook_url, silence.webhook_timeout_seconds)
+                if settings.alert_webhook_url
+                else None
+            ),
         )
         self._background: set[asyncio.Task[None]] = set()
         self.declared = DeclaredSchedules(self.jobs, store, self.workers)
@@ -141,6 +207,8 @@ class Runtime:
                 sync_threads=settings.worker.sync_threads,
                 flush_interval=settings.worker.flush_interval_seconds,
                 default_timeout=settings.worker.default_timeout_seconds,
+                on_finished=self.metrics.record_finished,
+                tracing=self.tracing,
             )
             self.presence = WorkerPresence(
                 coordination,
@@ -152,18 +220,23 @@ class Runtime:
             )
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._events_task: asyncio.Task[None] | None = None
+        self._roster: dict[str, WorkerInfo] | None = None
         self.started_at: datetime | None = None
+        self._watch_metrics()
 
     # --- life cycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.store.open()
-        await self.broker.start()
+        self._events_task = asyncio.create_task(self.events.run(), name="rota-events")
+        await self._open_backends()
+        await self._bootstrap_admin()
         if self.settings.is_embedded:
             await recover_embedded(self.store, utcnow())
         if self.executor is not None and self.presence is not None:
             await self.presence.start()
             await self.executor.start()
+        await self.follow_dispatcher_state()
         await self.workers.refresh(force=True)
         await self.declared.sync_if_changed()
         await self.owner.tick()
@@ -178,8 +251,31 @@ class Runtime:
         self._spawn(self.zombies.run(), "zombies")
         self._spawn(self.probes.run(), "auto-disable-probes")
         self._spawn(self.declared.run(), "declared-schedules")
+        if self.settings.silence.enabled:
+            self._spawn(self.silence.run(), "silence")
+        if self.settings.retention.enabled:
+            self._spawn(self.maintenance.run(), "maintenance")
+        self._spawn(self._watch_workers(), "worker-watch")
+        self._spawn(self._follow_dispatcher_switch(), "dispatcher-switch")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
+
+    async def _open_backends(self) -> None:
+        """Open the store and the broker, and reach Redis; in the distributed mode each is
+        waited for (``startup_wait_seconds``) with a message per try."""
+        s = self.settings
+        if s.is_embedded and s.effective_database_url.startswith("sqlite"):
+            await self.store.open()
+            await self.broker.start()
+            return
+        wait = s.startup_wait_seconds
+        await wait_for("the database", s.effective_database_url, self.store.open, within=wait)
+        if s.redis_url:
+            await wait_for("Redis", s.redis_url, self.coordination.instances, within=wait)
+        if s.amqp_url:
+            await wait_for("RabbitMQ", s.amqp_url, self.broker.start, within=wait)
+        else:
+            await self.broker.start()
 
     async def stop(self, *, grace: float = 10.0) -> None:
         """Graceful stop: no new dispatch, running jobs finish (up to ``grace``), their reports
@@ -189,6 +285,8 @@ class Runtime:
         self.dispatcher.stop()
         self.zombies.stop()
         self.probes.stop()
+        self.maintenance.stop()
+        self.silence.stop()
         if self.executor is not None and self.presence is not None:
             await self.executor.stop(grace)
             await self.presence.stop()
@@ -208,6 +306,7 @@ class Runtime:
         self._tasks.clear()
         with contextlib.suppress(Exception):
             await self.owner.release()
+        await self._stop_events()
         await self.broker.close()
         await self.coordination.close()
         await self.index.close()
@@ -224,6 +323,34 @@ class Runtime:
             if not any(depths.get(name) for name in queues) and not holding:
                 return
             await asyncio.sleep(0.02)
+
+    async def _stop_events(self) -> None:
+        """Publish the events still pending (briefly), then end the publisher."""
+        task, self._events_task = self._events_task, None
+        self.events.stop()
+        if task is not None:
+            _, pending = await asyncio.wait({task}, timeout=2.0)
+            for late in pending:
+                late.cancel()
+                await asyncio.gather(late, return_exceptions=True)
+
+    async def _bootstrap_admin(self) -> None:
+        """ROTA_ADMIN_USER / ROTA_ADMIN_PASSWORD: the first Admin, when there is none."""
+        name, password = self.settings.admin_user, self.settings.admin_password
+        if not name or password is None:
+            return
+        try:
+            user = await self.auth.ensure_admin(name, password.get_secret_value())
+        except ValidationError as exc:
+            raise ConfigurationError(
+                f"ROTA_ADMIN_USER / ROTA_ADMIN_PASSWORD: {exc.message}"
+            ) from exc
+        if user is not None:
+            log.warning(
+                "created the first admin %s from ROTA_ADMIN_USER",
+                user.username,
+                extra={"action": "admin_bootstrap"},
+            )
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=f"rota-{name}")
@@ -247,6 +374,8 @@ class Runtime:
     # --- glue -----------------------------------------------------------------------------
 
     def _after_status(self, result: StatusResult) -> None:
+        self.metrics.record_status(result)
+        self.events.status_applied(result)
         if result.disabled:
             self._drop_disabled(result)
         # A retry (back to Queued) is pending now; a finished occurrence may release one held
@@ -276,9 +405,95 @@ class Runtime:
         await self.workers.refresh()
         return list(self.workers.workers)
 
+    async def _watch_workers(self, interval: float = 2.0) -> None:
+        """``worker.changed`` events when worker instances join, leave or change what they
+        declare. Every server sees the same registry: only the owner of bucket 0 reports."""
+        while True:
+            try:
+                await self.workers.refresh(force=True)
+                roster = {w.instance_id: w for w in self.workers.workers}
+                if self._roster is not None and 0 in self.owner.buckets:
+                    self.events.emit(roster_changes(self._roster, roster))
+                self._roster = roster
+            except (RotaError, OSError) as exc:
+                log.debug("worker watch: registry unavailable: %s", exc)
+            await asyncio.sleep(interval)
+
+    async def follow_dispatcher_state(self) -> DispatcherState:
+        """Read the dispatchers' stop switch from the store and apply it here."""
+        state = await self.store.dispatcher_state()
+        self.apply_dispatcher_state(state)
+        return state
+
+    def apply_dispatcher_state(self, state: DispatcherState) -> None:
+        if state.paused:
+            if self.dispatcher.paused_reason is None:
+                log.warning(
+                    "dispatcher stopped: %s",
+                    state.reason,
+                    extra={"action": "dispatcher_stop", "by": state.by},
+                )
+            self.dispatcher.pause(state.reason or "stopped")
+        elif self.dispatcher.paused_reason is not None:
+            log.warning("dispatcher resumed", extra={"action": "dispatcher_resume"})
+            self.dispatcher.resume()
+
+    async def _follow_dispatcher_switch(self) -> None:
+        while True:
+            await asyncio.sleep(FOLLOW_INTERVAL)
+            try:
+                await self.follow_dispatcher_state()
+            except (RotaError, OSError) as exc:
+                log.warning("could not read the dispatcher switch: %s", exc)
+
     async def _relay_wakeups(self) -> None:
         async for due in self.coordination.wakeups():
             self.dispatcher.wake(due)
+
+    def _alert_changed(self, alert: Alert) -> None:
+        if alert.resolved_at is None:
+            self.metrics.silence_alerts.labels(alert.kind).inc()
+        active = self.silence.active
+        for kind in SILENCE_KINDS:
+            self.metrics.silence_active.labels(kind).set(sum(1 for a in active if a.kind == kind))
+
+    def _watch_metrics(self) -> None:
+        """The values the metrics read when scraped."""
+        watched = self.metrics.watched
+        for kind in SILENCE_KINDS:
+            self.metrics.silence_active.labels(kind).set(0)
+        watched.zombies = lambda: {
+            "requeued": self.zombies.requeued,
+            "failed": self.zombies.failed,
+        }
+        watched.leases_held = lambda: len(self.owner.buckets)
+        watched.leases_taken_over = lambda: self.owner.taken_over
+        watched.dispatcher_last_tick = lambda: self.dispatcher.stats.last_tick
+        watched.dispatcher_paused = lambda: self.dispatcher.paused_reason is not None
+        executor = self.executor
+        if executor is not None:
+            watched.duplicate_deliveries = lambda: executor.duplicates_skipped
+            watched.outbox_pending = lambda: executor.reporter.outbox_entries
+            watched.jobs_running = lambda: executor.load
+
+    async def refresh_metrics(self) -> None:
+        """Read what the metrics cannot count themselves (queue depths, live workers); called
+        before each scrape. A backend that does not answer leaves the last values."""
+        try:
+            depths = await asyncio.wait_for(self.broker.queue_depths(), timeout=2.0)
+        except Exception as exc:
+            log.debug("queue depths unavailable for metrics: %s", exc)
+        else:
+            self.metrics.set_queue_depths(depths)
+        try:
+            await asyncio.wait_for(self.workers.refresh(), timeout=2.0)
+        except Exception as exc:
+            log.debug("worker registry unavailable for metrics: %s", exc)
+        else:
+            groups: dict[str, int] = {}
+            for worker in self.workers.workers:
+                groups[worker.worker_id] = groups.get(worker.worker_id, 0) + 1
+            self.metrics.set_workers(groups)
 
     async def health(self) -> dict[str, str]:
         """Each component's state: ``ok`` or the error text."""
@@ -286,6 +501,7 @@ class Runtime:
         checks: dict[str, Coroutine[Any, Any, object]] = {
             "store": self.store.ping(),
             "index": self.index.size([]),
+            "coordination": self.coordination.instances(),
             "broker": self.broker.queue_depths(),
         }
         for name, check in checks.items():
@@ -306,8 +522,65 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-def build_runtime(settings: Settings, registry: JobRegistry | None = None) -> Runtime:
-    """Pick the adapters the settings name and wire a :class:`Runtime`."""
+SECRET_FILE = "auth-secret"
+
+
+def auth_secret(settings: Settings) -> bytes:
+    """The key that signs access tokens: ROTA_AUTH_SECRET (at least 32 bytes). Outside
+    development and test it is required; there a generated one is kept in the data dir
+    (``auth-secret``, readable by the owner only), so tokens survive restarts."""
+    if settings.auth_secret is not None:
+        secret = settings.auth_secret.get_secret_value().encode()
+        if len(secret) < MIN_SECRET_BYTES:
+            raise ConfigurationError(
+                f"ROTA_AUTH_SECRET has {len(secret)} bytes; it needs at least "
+                f"{MIN_SECRET_BYTES} (e.g. python -c 'import secrets; "
+                "print(secrets.token_urlsafe(48))')"
+            )
+        return secret
+    if settings.environment == "production":
+        raise ConfigurationError(
+            "ROTA_AUTH_SECRET is not set: outside development it must be set to a random "
+            f"secret of at least {MIN_SECRET_BYTES} bytes, the same on every server (e.g. "
+            "python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+        )
+    return _secret_file(settings.data_dir / SECRET_FILE)
+
+
+def _secret_file(path: Path) -> bytes:
+    try:
+        secret = path.read_bytes().strip()
+    except FileNotFoundError:
+        secret = b""
+    if len(secret) >= MIN_SECRET_BYTES:
+        return secret
+    path.parent.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(48).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        file.write(secret + b"\n")
+    return secret
+
+
+def auth_config(settings: Settings) -> AuthConfig:
+    """The token and lockout settings with the secret (``ConfigurationError`` without one)."""
+    auth = settings.auth
+    return AuthConfig(
+        secret=auth_secret(settings),
+        access_ttl=timedelta(minutes=auth.access_token_minutes),
+        refresh_ttl=timedelta(days=auth.refresh_token_days),
+        max_failed_logins=auth.max_failed_logins,
+        lockout=timedelta(minutes=auth.lockout_minutes),
+        issuer=auth.issuer,
+        audience=auth.audience,
+    )
+
+
+def build_runtime(
+    settings: Settings, registry: JobRegistry | None = None, tracing: Tracing | None = None
+) -> Runtime:
+    """Pick the adapters the settings name and wire a :class:`Runtime` (with its own metrics
+    registry; ``tracing`` off unless given)."""
     from rota.stores.sql import SqlStore
 
     store = SqlStore(settings.effective_database_url, auto_disable=settings.scheduler.auto_disable)
@@ -321,6 +594,7 @@ def build_runtime(settings: Settings, registry: JobRegistry | None = None) -> Ru
         broker=broker,
         coordination=coordination,
         registry=registry,
+        tracing=tracing,
     )
 
 

@@ -9,14 +9,18 @@ from collections.abc import Iterator, Sequence
 
 import uvicorn
 from rich.console import Console
+from rich.panel import Panel
 
 from rota.runtime import Runtime, build_runtime, tune_gc
 from rota.settings import Settings
+from rota.tracing import Tracing, tracing_from_env
 
 log = logging.getLogger(__name__)
 
 
-async def prepare(settings: Settings, modules: Sequence[str]) -> Runtime:
+async def prepare(
+    settings: Settings, modules: Sequence[str], tracing: Tracing | None = None
+) -> Runtime:
     """Migrate the store (embedded/dev) and wire the runtime with the given job modules."""
     from rota.stores.migrate import upgrade
     from rota.worker.discovery import load_jobs
@@ -27,18 +31,29 @@ async def prepare(settings: Settings, modules: Sequence[str]) -> Runtime:
     if url.startswith("sqlite") or settings.environment == "development":
         await upgrade(url)
     registry = load_jobs(modules) if modules else None
-    return build_runtime(settings, registry)
+    return build_runtime(settings, registry, tracing)
 
 
 async def serve(
-    settings: Settings, modules: Sequence[str], *, demo: bool, console: Console
+    settings: Settings,
+    modules: Sequence[str],
+    *,
+    demo: bool,
+    console: Console,
+    dev_admin: bool = False,
 ) -> None:
+    """``dev_admin`` (``rota dev``): with no Admin yet, create ``admin`` with a generated
+    password and print the login."""
     from rota.api.app import create_app
 
-    runtime = await prepare(settings, modules)
+    tracing = tracing_from_env("rota-server")
+    runtime = await prepare(settings, modules, tracing)
     await runtime.start()
     tune_gc()
+    url = f"http://{settings.api.host}:{settings.api.port}"
     try:
+        if dev_admin:
+            await ensure_dev_admin(runtime, console, url)
         if demo:
             from rota.demo import seed
 
@@ -54,14 +69,45 @@ async def serve(
             lifespan="off",
         )
         server = _Server(config)
-        url = f"http://{settings.api.host}:{settings.api.port}"
         console.print(f"[bold]Rota[/bold] is running: API {url}/api/v1  docs {url}/docs")
         console.print(f"store: {settings.effective_database_url}")
         await server.serve()
     finally:
         with contextlib.suppress(asyncio.CancelledError):
             await runtime.stop()
+        tracing.shutdown()
         console.print("Rota stopped.")
+
+
+DEV_ADMIN = "admin"
+
+
+async def ensure_dev_admin(runtime: Runtime, console: Console, url: str) -> None:
+    """The first Admin of a development data dir, printed once; later starts say it exists."""
+    from rota.services.auth import generate_password
+
+    auth = runtime.auth
+    data_dir = runtime.settings.data_dir
+    if await auth.has_admin():
+        console.print(
+            f"sign in at {url}/api/v1/auth/login as an Admin of this data dir ({data_dir}); "
+            f"forgot the password? [bold]rota user password NAME --data-dir {data_dir}[/bold]"
+        )
+        return
+    password = generate_password()
+    user = await auth.ensure_admin(DEV_ADMIN, password)
+    if user is None:  # another process made one meanwhile
+        return
+    body = (
+        f"URL:      {url}\n"
+        f"username: [bold]{user.username}[/bold]\n"
+        f"password: [bold]{password}[/bold]\n\n"
+        "Shown once: it is stored only as a hash. Change it with\n"
+        "PUT /api/v1/auth/password, or reset it with\n"
+        f"rota user password {user.username} --data-dir {data_dir}"
+    )
+    panel = Panel(body, title="Rota admin login (development)", border_style="green")
+    console.print(panel, soft_wrap=False)
 
 
 class _Server(uvicorn.Server):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -94,6 +94,12 @@ class SchedulerSettings(BaseModel):
     )
     lease_seconds: float = Field(10.0, gt=0)
     default_max_retries: int = Field(0, ge=0)
+    max_job_data_bytes: int = Field(
+        64 * 1024,
+        ge=1,
+        description="A job's data (and a trigger's data override) may be at most this many "
+        "bytes as JSON: it travels in every job message.",
+    )
 
     @property
     def auto_disable(self) -> AutoDisableDefaults:
@@ -132,6 +138,16 @@ class WorkerSettings(BaseModel):
     finalized_max_entries: int = Field(
         1_000_000, ge=1000, description="Most finalized attempts remembered."
     )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="`rota worker`: serve GET /metrics and GET /health on this port (0: any "
+        "free port, logged at start); unset: no endpoint.",
+    )
+    metrics_host: str = Field(
+        "127.0.0.1", description="`rota worker`: the interface of the metrics/health endpoint."
+    )
     hand_back_after_seconds: float = Field(
         600.0,
         gt=0,
@@ -147,9 +163,79 @@ class WorkerSettings(BaseModel):
         return data_dir / "workers" / name
 
 
+def _days(description: str, default: float) -> Any:
+    return Field(default, ge=0, description=f"{description} Days; 0: kept forever.")
+
+
+class RetentionSettings(BaseModel):
+    """How long history is kept (``ROTA_RETENTION__…``); retention deletes in small batches."""
+
+    completed_days: float = _days("Completed occurrences (with history and logs).", 30)
+    failed_days: float = _days(
+        "Failed and TimedOut occurrences (kept while their dead letter is unresolved).", 90
+    )
+    cancelled_days: float = _days("Cancelled occurrences.", 30)
+    skipped_days: float = _days("Skipped occurrences (misfires, overlaps).", 30)
+    logs_days: float = _days("Log lines, of any occurrence, by their timestamp.", 30)
+    resolved_dead_letters_days: float = _days(
+        "Resolved failed-occurrence records, by resolution time.", 90
+    )
+    batch_size: int = Field(1000, ge=1, le=50_000, description="Rows per delete statement.")
+    interval_seconds: float = Field(
+        3600.0, gt=0, description="How often a server runs retention (the owner of bucket 0)."
+    )
+    enabled: bool = Field(True, description="Run retention periodically in `rota server`.")
+
+
+class SilenceSettings(BaseModel):
+    """Silence detection (``ROTA_SILENCE__…``): missed fires and a stalled dispatcher."""
+
+    enabled: bool = Field(True, description="Look for silence in `rota server`/`rota dev`.")
+    interval_seconds: float = Field(30.0, gt=0, description="How often each server looks.")
+    window_seconds: float = Field(
+        900.0, gt=0, description="How far back a cron job's expected fires are checked."
+    )
+    grace_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="Fires expected more recently than this are not checked yet (keep it "
+        "above the misfire threshold and the dispatch delay).",
+    )
+    dispatcher_stall_seconds: float = Field(
+        60.0, gt=0, description="A dispatcher whose loop has not ticked for this long alerts."
+    )
+    webhook_timeout_seconds: float = Field(5.0, gt=0, description="Per webhook POST.")
+
+
+class AuthSettings(BaseModel):
+    access_token_minutes: float = Field(
+        15.0, gt=0, le=15, description="Lifetime of an access token (a JWT), at most 15 minutes."
+    )
+    refresh_token_days: float = Field(
+        14.0, gt=0, description="Lifetime of a refresh token (rotated on every use)."
+    )
+    max_failed_logins: int = Field(
+        5, ge=1, description="Failed logins in a row that lock an account (or a user name)."
+    )
+    lockout_minutes: float = Field(15.0, gt=0, description="How long a lock lasts.")
+    issuer: str = Field("rota", description="The access tokens' iss claim.")
+    audience: str = Field("rota-api", description="The access tokens' aud claim.")
+    cookie_secure: bool = Field(
+        True,
+        description="Mark the dashboard's rota_access cookie Secure (HTTPS only); development "
+        "turns it off.",
+    )
+
+
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        description="Request bodies larger than this are refused (413); a bulk create of "
+        "10,000 jobs is a few MiB.",
+    )
 
 
 class Settings(BaseSettings):
@@ -170,10 +256,32 @@ class Settings(BaseSettings):
     name_prefix: str = Field(
         "rota", pattern=r"^[a-z][a-z0-9_-]*$", description="Prefix of Redis keys and AMQP names."
     )
+    startup_wait_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="At start, how long a server or worker waits for PostgreSQL, Redis and "
+        "RabbitMQ to answer (retrying, with a message per try) before giving up; 0: no wait.",
+    )
     scheduler: SchedulerSettings = SchedulerSettings()
     tracker: TrackerSettings = TrackerSettings()
     worker: WorkerSettings = WorkerSettings()
     api: ApiSettings = ApiSettings()
+    retention: RetentionSettings = RetentionSettings()
+    silence: SilenceSettings = SilenceSettings()
+    alert_webhook_url: str | None = Field(
+        None, description="POST each new silence alert here as JSON (ROTA_ALERT_WEBHOOK_URL)."
+    )
+    auth: AuthSettings = AuthSettings()
+    auth_secret: SecretStr | None = Field(
+        None,
+        description="The key that signs access tokens (HS256): at least 32 bytes, the same on "
+        "every server. Required outside development; development keeps a generated one in "
+        "the data dir.",
+    )
+    admin_user: str | None = Field(
+        None, description="With admin_password: the first Admin, created at start if none exists."
+    )
+    admin_password: SecretStr | None = Field(None, description="The first Admin's password.")
 
     @classmethod
     def settings_customise_sources(

@@ -472,3 +472,24 @@ async def test_log_batches_are_independent_of_status(broker: Broker) -> None:
     await batch.ack()
     await cancel(await stays_pending(logs))
     await stop(logs)
+
+
+async def test_queue_depths_of_named_groups(
+    broker: Broker, harness: Harness, names: Callable[[str], str], adapter: str
+) -> None:
+    group, kind, never = names("grp"), names("kind"), names("never-declared")
+    await broker.declare_worker_group(group, [kind])
+    await broker.publish_jobs([job(kind)])
+    depths = await broker.queue_depths([group, never])
+    assert depths[f"{harness.prefix}.jobs.{group}"] == 1
+    assert f"{harness.prefix}.jobs.{never}" not in depths
+    if adapter == "rabbitmq":  # a server's broker that never declared the group sees it too
+        assert isinstance(broker, RabbitMQBroker)
+        url = broker._url
+        other = RabbitMQBroker(url, prefix=harness.prefix, operation_timeout=WAIT)
+        await other.start()
+        try:
+            assert f"{harness.prefix}.jobs.{group}" not in await other.queue_depths()
+            assert (await other.queue_depths([group]))[f"{harness.prefix}.jobs.{group}"] == 1
+        finally:
+            await other.close()

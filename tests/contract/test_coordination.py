@@ -19,6 +19,8 @@ import pytest
 
 from rota.coordination.memory import MemoryCoordination
 from rota.coordination.redis import RedisCoordination
+from rota.core.errors import ValidationError
+from rota.core.events import Event, parse_event_id
 from rota.core.ids import new_id
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
@@ -302,3 +304,118 @@ async def test_close_ends_cancellation_iterators(coord: Coordination) -> None:
     await coord.close()
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(waiting, WAIT)
+
+
+# --- change events ------------------------------------------------------------------------------
+
+
+def _ev(n: int, kind: str = "job.updated") -> Event:
+    return Event(kind, {"jobId": f"job-{n}", "n": n, "nested": {"ok": True}})
+
+
+async def test_published_events_replay_in_order_with_increasing_ids(coord: Coordination) -> None:
+    assert await coord.replay(None) == []
+    await coord.publish_events([_ev(0), _ev(1, "occurrence.updated")])
+    await coord.publish_events([])  # nothing to publish is fine
+    await coord.publish_events([_ev(2)])
+    replayed = await coord.replay(None)
+    assert [e for _, e in replayed] == [_ev(0), _ev(1, "occurrence.updated"), _ev(2)]
+    ids = [parse_event_id(i) for i, _ in replayed]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == 3
+
+
+async def test_replay_after_an_id_also_inside_one_batch(coord: Coordination) -> None:
+    await coord.publish_events([_ev(n) for n in range(5)])
+    await coord.publish_events([_ev(n) for n in range(5, 8)])
+    everything = await coord.replay(None)
+    ids = [i for i, _ in everything]
+    assert [e.data["n"] for _, e in await coord.replay(ids[2])] == [3, 4, 5, 6, 7]
+    assert [e.data["n"] for _, e in await coord.replay(ids[4])] == [5, 6, 7]
+    assert await coord.replay(ids[-1]) == []
+    assert [e.data["n"] for _, e in await coord.replay(ids[0], limit=2)] == [1, 2]
+    assert [e.data["n"] for _, e in await coord.replay("0-0-0")] == list(range(8))
+
+
+async def test_a_large_batch_keeps_its_order_and_distinct_ids(coord: Coordination) -> None:
+    await coord.publish_events([_ev(n) for n in range(450)])
+    replayed = await coord.replay(None, limit=1000)
+    assert [e.data["n"] for _, e in replayed] == list(range(450))
+    assert len({i for i, _ in replayed}) == 450
+    middle = replayed[250][0]
+    assert [e.data["n"] for _, e in await coord.replay(middle, limit=3)] == [251, 252, 253]
+
+
+async def test_malformed_event_ids_are_refused(coord: Coordination) -> None:
+    for bad in ("abc", "1-2", "1-2-x", "", "-1-0-0"):
+        with pytest.raises(ValidationError) as caught:
+            await coord.replay(bad)
+        assert caught.value.field == "lastEventId"
+        with pytest.raises(ValidationError):
+            coord.events(bad)
+
+
+async def test_live_events_reach_every_subscriber_from_when_it_subscribed(
+    coord: Coordination,
+) -> None:
+    await coord.publish_events([_ev(0)])
+    one, two = coord.events(), coord.events()
+    await coord.publish_events([_ev(1), _ev(2)])
+    late = coord.events()
+    await coord.publish_events([_ev(3)])
+    for sub in (one, two):
+        got = [await _next(sub) for _ in range(3)]
+        assert [e.data["n"] for _, e in got] == [1, 2, 3]
+    assert [(await _next(late))[1].data["n"]] == [3]
+    await _quiet(late)
+    for sub in (one, two, late):
+        await _close(sub)
+
+
+async def test_events_after_an_id_replay_then_follow(coord: Coordination) -> None:
+    await coord.publish_events([_ev(0), _ev(1), _ev(2)])
+    first_id = (await coord.replay(None))[0][0]
+    sub = coord.events(first_id)
+    assert [(await _next(sub))[1].data["n"] for _ in range(2)] == [1, 2]
+    await _quiet(sub)
+    await coord.publish_events([_ev(3)])
+    event_id, event = await _next(sub)
+    assert event.data["n"] == 3
+    assert event_id == (await coord.replay(None))[-1][0]
+    await _close(sub)
+
+
+async def test_close_ends_event_iterators(coord: Coordination) -> None:
+    sub = coord.events()
+    waiting = asyncio.ensure_future(anext(sub))
+    done, _ = await asyncio.wait({waiting}, timeout=QUIET)
+    assert not done
+    await coord.close()
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(waiting, WAIT)
+
+
+async def test_the_feed_is_capped(adapter: str) -> None:
+    async with AsyncExitStack() as stack:
+        coord: Coordination
+        if adapter == "memory":
+            coord = MemoryCoordination(event_cap=50)
+        else:
+            client, prefix = await redis_scope(stack)
+            coord = RedisCoordination(client, prefix=prefix, event_cap=50)
+        for n in range(0, 1000, 2):  # 500 publishes of 2 events
+            await coord.publish_events([_ev(n), _ev(n + 1)])
+        kept = await coord.replay(None, limit=10_000)
+        # Redis trims whole nodes of its stream (MAXLEN ~): about the cap, never everything.
+        assert 50 <= len(kept) < 1000
+        assert [e.data["n"] for _, e in kept] == list(range(1000 - len(kept), 1000))
+        horizon = await coord.feed_horizon()
+        assert horizon is not None
+        assert parse_event_id(horizon) <= parse_event_id(kept[0][0])
+        await coord.close()
+
+
+async def test_the_horizon_is_none_until_something_is_dropped(coord: Coordination) -> None:
+    assert await coord.feed_horizon() is None
+    await coord.publish_events([_ev(n) for n in range(300)])
+    assert await coord.feed_horizon() is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -16,6 +17,42 @@ import httpx
 import pytest
 
 HERE = Path(__file__).parent
+ADMIN_USER = "e2e-admin"
+ADMIN_PASSWORD = "e2e admin passphrase"
+AUTH_ENV = {
+    "ROTA_ADMIN_USER": ADMIN_USER,
+    "ROTA_ADMIN_PASSWORD": ADMIN_PASSWORD,
+    # One key for every process of a test session: a token works on any server.
+    "ROTA_AUTH_SECRET": secrets.token_urlsafe(48),
+}
+"""The environment every Rota process of the e2e tests gets: the first admin and the key."""
+
+
+class Session:
+    """Signs in to a Rota API (``base`` ends in ``/api/v1``) as the e2e admin and sends
+    requests with the access token, signing in again when one is refused (expired, or a
+    server restarted with another key)."""
+
+    def __init__(self) -> None:
+        self._token: str | None = None
+
+    def headers(self, base: str) -> dict[str, str]:
+        if self._token is None:
+            r = httpx.post(
+                f"{base}/auth/login",
+                json={"username": ADMIN_USER, "password": ADMIN_PASSWORD},
+                timeout=10,
+            )
+            assert r.status_code == 200, f"login: {r.status_code} {r.text}"
+            self._token = str(r.json()["accessToken"])
+        return {"Authorization": f"Bearer {self._token}"}
+
+    def request(self, method: str, url: str, base: str, **kw: Any) -> httpx.Response:
+        r = httpx.request(method, url, headers=self.headers(base), **kw)
+        if r.status_code == 401:
+            self._token = None
+            r = httpx.request(method, url, headers=self.headers(base), **kw)
+        return r
 
 
 def free_port() -> int:
@@ -50,6 +87,7 @@ class RotaProcess:
         self.log_dir = log_dir
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.session = Session()
 
     def start(self, **env_overrides: str) -> None:
         self.starts += 1
@@ -59,7 +97,12 @@ class RotaProcess:
             "--jobs", str(HERE / "jobs.py"),
             "--data-dir", str(self.data_dir), "--port", str(self.port),
         ]  # fmt: skip
-        env = {**os.environ, "ROTA_SCHEDULER__SWEEPER_INTERVAL_SECONDS": "1", **env_overrides}
+        env = {
+            **os.environ,
+            **AUTH_ENV,
+            "ROTA_SCHEDULER__SWEEPER_INTERVAL_SECONDS": "1",
+            **env_overrides,
+        }
         with log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         self.wait_ready()
@@ -102,7 +145,8 @@ class RotaProcess:
                 self.proc.wait(5)
 
     def api(self, method: str, path: str, **kw: Any) -> Any:
-        r = httpx.request(method, f"{self.base}/api/v1{path}", timeout=10, **kw)
+        base = f"{self.base}/api/v1"
+        r = self.session.request(method, f"{base}{path}", base, timeout=10, **kw)
         assert r.status_code < 300, r.text
         return r.json()
 

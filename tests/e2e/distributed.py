@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import HERE, all_occurrences, free_port, wait_until
+from .conftest import AUTH_ENV, HERE, Session, all_occurrences, free_port, wait_until
 
 PG = "postgresql://postgres@127.0.0.1:5432/{db}"
 REDIS_PORT = os.environ.get("ROTA_TEST_REDIS_PORT", "6379")
@@ -77,6 +77,7 @@ def distributed_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         service_missing(f"RabbitMQ: {exc}")
     env = {
         **os.environ,
+        **AUTH_ENV,
         "ROTA_DATABASE_URL": PG.format(db=name),
         "ROTA_REDIS_URL": REDIS,
         "ROTA_AMQP_URL": AMQP.format(vhost=name),
@@ -150,6 +151,7 @@ class Cluster:
         self.env = env
         self.log_dir = log_dir
         self.procs: list[Proc] = []
+        self.session = Session()
         subprocess.run(
             [sys.executable, "-m", "rota", "migrate"], env=env, check=True, timeout=120,
             capture_output=True,
@@ -190,7 +192,8 @@ class Cluster:
         raise AssertionError("no live server")
 
     def api(self, method: str, path: str, **kw: Any) -> Any:
-        r = httpx.request(method, f"{self.base}{path}", timeout=15, **kw)
+        base = self.base
+        r = self.session.request(method, f"{base}{path}", base, timeout=15, **kw)
         assert r.status_code < 300, f"{method} {path}: {r.status_code} {r.text}"
         return r.json() if r.content else None
 

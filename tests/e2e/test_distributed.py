@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
-from .conftest import HERE, free_port, wait_until
+from .conftest import HERE, Session, free_port, wait_until
 from .distributed import Proc, distributed_env  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
@@ -46,14 +47,18 @@ def test_server_and_worker_processes_run_a_cron_job(
                 return False
 
         wait_until(ready, 30, "server not ready")
+        auth = Session().headers(base)
         job = httpx.post(
             f"{base}/jobs",
+            headers=auth,
             json={"jobType": "e2e.tick", "workerId": "e2e", "cronExpression": "*/1 * * * * *"},
             timeout=10,
         ).json()
 
         def occurrences() -> list[dict[str, Any]]:
-            r = httpx.get(f"{base}/occurrences", params={"jobId": job["id"]}, timeout=10)
+            r = httpx.get(
+                f"{base}/occurrences", params={"jobId": job["id"]}, headers=auth, timeout=10
+            )
             return list(r.json()["items"])
 
         def three_completed() -> bool:
@@ -66,8 +71,24 @@ def test_server_and_worker_processes_run_a_cron_job(
             raise AssertionError(f"occurrences {seen}; logs: {logs()}") from None
         done = next(o for o in occurrences() if o["status"] == 2)
         assert done["instanceId"].startswith("e2e-")
-        lines = httpx.get(f"{base}/occurrences/{done['id']}/logs", timeout=10).json()["items"]
+        logs_url = f"{base}/occurrences/{done['id']}/logs"
+        lines = httpx.get(logs_url, headers=auth, timeout=10).json()["items"]
         assert any("tick" in line["message"] for line in lines)
+
+        # The changes reach the event stream (through Redis), replayed from the feed's start.
+        query = {"lastEventId": "0-0-0", "types": "occurrence.updated", "jobId": job["id"]}
+        timeout = httpx.Timeout(10, read=10)
+        with httpx.stream(
+            "GET", f"{base}/events", params=query, headers=auth, timeout=timeout
+        ) as stream:
+            assert stream.status_code == 200
+            data = next(
+                orjson.loads(line[5:])
+                for line in stream.iter_lines()
+                if line.startswith("data:") and '"status":2' in line
+            )
+        assert data["jobId"] == job["id"]
+        assert data["instanceId"].startswith("e2e-")
     finally:
         for proc in procs:
             proc.stop()

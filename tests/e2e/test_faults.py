@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from .conftest import wait_until
@@ -349,7 +348,10 @@ def test_the_same_job_message_delivered_again_runs_once(
 
 def failed_occurrences(c: Cluster) -> list[dict[str, Any]] | None:
     """The failed-occurrence records, or ``None`` while the API has no such route."""
-    r = httpx.get(f"{c.base}/failed-occurrences", params={"limit": 1000}, timeout=15)
+    base = c.base
+    r = c.session.request(
+        "GET", f"{base}/failed-occurrences", base, params={"limit": 1000}, timeout=15
+    )
     if r.status_code == 404 and r.json().get("type") != "urn:rota:problem:not-found":
         return None  # PENDING: GET /api/v1/failed-occurrences is not served yet
     assert r.status_code == 200, r.text

@@ -21,6 +21,9 @@ from rota.core.ids import new_id
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.indexes.memory import MemoryScheduleIndex
+from rota.runtime import auth_config
+from rota.services.audit import AuditService
+from rota.services.auth import AuthService
 from rota.services.jobs import JobService
 from rota.settings import Settings
 from rota.stores.migrate import upgrade
@@ -75,6 +78,12 @@ class MiniRuntime:
     coordination: MemoryCoordination
     jobs: JobService
     failing: dict[str, str] = field(default_factory=dict)
+    auth: AuthService = field(init=False)
+    audit: AuditService = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
+        self.audit = AuditService(self.store, self.jobs.now)
 
     async def health(self) -> dict[str, str]:
         components = {"store": "ok", "index": "ok", "broker": "ok"}
@@ -492,23 +501,46 @@ async def test_garbage_is_a_problem_not_a_crash(client: httpx.AsyncClient) -> No
     assert_problem(await client.put("/api/v1/jobs", json={}), 405)
 
 
-async def test_request_bodies_over_one_mebibyte_are_refused(client: httpx.AsyncClient) -> None:
+async def test_request_bodies_over_the_limit_are_refused(runtime: MiniRuntime) -> None:
+    runtime.settings.api.max_body_bytes = 1024 * 1024  # ROTA_API__MAX_BODY_BYTES
     big = {"jobType": "t", "cronExpression": "@daily", "jobData": "x" * (1024 * 1024)}
-    assert_problem(await client.post("/api/v1/jobs", json=big), 413)
+    async with api_client(create_app(runtime)) as client:
+        problem = assert_problem(await client.post("/api/v1/jobs", json=big), 413)
+        assert problem["detail"] == "the request body is larger than 1048576 bytes"
 
-    async def chunks() -> AsyncIterator[bytes]:
-        payload = json.dumps(big).encode()
-        for start in range(0, len(payload), 64 * 1024):
-            yield payload[start : start + 64 * 1024]
+        async def chunks() -> AsyncIterator[bytes]:
+            payload = json.dumps(big).encode()
+            for start in range(0, len(payload), 64 * 1024):
+                yield payload[start : start + 64 * 1024]
 
-    streamed = await client.post(
-        "/api/v1/jobs", content=chunks(), headers={"content-type": "application/json"}
+        streamed = await client.post(
+            "/api/v1/jobs", content=chunks(), headers={"content-type": "application/json"}
+        )
+        assert_problem(streamed, 413)
+        assert (await client.get("/api/v1/jobs")).json()["items"] == []
+
+        fits = {"jobType": "t", "cronExpression": "@daily", "jobData": "x" * 1000}
+        assert (await client.post("/api/v1/jobs", json=fits)).status_code == 201
+
+
+async def test_job_data_over_its_limit_is_refused(client: httpx.AsyncClient) -> None:
+    limit = 64 * 1024  # ROTA_SCHEDULER__MAX_JOB_DATA_BYTES
+    big = {"blob": "x" * limit}
+    small = {"blob": "x" * (limit - 100)}
+    base = {"jobType": "t", "cronExpression": "@daily"}
+    problem = assert_problem(await client.post("/api/v1/jobs", json=base | {"jobData": big}), 422)
+    assert fields(problem) == ["jobData"]
+    assert "at most 65536" in problem["detail"]
+    job = await create(client, jobData=small)
+    changed = await client.patch(f"/api/v1/jobs/{job['id']}", json={"jobData": big})
+    assert fields(assert_problem(changed, 422)) == ["jobData"]
+    triggered = await client.post(f"/api/v1/jobs/{job['id']}/trigger", json={"jobData": big})
+    assert fields(assert_problem(triggered, 422)) == ["jobData"]
+    bulk = await client.post(
+        "/api/v1/jobs/bulk", json={"jobs": [base, base | {"jobData": big}, base]}
     )
-    assert_problem(streamed, 413)
-    assert (await client.get("/api/v1/jobs")).json()["items"] == []
-
-    fits = {"jobType": "t", "cronExpression": "@daily", "jobData": "x" * 1000}
-    assert (await client.post("/api/v1/jobs", json=fits)).status_code == 201
+    assert fields(assert_problem(bulk, 422)) == ["jobs[1].jobData"]
+    assert len((await client.get("/api/v1/jobs")).json()["items"]) == 1
 
 
 async def test_unexpected_and_backend_errors_are_problems(
@@ -595,5 +627,5 @@ async def test_bulk_create(client: httpx.AsyncClient) -> None:
         "/api/v1/jobs/bulk",
         json={"jobs": [{"jobType": "a", "cronExpression": "@daily"}, {"jobType": "b"}]},
     )
-    assert fields(assert_problem(refused, 422)) == ["[1].cronExpression"]
+    assert fields(assert_problem(refused, 422)) == ["jobs[1].cronExpression"]
     assert len((await client.get("/api/v1/jobs")).json()["items"]) == 3

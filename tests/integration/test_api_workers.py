@@ -56,3 +56,22 @@ async def test_instances_are_grouped_with_capacity_load_and_job_types(
     await reg.unregister_worker("reports-2")
     body = (await client.get("/api/v1/workers")).json()
     assert [i["instanceId"] for i in body["items"][1]["instances"]] == ["reports-1"]
+
+
+async def test_one_group_by_its_id(
+    runtime: MiniRuntime,  # noqa: F811
+    client: httpx.AsyncClient,  # noqa: F811
+) -> None:
+    schema = {"type": "object", "properties": {"kind": {"type": "string"}}}
+    reg = runtime.coordination
+    await reg.register_worker(_info("reports-1", "reports", 2, {"Report": {"schema": schema}}), 30)
+    await reg.register_worker(_info("mail-1", "mail", 0, {"Send": {}}), 30)
+    body = (await client.get("/api/v1/workers/reports")).json()
+    assert body["workerId"] == "reports"
+    assert body["jobTypes"]["Report"]["schema"] == schema
+    assert [i["instanceId"] for i in body["instances"]] == ["reports-1"]
+    assert body["instances"][0]["lastHeartbeat"].startswith("2026-11-22T12:00:00")
+    assert (body["capacity"], body["load"]) == (4, 2)
+    response = await client.get("/api/v1/workers/nobody")
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("application/problem+json")

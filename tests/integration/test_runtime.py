@@ -186,3 +186,58 @@ async def test_job_type_defaults_apply_to_scheduled_and_manual_runs(runtime: Run
     for occ in [*(await occurrences(runtime, job.id)), manual]:
         assert occ.max_retries == 2  # type: ignore[attr-defined]
         assert occ.timeout_seconds == 5  # type: ignore[attr-defined]
+
+
+async def test_a_run_publishes_its_change_events(runtime: Runtime) -> None:
+    feed = runtime.coordination.events()
+    job = await runtime.jobs.create_job({"job_type": "it.fast", "cron_expression": "0 0 1 1 *"})
+    await runtime.jobs.trigger(job.id, reason="events")
+    seen: list[tuple[str, dict[str, object]]] = []
+
+    async def until_completed() -> None:
+        async for _, event in feed:
+            seen.append((event.type, dict(event.data)))
+            done = [d for t, d in seen if t == "occurrence.updated" and d["status"] == 2]
+            if done and any(t == "occurrence.log" for t, _ in seen):
+                return
+
+    await asyncio.wait_for(until_completed(), 15)
+    await feed.aclose()  # type: ignore[attr-defined]
+    types = [t for t, _ in seen]
+    assert types[0] == "job.created"
+    assert seen[0][1] == {"jobId": str(job.id)}
+    created = next(d for t, d in seen if t == "occurrence.created")
+    assert created["jobId"] == str(job.id)
+    assert created["jobType"] == "it.fast"
+    updates = [d for t, d in seen if t == "occurrence.updated"]
+    assert all(d["occurrenceId"] == created["occurrenceId"] for d in updates)
+    assert updates[-1]["statusName"] == "Completed"
+    assert updates[-1]["workerId"] == "embedded"
+    assert str(updates[-1]["instanceId"]).startswith("embedded-")
+    log_event = next(d for t, d in seen if t == "occurrence.log")
+    assert log_event["occurrenceId"] == created["occurrenceId"]
+    assert "fast ran" in str(log_event["message"])
+
+
+async def test_a_stopped_dispatcher_fires_nothing_until_resumed(runtime: Runtime) -> None:
+    from rota.core.models import DispatcherState
+    from rota.services.control import switch_dispatcher
+
+    state = await switch_dispatcher(
+        runtime.store, paused=True, reason="maintenance", by="ops", now=runtime.jobs.now()
+    )
+    runtime.apply_dispatcher_state(state)
+    assert runtime.dispatcher.paused_reason == "maintenance"
+    job = await runtime.jobs.create_job({"job_type": "it.fast", "cron_expression": "* * * * * *"})
+    await asyncio.sleep(2.5)  # fires fall due every second meanwhile; none may be dispatched
+    assert await occurrences(runtime, job.id) == []
+
+    # Another server's switch reaches this one through the store.
+    await runtime.store.set_dispatcher_state(DispatcherState(paused=False))
+    assert not (await runtime.follow_dispatcher_state()).paused
+    assert runtime.dispatcher.paused_reason is None
+
+    async def fired() -> bool:
+        return S.COMPLETED in await statuses(runtime, job.id)
+
+    await eventually(fired, 15, "a fire after resuming")

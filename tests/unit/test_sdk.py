@@ -79,8 +79,12 @@ def test_rota_exports_the_sdk() -> None:
         "JobDefinition",
         "PermanentError",
         "RotaError",
+        "Client",
+        "SyncClient",
+        "ApiError",
     }
     assert issubclass(rota.PermanentError, rota.RotaError)
+    assert issubclass(rota.ApiError, rota.RotaError)
 
 
 def test_importing_rota_stays_light() -> None:

@@ -9,16 +9,31 @@ from fastapi import FastAPI
 
 from rota.api import (
     routes_admin,
+    routes_alerts,
+    routes_audit,
+    routes_auth,
+    routes_events,
     routes_failed,
     routes_health,
     routes_jobs,
+    routes_metrics,
     routes_occurrences,
+    routes_stats,
+    routes_users,
     routes_workers,
 )
 from rota.api.deps import ApiRuntime
 from rota.api.problems import install_problem_handlers, problem_json_only
+from rota.api.security import document_roles
 
 API_PREFIX = "/api/v1"
+PUBLIC_PATHS = frozenset(
+    f"{API_PREFIX}{path}"
+    for path in ("/auth/login", "/auth/refresh", "/health/live", "/health/ready")
+)
+"""The only routes that answer without an access token. Every other ``/api/v1`` route checks
+a role (a test walks the routes). ``/openapi.json`` and ``/docs`` are public too: the API's
+description holds nothing secret."""
 
 
 def _version() -> str:
@@ -36,23 +51,33 @@ def create_app(runtime: ApiRuntime) -> FastAPI:
     app = FastAPI(
         title="Rota",
         version=_version(),
-        description="A distributed job scheduler: jobs, occurrences, workers.",
+        description="A distributed job scheduler: jobs, occurrences, workers. Sign in with "
+        "POST /api/v1/auth/login and send 'Authorization: Bearer <accessToken>'; each "
+        "operation names the role it needs (Viewer < Operator < Admin).",
         openapi_url="/openapi.json",
         docs_url="/docs",
         redoc_url=None,
     )
     app.state.runtime = runtime
-    install_problem_handlers(app)
+    install_problem_handlers(app, max_body_bytes=runtime.settings.api.max_body_bytes)
     for router in (
+        routes_auth.router,
         routes_jobs.router,
         routes_jobs.schedules,
+        routes_jobs.tags,
         routes_occurrences.router,
         routes_failed.router,
         routes_workers.router,
         routes_health.router,
         routes_admin.router,
+        routes_alerts.router,
+        routes_users.router,
+        routes_audit.router,
+        routes_events.router,
+        routes_stats.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
+    app.include_router(routes_metrics.router)
     _install_openapi(app)
     return app
 
@@ -62,7 +87,9 @@ def _install_openapi(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = problem_json_only(generate())
+            spec = generate()
+            document_roles(app, spec, PUBLIC_PATHS)
+            app.openapi_schema = problem_json_only(spec)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

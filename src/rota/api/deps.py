@@ -11,6 +11,8 @@ from typing import Annotated, Protocol, cast
 from fastapi import Depends, Request
 
 from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
+from rota.services.audit import AuditService
+from rota.services.auth import AuthService
 from rota.services.jobs import JobService
 from rota.settings import Settings
 
@@ -36,6 +38,12 @@ class ApiRuntime(Protocol):
     @property
     def jobs(self) -> JobService: ...
 
+    @property
+    def auth(self) -> AuthService: ...
+
+    @property
+    def audit(self) -> AuditService: ...
+
     async def health(self) -> dict[str, str]:
         """Component name -> ``"ok"`` or the text of its error."""
         ...
@@ -53,6 +61,16 @@ def get_store(request: Request) -> Store:
     return get_runtime(request).store
 
 
+def get_auth(request: Request) -> AuthService:
+    return get_runtime(request).auth
+
+
+def get_audit(request: Request) -> AuditService:
+    return get_runtime(request).audit
+
+
 Runtime = Annotated[ApiRuntime, Depends(get_runtime)]
 Jobs = Annotated[JobService, Depends(get_jobs)]
 StoreDep = Annotated[Store, Depends(get_store)]
+Auth = Annotated[AuthService, Depends(get_auth)]
+Audit = Annotated[AuditService, Depends(get_audit)]

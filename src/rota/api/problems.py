@@ -19,10 +19,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rota.core.errors import (
+    AccountLockedError,
+    AuthenticationError,
     BackendUnavailableError,
     ConflictError,
     CronError,
     NotFoundError,
+    PermissionDeniedError,
     PreconditionFailedError,
     ValidationError,
 )
@@ -31,7 +34,8 @@ from rota.services.jobs import api_name
 logger = logging.getLogger(__name__)
 
 PROBLEM_JSON: Final = "application/problem+json"
-MAX_BODY_BYTES: Final = 1024 * 1024
+MAX_BODY_BYTES: Final = 16 * 1024 * 1024
+"""The default request body limit (``ROTA_API__MAX_BODY_BYTES``)."""
 
 VALIDATION: Final = "urn:rota:problem:validation"
 NOT_FOUND: Final = "urn:rota:problem:not-found"
@@ -40,6 +44,10 @@ PRECONDITION: Final = "urn:rota:problem:precondition-failed"
 UNAVAILABLE: Final = "urn:rota:problem:backend-unavailable"
 TOO_LARGE: Final = "urn:rota:problem:payload-too-large"
 INTERNAL: Final = "urn:rota:problem:internal"
+UNAUTHORIZED: Final = "urn:rota:problem:unauthorized"
+FORBIDDEN: Final = "urn:rota:problem:forbidden"
+LOCKED: Final = "urn:rota:problem:locked"
+WWW_AUTHENTICATE: Final = 'Bearer realm="rota"'
 
 _LOCATIONS: Final = frozenset({"body", "query", "path", "header", "cookie"})
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -144,12 +152,16 @@ def _request_invalid(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request.url.path, 422, detail=detail, type_=VALIDATION, errors=errors)
 
 
+def _field_error(exc: ValidationError) -> FieldError:
+    part = exc.part if isinstance(exc, CronError) else None
+    return FieldError(field=exc.field, message=exc.message, part=part)
+
+
 def _rota_invalid(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ValidationError)
-    part = exc.part if isinstance(exc, CronError) else None
-    error = FieldError(field=exc.field, message=exc.message, part=part)
+    errors = [_field_error(e) for e in exc.errors] or [_field_error(exc)]
     return problem_response(
-        request.url.path, 422, detail=exc.message, type_=VALIDATION, errors=[error]
+        request.url.path, 422, detail=exc.message, type_=VALIDATION, errors=errors
     )
 
 
@@ -177,13 +189,32 @@ def _unavailable(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _unauthenticated(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AuthenticationError)
+    if isinstance(exc, AccountLockedError):
+        headers = {"Retry-After": str(exc.retry_after)}
+        return problem_response(
+            request.url.path, 429, detail=exc.message, type_=LOCKED, headers=headers
+        )
+    error = ', error="invalid_token"' if exc.message.startswith("invalid access token") else ""
+    headers = {"WWW-Authenticate": WWW_AUTHENTICATE + error}
+    return problem_response(
+        request.url.path, 401, detail=exc.message, type_=UNAUTHORIZED, headers=headers
+    )
+
+
+def _forbidden(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PermissionDeniedError)
+    return problem_response(request.url.path, 403, detail=exc.message, type_=FORBIDDEN)
+
+
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else None
     return problem_response(request.url.path, exc.status_code, detail=detail, headers=exc.headers)
 
 
-def install_problem_handlers(app: FastAPI) -> None:
+def install_problem_handlers(app: FastAPI, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
     """Problem details for every error: handlers for the known ones, middleware for the rest,
     and the request body limit."""
     app.add_exception_handler(RequestValidationError, _request_invalid)
@@ -192,8 +223,10 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ConflictError, _conflict)
     app.add_exception_handler(PreconditionFailedError, _precondition)
     app.add_exception_handler(BackendUnavailableError, _unavailable)
+    app.add_exception_handler(AuthenticationError, _unauthenticated)
+    app.add_exception_handler(PermissionDeniedError, _forbidden)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     app.add_middleware(UnhandledErrorMiddleware)
 
 

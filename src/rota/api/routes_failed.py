@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Query, Response, status
 
-from rota.api.deps import Runtime, StoreDep
+from rota.api.deps import Audit, Runtime, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas import (
     MAX_LIMIT,
@@ -17,12 +17,22 @@ from rota.api.schemas import (
     OccurrenceDetail,
     UtcDatetime,
 )
+from rota.api.security import OperatorUser, requires
 from rota.core.errors import ValidationError
 from rota.core.models import FailureType
 from rota.core.ports import FailedQuery
+from rota.core.security import Role
 from rota.services.deadletters import resolve_failed, retry_failed
 
-router = APIRouter(prefix="/failed-occurrences", tags=["failed occurrences"])
+router = APIRouter(
+    prefix="/failed-occurrences",
+    tags=["failed occurrences"],
+    dependencies=[requires(Role.VIEWER)],
+)
+
+
+def _audit_view(record: FailedOccurrenceOut) -> dict[str, Any]:
+    return record.model_dump(mode="json", by_alias=True, exclude={"raw_message", "exception"})
 
 
 def parse_failure_types(values: list[str]) -> tuple[FailureType, ...]:
@@ -89,17 +99,32 @@ async def get_failed(failed_id: UUID, store: StoreDep) -> FailedOccurrenceOut:
     summary="Resolve a failed occurrence (note, action), or reopen it",
 )
 async def update_failed(
-    failed_id: UUID, body: FailedOccurrenceUpdate, runtime: Runtime
+    failed_id: UUID,
+    body: FailedOccurrenceUpdate,
+    runtime: Runtime,
+    user: OperatorUser,
+    audit: Audit,
 ) -> FailedOccurrenceOut:
+    before = FailedOccurrenceOut.of(await runtime.store.get_failed(failed_id))
     record = await resolve_failed(
         runtime.store,
         failed_id,
         resolution_note=body.resolution_note,
         resolution_action=body.resolution_action,
         resolved=body.resolved,
+        by=user.username,
         now=runtime.jobs.now(),
     )
-    return FailedOccurrenceOut.of(record)
+    after = FailedOccurrenceOut.of(record)
+    await audit.record(
+        user.username,
+        "failed_occurrence.updated",
+        "failed_occurrence",
+        failed_id,
+        before=_audit_view(before),
+        after=_audit_view(after),
+    )
+    return after
 
 
 @router.post(
@@ -108,9 +133,23 @@ async def update_failed(
     responses=problem_responses(404, 409, 422, 503),
     summary="Run the failed occurrence again as a new attempt (resolves the record)",
 )
-async def retry(failed_id: UUID, runtime: Runtime) -> OccurrenceDetail:
+async def retry(
+    failed_id: UUID, runtime: Runtime, user: OperatorUser, audit: Audit
+) -> OccurrenceDetail:
     occurrence = await retry_failed(
-        runtime.store, runtime.coordination, failed_id, now=runtime.jobs.now()
+        runtime.store,
+        runtime.coordination,
+        failed_id,
+        by=user.username,
+        now=runtime.jobs.now(),
+        events=runtime.jobs.events,
+    )
+    await audit.record(
+        user.username,
+        "failed_occurrence.retried",
+        "failed_occurrence",
+        failed_id,
+        after={"occurrenceId": str(occurrence.id), "attempt": occurrence.attempt},
     )
     return OccurrenceDetail.of(occurrence)
 
@@ -121,6 +160,16 @@ async def retry(failed_id: UUID, runtime: Runtime) -> OccurrenceDetail:
     responses=problem_responses(404, 422, 503),
     summary="Delete a failed-occurrence record (the occurrence is kept)",
 )
-async def delete_failed(failed_id: UUID, store: StoreDep) -> Response:
+async def delete_failed(
+    failed_id: UUID, store: StoreDep, user: OperatorUser, audit: Audit
+) -> Response:
+    before = FailedOccurrenceOut.of(await store.get_failed(failed_id))
     await store.delete_failed(failed_id)
+    await audit.record(
+        user.username,
+        "failed_occurrence.deleted",
+        "failed_occurrence",
+        failed_id,
+        before=_audit_view(before),
+    )
     return Response(status_code=status.HTTP_204_NO_CONTENT)

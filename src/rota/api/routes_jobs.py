@@ -1,4 +1,5 @@
-"""Jobs: create (one or many), list, read, change, delete, trigger, versions; cron preview.
+"""Jobs: create (one or many), list, read, change, delete, trigger, versions; cron preview;
+tags.
 
 Also the reference's shapes: ``POST /jobs/job`` (create) and ``PUT /jobs/job`` with
 ``{"id": …, "<field>": {"value": …, "isUpdated": true}}`` partial updates."""
@@ -9,13 +10,15 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Header, Query, Response, status
+from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
-from rota.api.deps import Jobs
+from rota.api.deps import Audit, Jobs, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas import (
     MAX_LIMIT,
     NO_NUL,
+    ApiModel,
     BulkCreate,
     JobCreate,
     JobList,
@@ -30,11 +33,20 @@ from rota.api.schemas import (
     UtcDatetime,
     unwrap_partial_updates,
 )
+from rota.api.security import OperatorUser, requires
 from rota.core.errors import ValidationError
+from rota.core.security import Role
 from rota.services.jobs import MAX_PREVIEW, JobService
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
-schedules = APIRouter(prefix="/schedules", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
+schedules = APIRouter(prefix="/schedules", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
+tags = APIRouter(prefix="/tags", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
+AUDITED_IDS = 1000
+"""A bulk create's audit entry names at most this many job ids."""
+
+
+def _audit_view(job: JobOut) -> dict[str, Any]:
+    return job.model_dump(mode="json", by_alias=True)
 
 
 @router.post(
@@ -43,10 +55,14 @@ schedules = APIRouter(prefix="/schedules", tags=["jobs"])
     responses=problem_responses(413, 422, 503),
     summary="Create a job",
 )
-async def create_job(body: JobCreate, jobs: Jobs, response: Response) -> JobOut:
-    job = await jobs.create_job(body.to_spec())
+async def create_job(
+    body: JobCreate, jobs: Jobs, response: Response, user: OperatorUser, audit: Audit
+) -> JobOut:
+    created = await jobs.create_job(body.to_spec(created_by=user.username))
+    job = out(created, jobs, response)
+    await audit.record(user.username, "job.created", "job", job.id, after=_audit_view(job))
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"
-    return out(job, jobs, response)
+    return job
 
 
 def out(job: Any, jobs: JobService, response: Response | None = None) -> JobOut:
@@ -73,8 +89,10 @@ IfMatch = Annotated[
     responses=problem_responses(413, 422, 503),
     summary="Create a job (the reference's path; same as POST /jobs)",
 )
-async def create_job_reference(body: JobCreate, jobs: Jobs, response: Response) -> JobOut:
-    return await create_job(body, jobs, response)
+async def create_job_reference(
+    body: JobCreate, jobs: Jobs, response: Response, user: OperatorUser, audit: Audit
+) -> JobOut:
+    return await create_job(body, jobs, response, user, audit)
 
 
 def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
@@ -103,6 +121,8 @@ def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
 )
 async def update_job_reference(
     jobs: Jobs,
+    user: OperatorUser,
+    audit: Audit,
     response: Response,
     body: Annotated[
         dict[str, Any],
@@ -120,7 +140,30 @@ async def update_job_reference(
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
         raise ValidationError(f"{where}: {error['msg']}", field=where or None) from None
-    return out(await jobs.update_job(job_id, patch.changes(), if_match=if_match), jobs, response)
+    return await _update(jobs, job_id, patch, user, audit, response, if_match)
+
+
+async def _update(
+    jobs: JobService,
+    job_id: UUID,
+    patch: JobPatch,
+    user: OperatorUser,
+    audit: Audit,
+    response: Response,
+    if_match: str | None,
+) -> JobOut:
+    before = out(await jobs.get_job(job_id), jobs)
+    changed = await jobs.update_job(job_id, patch.changes(), by=user.username, if_match=if_match)
+    after = out(changed, jobs, response)
+    await audit.record(
+        user.username,
+        "job.updated",
+        "job",
+        job_id,
+        before=_audit_view(before),
+        after=_audit_view(after),
+    )
+    return after
 
 
 @router.post(
@@ -129,8 +172,16 @@ async def update_job_reference(
     responses=problem_responses(413, 422, 503),
     summary="Create many jobs at once (all or none)",
 )
-async def create_jobs(body: BulkCreate, jobs: Jobs) -> JobList:
-    created = await jobs.create_jobs([item.to_spec() for item in body.jobs])
+async def create_jobs(body: BulkCreate, jobs: Jobs, user: OperatorUser, audit: Audit) -> JobList:
+    """Up to 10,000 jobs in one transaction: all are created or none. Every refused job is
+    named in the 422 problem's ``errors`` (``jobs[17].cronExpression``)."""
+    created = await jobs.create_jobs(
+        [item.to_spec(created_by=user.username) for item in body.jobs], field_prefix="jobs"
+    )
+    ids = [str(job.id) for job in created[:AUDITED_IDS]]
+    await audit.record(
+        user.username, "job.bulk_created", "job", after={"count": len(created), "ids": ids}
+    )
     return JobList(items=[out(job, jobs) for job in created])
 
 
@@ -171,9 +222,15 @@ async def get_job(job_id: UUID, jobs: Jobs, response: Response) -> JobOut:
     summary="Change some fields of a job",
 )
 async def update_job(
-    job_id: UUID, body: JobPatch, jobs: Jobs, response: Response, if_match: IfMatch = None
+    job_id: UUID,
+    body: JobPatch,
+    jobs: Jobs,
+    response: Response,
+    user: OperatorUser,
+    audit: Audit,
+    if_match: IfMatch = None,
 ) -> JobOut:
-    return out(await jobs.update_job(job_id, body.changes(), if_match=if_match), jobs, response)
+    return await _update(jobs, job_id, body, user, audit, response, if_match)
 
 
 @router.delete(
@@ -182,8 +239,12 @@ async def update_job(
     responses=problem_responses(404, 412, 422, 503),
     summary="Delete a job (its occurrences are kept)",
 )
-async def delete_job(job_id: UUID, jobs: Jobs, if_match: IfMatch = None) -> Response:
+async def delete_job(
+    job_id: UUID, jobs: Jobs, user: OperatorUser, audit: Audit, if_match: IfMatch = None
+) -> Response:
+    before = out(await jobs.get_job(job_id), jobs)
     await jobs.delete_job(job_id, if_match=if_match)
+    await audit.record(user.username, "job.deleted", "job", job_id, before=_audit_view(before))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -194,13 +255,25 @@ async def delete_job(job_id: UUID, jobs: Jobs, if_match: IfMatch = None) -> Resp
     summary="Run a job now",
 )
 async def trigger_job(
-    job_id: UUID, jobs: Jobs, body: Annotated[TriggerRequest | None, Body()] = None
+    job_id: UUID,
+    jobs: Jobs,
+    user: OperatorUser,
+    audit: Audit,
+    body: Annotated[TriggerRequest | None, Body()] = None,
 ) -> OccurrenceDetail:
     request = body or TriggerRequest()
     occurrence = await jobs.trigger(
         job_id, reason=request.reason, job_data=request.job_data, force=request.force
     )
-    return OccurrenceDetail.of(occurrence)
+    detail = OccurrenceDetail.of(occurrence)
+    await audit.record(
+        user.username,
+        "job.triggered",
+        "job",
+        job_id,
+        after={"occurrenceId": str(detail.id), "reason": request.reason, "force": request.force},
+    )
+    return detail
 
 
 @router.get(
@@ -224,3 +297,19 @@ async def preview(
     count: Annotated[int, Query(ge=1, le=MAX_PREVIEW)] = 5,
 ) -> Preview:
     return Preview(fires=jobs.preview(cron, time_zone, after, count))
+
+
+class TagOut(ApiModel):
+    tag: str
+    jobs: int = Field(description="Jobs carrying the tag.")
+
+
+class TagList(ApiModel):
+    items: list[TagOut] = Field(description="Every tag in use, by name.")
+
+
+@tags.get("", responses=problem_responses(503), summary="Tags in use, with their job counts")
+async def list_tags(store: StoreDep) -> TagList:
+    """Every tag of any job with how many jobs carry it. List a tag's jobs with
+    ``GET /jobs?tag=``."""
+    return TagList(items=[TagOut(tag=t.tag, jobs=t.jobs) for t in await store.tags()])

@@ -8,7 +8,7 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Query, Response
 from fastapi import status as http
 
-from rota.api.deps import Runtime, StoreDep
+from rota.api.deps import Audit, Runtime, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas import (
     MAX_LIMIT,
@@ -21,12 +21,16 @@ from rota.api.schemas import (
     UtcDatetime,
     status_name,
 )
+from rota.api.security import OperatorUser, requires
 from rota.core.errors import ValidationError
 from rota.core.models import OccurrenceStatus, utcnow
 from rota.core.ports import OccurrenceQuery
+from rota.core.security import Role
 from rota.services import cancellation
 
-router = APIRouter(prefix="/occurrences", tags=["occurrences"])
+router = APIRouter(
+    prefix="/occurrences", tags=["occurrences"], dependencies=[requires(Role.VIEWER)]
+)
 
 _BY_NAME = {status_name(s).lower(): s for s in OccurrenceStatus} | {
     s.name.lower(): s for s in OccurrenceStatus
@@ -120,17 +124,29 @@ async def cancel_occurrence(
     occurrence_id: UUID,
     runtime: Runtime,
     response: Response,
+    user: OperatorUser,
+    audit: Audit,
     body: Annotated[CancelRequest | None, Body()] = None,
 ) -> OccurrenceDetail:
     """A Queued occurrence is Cancelled at once (200). A Running one is cancelled through its
     worker (202): it ends Cancelled when the worker reports. One that has ended: 409."""
+    reason = (body or CancelRequest()).reason
     outcome = await cancellation.cancel_occurrence(
         runtime.store,
         runtime.coordination,
         occurrence_id,
-        reason=(body or CancelRequest()).reason,
+        reason=reason,
         now=utcnow(),
+        events=runtime.jobs.events,
     )
     if outcome.requested:
         response.status_code = http.HTTP_202_ACCEPTED
-    return OccurrenceDetail.of(outcome.occurrence)
+    detail = OccurrenceDetail.of(outcome.occurrence)
+    await audit.record(
+        user.username,
+        "occurrence.cancelled",
+        "occurrence",
+        occurrence_id,
+        after={"status": detail.status, "requested": outcome.requested, "reason": reason},
+    )
+    return detail

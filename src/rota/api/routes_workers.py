@@ -7,45 +7,19 @@ its heartbeat keeps its registration alive.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter
 
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
-from rota.api.schemas import ApiModel
+from rota.api.schemas import WorkerGroupOut, WorkerInstanceOut, WorkerList
+from rota.api.security import requires
+from rota.core.errors import NotFoundError
 from rota.core.models import WorkerInfo
+from rota.core.security import Role
 
-router = APIRouter(prefix="/workers", tags=["workers"])
-
-
-class WorkerInstanceOut(ApiModel):
-    instance_id: str
-    host: str
-    pid: int
-    version: str
-    concurrency: int
-    current_load: int
-    started_at: datetime
-    last_heartbeat: datetime
-    job_types: list[str]
-
-
-class WorkerGroupOut(ApiModel):
-    worker_id: str
-    """The group: jobs naming it are routed to its queue."""
-    instances: list[WorkerInstanceOut]
-    capacity: int
-    """The concurrency of all its live instances together."""
-    load: int
-    """Jobs its instances run now."""
-    job_types: dict[str, dict[str, Any]]
-    """Job type -> what an instance declared about it (data schema, defaults, schedule)."""
-
-
-class WorkerList(ApiModel):
-    items: list[WorkerGroupOut]
+router = APIRouter(prefix="/workers", tags=["workers"], dependencies=[requires(Role.VIEWER)])
 
 
 def _instance(info: WorkerInfo) -> WorkerInstanceOut:
@@ -89,3 +63,17 @@ def group_workers(workers: list[WorkerInfo]) -> list[WorkerGroupOut]:
 @router.get("", responses=problem_responses(503), summary="Live worker groups and instances")
 async def list_workers(runtime: Runtime) -> WorkerList:
     return WorkerList(items=group_workers(await runtime.coordination.workers()))
+
+
+@router.get(
+    "/{worker_id}",
+    responses=problem_responses(404, 422, 503),
+    summary="One live worker group: its instances, job types (data schemas) and load",
+)
+async def get_worker_group(worker_id: str, runtime: Runtime) -> WorkerGroupOut:
+    groups = group_workers(
+        [w for w in await runtime.coordination.workers() if w.worker_id == worker_id]
+    )
+    if not groups:
+        raise NotFoundError("worker group", worker_id)
+    return groups[0]

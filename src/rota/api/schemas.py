@@ -664,3 +664,90 @@ class FailedOccurrenceOut(ApiModel):
 class FailedOccurrencePage(ApiModel):
     items: list[FailedOccurrenceOut]
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
+
+
+# --- workers ---------------------------------------------------------------------------------
+
+
+class WorkerInstanceOut(ApiModel):
+    instance_id: str
+    host: str
+    pid: int
+    version: str
+    concurrency: int
+    current_load: int
+    started_at: datetime
+    last_heartbeat: datetime
+    job_types: list[str]
+
+
+class WorkerGroupOut(ApiModel):
+    worker_id: str
+    """The group: jobs naming it are routed to its queue."""
+    instances: list[WorkerInstanceOut]
+    capacity: int
+    """The concurrency of all its live instances together."""
+    load: int
+    """Jobs its instances run now."""
+    job_types: dict[str, dict[str, Any]]
+    """Job type -> what an instance declared about it (data schema, defaults, schedule)."""
+
+
+class WorkerList(ApiModel):
+    items: list[WorkerGroupOut]
+
+
+# --- statistics ------------------------------------------------------------------------------
+
+
+class OccurrenceCounts(ApiModel):
+    total: int
+    by_status: dict[str, int] = Field(description="Status name -> occurrences, all time.")
+
+
+class JobCounts(ApiModel):
+    total: int
+    active: int
+
+
+class WindowStats(ApiModel):
+    """What ended in the last 24 hours (by end time)."""
+
+    since: datetime
+    executions: int = Field(description="Completed + failed + cancelled.")
+    completed: int
+    failed: int = Field(description="Failed or TimedOut.")
+    cancelled: int
+    success_rate: float | None = Field(
+        description="Percent of completed among completed and failed; null when none ended."
+    )
+    average_duration_ms: float | None = Field(description="Mean over the completed ones.")
+
+
+class WorkerCounts(ApiModel):
+    groups: int
+    instances: int = Field(description="Live worker instances (online).")
+    capacity: int = Field(description="Their concurrency together.")
+    load: int = Field(description="Jobs they run now (as of their last heartbeats).")
+
+
+class Overview(ApiModel):
+    occurrences: OccurrenceCounts
+    jobs: JobCounts
+    last24h: WindowStats = Field(alias="last24h")
+    workers: WorkerCounts
+    generated_at: datetime
+
+
+class ThroughputPointOut(ApiModel):
+    start: datetime
+    completed: int
+    failed: int
+
+
+class Throughput(ApiModel):
+    window_seconds: int
+    bucket_seconds: int
+    start: datetime
+    end: datetime
+    points: list[ThroughputPointOut] = Field(description="Oldest first, empty buckets included.")

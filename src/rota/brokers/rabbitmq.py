@@ -929,11 +929,13 @@ class RabbitMQBroker(Broker):
 
     # --- inspection -------------------------------------------------------------------------
 
-    async def queue_depths(self) -> dict[str, int]:
-        """Messages ready in the job queues of the groups this broker declared or consumed,
-        and in the status, log and dead-letter queues."""
+    async def queue_depths(self, groups: Sequence[str] = ()) -> dict[str, int]:
+        """Messages ready in the job queues of the groups this broker declared or consumed
+        and of ``groups``, and in the status, log and dead-letter queues (passive declares:
+        a queue that does not exist is left out)."""
         names = self.names
-        queues = [names.job_queue(group) for group in sorted(self._bindings)]
+        known = sorted(set(self._bindings) | set(groups))
+        queues = [names.job_queue(group) for group in known]
         queues += [names.status_queue, names.logs_queue, names.dead_letter_queue]
         channel = await self._new_channel()
         depths: dict[str, int] = {}
@@ -941,11 +943,13 @@ class RabbitMQBroker(Broker):
             with _translated("read queue depths"):
                 async with asyncio.timeout(self.operation_timeout):
                     for name in queues:
-                        # a missing queue closes the channel; the robust channel reopens
                         underlay = await channel.get_underlay_channel()
                         try:
                             declared = await underlay.queue_declare(name, passive=True)
                         except ChannelNotFoundEntity:
+                            # a missing queue closes the channel: go on on a new one
+                            await _quietly(channel.close(), "close channel")
+                            channel = await self._new_channel()
                             continue
                         depths[name] = int(declared.message_count or 0)
         finally:

@@ -1,4 +1,5 @@
-"""In-memory coordination (embedded mode): leases, heartbeats, worker registry, wake-ups.
+"""In-memory coordination (embedded mode): leases, heartbeats, worker registry, wake-ups,
+and the change-event feed (a bounded deque of the last ``event_cap`` events).
 
 Time comes from an injectable ``clock`` (epoch seconds) so tests can move it without sleeping.
 Fences are kept per bucket for the life of the object, also while a bucket is unleased: a
@@ -9,11 +10,13 @@ live lease keeps its fence.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
+from rota.core.events import Event, EventId, format_event_id, parse_event_id
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination, Lease
 
@@ -23,6 +26,9 @@ Clock = Callable[[], float]
 
 _WAKEUP_BACKLOG = 1024
 """Wake-ups kept for a subscriber that does not read; beyond this the oldest are dropped."""
+
+EVENT_CAP = 10_000
+"""Events the feed keeps for replay by default."""
 
 
 class _Wakeups(Generic[T]):
@@ -65,8 +71,17 @@ class _Wakeups(Generic[T]):
 class MemoryCoordination(Coordination):
     """:class:`~rota.core.ports.Coordination` within one process (embedded mode)."""
 
-    def __init__(self, *, clock: Clock = time.time) -> None:
+    def __init__(self, *, clock: Clock = time.time, event_cap: int = EVENT_CAP) -> None:
         self._clock = clock
+        self._feed: collections.deque[tuple[int, EventId, Event]] = collections.deque(
+            maxlen=max(1, event_cap)
+        )
+        """``(position, id, event)``; positions count up by one per event ever published."""
+        self._published = 0
+        self._dropped = False
+        self._last_entry = (0, 0)
+        self._feed_changed: asyncio.Condition | None = None
+        self._feed_readers: set[_FeedReader] = set()
         self._leases: dict[int, Lease] = {}
         self._fences: dict[int, int] = {}
         self._instances: dict[str, tuple[dict[str, str], float]] = {}
@@ -77,6 +92,10 @@ class MemoryCoordination(Coordination):
         subscribers, self._subscribers = self._subscribers, set()
         for subscriber in subscribers:
             await subscriber.aclose()
+        readers, self._feed_readers = self._feed_readers, set()
+        for reader in readers:
+            reader.closed = True
+        await self._notify_feed()
 
     # --- bucket leases --------------------------------------------------------------------
 
@@ -151,3 +170,120 @@ class MemoryCoordination(Coordination):
 
     def cancellations(self) -> _Wakeups[UUID]:
         return _Wakeups(self, "cancel")
+
+    # --- change events --------------------------------------------------------------------
+
+    async def publish_events(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        ms = int(self._clock() * 1000)
+        last_ms, last_seq = self._last_entry
+        entry = (ms, 0) if ms > last_ms else (last_ms, last_seq + 1)
+        self._last_entry = entry
+        ms, seq = entry
+        feed = self._feed
+        if feed.maxlen is not None and len(feed) + len(events) > feed.maxlen:
+            self._dropped = True
+        first = self._published + 1
+        self._feed.extend(
+            zip(
+                range(first, first + len(events)),
+                ((ms, seq, n) for n in range(len(events))),
+                events,
+                strict=True,
+            )
+        )
+        self._published += len(events)
+        await self._notify_feed()
+
+    async def _notify_feed(self) -> None:
+        condition = self._feed_changed
+        if condition is not None:
+            async with condition:
+                condition.notify_all()
+
+    def _condition(self) -> asyncio.Condition:
+        if self._feed_changed is None:
+            self._feed_changed = asyncio.Condition()
+        return self._feed_changed
+
+    def _position_after(self, after: EventId | None) -> int:
+        """The position of the last kept event with an id ``<= after`` (the one before the
+        oldest kept if none is; ``None``: before the oldest)."""
+        feed = self._feed
+        if not feed:
+            return self._published
+        oldest = feed[0][0]
+        if after is None:
+            return oldest - 1
+        low, high = 0, len(feed)  # first index whose id is > after
+        while low < high:
+            middle = (low + high) // 2
+            if feed[middle][1] <= after:
+                low = middle + 1
+            else:
+                high = middle
+        return oldest - 1 + low
+
+    def _take(self, position: int, limit: int) -> list[tuple[int, EventId, Event]]:
+        """Up to ``limit`` kept events after ``position`` (from the oldest kept if it has
+        dropped out)."""
+        feed = self._feed
+        if not feed:
+            return []
+        start = max(0, position + 1 - feed[0][0])
+        end = min(len(feed), start + limit)
+        return [feed[i] for i in range(start, end)]
+
+    async def replay(self, after: str | None, limit: int = 1000) -> list[tuple[str, Event]]:
+        position = self._position_after(None if after is None else parse_event_id(after))
+        return [(format_event_id(i), e) for _, i, e in self._take(position, max(0, limit))]
+
+    async def feed_horizon(self) -> str | None:
+        if not self._dropped or not self._feed:
+            return None
+        return format_event_id(self._feed[0][1])
+
+    def events(self, after: str | None = None) -> _FeedReader:
+        parsed = None if after is None else parse_event_id(after)
+        position = self._published if parsed is None else self._position_after(parsed)
+        reader = _FeedReader(self, position)
+        self._feed_readers.add(reader)
+        return reader
+
+
+class _FeedReader:
+    """One :meth:`MemoryCoordination.events` subscriber: reads the feed from its position."""
+
+    _BATCH = 256
+
+    def __init__(self, owner: MemoryCoordination, position: int) -> None:
+        self._owner = owner
+        self._position = position
+        self._buffer: collections.deque[tuple[str, Event]] = collections.deque()
+        self.closed = False
+
+    def __aiter__(self) -> _FeedReader:
+        return self
+
+    async def __anext__(self) -> tuple[str, Event]:
+        owner = self._owner
+        while not self._buffer:
+            if self.closed:
+                raise StopAsyncIteration
+            taken = owner._take(self._position, self._BATCH)
+            if taken:
+                self._position = taken[-1][0]
+                self._buffer.extend((format_event_id(i), e) for _, i, e in taken)
+                break
+            condition = owner._condition()
+            async with condition:
+                if self.closed or owner._published > self._position:
+                    continue
+                await condition.wait()
+        return self._buffer.popleft()
+
+    async def aclose(self) -> None:
+        self.closed = True
+        self._owner._feed_readers.discard(self)
+        await self._owner._notify_feed()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import UUID, uuid4
@@ -30,6 +30,7 @@ from uuid import UUID, uuid4
 import orjson
 
 from rota.core.errors import BackendUnavailableError
+from rota.core.events import Event, EventId, format_event_id, parse_event_id
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination, Lease
 from rota.redis_client import DEFAULT_SOCKET_TIMEOUT, connect, unavailable
@@ -165,6 +166,13 @@ return out
 _WAKEUP_CAP = 1000
 """Approximate number of wake-ups the stream keeps (``MAXLEN ~``)."""
 
+EVENT_CAP = 2000
+"""Approximate number of entries the event stream keeps (``MAXLEN ~``) by default."""
+EVENTS_PER_ENTRY = 100
+"""Events packed into one stream entry at most: a batch of events is one ``XADD`` per this
+many (in one pipeline), so the feed costs the hot paths next to nothing per event."""
+_EVENTS_FIELD = b"e"
+
 
 def _uuid(raw: bytes) -> UUID:
     return UUID(raw.decode())
@@ -223,9 +231,11 @@ class RedisCoordination(Coordination):
         prefix: str = DEFAULT_PREFIX,
         close_client: bool = False,
         wakeup_cap: int = _WAKEUP_CAP,
+        event_cap: int = EVENT_CAP,
         block_seconds: float = 1.0,
     ) -> None:
         self._redis = redis
+        self._event_cap = max(1, event_cap)
         self._keys = RedisKeys(prefix)
         self._close_client = close_client
         self._closed = False
@@ -254,9 +264,11 @@ class RedisCoordination(Coordination):
         *,
         prefix: str = DEFAULT_PREFIX,
         socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
+        event_cap: int = EVENT_CAP,
     ) -> RedisCoordination:
         """A coordination with its own client, closed with it."""
-        return cls(connect(url, socket_timeout=socket_timeout), prefix=prefix, close_client=True)
+        client = connect(url, socket_timeout=socket_timeout)
+        return cls(client, prefix=prefix, close_client=True, event_cap=event_cap)
 
     async def close(self) -> None:
         """End every wake-up iterator and close the client if owned (idempotent)."""
@@ -421,7 +433,7 @@ class RedisCoordination(Coordination):
             )
 
     def wakeups(self) -> _StreamWakeups[float]:
-        subscriber = _StreamWakeups(self, self._keys.wakeups, b"due", float)
+        subscriber = _StreamWakeups(self, self._keys.wakeups, _one_field(b"due", float))
         self._subscribers.add(subscriber)
         return subscriber
 
@@ -445,7 +457,82 @@ class RedisCoordination(Coordination):
                 await pipe.execute()
 
     def cancellations(self) -> _StreamWakeups[UUID]:
-        subscriber = _StreamWakeups(self, self._keys.cancellations, b"occurrence", _uuid)
+        subscriber = _StreamWakeups(
+            self, self._keys.cancellations, _one_field(b"occurrence", _uuid)
+        )
+        self._subscribers.add(subscriber)
+        return subscriber
+
+    # --- change events --------------------------------------------------------------------
+
+    async def publish_events(self, events: Sequence[Event]) -> None:
+        """One ``XADD`` per :data:`EVENTS_PER_ENTRY` events (a field ``e`` holding a JSON array
+        of ``[type, data]`` pairs), in one pipeline; the stream keeps about ``event_cap``
+        entries."""
+        if not events:
+            return
+        starting = [s.start for s in self._subscribers if s.start is not None]
+        if starting:
+            await asyncio.wait(starting)
+        step = EVENTS_PER_ENTRY
+        with unavailable("publish events"):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for i in range(0, len(events), step):
+                    packed = orjson.dumps([[e.type, e.data] for e in events[i : i + step]])
+                    pipe.xadd(
+                        self._keys.events,
+                        {_EVENTS_FIELD: packed},
+                        maxlen=self._event_cap,
+                        approximate=True,
+                    )
+                await pipe.execute()
+
+    async def replay(self, after: str | None, limit: int = 1000) -> list[tuple[str, Event]]:
+        start = None if after is None else parse_event_id(after)
+        out: list[tuple[str, Event]] = []
+        low = b"-" if start is None else f"{start[0]}-{start[1]}".encode()
+        while len(out) < limit:
+            with unavailable("replay events"):
+                entries: Any = await self._redis.xrange(self._keys.events, min=low, count=100)
+            for entry_id, fields in entries:
+                out.extend(_unpack_events(bytes(entry_id), fields, start))
+            if len(entries) < 100:
+                break
+            low = b"(" + bytes(entries[-1][0])
+        return out[:limit]
+
+    async def feed_horizon(self) -> str | None:
+        """From ``XINFO STREAM``: more entries added than the stream holds means it trimmed
+        some; the oldest kept is its first entry."""
+        from redis.exceptions import ResponseError
+
+        with unavailable("read the event stream"):
+            try:
+                info: Any = await self._redis.xinfo_stream(self._keys.events)
+            except ResponseError:  # no such key: nothing published (or Redis lost it)
+                return None
+        added, length = info.get("entries-added"), info.get("length")
+        first = info.get("first-entry")
+        if added is None or length is None or added <= length or not first:
+            return None
+        return f"{bytes(first[0]).decode()}-0"
+
+    def events(self, after: str | None = None) -> _StreamWakeups[tuple[str, Event]]:
+        start = None if after is None else parse_event_id(after)
+
+        def unpack(entry_id: bytes, fields: Any) -> list[tuple[str, Event]]:
+            return _unpack_events(entry_id, fields, None)
+
+        async def start_at() -> tuple[bytes, list[tuple[str, Event]]]:
+            if start is None:
+                return await self._stream_tail(self._keys.events), []
+            entry = f"{start[0]}-{start[1]}".encode()
+            with unavailable("replay events"):
+                found: Any = await self._redis.xrange(self._keys.events, entry, entry)
+            first = [] if not found else _unpack_events(entry, found[0][1], start)
+            return entry, first
+
+        subscriber = _StreamWakeups(self, self._keys.events, unpack, start_at)
         self._subscribers.add(subscriber)
         return subscriber
 
@@ -456,20 +543,58 @@ class RedisCoordination(Coordination):
         return bytes(last[0][0]) if last else b"0-0"
 
 
+_Unpacker = Callable[[bytes, Any], list[T]]
+"""``unpack(entry_id, fields)`` -> the items of one stream entry (``KeyError`` or
+``ValueError`` for an unreadable one)."""
+_StartAt = Callable[[], Awaitable[tuple[bytes, list[T]]]]
+"""Finds where a reader starts: the id after which it reads, and items to yield first."""
+
+
+def _one_field(field: bytes, parse: Callable[[bytes], T]) -> _Unpacker[T]:
+    def unpack(_entry_id: bytes, fields: Any) -> list[T]:
+        return [parse(fields[field])]
+
+    return unpack
+
+
+def _unpack_events(entry_id: bytes, fields: Any, after: EventId | None) -> list[tuple[str, Event]]:
+    """The events of one stream entry with their ids, leaving out those ``<= after``; an
+    unreadable entry is logged and skipped."""
+    ms, _, seq = entry_id.decode().partition("-")
+    base = (int(ms), int(seq))
+    try:
+        pairs = orjson.loads(fields[_EVENTS_FIELD])
+        events = [Event(str(kind), dict(data)) for kind, data in pairs]
+    except (KeyError, ValueError, TypeError):
+        log.warning("unreadable event entry %r", entry_id)
+        return []
+    out = []
+    for n, event in enumerate(events):
+        event_id = (*base, n)
+        if after is None or event_id > after:
+            out.append((format_event_id(event_id), event))
+    return out
+
+
 class _StreamWakeups(Generic[T]):
-    """One :meth:`RedisCoordination.wakeups` (or ``cancellations``) subscriber: reads its
-    stream from the id it started at, on its own connection. ``aclose()`` (or the
-    coordination's close) ends it, also while a read is waiting."""
+    """One subscriber of a stream (:meth:`RedisCoordination.wakeups`, ``cancellations``,
+    ``events``): reads it from where ``start_at`` says (by default: its tail when the
+    subscriber is created), on its own connection. ``aclose()`` (or the coordination's close)
+    ends it, also while a read is waiting."""
 
     _RETRY_DELAY = 0.5
 
     def __init__(
-        self, owner: RedisCoordination, stream: str, field: bytes, parse: Callable[[bytes], T]
+        self,
+        owner: RedisCoordination,
+        stream: str,
+        unpack: _Unpacker[T],
+        start_at: _StartAt[T] | None = None,
     ) -> None:
         self._owner = owner
         self._stream = stream
-        self._field = field
-        self._parse = parse
+        self._unpack = unpack
+        self._start_at = start_at or self._tail
         self._last_id: bytes | None = None
         self._buffer: collections.deque[T] = collections.deque()
         self._closed = False
@@ -479,18 +604,26 @@ class _StreamWakeups(Generic[T]):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return  # no loop yet: the first read finds the tail
+            return  # no loop yet: the first read finds the start
         self.start = asyncio.ensure_future(self._find_start())
         self.start.add_done_callback(self._started)
+
+    async def _tail(self) -> tuple[bytes, list[T]]:
+        return await self._owner._stream_tail(self._stream), []
 
     def _started(self, _: object) -> None:
         self.start = None
 
     async def _find_start(self) -> None:
         try:
-            self._last_id = await self._owner._stream_tail(self._stream)
+            await self._begin()
         except BackendUnavailableError as exc:
-            log.warning("wake-up subscription could not read the stream: %s", exc)
+            log.warning("stream subscription could not read the stream: %s", exc)
+
+    async def _begin(self) -> None:
+        last_id, first = await self._start_at()
+        self._last_id = last_id
+        self._buffer.extend(first)
 
     def __aiter__(self) -> _StreamWakeups[T]:
         return self
@@ -518,10 +651,12 @@ class _StreamWakeups(Generic[T]):
             await asyncio.wait({self.start})
         try:
             if self._last_id is None:
-                self._last_id = await self._owner._stream_tail(self._stream)
+                await self._begin()
+                if self._buffer:
+                    return
             await self._read()
         except BackendUnavailableError as exc:
-            log.warning("wake-up read failed, retrying: %s", exc)
+            log.warning("stream read failed, retrying: %s", exc)
             await asyncio.sleep(self._RETRY_DELAY)
 
     async def _read(self) -> None:
@@ -529,7 +664,7 @@ class _StreamWakeups(Generic[T]):
             self._client = self._owner._redis.client()
         stream = self._stream
         assert self._last_id is not None
-        with unavailable("read wake-ups"):
+        with unavailable("read a stream"):
             found: Any = await self._client.xread(
                 {stream: self._last_id}, count=100, block=self._owner._block_ms
             )
@@ -538,8 +673,8 @@ class _StreamWakeups(Generic[T]):
             for entry_id, fields in entries:
                 self._last_id = bytes(entry_id)
                 try:
-                    self._buffer.append(self._parse(fields[self._field]))
-                except (KeyError, ValueError):
+                    self._buffer.extend(self._unpack(self._last_id, fields))
+                except (KeyError, ValueError, TypeError):
                     log.warning("unreadable entry %r in %s", fields, stream)
 
     async def aclose(self) -> None:
@@ -550,6 +685,9 @@ class _StreamWakeups(Generic[T]):
             future.cancel()
         if pending:
             await asyncio.wait(pending)
+        for future in pending:  # a read cut short may end in the driver's own error: seen
+            if not future.cancelled():
+                future.exception()
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()

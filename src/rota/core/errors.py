@@ -6,6 +6,8 @@ HTTP status mapping lives only in the API's exception handlers; here errors carr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class RotaError(Exception):
     """Root of every error Rota raises on purpose."""
@@ -35,9 +37,18 @@ class PreconditionFailedError(RotaError):
 class ValidationError(RotaError):
     """Input was refused. ``field`` names the offending input field (API name, camelCase)."""
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        errors: Sequence[ValidationError] = (),
+    ) -> None:
         super().__init__(message)
         self.field = field
+        self.errors: tuple[ValidationError, ...] = tuple(errors)
+        """When several inputs were refused at once (a bulk create): each one, with its
+        field."""
 
 
 class CronError(ValidationError):
@@ -67,3 +78,20 @@ class PermanentError(RotaError):
 
 class JobCancelledError(RotaError):
     """Raised inside a handler by ``ctx.check_cancelled()`` once the occurrence is cancelled."""
+
+
+class AuthenticationError(RotaError):
+    """Who is calling could not be established: no, a bad or an expired token, or wrong
+    credentials. The message never tells whether a user exists."""
+
+
+class AccountLockedError(AuthenticationError):
+    """Too many failed logins: the account (or the name) is locked for ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermissionDeniedError(RotaError):
+    """The caller is known but its role does not allow this."""

@@ -269,6 +269,9 @@ class Occurrence:
     """Why it exists when not scheduled: a manual trigger's reason."""
     retry_delay_seconds: float | None = None
     """The job's retry delay override when it fired (``None``: the job type's)."""
+    traceparent: str | None = None
+    """The W3C trace context of the span that created it (tracing on): every attempt's
+    message carries it, so retries join the same trace."""
     status_changes: tuple[StatusChange, ...] = ()
 
     @property
@@ -324,6 +327,8 @@ class JobMessage:
     original_correlation_id: UUID | None = None
     retry_delay_seconds: float | None = None
     """The job's base retry delay; ``None``: the worker's job type's ``retry_delay``."""
+    traceparent: str | None = None
+    """W3C trace context (the ``traceparent`` header), when tracing is on."""
 
     @property
     def correlation_id(self) -> UUID:
@@ -382,3 +387,14 @@ class WorkerInfo:
     current_load: int = 0
     started_at: datetime = field(default_factory=utcnow)
     last_heartbeat: datetime = field(default_factory=utcnow)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatcherState:
+    """Whether the dispatchers of every server are stopped (no fire is dispatched while they
+    are), why, by whom and since when."""
+
+    paused: bool = False
+    reason: str | None = None
+    by: str | None = None
+    changed_at: datetime | None = None

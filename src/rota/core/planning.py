@@ -184,6 +184,13 @@ def with_type_defaults(job: Job, description: Mapping[str, Any] | None) -> Job:
 def first_run_at(job: Job, now: datetime) -> datetime | None:
     """The first fire of a new (or rescheduled) job: ``execute_at`` for a one-time job (even if
     past: it runs at once), else the first cron fire after ``now``."""
-    if job.cron_expression is not None:
-        return parse_cached(job.cron_expression, job.time_zone).next_after(now)
-    return job.execute_at
+    return first_fire(job.cron_expression, job.time_zone, job.execute_at, now)
+
+
+def first_fire(
+    cron_expression: str | None, time_zone: str, execute_at: datetime | None, now: datetime
+) -> datetime | None:
+    """:func:`first_run_at` of a schedule given by its fields."""
+    if cron_expression is not None:
+        return parse_cached(cron_expression, time_zone).next_after(now)
+    return execute_at

@@ -16,7 +16,9 @@ from typing import Generic, TypeVar
 from uuid import UUID
 
 from rota.core.autodisable import AutoDisableDefaults
+from rota.core.events import Event
 from rota.core.models import (
+    DispatcherState,
     FailedOccurrence,
     FailureType,
     Job,
@@ -30,6 +32,7 @@ from rota.core.models import (
     ZombiePolicy,
 )
 from rota.core.planning import FirePlan
+from rota.core.security import AuditEntry, AuditQuery, RefreshOutcome, RefreshToken, User
 from rota.core.wire import DeadLetter
 
 T = TypeVar("T")
@@ -97,6 +100,38 @@ def truncate_text(text: str | None, limit: int = FAILURE_TEXT_LIMIT) -> str | No
     return text[: max(0, limit - len(TRUNCATED_MARK))] + TRUNCATED_MARK
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreOverview:
+    """Counts for the overview page (:meth:`Store.overview`)."""
+
+    by_status: dict[OccurrenceStatus, int]
+    """Every occurrence ever recorded, by status (every status present, zeros included)."""
+    jobs: int
+    active_jobs: int
+    completed: int
+    """Occurrences that ended Completed since the window's start."""
+    failed: int
+    """Occurrences that ended Failed or TimedOut since the window's start."""
+    cancelled: int
+    average_duration_ms: float | None
+    """Mean duration of the window's Completed occurrences that have one."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputPoint:
+    start: datetime
+    """The bucket covers ``[start, start + bucket)``."""
+    completed: int
+    failed: int
+    """Failed or TimedOut."""
+
+
+@dataclass(frozen=True, slots=True)
+class TagCount:
+    tag: str
+    jobs: int
+
+
 @dataclass(frozen=True, slots=True)
 class DueEntry:
     """A job's next fire time as the schedule index holds it."""
@@ -136,6 +171,11 @@ class AppliedChange:
     to_status: OccurrenceStatus
     attempt: int
     """The attempt the occurrence is at after the change (a retry increments it)."""
+    job_type: str = ""
+    worker_id: str | None = None
+    """The worker group the occurrence's job names."""
+    instance_id: str | None = None
+    """The worker instance whose report made the change (``None``: not a worker's)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +212,15 @@ class ProbeScan:
     due: list[Job]
     after: UUID | None = None
     """Pass back as ``after`` for the next page; ``None``: no candidates left."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PurgeBatch:
+    """One step of :meth:`Store.purge_occurrences`."""
+
+    deleted: int
+    next_after: UUID | None
+    """Pass back as ``after`` for the next step; ``None``: nothing more to look at."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -441,6 +490,36 @@ class Store(abc.ABC):
     ) -> dict[OccurrenceStatus, int]:
         """How many occurrences there are by status (only the given statuses if any)."""
 
+    # --- statistics ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def overview(self, since: datetime) -> StoreOverview:
+        """Occurrence counts by status (all time), job counts, and what ended since ``since``
+        (by ``end_time``): Completed, Failed or TimedOut, Cancelled, and the mean duration of
+        the Completed ones. Aggregates over indexed columns, a few statements."""
+
+    @abc.abstractmethod
+    async def throughput(
+        self, start: datetime, bucket_seconds: int, buckets: int
+    ) -> list[ThroughputPoint]:
+        """Occurrences that ended Completed, and Failed or TimedOut, per bucket of
+        ``bucket_seconds`` from ``start`` (by ``end_time``): exactly ``buckets`` points, in
+        time order, empty buckets included. One aggregate statement."""
+
+    @abc.abstractmethod
+    async def tags(self) -> list[TagCount]:
+        """Every tag with how many jobs carry it, by tag name."""
+
+    # --- control --------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def dispatcher_state(self) -> DispatcherState:
+        """The dispatchers' stop switch as last set (not paused if never set)."""
+
+    @abc.abstractmethod
+    async def set_dispatcher_state(self, state: DispatcherState) -> None:
+        """Store the dispatchers' stop switch (every server reads it)."""
+
     # --- failed occurrences (dead letters) ----------------------------------------------------
 
     @abc.abstractmethod
@@ -494,6 +573,135 @@ class Store(abc.ABC):
         ``NotFoundError`` if the record does not exist; ``ConflictError`` if it names no
         occurrence (a poison message), the occurrence is gone, or it is not in a failed
         status (already retried, or it never failed)."""
+
+    # --- retention and silence ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def purge_occurrences(
+        self,
+        status: OccurrenceStatus,
+        created_before: datetime,
+        limit: int,
+        after: UUID | None = None,
+    ) -> PurgeBatch:
+        """One retention step over occurrences in ``status`` (a final one: ``ValueError``
+        otherwise), in one short transaction: look at the ``limit`` oldest (by id) after
+        ``after``, and delete those created before ``created_before`` with their status
+        changes and log lines. An occurrence with an unresolved failed-occurrence record is
+        kept (it may still be retried). The batch says how many were deleted and where the
+        next step starts (``None``: done — fewer than ``limit`` left, or one created after
+        ``created_before`` was reached)."""
+
+    @abc.abstractmethod
+    async def purge_logs(self, before: datetime, limit: int) -> int:
+        """Delete log lines whose timestamp is before ``before``, among the ``limit`` oldest
+        stored (in order of arrival), in one statement; returns how many. 0 means the oldest
+        lines are not old enough: nothing more to do (a line that arrived long after its
+        timestamp waits until the lines stored before it have gone)."""
+
+    @abc.abstractmethod
+    async def purge_failed(self, resolved_before: datetime, limit: int) -> int:
+        """Delete at most ``limit`` resolved failed-occurrence records resolved before
+        ``resolved_before``, oldest first, in one statement; returns how many. Unresolved
+        records are never deleted."""
+
+    @abc.abstractmethod
+    async def recurring_jobs(
+        self, buckets: Sequence[int], limit: int, after: UUID | None = None
+    ) -> list[Job]:
+        """Active jobs with a cron expression in ``buckets``, by id, the first ``limit`` after
+        ``after`` (one-time jobs are never read)."""
+
+    @abc.abstractmethod
+    async def jobs_with_fires(
+        self, job_ids: Sequence[UUID], start: datetime, end: datetime
+    ) -> set[UUID]:
+        """Of ``job_ids``, those with at least one occurrence (any status, Skipped included)
+        scheduled for a time in ``[start, end]``."""
+
+    # --- users, refresh tokens, audit (security) ----------------------------------------------
+
+    @abc.abstractmethod
+    async def create_user(self, user: User) -> None:
+        """Insert a user. ``ConflictError`` if the username is taken. (Names are compared as
+        they are: the service lowercases them.)"""
+
+    @abc.abstractmethod
+    async def get_user(self, user_id: UUID) -> User:
+        """The user, or ``NotFoundError``."""
+
+    @abc.abstractmethod
+    async def find_user(self, username: str) -> User | None:
+        """The user of this name, or ``None``."""
+
+    @abc.abstractmethod
+    async def list_users(self, limit: int = 50, cursor: str | None = None) -> Page[User]:
+        """Users ordered by id (oldest first), at most ``limit``."""
+
+    @abc.abstractmethod
+    async def count_admins(self) -> int:
+        """How many active users have the Admin role."""
+
+    @abc.abstractmethod
+    async def update_user(self, user: User) -> User:
+        """Store the user's username, password hash, role, active flag and lockout state as
+        given (``updated_at`` too) and return it. ``NotFoundError`` if it does not exist;
+        ``ConflictError`` if the change would leave no active Admin while there was one, or
+        the new username is taken. The check and the write are one transaction."""
+
+    @abc.abstractmethod
+    async def delete_user(self, user_id: UUID) -> User:
+        """Delete the user and its refresh tokens; returns the user as it was.
+        ``NotFoundError`` if it does not exist; ``ConflictError`` if it is the last active
+        Admin."""
+
+    @abc.abstractmethod
+    async def record_login_failure(
+        self, user_id: UUID, *, max_failures: int, lock_until: datetime
+    ) -> User:
+        """Count one failed login, atomically: ``failed_logins + 1``; reaching ``max_failures``
+        locks the user until ``lock_until`` and starts the count again. Returns the user as
+        stored. ``NotFoundError`` if it does not exist."""
+
+    @abc.abstractmethod
+    async def record_login_success(self, user_id: UUID) -> None:
+        """Forget the failed logins and any lock of the user."""
+
+    @abc.abstractmethod
+    async def add_refresh_token(self, token: RefreshToken) -> None:
+        """Store a new refresh token (its hash)."""
+
+    @abc.abstractmethod
+    async def rotate_refresh_token(
+        self, token_hash: str, successor: RefreshToken, now: datetime
+    ) -> RefreshOutcome:
+        """Use a refresh token up, in one transaction. A live token (not used, not revoked,
+        ``expires_at > now``) gets ``used_at = now`` and ``successor`` is stored in its
+        family for its user (the successor's ``family_id`` and ``user_id`` are replaced by
+        the token's): ``ROTATED`` with the user id. A token that was used or revoked before
+        revokes every live token of its family: ``REUSED`` with the user id. An unknown or
+        expired token changes nothing: ``INVALID``. Of two concurrent uses of one token,
+        exactly one rotates."""
+
+    @abc.abstractmethod
+    async def revoke_refresh_tokens(
+        self,
+        now: datetime,
+        *,
+        token_hash: str | None = None,
+        user_id: UUID | None = None,
+    ) -> int:
+        """Revoke the live tokens of the family of ``token_hash`` (logout) and/or of every
+        family of ``user_id`` (password change, deactivation). Returns how many were
+        revoked. Tokens expired for more than a day are deleted on the way."""
+
+    @abc.abstractmethod
+    async def append_audit(self, entries: Sequence[AuditEntry]) -> None:
+        """Store audit entries (``before``/``after`` as JSON)."""
+
+    @abc.abstractmethod
+    async def list_audit(self, query: AuditQuery) -> Page[AuditEntry]:
+        """Audit entries matching every filter, newest first, at most ``query.limit``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -654,8 +862,10 @@ class Broker(abc.ABC):
         A message leaves the queue once its batch is acknowledged."""
 
     @abc.abstractmethod
-    async def queue_depths(self) -> dict[str, int]:
-        """Messages waiting, by queue name."""
+    async def queue_depths(self, groups: Sequence[str] = ()) -> dict[str, int]:
+        """Messages waiting, by queue name: the status, log and dead-letter queues, the job
+        queues of the worker groups this broker declared or consumed, and those of
+        ``groups`` (a group whose queue does not exist is left out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -732,3 +942,32 @@ class Coordination(abc.ABC):
     @abc.abstractmethod
     def cancellations(self) -> AsyncIterator[UUID]:
         """Occurrence ids sent to :meth:`cancel` (from any process) after subscribing."""
+
+    # --- change events (the SSE feed) ------------------------------------------------------
+
+    @abc.abstractmethod
+    async def publish_events(self, events: Sequence[Event]) -> None:
+        """Append events to the one shared feed, in order, in one round trip. Every event
+        gets an id (``<ms>-<seq>-<n>``, see :func:`~rota.core.events.parse_event_id`)
+        greater than every id before it. The feed is capped: only about the last
+        ``event_cap`` events are kept for replay (the adapter's setting)."""
+
+    @abc.abstractmethod
+    async def replay(self, after: str | None, limit: int = 1000) -> list[tuple[str, Event]]:
+        """Up to ``limit`` kept events with an id greater than ``after`` (``None``: the
+        oldest kept), oldest first, as ``(id, event)``. An ``after`` older than what is kept
+        replays from the oldest kept; one that is not an event id raises
+        ``ValidationError``."""
+
+    @abc.abstractmethod
+    async def feed_horizon(self) -> str | None:
+        """The id of the oldest event the feed keeps, once it has dropped older ones (its cap);
+        ``None`` while it has dropped none. A client resuming after an older id may have
+        missed events."""
+
+    @abc.abstractmethod
+    def events(self, after: str | None = None) -> AsyncIterator[tuple[str, Event]]:
+        """``(id, event)`` as they are published (from any process), oldest first, each
+        once: with ``after``, first the kept events after that id (as :meth:`replay`), then
+        the new ones; without, only those published after subscribing. Closing the iterator
+        (``aclose``) or the coordination ends it."""

@@ -38,6 +38,8 @@ T = TypeVar("T")
 HEADER_RETRY_COUNT = "x-retry-count"
 HEADER_MAX_RETRIES = "x-max-retries"
 HEADER_ORIGINAL_CORRELATION_ID = "x-original-correlation-id"
+HEADER_TRACEPARENT = "traceparent"
+"""W3C Trace Context: the span the occurrence's trace continues from."""
 CONTENT_TYPE = "application/json"
 
 _DUMPS_OPTIONS = orjson.OPT_UTC_Z
@@ -166,6 +168,8 @@ def job_message_headers(message: JobMessage) -> dict[str, int | str]:
     }
     if message.original_correlation_id is not None:
         headers[HEADER_ORIGINAL_CORRELATION_ID] = str(message.original_correlation_id)
+    if message.traceparent is not None:
+        headers[HEADER_TRACEPARENT] = message.traceparent
     return headers
 
 
@@ -338,7 +342,15 @@ def _read_job_message(reader: _Reader, headers: Mapping[str, object] | None) -> 
         worker_id=reader.text_or_none("workerId"),
         original_correlation_id=_original_correlation_id(headers),
         retry_delay_seconds=reader.number_or_none("retryDelaySeconds"),
+        traceparent=_traceparent(headers),
     )
+
+
+def _traceparent(headers: Mapping[str, object] | None) -> str | None:
+    value = headers.get(HEADER_TRACEPARENT) if headers else None
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    return value if isinstance(value, str) else None
 
 
 def _original_correlation_id(headers: Mapping[str, object] | None) -> UUID | None:

@@ -128,7 +128,10 @@ class BucketOwner:
         bucket_count: int,
         lease_seconds: float,
         on_gained: Callable[[list[int]], None] | None = None,
+        info: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
+        """``info()``: more to publish in the instance heartbeat (every instance reads it)."""
+        self._extra_info = info
         self._coordination = coordination
         self.instance_id = instance_id
         self._count = bucket_count
@@ -137,6 +140,9 @@ class BucketOwner:
         self._held: dict[int, Lease] = {}
         self._releasing = False
         self._stopping = asyncio.Event()
+        self._claimed_once = False
+        self.taken_over = 0
+        """Buckets gained after the first claim (another instance lost or released them)."""
 
     @property
     def buckets(self) -> list[int]:
@@ -144,7 +150,10 @@ class BucketOwner:
         return [] if self._releasing else sorted(self._held)
 
     def _info(self) -> dict[str, str]:
-        return {STATE_KEY: STOPPING} if self._releasing else {}
+        info = dict(self._extra_info()) if self._extra_info is not None else {}
+        if self._releasing:
+            info[STATE_KEY] = STOPPING
+        return info
 
     async def _fair_share(self) -> int:
         instances = await self._coordination.instances()
@@ -184,6 +193,9 @@ class BucketOwner:
                 extra={"action": "buckets_changed", "gained": gained, "lost": lost},
             )  # fmt: skip
         self._held = dict(acquired)
+        if self._claimed_once:
+            self.taken_over += len(gained)
+        self._claimed_once = True
         if gained and self._on_gained is not None:
             self._on_gained(gained)
         return self.buckets

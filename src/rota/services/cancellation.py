@@ -25,6 +25,7 @@ from uuid import UUID
 from rota.core.errors import BackendUnavailableError, ConflictError
 from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusRecord
 from rota.core.ports import Coordination, Store
+from rota.services.events import EventPublisher
 
 S = OccurrenceStatus
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ async def cancel_occurrence(
     *,
     reason: str | None,
     now: datetime,
+    events: EventPublisher | None = None,
 ) -> CancelOutcome:
     """Cancel an occurrence (see the module); ``NotFoundError`` if there is none,
     ``ConflictError`` if it has ended."""
@@ -71,6 +73,8 @@ async def cancel_occurrence(
             result = await store.apply_status([record])
             if not result.applied:
                 continue  # it moved on meanwhile (started, or ended): look again
+            if events is not None:
+                events.status_applied(result)
             # Its message may be out (or being published right now): a worker holding it, or
             # receiving it later, skips it. The cancel is stored already: a coordination that
             # cannot be reached does not undo it (nor may the caller see a failure and retry

@@ -32,6 +32,7 @@ from uuid import UUID
 import orjson
 
 from rota.core.errors import RotaError
+from rota.core.events import occurrence_updated
 from rota.core.ids import new_id
 from rota.core.models import (
     FailedOccurrence,
@@ -51,6 +52,7 @@ from rota.core.ports import (
     Store,
     truncate_text,
 )
+from rota.services.events import EventPublisher
 from rota.services.tracker import TrackerStats
 
 log = logging.getLogger(__name__)
@@ -344,10 +346,27 @@ async def retry_failed(
     *,
     by: str | None = None,
     now: datetime,
+    events: EventPublisher | None = None,
 ) -> Occurrence:
     """Run a failed occurrence again as a new attempt (resolving its record) and wake the
     dispatchers; if the wake-up cannot be sent the periodic pending sweep publishes it."""
     occurrence = await store.retry_failed(failed_id, now, by)
+    if events is not None:
+        changes = occurrence.status_changes
+        events.emit(
+            [
+                occurrence_updated(
+                    occurrence_id=occurrence.id,
+                    job_id=occurrence.job_id,
+                    job_type=occurrence.job_type,
+                    worker_id=occurrence.worker_id,
+                    instance_id=None,
+                    from_status=changes[-1].from_status if changes else None,
+                    status=occurrence.status,
+                    attempt=occurrence.attempt,
+                )
+            ]
+        )
     try:
         await coordination.wake(now.timestamp())
     except (RotaError, OSError) as exc:

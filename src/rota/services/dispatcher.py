@@ -22,7 +22,8 @@ from uuid import UUID
 from rota.core.errors import RotaError
 from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, utcnow
 from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
-from rota.core.ports import Broker, DueEntry, IndexEntry, ScheduleIndex, Store
+from rota.core.ports import Broker, DispatchResult, DueEntry, IndexEntry, ScheduleIndex, Store
+from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
 from rota.settings import SchedulerSettings
 
@@ -65,6 +66,7 @@ def to_message(occurrence: Occurrence, now: datetime) -> JobMessage:
         worker_id=occurrence.worker_id,
         original_correlation_id=occurrence.id,
         retry_delay_seconds=occurrence.retry_delay_seconds,
+        traceparent=occurrence.traceparent,
     )
 
 
@@ -96,6 +98,9 @@ class Dispatcher:
         *,
         mark_on_commit: bool = False,
         pending_grace: float = 0.0,
+        on_fired: Callable[[DispatchResult, datetime], None] | None = None,
+        stamp: Callable[[FirePlan], FirePlan] | None = None,
+        events: EventPublisher | None = None,
     ) -> None:
         """``mark_on_commit``: record Skip-policy occurrences as dispatched in the dispatch
         transaction itself instead of in a second one after publishing. Only for the embedded
@@ -105,8 +110,14 @@ class Dispatcher:
         ``pending_grace``: pending occurrences younger than this are left alone by the sweep,
         so that an occurrence another instance's dispatcher is publishing right now is not
         published twice (distributed mode; 0 in the embedded mode, which has one dispatcher).
+
+        ``on_fired(result, now)``: called once per fired batch (metrics). ``stamp(plan)``:
+        returns the plan with its occurrences marked (their trace context; tracing on).
         """
+        self._on_fired = on_fired
+        self._stamp = stamp
         self._mark_on_commit = mark_on_commit
+        self._events = events
         self._pending_grace = timedelta(seconds=pending_grace)
         self._claim_time = timedelta(seconds=settings.sweeper_claim_seconds)
         self._store = store
@@ -254,6 +265,8 @@ class Dispatcher:
         now = self._clock()
         await self._workers.refresh()
         result = await self._store.dispatch_due([e.job_id for e in entries], now, self._plan)
+        if self._events is not None:
+            self._events.occurrences_created([*result.queued, *result.held, *result.skipped])
         await self._settle_in_flight(MAX_IN_FLIGHT - 1)
         if result.queued:
             publish = self._publish(result.queued, now)
@@ -265,6 +278,8 @@ class Dispatcher:
         self.stats.held += len(result.held)
         if result.held:
             self._remember_held()
+        if self._on_fired is not None:
+            self._on_fired(result, now)
         return len(result.queued)
 
     async def dispatch_pending(self) -> int:
@@ -346,7 +361,7 @@ class Dispatcher:
     def _plan(self, job: Job, active: int, now: datetime) -> FirePlan:
         job = with_type_defaults(job, self._workers.type_description(job.job_type))
         mark = self._mark_on_commit and job.concurrency_policy is ConcurrencyPolicy.SKIP
-        return plan_fires(
+        plan = plan_fires(
             job,
             active,
             now,
@@ -354,6 +369,7 @@ class Dispatcher:
             has_worker=self._workers.serves(job.job_type, job.worker_id),
             dispatched_at=now if mark else None,
         )
+        return plan if self._stamp is None else self._stamp(plan)
 
     async def _publish(self, occurrences: Sequence[Occurrence], now: datetime) -> None:
         if not occurrences:

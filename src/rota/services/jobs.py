@@ -16,14 +16,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 from uuid import UUID
 
+import orjson
+
 from rota.core.autodisable import AutoDisableDefaults
-from rota.core.cron import CronSchedule
+from rota.core.cron import CronSchedule, parse_cached
 from rota.core.errors import (
     BackendUnavailableError,
     ConflictError,
     PreconditionFailedError,
     ValidationError,
 )
+from rota.core.events import EventType, job_changed
 from rota.core.ids import bucket_of, new_id
 from rota.core.models import (
     VERSIONED_FIELDS,
@@ -38,7 +41,13 @@ from rota.core.models import (
     Priority,
     ZombiePolicy,
 )
-from rota.core.planning import PlanSettings, first_run_at, new_occurrence, with_type_defaults
+from rota.core.planning import (
+    PlanSettings,
+    first_fire,
+    first_run_at,
+    new_occurrence,
+    with_type_defaults,
+)
 from rota.core.ports import (
     Coordination,
     IndexEntry,
@@ -48,6 +57,7 @@ from rota.core.ports import (
     ScheduleIndex,
     Store,
 )
+from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
 from rota.settings import SchedulerSettings
 
@@ -60,6 +70,8 @@ GroupLookup = Callable[[str], set[str]]
 
 MAX_PREVIEW: Final = 1000
 """At most this many fires in one schedule preview."""
+MAX_REPORTED_ERRORS: Final = 100
+"""A bulk create reports at most this many refused jobs."""
 
 UPDATABLE_FIELDS: Final = frozenset(
     {
@@ -165,8 +177,20 @@ class JobService:
         coordination: Coordination,
         settings: SchedulerSettings,
         clock: Callable[[], datetime],
+        *,
+        on_triggered: Callable[[Occurrence], None] | None = None,
+        stamp: Callable[[Occurrence], Occurrence] | None = None,
+        events: EventPublisher | None = None,
     ) -> None:
+        """``on_triggered(occurrence)``: called after a manual trigger stored its occurrence;
+        ``stamp(occurrence)``: marks a manual trigger's occurrence before it is stored (its
+        trace context; tracing on). ``events``: where change events go (the runtime's
+        publisher); without one they gather in a publisher of the service's own that nothing
+        publishes (tests)."""
+        self._on_triggered = on_triggered
+        self._stamp = stamp
         self._store = store
+        self.events = events or EventPublisher(coordination)
         self._index = index
         self._coordination = coordination
         self._settings = settings
@@ -233,13 +257,18 @@ class JobService:
         (job,) = await self.create_jobs([spec])
         return job
 
-    async def create_jobs(self, specs: Sequence[JobSpec | Mapping[str, Any]]) -> list[Job]:
+    async def create_jobs(
+        self, specs: Sequence[JobSpec | Mapping[str, Any]], *, field_prefix: str = ""
+    ) -> list[Job]:
         """Validate and insert jobs in one store call (all or nothing).
 
-        In a batch, a refused spec's error field is prefixed with its position (``[3].jobType``).
+        In a batch, a refused spec's error field is prefixed with ``field_prefix`` and its
+        position (``jobs[3].jobType``); every refused spec is reported (up to
+        :data:`MAX_REPORTED_ERRORS`), in the raised error's ``errors``.
         """
         now = self.now()
         jobs: list[Job] = []
+        refused: list[ValidationError] = []
         workers: GroupLookup | None = None
         for position, raw in enumerate(specs):
             try:
@@ -248,10 +277,20 @@ class JobService:
                     workers = await self._declared_groups()
                 jobs.append(self._new_job(spec, now, workers or _no_groups))
             except ValidationError as exc:
-                if len(specs) > 1:
-                    exc.field = f"[{position}].{exc.field}" if exc.field else f"[{position}]"
-                raise
+                if len(specs) == 1:
+                    raise
+                where = f"{field_prefix}[{position}]"
+                exc.field = f"{where}.{exc.field}" if exc.field else where
+                refused.append(exc)
+                if len(refused) >= MAX_REPORTED_ERRORS:
+                    break
+        if refused:
+            first = refused[0]
+            count = f"{len(refused)}{'+' if len(refused) >= MAX_REPORTED_ERRORS else ''}"
+            message = first.message if len(refused) == 1 else f"{count} jobs are invalid"
+            raise ValidationError(message, field=first.field, errors=refused)
         await self._store.create_jobs(jobs)
+        self.events.emit(job_changed(EventType.JOB_CREATED, [j.id for j in jobs]))
         await self._sync_index(jobs, now, remove_cold=False)
         return jobs
 
@@ -291,6 +330,8 @@ class JobService:
             workers = _no_groups if candidate.worker_id else await self._declared_groups()
             candidate = replace(candidate, worker_id=_resolve(candidate, workers))
         changed = _normalise(candidate)
+        if "job_data" in changes:
+            self.check_job_data(changed.job_data)
         versioned = any(getattr(current, f) != getattr(changed, f) for f in VERSIONED_FIELDS)
         changed = replace(
             changed,
@@ -302,6 +343,7 @@ class JobService:
         stored = await self._store.update_job(
             changed, expected_version=current.version, with_state=with_state
         )
+        self.events.emit(job_changed(EventType.JOB_UPDATED, [stored.id]))
         await self._sync_index([stored], now, remove_cold=True)
         return stored
 
@@ -343,6 +385,7 @@ class JobService:
             if scan.after is None:
                 break
             after = scan.after
+        self.events.emit(job_changed(EventType.JOB_UPDATED, [j.id for j in released]))
         await self._sync_index(released, now, remove_cold=False)
         return released
 
@@ -358,6 +401,7 @@ class JobService:
         job = await self._store.get_job(job_id)
         check_etag(job, if_match)
         await self._store.delete_job(job_id)
+        self.events.emit(job_changed(EventType.JOB_DELETED, [job_id]))
         await self._guarded(self._index.remove([(job.bucket, job.id)]))
 
     async def trigger(
@@ -374,6 +418,8 @@ class JobService:
         ``ConflictError`` unless ``force``. ``job_data`` (when given) replaces the job's data
         for this run only. An inactive job can be triggered too (a manual run is explicit).
         """
+        if job_data is not None:
+            self.check_job_data(job_data)
         job = await self._store.get_job(job_id)
         if job.concurrency_policy is ConcurrencyPolicy.SKIP and not force:
             await self._refuse_overlap(job)
@@ -384,7 +430,12 @@ class JobService:
         occurrence = new_occurrence(
             job, now, now, self._plan, trigger_reason=reason or "manual", job_data=job_data
         )
+        if self._stamp is not None:
+            occurrence = self._stamp(occurrence)
         await self._store.insert_occurrences([occurrence])
+        if self._on_triggered is not None:
+            self._on_triggered(occurrence)
+        self.events.occurrences_created([occurrence])
         await self._guarded(self._coordination.wake(now.timestamp()))
         return occurrence
 
@@ -397,30 +448,41 @@ class JobService:
 
     # --- helpers ----------------------------------------------------------------------------
 
+    def check_job_data(self, data: JsonValue, field: str = "jobData") -> None:
+        """``ValidationError`` when ``data`` is larger, as JSON, than the limit
+        (``max_job_data_bytes``) or cannot be JSON at all."""
+        if data is None:
+            return
+        limit = self._settings.max_job_data_bytes
+        try:
+            size = len(orjson.dumps(data))
+        except TypeError as exc:
+            raise ValidationError(f"jobData is not JSON: {exc}", field=field) from None
+        if size > limit:
+            raise ValidationError(
+                f"jobData is {size} bytes as JSON; at most {limit} are allowed", field=field
+            )
+
     def now(self) -> datetime:
         """The service clock's current time (aware UTC)."""
         return as_utc(self._clock())
 
     def _new_job(self, spec: JobSpec, now: datetime, workers: GroupLookup) -> Job:
+        fields = _normalised(spec)
+        self.check_job_data(spec.job_data)
         job_id = new_id()
-        job = Job(
+        worker_id = spec.worker_id
+        if spec.source is not JobSource.CODE:  # a code job runs on any group declaring its type
+            worker_id = _resolve_group(fields["job_type"], worker_id, workers)
+        next_run_at = None
+        if fields["is_active"]:
+            schedule = (fields["cron_expression"], fields["time_zone"], fields["execute_at"])
+            next_run_at = first_fire(*schedule, now)
+        return Job(
             id=job_id,
-            job_type=spec.job_type,
-            worker_id=spec.worker_id,
-            display_name=spec.display_name,
-            description=spec.description,
-            tags=_tags(spec.tags),
+            worker_id=worker_id,
+            next_run_at=next_run_at,
             job_data=spec.job_data,
-            cron_expression=spec.cron_expression,
-            time_zone=spec.time_zone,
-            execute_at=spec.execute_at,
-            is_active=spec.is_active,
-            priority=spec.priority,  # type: ignore[arg-type]  # coerced by _normalise
-            concurrency_policy=spec.concurrency_policy,  # type: ignore[arg-type]
-            misfire_policy=spec.misfire_policy,  # type: ignore[arg-type]
-            timeout_seconds=spec.timeout_seconds,
-            max_retries=spec.max_retries,
-            retry_delay_seconds=spec.retry_delay_seconds,
             bucket=bucket_of(job_id, self._settings.bucket_count),
             created_at=now,
             updated_at=now,
@@ -428,16 +490,8 @@ class JobService:
             updated_by=spec.created_by,
             source=spec.source,
             declared_spec=spec.declared_spec,
-            auto_disable_threshold=spec.auto_disable_threshold,
-            auto_disable_window_seconds=spec.auto_disable_window_seconds,
-            auto_disable_cooldown_seconds=spec.auto_disable_cooldown_seconds,
-            zombie_policy=spec.zombie_policy,  # type: ignore[arg-type]  # coerced by _normalise
-            zombie_threshold_seconds=spec.zombie_threshold_seconds,
+            **fields,
         )
-        if job.source is not JobSource.CODE:  # a code job runs on any group declaring its type
-            job = replace(job, worker_id=_resolve(job, workers))
-        job = _normalise(job)
-        return replace(job, next_run_at=first_run_at(job, now) if job.is_active else None)
 
     async def _next_run(self, old: Job, new: Job, now: datetime) -> datetime | None:
         if not new.is_active:
@@ -554,10 +608,14 @@ def _no_groups(job_type: str) -> set[str]:
 
 def _resolve(job: Job, workers: GroupLookup) -> str | None:
     """The job's worker id as given, else the one group declaring its type (if exactly one)."""
-    worker_id = _text(job.worker_id, "worker_id").strip()
-    if worker_id:
-        return worker_id
-    return _pick_group(job.job_type, workers) if isinstance(job.job_type, str) else None
+    return _resolve_group(job.job_type, job.worker_id, workers)
+
+
+def _resolve_group(job_type: object, worker_id: object, workers: GroupLookup) -> str | None:
+    given = _text(worker_id, "worker_id").strip()
+    if given:
+        return given
+    return _pick_group(job_type, workers) if isinstance(job_type, str) else None
 
 
 def _pick_group(job_type: str, workers: GroupLookup) -> str | None:
@@ -567,54 +625,62 @@ def _pick_group(job_type: str, workers: GroupLookup) -> str | None:
 
 def _normalise(job: Job) -> Job:
     """The job with its inputs checked and put in canonical form, or ``ValidationError``."""
+    return replace(job, **_normalised(job))
+
+
+def _normalised(job: Job | JobSpec) -> dict[str, Any]:
+    """A job's (or a spec's) definition fields checked and in canonical form, by attribute
+    name, or ``ValidationError``."""
     job_type = _text(job.job_type, "job_type").strip()
     if not job_type:
         raise ValidationError("jobType must not be empty", field="jobType")
-    job = replace(
-        job,
-        job_type=job_type,
-        display_name=_text(job.display_name, "display_name").strip() or job_type,
-        description=_text(job.description, "description"),
-        tags=_tags(job.tags),
-        is_active=_flag(job.is_active, "is_active"),
-        priority=_enum(Priority, job.priority, "priority"),
-        concurrency_policy=_enum(ConcurrencyPolicy, job.concurrency_policy, "concurrency_policy"),
-        misfire_policy=_enum(MisfirePolicy, job.misfire_policy, "misfire_policy"),
-        timeout_seconds=_number(job.timeout_seconds, "timeout_seconds", positive=True),
-        max_retries=_count(job.max_retries, "max_retries"),
-        retry_delay_seconds=_number(job.retry_delay_seconds, "retry_delay_seconds"),
-        auto_disable_threshold=_count(job.auto_disable_threshold, "auto_disable_threshold"),
-        auto_disable_window_seconds=_number(
+    return {
+        "job_type": job_type,
+        "display_name": _text(job.display_name, "display_name").strip() or job_type,
+        "description": _text(job.description, "description"),
+        "tags": _tags(job.tags),
+        "is_active": _flag(job.is_active, "is_active"),
+        "priority": _enum(Priority, job.priority, "priority"),
+        "concurrency_policy": _enum(
+            ConcurrencyPolicy, job.concurrency_policy, "concurrency_policy"
+        ),
+        "misfire_policy": _enum(MisfirePolicy, job.misfire_policy, "misfire_policy"),
+        "timeout_seconds": _number(job.timeout_seconds, "timeout_seconds", positive=True),
+        "max_retries": _count(job.max_retries, "max_retries"),
+        "retry_delay_seconds": _number(job.retry_delay_seconds, "retry_delay_seconds"),
+        "auto_disable_threshold": _count(job.auto_disable_threshold, "auto_disable_threshold"),
+        "auto_disable_window_seconds": _number(
             job.auto_disable_window_seconds, "auto_disable_window_seconds", positive=True
         ),
-        auto_disable_cooldown_seconds=_number(
+        "auto_disable_cooldown_seconds": _number(
             job.auto_disable_cooldown_seconds, "auto_disable_cooldown_seconds", positive=True
         ),
-        zombie_policy=None
+        "zombie_policy": None
         if job.zombie_policy is None
         else _enum(ZombiePolicy, job.zombie_policy, "zombie_policy"),
-        zombie_threshold_seconds=_number(
+        "zombie_threshold_seconds": _number(
             job.zombie_threshold_seconds, "zombie_threshold_seconds", positive=True
         ),
-    )
-    return _check_schedule(job)
+        **_checked_schedule(job.cron_expression, job.time_zone, job.execute_at),
+    }
 
 
-def _check_schedule(job: Job) -> Job:
-    cron = _text(job.cron_expression, "cron_expression").strip() or None
-    zone = _text(job.time_zone, "time_zone").strip() or "UTC"
-    execute_at = job.execute_at
+def _checked_schedule(
+    cron_expression: object, time_zone: object, execute_at: object
+) -> dict[str, Any]:
+    cron = _text(cron_expression, "cron_expression").strip() or None
+    zone = _text(time_zone, "time_zone").strip() or "UTC"
     if (cron is None) == (execute_at is None):
         field = "cronExpression" if cron is None else "executeAt"
         raise ValidationError("give exactly one of cronExpression or executeAt", field=field)
     if cron is not None:
-        CronSchedule.parse(cron, zone)
+        parse_cached(cron, zone)
     else:
         _check_zone(zone)
         if not isinstance(execute_at, datetime):
             raise ValidationError("executeAt must be a date and time", field="executeAt")
         execute_at = as_utc(execute_at)
-    return replace(job, cron_expression=cron, time_zone=zone, execute_at=execute_at)
+    return {"cron_expression": cron, "time_zone": zone, "execute_at": execute_at}
 
 
 def _check_zone(zone: str) -> None:

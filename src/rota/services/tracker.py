@@ -14,6 +14,7 @@ from typing import TypeVar
 from rota.core.errors import RotaError
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
 from rota.core.ports import Batch, Broker, StatusResult, Store
+from rota.services.events import EventPublisher
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -111,7 +112,16 @@ class StatusTracker:
 class LogCollector:
     """Appends log lines to the store in batches."""
 
-    def __init__(self, store: Store, broker: Broker, *, batch_size: int, max_wait: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        broker: Broker,
+        *,
+        batch_size: int,
+        max_wait: float,
+        events: EventPublisher | None = None,
+    ) -> None:
+        self._events = events
         self._store = store
         self._broker = broker
         self._batch_size = batch_size
@@ -133,6 +143,8 @@ class LogCollector:
 
     async def _write(self, batch: Batch[LogRecord]) -> None:
         await self._store.append_logs(batch.items)
+        if self._events is not None:
+            self._events.logs_stored(batch.items)
         self.stats.batches += 1
         self.stats.log_lines += len(batch.items)
 

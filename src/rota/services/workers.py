@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from rota.core.events import Event, worker_changed
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
 
@@ -65,3 +66,24 @@ class WorkerDirectory:
         """Changes whenever a worker instance registers or goes away (not on heartbeats):
         what the instances declare can only have changed when this has."""
         return self._generation
+
+
+def _declaration(info: WorkerInfo) -> tuple[str, int, tuple[str, ...], str]:
+    return info.worker_id, info.concurrency, tuple(sorted(info.job_types)), info.version
+
+
+def roster_changes(
+    before: Mapping[str, WorkerInfo], after: Mapping[str, WorkerInfo]
+) -> list[Event]:
+    """``worker.changed`` events between two readings of the registry (instance id -> info):
+    ``joined``, ``left``, and ``changed`` (group, concurrency, job types or version; not the
+    load, which moves with every heartbeat)."""
+    events = [worker_changed("left", before[i]) for i in sorted(set(before) - set(after))]
+    for instance_id in sorted(after):
+        info = after[instance_id]
+        old = before.get(instance_id)
+        if old is None:
+            events.append(worker_changed("joined", info))
+        elif _declaration(old) != _declaration(info):
+            events.append(worker_changed("changed", info))
+    return events

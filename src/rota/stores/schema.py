@@ -110,6 +110,7 @@ rowid) in SQLite."""
 
 CODE_JOBS = text("source = 'code'")
 UNRESOLVED = text("NOT resolved")
+RECURRING = text("cron_expression IS NOT NULL")
 """The condition of the partial unique index on code-declared jobs' job types."""
 
 
@@ -119,6 +120,8 @@ def build_metadata() -> MetaData:
     _jobs(metadata)
     _occurrences(metadata)
     _failed_occurrences(metadata)
+    _security(metadata)
+    _control(metadata)
     return metadata
 
 
@@ -178,6 +181,14 @@ def _jobs(metadata: MetaData) -> None:
             sqlite_where=CODE_JOBS,
             postgresql_where=CODE_JOBS,
         ),
+        # The cron jobs of a bucket (silence detection), without the one-time ones.
+        Index(
+            "ix_jobs_recurring",
+            "bucket",
+            "id",
+            sqlite_where=RECURRING,
+            postgresql_where=RECURRING,
+        ),
     )
     Table(
         "job_tags",
@@ -229,11 +240,13 @@ def _occurrences(metadata: MetaData) -> None:
         Column("trigger_reason", Text()),
         Column("concurrency_policy", SmallInteger(), nullable=False),
         Column("retry_delay_seconds", Float()),
+        Column("traceparent", String(64)),
         UniqueConstraint("job_id", "scheduled_for"),
         Index(None, "job_id", "id"),
         Index(None, "job_id", "status", "id"),
         Index(None, "status", "id"),
         Index(None, "status", "dispatched_at", "due_at"),
+        Index(None, "end_time", "status"),
     )
     Table(
         "occurrence_status_changes",
@@ -263,6 +276,16 @@ def _occurrences(metadata: MetaData) -> None:
         # A line sent twice (replayed outbox, redelivered batch) is stored once; lines without
         # a number (NULLs never conflict) are all kept.
         Index("uq_occurrence_logs_line", "occurrence_id", "attempt", "line", unique=True),
+    )
+
+
+def _control(metadata: MetaData) -> None:
+    Table(
+        "scheduler_control",
+        metadata,
+        Column("key", String(100), primary_key=True),
+        Column("value", Json(), nullable=False),
+        Column("updated_at", UtcDateTime(), nullable=False),
     )
 
 
@@ -302,6 +325,53 @@ def _failed_occurrences(metadata: MetaData) -> None:
     )
 
 
+def _security(metadata: MetaData) -> None:
+    Table(
+        "users",
+        metadata,
+        Column("id", Uuid(), primary_key=True),
+        Column("username", String(100), nullable=False),
+        Column("password_hash", String(500), nullable=False),
+        Column("role", String(20), nullable=False),
+        Column("is_active", Boolean(), nullable=False),
+        Column("failed_logins", Integer(), nullable=False, server_default="0"),
+        Column("locked_until", UtcDateTime()),
+        Column("created_at", UtcDateTime(), nullable=False),
+        Column("updated_at", UtcDateTime(), nullable=False),
+        UniqueConstraint("username"),
+    )
+    Table(
+        "refresh_tokens",
+        metadata,
+        Column("token_hash", String(64), primary_key=True),
+        Column("family_id", Uuid(), nullable=False),
+        Column("user_id", Uuid(), ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+        Column("issued_at", UtcDateTime(), nullable=False),
+        Column("expires_at", UtcDateTime(), nullable=False),
+        Column("used_at", UtcDateTime()),
+        Column("revoked_at", UtcDateTime()),
+        Index(None, "family_id"),
+        Index(None, "user_id"),
+        Index(None, "expires_at"),
+    )
+    # No foreign key to users: the log outlives deleted users (``actor`` is a username).
+    Table(
+        "audit_entries",
+        metadata,
+        Column("id", Uuid(), primary_key=True),
+        Column("at", UtcDateTime(), nullable=False),
+        Column("actor", String(100), nullable=False),
+        Column("action", String(100), nullable=False),
+        Column("resource_type", String(50), nullable=False),
+        Column("resource_id", String(200)),
+        Column("before", Json()),
+        Column("after", Json()),
+        Index(None, "at"),
+        Index(None, "actor", "id"),
+        Index(None, "resource_type", "resource_id", "id"),
+    )
+
+
 metadata = build_metadata()
 """The store's tables: plain declarations, no connection or state."""
 
@@ -312,3 +382,7 @@ occurrences = metadata.tables["occurrences"]
 status_changes = metadata.tables["occurrence_status_changes"]
 occurrence_logs = metadata.tables["occurrence_logs"]
 failed_occurrences = metadata.tables["failed_occurrences"]
+users = metadata.tables["users"]
+refresh_tokens = metadata.tables["refresh_tokens"]
+audit_entries = metadata.tables["audit_entries"]
+scheduler_control = metadata.tables["scheduler_control"]

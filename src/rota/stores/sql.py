@@ -30,6 +30,7 @@ from uuid import UUID
 import orjson
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     ColumnElement,
     Float,
@@ -42,9 +43,11 @@ from sqlalchemy import (
     any_,
     bindparam,
     case,
+    cast,
     delete,
     event,
     exists,
+    extract,
     false,
     func,
     insert,
@@ -78,6 +81,7 @@ from rota.core.errors import (
 from rota.core.ids import new_id
 from rota.core.models import (
     ConcurrencyPolicy,
+    DispatcherState,
     FailedOccurrence,
     FailureType,
     Job,
@@ -107,9 +111,13 @@ from rota.core.ports import (
     OccurrenceQuery,
     Page,
     ProbeScan,
+    PurgeBatch,
     StaleOccurrence,
     StatusResult,
     Store,
+    StoreOverview,
+    TagCount,
+    ThroughputPoint,
     truncate_text,
 )
 from rota.stores.schema import (
@@ -121,9 +129,11 @@ from rota.stores.schema import (
     jobs,
     occurrence_logs,
     occurrences,
+    scheduler_control,
     status_changes,
     utc_text,
 )
+from rota.stores.sql_security import SecurityQueries
 from rota.stores.urls import dialect_of, sqlite_path, to_async_url
 
 log = logging.getLogger(__name__)
@@ -627,6 +637,7 @@ def _occurrence_row(occ: Occurrence, policy: ConcurrencyPolicy) -> dict[str, Any
         "last_heartbeat": occ.last_heartbeat,
         "trigger_reason": occ.trigger_reason,
         "retry_delay_seconds": occ.retry_delay_seconds,
+        "traceparent": occ.traceparent,
         "concurrency_policy": int(policy),
     }
 
@@ -659,6 +670,7 @@ def _to_occurrence(row: Row[Any], changes: tuple[StatusChange, ...] = ()) -> Occ
         last_heartbeat=m["last_heartbeat"],
         trigger_reason=m["trigger_reason"],
         retry_delay_seconds=m["retry_delay_seconds"],
+        traceparent=m["traceparent"],
         status_changes=changes,
     )
 
@@ -713,9 +725,20 @@ def _unique(ids: Iterable[UUID]) -> list[UUID]:
     return list(dict.fromkeys(ids))
 
 
+_FAILED_STATUSES = (int(OccurrenceStatus.FAILED), int(OccurrenceStatus.TIMED_OUT))
+_DISPATCHER_KEY = "dispatcher"
+
 # --- status application (pure) ----------------------------------------------------------------
 
-_LOADED = ("status", "attempt", "start_time", "duration_ms", "last_heartbeat")
+_LOADED = (
+    "job_type",
+    "worker_id",
+    "status",
+    "attempt",
+    "start_time",
+    "duration_ms",
+    "last_heartbeat",
+)
 """Occurrence columns ``apply_status`` reads besides id and job id."""
 
 _RUNNING = OccurrenceStatus.RUNNING
@@ -734,14 +757,18 @@ class _Current:
         "changed",
         "duration_ms",
         "job_id",
+        "job_type",
         "last_heartbeat",
         "start_time",
         "status",
+        "worker_id",
     )
 
     def __init__(
         self,
         job_id: UUID,
+        job_type: str,
+        worker_id: str | None,
         status: int,
         attempt: int,
         start_time: datetime | None,
@@ -749,6 +776,8 @@ class _Current:
         last_heartbeat: datetime | None,
     ) -> None:
         self.job_id = job_id
+        self.job_type = job_type
+        self.worker_id = worker_id
         self.status = _STATUSES[status]
         self.attempt = attempt
         self.start_time = start_time
@@ -896,6 +925,9 @@ class _StatusBatch:
                 from_status=before,
                 to_status=to,
                 attempt=attempt,
+                job_type=current.job_type,
+                worker_id=current.worker_id,
+                instance_id=record.instance_id,
             )
         )
         self.changes.append(
@@ -926,7 +958,7 @@ class _StatusBatch:
 # --- the store --------------------------------------------------------------------------------
 
 
-class SqlStore(Store):
+class SqlStore(SecurityQueries, Store):
     """The :class:`~rota.core.ports.Store` on SQLite (embedded) or PostgreSQL (distributed).
 
     ``url`` is a plain user URL (``sqlite:///path/rota.db``, ``postgresql://…``); the schema
@@ -1034,10 +1066,16 @@ class SqlStore(Store):
         if not jobs_:
             return
         tags = [{"tag": t, "job_id": j.id} for j in jobs_ for t in dict.fromkeys(j.tags)]
+        rows = [_job_row(j) for j in jobs_]
         async with self._write() as conn:
-            await conn.execute(insert(jobs), [_job_row(j) for j in jobs_])
+            if len(rows) == 1:
+                await conn.execute(insert(jobs), rows)
+            else:  # a bulk create: driver-level parameters (one unnest on PostgreSQL)
+                await self._fast.execute(conn, "insert_jobs", partial(_insert_stmt, jobs), rows)
             if tags:
-                await conn.execute(insert(job_tags), tags)
+                await self._fast.execute(
+                    conn, "insert_job_tags", partial(_insert_stmt, job_tags), tags
+                )
 
     async def get_job(self, job_id: UUID) -> Job:
         async with self._read() as conn:
@@ -1740,6 +1778,125 @@ class SqlStore(Store):
 
     # --- failed occurrences (dead letters) ------------------------------------------------
 
+    # --- statistics -----------------------------------------------------------------------
+
+    async def overview(self, since: datetime) -> StoreOverview:
+        by_status = await self.count_occurrences()
+        ended = occurrences.c.end_time
+        window = (
+            select(
+                occurrences.c.status,
+                func.count(),
+                func.avg(occurrences.c.duration_ms),
+            )
+            .where(ended >= since)
+            .group_by(occurrences.c.status)
+        )
+        active = func.coalesce(func.sum(case((jobs.c.is_active, 1), else_=0)), 0)
+        async with self._read() as conn:
+            rows = (await conn.execute(window)).all()
+            total, active_count = (await conn.execute(select(func.count(), active))).one()
+        counts = {int(status): (int(n), avg) for status, n, avg in rows}
+        completed, average = counts.get(int(OccurrenceStatus.COMPLETED), (0, None))
+        failed = sum(counts.get(int(s), (0, None))[0] for s in _FAILED_STATUSES)
+        return StoreOverview(
+            by_status=by_status,
+            jobs=int(total),
+            active_jobs=int(active_count),
+            completed=completed,
+            failed=failed,
+            cancelled=counts.get(int(OccurrenceStatus.CANCELLED), (0, None))[0],
+            average_duration_ms=None if average is None else float(average),
+        )
+
+    def _epoch_seconds(self, column: ColumnElement[Any]) -> ColumnElement[int]:
+        """Whole epoch seconds of a UTC datetime column, in SQL."""
+        if self._dialect == "sqlite":
+            return cast(func.strftime("%s", column), BigInteger)
+        return cast(func.floor(extract("epoch", column)), BigInteger)
+
+    def throughput_statement(
+        self, start: datetime, bucket_seconds: int, buckets: int
+    ) -> Select[Any]:
+        """The aggregate :meth:`throughput` runs: (bucket index, completed, failed) rows. It
+        filters on ``end_time`` only (a range of the ``(end_time, status)`` index) and counts
+        statuses from the index entries."""
+        end = start + timedelta(seconds=bucket_seconds * buckets)
+        first = int(start.timestamp())
+        slot = ((self._epoch_seconds(occurrences.c.end_time) - first) // bucket_seconds).label(
+            "slot"
+        )
+        status = occurrences.c.status
+        completed = func.sum(case((status == int(OccurrenceStatus.COMPLETED), 1), else_=0))
+        failed = func.sum(case((status.in_(_FAILED_STATUSES), 1), else_=0))
+        return (
+            select(slot, completed, failed)
+            .where(occurrences.c.end_time >= start, occurrences.c.end_time < end)
+            .group_by(slot)
+        )
+
+    async def throughput(
+        self, start: datetime, bucket_seconds: int, buckets: int
+    ) -> list[ThroughputPoint]:
+        bucket_seconds = max(1, int(bucket_seconds))
+        buckets = max(0, int(buckets))
+        stmt = self.throughput_statement(start, bucket_seconds, buckets)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        completed = [0] * buckets
+        failed = [0] * buckets
+        for index, done, bad in rows:
+            i = min(max(int(index), 0), buckets - 1)  # a fractional start second: clamp
+            completed[i] += int(done or 0)
+            failed[i] += int(bad or 0)
+        step = timedelta(seconds=bucket_seconds)
+        return [ThroughputPoint(start + i * step, completed[i], failed[i]) for i in range(buckets)]
+
+    async def tags(self) -> list[TagCount]:
+        stmt = (
+            select(job_tags.c.tag, func.count()).group_by(job_tags.c.tag).order_by(job_tags.c.tag)
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [TagCount(str(tag), int(n)) for tag, n in rows]
+
+    # --- control --------------------------------------------------------------------------
+
+    async def dispatcher_state(self) -> DispatcherState:
+        stmt = select(scheduler_control.c.value).where(scheduler_control.c.key == _DISPATCHER_KEY)
+        async with self._read() as conn:
+            value = (await conn.execute(stmt)).scalar_one_or_none()
+        if not isinstance(value, dict):
+            return DispatcherState()
+        changed = value.get("changedAt")
+        return DispatcherState(
+            paused=bool(value.get("paused")),
+            reason=value.get("reason"),
+            by=value.get("by"),
+            changed_at=None if changed is None else datetime.fromisoformat(changed),
+        )
+
+    async def set_dispatcher_state(self, state: DispatcherState) -> None:
+        value = {
+            "paused": state.paused,
+            "reason": state.reason,
+            "by": state.by,
+            "changedAt": None if state.changed_at is None else state.changed_at.isoformat(),
+        }
+        now = utcnow()
+        async with self._write() as conn:
+            done = await conn.execute(
+                update(scheduler_control)
+                .where(scheduler_control.c.key == _DISPATCHER_KEY)
+                .values(value=value, updated_at=now)
+            )
+            if done.rowcount == 0:
+                await conn.execute(
+                    insert(scheduler_control).values(
+                        key=_DISPATCHER_KEY, value=value, updated_at=now
+                    )
+                )
+
     async def _record_final_failures(self, conn: AsyncConnection, batch: _StatusBatch) -> None:
         """The dead-letter records of the occurrences this batch brought to a final failure
         (one INSERT; an occurrence that has an unresolved record already gets none)."""
@@ -1937,6 +2094,99 @@ class SqlStore(Store):
                 )
             )
         return await self.get_occurrence(occurrence_id)
+
+    # --- retention and silence ------------------------------------------------------------
+
+    async def purge_occurrences(
+        self,
+        status: OccurrenceStatus,
+        created_before: datetime,
+        limit: int,
+        after: UUID | None = None,
+    ) -> PurgeBatch:
+        if not status.is_terminal:
+            raise ValueError(f"only final occurrences are purged, not {status.name}")
+        o = occurrences.c
+        f = failed_occurrences.c
+        held = exists().where(f.occurrence_id == o.id, ~f.resolved).label("held")
+        stmt = select(o.id, o.created_at, held).where(o.status == int(status))
+        if after is not None:
+            stmt = stmt.where(o.id > after)
+        stmt = stmt.order_by(o.id).limit(limit)  # the (status, id) index, oldest first
+        async with self._write() as conn:
+            rows = (await conn.execute(stmt)).all()
+            doomed = [r.id for r in rows if r.created_at < created_before and not r.held]
+            for chunk in _chunks(doomed):
+                await conn.execute(
+                    delete(status_changes).where(
+                        self._member(status_changes.c.occurrence_id, chunk)
+                    )
+                )
+                await conn.execute(
+                    delete(occurrence_logs).where(
+                        self._member(occurrence_logs.c.occurrence_id, chunk)
+                    )
+                )
+                await conn.execute(delete(occurrences).where(self._member(o.id, chunk)))
+        done = len(rows) < limit or any(r.created_at >= created_before for r in rows)
+        return PurgeBatch(deleted=len(doomed), next_after=None if done else rows[-1].id)
+
+    async def purge_logs(self, before: datetime, limit: int) -> int:
+        lg = occurrence_logs.c
+        head = select(lg.seq, lg.timestamp).order_by(lg.seq).limit(limit).subquery("head")
+        doomed = select(head.c.seq).where(head.c.timestamp < before)
+        async with self._write() as conn:
+            result = await conn.execute(delete(occurrence_logs).where(lg.seq.in_(doomed)))
+        return int(result.rowcount or 0)
+
+    async def purge_failed(self, resolved_before: datetime, limit: int) -> int:
+        f = failed_occurrences.c
+        doomed = (
+            select(f.id)
+            .where(f.resolved, f.resolved_at < resolved_before)
+            .order_by(f.resolved_at)
+            .limit(limit)
+        )
+        async with self._write() as conn:
+            ids = list((await conn.execute(doomed)).scalars())
+            if not ids:
+                return 0
+            await conn.execute(delete(failed_occurrences).where(self._member(f.id, ids)))
+        return len(ids)
+
+    async def recurring_jobs(
+        self, buckets: Sequence[int], limit: int, after: UUID | None = None
+    ) -> list[Job]:
+        if not buckets:
+            return []
+        j = jobs.c
+        stmt = select(jobs).where(
+            j.bucket.in_(list(buckets)), j.cron_expression.is_not(None), j.is_active
+        )
+        if after is not None:
+            stmt = stmt.where(j.id > after)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt.order_by(j.id).limit(limit))).all()
+        return [_to_job(r) for r in rows]
+
+    async def jobs_with_fires(
+        self, job_ids: Sequence[UUID], start: datetime, end: datetime
+    ) -> set[UUID]:
+        o = occurrences.c
+        found: set[UUID] = set()
+        async with self._read() as conn:
+            for chunk in _chunks(_unique(job_ids)):
+                stmt = (
+                    select(o.job_id)
+                    .where(
+                        self._member(o.job_id, chunk),
+                        o.scheduled_for >= start,
+                        o.scheduled_for <= end,
+                    )
+                    .distinct()
+                )
+                found.update((await conn.execute(stmt)).scalars())
+        return found
 
 
 def _last_sign(occurrence: Occurrence) -> datetime:

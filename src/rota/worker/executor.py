@@ -39,6 +39,8 @@ from rota.core.models import (
     utcnow,
 )
 from rota.core.ports import Broker, Delivery
+from rota.logs import set_job_context
+from rota.tracing import Tracing
 from rota.worker.discovery import AnyJobDefinition, JobRegistry
 from rota.worker.localstore import LocalStore
 from rota.worker.reporter import Reporter
@@ -163,12 +165,17 @@ class Executor:
         finalized_max_entries: int = 1_000_000,
         default_timeout: float | None = None,
         rng: random.Random | None = None,
+        on_finished: Callable[[str, float | None], None] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         if concurrency < 1 or sync_threads < 1:
             raise ValueError("concurrency and sync_threads must be >= 1")
         if default_timeout is not None and not default_timeout > 0:
             raise ValueError("default_timeout must be > 0 (or None)")
         self.default_timeout = default_timeout
+        self._on_finished = on_finished
+        self._tracing = tracing if tracing is not None and tracing.enabled else None
+        """``on_finished(job_type, duration_ms)`` after a handler ran (metrics)."""
         self._rng = rng or random.Random()
         self.worker_id = worker_id
         self.instance_id = instance_id
@@ -510,6 +517,8 @@ class Executor:
             return
         definition, data = claimed
         ctx = self._context(message)
+        # this task's own log context: its log lines (the handler's too) carry the ids
+        set_job_context(message.occurrence_id, message.job_id, message.job_type, message.attempt)
         self.reporter.add_status(self._record(ctx, S.RUNNING, self._clock()))
         self.reporter.ack_after_flush(delivery)
         if self._early_cancels and message.occurrence_id in self._early_cancels:
@@ -517,8 +526,21 @@ class Executor:
             record = self._cancelled(ctx, "cancelled before it started", time.perf_counter())
             self.cancelled_unstarted += 1
         else:
-            record = await self._supervise(ctx, definition, data, message)
+            record = await self._traced(ctx, definition, data, message)
+            if self._on_finished is not None:
+                self._on_finished(message.job_type, record.duration_ms)
         self._report_final(record)
+
+    async def _traced(
+        self, ctx: JobContext, definition: AnyJobDefinition, data: Any, message: JobMessage
+    ) -> StatusRecord:
+        """Supervise the handler, inside its trace span when tracing is on."""
+        if self._tracing is None:
+            return await self._supervise(ctx, definition, data, message)
+        with self._tracing.run_span(message) as end_span:
+            record = await self._supervise(ctx, definition, data, message)
+            end_span(record)
+            return record
 
     async def _supervise(
         self, ctx: JobContext, definition: AnyJobDefinition, data: Any, message: JobMessage

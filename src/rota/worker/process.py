@@ -11,14 +11,22 @@ import logging
 import signal
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from rota.adapters import make_broker, make_coordination
 from rota.core.errors import ConfigurationError
+from rota.core.ports import Broker, Coordination
+from rota.metrics import RotaMetrics
 from rota.runtime import new_instance_id
 from rota.settings import Settings
+from rota.startup import wait_for
+from rota.tracing import tracing_from_env
 from rota.worker.discovery import JobRegistry, load_jobs
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
+from rota.worker.metrics_server import MetricsServer
 from rota.worker.presence import WorkerPresence
 
 log = logging.getLogger(__name__)
@@ -64,6 +72,8 @@ async def _run(
     ws = settings.worker
     broker = make_broker(settings)
     coordination = make_coordination(settings)
+    metrics = RotaMetrics(CollectorRegistry(), server=False)
+    tracing = tracing_from_env("rota-worker")
     executor = Executor(
         broker,
         registry,
@@ -77,7 +87,10 @@ async def _run(
         finalized_retention=ws.finalized_retention_hours * 3600.0,
         finalized_max_entries=ws.finalized_max_entries,
         default_timeout=ws.default_timeout_seconds,
+        on_finished=metrics.record_finished,
+        tracing=tracing,
     )
+    watch_worker(metrics, executor)
     presence = WorkerPresence(
         coordination,
         executor,
@@ -88,12 +101,23 @@ async def _run(
     )
     stop = stop or asyncio.Event()
     _on_signals(stop)
-    await broker.start()
+    started = asyncio.Event()
+    endpoint = None
+    if ws.metrics_port is not None:
+        endpoint = MetricsServer(
+            metrics,
+            lambda: worker_health(executor, started, stop),
+            host=ws.metrics_host,
+            port=ws.metrics_port,
+        )
+        await endpoint.start()
     try:
+        await _connect(settings, broker, coordination)
         # Bind the queue before announcing the job types: a fire the scheduler routes to us
         # must find a queue.
         await executor.start()
         await presence.start()
+        started.set()
         log.info(
             "worker started",
             extra={"worker_id": worker_id, "instance_id": executor.instance_id,
@@ -106,6 +130,41 @@ async def _run(
         await presence.stop()
         await broker.close()
         await coordination.close()
+        if endpoint is not None:
+            await endpoint.close()
+        tracing.shutdown()
+
+
+def watch_worker(metrics: RotaMetrics, executor: Executor) -> None:
+    """What a worker's metrics read when scraped."""
+    watched = metrics.watched
+    watched.duplicate_deliveries = lambda: executor.duplicates_skipped
+    watched.outbox_pending = lambda: executor.reporter.outbox_entries
+    watched.jobs_running = lambda: executor.load
+
+
+def worker_health(
+    executor: Executor, started: asyncio.Event, stop: asyncio.Event
+) -> tuple[bool, dict[str, Any]]:
+    """Healthy while the worker takes jobs: started (its broker and Redis reached), not
+    stopping."""
+    state = "stopping" if stop.is_set() else "running" if started.is_set() else "starting"
+    return state == "running", {
+        "state": state,
+        "workerId": executor.worker_id,
+        "instanceId": executor.instance_id,
+        "running": executor.load,
+        "held": executor.held,
+        "outboxPending": executor.reporter.outbox_entries,
+    }
+
+
+async def _connect(settings: Settings, broker: Broker, coordination: Coordination) -> None:
+    """Reach Redis and RabbitMQ, waiting for them up to ``startup_wait_seconds``."""
+    wait = settings.startup_wait_seconds
+    if settings.redis_url:
+        await wait_for("Redis", settings.redis_url, coordination.instances, within=wait)
+    await wait_for("RabbitMQ", settings.amqp_url or "", broker.start, within=wait)
 
 
 def _on_signals(stop: asyncio.Event) -> None:

@@ -1,0 +1,58 @@
+"""The audit log (Admin only): every change, who made it, when, before and after."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from rota.api.deps import Audit
+from rota.api.problems import problem_responses
+from rota.api.schemas import MAX_LIMIT, NO_NUL, UtcDatetime
+from rota.api.schemas_security import AuditOut, AuditPage
+from rota.api.security import requires
+from rota.core.security import AuditQuery, Role
+
+router = APIRouter(prefix="/audit", tags=["audit"], dependencies=[requires(Role.ADMIN)])
+
+
+@router.get(
+    "",
+    responses=problem_responses(422, 503),
+    summary="Audit entries, newest first",
+    description="Actions: job.created, job.bulk_created, job.updated, job.deleted, "
+    "job.triggered, occurrence.cancelled, failed_occurrence.updated, "
+    "failed_occurrence.retried, failed_occurrence.deleted, user.created, user.updated, "
+    "user.password_reset, user.deleted, password.changed, login.succeeded, login.failed, "
+    "logout, and the dispatcher's control actions.",
+)
+async def list_audit(
+    audit: Audit,
+    actor: Annotated[str | None, Query(max_length=100, pattern=NO_NUL)] = None,
+    action: Annotated[str | None, Query(max_length=100, pattern=NO_NUL)] = None,
+    resource_type: Annotated[
+        str | None, Query(alias="resourceType", max_length=50, pattern=NO_NUL)
+    ] = None,
+    resource_id: Annotated[
+        str | None, Query(alias="resourceId", max_length=200, pattern=NO_NUL)
+    ] = None,
+    after: Annotated[
+        UtcDatetime | None, Query(description="Entries at or after this time.")
+    ] = None,
+    before: Annotated[UtcDatetime | None, Query(description="Entries before this time.")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+    cursor: Annotated[str | None, Query(max_length=500, pattern=NO_NUL)] = None,
+) -> AuditPage:
+    page = await audit.list(
+        AuditQuery(
+            actor=actor,
+            action=action,
+            resource_type=resource_type,
+            resource_id=resource_id,
+            after=after,
+            before=before,
+            limit=limit,
+            cursor=cursor or None,
+        )
+    )
+    return AuditPage(items=[AuditOut.of(e) for e in page.items], next_cursor=page.next_cursor)

@@ -1,0 +1,197 @@
+"""Change events: what dashboards and API clients hear about over ``GET /api/v1/events``.
+
+An event is a type (``occurrence.updated``, …) and a small JSON payload in camelCase. Events
+are notifications, not the record: a client that needs the whole occurrence or job reads it
+from the API. Services build them with the functions below and hand them to an
+:class:`~rota.services.events.EventPublisher`; coordination carries them to every server.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+from uuid import UUID
+
+from rota.core.errors import ValidationError
+from rota.core.models import JsonValue, LogRecord, Occurrence, OccurrenceStatus, WorkerInfo
+
+
+class EventType(enum.StrEnum):
+    OCCURRENCE_CREATED = "occurrence.created"
+    OCCURRENCE_UPDATED = "occurrence.updated"
+    OCCURRENCE_LOG = "occurrence.log"
+    JOB_CREATED = "job.created"
+    JOB_UPDATED = "job.updated"
+    JOB_DELETED = "job.deleted"
+    WORKER_CHANGED = "worker.changed"
+    DISPATCHER_CHANGED = "dispatcher.changed"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One change: its type and a JSON-ready payload (camelCase keys, ids as strings)."""
+
+    type: str
+    data: Mapping[str, JsonValue]
+
+    @property
+    def job_id(self) -> str | None:
+        value = self.data.get("jobId")
+        return value if isinstance(value, str) else None
+
+    @property
+    def occurrence_id(self) -> str | None:
+        value = self.data.get("occurrenceId")
+        return value if isinstance(value, str) else None
+
+
+LOG_LINES_PER_EVENT: Final = 20
+"""An ``occurrence.log`` event carries at most this many lines of a batch (the last ones)."""
+LOG_MESSAGE_CHARS: Final = 500
+"""Characters of a log message an event carries (the store has the whole line)."""
+
+_EVENT_ID: Final = re.compile(r"^(\d{1,20})-(\d{1,20})-(\d{1,9})$")
+
+_MAX_MS: Final = 2**48
+"""Milliseconds of an event id stay below this (the year 10889), sequences below 2**63: what
+a Redis stream id can hold."""
+_MAX_SEQ: Final = 2**63
+
+EventId = tuple[int, int, int]
+"""``(milliseconds, sequence, index)``: the feed entry (a Redis stream id) and the event's
+place in it; ids sort as these tuples do."""
+
+
+def parse_event_id(value: str, field: str = "lastEventId") -> EventId:
+    """An event id (``<ms>-<seq>-<n>``) as a sortable tuple; ``ValidationError`` naming
+    ``field`` if it is not one."""
+    match = _EVENT_ID.match(value.strip())
+    parsed = None if match is None else (int(match[1]), int(match[2]), int(match[3]))
+    if parsed is None or parsed[0] >= _MAX_MS or parsed[1] >= _MAX_SEQ:
+        raise ValidationError(
+            "an event id looks like 1700000000000-0-0 (milliseconds-sequence-index)",
+            field=field,
+        )
+    return parsed
+
+
+def format_event_id(event_id: EventId) -> str:
+    return "-".join(map(str, event_id))
+
+
+_STATUS_NAMES: Final = {s: s.name.title().replace("_", "") for s in OccurrenceStatus}
+_CREATED: Final = EventType.OCCURRENCE_CREATED.value
+_UPDATED: Final = EventType.OCCURRENCE_UPDATED.value
+_LOG: Final = EventType.OCCURRENCE_LOG.value
+
+
+def status_name(status: OccurrenceStatus) -> str:
+    """``TIMED_OUT`` -> ``TimedOut``: the API's name of a status."""
+    return _STATUS_NAMES[status]
+
+
+def occurrence_created(occurrence: Occurrence) -> Event:
+    status = occurrence.status
+    return Event(
+        _CREATED,
+        {
+            "occurrenceId": str(occurrence.id),
+            "jobId": str(occurrence.job_id),
+            "jobType": occurrence.job_type,
+            "workerId": occurrence.worker_id,
+            "status": int(status),
+            "statusName": _STATUS_NAMES[status],
+            "attempt": occurrence.attempt,
+            "scheduledFor": occurrence.scheduled_for.isoformat(),
+            "skipReason": occurrence.skip_reason,
+        },
+    )
+
+
+def occurrence_updated(
+    *,
+    occurrence_id: UUID,
+    job_id: UUID,
+    job_type: str,
+    worker_id: str | None,
+    instance_id: str | None,
+    from_status: OccurrenceStatus | None,
+    status: OccurrenceStatus,
+    attempt: int,
+) -> Event:
+    return Event(
+        _UPDATED,
+        {
+            "occurrenceId": str(occurrence_id),
+            "jobId": str(job_id),
+            "jobType": job_type,
+            "workerId": worker_id,
+            "instanceId": instance_id,
+            "fromStatus": None if from_status is None else int(from_status),
+            "status": int(status),
+            "statusName": _STATUS_NAMES[status],
+            "attempt": attempt,
+        },
+    )
+
+
+def occurrence_logs(records: Sequence[LogRecord]) -> list[Event]:
+    """One compact ``occurrence.log`` event per occurrence of a batch of log lines: how many
+    lines arrived, the last :data:`LOG_LINES_PER_EVENT` of them (messages cut to
+    :data:`LOG_MESSAGE_CHARS`), and the last line's ``level`` and ``message`` at the top."""
+    by_occurrence: dict[UUID, list[LogRecord]] = {}
+    for record in records:
+        lines = by_occurrence.get(record.occurrence_id)
+        if lines is None:
+            by_occurrence[record.occurrence_id] = [record]
+        else:
+            lines.append(record)
+    events = []
+    cut = LOG_MESSAGE_CHARS
+    for occurrence_id, lines in by_occurrence.items():
+        shown = [
+            {
+                "timestamp": line.timestamp.isoformat(),
+                "level": line.level,
+                "message": line.message[:cut],
+            }
+            for line in lines[-LOG_LINES_PER_EVENT:]
+        ]
+        last = shown[-1]
+        events.append(
+            Event(
+                _LOG,
+                {
+                    "occurrenceId": str(occurrence_id),
+                    "level": last["level"],
+                    "message": last["message"],
+                    "count": len(lines),
+                    "lines": shown,
+                },
+            )
+        )
+    return events
+
+
+def job_changed(kind: EventType, job_ids: Iterable[UUID], **extra: JsonValue) -> list[Event]:
+    """``job.created`` / ``job.updated`` / ``job.deleted`` events, one per job."""
+    return [Event(kind, {"jobId": str(job_id), **extra}) for job_id in job_ids]
+
+
+def worker_changed(change: str, info: WorkerInfo) -> Event:
+    """A worker instance appeared (``joined``), left (``left``) or changed its declaration or
+    capacity (``changed``)."""
+    return Event(
+        EventType.WORKER_CHANGED,
+        {
+            "change": change,
+            "workerId": info.worker_id,
+            "instanceId": info.instance_id,
+            "concurrency": info.concurrency,
+            "currentLoad": info.current_load,
+            "jobTypes": sorted(info.job_types),
+        },
+    )

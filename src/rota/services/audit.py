@@ -1,0 +1,64 @@
+"""The audit log: who changed what, when, with the state before and after."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from rota.core.errors import BackendUnavailableError
+from rota.core.ids import new_id
+from rota.core.ports import Page, Store
+from rota.core.security import AuditEntry, AuditQuery
+
+log = logging.getLogger(__name__)
+
+
+class AuditService:
+    """Writes and reads audit entries. The API calls :meth:`record` after each change, with
+    the signed-in user as the actor."""
+
+    def __init__(self, store: Store, clock: Callable[[], datetime]) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def record(
+        self,
+        actor: str,
+        action: str,
+        resource_type: str,
+        resource_id: object = None,
+        *,
+        before: Any = None,
+        after: Any = None,
+    ) -> AuditEntry:
+        """Store one entry (``before``/``after`` must be JSON-ready: dicts, lists, strings,
+        numbers). The change it describes is done already: a store that fails now is logged
+        loudly and raised."""
+        entry = AuditEntry(
+            id=new_id(),
+            at=self._clock(),
+            actor=actor,
+            action=action,
+            resource_type=resource_type,
+            resource_id=None if resource_id is None else str(resource_id),
+            before=before,
+            after=after,
+        )
+        try:
+            await self._store.append_audit([entry])
+        except BackendUnavailableError:
+            log.error(
+                "audit entry not stored: %s %s %s by %s",
+                action,
+                resource_type,
+                entry.resource_id,
+                actor,
+                extra={"action": "audit_lost"},
+            )
+            raise
+        return entry
+
+    async def list(self, query: AuditQuery) -> Page[AuditEntry]:
+        return await self._store.list_audit(query)

@@ -1,0 +1,181 @@
+"""Retention: delete what is older than its retention — final occurrences per status (with
+their status history and logs), log lines, resolved dead letters — in small steps, each its
+own short transaction, so that no lock is held for long and dispatch goes on meanwhile.
+
+``rota maintenance`` runs it once; each server runs it periodically, but only while it owns
+bucket 0 (one instance at a time, handed over with the bucket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from rota.core.errors import RotaError
+from rota.core.models import OccurrenceStatus, utcnow
+from rota.core.ports import Store
+from rota.settings import RetentionSettings
+
+log = logging.getLogger(__name__)
+
+S = OccurrenceStatus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetentionPolicy:
+    """How long things are kept; ``None``: forever."""
+
+    occurrences: Mapping[OccurrenceStatus, timedelta | None] = field(default_factory=dict)
+    """Final status -> retention of its occurrences (by creation time)."""
+    logs: timedelta | None = None
+    resolved_dead_letters: timedelta | None = None
+    """By resolution time; unresolved records are kept."""
+    batch_size: int = 1000
+
+    @classmethod
+    def from_settings(cls, settings: RetentionSettings) -> RetentionPolicy:
+        def keep(days: float) -> timedelta | None:
+            return timedelta(days=days) if days > 0 else None
+
+        failed = keep(settings.failed_days)
+        return cls(
+            occurrences={
+                S.COMPLETED: keep(settings.completed_days),
+                S.FAILED: failed,
+                S.TIMED_OUT: failed,
+                S.CANCELLED: keep(settings.cancelled_days),
+                S.SKIPPED: keep(settings.skipped_days),
+            },
+            logs=keep(settings.logs_days),
+            resolved_dead_letters=keep(settings.resolved_dead_letters_days),
+            batch_size=settings.batch_size,
+        )
+
+
+@dataclass(slots=True)
+class MaintenanceReport:
+    occurrences: dict[str, int] = field(default_factory=dict)
+    """Status name -> occurrences deleted."""
+    logs: int = 0
+    dead_letters: int = 0
+    seconds: float = 0.0
+
+    @property
+    def total(self) -> int:
+        return sum(self.occurrences.values()) + self.logs + self.dead_letters
+
+
+Deleted = Callable[[str, int], None]
+"""``on_deleted(kind, rows)``: kind is ``occurrences``, ``logs`` or ``dead_letters``."""
+
+
+class Maintenance:
+    """Applies a :class:`RetentionPolicy` to the store."""
+
+    def __init__(
+        self,
+        store: Store,
+        policy: RetentionPolicy,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        interval_seconds: float = 3600.0,
+        is_leader: Callable[[], bool] = lambda: True,
+        on_deleted: Deleted | None = None,
+        on_run: Callable[[MaintenanceReport], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._policy = policy
+        self._clock = clock
+        self._interval = interval_seconds
+        self._is_leader = is_leader
+        self._on_deleted = on_deleted
+        self._on_run = on_run
+        self._stopping = asyncio.Event()
+        self.last_run: MaintenanceReport | None = None
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run_once(self) -> MaintenanceReport:
+        """Delete everything past its retention now (stops early when asked to stop)."""
+        started = time.monotonic()
+        now = self._clock()
+        report = MaintenanceReport()
+        for status, keep in self._policy.occurrences.items():
+            if keep is not None:
+                deleted = await self._occurrences(status, now - keep)
+                if deleted:
+                    report.occurrences[status.name.lower()] = deleted
+        if self._policy.logs is not None:
+            logs_cutoff = now - self._policy.logs
+            report.logs = await self._repeat(
+                "logs", lambda: self._store.purge_logs(logs_cutoff, self._batch)
+            )
+        if self._policy.resolved_dead_letters is not None:
+            cutoff = now - self._policy.resolved_dead_letters
+            report.dead_letters = await self._repeat(
+                "dead_letters", lambda: self._store.purge_failed(cutoff, self._batch)
+            )
+        report.seconds = time.monotonic() - started
+        self.last_run = report
+        if self._on_run is not None:
+            self._on_run(report)
+        if report.total:
+            log.info(
+                "retention deleted %d occurrences, %d log lines, %d dead letters",
+                sum(report.occurrences.values()), report.logs, report.dead_letters,
+                extra={"action": "retention", "seconds": round(report.seconds, 3)},
+            )  # fmt: skip
+        return report
+
+    async def run(self) -> None:
+        """Every interval, while this instance is the leader (owns bucket 0)."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=self._interval)
+            if self._stopping.is_set():
+                return
+            if not self._is_leader():
+                continue
+            try:
+                await self.run_once()
+            except (RotaError, OSError) as exc:
+                log.warning("retention run failed: %s", exc)
+            except Exception:
+                log.exception("unexpected retention error")
+
+    @property
+    def _batch(self) -> int:
+        return self._policy.batch_size
+
+    async def _occurrences(self, status: OccurrenceStatus, cutoff: datetime) -> int:
+        total = 0
+        after = None
+        while not self._stopping.is_set():
+            batch = await self._store.purge_occurrences(status, cutoff, self._batch, after)
+            total += batch.deleted
+            if batch.deleted and self._on_deleted is not None:
+                self._on_deleted("occurrences", batch.deleted)
+            if batch.next_after is None:
+                break
+            after = batch.next_after
+            await asyncio.sleep(0)  # let the other writers in between two steps
+        return total
+
+    async def _repeat(self, kind: str, step: Callable[[], Awaitable[int]]) -> int:
+        """Run a one-statement deletion step until it deletes less than a batch."""
+        total = 0
+        while not self._stopping.is_set():
+            deleted = await step()
+            total += deleted
+            if deleted and self._on_deleted is not None:
+                self._on_deleted(kind, deleted)
+            if deleted < self._batch:
+                break
+            await asyncio.sleep(0)
+        return total

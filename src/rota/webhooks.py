@@ -1,0 +1,27 @@
+"""Alert webhooks: POST an alert as JSON to a URL, bounded by a timeout."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import httpx
+
+from rota.core.errors import BackendUnavailableError
+from rota.services.silence import Alert, alert_json
+
+
+def alert_webhook(url: str, timeout: float) -> Callable[[Alert], Awaitable[None]]:
+    """A notifier that POSTs ``{"alert": …}`` to ``url``; a non-2xx answer or a network error
+    raises :class:`BackendUnavailableError` (the monitor logs it and goes on)."""
+
+    async def send(alert: Alert) -> None:
+        body = {"source": "rota", "alert": alert_json(alert)}
+        try:
+            async with httpx.AsyncClient(timeout=timeout) as http:
+                response = await http.post(url, json=body)
+        except httpx.HTTPError as exc:
+            raise BackendUnavailableError(f"alert webhook: {exc!r}") from exc
+        if response.status_code >= 300:
+            raise BackendUnavailableError(f"alert webhook answered {response.status_code}")
+
+    return send

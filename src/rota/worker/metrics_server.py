@@ -1,0 +1,98 @@
+"""A worker's own small HTTP endpoint (``ROTA_WORKER__METRICS_PORT``): ``GET /metrics``
+(Prometheus text format) and ``GET /health`` (JSON; 200 while the worker takes jobs, 503
+once it stops). It runs in the worker's event loop: a loop too blocked to answer is also a
+failed health check."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from rota.core.errors import ConfigurationError
+from rota.metrics import CONTENT_TYPE, RotaMetrics
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 8192
+READ_TIMEOUT = 5.0
+
+Health = Callable[[], tuple[bool, Mapping[str, Any]]]
+"""``() -> (healthy, details)``."""
+
+
+class MetricsServer:
+    """Serves ``/metrics`` and ``/health`` on ``host:port`` (port 0: any free port, read
+    :attr:`port` after :meth:`start`)."""
+
+    def __init__(self, metrics: RotaMetrics, health: Health, *, host: str, port: int) -> None:
+        self._metrics = metrics
+        self._health = health
+        self._host = host
+        self._port = port
+        self._server: asyncio.Server | None = None
+        self.port = port
+
+    async def start(self) -> None:
+        """Listen; ``ConfigurationError`` naming the address when it cannot (port taken)."""
+        try:
+            self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve worker metrics on {self._host}:{self._port} "
+                f"(ROTA_WORKER__METRICS_PORT): {exc.strerror or exc}"
+            ) from exc
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        log.info(
+            "worker metrics and health on http://%s:%d", self._host, self.port,
+            extra={"action": "metrics_server"},
+        )  # fmt: skip
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(READ_TIMEOUT):
+                head = await reader.readuntil(b"\r\n\r\n")
+            status, content_type, body = self._respond(head)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            status, content_type, body = "400 Bad Request", "text/plain", b"bad request\n"
+        except Exception:
+            log.exception("worker metrics endpoint failed")
+            status, content_type, body = "500 Internal Server Error", "text/plain", b"error\n"
+        head_out = (
+            f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        with contextlib.suppress(Exception):
+            writer.write(head_out.encode() + body)
+            await writer.drain()
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+    def _respond(self, head: bytes) -> tuple[str, str, bytes]:
+        if len(head) > MAX_REQUEST_BYTES:
+            return "400 Bad Request", "text/plain", b"request too large\n"
+        parts = head.split(b"\r\n", 1)[0].split()
+        if len(parts) != 3:
+            return "400 Bad Request", "text/plain", b"bad request\n"
+        method, target = parts[0], parts[1].split(b"?", 1)[0]
+        if method != b"GET":
+            return "405 Method Not Allowed", "text/plain", b"GET only\n"
+        if target == b"/metrics":
+            return "200 OK", CONTENT_TYPE, self._metrics.exposition()
+        if target == b"/health":
+            healthy, details = self._health()
+            body = orjson.dumps({"status": "ok" if healthy else "unavailable", **details})
+            return ("200 OK" if healthy else "503 Service Unavailable"), "application/json", body
+        return "404 Not Found", "text/plain", b"not found: try /metrics or /health\n"

@@ -1,0 +1,103 @@
+"""``POST /api/v1/jobs/bulk`` with 10,000 jobs in one request, one transaction, on SQLite and
+PostgreSQL: all created, or none with every refused job named."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rota.api.app import create_app
+from rota.brokers.inprocess import InProcessBroker
+from rota.coordination.memory import MemoryCoordination
+from rota.indexes.memory import MemoryScheduleIndex
+from rota.services.jobs import JobService
+from rota.settings import Settings
+from rota.stores.sql import SqlStore
+from tests.api_client import api_client
+from tests.integration.test_api import MiniRuntime
+
+log = logging.getLogger(__name__)
+
+COUNT = 10_000
+
+
+@pytest.fixture
+async def runtime(store: SqlStore, store_url: str, tmp_path: Path) -> MiniRuntime:
+    settings = Settings(environment="test", data_dir=tmp_path, database_url=store_url)
+    index = MemoryScheduleIndex()
+    coordination = MemoryCoordination()
+    jobs = JobService(store, index, coordination, settings.scheduler, lambda: datetime.now(UTC))
+    return MiniRuntime(settings, store, index, InProcessBroker(), coordination, jobs)
+
+
+@pytest.fixture
+async def client(runtime: MiniRuntime) -> AsyncIterator[httpx.AsyncClient]:
+    async with api_client(create_app(runtime)) as http:
+        http.timeout = httpx.Timeout(120)
+        yield http
+
+
+def spec(n: int) -> dict[str, object]:
+    if n % 2:
+        schedule: dict[str, object] = {"cronExpression": f"{n % 60} * * * *"}
+    else:
+        schedule = {"executeAt": f"2031-01-01T00:{n % 60:02d}:00Z"}
+    return {
+        "jobType": "send-reminder",
+        "displayName": f"reminder {n}",
+        "tags": ["bulk", f"batch-{n % 10}"],
+        "jobData": {"user": n, "text": "don't forget"},
+        **schedule,
+    }
+
+
+async def test_ten_thousand_jobs_in_one_request(
+    client: httpx.AsyncClient, store: SqlStore, store_kind: str
+) -> None:
+    body = {"jobs": [spec(n) for n in range(COUNT)]}
+    started = time.perf_counter()
+    response = await client.post("/api/v1/jobs/bulk", json=body)
+    elapsed = time.perf_counter() - started
+    log.warning("bulk create of %d jobs on %s: %.2f s", COUNT, store_kind, elapsed)
+    assert response.status_code == 201, response.text[:500]
+    created = response.json()["items"]
+    assert len(created) == COUNT
+    assert len({job["id"] for job in created}) == COUNT
+    assert created[17]["displayName"] == "reminder 17"
+    assert (await store.overview(datetime.now(UTC))).jobs == COUNT
+    tags = {t.tag: t.jobs for t in await store.tags()}
+    assert tags["bulk"] == COUNT
+    assert tags["batch-3"] == COUNT // 10
+
+
+async def test_one_bad_job_refuses_all_and_every_bad_one_is_named(
+    client: httpx.AsyncClient, store: SqlStore
+) -> None:
+    jobs = [spec(n) for n in range(COUNT)]
+    jobs[17] = jobs[17] | {"cronExpression": "61 * * * *"}
+    jobs[9_999] = {"jobType": "x", "cronExpression": "@daily", "executeAt": "2031-01-01T00:00Z"}
+    response = await client.post("/api/v1/jobs/bulk", json={"jobs": jobs})
+    assert response.status_code == 422, response.text[:500]
+    problem = response.json()
+    assert [e["field"] for e in problem["errors"]] == [
+        "jobs[17].cronExpression",
+        "jobs[9999].executeAt",
+    ]
+    assert problem["errors"][0]["part"] == "minute"
+    assert (await store.overview(datetime.now(UTC))).jobs == 0
+
+    malformed = [spec(n) for n in range(3)] + [{"jobType": "x", "priority": 9}]
+    response = await client.post("/api/v1/jobs/bulk", json={"jobs": malformed})
+    assert response.status_code == 422
+    assert [e["field"] for e in response.json()["errors"]] == ["jobs[3].priority"]
+    too_many = {"jobs": [spec(1)] * (COUNT + 1)}
+    response = await client.post("/api/v1/jobs/bulk", json=too_many)
+    assert response.status_code == 422
+    assert [e["field"] for e in response.json()["errors"]] == ["jobs"]
+    assert (await store.overview(datetime.now(UTC))).jobs == 0

@@ -1,0 +1,114 @@
+"""The token key and auth settings: required in production, generated and kept in development;
+``rota user`` commands."""
+
+from __future__ import annotations
+
+import io
+import stat
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+from rich.console import Console
+from typer.testing import CliRunner
+
+from rota.cli import app
+from rota.core.errors import ConfigurationError
+from rota.runtime import auth_config, auth_secret, build_runtime
+from rota.serve import ensure_dev_admin, prepare
+from rota.settings import Settings
+
+
+def test_production_refuses_to_start_without_a_secret(tmp_path: Path) -> None:
+    settings = Settings(environment="production", data_dir=tmp_path)
+    with pytest.raises(ConfigurationError, match="ROTA_AUTH_SECRET is not set"):
+        build_runtime(settings)
+    assert not (tmp_path / "auth-secret").exists()
+
+
+def test_a_short_secret_is_refused_everywhere(tmp_path: Path) -> None:
+    for environment in ("production", "development"):
+        settings = Settings(
+            environment=environment, data_dir=tmp_path, auth_secret=SecretStr("x" * 31)
+        )
+        with pytest.raises(ConfigurationError, match="at least 32"):
+            auth_secret(settings)
+
+
+def test_a_set_secret_is_used_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROTA_AUTH_SECRET", "k" * 40)
+    settings = Settings(environment="production", data_dir=tmp_path)
+    assert auth_secret(settings) == b"k" * 40
+
+
+def test_development_generates_one_secret_per_data_dir(tmp_path: Path) -> None:
+    settings = Settings(environment="development", data_dir=tmp_path / "data")
+    first = auth_secret(settings)
+    assert len(first) >= 32
+    path = tmp_path / "data" / "auth-secret"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert auth_secret(settings) == first
+    other = Settings(environment="development", data_dir=tmp_path / "other")
+    assert auth_secret(other) != first
+
+
+def test_auth_settings_reach_the_service(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ROTA_AUTH__ACCESS_TOKEN_MINUTES", "5")
+    monkeypatch.setenv("ROTA_AUTH__MAX_FAILED_LOGINS", "3")
+    monkeypatch.setenv("ROTA_AUTH__LOCKOUT_MINUTES", "2")
+    config = auth_config(Settings(environment="test", data_dir=tmp_path))
+    assert config.access_ttl.total_seconds() == 300
+    assert config.max_failed_logins == 3
+    assert config.lockout.total_seconds() == 120
+    monkeypatch.setenv("ROTA_AUTH__ACCESS_TOKEN_MINUTES", "16")
+    with pytest.raises(ValueError, match="access_token_minutes"):
+        Settings(environment="test", data_dir=tmp_path)
+
+
+def test_rota_user_commands(tmp_path: Path) -> None:
+    runner = CliRunner()
+    data = ["--data-dir", str(tmp_path)]
+    created = runner.invoke(
+        app,
+        ["user", "create", "Alice", "--role", "admin", "--password-stdin", *data],
+        input="alice's long passphrase\n",
+    )
+    assert created.exit_code == 0, created.output
+    weak = runner.invoke(app, ["user", "create", "bob", "--password-stdin", *data], input="short\n")
+    assert weak.exit_code == 2
+    assert "at least 12" in weak.output
+    bad_role = runner.invoke(
+        app, ["user", "create", "bob", "--role", "owner", "--password-stdin", *data], input="x\n"
+    )
+    assert bad_role.exit_code == 2
+    reset = runner.invoke(
+        app, ["user", "password", "alice", "--password-stdin", *data], input="a new passphrase!\n"
+    )
+    assert reset.exit_code == 0, reset.output
+    missing = runner.invoke(
+        app, ["user", "password", "nobody", "--password-stdin", *data], input="a new passphrase!\n"
+    )
+    assert missing.exit_code == 2
+    listed = runner.invoke(app, ["user", "list", *data])
+    assert listed.exit_code == 0
+    assert listed.stdout.split() == ["alice", "Admin", "active"]
+
+
+async def test_rota_dev_prints_a_generated_admin_once(tmp_path: Path) -> None:
+    settings = Settings(environment="development", data_dir=tmp_path)
+    runtime = await prepare(settings, [])
+    await runtime.store.open()
+    try:
+        out = io.StringIO()
+        await ensure_dev_admin(runtime, Console(file=out, width=120), "http://127.0.0.1:8000")
+        text = out.getvalue()
+        assert "username: admin" in text
+        password = text.split("password: ")[1].split()[0]
+        tokens = await runtime.auth.login("admin", password)
+        assert (await runtime.auth.authenticate(tokens.access_token)).username == "admin"
+        again = io.StringIO()
+        await ensure_dev_admin(runtime, Console(file=again, width=200), "http://127.0.0.1:8000")
+        assert "password: " not in again.getvalue()
+        assert "rota user password" in again.getvalue()
+    finally:
+        await runtime.store.close()

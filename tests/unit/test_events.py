@@ -1,0 +1,145 @@
+"""Change events: building them, the publisher's buffer, and worker roster changes."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rota.coordination.memory import MemoryCoordination
+from rota.core.errors import ValidationError
+from rota.core.events import (
+    LOG_LINES_PER_EVENT,
+    LOG_MESSAGE_CHARS,
+    Event,
+    format_event_id,
+    occurrence_logs,
+    parse_event_id,
+)
+from rota.core.ids import new_id
+from rota.core.models import LogRecord, WorkerInfo
+from rota.services.events import EventPublisher
+from rota.services.workers import roster_changes
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def test_event_ids_round_trip_and_sort() -> None:
+    assert parse_event_id("1700000000000-3-12") == (1700000000000, 3, 12)
+    assert format_event_id((1700000000000, 3, 12)) == "1700000000000-3-12"
+    assert parse_event_id("5-0-10") > parse_event_id("5-0-9")
+    with pytest.raises(ValidationError) as caught:
+        parse_event_id("5-0", field="Last-Event-ID")
+    assert caught.value.field == "Last-Event-ID"
+    for too_big in ("99999999999999999999-0-0", f"1-{2**63}-0", "1-0-9999999999"):
+        with pytest.raises(ValidationError):
+            parse_event_id(too_big)
+
+
+def test_log_events_are_compact_one_per_occurrence() -> None:
+    first, second = new_id(), new_id()
+    lines = [
+        LogRecord(
+            occurrence_id=first,
+            timestamp=NOW + timedelta(seconds=n),
+            level="INFO",
+            message=f"line {n} " + "x" * 1000,
+        )
+        for n in range(30)
+    ]
+    lines.append(LogRecord(occurrence_id=second, timestamp=NOW, level="ERROR", message="boom"))
+    one, two = occurrence_logs(lines)
+    assert one.data["occurrenceId"] == str(first)
+    assert one.data["count"] == 30
+    shown = one.data["lines"]
+    assert len(shown) == LOG_LINES_PER_EVENT
+    assert shown[-1]["message"].startswith("line 29 ")
+    assert all(len(line["message"]) == LOG_MESSAGE_CHARS for line in shown)
+    assert one.data["message"] == shown[-1]["message"]
+    assert (two.data["level"], two.data["message"], two.data["count"]) == ("ERROR", "boom", 1)
+
+
+async def test_publisher_batches_and_drops_the_oldest_when_full() -> None:
+    coordination = MemoryCoordination()
+    publisher = EventPublisher(coordination, max_pending=3)
+    publisher.emit(Event("job.updated", {"n": n}) for n in range(5))
+    publisher.emit([])
+    assert publisher.stats.dropped == 2
+    await publisher.flush()
+    kept = await coordination.replay(None)
+    assert [e.data["n"] for _, e in kept] == [2, 3, 4]
+    assert publisher.stats.published == 3
+
+
+async def test_publisher_loop_publishes_until_stopped() -> None:
+    coordination = MemoryCoordination()
+    publisher = EventPublisher(coordination)
+    feed = coordination.events()
+    task = asyncio.create_task(publisher.run())
+    publisher.emit([Event("job.created", {"jobId": "a"})])
+    _, event = await asyncio.wait_for(anext(feed), 5)
+    assert event.data == {"jobId": "a"}
+    publisher.emit([Event("job.deleted", {"jobId": "a"})])
+    publisher.stop()
+    await asyncio.wait_for(task, 5)
+    assert [e.type for _, e in await coordination.replay(None)] == ["job.created", "job.deleted"]
+
+
+def _worker(instance: str, concurrency: int = 4, load: int = 0) -> WorkerInfo:
+    return WorkerInfo(
+        instance_id=instance,
+        worker_id="reports",
+        host="h",
+        pid=1,
+        job_types={"Report": {}},
+        concurrency=concurrency,
+        current_load=load,
+    )
+
+
+def test_roster_changes_report_joins_leaves_and_declarations_not_load() -> None:
+    before = {"a": _worker("a"), "b": _worker("b")}
+    after = {"b": _worker("b", load=3), "c": _worker("c"), "a2": _worker("a2")}
+    changes = [(e.data["change"], e.data["instanceId"]) for e in roster_changes(before, after)]
+    assert changes == [("left", "a"), ("joined", "a2"), ("joined", "c")]
+    bigger = {"b": _worker("b", concurrency=8)}
+    (event,) = roster_changes({"b": _worker("b")}, bigger)
+    assert (event.type, event.data["change"], event.data["concurrency"]) == (
+        "worker.changed",
+        "changed",
+        8,
+    )
+
+
+def test_config_masking_by_name_and_in_urls() -> None:
+    from rota.api.routes_admin import MASK, mask_secrets
+
+    settings = {
+        "auth": {
+            "jwt_secret": "s" * 40,
+            "admin_password": "hunter2",
+            "access_token_minutes": 15,
+            "signing_key": "k",
+            "refresh_token_days": None,
+        },
+        "database_url": "postgresql://rota:pw@db:5432/rota",
+        "redis_url": "redis://cache:6379/0",
+        "amqp_url": "amqp://guest:guest@mq:5672/%2F",
+        "name_prefix": "rota",
+        "bucket_count": 16,
+        "mirrors": ["https://u:p@mirror.example/x"],
+    }
+    masked = mask_secrets(settings)
+    assert masked["auth"] == {
+        "jwtSecret": MASK,
+        "adminPassword": MASK,
+        "accessTokenMinutes": 15,
+        "signingKey": MASK,
+        "refreshTokenDays": None,
+    }
+    assert masked["databaseUrl"] == f"postgresql://rota:{MASK}@db:5432/rota"
+    assert masked["redisUrl"] == "redis://cache:6379/0"
+    assert masked["amqpUrl"] == f"amqp://guest:{MASK}@mq:5672/%2F"
+    assert (masked["namePrefix"], masked["bucketCount"]) == ("rota", 16)
+    assert masked["mirrors"] == [f"https://u:{MASK}@mirror.example/x"]

@@ -1,0 +1,137 @@
+"""The metrics module and the worker's metrics/health endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+from uuid import uuid4
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from rota.core.models import OccurrenceStatus, StatusRecord, utcnow
+from rota.core.ports import AppliedChange, IgnoredRecord, StatusResult
+from rota.metrics import LoopHistogram, RotaMetrics
+from rota.worker.metrics_server import MetricsServer
+
+S = OccurrenceStatus
+
+
+def parse(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            out[f"{sample.name}{{{labels}}}"] = sample.value
+    return out
+
+
+def change(before: OccurrenceStatus, after: OccurrenceStatus) -> AppliedChange:
+    return AppliedChange(
+        occurrence_id=uuid4(), job_id=uuid4(), from_status=before, to_status=after, attempt=1
+    )
+
+
+def test_loop_histogram_buckets_are_cumulative() -> None:
+    hist = LoopHistogram("h_seconds", "doc", (0.1, 1.0), label="job_type")
+    hist.observe_many([0.05, 0.5, 0.5, 3.0], "a")
+    family = hist.family()
+    samples = {(s.name, s.labels.get("le")): s.value for s in family.samples}
+    assert samples[("h_seconds_bucket", "0.1")] == 1
+    assert samples[("h_seconds_bucket", "1.0")] == 3
+    assert samples[("h_seconds_bucket", "+Inf")] == 4
+    assert samples[("h_seconds_count", None)] == 4
+    assert samples[("h_seconds_sum", None)] == pytest.approx(4.05)
+    assert hist.count("a") == 4
+    assert hist.count("b") == 0
+
+
+def test_status_batches_move_the_counters_once_per_kind() -> None:
+    metrics = RotaMetrics(CollectorRegistry())
+    record = StatusRecord(
+        occurrence_id=uuid4(), status=S.RUNNING, timestamp=utcnow(), attempt=1, instance_id="i"
+    )
+    metrics.record_status(
+        StatusResult(
+            applied=[
+                change(S.QUEUED, S.RUNNING),
+                change(S.RUNNING, S.COMPLETED),
+                change(S.QUEUED, S.COMPLETED),  # Running folded into the final report
+                change(S.RUNNING, S.QUEUED),  # a retry
+                change(S.RUNNING, S.TIMED_OUT),
+                change(S.RUNNING, S.UNKNOWN),
+            ],
+            ignored=[IgnoredRecord(record=record, reason="late")],
+        )
+    )
+    values = parse(metrics.exposition().decode())
+    assert values["rota_occurrences_started_total{}"] == 2
+    assert values["rota_occurrences_completed_total{}"] == 2
+    assert values["rota_occurrences_retried_total{}"] == 1
+    assert values["rota_occurrences_timed_out_total{}"] == 1
+    assert values["rota_occurrences_unknown_total{}"] == 1
+    assert values["rota_occurrences_failed_total{}"] == 0
+    assert values["rota_late_reports_ignored_total{}"] == 1
+    assert values["rota_status_reports_ignored_total{reason=late}"] == 1
+
+
+def test_registries_are_separate_and_workers_leave_out_server_metrics() -> None:
+    server = RotaMetrics(CollectorRegistry())
+    worker = RotaMetrics(CollectorRegistry(), server=False)
+    worker.record_finished("t", 250.0)
+    worker.watched.outbox_pending = lambda: 3
+    server_text = server.exposition().decode()
+    worker_text = worker.exposition().decode()
+    assert "rota_occurrences_completed_total" in server_text
+    assert "rota_occurrences_completed_total" not in worker_text
+    assert "rota_dispatch_lateness_seconds" not in worker_text
+    values = parse(worker_text)
+    assert values["rota_job_duration_seconds_count{job_type=t}"] == 1
+    assert values["rota_outbox_pending{}"] == 3
+    assert "rota_job_duration_seconds_count{job_type=t}" not in parse(server_text)
+
+
+async def test_worker_endpoint_serves_metrics_and_health() -> None:
+    metrics = RotaMetrics(CollectorRegistry(), server=False)
+    metrics.record_finished("report", 1500.0)
+    healthy = {"value": True}
+    server = MetricsServer(
+        metrics, lambda: (healthy["value"], {"running": 2}), host="127.0.0.1", port=0
+    )
+    await server.start()
+    try:
+        assert server.port > 0
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
+            response = await http.get("/metrics")
+            assert response.status_code == 200
+            values = parse(response.text)
+            assert values["rota_job_duration_seconds_count{job_type=report}"] == 1
+            health = await http.get("/health")
+            assert health.status_code == 200
+            assert health.json() == {"status": "ok", "running": 2}
+            healthy["value"] = False
+            health = await http.get("/health")
+            assert health.status_code == 503
+            assert health.json()["status"] == "unavailable"
+            assert (await http.get("/nope")).status_code == 404
+            assert (await http.post("/metrics")).status_code == 405
+    finally:
+        await server.close()
+    with pytest.raises(httpx.ConnectError):
+        async with httpx.AsyncClient() as http:
+            await asyncio.wait_for(http.get(f"http://127.0.0.1:{server.port}/health"), 5)
+
+
+async def test_a_taken_port_is_a_configuration_error() -> None:
+    from rota.core.errors import ConfigurationError
+
+    metrics = RotaMetrics(CollectorRegistry(), server=False)
+    first = MetricsServer(metrics, lambda: (True, {}), host="127.0.0.1", port=0)
+    await first.start()
+    try:
+        second = MetricsServer(metrics, lambda: (True, {}), host="127.0.0.1", port=first.port)
+        with pytest.raises(ConfigurationError, match=f"127.0.0.1:{first.port}"):
+            await second.start()
+    finally:
+        await first.close()
