@@ -156,6 +156,7 @@ class Runtime:
             coordination,
             sched,
             utcnow,
+            max_job_data_bytes=settings.api.max_job_data_bytes,
             on_triggered=self.metrics.record_trigger,
             stamp=self.tracing.stamp_trigger if traced else None,
             events=self.events,
@@ -219,6 +220,7 @@ class Runtime:
                 heartbeat_seconds=settings.worker.heartbeat_seconds,
             )
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
         self._events_task: asyncio.Task[None] | None = None
         self._switched_off = False
         """The dispatcher is paused because the shared switch says so."""
@@ -281,6 +283,7 @@ class Runtime:
     async def stop(self, *, grace: float = 10.0) -> None:
         """Graceful stop: no new dispatch, running jobs finish (up to ``grace``), their reports
         are stored, leases released."""
+        self._stopping = True
         await self.owner.begin_release()
         self.dispatcher.stop()
         self.zombies.stop()
@@ -353,7 +356,23 @@ class Runtime:
             )
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        self._tasks.append(asyncio.create_task(coro, name=f"rota-{name}"))
+        task = asyncio.create_task(coro, name=f"rota-{name}")
+        task.add_done_callback(self._ended)
+        self._tasks.append(task)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """Every loop runs until :meth:`stop`: one that ends before (a bug, or a cancellation
+        that leaked into it) would leave its work undone without a sign, so it is logged."""
+        if self._stopping:
+            return
+        error = None if task.cancelled() else task.exception()
+        log.error(
+            "loop %s ended before the stop: %s",
+            task.get_name(),
+            "cancelled" if task.cancelled() else repr(error),
+            exc_info=error,
+            extra={"action": "loop_died", "loop": task.get_name()},
+        )
 
     # --- glue -----------------------------------------------------------------------------
 

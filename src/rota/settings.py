@@ -94,12 +94,6 @@ class SchedulerSettings(BaseModel):
     )
     lease_seconds: float = Field(10.0, gt=0)
     default_max_retries: int = Field(0, ge=0)
-    max_job_data_bytes: int = Field(
-        64 * 1024,
-        ge=1,
-        description="A job's data (and a trigger's data override) may be at most this many "
-        "bytes as JSON: it travels in every job message.",
-    )
 
     @property
     def auto_disable(self) -> AutoDisableDefaults:
@@ -235,6 +229,12 @@ class ApiSettings(BaseModel):
         ge=1024,
         description="Request bodies larger than this are refused (413); a bulk create of "
         "10,000 jobs is a few MiB.",
+    )
+    max_job_data_bytes: int = Field(
+        256 * 1024,
+        ge=1,
+        description="The largest jobData of a job (create, bulk, update) or a trigger, as "
+        "compact UTF-8 JSON; larger is a 422 naming jobData.",
     )
 
 

@@ -21,7 +21,9 @@ import pytest
 from .conftest import AUTH_ENV, HERE, Session, all_occurrences, free_port, wait_until
 
 PG = "postgresql://postgres@127.0.0.1:5432/{db}"
-REDIS = "redis://127.0.0.1:6379/0"
+REDIS_PORT = os.environ.get("ROTA_TEST_REDIS_PORT", "6379")
+"""The Redis the e2e tests use (a private one for the fault tests that flush or stop it)."""
+REDIS = f"redis://127.0.0.1:{REDIS_PORT}/0"
 AMQP = "amqp://guest:guest@127.0.0.1:5672/{vhost}"
 
 QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED, TIMED_OUT, UNKNOWN, SKIPPED = range(8)

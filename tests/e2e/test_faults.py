@@ -146,11 +146,6 @@ def index_size(c: Cluster) -> int:
     return sum(b["indexed"] for b in rows["buckets"]) if rows else 0
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug under diagnosis: in about 2 of 15 runs some every-second cron jobs stop "
-    "firing after FLUSHALL (bucket take-over right after the instance registry was emptied)",
-)
 def test_redis_flushed_and_restarted_under_load(
     fc: Cluster, tmp_path: Path, recovery: Recorder
 ) -> None:

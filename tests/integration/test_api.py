@@ -501,6 +501,130 @@ async def test_garbage_is_a_problem_not_a_crash(client: httpx.AsyncClient) -> No
     assert_problem(await client.put("/api/v1/jobs", json={}), 405)
 
 
+async def test_bytes_that_are_not_text_are_a_422_on_the_body(client: httpx.AsyncClient) -> None:
+    """Found by schemathesis: a body that is not UTF-8 was FastAPI's bare 400."""
+    headers = {"content-type": "application/json"}
+    for path in ("/api/v1/jobs", "/api/v1/users", "/api/v1/auth/login"):
+        response = await client.post(path, content=b'{"jobType": "\x80\xc3"}', headers=headers)
+        problem = assert_problem(response, 422)
+        assert fields(problem) == ["body"]
+        assert "UTF-8" in problem["detail"]
+
+
+async def test_json_that_cannot_be_stored_is_a_422_not_a_crash(client: httpx.AsyncClient) -> None:
+    """Python's JSON reader takes lone surrogates, NaN, 1e999, deep nesting and huge
+    integers; each was a 500 (the store or the response could not encode it) or a bare 400."""
+    job = await create(client)
+    headers = {"content-type": "application/json"}
+    base = b'{"jobType": "t", "cronExpression": "@daily", '
+    cases: list[tuple[str, str, bytes, str]] = [
+        ("POST", "/api/v1/jobs", base + b'"jobData": "\\ud800"}', "jobData"),
+        ("POST", "/api/v1/jobs", base + b'"jobData": {"\\udfff": [1]}}', "jobData"),
+        ("POST", "/api/v1/jobs", base + b'"jobData": "[\\"\\ud800\\"]"}', "jobData"),
+        ("POST", "/api/v1/jobs", base + b'"jobData": NaN}', "jobData"),
+        ("POST", "/api/v1/jobs", base + b'"jobData": {"a": 1e999}}', "jobData"),
+        (
+            "POST",
+            "/api/v1/jobs",
+            base + b'"jobData": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            "body",
+        ),
+        ("POST", "/api/v1/jobs", base + b'"jobData": ' + b"9" * 5000 + b"}", "body"),
+        ("POST", f"/api/v1/jobs/{job['id']}/trigger", b'{"jobData": "\\ud800"}', "jobData"),
+        (
+            "PUT",
+            "/api/v1/jobs/job",
+            b'{"id": "%s", "jobData": "\\ud800"}' % job["id"].encode(),
+            "jobData",
+        ),
+        (
+            "PUT",
+            "/api/v1/jobs/job",
+            b'{"id": "%s", "\\ud800": {"value": 1, "isUpdated": 3}}' % job["id"].encode(),
+            "\ud800",
+        ),
+    ]
+    for method, path, body, named in cases:
+        response = await client.request(method, path, content=body, headers=headers)
+        assert fields(assert_problem(response, 422)) == [named], (path, body[:80])
+    assert [j["id"] for j in (await client.get("/api/v1/jobs")).json()["items"]] == [job["id"]]
+    assert (await client.get("/api/v1/occurrences")).json()["items"] == []
+
+
+async def test_numbers_past_what_is_stored_are_a_422(client: httpx.AsyncClient) -> None:
+    """Found by schemathesis: ``after`` over 64 bits was a 500 (SQLite overflow); a duration of
+    1e12 seconds was stored and later overflowed the date arithmetic of retries, zombies and
+    auto-disable."""
+    huge = await client.get(f"/api/v1/occurrences/{new_id()}/logs", params={"after": 2**63})
+    assert fields(assert_problem(huge, 422)) == ["after"]
+    largest = await client.get(f"/api/v1/occurrences/{new_id()}/logs", params={"after": 2**63 - 1})
+    assert_problem(largest, 404)  # valid: no such occurrence
+
+    base = {"jobType": "t", "cronExpression": "@daily"}
+    for name in (
+        "timeoutSeconds",
+        "retryDelaySeconds",
+        "autoDisableWindowSeconds",
+        "autoDisableCooldownSeconds",
+        "zombieThresholdSeconds",
+    ):
+        refused = await client.post("/api/v1/jobs", json=base | {name: 1e12})
+        assert fields(assert_problem(refused, 422)) == [name]
+    job = await create(client, retryDelaySeconds=315_576_000)
+    assert job["retryDelaySeconds"] == 315_576_000
+    patched = await client.patch(f"/api/v1/jobs/{job['id']}", json={"timeoutSeconds": 1e300})
+    assert fields(assert_problem(patched, 422)) == ["timeoutSeconds"]
+
+
+async def test_date_times_are_iso_text_not_numbers(client: httpx.AsyncClient) -> None:
+    """Found by schemathesis: a number was taken as seconds since 1970 (``executeAt: -662``
+    made a job for 1969), against the documented date-time format."""
+    for value in (23946997, -662, "79026", 1.5):
+        refused = await client.post("/api/v1/jobs", json={"jobType": "t", "executeAt": value})
+        problem = assert_problem(refused, 422)
+        assert fields(problem) == ["executeAt"]
+        assert "ISO-8601" in problem["detail"]
+    bulk = await client.post("/api/v1/jobs/bulk", json={"jobs": [{"jobType": "t", "executeAt": 5}]})
+    assert fields(assert_problem(bulk, 422)) == ["jobs[0].executeAt"]
+    for path, name, extra in (
+        ("/api/v1/failed-occurrences", "failedBefore", {}),
+        ("/api/v1/occurrences", "scheduledAfter", {}),
+        ("/api/v1/audit", "after", {}),
+        ("/api/v1/schedules/preview", "after", {"cron": "@daily"}),
+    ):
+        response = await client.get(path, params={name: "79026"} | extra)
+        assert fields(assert_problem(response, 422)) == [name], path
+    assert (await client.get("/api/v1/jobs")).json()["items"] == []
+    iso = await client.get("/api/v1/occurrences", params={"scheduledAfter": "2030-01-01T00:00:00Z"})
+    assert iso.status_code == 200
+
+
+async def test_header_and_wrapped_update_errors_name_their_field(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by schemathesis: an invalid If-Match header, and a PUT /jobs/job field, gave an
+    error without its ``field`` (the schema requires it) or with a snake_case one."""
+    job = await create(client)
+    too_long = {"If-Match": "x" * 501}
+    patched = await client.patch(f"/api/v1/jobs/{job['id']}", json={}, headers=too_long)
+    assert fields(assert_problem(patched, 422)) == ["If-Match"]
+    deleted = await client.delete(f"/api/v1/jobs/{job['id']}", headers=too_long)
+    assert fields(assert_problem(deleted, 422)) == ["If-Match"]
+
+    wrapped = await client.put(
+        "/api/v1/jobs/job",
+        json={
+            "id": job["id"],
+            "displayName": {"value": "x" * 201, "isUpdated": True},
+            "max_retries": -1,
+        },
+    )
+    problem = assert_problem(wrapped, 422)
+    assert sorted(fields(problem)) == ["displayName", "maxRetries"]
+    missing = await client.put("/api/v1/jobs/job", json={})
+    assert missing.json()["errors"] == [{"field": "id", "message": "id is required"}]
+
+
 async def test_request_bodies_over_the_limit_are_refused(runtime: MiniRuntime) -> None:
     runtime.settings.api.max_body_bytes = 1024 * 1024  # ROTA_API__MAX_BODY_BYTES
     big = {"jobType": "t", "cronExpression": "@daily", "jobData": "x" * (1024 * 1024)}
@@ -523,24 +647,34 @@ async def test_request_bodies_over_the_limit_are_refused(runtime: MiniRuntime) -
         assert (await client.post("/api/v1/jobs", json=fits)).status_code == 201
 
 
-async def test_job_data_over_its_limit_is_refused(client: httpx.AsyncClient) -> None:
-    limit = 64 * 1024  # ROTA_SCHEDULER__MAX_JOB_DATA_BYTES
-    big = {"blob": "x" * limit}
-    small = {"blob": "x" * (limit - 100)}
+async def test_job_data_over_the_limit_is_a_422_on_jobdata(
+    client: httpx.AsyncClient, runtime: MiniRuntime
+) -> None:
+    limit = runtime.jobs.max_job_data_bytes
+    assert limit == 256 * 1024  # the default (ROTA_API__MAX_JOB_DATA_BYTES)
+    over = "x" * limit  # with its quotes, 2 bytes over
     base = {"jobType": "t", "cronExpression": "@daily"}
-    problem = assert_problem(await client.post("/api/v1/jobs", json=base | {"jobData": big}), 422)
-    assert fields(problem) == ["jobData"]
-    assert "at most 65536" in problem["detail"]
-    job = await create(client, jobData=small)
-    changed = await client.patch(f"/api/v1/jobs/{job['id']}", json={"jobData": big})
-    assert fields(assert_problem(changed, 422)) == ["jobData"]
-    triggered = await client.post(f"/api/v1/jobs/{job['id']}/trigger", json={"jobData": big})
-    assert fields(assert_problem(triggered, 422)) == ["jobData"]
-    bulk = await client.post(
-        "/api/v1/jobs/bulk", json={"jobs": [base, base | {"jobData": big}, base]}
-    )
+
+    created = assert_problem(await client.post("/api/v1/jobs", json=base | {"jobData": over}), 422)
+    assert fields(created) == ["jobData"]
+    assert f"limit is {limit}" in created["detail"]
+    as_string = await client.post("/api/v1/jobs/job", json=base | {"jobData": json.dumps([over])})
+    assert fields(assert_problem(as_string, 422)) == ["jobData"]
+    bulk = await client.post("/api/v1/jobs/bulk", json={"jobs": [base, base | {"jobData": over}]})
     assert fields(assert_problem(bulk, 422)) == ["jobs[1].jobData"]
-    assert len((await client.get("/api/v1/jobs")).json()["items"]) == 1
+    assert (await client.get("/api/v1/jobs")).json()["items"] == []
+
+    job = await create(client, jobData={"fits": "x" * (limit - 20)})
+    patched = await client.patch(f"/api/v1/jobs/{job['id']}", json={"jobData": over})
+    assert fields(assert_problem(patched, 422)) == ["jobData"]
+    wrapped = {"id": job["id"], "jobData": {"value": over, "isUpdated": True}}
+    assert fields(assert_problem(await client.put("/api/v1/jobs/job", json=wrapped), 422)) == [
+        "jobData"
+    ]
+    triggered = await client.post(f"/api/v1/jobs/{job['id']}/trigger", json={"jobData": over})
+    assert fields(assert_problem(triggered, 422)) == ["jobData"]
+    assert (await client.get(f"/api/v1/jobs/{job['id']}")).json()["jobData"] == job["jobData"]
+    assert (await client.get("/api/v1/occurrences")).json()["items"] == []
 
 
 async def test_unexpected_and_backend_errors_are_problems(
@@ -628,4 +762,6 @@ async def test_bulk_create(client: httpx.AsyncClient) -> None:
         json={"jobs": [{"jobType": "a", "cronExpression": "@daily"}, {"jobType": "b"}]},
     )
     assert fields(assert_problem(refused, 422)) == ["jobs[1].cronExpression"]
+    one = await client.post("/api/v1/jobs/bulk", json={"jobs": [{"jobType": "b"}]})
+    assert fields(assert_problem(one, 422)) == ["jobs[0].cronExpression"]
     assert len((await client.get("/api/v1/jobs")).json()["items"]) == 3

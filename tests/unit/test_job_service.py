@@ -26,7 +26,7 @@ from rota.core.models import (
     WorkerInfo,
 )
 from rota.core.planning import PlanSettings, new_occurrence
-from rota.core.ports import IndexEntry
+from rota.core.ports import IndexEntry, OccurrenceQuery
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.jobs import JobService, JobSpec
 from rota.settings import SchedulerSettings
@@ -376,6 +376,48 @@ async def test_delete_removes_job_and_index_entry(
     with pytest.raises(NotFoundError):
         await service.delete_job(job.id)
     assert set(await indexed(index)) == {other.id}
+
+
+async def test_durations_must_be_finite_and_at_most_ten_years(service: JobService) -> None:
+    for value in (315_576_001.0, float("inf"), float("nan")):
+        with pytest.raises(ValidationError) as info:
+            await service.create_job(every_minute(retry_delay_seconds=value))
+        assert info.value.field == "retryDelaySeconds"
+    job = await service.create_job(every_minute(zombie_threshold_seconds=315_576_000))
+    with pytest.raises(ValidationError) as updated:
+        await service.update_job(job.id, {"auto_disable_cooldown_seconds": 1e12})
+    assert updated.value.field == "autoDisableCooldownSeconds"
+
+
+async def test_job_data_over_the_limit_is_refused_on_jobdata(
+    store: SqlStore, index: MemoryScheduleIndex, coordination: RecordingCoordination, clock: Clock
+) -> None:
+    service = JobService(
+        store, index, coordination, SchedulerSettings(), clock, max_job_data_bytes=100
+    )
+    fits = {"text": "a" + "é" * 44}  # {"text":""} is 11 bytes, + 1 + 88: exactly 100
+    over = {"text": "é" * 45}  # 101
+    job = await service.create_job(every_minute(job_data=fits))
+    assert job.job_data == fits
+
+    with pytest.raises(ValidationError) as created:
+        await service.create_job(every_minute(job_data=over))
+    assert created.value.field == "jobData"
+    assert "101 bytes" in created.value.message
+    assert "limit is 100" in created.value.message
+    with pytest.raises(ValidationError) as bulk:
+        await service.create_jobs([every_minute(), every_minute(job_data="x" * 101)])
+    assert bulk.value.field == "[1].jobData"
+    with pytest.raises(ValidationError) as updated:
+        await service.update_job(job.id, {"job_data": ["y" * 100]})
+    assert updated.value.field == "jobData"
+    with pytest.raises(ValidationError) as triggered:
+        await service.trigger(job.id, job_data=over)
+    assert triggered.value.field == "jobData"
+
+    assert [j.id for j in (await service.list_jobs()).items] == [job.id]
+    assert (await service.get_job(job.id)).job_data == fits
+    assert (await store.list_occurrences(OccurrenceQuery(job_id=job.id))).items == []
 
 
 # --- trigger ---------------------------------------------------------------------------------

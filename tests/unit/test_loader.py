@@ -3,7 +3,9 @@ into the index, drops what the store no longer has, and keeps what was added mea
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from rota.core.ids import bucket_of, new_id
@@ -19,6 +21,10 @@ WINDOW = 120.0
 
 def job_at(at: datetime) -> Job:
     return Job(id=new_id(), job_type="report", execute_at=at, next_run_at=at)
+
+
+def in_bucket(job: Job) -> Job:
+    return replace(job, bucket=bucket_of(job.id, BUCKETS))
 
 
 def loader(store: SqlStore, index: MemoryScheduleIndex) -> Loader:
@@ -70,3 +76,52 @@ async def test_an_entry_added_while_the_store_is_read_survives_the_sync(
     finally:
         await racing.close()
     assert set(await indexed(index)) == {existing.id, created.id}
+
+
+async def test_buckets_gained_during_a_sync_are_loaded_at_once(store: SqlStore, url: str) -> None:
+    """The bucket owner gains buckets (and kicks the loader) while a sync of the old ones is
+    reading the store: the gained buckets are loaded right after, not an interval later."""
+    now = datetime.now(UTC)
+    first, gained = in_bucket(job_at(now)), in_bucket(job_at(now))
+    while gained.bucket == first.bucket:
+        gained = in_bucket(job_at(now))
+    await store.create_jobs([first, gained])
+    owned = [first.bucket]
+    reading, go_on = asyncio.Event(), asyncio.Event()
+
+    class SlowStore(SqlStore):
+        async def due_jobs(
+            self, until: datetime, buckets: Sequence[int] | None, limit: int
+        ) -> list[DueEntry]:
+            rows = await super().due_jobs(until, buckets, limit)
+            reading.set()
+            await go_on.wait()
+            return rows
+
+    slow = SlowStore(url)
+    await slow.open()
+    index = MemoryScheduleIndex()
+    syncs: list[float] = []
+    second_sync = asyncio.Event()
+
+    def loaded(due: float) -> None:
+        syncs.append(due)
+        if len(syncs) == 2:
+            second_sync.set()
+
+    # The interval is far longer than the test: only a kick can start the second sync.
+    worker = Loader(
+        slow, index, lambda: owned, window_seconds=WINDOW, interval_seconds=600, on_loaded=loaded
+    )
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(reading.wait(), 5)
+        owned.append(gained.bucket)  # the owner's tick gains a bucket…
+        worker.kick()  # … and kicks the loader (Runtime's on_gained)
+        go_on.set()
+        await asyncio.wait_for(second_sync.wait(), 5)
+    finally:
+        worker.stop()
+        await task
+        await slow.close()
+    assert set(await indexed(index)) == {first.id, gained.id}

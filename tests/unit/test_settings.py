@@ -49,3 +49,15 @@ def test_distributed_urls_fail_with_a_clear_message(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("ROTA_REDIS_URL", "redis://127.0.0.1:6379/0")
     with pytest.raises(ConfigurationError, match="ROTA_REDIS_URL"):
         build_runtime(Settings())
+
+
+def test_the_job_data_limit_reaches_the_job_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert Settings().api.max_job_data_bytes == 256 * 1024
+    monkeypatch.setenv("ROTA_API__MAX_JOB_DATA_BYTES", "1000")
+    settings = Settings(environment="test", data_dir=tmp_path)
+    assert build_runtime(settings).jobs.max_job_data_bytes == 1000
+    monkeypatch.setenv("ROTA_API__MAX_JOB_DATA_BYTES", "0")
+    with pytest.raises(ValueError, match="max_job_data_bytes"):
+        Settings()

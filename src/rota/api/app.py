@@ -23,7 +23,12 @@ from rota.api import (
     routes_workers,
 )
 from rota.api.deps import ApiRuntime
-from rota.api.problems import install_problem_handlers, problem_json_only
+from rota.api.problems import (
+    MAX_BODY_BYTES,
+    document_input_errors,
+    install_problem_handlers,
+    problem_json_only,
+)
 from rota.api.security import document_roles
 
 API_PREFIX = "/api/v1"
@@ -60,7 +65,10 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
         redoc_url=None,
     )
     app.state.runtime = runtime
-    install_problem_handlers(app, max_body_bytes=runtime.settings.api.max_body_bytes)
+    settings = getattr(runtime, "settings", None)  # None: an app built only for its schema
+    install_problem_handlers(
+        app, max_body_bytes=settings.api.max_body_bytes if settings else MAX_BODY_BYTES
+    )
     for router in (
         routes_auth.router,
         routes_jobs.router,
@@ -94,7 +102,7 @@ def _install_openapi(app: FastAPI) -> None:
         if app.openapi_schema is None:
             spec = generate()
             document_roles(app, spec, PUBLIC_PATHS)
-            app.openapi_schema = problem_json_only(spec)
+            app.openapi_schema = problem_json_only(document_input_errors(spec))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

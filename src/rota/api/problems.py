@@ -6,6 +6,7 @@ Rota errors carry meaning (:mod:`rota.core.errors`); this module alone maps them
 from __future__ import annotations
 
 import http
+import json
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -79,20 +80,29 @@ def problem_response(
     errors: Iterable[FieldError] = (),
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
+    errors = list(errors)
     body = Problem(
         type=type_,
         title=http.HTTPStatus(status).phrase,
         status=status,
         detail=detail,
         instance=instance,
-        errors=list(errors),
-    )
-    return JSONResponse(
-        body.model_dump(mode="json", exclude_none=True),
-        status_code=status,
-        media_type=PROBLEM_JSON,
-        headers=headers,
-    )
+        errors=errors,
+    ).model_dump(mode="json", exclude_none=True)
+    # An error's ``field`` is always there (``null``: the input as a whole), as documented.
+    body["errors"] = [
+        error.model_dump(mode="json", exclude_none=True) | {"field": error.field}
+        for error in errors
+    ]
+    return ProblemResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+class ProblemResponse(JSONResponse):
+    """A problem as ASCII JSON: a message quoting input (an unknown field's name) stays
+    writable even if that input holds a lone surrogate, which UTF-8 cannot encode."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode()
 
 
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -107,15 +117,47 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
+_FASTAPI_422: Final = ("HTTPValidationError", "ValidationError")
+"""FastAPI's own 422 body schemas, which Rota never sends (its 422 is a Problem)."""
+
+
+def document_input_errors(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every operation that takes input documents its 422 problem (in place of FastAPI's
+    default ``HTTPValidationError``, which is not what Rota sends), and every POST, PUT and
+    PATCH its 413 (the body limit applies to them all), so a new route is described right
+    without repeating it."""
+    for item in spec.get("paths", {}).values():
+        for method, operation in item.items():
+            responses = operation.setdefault("responses", {})
+            if operation.get("parameters") or "requestBody" in operation:
+                current = responses.get("422", {}).get("content", {})
+                if PROBLEM_JSON not in current:
+                    responses["422"] = _problem_entry(422)
+            if method in ("post", "put", "patch"):
+                responses.setdefault("413", _problem_entry(413))
+    schemas = spec.get("components", {}).get("schemas", {})
+    if "#/components/schemas/HTTPValidationError" not in json.dumps(spec.get("paths", {})):
+        for name in _FASTAPI_422:  # HTTPValidationError and the ValidationError it holds
+            schemas.pop(name, None)
+    return spec
+
+
+def _problem_entry(status: int) -> dict[str, Any]:
+    (entry,) = problem_responses(status).values()
+    return {key: value for key, value in entry.items() if key != "model"}
+
+
 def problem_json_only(spec: dict[str, Any]) -> dict[str, Any]:
-    """Error responses are documented as ``application/problem+json`` only (FastAPI adds an
-    ``application/json`` twin for every response ``model``)."""
+    """Error responses are documented as ``application/problem+json`` only (FastAPI adds a
+    twin in the route's own media type for every response ``model``: ``application/json``, or
+    ``text/event-stream`` on the event stream)."""
     for item in spec.get("paths", {}).values():
         for operation in item.values():
             for response in operation.get("responses", {}).values():
                 content = response.get("content", {})
                 if PROBLEM_JSON in content:
-                    content.pop("application/json", None)
+                    for media_type in [m for m in content if m != PROBLEM_JSON]:
+                        del content[media_type]
     return spec
 
 
@@ -126,6 +168,8 @@ def field_path(loc: Sequence[int | str]) -> str | None:
     """``("body", "jobs", 3, "cron_expression")`` -> ``jobs[3].cronExpression``; the body as a
     whole is ``body``. Pydantic's union member tags (``list[str]``) are left out."""
     where = loc[0] if loc and loc[0] in _LOCATIONS else None
+    if where == "header" and len(loc) == 2:
+        return str(loc[1])  # a header by its own name: If-Match
     path = ""
     for part in loc[1:] if where else loc:
         if isinstance(part, int):
@@ -208,8 +252,23 @@ def _forbidden(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request.url.path, 403, detail=exc.message, type_=FORBIDDEN)
 
 
+def _unreadable(cause: BaseException) -> str:
+    if isinstance(cause, UnicodeDecodeError):
+        return f"not UTF-8 text: {cause.reason}"
+    if isinstance(cause, RecursionError):
+        return "nested too deeply"
+    return str(cause) if isinstance(cause, ValueError) else "unreadable"
+
+
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and exc.__cause__ is not None:
+        # FastAPI's "error parsing the body": the JSON reader failed other than on syntax.
+        message = f"the body is not valid JSON ({_unreadable(exc.__cause__)})"
+        error = FieldError(field="body", message=message)
+        return problem_response(
+            request.url.path, 422, detail=message, type_=VALIDATION, errors=[error]
+        )
     detail = exc.detail if isinstance(exc.detail, str) else None
     return problem_response(request.url.path, exc.status_code, detail=detail, headers=exc.headers)
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Header, Query, Response, status
+from fastapi.exceptions import RequestValidationError
 from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
@@ -137,9 +138,9 @@ async def update_job_reference(
     try:
         patch = JobPatch.model_validate(fields)
     except PydanticValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        raise ValidationError(f"{where}: {error['msg']}", field=where or None) from None
+        # As if FastAPI had read the body: every error, each naming its field in camelCase.
+        errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
+        raise RequestValidationError(errors) from None
     return await _update(jobs, job_id, patch, user, audit, response, if_match)
 
 

@@ -32,6 +32,8 @@ router = APIRouter(
     prefix="/occurrences", tags=["occurrences"], dependencies=[requires(Role.VIEWER)]
 )
 
+MAX_SEQ = 2**63 - 1
+"""Log line numbers are 64-bit: a larger ``after`` is refused, not sent to the store."""
 _BY_NAME = {status_name(s).lower(): s for s in OccurrenceStatus} | {
     s.name.lower(): s for s in OccurrenceStatus
 }
@@ -100,7 +102,9 @@ async def get_occurrence(occurrence_id: UUID, store: StoreDep) -> OccurrenceDeta
 async def occurrence_logs(
     occurrence_id: UUID,
     store: StoreDep,
-    after: Annotated[int, Query(ge=0, description="Lines with a higher seq than this.")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_SEQ, description="Lines with a higher seq than this.")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = MAX_LIMIT,
 ) -> LogPage:
     await store.get_occurrence(occurrence_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
@@ -35,7 +36,7 @@ from rota.core.models import (
     ZombiePolicy,
 )
 from rota.services.buckets import BucketStateName, InstanceStateName
-from rota.services.jobs import JobSpec, as_utc
+from rota.services.jobs import MAX_SECONDS, JobSpec, as_utc
 
 MAX_LIMIT = 1000
 """The largest page any list endpoint returns."""
@@ -55,14 +56,39 @@ def parse_json_string(value: Any) -> Any:
     return value
 
 
-JobData = Annotated[Any, BeforeValidator(parse_json_string)]
-UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
-"""A date-time in input, as UTC (naive: taken as UTC)."""
+def storable_json(value: Any) -> Any:
+    """Job data is stored and sent as standard JSON in UTF-8, so what Python's JSON reader
+    lets through but cannot be written back is refused here, not in the store: a lone
+    surrogate (``"\\ud800"``), ``NaN``, or a number too large for a float (``1e999``)."""
+    try:
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode()
+    except UnicodeEncodeError:
+        raise ValueError("holds text that is not valid Unicode (a lone surrogate)") from None
+    except ValueError:
+        raise ValueError("holds NaN or an infinite number, which JSON cannot carry") from None
+    return value
+
+
+JobData = Annotated[Any, BeforeValidator(parse_json_string), AfterValidator(storable_json)]
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+
+
+def iso_only(value: Any) -> Any:
+    """A date-time is ISO-8601 text, as documented: a number (which pydantic would take as
+    seconds since 1970, so a stray 5 becomes 1970-01-01T00:00:05Z) is refused."""
+    if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.fullmatch(value)):
+        raise ValueError("must be an ISO-8601 date-time such as 2030-01-01T09:00:00Z")
+    return value
+
+
+UtcDatetime = Annotated[datetime, BeforeValidator(iso_only), AfterValidator(as_utc)]
+"""A date-time in input, ISO-8601 text, as UTC (naive: taken as UTC)."""
 NO_NUL = r"^[^\x00]*$"
 """Text may hold any character but NUL (PostgreSQL cannot store it)."""
 ShortText = Annotated[str, StringConstraints(max_length=200, pattern=NO_NUL)]
 Tag = Annotated[str, StringConstraints(max_length=100, pattern=NO_NUL)]
-Seconds = Annotated[float, Field(allow_inf_nan=False)]
+Seconds = Annotated[float, Field(allow_inf_nan=False, le=MAX_SECONDS)]
+"""A duration in seconds: finite, at most 10 years (a date must still follow from it)."""
 
 
 def split_tags(value: Any) -> Any:

@@ -180,7 +180,18 @@ class BucketOwner:
         if surplus:
             await self._coordination.release_buckets(self.instance_id, surplus)
         acquired = await self._coordination.acquire_buckets(self.instance_id, wanted, self._ttl)
-        gained = [b for b in acquired if b not in self._held]
+        # A bucket this instance held whose lease is gone (it expired, or the coordination lost
+        # its data: Redis flushed or restarted empty) and is granted again counts as gained:
+        # its index may have been lost or changed meanwhile, so the loader must load it now.
+        broken = {b for b in self._held if b not in mine}
+        gained = [b for b in acquired if b not in self._held or b in broken]
+        lost = [b for b in self._held if b not in acquired]
+        if gained or lost:
+            log.info(
+                "buckets gained %s, lost %s; holding %s (fair share %d, gave back %s)",
+                gained, lost, sorted(acquired), share, surplus,
+                extra={"action": "buckets_changed", "gained": gained, "lost": lost},
+            )  # fmt: skip
         self._held = dict(acquired)
         if self._claimed_once:
             self.taken_over += len(gained)

@@ -38,6 +38,12 @@ Clock = Callable[[], datetime]
 MIN_SWEEP_GAP = 0.05
 """Seconds at least between two sweeps brought forward for an upcoming due time."""
 
+LOCKED_RETRY_SECONDS = 0.2
+"""A due job whose row another transaction holds (the status tracker writing its statistics,
+or another server dispatching it while a bucket changes hands) is tried again this much later.
+If the other transaction fired it, the store then says so and the entry moves to the next fire.
+"""
+
 HELD_MEMORY_SECONDS = 60.0
 """How long after the last held occurrence (or release) finished occurrences still wake the
 pending sweep; after it, held ones are released by the periodic sweep."""
@@ -376,17 +382,23 @@ class Dispatcher:
     async def _update_index(
         self, entries: Sequence[IndexEntry], next_runs: dict[UUID, DueEntry | None]
     ) -> None:
-        horizon = time.time() + self._settings.hot_window_seconds
+        at = time.time()
+        horizon = at + self._settings.hot_window_seconds
         upserts: list[IndexEntry] = []
         removals: list[tuple[int, UUID]] = []
         for entry in entries:
-            nxt = next_runs.get(entry.job_id)
+            if entry.job_id not in next_runs:
+                # Locked by another transaction: kept, and tried again shortly. (Dropped, it
+                # waited for the loader's next sync: up to its interval late.)
+                upserts.append(IndexEntry(entry.job_id, entry.bucket, at + LOCKED_RETRY_SECONDS))
+                continue
+            nxt = next_runs[entry.job_id]
             due = None if nxt is None else nxt.due_at.timestamp()
             if nxt is not None and due is not None and due <= horizon:
                 upserts.append(IndexEntry(entry.job_id, nxt.bucket, due))
             else:
-                # Gone, finished, beyond the window, or locked by another transaction: the
-                # loader puts it back when it comes due.
+                # Gone, finished, or beyond the window: the loader puts it back when it comes
+                # due.
                 removals.append((entry.bucket, entry.job_id))
         if removals:
             await self._index.remove(removals)

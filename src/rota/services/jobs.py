@@ -9,6 +9,7 @@ the write still stands and the loader heals the index later.
 from __future__ import annotations
 
 import logging
+import math
 import zoneinfo
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -72,6 +73,11 @@ MAX_PREVIEW: Final = 1000
 """At most this many fires in one schedule preview."""
 MAX_REPORTED_ERRORS: Final = 100
 """A bulk create reports at most this many refused jobs."""
+MAX_SECONDS: Final = 315_576_000
+"""The longest duration a job setting takes (10 years): far beyond any real need, and
+still a date when added to now."""
+DEFAULT_MAX_JOB_DATA_BYTES: Final = 256 * 1024
+"""The default limit of a job's data (and a trigger's), as compact UTF-8 JSON."""
 
 UPDATABLE_FIELDS: Final = frozenset(
     {
@@ -178,11 +184,14 @@ class JobService:
         settings: SchedulerSettings,
         clock: Callable[[], datetime],
         *,
+        max_job_data_bytes: int = DEFAULT_MAX_JOB_DATA_BYTES,
         on_triggered: Callable[[Occurrence], None] | None = None,
         stamp: Callable[[Occurrence], Occurrence] | None = None,
         events: EventPublisher | None = None,
     ) -> None:
-        """``on_triggered(occurrence)``: called after a manual trigger stored its occurrence;
+        """``max_job_data_bytes``: the largest job data a create, update or trigger takes
+        (as compact UTF-8 JSON); larger is a ``ValidationError`` on ``jobData``.
+        ``on_triggered(occurrence)``: called after a manual trigger stored its occurrence;
         ``stamp(occurrence)``: marks a manual trigger's occurrence before it is stored (its
         trace context; tracing on). ``events``: where change events go (the runtime's
         publisher); without one they gather in a publisher of the service's own that nothing
@@ -191,6 +200,7 @@ class JobService:
         self._stamp = stamp
         self._store = store
         self.events = events or EventPublisher(coordination)
+        self.max_job_data_bytes = max_job_data_bytes
         self._index = index
         self._coordination = coordination
         self._settings = settings
@@ -277,7 +287,7 @@ class JobService:
                     workers = await self._declared_groups()
                 jobs.append(self._new_job(spec, now, workers or _no_groups))
             except ValidationError as exc:
-                if len(specs) == 1:
+                if len(specs) == 1 and not field_prefix:
                     raise
                 where = f"{field_prefix}[{position}]"
                 exc.field = f"{where}.{exc.field}" if exc.field else where
@@ -453,14 +463,16 @@ class JobService:
         (``max_job_data_bytes``) or cannot be JSON at all."""
         if data is None:
             return
-        limit = self._settings.max_job_data_bytes
+        limit = self.max_job_data_bytes
         try:
             size = len(orjson.dumps(data))
         except TypeError as exc:
             raise ValidationError(f"jobData is not JSON: {exc}", field=field) from None
         if size > limit:
             raise ValidationError(
-                f"jobData is {size} bytes as JSON; at most {limit} are allowed", field=field
+                f"jobData is {size} bytes as JSON; the limit is {limit} "
+                "(ROTA_API__MAX_JOB_DATA_BYTES)",
+                field=field,
             )
 
     def now(self) -> datetime:
@@ -745,6 +757,10 @@ def _number(value: object, field: str, *, positive: bool = False) -> float | Non
     if value < 0 or (positive and value == 0):
         bound = "greater than 0" if positive else "at least 0"
         raise ValidationError(f"{api_name(field)} must be {bound}", field=api_name(field))
+    if not math.isfinite(value) or value > MAX_SECONDS:
+        raise ValidationError(
+            f"{api_name(field)} must be at most {MAX_SECONDS} (10 years)", field=api_name(field)
+        )
     return float(value)
 
 

@@ -80,12 +80,14 @@ class Loader:
 
     async def run(self) -> None:
         while not self._stopping.is_set():
+            # Cleared before the sync, not after it: a kick that comes while the sync runs
+            # (buckets gained meanwhile, which this sync may not cover) starts the next one.
+            self._kick.clear()
             try:
                 await self.sync()
             except (RotaError, OSError) as exc:
                 log.warning("loader sync failed: %s", exc)
             except Exception:
                 log.exception("unexpected loader error")
-            self._kick.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=self._interval)

@@ -1,0 +1,89 @@
+"""The dispatcher on PostgreSQL when a due job's row is locked by another transaction (the
+status tracker writing the job's statistics, or another server dispatching it while a bucket
+changes hands): the store passes the job over, and its index entry is kept and tried again
+shortly — not dropped until the loader's next sync (15 s by default) puts it back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from rota.brokers.inprocess import InProcessBroker
+from rota.coordination.memory import MemoryCoordination
+from rota.core.ids import bucket_of, new_id
+from rota.core.models import Job
+from rota.core.ports import IndexEntry, OccurrenceQuery
+from rota.indexes.memory import MemoryScheduleIndex
+from rota.services.dispatcher import LOCKED_RETRY_SECONDS, Dispatcher
+from rota.services.workers import WorkerDirectory
+from rota.settings import SchedulerSettings
+from rota.stores.sql import SqlStore
+
+from .conftest import pg_database
+
+pytestmark = pytest.mark.postgres
+
+BUCKETS = 16
+
+
+@pytest.fixture
+def url(pg_template: str) -> Iterator[str]:
+    with pg_database(pg_template) as database:
+        yield database
+
+
+@pytest.fixture
+async def store(url: str) -> AsyncIterator[SqlStore]:
+    sql = SqlStore(url)
+    await sql.open()
+    yield sql
+    await sql.close()
+
+
+async def test_a_locked_due_job_stays_in_the_index_and_fires_once_the_lock_is_gone(
+    store: SqlStore, url: str
+) -> None:
+    due = datetime.now(UTC) - timedelta(seconds=1)
+    job_id = new_id()
+    job = Job(
+        id=job_id,
+        job_type="report",
+        execute_at=due,
+        next_run_at=due,
+        bucket=bucket_of(job_id, BUCKETS),
+    )
+    await store.create_jobs([job])
+    index = MemoryScheduleIndex()
+    await index.upsert([IndexEntry(job.id, job.bucket, due.timestamp())])
+    dispatcher = Dispatcher(
+        store,
+        index,
+        InProcessBroker(),
+        WorkerDirectory(MemoryCoordination()),
+        SchedulerSettings(),
+        lambda: [job.bucket],
+    )
+
+    other = await asyncpg.connect(url)
+    try:
+        locking = other.transaction()
+        await locking.start()
+        await other.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", job.id)
+        assert await dispatcher.dispatch_due([job.bucket]) == 0
+        (entry,) = await index.due([job.bucket], time.time() + 3600, 10)
+        assert entry.job_id == job.id
+        assert entry.due <= time.time() + LOCKED_RETRY_SECONDS
+        await locking.rollback()
+    finally:
+        await other.close()
+
+    await asyncio.sleep(max(0.0, entry.due - time.time()))  # the retry's due time
+    await dispatcher.dispatch_due([job.bucket])  # fired: Skipped (no worker here), recorded
+    occurrences = await store.list_occurrences(OccurrenceQuery(job_id=job.id))
+    assert [o.scheduled_for for o in occurrences.items] == [due]
+    assert await index.size([job.bucket]) == 0  # a one-time job: done
