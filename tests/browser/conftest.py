@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -103,6 +104,60 @@ def artifacts() -> Path:
     return where
 
 
+def rota_env(**extra: str) -> dict[str, str]:
+    """The environment of the Rota processes the browser tests start."""
+    return {
+        **os.environ,
+        "ROTA_ADMIN_USER": ADMIN[0],
+        "ROTA_ADMIN_PASSWORD": ADMIN[1],
+        "ROTA_EVENT_LOOP": "asyncio",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        **extra,
+    }
+
+
+@contextmanager
+def rota_process(
+    args: list[str], env: dict[str, str], log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m rota ARGS…`` with its output in ``log``; SIGTERM (then SIGKILL) on exit."""
+    with log.open("wb") as out:
+        command = [sys.executable, "-m", "rota", *args]
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield process
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+
+
+def wait_live(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    """Until ``url`` answers its liveness check (fails with the log if the process exits)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/api/v1/health/live", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{process.args} did not start: {log.read_text()}")
+        time.sleep(0.1)
+
+
+def signed_in_server(url: str, data: Path) -> Server:
+    """The running server, with the Viewer and the Operator created when it has sign-in."""
+    auth = httpx.get(f"{url}/api/v1/auth/me", timeout=5).status_code != 404
+    running = Server(url=url, auth=auth)
+    if auth:
+        _create_users(running, data)
+    return running
+
+
 # Module scope, not session: Playwright's sync API keeps an event loop running in this thread
 # while it is open, which the asyncio tests that follow in the same run could not start under.
 @pytest.fixture(scope="module")
@@ -110,42 +165,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """``rota dev`` (embedded: SQLite, in-process broker and worker) with the test jobs."""
     data = tmp_path_factory.mktemp("rota-browser")
     port = _free_port()
-    env = {
-        **os.environ,
-        "ROTA_ADMIN_USER": ADMIN[0],
-        "ROTA_ADMIN_PASSWORD": ADMIN[1],
-        "ROTA_EVENT_LOOP": "asyncio",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    log = (data / "server.log").open("wb")
-    command = [sys.executable, "-m", "rota", "dev", "--no-demo", "--port", str(port)]
-    command += ["--data-dir", str(data), "--jobs", "tests.browser.jobs", "--log-level", "warning"]
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    args = ["dev", "--no-demo", "--port", str(port), "--data-dir", str(data)]
+    args += ["--jobs", "tests.browser.jobs", "--log-level", "warning"]
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/api/v1/health/live", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"rota dev did not start: {(data / 'server.log').read_text()}")
-            time.sleep(0.1)
-        auth = httpx.get(f"{url}/api/v1/auth/me", timeout=5).status_code != 404
-        running = Server(url=url, auth=auth)
-        if auth:
-            _create_users(running, data)
-        yield running
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-        log.close()
+    with rota_process(args, rota_env(), data / "server.log") as process:
+        wait_live(process, url, data / "server.log")
+        yield signed_in_server(url, data)
 
 
 def _create_users(server: Server, data: Path) -> None:

@@ -11,7 +11,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,13 @@ def _run(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, timeout=60)
 
 
+def _in_thread(coroutine: Coroutine[Any, Any, None]) -> None:
+    """Run ``coroutine`` to its end on a loop of its own thread (callers may be inside one:
+    Playwright's sync API keeps a loop running in the browser tests' thread)."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, coroutine).result()
+
+
 async def _pg(sql: str) -> None:
     import asyncpg
 
@@ -61,19 +70,20 @@ async def _redis_cleanup(prefix: str) -> None:
         await client.aclose()
 
 
-@pytest.fixture
-def distributed_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """Environment variables for Rota processes on a fresh database, vhost and prefix."""
+@contextmanager
+def fresh_deployment(data_dir: Path) -> Iterator[dict[str, str]]:
+    """Environment variables for Rota processes on a fresh PostgreSQL database, RabbitMQ vhost
+    and Redis key prefix, all removed again on exit."""
     name = f"rota_e2e_{uuid.uuid4().hex[:10]}"
     try:
-        asyncio.run(_pg(f'CREATE DATABASE "{name}"'))
+        _in_thread(_pg(f'CREATE DATABASE "{name}"'))
     except Exception as exc:  # asyncpg raises its own error types, not OSError
         service_missing(f"PostgreSQL: {exc}")
     try:
         _run("rabbitmqctl", "add_vhost", name)
         _run("rabbitmqctl", "set_permissions", "-p", name, "guest", ".*", ".*", ".*")
     except (OSError, subprocess.SubprocessError) as exc:
-        asyncio.run(_pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        _in_thread(_pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         service_missing(f"RabbitMQ: {exc}")
     env = {
         **os.environ,
@@ -82,16 +92,23 @@ def distributed_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         "ROTA_REDIS_URL": REDIS,
         "ROTA_AMQP_URL": AMQP.format(vhost=name),
         "ROTA_NAME_PREFIX": name.replace("_", "-"),
-        "ROTA_DATA_DIR": str(tmp_path / "data"),
+        "ROTA_DATA_DIR": str(data_dir),
         "ROTA_SCHEDULER__SWEEPER_INTERVAL_SECONDS": "1",
         "ROTA_VHOST": name,
     }
     try:
         yield env
     finally:
-        asyncio.run(_redis_cleanup(env["ROTA_NAME_PREFIX"]))
+        _in_thread(_redis_cleanup(env["ROTA_NAME_PREFIX"]))
         subprocess.run(["rabbitmqctl", "delete_vhost", name], capture_output=True, timeout=60)
-        asyncio.run(_pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        _in_thread(_pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def distributed_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A fresh deployment's environment for one test."""
+    with fresh_deployment(tmp_path / "data") as env:
+        yield env
 
 
 class Proc:
