@@ -187,7 +187,8 @@ def maintenance(
     ] = None,
 ) -> None:
     """Apply the retention settings once (ROTA_RETENTION__…): delete old occurrences, log
-    lines and resolved dead letters in small batches, and print what was deleted."""
+    lines and resolved dead letters in small batches (on PostgreSQL also create the coming
+    time partitions and drop the expired ones), and print what was deleted."""
 
     configure_logging("warning")
     settings = Settings()
@@ -199,6 +200,9 @@ def maintenance(
         console.print(f"{status} occurrences deleted: {n}")
     console.print(f"log lines deleted: {report.logs}")
     console.print(f"resolved dead letters deleted: {report.dead_letters}")
+    if report.partitions_created or report.partitions_dropped:
+        console.print(f"partitions created: {', '.join(report.partitions_created) or 'none'}")
+        console.print(f"partitions dropped: {', '.join(report.partitions_dropped) or 'none'}")
     console.print(f"[green]retention done[/green] in {report.seconds:.1f} s ({redact_url(url)})")
 
 

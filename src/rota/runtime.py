@@ -256,8 +256,8 @@ class Runtime:
         self._spawn(self.declared.run(), "declared-schedules")
         if self.settings.silence.enabled:
             self._spawn(self.silence.run(), "silence")
-        if self.settings.retention.enabled:
-            self._spawn(self.maintenance.run(), "maintenance")
+        retention = self.settings.retention.enabled
+        self._spawn(self.maintenance.run(retention=retention), "maintenance")
         self._spawn(self._watch_workers(), "worker-watch")
         self._spawn(self._follow_dispatcher_switch(), "dispatcher-switch")
         self.started_at = utcnow()

@@ -179,6 +179,14 @@ class RetentionSettings(BaseModel):
         3600.0, gt=0, description="How often a server runs retention (the owner of bucket 0)."
     )
     enabled: bool = Field(True, description="Run retention periodically in `rota server`.")
+    partition_period: Literal["day", "week", "month"] = Field(
+        "month",
+        description="PostgreSQL: the time range of one partition of occurrences, their "
+        "history and log lines (UTC day, ISO week, calendar month).",
+    )
+    partitions_ahead: int = Field(
+        2, ge=1, le=60, description="PostgreSQL: partitions kept ready past the current one."
+    )
 
 
 class SilenceSettings(BaseModel):

@@ -224,6 +224,29 @@ class PurgeBatch:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionUpkeep:
+    """What :meth:`Store.maintain_partitions` does (a store partitioned by time)."""
+
+    period: str = "month"
+    """``day``, ``week`` or ``month``: the time range of one partition."""
+    ahead: int = 2
+    """Partitions created past the current period's."""
+    drop: bool = True
+    """Drop partitions that hold nothing retention keeps (else only create)."""
+    occurrences_kept_since: Mapping[OccurrenceStatus, datetime | None] = field(default_factory=dict)
+    """Final status -> occurrences created since then are kept (``None`` or missing: kept
+    forever); non-final occurrences are always kept."""
+    logs_before: datetime | None = None
+    """Log lines older than this may go (``None``: kept as long as their occurrence)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionReport:
+    created: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StaleOccurrence:
     """An occurrence with no sign of life past its threshold, with its job's zombie settings
     (``None``: not set, or the job is gone: the defaults apply)."""
@@ -583,14 +606,29 @@ class Store(abc.ABC):
         created_before: datetime,
         limit: int,
         after: UUID | None = None,
+        *,
+        with_logs: bool = True,
     ) -> PurgeBatch:
         """One retention step over occurrences in ``status`` (a final one: ``ValueError``
         otherwise), in one short transaction: look at the ``limit`` oldest (by id) after
         ``after``, and delete those created before ``created_before`` with their status
-        changes and log lines. An occurrence with an unresolved failed-occurrence record is
-        kept (it may still be retried). The batch says how many were deleted and where the
+        changes and (``with_logs``; else they are left to the log retention) log lines. An
+        occurrence with an unresolved failed-occurrence record is kept (it may still be
+        retried). The batch says how many were deleted and where the
         next step starts (``None``: done — fewer than ``limit`` left, or one created after
         ``created_before`` was reached)."""
+
+    @property
+    def time_partitioned(self) -> bool:
+        """Whether occurrences, their history and logs are partitioned by time (PostgreSQL),
+        so that :meth:`maintain_partitions` does something."""
+        return False
+
+    async def maintain_partitions(self, now: datetime, upkeep: PartitionUpkeep) -> PartitionReport:
+        """Create the time partitions of the coming periods and drop those that hold nothing
+        retention keeps (see ``docs/operations.md``). A store without time partitions does
+        nothing."""
+        return PartitionReport()
 
     @abc.abstractmethod
     async def purge_logs(self, before: datetime, limit: int) -> int:

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from rota.core.errors import RotaError
 from rota.core.models import OccurrenceStatus, utcnow
-from rota.core.ports import Store
+from rota.core.ports import PartitionUpkeep, Store
 from rota.settings import RetentionSettings
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,9 @@ class RetentionPolicy:
     resolved_dead_letters: timedelta | None = None
     """By resolution time; unresolved records are kept."""
     batch_size: int = 1000
+    partition_period: str = "month"
+    """A store partitioned by time: the range of one partition (``day``, ``week``, ``month``)."""
+    partitions_ahead: int = 2
 
     @classmethod
     def from_settings(cls, settings: RetentionSettings) -> RetentionPolicy:
@@ -54,7 +57,28 @@ class RetentionPolicy:
             logs=keep(settings.logs_days),
             resolved_dead_letters=keep(settings.resolved_dead_letters_days),
             batch_size=settings.batch_size,
+            partition_period=settings.partition_period,
+            partitions_ahead=settings.partitions_ahead,
         )
+
+    def upkeep(self, now: datetime, *, drop: bool = True) -> PartitionUpkeep:
+        """What the store's time partitions need at ``now``."""
+        return PartitionUpkeep(
+            period=self.partition_period,
+            ahead=self.partitions_ahead,
+            drop=drop,
+            occurrences_kept_since={
+                status: None if keep is None else now - keep
+                for status, keep in self.occurrences.items()
+            },
+            logs_before=None if self.logs is None else now - self.logs,
+        )
+
+    def logs_go_with(self, status: OccurrenceStatus) -> bool:
+        """Whether an occurrence's log lines go when it does, on a time-partitioned store:
+        not when the log retention takes them as soon (by dropping whole partitions)."""
+        keep = self.occurrences.get(status)
+        return self.logs is None or keep is None or self.logs > keep
 
 
 @dataclass(slots=True)
@@ -63,6 +87,8 @@ class MaintenanceReport:
     """Status name -> occurrences deleted."""
     logs: int = 0
     dead_letters: int = 0
+    partitions_created: tuple[str, ...] = ()
+    partitions_dropped: tuple[str, ...] = ()
     seconds: float = 0.0
 
     @property
@@ -106,6 +132,10 @@ class Maintenance:
         started = time.monotonic()
         now = self._clock()
         report = MaintenanceReport()
+        if self._store.time_partitioned:
+            partitions = await self._store.maintain_partitions(now, self._policy.upkeep(now))
+            report.partitions_created = partitions.created
+            report.partitions_dropped = partitions.dropped
         for status, keep in self._policy.occurrences.items():
             if keep is not None:
                 deleted = await self._occurrences(status, now - keep)
@@ -125,16 +155,35 @@ class Maintenance:
         self.last_run = report
         if self._on_run is not None:
             self._on_run(report)
-        if report.total:
+        if report.total or report.partitions_dropped:
             log.info(
-                "retention deleted %d occurrences, %d log lines, %d dead letters",
+                "retention deleted %d occurrences, %d log lines, %d dead letters; "
+                "dropped partitions: %s",
                 sum(report.occurrences.values()), report.logs, report.dead_letters,
+                ", ".join(report.partitions_dropped) or "none",
                 extra={"action": "retention", "seconds": round(report.seconds, 3)},
             )  # fmt: skip
         return report
 
-    async def run(self) -> None:
-        """Every interval, while this instance is the leader (owns bucket 0)."""
+    async def prepare_partitions(self) -> None:
+        """Create the time partitions of the current and coming periods (a store partitioned
+        by time; idempotent, any instance may run it): at start, and when retention is off."""
+        if not self._store.time_partitioned:
+            return
+        try:
+            report = await self._store.maintain_partitions(
+                self._clock(), self._policy.upkeep(self._clock(), drop=False)
+            )
+        except (RotaError, OSError) as exc:
+            log.warning("time partitions not prepared: %s", exc)
+            return
+        if report.created:
+            log.info("created partitions: %s", ", ".join(report.created))
+
+    async def run(self, *, retention: bool = True) -> None:
+        """Every interval, while this instance is the leader (owns bucket 0): retention, or
+        (``retention`` off) only the upkeep of the time partitions."""
+        await self.prepare_partitions()
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=self._interval)
@@ -142,12 +191,18 @@ class Maintenance:
                 return
             if not self._is_leader():
                 continue
+            if not retention:
+                await self.prepare_partitions()
+                continue
             try:
                 await self.run_once()
             except (RotaError, OSError) as exc:
                 log.warning("retention run failed: %s", exc)
             except Exception:
                 log.exception("unexpected retention error")
+
+    def _with_logs(self, status: OccurrenceStatus) -> bool:
+        return not self._store.time_partitioned or self._policy.logs_go_with(status)
 
     @property
     def _batch(self) -> int:
@@ -157,7 +212,9 @@ class Maintenance:
         total = 0
         after = None
         while not self._stopping.is_set():
-            batch = await self._store.purge_occurrences(status, cutoff, self._batch, after)
+            batch = await self._store.purge_occurrences(
+                status, cutoff, self._batch, after, with_logs=self._with_logs(status)
+            )
             total += batch.deleted
             if batch.deleted and self._on_deleted is not None:
                 self._on_deleted("occurrences", batch.deleted)

@@ -114,11 +114,26 @@ RECURRING = text("cron_expression IS NOT NULL")
 """The condition of the partial unique index on code-declared jobs' job types."""
 
 
-def build_metadata() -> MetaData:
-    """A fresh :class:`MetaData` holding every table of the store."""
+PARTITIONED_BY: dict[str, str] = {
+    "occurrences": "scheduled_for",
+    "occurrence_status_changes": "timestamp",
+    "occurrence_logs": "timestamp",
+}
+"""PostgreSQL: the tables partitioned by time (``RANGE`` on this column), with a default
+partition each; see :mod:`rota.stores.partitions`."""
+
+
+def build_metadata(*, partitioned: bool = False) -> MetaData:
+    """A fresh :class:`MetaData` holding every table of the store.
+
+    ``partitioned``: PostgreSQL's layout, where the tables of :data:`PARTITIONED_BY` are
+    partitioned by time, so their primary keys and unique keys include the partition column
+    (SQLite keeps single-column keys: its rowid is the autoincrementing ``INTEGER PRIMARY
+    KEY``). Queries are the same for both: they are built on the plain :data:`metadata`.
+    """
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     _jobs(metadata)
-    _occurrences(metadata)
+    _occurrences(metadata, partitioned=partitioned)
     _failed_occurrences(metadata)
     _security(metadata)
     _control(metadata)
@@ -209,12 +224,26 @@ def _jobs(metadata: MetaData) -> None:
     )
 
 
-def _occurrences(metadata: MetaData) -> None:
+def _keys(partitioned: bool, table: str, key: str) -> dict[str, Any]:
+    """The primary key over ``key`` (and the partition column when partitioned) and, when
+    partitioned, PostgreSQL's ``PARTITION BY RANGE``."""
+    if not partitioned:
+        return {"pk": PrimaryKeyConstraint(key), "kw": {}}
+    column = PARTITIONED_BY[table]
+    return {
+        "pk": PrimaryKeyConstraint(key, column),
+        "kw": {"postgresql_partition_by": f"RANGE ({column})"},
+    }
+
+
+def _occurrences(metadata: MetaData, *, partitioned: bool) -> None:
     # No foreign key to jobs: occurrences (and their history and logs) outlive deleted jobs.
+    # The occurrence's own time is its partition column: (job, scheduled_for) stays unique.
+    keys = _keys(partitioned, "occurrences", "id")
     Table(
         "occurrences",
         metadata,
-        Column("id", Uuid(), primary_key=True),
+        Column("id", Uuid(), nullable=False),
         Column("job_id", Uuid(), nullable=False),
         Column("job_type", String(200), nullable=False),
         Column("worker_id", String(200)),
@@ -241,29 +270,36 @@ def _occurrences(metadata: MetaData) -> None:
         Column("concurrency_policy", SmallInteger(), nullable=False),
         Column("retry_delay_seconds", Float()),
         Column("traceparent", String(64)),
+        keys["pk"],
         UniqueConstraint("job_id", "scheduled_for"),
         Index(None, "job_id", "id"),
         Index(None, "job_id", "status", "id"),
         Index(None, "status", "id"),
         Index(None, "status", "dispatched_at", "due_at"),
         Index(None, "end_time", "status"),
+        **keys["kw"],
     )
+    keys = _keys(partitioned, "occurrence_status_changes", "id")
     Table(
         "occurrence_status_changes",
         metadata,
-        Column("id", AutoId, primary_key=True, autoincrement=True),
+        Column("id", AutoId, nullable=False, autoincrement=True),
         Column("occurrence_id", Uuid(), nullable=False),
         Column("timestamp", UtcDateTime(), nullable=False),
         Column("from_status", SmallInteger()),
         Column("to_status", SmallInteger(), nullable=False),
         Column("attempt", Integer(), nullable=False),
         Column("reason", Text()),
+        keys["pk"],
         Index(None, "occurrence_id", "id"),
+        **keys["kw"],
     )
+    keys = _keys(partitioned, "occurrence_logs", "seq")
+    line_key = ["occurrence_id", "attempt", "line"] + (["timestamp"] if partitioned else [])
     Table(
         "occurrence_logs",
         metadata,
-        Column("seq", AutoId, primary_key=True, autoincrement=True),
+        Column("seq", AutoId, nullable=False, autoincrement=True),
         Column("occurrence_id", Uuid(), nullable=False),
         Column("timestamp", UtcDateTime(), nullable=False),
         Column("level", String(20), nullable=False),
@@ -272,10 +308,13 @@ def _occurrences(metadata: MetaData) -> None:
         Column("category", String(200)),
         Column("attempt", Integer()),
         Column("line", Integer()),
+        keys["pk"],
         Index(None, "occurrence_id", "seq"),
         # A line sent twice (replayed outbox, redelivered batch) is stored once; lines without
-        # a number (NULLs never conflict) are all kept.
-        Index("uq_occurrence_logs_line", "occurrence_id", "attempt", "line", unique=True),
+        # a number (NULLs never conflict) are all kept. Partitioned, the key holds the line's
+        # timestamp too, which is the worker's and travels with the line, so a copy has it.
+        Index("uq_occurrence_logs_line", *line_key, unique=True),
+        **keys["kw"],
     )
 
 
@@ -374,6 +413,15 @@ def _security(metadata: MetaData) -> None:
 
 metadata = build_metadata()
 """The store's tables: plain declarations, no connection or state."""
+
+partitioned_metadata = build_metadata(partitioned=True)
+"""The same tables in PostgreSQL's layout (see :func:`build_metadata`)."""
+
+
+def metadata_for(dialect: str) -> MetaData:
+    """What ``rota migrate`` builds on this database: partitioned on PostgreSQL."""
+    return partitioned_metadata if dialect == "postgresql" else metadata
+
 
 jobs = metadata.tables["jobs"]
 job_tags = metadata.tables["job_tags"]

@@ -44,6 +44,7 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    column,
     delete,
     event,
     exists,
@@ -57,6 +58,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy import table as sa_table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -110,6 +112,8 @@ from rota.core.ports import (
     JobQuery,
     OccurrenceQuery,
     Page,
+    PartitionReport,
+    PartitionUpkeep,
     ProbeScan,
     PurgeBatch,
     StaleOccurrence,
@@ -120,6 +124,7 @@ from rota.core.ports import (
     ThroughputPoint,
     truncate_text,
 )
+from rota.stores import partitions
 from rota.stores.schema import (
     UtcDateTime,
     aware_utc,
@@ -956,6 +961,14 @@ class _StatusBatch:
 
 
 # --- the store --------------------------------------------------------------------------------
+
+
+_DEFAULT_LOGS = sa_table(
+    "occurrence_logs_default",
+    column("seq", BigInteger()),
+    column("timestamp", UtcDateTime()),
+)
+"""PostgreSQL: the default partition of ``occurrence_logs`` (lines outside every period)."""
 
 
 class SqlStore(SecurityQueries, Store):
@@ -2103,6 +2116,8 @@ class SqlStore(SecurityQueries, Store):
         created_before: datetime,
         limit: int,
         after: UUID | None = None,
+        *,
+        with_logs: bool = True,
     ) -> PurgeBatch:
         if not status.is_terminal:
             raise ValueError(f"only final occurrences are purged, not {status.name}")
@@ -2122,21 +2137,49 @@ class SqlStore(SecurityQueries, Store):
                         self._member(status_changes.c.occurrence_id, chunk)
                     )
                 )
-                await conn.execute(
-                    delete(occurrence_logs).where(
-                        self._member(occurrence_logs.c.occurrence_id, chunk)
+                if with_logs:
+                    await conn.execute(
+                        delete(occurrence_logs).where(
+                            self._member(occurrence_logs.c.occurrence_id, chunk)
+                        )
                     )
-                )
                 await conn.execute(delete(occurrences).where(self._member(o.id, chunk)))
         done = len(rows) < limit or any(r.created_at >= created_before for r in rows)
         return PurgeBatch(deleted=len(doomed), next_after=None if done else rows[-1].id)
 
+    @property
+    def time_partitioned(self) -> bool:
+        return self._dialect == "postgresql"
+
+    async def maintain_partitions(self, now: datetime, upkeep: PartitionUpkeep) -> PartitionReport:
+        if not self.time_partitioned:
+            return PartitionReport()
+        spans = partitions.periods(now, now, upkeep.period)
+        for _ in range(upkeep.ahead):
+            spans.append((spans[-1][1], partitions.next_period(spans[-1][1], upkeep.period)))
+        created: list[str] = []
+        for table in partitions.tables():
+            async with self._write() as conn:
+                created += await partitions.create_table_partitions(conn, table, spans)
+        dropped: list[str] = []
+        if upkeep.drop:
+            async with self._write() as conn:
+                dropped += await partitions.drop_occurrence_partitions(
+                    conn, now, upkeep.occurrences_kept_since
+                )
+            async with self._write() as conn:
+                dropped += await partitions.drop_history_partitions(conn, now, upkeep.logs_before)
+        return PartitionReport(created=tuple(created), dropped=tuple(dropped))
+
     async def purge_logs(self, before: datetime, limit: int) -> int:
-        lg = occurrence_logs.c
+        # Partitioned by time, whole partitions go (maintain_partitions): only the lines that
+        # fell into the default partition are deleted row by row.
+        logs = _DEFAULT_LOGS if self.time_partitioned else occurrence_logs
+        lg = logs.c
         head = select(lg.seq, lg.timestamp).order_by(lg.seq).limit(limit).subquery("head")
         doomed = select(head.c.seq).where(head.c.timestamp < before)
         async with self._write() as conn:
-            result = await conn.execute(delete(occurrence_logs).where(lg.seq.in_(doomed)))
+            result = await conn.execute(delete(logs).where(lg.seq.in_(doomed)))
         return int(result.rowcount or 0)
 
     async def purge_failed(self, resolved_before: datetime, limit: int) -> int:

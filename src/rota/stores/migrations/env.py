@@ -10,13 +10,13 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from rota.stores.schema import metadata
+from rota.stores.schema import metadata, metadata_for
 
 
 def _configure(connection: Connection) -> None:
     context.configure(
         connection=connection,
-        target_metadata=metadata,
+        target_metadata=metadata_for(connection.dialect.name),
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
         transaction_per_migration=False,
