@@ -117,7 +117,8 @@ async def test_throughput_uses_the_end_time_index(store: SqlStore) -> None:
         )
         rows = await conn.exec_driver_sql(explain + str(compiled), values)
         plan = "\n".join(str(row) for row in rows)
-    assert "ix_occurrences_end_time_status" in plan, plan
+    # On PostgreSQL each time partition has its own copy of the index (``…_end_time_status_idx``).
+    assert "end_time_status" in plan, plan
     points = await store.throughput(T0 - HOUR, 60, 60)
     assert sum(p.completed for p in points) == 60
 
