@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from rota.core.errors import NotFoundError
 from rota.core.ids import new_id
 from rota.core.models import FailedOccurrence, FailureType, LogRecord, Occurrence
 from rota.core.ports import FailedQuery, PartitionUpkeep
@@ -19,6 +18,7 @@ from rota.stores.migrate import downgrade, upgrade
 from rota.stores.partitions import next_period, period_start, periods
 from rota.stores.sql import SqlStore
 from tests.contract.test_store import S, make_job, one_time, status
+from tests.contract.test_store_retention import exists
 
 MARCH = datetime(2031, 3, 5, 9, 0, tzinfo=UTC)
 JUNE = datetime(2031, 6, 15, tzinfo=UTC)
@@ -58,14 +58,6 @@ async def partition_of(store: SqlStore, table: str, where: str, value: object) -
         )
         name: str | None = found.scalar()
         return name
-
-
-async def exists(store: SqlStore, occ: Occurrence) -> bool:
-    try:
-        await store.get_occurrence(occ.id)
-    except NotFoundError:
-        return False
-    return True
 
 
 def test_periods_are_utc_days_iso_weeks_and_calendar_months() -> None:

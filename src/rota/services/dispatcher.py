@@ -263,7 +263,10 @@ class Dispatcher:
         if not entries:
             return 0
         now = self._clock()
-        await self._workers.refresh()
+        # Read afresh for every batch (one registry read, a batch holds up to a thousand
+        # fires): a fire due just after a worker registered must not be skipped as having
+        # no worker because a cached registry is a second old.
+        await self._workers.refresh(force=True)
         result = await self._store.dispatch_due([e.job_id for e in entries], now, self._plan)
         if self._events is not None:
             self._events.occurrences_created([*result.queued, *result.held, *result.skipped])

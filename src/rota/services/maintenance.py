@@ -2,6 +2,11 @@
 their status history and logs), log lines, resolved dead letters — in small steps, each its
 own short transaction, so that no lock is held for long and dispatch goes on meanwhile.
 
+On PostgreSQL, where occurrences, their history and log lines are partitioned by time, a run
+first creates the coming partitions and drops the expired ones whole (the store decides what
+may go: see ``rota.stores.partitions``); log lines then go with their partitions rather than
+with their occurrences.
+
 ``rota maintenance`` runs it once; each server runs it periodically, but only while it owns
 bucket 0 (one instance at a time, handed over with the bucket).
 """
