@@ -97,6 +97,7 @@ async def test_partitions_are_made_ahead_once_and_rows_land_in_them(store: SqlSt
     assert again.created == ()
     occ = await fired_at(store, MARCH)
     assert await partition_of(store, "occurrences", "id", occ.id) == "occurrences_p20310301"
+    assert (await store.get_occurrence(occ.id)).status == S.COMPLETED  # updated in place
     assert (
         await partition_of(store, "occurrence_logs", "occurrence_id", occ.id)
         == "occurrence_logs_p20310301"

@@ -743,6 +743,7 @@ _LOADED = (
     "start_time",
     "duration_ms",
     "last_heartbeat",
+    "scheduled_for",
 )
 """Occurrence columns ``apply_status`` reads besides id and job id."""
 
@@ -764,6 +765,7 @@ class _Current:
         "job_id",
         "job_type",
         "last_heartbeat",
+        "scheduled_for",
         "start_time",
         "status",
         "worker_id",
@@ -779,6 +781,7 @@ class _Current:
         start_time: datetime | None,
         duration_ms: float | None,
         last_heartbeat: datetime | None,
+        scheduled_for: datetime,
     ) -> None:
         self.job_id = job_id
         self.job_type = job_type
@@ -788,6 +791,8 @@ class _Current:
         self.start_time = start_time
         self.duration_ms = duration_ms
         self.last_heartbeat = last_heartbeat
+        self.scheduled_for = scheduled_for
+        """Part of the key: on PostgreSQL it names the time partition the row is in."""
         self.changed: dict[str, Any] = {}
 
 
@@ -956,7 +961,9 @@ class _StatusBatch:
         for occurrence_id, current in self.current.items():
             if current.changed:
                 columns = tuple(sorted(current.changed))
-                groups[columns].append({**current.changed, "id": occurrence_id})
+                groups[columns].append(
+                    {**current.changed, "id": occurrence_id, "key_at": current.scheduled_for}
+                )
         return groups
 
 
@@ -2327,10 +2334,16 @@ def _advance_jobs_stmt() -> UpdateBase:
 
 
 def _update_occurrences_stmt(columns: Sequence[str]) -> UpdateBase:
-    """Set ``columns`` (parameters named after them) of the occurrence with parameter ``id``."""
+    """Set ``columns`` (parameters named after them) of the occurrence with parameters ``id``
+    and ``key_at`` (its ``scheduled_for``: on PostgreSQL the executor then looks in the one
+    time partition that holds the row, not in every partition)."""
     c = occurrences.c
     values = {name: bindparam(name, type_=c[name].type) for name in columns}
-    return update(occurrences).where(c.id == bindparam("id", type_=Uuid())).values(values)
+    key = and_(
+        c.id == bindparam("id", type_=Uuid()),
+        c.scheduled_for == bindparam("key_at", type_=UtcDateTime()),
+    )
+    return update(occurrences).where(key).values(values)
 
 
 def _update_stats_stmt() -> UpdateBase:
