@@ -114,6 +114,15 @@ def page_url(request: Request, **changes: str | None) -> str:
     return request.url.path + (f"?{query}" if query else "")
 
 
+def paging(request: Request, cursor: str | None, next_cursor: str | None) -> dict[str, Any]:
+    """The links of a paged list: the next page (when there is one) and the first page (when
+    this is not it)."""
+    return {
+        "next_url": page_url(request, cursor=next_cursor) if next_cursor else None,
+        "first_url": page_url(request, cursor=None) if cursor else None,
+    }
+
+
 # --- sign-in ----------------------------------------------------------------------------------
 
 
@@ -318,8 +327,7 @@ async def jobs_page(
         "jobs": page.items,
         "tags": tags,
         "last": await _last_results(runtime, page.items),
-        "next_url": page_url(request, cursor=page.next_cursor) if page.next_cursor else None,
-        "first_url": page_url(request, cursor=None) if cursor else None,
+        **paging(request, cursor, page.next_cursor),
         "filters": {"search": search, "tag": tag, "state": state},
         "live": live(request, types="job.created,job.updated,job.deleted,occurrence.updated"),
     }
@@ -507,8 +515,7 @@ async def executions_page(
     )
     context = {
         "occurrences": page.items,
-        "next_url": page_url(request, cursor=page.next_cursor) if page.next_cursor else None,
-        "first_url": page_url(request, cursor=None) if cursor else None,
+        **paging(request, cursor, page.next_cursor),
         "filters": {"status": status, "jobId": job_id, "after": after, "before": before},
         "statuses": STATUS_NAMES,
         "error": error,
@@ -613,8 +620,7 @@ async def failed_page(
     )
     context = {
         "records": page.items,
-        "next_url": page_url(request, cursor=page.next_cursor) if page.next_cursor else None,
-        "first_url": page_url(request, cursor=None) if cursor else None,
+        **paging(request, cursor, page.next_cursor),
         "filters": {"resolved": resolved, "failureType": failure_type, "jobId": job_id},
         "failure_types": [t.value for t in FailureType],
         "actions": RESOLUTION_ACTIONS,
