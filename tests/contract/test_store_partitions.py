@@ -69,6 +69,9 @@ def test_periods_are_utc_days_iso_weeks_and_calendar_months() -> None:
         2032, 1, 1, tzinfo=UTC
     )
     assert len(periods(datetime(2031, 1, 31, tzinfo=UTC), at, "month")) == 12
+    ahead = periods(at, at, "month", ahead=2)
+    assert [start.month for start, _ in ahead] == [12, 1, 2]
+    assert ahead[-1][1] == datetime(2032, 3, 1, tzinfo=UTC)
     with pytest.raises(ValueError, match="unknown partition period"):
         period_start(at, "year")
 

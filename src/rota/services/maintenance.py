@@ -175,9 +175,10 @@ class Maintenance:
         by time; idempotent, any instance may run it): at start, and when retention is off."""
         if not self._store.time_partitioned:
             return
+        now = self._clock()
         try:
             report = await self._store.maintain_partitions(
-                self._clock(), self._policy.upkeep(self._clock(), drop=False)
+                now, self._policy.upkeep(now, drop=False)
             )
         except (RotaError, OSError) as exc:
             log.warning("time partitions not prepared: %s", exc)

@@ -82,11 +82,16 @@ def next_period(start: datetime, period: str) -> datetime:
     return start.replace(month=start.month + 1)
 
 
-def periods(first: datetime, last: datetime, period: str) -> list[tuple[datetime, datetime]]:
-    """The periods from the one holding ``first`` to the one holding ``last``."""
+def periods(
+    first: datetime, last: datetime, period: str, *, ahead: int = 0
+) -> list[tuple[datetime, datetime]]:
+    """The periods from the one holding ``first`` to the one holding ``last``, and ``ahead``
+    more after it."""
     start = period_start(first, period)
     spans = []
-    while start <= last:
+    while start <= last or ahead > 0:
+        if start > last:
+            ahead -= 1
         end = next_period(start, period)
         spans.append((start, end))
         start = end
@@ -95,6 +100,19 @@ def periods(first: datetime, last: datetime, period: str) -> list[tuple[datetime
 
 def partition_name(table: str, start: datetime) -> str:
     return f"{table}_p{start:%Y%m%d}"
+
+
+def create_partition_sql(table: str, start: datetime, end: datetime) -> str:
+    """``CREATE TABLE`` of the partition of ``table`` for ``[start, end)`` (our own names and
+    times only: nothing here comes from a user)."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {partition_name(table, start)} PARTITION OF {table} "
+        f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
+    )
+
+
+def create_default_sql(table: str) -> str:
+    return f"CREATE TABLE IF NOT EXISTS {table}_default PARTITION OF {table} DEFAULT"
 
 
 _PARTITION_NAME = re.compile(rf"^({'|'.join(PARTITIONED_BY)})_(p\d{{8}}|default)$")
@@ -136,22 +154,16 @@ async def create_table_partitions(
     existing = await list_partitions(conn, table)
     created = []
     if not any(p.start is None for p in existing):
-        await conn.execute(
-            text(f"CREATE TABLE IF NOT EXISTS {table}_default PARTITION OF {table} DEFAULT")
-        )
+        await conn.execute(text(create_default_sql(table)))
         created.append(f"{table}_default")
     ranges = [(p.start, p.end) for p in existing if p.start is not None and p.end is not None]
     for start, end in spans:
         if any(start < other_end and other_start < end for other_start, other_end in ranges):
             continue
         name = partition_name(table, start)
-        statement = (
-            f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table} "
-            f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
-        )
         try:
             async with conn.begin_nested():
-                await conn.execute(text(statement))
+                await conn.execute(text(create_partition_sql(table, start, end)))
         except DBAPIError as exc:
             log.warning("partition %s not created (rows of its range may be in the default "
                         "partition; they stay there): %s", name, exc.orig)  # fmt: skip
@@ -260,8 +272,3 @@ async def drop_history_partitions(
             if await _drop(conn, partition.name):
                 dropped.append(partition.name)
     return dropped
-
-
-def tables() -> tuple[str, ...]:
-    """The partitioned tables."""
-    return tuple(PARTITIONED_BY)

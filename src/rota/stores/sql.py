@@ -126,6 +126,7 @@ from rota.core.ports import (
 )
 from rota.stores import partitions
 from rota.stores.schema import (
+    PARTITIONED_BY,
     UtcDateTime,
     aware_utc,
     failed_occurrences,
@@ -2161,11 +2162,9 @@ class SqlStore(SecurityQueries, Store):
     async def maintain_partitions(self, now: datetime, upkeep: PartitionUpkeep) -> PartitionReport:
         if not self.time_partitioned:
             return PartitionReport()
-        spans = partitions.periods(now, now, upkeep.period)
-        for _ in range(upkeep.ahead):
-            spans.append((spans[-1][1], partitions.next_period(spans[-1][1], upkeep.period)))
+        spans = partitions.periods(now, now, upkeep.period, ahead=upkeep.ahead)
         created: list[str] = []
-        for table in partitions.tables():
+        for table in PARTITIONED_BY:
             async with self._write() as conn:
                 created += await partitions.create_table_partitions(conn, table, spans)
         dropped: list[str] = []

@@ -24,7 +24,7 @@ from alembic import op
 from sqlalchemy import Column, Index, MetaData, PrimaryKeyConstraint, Table, UniqueConstraint, text
 from sqlalchemy.engine import Connection
 
-from rota.stores.partitions import next_period, partition_name, periods
+from rota.stores.partitions import create_default_sql, create_partition_sql, periods
 
 revision: str = "0008"
 down_revision: str | Sequence[str] | None = "0007"
@@ -132,17 +132,9 @@ def _create_partitions(conn: Connection, table: str, old: str) -> None:
     column = PARTITIONED_BY[table]
     now = datetime.now(UTC)
     oldest = conn.execute(text(f"SELECT min({column}) FROM {old}")).scalar() or now
-    spans = periods(min(oldest, now), now, "month")
-    for _ in range(2):
-        spans.append((spans[-1][1], next_period(spans[-1][1], "month")))
-    conn.execute(text(f"CREATE TABLE {table}_default PARTITION OF {table} DEFAULT"))
-    for start, end in spans:
-        conn.execute(
-            text(
-                f"CREATE TABLE {partition_name(table, start)} PARTITION OF {table} "
-                f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
-            )
-        )
+    conn.execute(text(create_default_sql(table)))
+    for start, end in periods(min(oldest, now), now, "month", ahead=2):
+        conn.execute(text(create_partition_sql(table, start, end)))
 
 
 def upgrade() -> None:
