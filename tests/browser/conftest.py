@@ -7,7 +7,6 @@ here; ``.ci/run`` installs the package when it is missing). Screenshots go to
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
@@ -16,10 +15,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -65,12 +62,9 @@ def _free_port() -> int:
 @dataclass
 class Server:
     url: str
-    auth: bool
     tokens: dict[str, str] = field(default_factory=dict)
 
-    def token(self, user: tuple[str, str]) -> str | None:
-        if not self.auth:
-            return None
+    def token(self, user: tuple[str, str]) -> str:
         if user[0] not in self.tokens:
             answer = httpx.post(
                 f"{self.url}/api/v1/auth/login",
@@ -97,11 +91,18 @@ class Server:
         raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture(scope="session")
-def artifacts() -> Path:
+def artifacts_dir(*parts: str) -> Path:
+    """Where screenshots go: ``$ROTA_ARTIFACTS`` or ``tests/browser/artifacts`` (and ``parts``
+    below it), created."""
     where = Path(os.environ.get("ROTA_ARTIFACTS") or ROOT / "tests" / "browser" / "artifacts")
+    where = where.joinpath(*parts)
     where.mkdir(parents=True, exist_ok=True)
     return where
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    return artifacts_dir()
 
 
 def rota_env(**extra: str) -> dict[str, str]:
@@ -149,12 +150,13 @@ def wait_live(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
         time.sleep(0.1)
 
 
-def signed_in_server(url: str, data: Path) -> Server:
-    """The running server, with the Viewer and the Operator created when it has sign-in."""
-    auth = httpx.get(f"{url}/api/v1/auth/me", timeout=5).status_code != 404
-    running = Server(url=url, auth=auth)
-    if auth:
-        _create_users(running, data)
+def signed_in_server(url: str) -> Server:
+    """The running server, with the Viewer and the Operator created by the Admin."""
+    running = Server(url=url)
+    with running.api(ADMIN) as api:
+        for name, password in (VIEWER, OPERATOR):
+            answer = api.post("/users", json={"username": name, "password": password, "role": name})
+            assert answer.status_code == 201, answer.text
     return running
 
 
@@ -170,39 +172,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     url = f"http://127.0.0.1:{port}"
     with rota_process(args, rota_env(), data / "server.log") as process:
         wait_live(process, url, data / "server.log")
-        yield signed_in_server(url, data)
-
-
-def _create_users(server: Server, data: Path) -> None:
-    """The Viewer and the Operator: through ``POST /api/v1/users`` where the API has it, else
-    straight into the server's store with the auth service."""
-    with server.api(ADMIN) as api:
-        for name, password in (VIEWER, OPERATOR):
-            answer = api.post("/users", json={"username": name, "password": password, "role": name})
-            if answer.status_code in (404, 405):
-                # Playwright's sync API runs a loop in this thread: use another one.
-                with ThreadPoolExecutor(1) as pool:
-                    pool.submit(lambda: asyncio.run(_store_users(data))).result()
-                return
-            assert answer.status_code in (200, 201), answer.text
-
-
-async def _store_users(data: Path) -> None:
-    from rota.core.security import Role
-    from rota.runtime import auth_config
-    from rota.services.auth import AuthService
-    from rota.settings import Settings
-    from rota.stores.sql import SqlStore
-
-    settings = Settings(environment="development", data_dir=data)
-    store = SqlStore(settings.effective_database_url)
-    await store.open()
-    try:
-        auth = AuthService(store, auth_config(settings), lambda: datetime.now(UTC))
-        for name, password in (VIEWER, OPERATOR):
-            await auth.create_user(name, password, Role.parse(name))
-    finally:
-        await store.close()
+        yield signed_in_server(url)
 
 
 @pytest.fixture(scope="module")
@@ -216,12 +186,11 @@ def browser() -> Iterator[Browser]:
 def sign_in(page: Page, server: Server, user: tuple[str, str]) -> None:
     """Open the dashboard signed in as ``user`` (through the login form)."""
     page.goto(f"{server.url}/")
-    if server.auth:
-        expect(page).to_have_url(f"{server.url}/login")
-        page.get_by_label("Username").fill(user[0])
-        page.get_by_label("Password").fill(user[1])
-        page.get_by_role("button", name="Sign in").click()
-        expect(page.get_by_test_id("user")).to_contain_text(user[0])
+    expect(page).to_have_url(f"{server.url}/login")
+    page.get_by_label("Username").fill(user[0])
+    page.get_by_label("Password").fill(user[1])
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_test_id("user")).to_contain_text(user[0])
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
 
 

@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import ADMIN, VIEWER, Server, sign_in
@@ -51,18 +50,13 @@ def test_sign_in_shows_the_overview(page: Page, server: Server, artifacts: Path)
     expect(page.get_by_text("Executions", exact=True).first).to_be_visible()
     expect(page.locator(".health")).to_contain_text("store")
     page.screenshot(path=artifacts / "overview.png", full_page=True)
-    if server.auth:
-        page.get_by_role("button", name="Sign out").click()
-        expect(page).to_have_url(f"{server.url}/login")
-        page.goto(f"{server.url}/jobs")
-        expect(page).to_have_url(f"{server.url}/login?next=/jobs")
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_url(f"{server.url}/login")
+    page.goto(f"{server.url}/jobs")
+    expect(page).to_have_url(f"{server.url}/login?next=/jobs")
 
 
 def test_wrong_password_is_refused(page: Page, server: Server) -> None:
-    if not server.auth:
-        page.goto(f"{server.url}/login")
-        expect(page.get_by_text("This server has no sign-in")).to_be_visible()
-        return
     page.goto(f"{server.url}/login")
     page.get_by_label("Username").fill(ADMIN[0])
     page.get_by_label("Password").fill("not the password")
@@ -252,8 +246,6 @@ def test_every_page_renders(admin_page: Page, server: Server, artifacts: Path) -
 def test_a_viewer_sees_no_actions_and_a_forged_action_is_refused(
     page: Page, server: Server, artifacts: Path
 ) -> None:
-    if not server.auth:
-        pytest.fail("the API has no sign-in: roles cannot be checked")
     with server.api() as api:
         job = api.post(
             "/jobs", json={"jobType": "browser.tick", "cronExpression": "0 0 1 1 *"}

@@ -9,7 +9,6 @@ the embedded module's, collected a second time in this module so they use this `
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from tests.browser.conftest import (
     ROOT,
     Server,
     _free_port,
+    artifacts_dir,
     rota_env,
     rota_process,
     signed_in_server,
@@ -56,12 +56,9 @@ __all__ = [
 
 
 @pytest.fixture(scope="module")
-def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def artifacts() -> Path:
     """This mode's screenshots: ``distributed/`` beside the embedded mode's."""
-    where = Path(os.environ.get("ROTA_ARTIFACTS") or ROOT / "tests" / "browser" / "artifacts")
-    where /= "distributed"
-    where.mkdir(parents=True, exist_ok=True)
-    return where
+    return artifacts_dir("distributed")
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +80,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             rota_process(worker_args, env, data / "worker.log") as worker_process,
         ):
             wait_live(server_process, url, data / "server.log")
-            running = signed_in_server(url, data)
+            running = signed_in_server(url)
             with running.api() as api:
 
                 def registered() -> bool:

@@ -135,7 +135,6 @@ async def login_page(request: Request, next: str | None = None) -> Response:
             {
                 "next": session.safe_next(next),
                 "error": None,
-                "auth": session.auth_installed(request),
                 "username": "",
             },
         )
@@ -150,15 +149,13 @@ async def login_submit(
     next: Annotated[str, Form(max_length=2000)] = "/",
 ) -> Response:
     target = session.safe_next(next)
-    if not session.auth_installed(request):
-        return RedirectResponse(target, status_code=303)
     outcome = await session.login(request, username, password)
     if isinstance(outcome, str):
         return page_headers(
             _templates(request).TemplateResponse(
                 request,
                 "login.html",
-                {"next": target, "error": outcome, "auth": True, "username": username},
+                {"next": target, "error": outcome, "username": username},
                 status_code=401,
             )
         )
@@ -169,8 +166,7 @@ async def login_submit(
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    if session.auth_installed(request):
-        await session.logout(request)
+    await session.logout(request)
     response = RedirectResponse("/login", status_code=303)
     session.clear_cookies(response)
     return response
@@ -179,8 +175,6 @@ async def logout(request: Request) -> Response:
 @router.post("/ui/session/refresh")
 async def refresh_session(request: Request) -> Response:
     """For the page's script: an API call answered 401, get a new access token."""
-    if not session.auth_installed(request):
-        return Response(status_code=204)
     tokens = await session.refresh(request)
     if tokens is None:
         response = Response(status_code=401)

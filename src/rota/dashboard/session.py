@@ -61,7 +61,6 @@ class Role(enum.IntEnum):
 class DashboardUser:
     username: str
     role: Role
-    auth_enabled: bool = True
 
     @property
     def can_operate(self) -> bool:
@@ -71,9 +70,6 @@ class DashboardUser:
     @property
     def is_admin(self) -> bool:
         return self.role >= Role.ADMIN
-
-
-ANONYMOUS_ADMIN = DashboardUser(username="", role=Role.ADMIN, auth_enabled=False)
 
 
 class LoginRequired(Exception):
@@ -103,11 +99,6 @@ def api_paths(request: Request) -> frozenset[str]:
         cached = frozenset(request.app.openapi().get("paths", {}))
         request.app.state.rota_api_paths = cached
     return cached
-
-
-def auth_installed(request: Request) -> bool:
-    """Whether the API this dashboard runs in has the auth routes."""
-    return f"{AUTH_PREFIX}/me" in api_paths(request)
 
 
 def internal_client(request: Request) -> httpx.AsyncClient:
@@ -238,8 +229,6 @@ async def current_user(request: Request) -> DashboardUser:
     Raises :class:`LoginRequired` when nobody is signed in. Cookies to set are left in
     ``request.state.rota_session`` for :func:`apply_cookies`.
     """
-    if not auth_installed(request):
-        return ANONYMOUS_ADMIN
     state = session_state(request)
     access = _bearer(request) or request.cookies.get(ACCESS_COOKIE)
     async with internal_client(request) as api:
