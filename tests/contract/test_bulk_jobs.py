@@ -13,14 +13,10 @@ import httpx
 import pytest
 
 from rota.api.app import create_app
-from rota.brokers.inprocess import InProcessBroker
-from rota.coordination.memory import MemoryCoordination
-from rota.indexes.memory import MemoryScheduleIndex
-from rota.services.jobs import JobService
 from rota.settings import Settings
 from rota.stores.sql import SqlStore
 from tests.api_client import api_client
-from tests.integration.test_api import MiniRuntime
+from tests.api_runtime import MiniRuntime, mini_runtime
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +26,7 @@ COUNT = 10_000
 @pytest.fixture
 async def runtime(store: SqlStore, store_url: str, tmp_path: Path) -> MiniRuntime:
     settings = Settings(environment="test", data_dir=tmp_path, database_url=store_url)
-    index = MemoryScheduleIndex()
-    coordination = MemoryCoordination()
-    jobs = JobService(store, index, coordination, settings.scheduler, lambda: datetime.now(UTC))
-    return MiniRuntime(settings, store, index, InProcessBroker(), coordination, jobs)
+    return mini_runtime(store, settings)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,21 +13,12 @@ import httpx
 import pytest
 
 from rota.api.app import create_app
-from rota.brokers.inprocess import InProcessBroker
-from rota.coordination.memory import MemoryCoordination
 from rota.core.errors import BackendUnavailableError
 from rota.core.ids import new_id
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
 from rota.core.planning import PlanSettings, new_occurrence
-from rota.indexes.memory import MemoryScheduleIndex
-from rota.runtime import auth_config
-from rota.services.audit import AuditService
-from rota.services.auth import AuthService
-from rota.services.jobs import JobService
-from rota.settings import Settings
-from rota.stores.migrate import upgrade
-from rota.stores.sql import SqlStore
 from tests.api_client import api_client
+from tests.api_runtime import MiniRuntime, sqlite_runtime
 
 PROBLEM = "application/problem+json"
 JOB_KEYS = {
@@ -67,45 +57,10 @@ JOB_KEYS = {
 }
 
 
-@dataclass
-class MiniRuntime:
-    """The smallest object that satisfies the API's runtime protocol."""
-
-    settings: Settings
-    store: SqlStore
-    index: MemoryScheduleIndex
-    broker: InProcessBroker
-    coordination: MemoryCoordination
-    jobs: JobService
-    failing: dict[str, str] = field(default_factory=dict)
-    auth: AuthService = field(init=False)
-    audit: AuditService = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
-        self.audit = AuditService(self.store, self.jobs.now)
-
-    async def health(self) -> dict[str, str]:
-        components = {"store": "ok", "index": "ok", "broker": "ok"}
-        try:
-            await self.store.ping()
-        except BackendUnavailableError as exc:
-            components["store"] = str(exc)
-        return components | self.failing
-
-
 @pytest.fixture
 async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
-    url = f"sqlite:///{tmp_path / 'rota.db'}"
-    await upgrade(url)
-    store = SqlStore(url)
-    await store.open()
-    settings = Settings(environment="test", data_dir=tmp_path, database_url=url)
-    index = MemoryScheduleIndex()
-    coordination = MemoryCoordination()
-    jobs = JobService(store, index, coordination, settings.scheduler, lambda: datetime.now(UTC))
-    yield MiniRuntime(settings, store, index, InProcessBroker(), coordination, jobs)
-    await store.close()
+    async with sqlite_runtime(tmp_path) as made:
+        yield made
 
 
 @pytest.fixture

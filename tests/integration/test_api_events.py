@@ -9,7 +9,6 @@ import gc
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,50 +18,20 @@ import pytest
 from fastapi import FastAPI
 
 from rota.api.app import create_app
-from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
 from rota.coordination.redis import RedisCoordination
 from rota.core.events import Event
 from rota.core.ports import Coordination
-from rota.indexes.memory import MemoryScheduleIndex
-from rota.runtime import auth_config
-from rota.services.audit import AuditService
-from rota.services.auth import AuthService
-from rota.services.events import EventPublisher
-from rota.services.jobs import JobService
-from rota.settings import Settings
-from rota.stores.migrate import upgrade
-from rota.stores.sql import SqlStore
 from tests.api_client import api_client
+from tests.api_runtime import MiniRuntime, sqlite_runtime
 from tests.asgi_stream import streaming_client
 from tests.contract.redis_fixtures import redis_scope
 
 WAIT = 10.0
 
 
-@dataclass
-class EventsRuntime:
-    settings: Settings
-    store: SqlStore
-    index: MemoryScheduleIndex
-    broker: InProcessBroker
-    coordination: Coordination
-    jobs: JobService
-    events: EventPublisher
-    failing: dict[str, str] = field(default_factory=dict)
-    auth: AuthService = field(init=False)
-    audit: AuditService = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
-        self.audit = AuditService(self.store, self.jobs.now)
-
-    async def health(self) -> dict[str, str]:
-        return {"store": "ok"}
-
-
 @pytest.fixture(params=["memory", "redis"])
-async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EventsRuntime]:
+async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MiniRuntime]:
     async with AsyncExitStack() as stack:
         coordination: Coordination
         if request.param == "memory":
@@ -70,26 +39,10 @@ async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         else:
             client, prefix = await redis_scope(stack)
             coordination = RedisCoordination(client, prefix=prefix, block_seconds=0.2)
-        url = f"sqlite:///{tmp_path / 'rota.db'}"
-        await upgrade(url)
-        store = SqlStore(url)
-        await store.open()
-        stack.push_async_callback(store.close)
-        settings = Settings(environment="test", data_dir=tmp_path, database_url=url)
-        index = MemoryScheduleIndex()
-        events = EventPublisher(coordination)
-        jobs = JobService(
-            store, index, coordination, settings.scheduler, lambda: datetime.now(UTC), events=events
+        stack.push_async_callback(coordination.close)  # after the publisher has stopped
+        yield await stack.enter_async_context(
+            sqlite_runtime(tmp_path, coordination=coordination, with_events=True)
         )
-        publishing = asyncio.create_task(events.run())
-        try:
-            yield EventsRuntime(
-                settings, store, index, InProcessBroker(), coordination, jobs, events
-            )
-        finally:
-            events.stop()
-            await asyncio.wait_for(publishing, WAIT)
-            await coordination.close()
     # The Redis clients of the streams are unreachable now: finalize them here, not at some
     # later garbage collection (under CPython 3.11 one that runs inside ast.parse, e.g. when
     # pytest imports a plugin's module at the end of the session, fails that parse).
@@ -97,7 +50,7 @@ async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
 
 
 @pytest.fixture
-def app(runtime: EventsRuntime) -> FastAPI:
+def app(runtime: MiniRuntime) -> FastAPI:
     return create_app(runtime)
 
 
@@ -296,7 +249,7 @@ async def test_bad_input_is_a_problem_before_the_stream(client: httpx.AsyncClien
 
 
 async def test_a_failing_feed_never_fails_the_change(
-    runtime: EventsRuntime, client: httpx.AsyncClient
+    runtime: MiniRuntime, client: httpx.AsyncClient
 ) -> None:
     async def broken(events: Any) -> None:
         raise OSError("feed down")
@@ -310,7 +263,7 @@ async def test_a_failing_feed_never_fails_the_change(
 
 
 async def test_resuming_after_what_the_feed_dropped_says_gap(
-    app: FastAPI, client: httpx.AsyncClient, runtime: EventsRuntime
+    app: FastAPI, client: httpx.AsyncClient, runtime: MiniRuntime
 ) -> None:
     job = await create(client)
     await runtime.events.flush()

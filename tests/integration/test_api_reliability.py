@@ -14,32 +14,20 @@ import httpx
 import pytest
 
 from rota.api.app import create_app
-from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
 from rota.core.errors import BackendUnavailableError
 from rota.core.models import OccurrenceStatus, StatusRecord
-from rota.indexes.memory import MemoryScheduleIndex
-from rota.services.jobs import JobService
-from rota.settings import Settings
-from rota.stores.migrate import upgrade
-from rota.stores.sql import SqlStore
 from tests.api_client import api_client
-from tests.integration.test_api import MiniRuntime, assert_problem, create
+from tests.api_runtime import MiniRuntime, sqlite_runtime
+from tests.integration.test_api import assert_problem, create
 
 S = OccurrenceStatus
 
 
 @pytest.fixture
 async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
-    url = f"sqlite:///{tmp_path / 'rota.db'}"
-    await upgrade(url)
-    settings = Settings(environment="test", data_dir=tmp_path, database_url=url)
-    store = SqlStore(url, auto_disable=settings.scheduler.auto_disable)
-    await store.open()
-    index, coordination = MemoryScheduleIndex(), MemoryCoordination()
-    jobs = JobService(store, index, coordination, settings.scheduler, lambda: datetime.now(UTC))
-    yield MiniRuntime(settings, store, index, InProcessBroker(), coordination, jobs)
-    await store.close()
+    async with sqlite_runtime(tmp_path) as made:
+        yield made
 
 
 @pytest.fixture

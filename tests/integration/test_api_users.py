@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +12,9 @@ import pytest
 from fastapi import FastAPI
 
 from rota.api.app import create_app
-from rota.brokers.inprocess import InProcessBroker
-from rota.coordination.memory import MemoryCoordination
-from rota.indexes.memory import MemoryScheduleIndex
-from rota.services.jobs import JobService
-from rota.settings import Settings
-from rota.stores.migrate import upgrade
-from rota.stores.sql import SqlStore
 from tests.api_client import PASSWORD, api_client, username_of
-from tests.integration.test_api import MiniRuntime, assert_problem
+from tests.api_runtime import MiniRuntime, sqlite_runtime
+from tests.integration.test_api import assert_problem
 
 USERS = "/api/v1/users"
 NEW_PASSWORD = "the new user's passphrase"
@@ -28,15 +22,8 @@ NEW_PASSWORD = "the new user's passphrase"
 
 @pytest.fixture
 async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
-    url = f"sqlite:///{tmp_path / 'rota.db'}"
-    await upgrade(url)
-    store = SqlStore(url)
-    await store.open()
-    settings = Settings(environment="test", data_dir=tmp_path, database_url=url)
-    index, coordination = MemoryScheduleIndex(), MemoryCoordination()
-    jobs = JobService(store, index, coordination, settings.scheduler, lambda: datetime.now(UTC))
-    yield MiniRuntime(settings, store, index, InProcessBroker(), coordination, jobs)
-    await store.close()
+    async with sqlite_runtime(tmp_path) as made:
+        yield made
 
 
 @pytest.fixture

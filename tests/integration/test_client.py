@@ -7,7 +7,7 @@ import asyncio
 import re
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import rota
 from rota.api.app import create_app
-from rota.brokers.inprocess import InProcessBroker
 from rota.client import (
     ApiAuthError,
     ApiConflictError,
@@ -28,20 +27,13 @@ from rota.client import (
     ApiValidationError,
     StreamEvent,
 )
-from rota.coordination.memory import MemoryCoordination
 from rota.core.events import Event
 from rota.core.ids import new_id
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord, WorkerInfo
-from rota.indexes.memory import MemoryScheduleIndex
 from rota.runtime import auth_config
-from rota.services.audit import AuditService
 from rota.services.auth import AuthService
-from rota.services.events import EventPublisher
-from rota.services.jobs import JobService
-from rota.settings import Settings
-from rota.stores.migrate import upgrade
-from rota.stores.sql import SqlStore
 from tests.api_client import PASSWORD, api_client, ensure_user, username_of
+from tests.api_runtime import MiniRuntime, sqlite_runtime
 from tests.asgi_stream import StreamingASGITransport
 
 S = OccurrenceStatus
@@ -49,58 +41,14 @@ WAIT = 10.0
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "client.md"
 
 
-@dataclass
-class ClientRuntime:
-    settings: Settings
-    store: SqlStore
-    index: MemoryScheduleIndex
-    broker: InProcessBroker
-    coordination: MemoryCoordination
-    jobs: JobService
-    events: EventPublisher
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    auth: AuthService = field(init=False)
-    audit: AuditService = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
-        self.audit = AuditService(self.store, self.jobs.now)
-
-    async def health(self) -> dict[str, str]:
-        return {"store": "ok"}
-
-    async def close(self) -> None:
-        self.events.stop()
-        await asyncio.gather(*self.tasks)
-        await self.store.close()
-
-
-async def make_runtime(tmp_path: Path) -> ClientRuntime:
-    url = f"sqlite:///{tmp_path / 'rota.db'}"
-    await upgrade(url)
-    store = SqlStore(url)
-    await store.open()
-    settings = Settings(environment="test", data_dir=tmp_path, database_url=url)
-    coordination = MemoryCoordination()
-    index = MemoryScheduleIndex()
-    events = EventPublisher(coordination)
-    jobs = JobService(
-        store, index, coordination, settings.scheduler, lambda: datetime.now(UTC), events=events
-    )
-    rt = ClientRuntime(settings, store, index, InProcessBroker(), coordination, jobs, events)
-    rt.tasks.append(asyncio.create_task(events.run()))
-    return rt
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
+    async with sqlite_runtime(tmp_path, with_events=True) as made:
+        yield made
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[ClientRuntime]:
-    rt = await make_runtime(tmp_path)
-    yield rt
-    await rt.close()
-
-
-@pytest.fixture
-def app(runtime: ClientRuntime) -> FastAPI:
+def app(runtime: MiniRuntime) -> FastAPI:
     return create_app(runtime)
 
 
@@ -121,7 +69,7 @@ async def client(app: FastAPI) -> AsyncIterator[rota.Client]:
         yield made
 
 
-async def _failed_occurrence(rt: ClientRuntime, client: rota.Client) -> tuple[UUID, UUID]:
+async def _failed_occurrence(rt: MiniRuntime, client: rota.Client) -> tuple[UUID, UUID]:
     """A job whose triggered occurrence failed for good: (occurrence id, failed record id)."""
     job = await client.create_job(job_type="flaky", cron_expression="0 0 1 1 *")
     occurrence = await client.trigger(job.id)
@@ -172,7 +120,7 @@ async def test_jobs_round_trip(client: rota.Client) -> None:
 
 
 async def test_occurrences_trigger_logs_and_cancel(
-    runtime: ClientRuntime, client: rota.Client
+    runtime: MiniRuntime, client: rota.Client
 ) -> None:
     job = await client.create_job(job_type="report", cron_expression="0 0 1 1 *")
     occurrence = await client.trigger(job.id, reason="by hand", job_data={"x": 1})
@@ -203,7 +151,7 @@ async def test_occurrences_trigger_logs_and_cancel(
         await client.cancel(occurrence.id)
 
 
-async def test_failed_occurrences(runtime: ClientRuntime, client: rota.Client) -> None:
+async def test_failed_occurrences(runtime: MiniRuntime, client: rota.Client) -> None:
     occurrence_id, failed_id = await _failed_occurrence(runtime, client)
     record = await client.get_failed(failed_id)
     assert (record.occurrence_id, record.exception) == (occurrence_id, "boom")
@@ -220,7 +168,7 @@ async def test_failed_occurrences(runtime: ClientRuntime, client: rota.Client) -
         await client.get_failed(failed_id)
 
 
-async def test_workers_and_stats(runtime: ClientRuntime, client: rota.Client) -> None:
+async def test_workers_and_stats(runtime: MiniRuntime, client: rota.Client) -> None:
     await runtime.coordination.register_worker(
         WorkerInfo(
             instance_id="reports-1",
@@ -260,7 +208,7 @@ async def test_errors_carry_the_problem(client: rota.Client) -> None:
     assert isinstance(bulk.value, rota.RotaError)
 
 
-async def test_events_replay_and_follow(runtime: ClientRuntime, client: rota.Client) -> None:
+async def test_events_replay_and_follow(runtime: MiniRuntime, client: rota.Client) -> None:
     first = await client.create_job(job_type="a", cron_expression="@daily")
     received: list[StreamEvent] = []
     stream = client.events(types=["job.created"], last_event_id="0-0-0", reconnect=False)
@@ -309,7 +257,7 @@ class PathCounter:
 
 
 async def test_sign_in_then_refresh_on_401_then_sign_in_again(
-    runtime: ClientRuntime, app: FastAPI
+    runtime: MiniRuntime, app: FastAPI
 ) -> None:
     """Against the API's own sign-in, on a clock the test moves."""
     skew = [timedelta(0)]
@@ -393,7 +341,8 @@ def test_sync_client(tmp_path: Path) -> None:
     ) as client:
         # The runtime lives on the facade's own loop, as a server's would on its own; the
         # client signs in on its first call.
-        rt = client.call(make_runtime(tmp_path))
+        stack = AsyncExitStack()
+        rt = client.call(stack.enter_async_context(sqlite_runtime(tmp_path, with_events=True)))
         client.call(ensure_user(rt.auth, "operator"))
         holder["app"] = create_app(rt)
         try:
@@ -412,7 +361,7 @@ def test_sync_client(tmp_path: Path) -> None:
             client.delete_job(job.id)
             assert client.list_jobs().items == []
         finally:
-            client.call(rt.close())
+            client.call(stack.aclose())
 
 
 # --- the documentation's examples ------------------------------------------------------------
@@ -424,7 +373,7 @@ def _examples() -> str:
     return "\n".join(re.findall(r"```python\n(.*?)```", text, flags=re.S))
 
 
-async def test_the_documented_examples_run(runtime: ClientRuntime, client: rota.Client) -> None:
+async def test_the_documented_examples_run(runtime: MiniRuntime, client: rota.Client) -> None:
     code = _examples()
     assert "await client." in code
     await runtime.coordination.register_worker(

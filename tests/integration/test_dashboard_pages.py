@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
@@ -13,58 +12,22 @@ import httpx
 import pytest
 
 from rota.api.app import create_app
-from rota.brokers.inprocess import InProcessBroker
-from rota.coordination.memory import MemoryCoordination
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord, WorkerInfo
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.dashboard.pages import redact
 from rota.dashboard.session import ACCESS_COOKIE, REFRESH_COOKIE, Role, safe_next
-from rota.indexes.memory import MemoryScheduleIndex
-from rota.runtime import auth_config
-from rota.services.audit import AuditService
-from rota.services.auth import AuthService
-from rota.services.jobs import JobService
-from rota.settings import Settings
-from rota.stores.migrate import upgrade
-from rota.stores.sql import SqlStore
 from tests.api_client import PASSWORD, api_client, ensure_user, username_of
-
-
-@dataclass
-class PageRuntime:
-    settings: Settings
-    store: SqlStore
-    index: MemoryScheduleIndex
-    broker: InProcessBroker
-    coordination: MemoryCoordination
-    jobs: JobService
-    auth: AuthService = field(init=False)
-    audit: AuditService = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
-        self.audit = AuditService(self.store, self.jobs.now)
-
-    async def health(self) -> dict[str, str]:
-        return {"store": "ok", "index": "ok", "broker": "ok"}
+from tests.api_runtime import MiniRuntime, sqlite_runtime
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[PageRuntime]:
-    url = f"sqlite:///{tmp_path / 'rota.db'}"
-    await upgrade(url)
-    store = SqlStore(url)
-    await store.open()
-    settings = Settings(environment="test", data_dir=tmp_path, database_url=url)
-    index = MemoryScheduleIndex()
-    coordination = MemoryCoordination()
-    jobs = JobService(store, index, coordination, settings.scheduler, lambda: datetime.now(UTC))
-    yield PageRuntime(settings, store, index, InProcessBroker(), coordination, jobs)
-    await store.close()
+async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
+    async with sqlite_runtime(tmp_path) as made:
+        yield made
 
 
 @pytest.fixture
-async def client(runtime: PageRuntime) -> AsyncIterator[httpx.AsyncClient]:
+async def client(runtime: MiniRuntime) -> AsyncIterator[httpx.AsyncClient]:
     async with api_client(create_app(runtime)) as http:
         yield http
 
@@ -77,7 +40,7 @@ async def make_job(client: httpx.AsyncClient, **fields: object) -> dict[str, obj
     return job
 
 
-async def finished_occurrence(runtime: PageRuntime, job_id: UUID) -> UUID:
+async def finished_occurrence(runtime: MiniRuntime, job_id: UUID) -> UUID:
     job = await runtime.store.get_job(job_id)
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     occurrence = new_occurrence(job, t0, t0, PlanSettings())
@@ -179,7 +142,7 @@ async def test_job_page_shows_stats_and_version_diff(client: httpx.AsyncClient) 
     assert missing.status_code == 404
 
 
-async def test_execution_page_and_log_tail(client: httpx.AsyncClient, runtime: PageRuntime) -> None:
+async def test_execution_page_and_log_tail(client: httpx.AsyncClient, runtime: MiniRuntime) -> None:
     job = await make_job(client)
     occurrence_id = await finished_occurrence(runtime, UUID(str(job["id"])))
     page = await client.get(f"/executions/{occurrence_id}")
@@ -223,7 +186,7 @@ async def test_cron_preview_fragment(client: httpx.AsyncClient) -> None:
 
 
 async def test_series_counts_finished_executions_per_minute(
-    client: httpx.AsyncClient, runtime: PageRuntime
+    client: httpx.AsyncClient, runtime: MiniRuntime
 ) -> None:
     answer = await client.get("/ui/series.json", params={"minutes": 10})
     series = answer.json()
@@ -258,7 +221,7 @@ async def sign_in(client: httpx.AsyncClient, role: str) -> dict[str, str]:
 
 
 @pytest.fixture
-async def anonymous(runtime: PageRuntime) -> AsyncIterator[httpx.AsyncClient]:
+async def anonymous(runtime: MiniRuntime) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(runtime)
     for role in ("viewer", "operator"):
         await ensure_user(runtime.auth, role)
@@ -383,7 +346,7 @@ def test_roles_parse_case_insensitively() -> None:
 
 
 async def test_job_form_lists_declared_types_and_embeds_their_schemas_safely(
-    client: httpx.AsyncClient, runtime: PageRuntime
+    client: httpx.AsyncClient, runtime: MiniRuntime
 ) -> None:
     hostile = {"type": "object", "description": "</script><script>alert(1)</script>"}
     await runtime.coordination.register_worker(

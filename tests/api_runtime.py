@@ -1,0 +1,96 @@
+"""The smallest runtime the REST API and the dashboard run on in one process: a migrated
+store, the in-memory schedule index and coordination, the in-process broker, the job service
+(with an event publisher if asked), auth and audit. Shared by the API, dashboard and client
+tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rota.brokers.inprocess import InProcessBroker
+from rota.coordination.memory import MemoryCoordination
+from rota.core.errors import BackendUnavailableError
+from rota.core.ports import Coordination
+from rota.indexes.memory import MemoryScheduleIndex
+from rota.runtime import auth_config
+from rota.services.audit import AuditService
+from rota.services.auth import AuthService
+from rota.services.events import EventPublisher
+from rota.services.jobs import JobService
+from rota.settings import Settings
+from rota.stores.migrate import upgrade
+from rota.stores.sql import SqlStore
+
+WAIT = 10.0
+
+
+@dataclass
+class MiniRuntime:
+    """The smallest object that satisfies the API's runtime protocol."""
+
+    settings: Settings
+    store: SqlStore
+    index: MemoryScheduleIndex
+    broker: InProcessBroker
+    coordination: Coordination
+    jobs: JobService
+    events: EventPublisher | None = None
+    failing: dict[str, str] = field(default_factory=dict)
+    """Component -> error that :meth:`health` reports (a backend made to look down)."""
+    auth: AuthService = field(init=False)
+    audit: AuditService = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
+        self.audit = AuditService(self.store, self.jobs.now)
+
+    async def health(self) -> dict[str, str]:
+        components = {"store": "ok", "index": "ok", "broker": "ok"}
+        try:
+            await self.store.ping()
+        except BackendUnavailableError as exc:
+            components["store"] = str(exc)
+        return components | self.failing
+
+
+def mini_runtime(
+    store: SqlStore,
+    settings: Settings,
+    coordination: Coordination | None = None,
+    events: EventPublisher | None = None,
+) -> MiniRuntime:
+    """A :class:`MiniRuntime` on an open ``store``."""
+    index = MemoryScheduleIndex()
+    coordination = coordination or MemoryCoordination()
+    jobs = JobService(
+        store, index, coordination, settings.scheduler, lambda: datetime.now(UTC), events=events
+    )
+    return MiniRuntime(settings, store, index, InProcessBroker(), coordination, jobs, events)
+
+
+@asynccontextmanager
+async def sqlite_runtime(
+    tmp_path: Path, *, coordination: Coordination | None = None, with_events: bool = False
+) -> AsyncIterator[MiniRuntime]:
+    """A :class:`MiniRuntime` on a fresh SQLite store in ``tmp_path``; ``with_events``: with
+    an :class:`EventPublisher` running (on ``coordination``)."""
+    url = f"sqlite:///{tmp_path / 'rota.db'}"
+    await upgrade(url)
+    settings = Settings(environment="test", data_dir=tmp_path, database_url=url)
+    store = SqlStore(url, auto_disable=settings.scheduler.auto_disable)
+    await store.open()
+    coordination = coordination or MemoryCoordination()
+    events = EventPublisher(coordination) if with_events else None
+    publishing = asyncio.create_task(events.run()) if events is not None else None
+    try:
+        yield mini_runtime(store, settings, coordination, events)
+    finally:
+        if events is not None and publishing is not None:
+            events.stop()
+            await asyncio.wait_for(publishing, WAIT)
+        await store.close()
