@@ -12,16 +12,12 @@ import httpx
 import pytest
 
 from rota.api.app import create_app
-from rota.brokers.inprocess import InProcessBroker
-from rota.coordination.memory import MemoryCoordination
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
 from rota.core.planning import PlanSettings, new_occurrence
-from rota.indexes.memory import MemoryScheduleIndex
-from rota.services.jobs import JobService
 from rota.settings import Settings
 from rota.stores.sql import SqlStore
 from tests.api_client import api_client
-from tests.integration.test_dashboard_pages import PageRuntime
+from tests.api_runtime import mini_runtime
 
 
 @pytest.fixture
@@ -29,10 +25,7 @@ async def client(
     store: SqlStore, store_url: str, tmp_path: Path
 ) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(environment="test", data_dir=tmp_path, database_url=store_url)
-    index, coordination = MemoryScheduleIndex(), MemoryCoordination()
-    jobs = JobService(store, index, coordination, settings.scheduler, lambda: datetime.now(UTC))
-    runtime = PageRuntime(settings, store, index, InProcessBroker(), coordination, jobs)
-    async with api_client(create_app(runtime)) as http:
+    async with api_client(create_app(mini_runtime(store, settings))) as http:
         yield http
 
 
