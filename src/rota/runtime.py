@@ -15,7 +15,7 @@ import socket
 from collections.abc import Coroutine, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 
@@ -23,9 +23,10 @@ from rota.adapters import make_broker, make_coordination, make_index
 from rota.core.errors import ConfigurationError, RotaError, ValidationError
 from rota.core.models import DispatcherState, OccurrenceStatus, WorkerInfo, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
+from rota.core.security import MIN_SECRET_BYTES, secret_weakness
 from rota.metrics import RotaMetrics
 from rota.services.audit import AuditService
-from rota.services.auth import MIN_SECRET_BYTES, AuthConfig, AuthService
+from rota.services.auth import AuthConfig, AuthService
 from rota.services.buckets import BucketOwner
 from rota.services.control import FOLLOW_INTERVAL
 from rota.services.deadletters import DeadLetterHandler
@@ -533,24 +534,31 @@ def tune_gc() -> None:
 SECRET_FILE = "auth-secret"
 
 
+GENERATE_SECRET: Final = "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
+
+
 def auth_secret(settings: Settings) -> bytes:
-    """The key that signs access tokens: ROTA_AUTH_SECRET (at least 32 bytes). Outside
-    development and test it is required; there a generated one is kept in the data dir
-    (``auth-secret``, readable by the owner only), so tokens survive restarts."""
+    """The key that signs access tokens: ROTA_AUTH_SECRET (at least 32 bytes; in production
+    also not guessable: see :func:`rota.core.security.secret_weakness`). Outside development
+    and test it is required; there a generated one is kept in the data dir (``auth-secret``,
+    readable by the owner only), so tokens survive restarts."""
     if settings.auth_secret is not None:
         secret = settings.auth_secret.get_secret_value().encode()
-        if len(secret) < MIN_SECRET_BYTES:
+        # Development and tests: the length only (their secrets are often fixed strings).
+        production = settings.environment == "production"
+        weakness = secret_weakness(secret, length_only=not production)
+        if weakness is not None:
             raise ConfigurationError(
-                f"ROTA_AUTH_SECRET has {len(secret)} bytes; it needs at least "
-                f"{MIN_SECRET_BYTES} (e.g. python -c 'import secrets; "
-                "print(secrets.token_urlsafe(48))')"
+                f"ROTA_AUTH_SECRET is too weak to sign tokens: {weakness}. Set it to at least "
+                f"{MIN_SECRET_BYTES} random bytes, the same on every server, e.g. the output "
+                f"of {GENERATE_SECRET} or openssl rand -base64 48"
             )
         return secret
     if settings.environment == "production":
         raise ConfigurationError(
             "ROTA_AUTH_SECRET is not set: outside development it must be set to a random "
             f"secret of at least {MIN_SECRET_BYTES} bytes, the same on every server (e.g. "
-            "python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+            f"{GENERATE_SECRET})"
         )
     return _secret_file(settings.data_dir / SECRET_FILE)
 

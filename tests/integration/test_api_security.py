@@ -354,6 +354,13 @@ async def test_change_password_over_http(app: FastAPI, runtime: Runtime) -> None
             json={"currentPassword": PASSWORD, "newPassword": "short"},
         )
         assert assert_problem(weak, 422)["errors"][0]["field"] == "newPassword"
+        common = await http.put(
+            "/api/v1/auth/password",
+            json={"currentPassword": PASSWORD, "newPassword": "Qwertyuiop2026!"},
+        )
+        problem = assert_problem(common, 422)
+        assert problem["errors"][0]["field"] == "newPassword"
+        assert "too easy to guess" in problem["detail"], problem
         ok = await http.put(
             "/api/v1/auth/password",
             json={"currentPassword": PASSWORD, "newPassword": "a new passphrase 42"},

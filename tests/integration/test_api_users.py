@@ -92,6 +92,7 @@ async def test_create_read_and_list_users(admin: httpx.AsyncClient) -> None:
     [
         ({"username": "ada", "password": "short", "role": "Viewer"}, "password"),
         ({"username": "ada", "password": "password1234", "role": "Viewer"}, "password"),
+        ({"username": "ada", "password": "P@ssw0rd2024!", "role": "Viewer"}, "password"),
         ({"username": "adalovelace", "password": "adalovelace!", "role": "Viewer"}, "password"),
         ({"username": "ada", "password": NEW_PASSWORD, "role": "Owner"}, "role"),
         ({"username": "", "password": NEW_PASSWORD}, "username"),
@@ -104,6 +105,15 @@ async def test_bad_users_are_refused_naming_the_field(
 ) -> None:
     problem = assert_problem(await admin.post(USERS, json=body), 422)
     assert field in [e["field"] for e in problem["errors"]]
+
+
+async def test_a_password_reset_gets_the_policy(admin: httpx.AsyncClient) -> None:
+    user = await create_user(admin, "ada")
+    for weak in ("Summer2024!!!", "abcabcabcabc", "short"):
+        r = await admin.patch(f"{USERS}/{user['id']}", json={"password": weak})
+        problem = assert_problem(r, 422)
+        assert [e["field"] for e in problem["errors"]] == ["password"], problem
+    assert (await login(admin, "ada", NEW_PASSWORD)).status_code == 200
 
 
 async def test_a_taken_username_is_a_conflict_case_insensitively(

@@ -189,8 +189,8 @@ async def test_logout_revokes_the_login(auth: AuthService) -> None:
     [
         ("ada", "short", "at least 12"),
         ("adalovelace", "adalovelace1", "username"),
-        ("ada", "password1234", "common"),
-        ("ada", "zzzzzzzzzzzzzzzz", "common"),
+        ("ada", "password1234", "most common passwords"),
+        ("ada", "zzzzzzzzzzzzzzzz", "short pattern"),
         ("ada", "x" * 1025, "at most"),
     ],
 )

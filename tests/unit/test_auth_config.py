@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import secrets
 import stat
 from pathlib import Path
 
@@ -36,9 +37,55 @@ def test_a_short_secret_is_refused_everywhere(tmp_path: Path) -> None:
 
 
 def test_a_set_secret_is_used_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ROTA_AUTH_SECRET", "k" * 40)
+    key = secrets.token_urlsafe(48)
+    monkeypatch.setenv("ROTA_AUTH_SECRET", key)
     settings = Settings(environment="production", data_dir=tmp_path)
-    assert auth_secret(settings) == b"k" * 40
+    assert auth_secret(settings) == key.encode()
+
+
+@pytest.mark.parametrize(
+    ("secret", "why"),
+    [
+        ("a" * 40, "repeats a short pattern"),
+        ("password" * 5, "repeats a short pattern"),
+        ("hunter2-" * 5, "repeats a short pattern"),
+        ("abcdefghijklmnopqrstuvwxyz0123456789", "run of neighbouring characters"),
+        ("my-super-secret-key-for-rota-prod", "made of common words"),
+        ("changeme-changeme-please-rota-secret", "made of common words"),
+        ("0110100110010110100101100110100101101001", "bits of entropy"),
+    ],
+)
+def test_production_refuses_a_guessable_secret(tmp_path: Path, secret: str, why: str) -> None:
+    settings = Settings(environment="production", data_dir=tmp_path, auth_secret=SecretStr(secret))
+    with pytest.raises(ConfigurationError) as refused:
+        auth_secret(settings)
+    message = refused.value.message
+    assert why in message
+    assert "ROTA_AUTH_SECRET" in message
+    assert "secrets.token_urlsafe(48)" in message
+    # where the length is all that is asked (rota dev, tests) it is taken
+    for environment in ("development", "test"):
+        relaxed = settings.model_copy(update={"environment": environment})
+        assert auth_secret(relaxed) == secret.encode()
+
+
+def test_production_takes_random_secrets_of_the_usual_forms(tmp_path: Path) -> None:
+    for _ in range(200):
+        for secret in (secrets.token_urlsafe(48), secrets.token_hex(16), secrets.token_hex(32)):
+            settings = Settings(
+                environment="production", data_dir=tmp_path, auth_secret=SecretStr(secret)
+            )
+            assert auth_secret(settings) == secret.encode()
+
+
+def test_rota_server_stops_at_start_with_a_weak_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROTA_AUTH_SECRET", "a" * 40)
+    monkeypatch.setenv("ROTA_DATA_DIR", str(tmp_path))
+    result = CliRunner().invoke(app, ["server", "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert "ROTA_AUTH_SECRET is too weak" in result.output
 
 
 def test_development_generates_one_secret_per_data_dir(tmp_path: Path) -> None:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import enum
+import functools
+import itertools
+import math
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from importlib import resources
 from typing import Any, Final
 from uuid import UUID
 
@@ -122,35 +128,72 @@ class AuditQuery:
 
 MIN_PASSWORD_LENGTH: Final = 12
 MAX_PASSWORD_LENGTH: Final = 1024
-COMMON_PASSWORDS: Final = frozenset(
-    {
-        "password1234",
-        "password12345",
-        "password123456",
-        "123456789012",
-        "1234567890123",
-        "qwertyuiop12",
-        "qwerty123456",
-        "administrator",
-        "adminadmin12",
-        "letmein12345",
-        "iloveyou1234",
-        "welcome12345",
-        "changeme1234",
-        "passw0rd1234",
-        "rotarotarota",
-        "abcdefghijkl",
-        "aaaaaaaaaaaa",
-        "111111111111",
-    }
-)
+COMMON_PASSWORDS_FILE: Final = "common-passwords.txt"
+"""Package data of ``rota.core``: the most common passwords and the words they are made of."""
 
 USERNAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$"
+
+_LEET: Final = str.maketrans("0134578@$!|", "oieastbasil")
+_EDGES: Final = re.compile(r"^[^a-z]+|[^a-z]+$")
+_WORDS: Final = re.compile(r"[a-z]+")
+
+
+@functools.cache
+def common_passwords() -> frozenset[str]:
+    """The bundled list (read once, on first use)."""
+    text = resources.files("rota.core").joinpath("data", COMMON_PASSWORDS_FILE).read_text("utf-8")
+    lines = (line.strip().lower() for line in text.splitlines())
+    return frozenset(line for line in lines if line and not line.startswith("#"))
+
+
+def _period(text: str) -> int:
+    """The length of the shortest unit ``text`` repeats (its own length if none)."""
+    for size in range(1, len(text) // 2 + 1):
+        if len(text) % size == 0 and text[:size] * (len(text) // size) == text:
+            return size
+    return len(text)
+
+
+def _sequential(text: str) -> bool:
+    """Mostly a run of neighbouring characters: ``abcdefgh``, ``987654321``, ``13579``…"""
+    if len(text) < 4:
+        return False
+    steps = [ord(b) - ord(a) for a, b in itertools.pairwise(text)]
+    regular = sum(1 for a, b in itertools.pairwise(steps) if a == b and abs(a) <= 2)
+    return regular >= 0.7 * (len(steps) - 1)
+
+
+def _common_words(text: str, common: frozenset[str]) -> bool:
+    """Made of one common word (repeated or not) and decoration."""
+    words = {w for w in _WORDS.findall(text) if len(w) > 1}
+    return len(words) == 1 and words <= common
+
+
+def password_weakness(password: str) -> str | None:
+    """Why ``password`` is easy to guess (``None``: it is not, as far as this check sees).
+
+    Refused: a common password; one made of a common word (or two) with digits and symbols
+    around it or the usual letter-for-digit swaps (``P@ssw0rd2024!``); a short unit repeated
+    (``abcabcabcabc``); a run of neighbouring characters (``123456789012``, ``abcdefghijkl``)."""
+    common = common_passwords()
+    lowered = password.lower()
+    core = _EDGES.sub("", lowered).translate(_LEET)
+    squeezed = re.sub(r"[^a-z0-9]", "", lowered)
+    if lowered in common or core in common or squeezed in common:
+        return "it is one of the most common passwords"
+    if _period(squeezed or lowered) <= len(squeezed or lowered) // 2:
+        return "it repeats a short pattern"
+    if _sequential(squeezed or lowered):
+        return "it is a run of neighbouring characters"
+    if _common_words(lowered.translate(_LEET), common):
+        return "it is made of common words"
+    return None
 
 
 def check_password(username: str, password: str, *, field: str = "password") -> None:
     """Refuse a password that breaks the policy: at least 12 characters (at most 1024), not
-    the username, not a well-known password, not one repeated character."""
+    (mostly) the username, not easy to guess (:func:`password_weakness`). The error names
+    ``field``."""
     if len(password) < MIN_PASSWORD_LENGTH:
         raise ValidationError(
             f"the password must have at least {MIN_PASSWORD_LENGTH} characters", field=field
@@ -162,8 +205,67 @@ def check_password(username: str, password: str, *, field: str = "password") -> 
     lowered = password.lower()
     if username and username.lower() in lowered and len(username) * 2 > len(password):
         raise ValidationError("the password must not be (mostly) the username", field=field)
-    if lowered in COMMON_PASSWORDS or len(set(password)) == 1:
-        raise ValidationError("the password is too common", field=field)
+    weakness = password_weakness(password)
+    if weakness is not None:
+        raise ValidationError(
+            f"the password is too easy to guess: {weakness}; use a long passphrase of "
+            "unrelated words or a password manager's random password",
+            field=field,
+        )
+
+
+# --- signing secrets -------------------------------------------------------------------------
+
+MIN_SECRET_BYTES: Final = 32
+MIN_SECRET_BITS: Final = 80
+"""The least entropy a signing secret may show (estimated from its characters: a random hex
+secret of 32 characters, 128 bits, shows 95-125; ``"a" * 40`` none)."""
+
+
+def estimated_bits(secret: bytes) -> float:
+    """Shannon entropy of the secret's bytes times its length: an upper estimate of what a
+    guesser must try (a random base64 secret of 64 characters shows about 330 bits)."""
+    counts = Counter(secret)
+    total = len(secret)
+    return -total * sum(n / total * math.log2(n / total) for n in counts.values())
+
+
+def secret_weakness(secret: bytes, *, length_only: bool = False) -> str | None:
+    """Why ``secret`` is too weak to sign tokens (``None``: strong enough): shorter than 32
+    bytes, or (unless ``length_only``) a short unit repeated, a run of neighbouring
+    characters, made mostly of common words, or under :data:`MIN_SECRET_BITS` of estimated
+    entropy."""
+    if len(secret) < MIN_SECRET_BYTES:
+        return f"it has {len(secret)} bytes; it needs at least {MIN_SECRET_BYTES}"
+    if length_only:
+        return None
+    text = secret.decode("latin-1")
+    if _period(text) <= len(text) // 2:
+        return "it repeats a short pattern"
+    if _sequential(text):
+        return "it is a run of neighbouring characters"
+    words = _WORDS.findall(text.lower().translate(_LEET))
+    letters = sum(len(w) for w in words)
+    known = sum(len(w) for w in words if len(w) > 2 and w in common_passwords())
+    if letters * 2 >= len(text) and known * 2 >= letters:
+        return "it is made of common words"
+    bits = estimated_bits(secret)
+    if bits < MIN_SECRET_BITS:
+        return f"it shows only about {bits:.0f} bits of entropy (at least {MIN_SECRET_BITS})"
+    return None
+
+
+# --- exceptions as shown -----------------------------------------------------------------------
+
+TRACEBACK_MARK: Final = "\nTraceback (most recent call last):"
+
+
+def exception_message(text: str | None) -> str | None:
+    """An occurrence's exception without its traceback: the ``Type: message`` the worker
+    writes before it."""
+    if text is None:
+        return None
+    return text.split(TRACEBACK_MARK, 1)[0]
 
 
 @dataclass(frozen=True, slots=True)
