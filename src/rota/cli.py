@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import pydantic
 import typer
 from rich.console import Console
 
@@ -39,6 +40,19 @@ app.add_typer(user_app, name="user")
 
 def _console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """The settings from the environment and ``rota.toml``; a bad value ends the command with
+    the variable it came from and what is wrong (exit code 2), not a traceback."""
+    try:
+        return Settings(**overrides)
+    except pydantic.ValidationError as exc:
+        console = _console()
+        for error in exc.errors():
+            name = "ROTA_" + "__".join(str(part) for part in error["loc"]).upper()
+            console.print(f"[red]error:[/red] {name}: {error['msg']}")
+        raise typer.Exit(2) from None
 
 
 def configure_logging(level: str) -> None:
@@ -73,7 +87,7 @@ def dev(
     overrides: dict[str, object] = {"environment": "development"}
     if data_dir is not None:
         overrides["data_dir"] = data_dir
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    settings = load_settings(**overrides)
     _apply_listen(settings, host, port)
     modules = list(jobs or [])
     if demo:
@@ -93,7 +107,7 @@ def server(
     from rota.serve import serve
 
     configure_logging(log_level)
-    settings = Settings()
+    settings = load_settings()
     _apply_listen(settings, host, port)
     _run(serve(settings, list(jobs or []), demo=False, console=_console()))
     _exit_past_stuck_threads()
@@ -132,7 +146,7 @@ def worker(
     from rota.worker.process import run_worker
 
     configure_logging(log_level)
-    settings = Settings()
+    settings = load_settings()
     if default_timeout is not None:
         settings.worker.default_timeout_seconds = default_timeout
     if metrics_port is not None:
@@ -160,7 +174,7 @@ def migrate(
     from rota.stores.migrate import upgrade
 
     configure_logging("warning")
-    settings = Settings()
+    settings = load_settings()
     url = database_url or settings.effective_database_url
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -191,7 +205,7 @@ def maintenance(
     time partitions and drop the expired ones), and print what was deleted."""
 
     configure_logging("warning")
-    settings = Settings()
+    settings = load_settings()
     url = database_url or settings.effective_database_url
     policy = RetentionPolicy.from_settings(settings.retention)
     report: MaintenanceReport = _run(_retention(url, policy, settings.startup_wait_seconds))
@@ -237,7 +251,7 @@ def _read_password(from_stdin: bool) -> str:
 
 
 def _user_settings(data_dir: Path | None) -> Settings:
-    return Settings(data_dir=data_dir) if data_dir is not None else Settings()
+    return load_settings(data_dir=data_dir) if data_dir is not None else load_settings()
 
 
 @user_app.command("create")

@@ -15,6 +15,7 @@ The names, labels and meaning of each metric are listed in ``docs/operations.md`
 from __future__ import annotations
 
 import bisect
+import hmac
 import math
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -29,6 +30,19 @@ from rota.core.models import Occurrence, OccurrenceStatus
 from rota.core.ports import DispatchResult, StatusResult
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def scrape_allowed(authorization: str | None, token: str | None) -> bool:
+    """Whether a scrape may read the metrics: always when no token is set (``None``), else
+    only with ``Authorization: Bearer <token>`` (compared in constant time)."""
+    if token is None:
+        return True
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.strip().encode(), token.encode())
+
+
 """The Prometheus text exposition format's media type."""
 
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import AfterValidator, BaseModel, Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -18,6 +19,19 @@ from pydantic_settings import (
 
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.models import ZombiePolicy
+
+
+def http_url(value: str) -> str:
+    """``value`` if it is an ``http://`` or ``https://`` URL with a host (else ``ValueError``,
+    which names the setting)."""
+    parts = urlsplit(value.strip())
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    return value.strip()
+
+
+WebhookUrl = Annotated[str, AfterValidator(http_url)]
+"""A URL Rota POSTs to: http or https only (no file:, gopher:, …)."""
 
 
 class SchedulerSettings(BaseModel):
@@ -224,14 +238,32 @@ class AuthSettings(BaseModel):
     audience: str = Field("rota-api", description="The access tokens' aud claim.")
     cookie_secure: bool = Field(
         True,
-        description="Mark the dashboard's rota_access cookie Secure (HTTPS only); development "
-        "turns it off.",
+        description="Mark the API's and the dashboard's cookies Secure (HTTPS only); "
+        "development turns it off.",
     )
 
 
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    trusted_proxies: str = Field(
+        "",
+        description="Comma-separated addresses or networks (127.0.0.1, 10.0.0.0/8) of the "
+        "reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (the "
+        "client's address, https); empty: none, '*': any.",
+    )
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="When set, GET /metrics needs 'Authorization: Bearer <token>' (the "
+        "server's and a worker's); unset: /metrics is open, for Prometheus on a private "
+        "network.",
+    )
+    viewer_tracebacks: bool = Field(
+        True,
+        description="Show Viewers the traceback of an execution's exception (API and "
+        "dashboard); false: the exception's message only (Operators and Admins still see "
+        "it all).",
+    )
     max_body_bytes: int = Field(
         16 * 1024 * 1024,
         ge=1024,
@@ -276,8 +308,10 @@ class Settings(BaseSettings):
     api: ApiSettings = ApiSettings()
     retention: RetentionSettings = RetentionSettings()
     silence: SilenceSettings = SilenceSettings()
-    alert_webhook_url: str | None = Field(
-        None, description="POST each new silence alert here as JSON (ROTA_ALERT_WEBHOOK_URL)."
+    alert_webhook_url: WebhookUrl | None = Field(
+        None,
+        description="POST each new silence alert here as JSON (ROTA_ALERT_WEBHOOK_URL): an "
+        "http:// or https:// URL.",
     )
     auth: AuthSettings = AuthSettings()
     auth_secret: SecretStr | None = Field(
@@ -307,6 +341,13 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'rota.db').resolve()}"
+
+    @property
+    def cookies_secure(self) -> bool:
+        """Whether the API's and the dashboard's cookies are marked ``Secure``: the
+        ``auth.cookie_secure`` setting, never in development (``rota dev`` serves plain
+        HTTP)."""
+        return self.auth.cookie_secure and self.environment != "development"
 
     @property
     def is_embedded(self) -> bool:

@@ -6,13 +6,19 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
-from rota.core.errors import BackendUnavailableError
+from rota.core.errors import BackendUnavailableError, ConfigurationError
 from rota.services.silence import Alert, alert_json
+from rota.settings import http_url
 
 
 def alert_webhook(url: str, timeout: float) -> Callable[[Alert], Awaitable[None]]:
     """A notifier that POSTs ``{"alert": …}`` to ``url``; a non-2xx answer or a network error
-    raises :class:`BackendUnavailableError` (the monitor logs it and goes on)."""
+    raises :class:`BackendUnavailableError` (the monitor logs it and goes on). ``url`` must
+    be http or https (``ConfigurationError`` otherwise)."""
+    try:
+        url = http_url(url)
+    except ValueError as exc:
+        raise ConfigurationError(f"the alert webhook URL {url!r} {exc}") from None
 
     async def send(alert: Alert) -> None:
         body = {"source": "rota", "alert": alert_json(alert)}

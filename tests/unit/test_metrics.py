@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rota.core.models import OccurrenceStatus, StatusRecord, utcnow
 from rota.core.ports import AppliedChange, IgnoredRecord, StatusResult
-from rota.metrics import LoopHistogram, RotaMetrics
+from rota.metrics import LoopHistogram, RotaMetrics, scrape_allowed
 from rota.worker.metrics_server import MetricsServer
 
 S = OccurrenceStatus
@@ -135,3 +135,33 @@ async def test_a_taken_port_is_a_configuration_error() -> None:
             await second.start()
     finally:
         await first.close()
+
+
+async def test_worker_endpoint_can_require_a_token() -> None:
+    metrics = RotaMetrics(CollectorRegistry(), server=False)
+    server = MetricsServer(
+        metrics, lambda: (True, {}), host="127.0.0.1", port=0, token="scrape-token-42"
+    )
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
+            assert (await http.get("/metrics")).status_code == 401
+            wrong = {"Authorization": "Bearer scrape-token-4"}
+            assert (await http.get("/metrics", headers=wrong)).status_code == 401
+            right = {"Authorization": "Bearer scrape-token-42"}
+            response = await http.get("/metrics", headers=right)
+            assert response.status_code == 200
+            assert "rota_" in response.text
+            assert (await http.get("/health")).status_code == 200  # probes need no token
+    finally:
+        await server.close()
+
+
+def test_scrape_allowed_compares_the_whole_bearer_token() -> None:
+    assert scrape_allowed(None, None)
+    assert scrape_allowed("anything", None)
+    assert not scrape_allowed(None, "t0ken")
+    assert not scrape_allowed("Bearer t0ke", "t0ken")
+    assert not scrape_allowed("Bearer t0ken2", "t0ken")
+    assert not scrape_allowed("Token t0ken", "t0ken")
+    assert scrape_allowed("bearer  t0ken ", "t0ken")

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pydantic
 import pytest
+from typer.testing import CliRunner
 
+from rota.cli import app
 from rota.core.errors import ConfigurationError
 from rota.runtime import build_runtime
 from rota.settings import Settings
+from rota.webhooks import alert_webhook
 
 
 def test_defaults_are_embedded_sqlite_in_the_data_dir(
@@ -61,3 +65,41 @@ def test_the_job_data_limit_reaches_the_job_service(
     monkeypatch.setenv("ROTA_API__MAX_JOB_DATA_BYTES", "0")
     with pytest.raises(ValueError, match="max_job_data_bytes"):
         Settings()
+
+
+@pytest.mark.parametrize(
+    "url", ["file:///etc/passwd", "gopher://example.com/", "ftp://example.com/x", "https://", "x"]
+)
+def test_webhook_urls_must_be_http_or_https(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    monkeypatch.setenv("ROTA_ALERT_WEBHOOK_URL", url)
+    with pytest.raises(pydantic.ValidationError) as refused:
+        Settings()
+    assert [e["loc"] for e in refused.value.errors()] == [("alert_webhook_url",)]
+    assert "http:// or https://" in str(refused.value)
+    with pytest.raises(ConfigurationError, match="http:// or https://"):
+        alert_webhook(url, 1.0)
+
+
+def test_http_and_https_webhooks_are_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    for url in ("http://alerts.internal:8080/hook", "HTTPS://hooks.example.com/T0/B1"):
+        monkeypatch.setenv("ROTA_ALERT_WEBHOOK_URL", url)
+        assert Settings().alert_webhook_url == url
+
+
+def test_a_bad_setting_stops_a_command_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("ROTA_ALERT_WEBHOOK_URL", "file:///etc/passwd")
+    result = CliRunner().invoke(app, ["user", "list", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "ROTA_ALERT_WEBHOOK_URL: Value error, must be an http:// or https://" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cookie_security_is_one_rule() -> None:
+    assert Settings(environment="production").cookies_secure
+    assert Settings(environment="test").cookies_secure
+    assert not Settings(environment="development").cookies_secure
+    off = Settings(environment="production")
+    off.auth.cookie_secure = False
+    assert not off.cookies_secure

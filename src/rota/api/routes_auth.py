@@ -34,8 +34,7 @@ REFRESH_COOKIE_PATH: Final = "/api/v1/auth"
 
 
 def _secure(runtime: Runtime) -> bool:
-    settings = runtime.settings
-    return settings.auth.cookie_secure and settings.environment != "development"
+    return runtime.settings.cookies_secure  # the dashboard's cookies follow the same rule
 
 
 def _set_cookies(response: Response, tokens: Tokens, runtime: Runtime) -> None:

@@ -17,7 +17,7 @@ from rota.api.schemas import (
     OccurrenceDetail,
     UtcDatetime,
 )
-from rota.api.security import OperatorUser, requires
+from rota.api.security import OperatorUser, ShownException, requires
 from rota.core.errors import ValidationError
 from rota.core.models import FailureType
 from rota.core.ports import FailedQuery
@@ -57,6 +57,7 @@ def parse_failure_types(values: list[str]) -> tuple[FailureType, ...]:
 )
 async def list_failed(
     store: StoreDep,
+    shown: ShownException,
     job_id: Annotated[UUID | None, Query(alias="jobId")] = None,
     failure_type: Annotated[
         list[str],
@@ -82,15 +83,18 @@ async def list_failed(
     )
     page = await store.list_failed(query)
     return FailedOccurrencePage(
-        items=[FailedOccurrenceOut.of(r) for r in page.items], next_cursor=page.next_cursor
+        items=[FailedOccurrenceOut.of(r, shown) for r in page.items],
+        next_cursor=page.next_cursor,
     )
 
 
 @router.get(
     "/{failed_id}", responses=problem_responses(404, 422, 503), summary="A failed occurrence"
 )
-async def get_failed(failed_id: UUID, store: StoreDep) -> FailedOccurrenceOut:
-    return FailedOccurrenceOut.of(await store.get_failed(failed_id))
+async def get_failed(
+    failed_id: UUID, store: StoreDep, shown: ShownException
+) -> FailedOccurrenceOut:
+    return FailedOccurrenceOut.of(await store.get_failed(failed_id), shown)
 
 
 @router.put(

@@ -21,7 +21,7 @@ from rota.api.schemas import (
     UtcDatetime,
     status_name,
 )
-from rota.api.security import OperatorUser, requires
+from rota.api.security import OperatorUser, ShownException, requires
 from rota.core.errors import ValidationError
 from rota.core.models import OccurrenceStatus, utcnow
 from rota.core.ports import OccurrenceQuery
@@ -61,6 +61,7 @@ def _status(token: str) -> OccurrenceStatus:
 @router.get("", responses=problem_responses(422, 503), summary="List occurrences, newest first")
 async def list_occurrences(
     store: StoreDep,
+    shown: ShownException,
     job_id: Annotated[UUID | None, Query(alias="jobId")] = None,
     status: Annotated[
         list[str],
@@ -81,7 +82,7 @@ async def list_occurrences(
     )
     page = await store.list_occurrences(query)
     return OccurrencePage(
-        items=[OccurrenceOut.of(o) for o in page.items], next_cursor=page.next_cursor
+        items=[OccurrenceOut.of(o, shown) for o in page.items], next_cursor=page.next_cursor
     )
 
 
@@ -90,8 +91,10 @@ async def list_occurrences(
     responses=problem_responses(404, 422, 503),
     summary="An occurrence with its status history",
 )
-async def get_occurrence(occurrence_id: UUID, store: StoreDep) -> OccurrenceDetail:
-    return OccurrenceDetail.of(await store.get_occurrence(occurrence_id))
+async def get_occurrence(
+    occurrence_id: UUID, store: StoreDep, shown: ShownException
+) -> OccurrenceDetail:
+    return OccurrenceDetail.of(await store.get_occurrence(occurrence_id), shown)
 
 
 @router.get(

@@ -35,6 +35,7 @@ from rota.core.models import (
     StatusChange,
     ZombiePolicy,
 )
+from rota.core.security import ExceptionText
 from rota.services.buckets import BucketStateName, InstanceStateName
 from rota.services.jobs import MAX_SECONDS, JobSpec, as_utc
 
@@ -428,7 +429,8 @@ class OccurrenceOut(ApiModel):
     job_version: int
 
     @classmethod
-    def fields_of(cls, occ: Occurrence) -> dict[str, Any]:
+    def fields_of(cls, occ: Occurrence, shown: ExceptionText | None = None) -> dict[str, Any]:
+        """``shown``: how the exception is shown to the caller (whole by default)."""
         return {
             "id": occ.id,
             "job_id": occ.job_id,
@@ -444,7 +446,7 @@ class OccurrenceOut(ApiModel):
             "end_time": occ.end_time,
             "duration_ms": occ.duration_ms,
             "result": occ.result,
-            "exception": occ.exception,
+            "exception": shown(occ.exception) if shown else occ.exception,
             "retry_count": occ.retry_count,
             "attempt": occ.attempt,
             "max_retries": occ.max_retries,
@@ -456,8 +458,8 @@ class OccurrenceOut(ApiModel):
         }
 
     @classmethod
-    def of(cls, occ: Occurrence) -> OccurrenceOut:
-        return cls(**cls.fields_of(occ))
+    def of(cls, occ: Occurrence, shown: ExceptionText | None = None) -> OccurrenceOut:
+        return cls(**cls.fields_of(occ, shown))
 
 
 class OccurrenceDetail(OccurrenceOut):
@@ -466,9 +468,9 @@ class OccurrenceDetail(OccurrenceOut):
     status_change_logs: list[StatusChangeOut] = Field(description="Oldest first.")
 
     @classmethod
-    def of(cls, occ: Occurrence) -> OccurrenceDetail:
+    def of(cls, occ: Occurrence, shown: ExceptionText | None = None) -> OccurrenceDetail:
         return cls(
-            **cls.fields_of(occ),
+            **cls.fields_of(occ, shown),
             job_data=occ.job_data,
             dispatched_at=occ.dispatched_at,
             status_change_logs=[StatusChangeOut.of(c) for c in occ.status_changes],
@@ -664,7 +666,9 @@ class FailedOccurrenceOut(ApiModel):
     )
 
     @classmethod
-    def of(cls, record: FailedOccurrence) -> FailedOccurrenceOut:
+    def of(
+        cls, record: FailedOccurrence, shown: ExceptionText | None = None
+    ) -> FailedOccurrenceOut:
         return cls(
             id=record.id,
             occurrence_id=record.occurrence_id,
@@ -672,7 +676,7 @@ class FailedOccurrenceOut(ApiModel):
             job_id=record.job_id,
             job_type=record.job_type,
             failure_type=record.failure_type,
-            exception=record.exception,
+            exception=shown(record.exception) if shown else record.exception,
             job_data=record.job_data,
             attempts=record.attempts,
             retry_count=max(0, record.attempts - 1),

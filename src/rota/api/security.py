@@ -21,7 +21,7 @@ from fastapi.routing import APIRoute
 from rota.api.deps import get_runtime
 from rota.api.problems import PROBLEM_JSON, Problem
 from rota.core.errors import AuthenticationError, PermissionDeniedError
-from rota.core.security import Principal, Role
+from rota.core.security import ExceptionText, Principal, Role, exception_message
 
 ACCESS_COOKIE: Final = "rota_access"
 REFRESH_COOKIE: Final = "rota_refresh"
@@ -96,6 +96,27 @@ OperatorUser = Annotated[Principal, requires(Role.OPERATOR)]
 AdminUser = Annotated[Principal, requires(Role.ADMIN)]
 SignedIn = ViewerUser
 """Any signed-in user (every role may)."""
+
+
+def _whole(text: str | None) -> str | None:
+    return text
+
+
+def exception_view(role: Role, viewer_tracebacks: bool) -> ExceptionText:
+    """How an execution's exception is shown to a user of ``role``: whole, or to a Viewer
+    when ``viewer_tracebacks`` (``ROTA_API__VIEWER_TRACEBACKS``) is off, its message without
+    the traceback."""
+    if role is Role.VIEWER and not viewer_tracebacks:
+        return exception_message
+    return _whole
+
+
+async def _exception_text(request: Request, user: ViewerUser) -> ExceptionText:
+    return exception_view(user.role, get_runtime(request).settings.api.viewer_tracebacks)
+
+
+ShownException = Annotated[ExceptionText, Depends(_exception_text)]
+"""A route parameter: the caller's :func:`exception_view`."""
 
 
 def _roles(dependant: Dependant) -> set[Role]:

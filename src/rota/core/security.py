@@ -8,6 +8,7 @@ import itertools
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
@@ -258,6 +259,8 @@ def secret_weakness(secret: bytes, *, length_only: bool = False) -> str | None:
 # --- exceptions as shown -----------------------------------------------------------------------
 
 TRACEBACK_MARK: Final = "\nTraceback (most recent call last):"
+ExceptionText = Callable[[str | None], str | None]
+"""How an exception text is shown to someone (whole, or :func:`exception_message`)."""
 
 
 def exception_message(text: str | None) -> str | None:

@@ -24,9 +24,12 @@ from rota.api.deps import ApiRuntime, get_runtime
 from rota.api.routes_occurrences import parse_statuses
 from rota.api.routes_workers import group_workers
 from rota.api.schemas import JobOut, status_name
+from rota.api.security import exception_view
 from rota.core.errors import NotFoundError, RotaError
 from rota.core.models import FailedOccurrence, FailureType, Job, Occurrence, OccurrenceStatus
 from rota.core.ports import FailedQuery, OccurrenceQuery
+from rota.core.security import ExceptionText
+from rota.core.security import Role as CoreRole
 from rota.dashboard import session
 from rota.dashboard.session import DashboardUser
 
@@ -542,6 +545,7 @@ async def occurrence_page(
     record = await _failed_record(runtime, occurrence)
     context = {
         "occ": occurrence,
+        "exception_text": _exception_text(user, runtime),
         "status": status_name(occurrence.status),
         "lines": lines,
         "last_seq": lines[-1][0] if lines else 0,
@@ -553,6 +557,11 @@ async def occurrence_page(
         "live": live(request, occurrenceId=str(occurrence_id)),
     }
     return render(request, user, "occurrence.html", context, fragments=("occurrence_summary",))
+
+
+def _exception_text(user: DashboardUser, runtime: ApiRuntime) -> ExceptionText:
+    """The API's rule: a Viewer sees no traceback when ``api.viewer_tracebacks`` is off."""
+    return exception_view(CoreRole.parse(user.role.label), runtime.settings.api.viewer_tracebacks)
 
 
 async def _failed_record(runtime: ApiRuntime, occurrence: Occurrence) -> FailedOccurrence | None:
@@ -614,6 +623,7 @@ async def failed_page(
     )
     context = {
         "records": page.items,
+        "exception_text": _exception_text(user, runtime),
         **paging(request, cursor, page.next_cursor),
         "filters": {"resolved": resolved, "failureType": failure_type, "jobId": job_id},
         "failure_types": [t.value for t in FailureType],

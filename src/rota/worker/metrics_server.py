@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from rota.core.errors import ConfigurationError
-from rota.metrics import CONTENT_TYPE, RotaMetrics
+from rota.metrics import CONTENT_TYPE, RotaMetrics, scrape_allowed
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,17 @@ class MetricsServer:
     """Serves ``/metrics`` and ``/health`` on ``host:port`` (port 0: any free port, read
     :attr:`port` after :meth:`start`)."""
 
-    def __init__(self, metrics: RotaMetrics, health: Health, *, host: str, port: int) -> None:
+    def __init__(
+        self,
+        metrics: RotaMetrics,
+        health: Health,
+        *,
+        host: str,
+        port: int,
+        token: str | None = None,
+    ) -> None:
         self._metrics = metrics
+        self._token = token
         self._health = health
         self._host = host
         self._port = port
@@ -90,9 +99,20 @@ class MetricsServer:
         if method != b"GET":
             return "405 Method Not Allowed", "text/plain", b"GET only\n"
         if target == b"/metrics":
+            if not scrape_allowed(_header(head, b"authorization"), self._token):
+                return "401 Unauthorized", "text/plain", b"send Authorization: Bearer <token>\n"
             return "200 OK", CONTENT_TYPE, self._metrics.exposition()
         if target == b"/health":
             healthy, details = self._health()
             body = orjson.dumps({"status": "ok" if healthy else "unavailable", **details})
             return ("200 OK" if healthy else "503 Service Unavailable"), "application/json", body
         return "404 Not Found", "text/plain", b"not found: try /metrics or /health\n"
+
+
+def _header(head: bytes, name: bytes) -> str | None:
+    """The value of header ``name`` (lowercase) in a request head, if it has one."""
+    for line in head.split(b"\r\n")[1:]:
+        key, sep, value = line.partition(b":")
+        if sep and key.strip().lower() == name:
+            return value.strip().decode("latin-1")
+    return None
