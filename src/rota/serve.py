@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import uvicorn
 from rich.console import Console
@@ -61,14 +62,7 @@ async def serve(
             if created:
                 console.print(f"[green]created {created} demo jobs[/green]")
         app = create_app(runtime)
-        config = uvicorn.Config(
-            app,
-            host=settings.api.host,
-            port=settings.api.port,
-            log_config=None,
-            lifespan="off",
-        )
-        server = _Server(config)
+        server = _Server(http_config(app, settings))
         console.print(
             f"[bold]Rota[/bold] is running: dashboard {url}/  API {url}/api/v1  docs {url}/docs"
         )
@@ -79,6 +73,22 @@ async def serve(
             await runtime.stop()
         tracing.shutdown()
         console.print("Rota stopped.")
+
+
+def http_config(app: Any, settings: Settings) -> uvicorn.Config:
+    """uvicorn's settings: the address, and whose ``X-Forwarded-For`` / ``-Proto`` it
+    believes: only ``api.trusted_proxies`` (none by default; uvicorn's own default would be
+    the loopback address, or ``FORWARDED_ALLOW_IPS``)."""
+    proxies = [p.strip() for p in settings.api.trusted_proxies.split(",") if p.strip()]
+    return uvicorn.Config(
+        app,
+        host=settings.api.host,
+        port=settings.api.port,
+        log_config=None,
+        lifespan="off",
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies,
+    )
 
 
 DEV_ADMIN = "admin"

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from rota.cli import app
 from rota.core.errors import ConfigurationError
 from rota.runtime import build_runtime
+from rota.serve import http_config
 from rota.settings import Settings
 from rota.webhooks import alert_webhook
 
@@ -103,3 +104,38 @@ def test_cookie_security_is_one_rule() -> None:
     off = Settings(environment="production")
     off.auth.cookie_secure = False
     assert not off.cookies_secure
+
+
+async def _client_seen(settings: Settings, peer: str, headers: list[tuple[bytes, bytes]]) -> str:
+    """What the app sees (scheme and client address) of a request from ``peer`` through the
+    middleware uvicorn puts in front of it with these settings."""
+    seen: dict[str, object] = {}
+
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        seen.update(scope)
+
+    config = http_config(app, settings)
+    config.load()
+    scope = {
+        "type": "http",
+        "scheme": "http",
+        "client": (peer, 1234),
+        "headers": headers,
+    }
+    await config.loaded_app(scope, None, None)
+    client = seen["client"]
+    assert isinstance(client, tuple)
+    return f"{seen['scheme']} {client[0]}"
+
+
+FORWARDED = [(b"x-forwarded-proto", b"https"), (b"x-forwarded-for", b"203.0.113.9")]
+
+
+async def test_forwarded_headers_count_only_from_trusted_proxies() -> None:
+    none = Settings(environment="test")
+    assert await _client_seen(none, "127.0.0.1", FORWARDED) == "http 127.0.0.1"
+    local = Settings(environment="test")
+    local.api.trusted_proxies = "127.0.0.1, 10.0.0.0/8"
+    assert await _client_seen(local, "127.0.0.1", FORWARDED) == "https 203.0.113.9"
+    assert await _client_seen(local, "10.1.2.3", FORWARDED) == "https 203.0.113.9"
+    assert await _client_seen(local, "192.0.2.7", FORWARDED) == "http 192.0.2.7"
