@@ -177,7 +177,9 @@ def migrate(
     settings = load_settings()
     url = database_url or settings.effective_database_url
     if url.startswith("sqlite"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        from rota.stores.files import private_dir
+
+        private_dir(settings.data_dir)
     else:
         _run(_reach_database(url, settings.startup_wait_seconds))
     _run(upgrade(url))

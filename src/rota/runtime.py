@@ -45,6 +45,7 @@ from rota.services.workers import WorkerDirectory, roster_changes
 from rota.services.zombies import ZombieDetector
 from rota.settings import Settings
 from rota.startup import wait_for
+from rota.stores.files import PRIVATE_FILE, private_dir
 from rota.tracing import Tracing
 from rota.webhooks import alert_webhook
 from rota.worker.discovery import JobRegistry
@@ -570,9 +571,9 @@ def _secret_file(path: Path) -> bytes:
         secret = b""
     if len(secret) >= MIN_SECRET_BYTES:
         return secret
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     secret = secrets.token_urlsafe(48).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
     with os.fdopen(fd, "wb") as file:
         file.write(secret + b"\n")
     return secret

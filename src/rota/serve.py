@@ -14,6 +14,7 @@ from rich.panel import Panel
 
 from rota.runtime import Runtime, build_runtime, tune_gc
 from rota.settings import Settings
+from rota.stores.files import private_dir
 from rota.tracing import Tracing, tracing_from_env
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ async def prepare(
 
     url = settings.effective_database_url
     if url.startswith("sqlite"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.data_dir)
     if url.startswith("sqlite") or settings.environment == "development":
         await upgrade(url)
     registry = load_jobs(modules) if modules else None

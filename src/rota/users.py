@@ -11,6 +11,7 @@ from rota.core.models import utcnow
 from rota.core.security import Role, User
 from rota.services.auth import AuthConfig, AuthService
 from rota.settings import Settings
+from rota.stores.files import private_dir
 
 
 @asynccontextmanager
@@ -22,7 +23,7 @@ async def _auth(settings: Settings) -> AsyncIterator[AuthService]:
 
     url = settings.effective_database_url
     if url.startswith("sqlite"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.data_dir)
         await upgrade(url)
     store = SqlStore(url)
     await store.open()

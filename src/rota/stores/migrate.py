@@ -17,6 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from rota.stores.files import private_sqlite
 from rota.stores.sql import create_store_engine, guard_errors
 from rota.stores.urls import dialect_of, sqlite_path, to_async_url
 
@@ -62,7 +63,7 @@ async def current_revision(url: str) -> str | None:
 async def _run(url: str, action: _Action, *, lock: bool = True) -> None:
     path = sqlite_path(url)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(path)
     config = alembic_config(url)
     # SQLite: foreign keys off while batch operations rebuild tables (a rebuild drops the old
     # table, which would cascade).

@@ -30,6 +30,7 @@ from typing import Literal, TypeVar
 from uuid import UUID
 
 from rota.core.errors import ConfigurationError
+from rota.stores.files import PRIVATE_FILE, private_dir, private_sqlite
 
 try:
     import fcntl
@@ -88,8 +89,8 @@ class OutboxSize:
 
 def _lock(directory: Path) -> int | None:
     """Take the directory's lock file; its descriptor, or ``None`` if another process has it."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    private_dir(directory)
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
     if fcntl is None:  # pragma: no cover - not POSIX: no lock
         return fd
     try:
@@ -168,6 +169,7 @@ class LocalStore:
         return await loop.run_in_executor(self._thread, func, *args)
 
     def _connect(self) -> None:
+        private_sqlite(self.path)
         db = sqlite3.connect(self.path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000)
         try:
             db.execute("PRAGMA journal_mode=WAL")
