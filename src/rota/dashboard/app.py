@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.staticfiles import StaticFiles
@@ -15,7 +16,7 @@ from starlette.responses import RedirectResponse, Response
 
 from rota.api.schemas import status_name
 from rota.dashboard import pages
-from rota.dashboard.session import LoginRequired, apply_cookies, clear_cookies
+from rota.dashboard.session import SESSION_PATH, LoginRequired
 
 STATIC_PREFIX = "/static"
 
@@ -41,14 +42,16 @@ def install_dashboard(app: FastAPI) -> None:
 
 
 async def _to_login(request: Request, exc: Exception) -> Response:
-    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    location = f"/login?next={target}" if request.url.path != "/" else "/login"
-    if request.headers.get("HX-Request"):
-        response: Response = Response(status_code=204, headers={"HX-Redirect": location})
+    """No (good) access token: a page goes to ``/ui/session/resume``, which refreshes the
+    session or sends the browser to sign in; a request of the page's script (htmx, fetch)
+    gets 401, and the script refreshes the session and tries again."""
+    if request.headers.get("HX-Request") or "text/html" not in request.headers.get("accept", ""):
+        response: Response = Response(status_code=401, headers={"X-Rota-Session": "expired"})
     else:
-        response = RedirectResponse(location, status_code=303)
-    clear_cookies(response)
-    return apply_cookies(request, response)
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        query = urlencode({"next": target}, safe="/")
+        response = RedirectResponse(f"{SESSION_PATH}/resume?{query}", status_code=303)
+    return response  # the refresh cookie stays: resuming needs it
 
 
 # --- filters --------------------------------------------------------------------------------

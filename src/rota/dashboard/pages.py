@@ -33,7 +33,8 @@ from rota.core.security import Role as CoreRole
 from rota.dashboard import session
 from rota.dashboard.session import DashboardUser
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, dependencies=[Depends(session.require_csrf)])
+"""Every dashboard route: a change needs the CSRF header (a test walks the routes)."""
 
 User = Annotated[DashboardUser, Depends(session.current_user)]
 Runtime = Annotated[ApiRuntime, Depends(get_runtime)]
@@ -83,7 +84,7 @@ def render(
     values = {"user": user, "nav": page.removesuffix(".html"), **context}
     values.setdefault("live", STILL)
     response = _templates(request).TemplateResponse(request, name, values, status_code=status_code)
-    return session.apply_cookies(request, page_headers(response))
+    return page_headers(response)
 
 
 PAGE_HEADERS: dict[str, str] = {
@@ -144,6 +145,15 @@ async def login_page(request: Request, next: str | None = None) -> Response:
     )
 
 
+REDIRECT_HEADER = "X-Rota-Redirect"
+"""Where the page's script goes after a sign-in or sign-out (the form is sent by ``fetch``, to
+carry the CSRF header, so a redirect would be followed by ``fetch`` instead of the browser)."""
+
+
+def go_to(location: str) -> Response:
+    return Response(status_code=204, headers={REDIRECT_HEADER: location})
+
+
 @router.post("/login")
 async def login_submit(
     request: Request,
@@ -162,26 +172,49 @@ async def login_submit(
                 status_code=401,
             )
         )
-    response = RedirectResponse(target, status_code=303)
+    response = go_to(target)
+    session.clear_cookies(request, response)  # a refresh cookie of an earlier version at /
     session.set_cookies(request, response, outcome)
     return response
 
 
-@router.post("/logout")
+@router.post(f"{session.SESSION_PATH}/logout")
 async def logout(request: Request) -> Response:
     await session.logout(request)
-    response = RedirectResponse("/login", status_code=303)
-    session.clear_cookies(response)
+    response = go_to("/login")
+    session.clear_cookies(request, response)
     return response
 
 
-@router.post("/ui/session/refresh")
+@router.get(f"{session.SESSION_PATH}/resume")
+async def resume_session(
+    request: Request, next: Annotated[str, Query(max_length=2000)] = "/"
+) -> Response:
+    """Where a page whose access token expired sends the browser: its script refreshes the
+    session (the refresh cookie is sent to this path only) and goes back to ``next``; with
+    no refresh cookie, straight to the login page."""
+    target = session.safe_next(next)
+    if not request.cookies.get(session.REFRESH_COOKIE):
+        return RedirectResponse(login_url(target), status_code=303)
+    context = {"next": target, "login": login_url(target)}
+    return page_headers(_templates(request).TemplateResponse(request, "resume.html", context))
+
+
+def login_url(target: str) -> str:
+    return "/login" if target == "/" else f"/login?{urlencode({'next': target}, safe='/')}"
+
+
+@router.post(f"{session.SESSION_PATH}/refresh")
 async def refresh_session(request: Request) -> Response:
-    """For the page's script: an API call answered 401, get a new access token."""
+    """For the page's script: new tokens (204), or another request of this browser is
+    renewing them right now (409: try again with the cookies it brings), or the session is
+    over (401)."""
     tokens = await session.refresh(request)
+    if tokens is session.SUPERSEDED:
+        return Response(status_code=409)
     if tokens is None:
         response = Response(status_code=401)
-        session.clear_cookies(response)
+        session.clear_cookies(request, response)
         return response
     response = Response(status_code=204)
     session.set_cookies(request, response, tokens)
@@ -261,7 +294,7 @@ async def series(
                 "completed": [p["completed"] for p in points],
                 "failed": [p["failed"] for p in points],
             }
-            return session.apply_cookies(request, JSONResponse(data))
+            return JSONResponse(data)
     now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
     start = now - timedelta(minutes=minutes)
     page = await runtime.store.list_occurrences(OccurrenceQuery(scheduled_after=start, limit=1000))
@@ -281,7 +314,7 @@ async def series(
             bad[minute] += 1
     xs = [int(start.timestamp()) + 60 * i for i in range(minutes)]
     data = {"x": xs, "completed": [ok[x] for x in xs], "failed": [bad[x] for x in xs]}
-    return session.apply_cookies(request, JSONResponse(data))
+    return JSONResponse(data)
 
 
 # --- jobs -------------------------------------------------------------------------------------

@@ -2,39 +2,47 @@
 
 The dashboard holds no credentials of its own. Its login form is handed to
 ``POST /api/v1/auth/login`` (in process, through ASGI, with the browser's address so throttling
-and lockout apply per client); the tokens come back as two HttpOnly, SameSite=Strict cookies:
-``rota_access`` (the access JWT, which the API also accepts from the cookie, together with the
-``X-Rota-CSRF`` header on changes) and ``rota_refresh``. Each page asks ``GET /api/v1/auth/me``
-who the token belongs to, refreshes an expired access token once, and otherwise sends the
-browser to the login page.
+and lockout apply per client); the tokens come back as two HttpOnly, SameSite=Strict cookies,
+``Secure`` by the API's own rule (:attr:`rota.settings.Settings.cookies_secure`):
 
-Without the auth routes (a build of the API that has none) the dashboard says so on every page
-and acts as an unnamed Admin, like the API itself.
+- ``rota_access`` (path ``/``, for the access token's lifetime): the access JWT, which the API
+  also accepts from the cookie, together with the ``X-Rota-CSRF`` header on changes;
+- ``rota_refresh`` (path :data:`SESSION_PATH` only, for the API's refresh-token lifetime): sent
+  only to the dashboard's session routes (refresh, sign-out, resume), never with a page.
+
+Each page asks ``GET /api/v1/auth/me`` who the access token belongs to. A page whose access
+token has expired does not refresh it: it sends the browser to ``/ui/session/resume``, whose
+script refreshes (``POST /ui/session/refresh``, one at a time across the browser's tabs) and
+comes back. Every state-changing dashboard route needs the ``X-Rota-CSRF: 1`` header (see
+:func:`require_csrf`).
+
+A refresh token works once. The dashboard never hands a used one a second life: a request
+presenting a token whose refresh is under way gets 409 and no tokens (the browser's cookies
+are being renewed by the other request), and one presenting it afterwards reaches the API,
+which takes it for a stolen token and ends the login.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import hashlib
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 import httpx
 from fastapi import Request
 from starlette.responses import Response
 
-ACCESS_COOKIE = "rota_access"
-REFRESH_COOKIE = "rota_refresh"
-CSRF_HEADER = "X-Rota-CSRF"
-AUTH_PREFIX = "/api/v1/auth"
-REFRESH_GRACE_SECONDS = 30.0
-"""How long the tokens a refresh gave are handed to other requests with the same refresh
-token (see :class:`Refresher`)."""
-REFRESH_MAX_AGE = 30 * 24 * 3600
-"""Seconds the refresh cookie is kept; the server decides how long the token itself is good."""
+from rota.api.deps import get_runtime
+from rota.api.security import ACCESS_COOKIE, CSRF_HEADER, REFRESH_COOKIE, SAFE_METHODS
+from rota.core.errors import PermissionDeniedError
+
+__all__ = ["ACCESS_COOKIE", "CSRF_HEADER", "REFRESH_COOKIE"]
+
+AUTH_PREFIX: Final = "/api/v1/auth"
+SESSION_PATH: Final = "/ui/session"
+"""The path of the dashboard's session routes, and of its refresh cookie."""
 
 
 class Role(enum.IntEnum):
@@ -83,13 +91,11 @@ class Tokens:
     expires_in: int | None
 
 
-@dataclass(slots=True)
-class SessionState:
-    """Cookies to set or clear on the response of the current request."""
-
-    tokens: Tokens | None = None
-    clear: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+def require_csrf(request: Request) -> None:
+    """A dependency of every dashboard route: a change (any method but GET, HEAD, OPTIONS)
+    must carry ``X-Rota-CSRF: 1``, which a cross-site form, link or image cannot send."""
+    if request.method not in SAFE_METHODS and request.headers.get(CSRF_HEADER) != "1":
+        raise PermissionDeniedError(f"a dashboard change must send the header {CSRF_HEADER}: 1")
 
 
 def api_paths(request: Request) -> frozenset[str]:
@@ -167,38 +173,39 @@ async def _me(api: httpx.AsyncClient, access: str) -> DashboardUser | None:
     return DashboardUser(username=str(body.get("username", "")), role=Role.parse(body.get("role")))
 
 
+class Superseded(enum.Enum):
+    """The refresh token is being used by another request right now."""
+
+    TOKEN = "superseded"
+
+
+SUPERSEDED: Final = Superseded.TOKEN
+
+
 class Refresher:
-    """One refresh per refresh token in this process, its result shared for a short while.
+    """At most one refresh per refresh token at a time in this process, its result shared
+    with nobody.
 
-    A page fires several requests at once (fragments, charts, the event stream); once the
-    access token has expired each would refresh with the same refresh token, and the API takes
-    the second use of a refresh token for a stolen one and ends the login. So concurrent and
-    immediately following requests with the same refresh token get the first one's tokens.
-    """
+    Parallel requests of one page (or of two tabs) that present the same refresh token while
+    it is being used get :data:`SUPERSEDED` and no tokens: the first request's answer renews
+    the browser's cookies, and the page's script waits for it (one refresh at a time per
+    browser) before trying again. Nothing is remembered afterwards: a used token presented
+    later goes to the API, which refuses it and ends its login (a stolen token)."""
 
-    def __init__(self, grace_seconds: float = REFRESH_GRACE_SECONDS) -> None:
-        self._grace = grace_seconds
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._done: dict[str, tuple[float, Tokens | None]] = {}
+    def __init__(self) -> None:
+        self._in_flight: set[str] = set()
 
     async def refresh(
         self, token: str, call: Callable[[], Awaitable[Tokens | None]]
-    ) -> Tokens | None:
+    ) -> Tokens | Superseded | None:
         key = hashlib.sha256(token.encode()).hexdigest()
-        now = time.monotonic()
-        for old in [k for k, (at, _) in self._done.items() if now - at > self._grace]:
-            del self._done[old]
-        lock = self._locks.setdefault(key, asyncio.Lock())
+        if key in self._in_flight:
+            return SUPERSEDED
+        self._in_flight.add(key)
         try:
-            async with lock:
-                if key in self._done:
-                    return self._done[key][1]
-                tokens = await call()
-                self._done[key] = (time.monotonic(), tokens)
-                return tokens
+            return await call()
         finally:
-            if not lock.locked():
-                self._locks.pop(key, None)
+            self._in_flight.discard(key)
 
 
 def _refresher(request: Request) -> Refresher:
@@ -209,8 +216,9 @@ def _refresher(request: Request) -> Refresher:
     return refresher
 
 
-async def refresh(request: Request) -> Tokens | None:
-    """New tokens for the refresh cookie (``None``: it is missing or no longer good)."""
+async def refresh(request: Request) -> Tokens | Superseded | None:
+    """New tokens for the refresh cookie (``None``: it is missing or no longer good;
+    :data:`SUPERSEDED`: another request is using it right now)."""
     token = request.cookies.get(REFRESH_COOKIE)
     if not token:
         return None
@@ -224,26 +232,16 @@ async def refresh(request: Request) -> Tokens | None:
 
 
 async def current_user(request: Request) -> DashboardUser:
-    """The signed-in user (refreshing the access token once if it has expired).
+    """The signed-in user of the access token (a bearer header or the cookie).
 
-    Raises :class:`LoginRequired` when nobody is signed in. Cookies to set are left in
-    ``request.state.rota_session`` for :func:`apply_cookies`.
-    """
-    state = session_state(request)
+    Raises :class:`LoginRequired` when there is none or it is no longer good (expired,
+    revoked): the handler sends the browser to resume its session or sign in."""
     access = _bearer(request) or request.cookies.get(ACCESS_COOKIE)
-    async with internal_client(request) as api:
-        if access:
-            user = await _me(api, access)
-            if user is not None:
-                return user
-    tokens = await refresh(request)
-    if tokens is not None:
+    if access:
         async with internal_client(request) as api:
-            user = await _me(api, tokens.access)
+            user = await _me(api, access)
         if user is not None:
-            state.tokens = tokens
             return user
-    state.clear = True
     raise LoginRequired
 
 
@@ -254,23 +252,15 @@ def _bearer(request: Request) -> str | None:
 
 
 def access_token(request: Request) -> str | None:
-    """The access token of this request's user (a fresh one if this request refreshed it)."""
-    state: SessionState | None = getattr(request.state, "rota_session", None)
-    if state is not None and state.tokens is not None:
-        return state.tokens.access
+    """The access token of this request's user."""
     return _bearer(request) or request.cookies.get(ACCESS_COOKIE)
 
 
-def session_state(request: Request) -> SessionState:
-    state = getattr(request.state, "rota_session", None)
-    if state is None:
-        state = SessionState()
-        request.state.rota_session = state
-    return state
-
-
 def set_cookies(request: Request, response: Response, tokens: Tokens) -> None:
-    secure = request.url.scheme == "https"
+    """The session's cookies, as the API sets its own: ``Secure`` by the same setting, the
+    refresh token's for the API's refresh-token lifetime, on the session routes only."""
+    runtime = get_runtime(request)
+    secure = runtime.settings.cookies_secure
     response.set_cookie(
         ACCESS_COOKIE,
         tokens.access,
@@ -284,29 +274,19 @@ def set_cookies(request: Request, response: Response, tokens: Tokens) -> None:
         response.set_cookie(
             REFRESH_COOKIE,
             tokens.refresh,
-            max_age=REFRESH_MAX_AGE,
+            max_age=int(runtime.auth.config.refresh_ttl.total_seconds()),
             httponly=True,
             samesite="strict",
             secure=secure,
-            path="/",
+            path=SESSION_PATH,
         )
 
 
-def clear_cookies(response: Response) -> None:
-    response.delete_cookie(ACCESS_COOKIE, path="/", httponly=True, samesite="strict")
-    response.delete_cookie(REFRESH_COOKIE, path="/", httponly=True, samesite="strict")
-
-
-def apply_cookies(request: Request, response: Response) -> Response:
-    """Set the cookies a refresh produced (or clear them) on ``response``."""
-    state = getattr(request.state, "rota_session", None)
-    if state is None:
-        return response
-    if state.tokens is not None:
-        set_cookies(request, response, state.tokens)
-    elif state.clear:
-        clear_cookies(response)
-    return response
+def clear_cookies(request: Request, response: Response) -> None:
+    """Remove the session's cookies (and a refresh cookie an earlier version kept at ``/``)."""
+    secure = get_runtime(request).settings.cookies_secure
+    for name, path in ((ACCESS_COOKIE, "/"), (REFRESH_COOKIE, SESSION_PATH), (REFRESH_COOKIE, "/")):
+        response.delete_cookie(name, path=path, httponly=True, samesite="strict", secure=secure)
 
 
 def safe_next(value: str | None) -> str:

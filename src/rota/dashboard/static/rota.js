@@ -44,6 +44,34 @@
     }
   }
 
+  // --- the session ---------------------------------------------------------------------------
+  // A refresh token works once: presented twice, the server ends the login as stolen. So this
+  // browser refreshes one request at a time: the requests of a page share one refresh, and the
+  // tabs take turns under a Web Lock (each then sends the cookie the one before it brought).
+  let refreshing = null;
+
+  function refreshOnce() {
+    return fetch("/ui/session/refresh", { method: "POST", headers: CSRF, credentials: "same-origin" })
+      // 409: another request of this browser is renewing the cookies right now; theirs count.
+      .then(function (r) { return r.status === 204 || r.status === 409; }, function () { return false; });
+  }
+
+  function refreshSession() {
+    if (!refreshing) {
+      const locks = navigator.locks;
+      const run = locks ? locks.request("rota-session-refresh", refreshOnce) : refreshOnce();
+      refreshing = run.finally(function () { refreshing = null; });
+    }
+    return refreshing;
+  }
+
+  function toLogin(next) {
+    const target = next || location.pathname + location.search;
+    window.location = target === "/" ? "/login" : "/login?next=" + encodeURIComponent(target);
+  }
+
+  window.rota = { refreshSession: refreshSession };
+
   // --- calling the API -----------------------------------------------------------------------
   async function call(method, url, body, retried, extra) {
     const headers = Object.assign({ "Accept": "application/json" }, CSRF, extra || {});
@@ -54,11 +82,41 @@
     }
     const response = await fetch(url, init);
     if (response.status === 401 && !retried) {
-      const refreshed = await fetch("/ui/session/refresh", { method: "POST", headers: CSRF, credentials: "same-origin" });
-      if (refreshed.ok) return call(method, url, body, true, extra);
-      window.location = "/login?next=" + encodeURIComponent(location.pathname + location.search);
+      if (await refreshSession()) return call(method, url, body, true, extra);
+      toLogin();
     }
     return response;
+  }
+
+  // A part of the page fetched by htmx after the access token expired: renew, fetch again.
+  document.addEventListener("htmx:responseError", function (event) {
+    if (event.detail.xhr.status !== 401) return;
+    refreshSession().then(function (ok) {
+      if (ok) htmx.trigger(event.detail.elt, "rota:refresh"); else toLogin();
+    });
+  });
+
+  // Sign-in and sign-out: posted with the CSRF header; the answer names where to go, or is
+  // the page again (a refused sign-in), whose main part replaces this one's.
+  async function post(form) {
+    const response = await fetch(form.action, {
+      method: "POST",
+      headers: CSRF,
+      body: new URLSearchParams(new FormData(form)),
+      credentials: "same-origin",
+    });
+    const next = response.headers.get("X-Rota-Redirect");
+    if (next) { window.location = next; return; }
+    const page = new DOMParser().parseFromString(await response.text(), "text/html");
+    const main = page.querySelector("main");
+    if (main) document.querySelector("main").replaceWith(document.adoptNode(main));
+    else flash("Refused (" + response.status + ").", "error");
+  }
+
+  function resume(main) {
+    refreshSession().then(function (ok) {
+      window.location.replace(ok ? main.dataset.next : main.dataset.login);
+    });
   }
 
   function refresh(target) {
@@ -156,7 +214,12 @@
 
   document.addEventListener("submit", async function (event) {
     const form = event.target;
-    if (form.dataset.apiForm) {
+    if (form.hasAttribute("data-post")) {
+      event.preventDefault();
+      const button = form.querySelector("button[type=submit]");
+      if (button) button.disabled = true;
+      try { await post(form); } finally { if (button) button.disabled = false; }
+    } else if (form.dataset.apiForm) {
       event.preventDefault();
       let body;
       try { body = formBody(form); } catch (e) { formError(form, "Job data is not valid JSON: " + e.message); return; }
@@ -392,6 +455,8 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () {
+    const resuming = document.querySelector("[data-session-resume]");
+    if (resuming) { resume(resuming); return; }
     localTimes(document);
     const form = document.getElementById("job-form");
     if (form) { formKinds(form); checkJobData(form); }
