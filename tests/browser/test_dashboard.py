@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
-from tests.browser.conftest import ADMIN, VIEWER, Server, sign_in
+from tests.browser.conftest import ADMIN, OPERATOR, VIEWER, VIEWPORT, Server, sign_in
 
 MARK = "window.__rotaNoReload = 42"
 STILL_MARKED = "window.__rotaNoReload === 42"
@@ -313,3 +313,42 @@ def test_an_admin_manages_users(admin_page: Page, server: Server, artifacts: Pat
     with server.api() as api:
         names = [u["username"] for u in api.get("/users").json()["items"]]
     assert "newcomer" not in names
+
+
+def test_an_expired_session_is_renewed_once_for_parallel_pages_and_parts(
+    browser: Browser, server: Server
+) -> None:
+    """Two tabs load at once after the access token expired, then a live part of a page asks
+    again: each renews the session without a second use of a refresh token (which would end
+    the login), and the user stays signed in."""
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        sign_in(context.new_page(), server, OPERATOR)
+        context.clear_cookies(name="rota_access")  # the access token expired
+        jobs, failed = context.new_page(), context.new_page()
+        jobs.goto(f"{server.url}/jobs", wait_until="commit")
+        failed.goto(f"{server.url}/failed", wait_until="commit")
+        expect(jobs.get_by_role("heading", name="Jobs", exact=True)).to_be_visible()
+        expect(failed.get_by_role("heading", name="Failed executions")).to_be_visible()
+        expect(jobs).to_have_url(f"{server.url}/jobs")
+        expect(failed).to_have_url(f"{server.url}/failed")
+
+        # on an open page: a live part fetched after the access token expired
+        context.clear_cookies(name="rota_access")
+        jobs.evaluate(MARK)
+        with (
+            jobs.expect_response(lambda r: r.url.endswith("/ui/session/refresh")) as renewed,
+            jobs.expect_response(lambda r: "fragment=jobs_table" in r.url and r.ok),
+        ):
+            jobs.evaluate("htmx.trigger(document.querySelector('#jobs-table'), 'rota:refresh')")
+        assert renewed.value.status == 204
+        assert jobs.evaluate(STILL_MARKED)  # renewed in place: no reload, no sign-in page
+
+        # the login lives on: the refresh token in the browser is the current one
+        context.clear_cookies(name="rota_access")
+        again = context.new_page()
+        again.goto(f"{server.url}/workers")
+        expect(again.get_by_test_id("user")).to_contain_text(OPERATOR[0])
+        expect(again).to_have_url(f"{server.url}/workers")
+    finally:
+        context.close()
