@@ -176,11 +176,7 @@ def migrate(
     configure_logging("warning")
     settings = load_settings()
     url = database_url or settings.effective_database_url
-    if url.startswith("sqlite"):
-        from rota.stores.files import private_dir
-
-        private_dir(settings.data_dir)
-    else:
+    if not url.startswith("sqlite"):  # SQLite: upgrade creates the file (0600) and its dir
         _run(_reach_database(url, settings.startup_wait_seconds))
     _run(upgrade(url))
     _console().print(f"[green]schema up to date[/green] ({redact_url(url)})")

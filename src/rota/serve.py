@@ -14,7 +14,6 @@ from rich.panel import Panel
 
 from rota.runtime import Runtime, build_runtime, tune_gc
 from rota.settings import Settings
-from rota.stores.files import private_dir
 from rota.tracing import Tracing, tracing_from_env
 
 log = logging.getLogger(__name__)
@@ -28,8 +27,7 @@ async def prepare(
     from rota.worker.discovery import load_jobs
 
     url = settings.effective_database_url
-    if url.startswith("sqlite"):
-        private_dir(settings.data_dir)
+    # SQLite: the migration creates the file (0600) and its directory (0700)
     if url.startswith("sqlite") or settings.environment == "development":
         await upgrade(url)
     registry = load_jobs(modules) if modules else None

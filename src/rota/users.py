@@ -11,7 +11,6 @@ from rota.core.models import utcnow
 from rota.core.security import Role, User
 from rota.services.auth import AuthConfig, AuthService
 from rota.settings import Settings
-from rota.stores.files import private_dir
 
 
 @asynccontextmanager
@@ -23,8 +22,7 @@ async def _auth(settings: Settings) -> AsyncIterator[AuthService]:
 
     url = settings.effective_database_url
     if url.startswith("sqlite"):
-        private_dir(settings.data_dir)
-        await upgrade(url)
+        await upgrade(url)  # creates the file (0600) and its directory (0700)
     store = SqlStore(url)
     await store.open()
     try:

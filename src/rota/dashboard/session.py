@@ -38,7 +38,7 @@ from rota.api.deps import get_runtime
 from rota.api.security import ACCESS_COOKIE, CSRF_HEADER, REFRESH_COOKIE, SAFE_METHODS
 from rota.core.errors import PermissionDeniedError
 
-__all__ = ["ACCESS_COOKIE", "CSRF_HEADER", "REFRESH_COOKIE"]
+__all__ = ["ACCESS_COOKIE", "CSRF_HEADER", "REFRESH_COOKIE"]  # the API's names, used by pages too
 
 AUTH_PREFIX: Final = "/api/v1/auth"
 SESSION_PATH: Final = "/ui/session"
