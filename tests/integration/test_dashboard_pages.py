@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import httpx
@@ -39,7 +40,9 @@ async def make_job(client: httpx.AsyncClient, **fields: object) -> dict[str, obj
     return job
 
 
-async def finished_occurrence(runtime: MiniRuntime, job_id: UUID) -> UUID:
+async def finished_occurrence(runtime: MiniRuntime, job_id: UUID, **final: Any) -> UUID:
+    """An occurrence of the job that ran and ended (Completed with a result unless ``final``
+    says otherwise: ``status``, ``exception`` … of its last status record), with 3 log lines."""
     job = await runtime.store.get_job(job_id)
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     occurrence = new_occurrence(job, t0, t0, PlanSettings())
@@ -50,11 +53,14 @@ async def finished_occurrence(runtime: MiniRuntime, job_id: UUID) -> UUID:
                 occurrence_id=occurrence.id, status=OccurrenceStatus.RUNNING, timestamp=t0
             ),
             StatusRecord(
-                occurrence_id=occurrence.id,
-                status=OccurrenceStatus.COMPLETED,
-                timestamp=t0 + timedelta(seconds=2),
-                result={"rows": 7},
-                duration_ms=2000,
+                **{
+                    "occurrence_id": occurrence.id,
+                    "status": OccurrenceStatus.COMPLETED,
+                    "timestamp": t0 + timedelta(seconds=2),
+                    "result": {"rows": 7},
+                    "duration_ms": 2000,
+                    **final,
+                }
             ),
         ]
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
@@ -12,13 +11,13 @@ import pytest
 from pydantic import SecretStr
 
 from rota.api.app import create_app
-from rota.core.models import OccurrenceStatus, StatusRecord
-from rota.core.planning import PlanSettings, new_occurrence
+from rota.core.models import OccurrenceStatus
 from rota.runtime import Runtime
 from rota.serve import prepare
 from rota.settings import Settings
 from tests.api_client import api_client
 from tests.api_runtime import MiniRuntime, sqlite_runtime
+from tests.integration.test_dashboard_pages import finished_occurrence, make_job
 
 EXCEPTION = (
     "ValueError: the report's source is gone\n"
@@ -78,28 +77,9 @@ async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
 
 
 async def failed_occurrence(runtime: MiniRuntime, http: httpx.AsyncClient) -> UUID:
-    created = await http.post(
-        "/api/v1/jobs", json={"jobType": "report", "cronExpression": "0 0 1 1 *"}
-    )
-    assert created.status_code == 201, created.text
-    job = await runtime.store.get_job(UUID(created.json()["id"]))
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    occurrence = new_occurrence(job, t0, t0, PlanSettings())
-    await runtime.store.insert_occurrences([occurrence])
-    await runtime.store.apply_status(
-        [
-            StatusRecord(
-                occurrence_id=occurrence.id, status=OccurrenceStatus.RUNNING, timestamp=t0
-            ),
-            StatusRecord(
-                occurrence_id=occurrence.id,
-                status=OccurrenceStatus.FAILED,
-                timestamp=t0 + timedelta(seconds=1),
-                exception=EXCEPTION,
-            ),
-        ]
-    )
-    return occurrence.id
+    job = await make_job(http)
+    final = {"status": OccurrenceStatus.FAILED, "exception": EXCEPTION, "result": None}
+    return await finished_occurrence(runtime, UUID(str(job["id"])), **final)
 
 
 async def shown(app: object, role: str, occurrence_id: UUID) -> list[str]:
