@@ -200,8 +200,13 @@ async def test_series_counts_finished_executions_per_minute(
 
 
 def cookies_of(answer: httpx.Response) -> dict[str, str]:
-    """The cookies an answer sets, in order (name -> value; empty for a cleared one)."""
-    return {name: value for name, value, _ in set_cookies(answer)}
+    """The cookies an answer sets (name -> value; empty for a cleared one: a value set at one
+    path wins over the same name cleared at another)."""
+    found: dict[str, str] = {}
+    for name, value, _ in set_cookies(answer):
+        if value or name not in found:
+            found[name] = value
+    return found
 
 
 def set_cookies(answer: httpx.Response) -> list[tuple[str, str, dict[str, str]]]:

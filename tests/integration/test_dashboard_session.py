@@ -84,6 +84,8 @@ async def test_the_dashboards_cookies_follow_the_apis_settings(
     assert ours[REFRESH_COOKIE]["max-age"] == str(refresh_seconds)
     assert ours[ACCESS_COOKIE]["max-age"] == theirs[ACCESS_COOKIE]["max-age"]
     assert ours[REFRESH_COOKIE]["path"] == SESSION_PATH  # the session routes only
+    dropped = {(name, attrs["path"]) for name, value, attrs in set_cookies(dashboard) if not value}
+    assert dropped == {(REFRESH_COOKIE, "/")}  # where an earlier version kept it, for every page
     assert ours[ACCESS_COOKIE]["path"] == "/"
     for name in (ACCESS_COOKIE, REFRESH_COOKIE):
         assert "secure" in ours[name]

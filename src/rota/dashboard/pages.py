@@ -173,7 +173,6 @@ async def login_submit(
             )
         )
     response = go_to(target)
-    session.clear_cookies(request, response)  # a refresh cookie of an earlier version at /
     session.set_cookies(request, response, outcome)
     return response
 

@@ -280,13 +280,22 @@ def set_cookies(request: Request, response: Response, tokens: Tokens) -> None:
             secure=secure,
             path=SESSION_PATH,
         )
+        _drop_legacy_refresh(response, secure)
+
+
+def _drop_legacy_refresh(response: Response, secure: bool) -> None:
+    """Earlier versions kept the refresh cookie at ``/`` (sent with every page)."""
+    response.delete_cookie(
+        REFRESH_COOKIE, path="/", httponly=True, samesite="strict", secure=secure
+    )
 
 
 def clear_cookies(request: Request, response: Response) -> None:
     """Remove the session's cookies (and a refresh cookie an earlier version kept at ``/``)."""
     secure = get_runtime(request).settings.cookies_secure
-    for name, path in ((ACCESS_COOKIE, "/"), (REFRESH_COOKIE, SESSION_PATH), (REFRESH_COOKIE, "/")):
+    for name, path in ((ACCESS_COOKIE, "/"), (REFRESH_COOKIE, SESSION_PATH)):
         response.delete_cookie(name, path=path, httponly=True, samesite="strict", secure=secure)
+    _drop_legacy_refresh(response, secure)
 
 
 def safe_next(value: str | None) -> str:
