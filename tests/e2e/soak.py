@@ -115,6 +115,9 @@ class SoakConfig:
     minutes: float
     seed: int
     faults: tuple[str, ...] = FAULT_KINDS
+    max_shared: int | None = None
+    """At most this many faults on the shared services (:data:`SHARED_FAULTS`); ``None``: no
+    limit. Other users of the machine lose their connections at each."""
     gap: tuple[float, float] = (3.0, 12.0)
     """Seconds between the recovery from one fault and the next fault (uniform)."""
     outage: tuple[float, float] = (1.0, 4.0)
@@ -138,6 +141,8 @@ class Fault:
     :data:`RECOVERY_TIMEOUT`)."""
     probe: float | None = None
     """Seconds from the lift until the probe job completed."""
+    cron: float | None = None
+    """Seconds from the lift until every cron job had finished a fire scheduled after it."""
 
 
 @dataclass
@@ -209,7 +214,8 @@ class Report:
         lines += ["-" * 72, f"{'recovery per fault':32} (seconds from the lift)"]
         for fault in self.faults:
             rec = "NOT RECOVERED" if fault.recovery is None else f"{fault.recovery:5.1f} s"
-            probe = "" if fault.probe is None else f" (probe {fault.probe:.1f} s)"
+            probe = "" if fault.probe is None else f" (probe {fault.probe:.1f} s"
+            probe += "" if fault.cron is None else f", cron {fault.cron:.1f} s)"
             lines.append(
                 f"  t={fault.started:6.1f} s {fault.kind:15} {fault.target:10} "
                 f"away {fault.outage:3.1f} s  recovered {rec}{probe}"
@@ -393,10 +399,17 @@ class Soak:
     # --- faults (the main thread) ---------------------------------------------------------------
 
     def fault_rounds(self) -> Iterator[str]:
+        """Rounds of every enabled kind in a shuffled order (the shared-service kinds left out
+        once ``max_shared`` of them were injected)."""
+        limit = self.config.max_shared
         while True:
             kinds = list(self.config.faults)
             self.rng.shuffle(kinds)
-            yield from kinds
+            for kind in kinds:
+                shared = sum(1 for f in self.faults if f.kind in SHARED_FAULTS)
+                if kind in SHARED_FAULTS and limit is not None and shared >= limit:
+                    continue
+                yield kind
 
     def chaos(self, until: float) -> None:
         kinds = self.fault_rounds()
@@ -491,13 +504,20 @@ class Soak:
             wait_until(probe_done, max(deadline - time.monotonic(), 0.1), "probe")
             fault.probe = round(time.monotonic() - started, 1)
             wait_until(cron_flows, max(deadline - time.monotonic(), 0.1), "cron")
-            wait_until(lambda: len(self.c.worker_instances()) == 2,
-                       max(deadline - time.monotonic(), 0.1), "workers")  # fmt: skip
+            fault.cron = round(time.monotonic() - started, 1)
+            wait_until(
+                lambda: len(self.c.worker_instances()) == 2,
+                max(deadline - time.monotonic(), 0.1),
+                "workers",
+            )
             fault.recovery = round(time.monotonic() - started, 1)
         except AssertionError as exc:
             self.problems.append(f"{fault.kind} at t={fault.started} s: no recovery within "
                                  f"{RECOVERY_TIMEOUT:.0f} s ({exc})")  # fmt: skip
-        print(f"soak   recovered in {fault.recovery} s (probe {fault.probe} s)", flush=True)
+        print(
+            f"soak   recovered in {fault.recovery} s (probe {fault.probe} s, cron {fault.cron} s)",
+            flush=True,
+        )
 
     # --- run, drain ---------------------------------------------------------------------------
 
@@ -766,12 +786,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="replay a run (default: random)")
     parser.add_argument("--faults", default=",".join(FAULT_KINDS),
                         help=f"comma-separated subset of {','.join(FAULT_KINDS)}")  # fmt: skip
+    parser.add_argument("--max-shared", type=int, default=None,
+                        help="at most this many PostgreSQL/RabbitMQ restarts")  # fmt: skip
     parser.add_argument("--dir", type=Path, default=None, help="where logs and the report go")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     faults = tuple(k for k in args.faults.split(",") if k)
     work_dir = args.dir or Path(tempfile.mkdtemp(prefix="rota-soak-"))
-    config = SoakConfig(minutes=args.minutes, seed=seed, faults=faults)
+    config = SoakConfig(minutes=args.minutes, seed=seed, faults=faults, max_shared=args.max_shared)
     try:
         report = run_soak(config, work_dir)
     except BaseException:
