@@ -400,26 +400,30 @@ class Soak:
 
     def fault_rounds(self) -> Iterator[str]:
         """Rounds of every enabled kind in a shuffled order (the shared-service kinds left out
-        once ``max_shared`` of them were injected)."""
+        once ``max_shared`` of them were injected); ends when a round has none left."""
         limit = self.config.max_shared
-        while True:
+        yielded = True
+        while yielded:
+            yielded = False
             kinds = list(self.config.faults)
             self.rng.shuffle(kinds)
             for kind in kinds:
                 shared = sum(1 for f in self.faults if f.kind in SHARED_FAULTS)
                 if kind in SHARED_FAULTS and limit is not None and shared >= limit:
                     continue
+                yielded = True
                 yield kind
 
     def chaos(self, until: float) -> None:
         kinds = self.fault_rounds()
         while True:
             gap = self.rng.uniform(*self.config.gap)
-            if self.elapsed() + gap >= until:
+            kind = next(kinds, None) if self.elapsed() + gap < until else None
+            if kind is None:  # time is up, or no kind of fault left: the load goes on alone
                 time.sleep(max(0.0, until - self.elapsed()))  # the schedule's own wait
                 return
             time.sleep(gap)  # a random wait of the fault schedule, not a synchronisation
-            self.inject(next(kinds))
+            self.inject(kind)
 
     def inject(self, kind: str) -> None:
         outage = round(self.rng.uniform(*self.config.outage), 1)

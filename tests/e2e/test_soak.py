@@ -17,7 +17,16 @@ import pytest
 from .distributed import CANCELLED, COMPLETED, FAILED, RUNNING, SKIPPED
 from .faults import services_available
 from .recovery import Recorder
-from .soak import SoakConfig, evaluate, run_soak, write_report
+from .soak import (
+    FAULT_KINDS,
+    SHARED_FAULTS,
+    Fault,
+    Soak,
+    SoakConfig,
+    evaluate,
+    run_soak,
+    write_report,
+)
 
 MINUTES = 2.0
 
@@ -179,3 +188,34 @@ def test_a_cancelled_occurrence_needs_no_new_attempt_and_only_cancel_jobs_are_ca
     assert not any(problems.values()), problems
     m.occurrences[0].update(status=CANCELLED, completions=0)
     assert "every occurrence finished or explained" in m.problems()
+
+
+# --- the fault schedule --------------------------------------------------------------------------
+
+
+def schedule(seed: int, count: int, **config: Any) -> list[str]:
+    """The first ``count`` kinds of fault a soak with ``seed`` injects (as if each was)."""
+    soak = Soak(None, SoakConfig(minutes=1, seed=seed, **config), Path("runs"), "0")  # type: ignore[arg-type]
+    kinds = []
+    for kind in soak.fault_rounds():
+        soak.faults.append(Fault(kind, "-", 0.0, 0.0))
+        kinds.append(kind)
+        if len(kinds) == count:
+            break
+    return kinds
+
+
+def test_the_seed_fixes_the_fault_schedule_and_every_round_has_every_kind() -> None:
+    first = schedule(5, 3 * len(FAULT_KINDS))
+    assert first == schedule(5, 3 * len(FAULT_KINDS))
+    assert first != schedule(6, 3 * len(FAULT_KINDS))
+    for n in range(3):
+        assert sorted(first[n * len(FAULT_KINDS) : (n + 1) * len(FAULT_KINDS)]) == sorted(
+            FAULT_KINDS
+        )
+
+
+def test_max_shared_caps_the_restarts_of_the_shared_services() -> None:
+    kinds = schedule(5, 30, max_shared=1)
+    assert sum(1 for k in kinds if k in SHARED_FAULTS) == 1
+    assert schedule(5, 10, faults=SHARED_FAULTS, max_shared=0) == []
