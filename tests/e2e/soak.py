@@ -205,7 +205,8 @@ class Report:
             ("one-time jobs by kind", f.get("once_by_kind")),
             ("attempts started", f.get("attempts")),
             ("attempts cut short by a kill", f.get("cut_short")),
-            ("cancels requested", f.get("cancels")),
+            ("cancels asked (API answer)", f.get("cancels")),
+            ("cancel jobs ended", f.get("cancel_jobs_by_status")),
             ("API calls refused or failed", f.get("api_errors")),
             ("faults", self.faults_by_kind()),
         ]
@@ -382,8 +383,8 @@ class Soak:
         self.cancel_targets = left
 
     def cancel(self, occurrence_id: str) -> int:
-        base = self.c.base
         try:
+            base = self.c.base  # a live server's (AssertionError while there is none)
             r = self.c.session.request(
                 "POST", f"{base}/occurrences/{occurrence_id}/cancel", base,
                 json={"reason": "chaos soak"}, timeout=15,
@@ -729,6 +730,13 @@ def evaluate(
         "skipped": dict(Counter(o["skip_reason"] for o in occurrences if o["status"] == SKIPPED)),
         "once_by_kind": dict(
             Counter(kind_of(j) for j in jobs.values() if j["cron_expression"] is None)
+        ),
+        "cancel_jobs_by_status": dict(
+            Counter(
+                STATUS_NAMES[o["status"]]
+                for o in occurrences
+                if str(o["job_id"]) in jobs and kind_of(jobs[str(o["job_id"])]) == "cancel"
+            )
         ),
         "attempts": sum(len(p) for p in starts.values()),
         "retried_attempts": sum(1 for (_, a) in starts if a > 1),
