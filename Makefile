@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 VENDOR := src/rota/dashboard/static/vendor
 VENDOR_STAMP := $(VENDOR)/.copied
 
-.PHONY: install run test lint typecheck unit clean
+.PHONY: install run test lint typecheck unit soak clean
 
 install: $(STAMP) $(VENDOR_STAMP)
 
@@ -41,6 +41,16 @@ unit: install
 
 test: install lint typecheck
 	$(BIN)/pytest
+
+# The chaos soak (docs/reliability.md): MINUTES of load and random faults on 2 servers and 2
+# workers against the real services, then its checks. SEED replays a run, FAULTS picks kinds
+# (comma-separated), MAX_SHARED caps the PostgreSQL/RabbitMQ restarts (shared with other users),
+# DIR keeps the logs and report there (default: a new temporary directory).
+MINUTES ?= 10
+soak: install
+	$(BIN)/python -m tests.e2e.soak --minutes $(MINUTES) $(if $(SEED),--seed $(SEED)) \
+	  $(if $(FAULTS),--faults $(FAULTS)) $(if $(MAX_SHARED),--max-shared $(MAX_SHARED)) \
+	  $(if $(DIR),--dir $(DIR))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache node_modules $(VENDOR)

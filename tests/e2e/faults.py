@@ -117,40 +117,40 @@ def rabbit_restored() -> Iterator[None]:
         rabbitmqctl("start_app")
 
 
-_REDIS_FILES = (
-    ["--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log"]
-    if REDIS_PORT == "6379"
-    else ["--dir", "/tmp", "--logfile", f"/tmp/rota-test-redis-{REDIS_PORT}.log"]
-)
-"""Where a Redis the tests start keeps its files: the CI service's, or a private one's
-(``ROTA_TEST_REDIS_PORT``, e.g. to run the Redis fault test beside other test runs)."""
+def _redis_files(port: str) -> list[str]:
+    """Where a Redis the tests start keeps its files: the CI service's, or a private one's
+    (``ROTA_TEST_REDIS_PORT``, e.g. to run the Redis fault test beside other test runs, or the
+    chaos soak's own)."""
+    if port == "6379":
+        return ["--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log"]
+    return ["--dir", "/tmp", "--logfile", f"/tmp/rota-test-redis-{port}.log"]
 
 
-def _redis(*args: str) -> subprocess.CompletedProcess[str]:
-    return _run("redis-cli", "-h", "127.0.0.1", "-p", REDIS_PORT, *args, check=False)
+def _redis(*args: str, port: str = REDIS_PORT) -> subprocess.CompletedProcess[str]:
+    return _run("redis-cli", "-h", "127.0.0.1", "-p", port, *args, check=False)
 
 
-def redis_up() -> bool:
-    return _redis("ping").stdout.strip() == "PONG"
+def redis_up(port: str = REDIS_PORT) -> bool:
+    return _redis("ping", port=port).stdout.strip() == "PONG"
 
 
-def redis_start() -> None:
-    if redis_up():
+def redis_start(port: str = REDIS_PORT) -> None:
+    if redis_up(port):
         return
     _run(
-        "redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", REDIS_PORT,
-        "--save", "", "--appendonly", "no", *_REDIS_FILES,
+        "redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", port,
+        "--save", "", "--appendonly", "no", *_redis_files(port),
     )  # fmt: skip
-    wait_until(redis_up, 20, "Redis did not start")
+    wait_until(lambda: redis_up(port), 20, "Redis did not start")
 
 
-def redis_stop() -> None:
-    _redis("shutdown", "nosave")
-    wait_until(lambda: not redis_up(), 20, "Redis did not stop")
+def redis_stop(port: str = REDIS_PORT) -> None:
+    _redis("shutdown", "nosave", port=port)
+    wait_until(lambda: not redis_up(port), 20, "Redis did not stop")
 
 
-def redis_flushall() -> None:
-    assert _redis("flushall").stdout.strip() == "OK"
+def redis_flushall(port: str = REDIS_PORT) -> None:
+    assert _redis("flushall", port=port).stdout.strip() == "OK"
 
 
 @contextlib.contextmanager

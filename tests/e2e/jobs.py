@@ -92,3 +92,46 @@ async def suicide(ctx: rota.JobContext, data: Suicide) -> str:
         os._exit(1)
     ctx.log.info("attempt %d: survived", ctx.attempt)
     return "survived"
+
+
+# --- the chaos soak (soak.py) -------------------------------------------------------------------
+
+
+def _note(path: str, event: str, ctx: rota.JobContext) -> None:
+    """Append ``{event} {occurrence id} {attempt} {pid}`` to ``path`` (one atomic ``O_APPEND``
+    write): ``start`` when the handler begins, then ``end`` (it returned), ``fail`` (it raised
+    on purpose) or ``cancel`` (it was cancelled). A start with none of these from the same
+    process was cut short (its process was killed)."""
+    line = f"{event} {ctx.occurrence_id} {ctx.attempt} {os.getpid()}\n".encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+class SoakWork(rota.JobData):
+    path: str
+    """The file the handler notes its start and its end in."""
+    kind: str = "burst"
+    """What the soak made it for (cron, burst, retry, long, cancel, probe)."""
+    seconds: float = 0.0
+    """How long it runs."""
+    fail_attempts: int = 0
+    """Attempts up to this one fail (after running ``seconds``); later ones complete."""
+
+
+@rota.job("e2e.soak")
+async def soak(ctx: rota.JobContext, data: SoakWork) -> str:
+    _note(data.path, "start", ctx)
+    try:
+        if data.seconds:
+            await asyncio.sleep(data.seconds)
+    except asyncio.CancelledError:
+        _note(data.path, "cancel", ctx)
+        raise
+    if ctx.attempt <= data.fail_attempts:
+        _note(data.path, "fail", ctx)
+        raise RuntimeError(f"{data.kind}: attempt {ctx.attempt} fails on purpose")
+    _note(data.path, "end", ctx)
+    return data.kind
