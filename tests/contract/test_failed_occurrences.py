@@ -285,7 +285,7 @@ async def test_reopening_a_second_record_of_one_occurrence_conflicts(store: SqlS
 
 async def test_retry_queues_a_new_attempt_and_resolves_the_record(store: SqlStore) -> None:
     occ = await running(store)
-    await store.mark_dispatched([occ.id], NOW)
+    await store.mark_dispatched([occ], NOW)
     await store.apply_status([status(occ, S.FAILED, exception="boom")])
     [record] = await failed_records(store)
     retried = await store.retry_failed(record.id, LATER, "ops")

@@ -411,7 +411,7 @@ async def test_queue_policy_holds_later_occurrences(store: SqlStore) -> None:
     [second] = result.held
     assert (first.scheduled_for, second.scheduled_for) == (T0 - MINUTE, T0)
     assert [o.id for o in await store.undispatched(NOW, 10)] == [first.id]
-    await store.mark_dispatched([first.id], NOW)
+    await store.mark_dispatched([first], NOW)
     assert await store.undispatched(NOW, 10) == []
     await store.apply_status([status(first, S.RUNNING), status(first, S.COMPLETED)])
     assert [o.id for o in await store.undispatched(NOW, 10)] == [second.id]
@@ -454,7 +454,7 @@ async def test_undispatched_mark_and_reset(store: SqlStore) -> None:
     await store.insert_occurrences([a, b, c, d])
     assert [o.id for o in await store.undispatched(T0 + 5 * MINUTE, 10)] == [b.id, c.id, a.id]
     assert [o.id for o in await store.undispatched(T0 + 5 * MINUTE, 2)] == [b.id, c.id]
-    await store.mark_dispatched([b.id, c.id], NOW)
+    await store.mark_dispatched([b, c], NOW)
     assert (await store.get_occurrence(b.id)).dispatched_at == NOW
     assert [o.id for o in await store.undispatched(T0 + 5 * MINUTE, 10)] == [a.id]
     await store.apply_status([status(c, S.RUNNING)])
@@ -605,7 +605,7 @@ async def test_running_on_running_is_a_heartbeat(store: SqlStore) -> None:
 async def test_failed_with_retry_at_requeues_next_attempt(store: SqlStore) -> None:
     job = make_job()
     occ = await fired(store, job)
-    await store.mark_dispatched([occ.id], NOW)
+    await store.mark_dispatched([occ], NOW)
     retry_at = NOW + MINUTE
     result = await store.apply_status(
         [status(occ, S.RUNNING), status(occ, S.FAILED, retry_at=retry_at, exception="boom")]

@@ -302,7 +302,7 @@ async def test_stale_occurrences_use_the_jobs_thresholds_and_policies(store: Sql
     occs = {}
     for name, job in (("default", default), ("quick", quick), ("patient", patient)):
         occ = await Runs(store, job).new()
-        await store.mark_dispatched([occ.id], T0)
+        await store.mark_dispatched([occ], T0)
         await store.apply_status(
             [StatusRecord(occurrence_id=occ.id, status=S.RUNNING, timestamp=T0)]
         )
@@ -335,8 +335,8 @@ async def test_stale_occurrences_find_queued_ones_dispatched_long_ago(store: Sql
     runs = Runs(store, job)
     lost, recent, never = await runs.new(), await runs.new(), await runs.new()
     own = await Runs(store, patient).new()
-    await store.mark_dispatched([lost.id, own.id], T0)
-    await store.mark_dispatched([recent.id], T0 + 20 * MINUTE)
+    await store.mark_dispatched([lost, own], T0)
+    await store.mark_dispatched([recent], T0 + 20 * MINUTE)
 
     async def stale(at: datetime) -> set[object]:
         found = await store.stale_occurrences(

@@ -9,20 +9,18 @@ publish it when due) *before* that mark; the mark then sets ``dispatched_at`` on
 and the sweeper, which publishes only undispatched occurrences, never sends it. It stays
 Queued until the Queued zombie threshold (30 minutes by default) requeues it again.
 
-PENDING: the mark should apply only to the attempt that was published and still undispatched
-(as ``finish_claim`` does); then this test passes and its ``xfail`` goes.
+The mark now applies only to the attempt that was published and only while it is still
+undispatched (as ``finish_claim`` does).
 """
 
 from __future__ import annotations
 
-import pytest
 
 from rota.stores.sql import SqlStore
 
 from .test_store import MINUTE, NOW, S, fired, make_job, status
 
 
-@pytest.mark.xfail(strict=True, reason="mark_dispatched marks a requeued attempt (see module)")
 async def test_a_late_mark_dispatched_does_not_hide_a_retry_from_the_sweeper(
     store: SqlStore,
 ) -> None:
@@ -31,7 +29,7 @@ async def test_a_late_mark_dispatched_does_not_hide_a_retry_from_the_sweeper(
     await store.apply_status(
         [status(occ, S.RUNNING), status(occ, S.FAILED, retry_at=retry_at, exception="boom")]
     )
-    await store.mark_dispatched([occ.id], NOW)  # the dispatcher's mark, after the retry
+    await store.mark_dispatched([occ], NOW)  # the dispatcher's mark, after the retry
     stored = await store.get_occurrence(occ.id)
     assert (stored.status, stored.attempt) == (S.QUEUED, 2)
     assert [o.id for o in await store.undispatched(retry_at, 10)] == [occ.id], (

@@ -84,7 +84,7 @@ async def running(store: SqlStore, at: datetime, instance: str = "w-1") -> Occur
     await store.create_jobs([job])
     occ = new_occurrence(job, T0, T0, PlanSettings())
     await store.insert_occurrences([occ])
-    await store.mark_dispatched([occ.id], T0)
+    await store.mark_dispatched([occ], T0)
     record = StatusRecord(
         occurrence_id=occ.id, status=S.RUNNING, timestamp=at, instance_id=instance
     )
@@ -236,7 +236,7 @@ async def running_job(store: SqlStore, at: datetime, **job_fields: object) -> Oc
     await store.create_jobs([job])
     occ = new_occurrence(job, T0, T0, PlanSettings())
     await store.insert_occurrences([occ])
-    await store.mark_dispatched([occ.id], T0)
+    await store.mark_dispatched([occ], T0)
     await store.apply_status(
         [StatusRecord(occurrence_id=occ.id, status=S.RUNNING, timestamp=at, instance_id="w-1")]
     )
@@ -298,7 +298,7 @@ async def test_a_queued_occurrence_lost_after_dispatch_is_a_zombie_only_after_it
     occ = new_occurrence(job, T0, T0, PlanSettings())
     waiting = new_occurrence(replace(job, id=new_id()), T0, T0, PlanSettings())
     await store.insert_occurrences([occ, waiting])
-    await store.mark_dispatched([occ.id], T0)  # ``waiting`` never dispatched: not a zombie
+    await store.mark_dispatched([occ], T0)  # ``waiting`` never dispatched: not a zombie
     zombies = detector(store, clock, queued_threshold_seconds=600.0)
     clock.now = T0 + timedelta(seconds=599)  # long past the Running threshold: still waiting
     assert await zombies.sweep() == 0
@@ -321,7 +321,7 @@ async def test_a_queued_occurrence_is_a_zombie_only_while_a_worker_able_to_run_i
     await store.create_jobs([job])
     occ = new_occurrence(job, T0, T0, PlanSettings())
     await store.insert_occurrences([occ])
-    await store.mark_dispatched([occ.id], T0)
+    await store.mark_dispatched([occ], T0)
     clock.now = T0 + timedelta(hours=4)
     just_back = clock.now - timedelta(seconds=60)  # working through the backlog
     not_serving = [

@@ -385,8 +385,10 @@ class Store(abc.ABC):
         transaction. A duplicate (job, scheduled_for) raises ``ConflictError``."""
 
     @abc.abstractmethod
-    async def mark_dispatched(self, occurrence_ids: Sequence[UUID], at: datetime) -> None:
-        """Record that these occurrences' messages were handed to the broker."""
+    async def mark_dispatched(self, published: Sequence[Occurrence], at: datetime) -> None:
+        """Record that these occurrences' messages were handed to the broker: each row is
+        marked only while it still holds the published attempt and is undispatched, so a
+        late mark never lands on a retry requeued meanwhile (which the sweeper must send)."""
 
     @abc.abstractmethod
     async def undispatched(

@@ -378,7 +378,7 @@ class Dispatcher:
         if not occurrences:
             return
         await self._broker.publish_jobs([to_message(o, now) for o in occurrences])
-        unmarked = [o.id for o in occurrences if o.dispatched_at is None]
+        unmarked = [o for o in occurrences if o.dispatched_at is None]
         if unmarked:
             await self._store.mark_dispatched(unmarked, now)
 

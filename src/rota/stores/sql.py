@@ -1432,17 +1432,31 @@ class SqlStore(SecurityQueries, Store):
             if changes:
                 await conn.execute(insert(status_changes), changes)
 
-    async def mark_dispatched(self, occurrence_ids: Sequence[UUID], at: datetime) -> None:
-        ids = _unique(occurrence_ids)
-        if not ids:
+    async def mark_dispatched(self, published: Sequence[Occurrence], at: datetime) -> None:
+        if not published:
             return
+        c = occurrences.c
+        # Only the attempt that was published, and only while it is still undispatched: a
+        # mark that arrives after the attempt failed and was requeued as the next one (its
+        # ``dispatched_at`` cleared for the sweeper) must not hide that retry.
+        stmt = (
+            update(occurrences)
+            .where(
+                c.id == bindparam("b_id", type_=Uuid()),
+                c.scheduled_for == bindparam("b_key_at", type_=UtcDateTime()),
+                c.attempt == bindparam("b_attempt", type_=Integer()),
+                c.dispatched_at.is_(None),
+            )
+            .values(dispatched_at=at)
+        )
+        seen: set[UUID] = set()
+        params: list[dict[str, Any]] = []
+        for o in published:
+            if o.id not in seen:
+                seen.add(o.id)
+                params.append({"b_id": o.id, "b_key_at": o.scheduled_for, "b_attempt": o.attempt})
         async with self._write() as conn:
-            for chunk in _chunks(ids):
-                await conn.execute(
-                    update(occurrences)
-                    .where(self._member(occurrences.c.id, chunk))
-                    .values(dispatched_at=at)
-                )
+            await conn.execute(stmt, params)
 
     async def undispatched(
         self, due_before: datetime, limit: int, *, created_before: datetime | None = None
