@@ -15,7 +15,6 @@ undispatched (as ``finish_claim`` does).
 
 from __future__ import annotations
 
-
 from rota.stores.sql import SqlStore
 
 from .test_store import MINUTE, NOW, S, fired, make_job, status
