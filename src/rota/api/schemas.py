@@ -94,6 +94,10 @@ NO_NUL = r"^[^\x00]*$"
 """Text may hold any character but NUL (PostgreSQL cannot store it)."""
 ShortText = Annotated[str, StringConstraints(max_length=200, pattern=NO_NUL)]
 Tag = Annotated[str, StringConstraints(max_length=100, pattern=NO_NUL)]
+FilterToken = Annotated[str, StringConstraints(max_length=500)]
+"""One value of a repeatable query filter (``?status=0,1&status=failed``)."""
+MAX_FILTER_VALUES = 100
+"""How many times a query filter may be repeated."""
 Seconds = Annotated[float, Field(allow_inf_nan=False, le=MAX_SECONDS)]
 """A duration in seconds: finite, at most 10 years (a date must still follow from it)."""
 
