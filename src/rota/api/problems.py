@@ -122,12 +122,15 @@ _FASTAPI_422: Final = ("HTTPValidationError", "ValidationError")
 
 def document_input_errors(spec: dict[str, Any]) -> dict[str, Any]:
     """Every operation that takes input documents its 422 problem (in place of FastAPI's
-    default ``HTTPValidationError``, which is not what Rota sends), and every POST, PUT and
-    PATCH its 413 (the body limit applies to them all), so a new route is described right
-    without repeating it."""
+    default ``HTTPValidationError``, which is not what Rota sends), every POST, PUT and
+    PATCH its 413 (the body limit applies to them all), and every operation its 414 and 431
+    (the query string and header limits apply to every request), so a new route is described
+    right without repeating it."""
     for item in spec.get("paths", {}).values():
         for method, operation in item.items():
             responses = operation.setdefault("responses", {})
+            for status in (414, 431):
+                responses.setdefault(str(status), _problem_entry(status))
             if operation.get("parameters") or "requestBody" in operation:
                 current = responses.get("422", {}).get("content", {})
                 if PROBLEM_JSON not in current:
