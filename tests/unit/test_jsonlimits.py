@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rota.core.jsonlimits import max_depth_exceeded, too_deep_at, value_too_deep
+from rota.core.jsonlimits import LOCATE_CHARS, max_depth_exceeded, too_deep_at, value_too_deep
 
 
 def depth(value: Any) -> int:
@@ -52,6 +52,10 @@ def test_the_scan_and_the_walk_agree_with_recursion(value: Any, limit: int, inde
         ('{"k\\u00e9y": [[[]]]}', 2, ("kéy", 0)),
         ('{"a": {"b": 1}, "c": [[{"d": []}]]}', 3, ("c", 0, 0)),
         ("[" * 5000, 64, (0,) * 64),  # not even JSON: still measured, and cheaply
+        ('["\\"[[[[", 1]', 1, None),  # an escaped quote does not end a string
+        ('["\\\\", [[1]]]', 2, (1, 0)),  # an escaped backslash does not escape the quote
+        ('"[[[[', 1, None),  # an unterminated string runs to the end
+        ("]]]][[[", 2, ()),  # a stray closer does not hide what follows
     ],
 )
 def test_the_location_names_the_way_to_where_it_goes_too_deep(
@@ -69,3 +73,12 @@ def test_values_far_deeper_than_the_interpreter_can_recurse_are_measured() -> No
     text = '{"a":[' * 100_000 + "1" + "]}" * 100_000
     assert max_depth_exceeded(text, 64)
     assert not max_depth_exceeded(text, 200_000)
+
+
+def test_where_is_looked_for_only_so_far() -> None:
+    """The location is searched token by token: past LOCATE_CHARS the text as a whole is
+    named (the fast check still refuses it)."""
+    late = '{"a": "' + "x" * LOCATE_CHARS + '", "jobData": ' + "[" * 10 + "]" * 10 + "}"
+    assert max_depth_exceeded(late, 5)
+    assert too_deep_at(late, 5) == ()
+    assert too_deep_at(late.replace("x" * LOCATE_CHARS, "x"), 5) == ("jobData", 0, 0, 0, 0)

@@ -28,37 +28,58 @@ DEFAULT_JSON_DEPTH: Final = 64
 Location = tuple[str | int, ...]
 """Where in a document: object keys and array indices, outermost first."""
 
-_STRING: Final = r'"[^"\\]*(?:\\.[^"\\]*)*"'
-_STRINGS_TEXT: Final = re.compile(_STRING, re.DOTALL)
-_STRINGS_BYTES: Final = re.compile(_STRING.encode(), re.DOTALL)
-_TOKENS: Final = re.compile(rf"{_STRING}|[\[\]{{}},:]", re.DOTALL)
+_TOKENS: Final = re.compile(r'"[^"]*(?:"|\Z)|[\[\]{},:]')
+"""The tokens that make a path, in text without escaped quotes or backslashes: strings (an
+unterminated one runs to the end) and punctuation."""
 _OPENERS: Final = frozenset("[{")
 _CONTAINERS: Final = (Mapping, list, tuple)
-_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_NOT_STRUCTURE: Final = bytes(b for b in range(256) if b not in b'[]{}"')
+LOCATE_CHARS: Final = 1 << 20
+"""How far into a text :func:`too_deep_at` looks for where it goes too deep (it steps through
+every token, so its work is bounded); past it, the location is the text as a whole."""
 
 
-def _text(document: str | bytes) -> str:
+def _unescaped(text: bytes) -> bytes:
+    """JSON text without its escaped backslashes and quotes: every quote left delimits a
+    string (in JSON; anything else is refused by its parser anyway)."""
+    if b"\\" not in text:
+        return text
+    return text.replace(b"\\\\", b"").replace(b'\\"', b"")
+
+
+def _brackets(text: bytes) -> bytes:
+    """The brackets of JSON text that are not inside its strings, in order. Every step is a
+    pass in C: escapes out, only brackets and quotes kept, then adjacent quotes (the strings
+    holding no bracket) dropped, which changes no other quote's parity, and what is left
+    between quotes (inside strings) dropped."""
+    kept = _unescaped(text).translate(None, _NOT_STRUCTURE)
+    if b'"' in kept:
+        kept = kept.replace(b'""', b"")
+        if b'"' in kept:
+            kept = b"".join(kept.split(b'"')[::2])
+    return kept
+
+
+def _raw(document: str | bytes) -> bytes:
     if isinstance(document, str):
-        return document
-    return document.decode("utf-8", "replace")
+        return document.encode("utf-8", "surrogatepass")
+    return document
 
 
 def max_depth_exceeded(document: str | bytes, limit: int) -> bool:
     """Whether the JSON text ``document`` nests deeper than ``limit`` levels (brackets inside
     strings do not count). A fast scan: no parse, one loop step per bracket. Text that is not
     JSON is measured all the same (its parser refuses it afterwards)."""
-    raw = document.encode("utf-8", "surrogatepass") if isinstance(document, str) else document
+    raw = _raw(document)
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False
-    if b'"' in raw:
-        raw = _STRINGS_BYTES.sub(b"", raw)
     depth = 0
-    for byte in raw.translate(None, _NOT_BRACKETS):
+    for byte in _brackets(raw):
         if byte in (0x5B, 0x7B):  # [ {
             depth += 1
             if depth > limit:
                 return True
-        else:
+        elif depth:  # a stray closer (not JSON) never hides the openers after it
             depth -= 1
     return False
 
@@ -69,15 +90,16 @@ def too_deep_at(document: str | bytes, limit: int) -> Location | None:
     """
     if not max_depth_exceeded(document, limit):
         return None
-    return _locate(_text(document), limit)
+    text = _unescaped(_raw(document)[:LOCATE_CHARS]).decode("utf-8", "replace")
+    return _locate(text, limit)
 
 
 def _locate(text: str, limit: int) -> Location:
     """The location of the first container opened past ``limit`` (a slower scan, run only on
-    text already known to be too deep)."""
+    text already known to be too deep); ``()`` when it is not within ``text``."""
     path: list[str | int] = []  # the segment leading to each open container but the outermost
     frames: list[_Frame] = []
-    pending = ""  # the last string seen: an object's key when a colon follows
+    pending = '""'  # the last string seen: an object's key when a colon follows
     for match in _TOKENS.finditer(text):
         token = match.group()
         if token in _OPENERS:
@@ -97,10 +119,10 @@ def _locate(text: str, limit: int) -> Location:
                 frames[-1].next()
         elif token == ":":
             if frames:
-                frames[-1].key = pending
+                frames[-1].key = _unquote(pending)
         else:
-            pending = _unquote(token)
-    return tuple(path)
+            pending = token
+    return ()
 
 
 class _Frame:
