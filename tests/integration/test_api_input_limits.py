@@ -1,7 +1,8 @@
 """Nested and huge inputs on every route: never a server error, always a problem.
 
 The routes are read from the app itself (its API routes and the dashboard's), so a new route is
-fuzzed without a change here. Each gets, as an Admin (so that authorization hides nothing):
+fuzzed without a change here. Each gets, as an Admin and with the dashboard's CSRF header (so
+that neither authorization nor the CSRF check hides anything):
 
 - a query string and headers over their limits (414, 431);
 - each of its query parameters with a huge value (422 naming the parameter);
@@ -29,7 +30,7 @@ from fastapi.dependencies.models import Dependant
 
 from rota.api.app import create_app
 from rota.api.limits import ENVELOPE_LEVELS
-from rota.api.security import api_routes
+from rota.api.security import CSRF_HEADER, api_routes
 from rota.core.ids import new_id
 from tests.api_client import api_client
 from tests.api_runtime import MiniRuntime, sqlite_runtime
@@ -157,7 +158,7 @@ class Fuzz:
     async def send(
         self, op: Operation, *, content: bytes | str | None = None, **kwargs: Any
     ) -> httpx.Response:
-        headers = kwargs.pop("headers", {})
+        headers = {CSRF_HEADER: "1"} | kwargs.pop("headers", {})  # as the dashboard's script
         if content is not None and "content-type" not in headers:
             headers["content-type"] = (
                 "application/x-www-form-urlencoded" if op.form else "application/json"
