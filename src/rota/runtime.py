@@ -159,6 +159,7 @@ class Runtime:
             sched,
             utcnow,
             max_job_data_bytes=settings.api.max_job_data_bytes,
+            max_json_depth=settings.api.max_json_depth,
             on_triggered=self.metrics.record_trigger,
             stamp=self.tracing.stamp_trigger if traced else None,
             events=self.events,

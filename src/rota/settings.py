@@ -18,6 +18,7 @@ from pydantic_settings import (
 )
 
 from rota.core.autodisable import AutoDisableDefaults
+from rota.core.jsonlimits import DEFAULT_JSON_DEPTH, MAX_JSON_DEPTH
 from rota.core.models import ZombiePolicy
 
 
@@ -275,6 +276,24 @@ class ApiSettings(BaseModel):
         ge=1,
         description="The largest jobData of a job (create, bulk, update) or a trigger, as "
         "compact UTF-8 JSON; larger is a 422 naming jobData.",
+    )
+    max_json_depth: int = Field(
+        DEFAULT_JSON_DEPTH,
+        ge=1,
+        le=MAX_JSON_DEPTH,
+        description="How deeply free-form JSON may nest (jobData, given as JSON or as a string "
+        "holding JSON): deeper is a 422 naming the field. A request body as a whole may nest "
+        "4 levels more (its own structure); deeper is a 422 before it is parsed.",
+    )
+    max_query_bytes: int = Field(
+        8 * 1024,
+        ge=256,
+        description="Query strings longer than this are refused (414).",
+    )
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=4096,
+        description="Requests whose headers together are larger than this are refused (431).",
     )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 
+import orjson
+
 from rota.coordination.redis import RedisCoordination
 from rota.core.models import WorkerInfo
 from rota.redis_keys import RedisKeys
@@ -25,5 +27,12 @@ async def test_a_malformed_registration_hides_no_other_worker() -> None:
         await client.sadd(keys.workers, "bad-1")
         await client.set(keys.worker("bad-2"), b"not json", px=30_000)
         await client.sadd(keys.workers, "bad-2")
+        # Job types declared nested deeper than the API could answer with (it was a 500 of
+        # GET /workers): left out like any malformed registration.
+        deep = orjson.loads(await client.get(keys.worker("good-1")))
+        deep.update(instanceId="bad-3", jobTypes={"t": "__nested__"})
+        nested = orjson.dumps(deep).replace(b'"__nested__"', b"[" * 300 + b"]" * 300)
+        await client.set(keys.worker("bad-3"), nested, px=30_000)
+        await client.sadd(keys.workers, "bad-3")
         assert [w.instance_id for w in await coordination.workers()] == ["good-1"]
         await coordination.close()

@@ -60,6 +60,8 @@ def test_every_operation_has_a_summary_a_role_and_its_problems(spec: dict[str, A
             assert_problem_response(operation, "422", where)
         if method in {"post", "put", "patch"}:
             assert_problem_response(operation, "413", where)
+        assert_problem_response(operation, "414", where)  # the query string limit
+        assert_problem_response(operation, "431", where)  # the header limit
         for status in operation["responses"]:
             if status[0] in "45" and not (status == "503" and path.endswith("/health/ready")):
                 assert_problem_response(operation, status, where)
@@ -104,5 +106,5 @@ def test_a_route_that_documents_no_errors_gets_them() -> None:
     assert "413" not in list_op["responses"]
     ping_op = spec["paths"][f"{API_PREFIX}/ping"]["get"]
     assert ping_op["x-rota-role"] == "public"
-    assert set(ping_op["responses"]) == {"200"}
+    assert set(ping_op["responses"]) == {"200", "414", "431"}  # every request has limits
     assert "HTTPValidationError" not in spec["components"]["schemas"]

@@ -7,14 +7,16 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from rota.brokers.inprocess import InProcessBroker
 from rota.brokers.rabbitmq import RabbitMQBroker
-from rota.core.models import FailureType
+from rota.core.models import FailureType, JobMessage
 from rota.core.ports import FailedQuery
+from rota.core.wire import encode_job_message
 from rota.services.deadletters import DeadLetterHandler
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
@@ -78,6 +80,46 @@ async def test_store_outage_holds_the_batch_and_loses_nothing(store: SqlStore) -
             return await records(store) == 2
 
         await eventually(two, "the second record")
+    finally:
+        handler.stop()
+        await broker.close()
+        await asyncio.wait_for(task, WITHIN)
+
+
+async def test_a_dead_letter_nested_too_deeply_becomes_a_poison_record(store: SqlStore) -> None:
+    """A job message whose jobData nests deeper than anything can store (300 levels: read by
+    the JSON reader, not writable by the encoder) was decoded, and every store write of its
+    record failed: the handler retried it for ever and stored no other letter. Now it is
+    refused when read, and becomes a poison record saying why."""
+    broker = InProcessBroker()
+    await broker.start()
+    handler = DeadLetterHandler(store, broker, batch_size=10, max_wait=0.01, max_backoff=0.1)
+    task = asyncio.create_task(handler.run())
+    try:
+        readable = encode_job_message(
+            JobMessage(
+                occurrence_id=uuid.uuid4(),
+                job_id=uuid.uuid4(),
+                job_type="Deep",
+                job_data="__nested__",
+                timestamp=datetime.now(UTC),
+                scheduled_for=datetime.now(UTC),
+            )
+        )
+        deep = readable.replace(b'"__nested__"', b"[" * 300 + b"]" * 300)
+        await broker.dead_letter_body(deep)
+        await broker.dead_letter_body(b"{broken")  # the next letter is stored too
+
+        async def stored() -> bool:
+            return await records(store) == 2
+
+        await eventually(stored, "both poison records")
+        failed = (await store.list_failed(FailedQuery(limit=10))).items
+        [record] = [r for r in failed if r.job_type == "Deep"]
+        assert record.failure_type is FailureType.POISON
+        assert record.exception is not None
+        assert "jobData: nested more than 128 levels deep" in record.exception
+        assert handler.stats.errors == 0
     finally:
         handler.stop()
         await broker.close()

@@ -389,6 +389,35 @@ async def test_durations_must_be_finite_and_at_most_ten_years(service: JobServic
     assert updated.value.field == "autoDisableCooldownSeconds"
 
 
+async def test_job_data_nested_too_deeply_is_refused_on_jobdata(
+    store: SqlStore, index: MemoryScheduleIndex, coordination: RecordingCoordination, clock: Clock
+) -> None:
+    """Job data from any caller (the API, a code declaration) is measured without recursion:
+    even far past the interpreter's recursion limit it is a ValidationError, not a crash."""
+    service = JobService(store, index, coordination, SchedulerSettings(), clock, max_json_depth=3)
+    fits: Any = {"a": [[1]]}
+    job = await service.create_job(every_minute(job_data=fits))
+    over: Any = {"a": [[[1]]]}
+    far: Any = 1
+    for _ in range(50_000):
+        far = [far]
+    for data in (over, far):
+        with pytest.raises(ValidationError, match="nested more than 3 levels") as created:
+            await service.create_job(every_minute(job_data=data))
+        assert created.value.field == "jobData"
+    with pytest.raises(ValidationError) as bulk:
+        await service.create_jobs([every_minute(), every_minute(job_data=over)])
+    assert bulk.value.field == "[1].jobData"
+    with pytest.raises(ValidationError) as updated:
+        await service.update_job(job.id, {"job_data": far})
+    assert updated.value.field == "jobData"
+    with pytest.raises(ValidationError) as triggered:
+        await service.trigger(job.id, job_data=far)
+    assert triggered.value.field == "jobData"
+    assert (await service.get_job(job.id)).job_data == fits
+    assert (await store.list_occurrences(OccurrenceQuery(job_id=job.id))).items == []
+
+
 async def test_job_data_over_the_limit_is_refused_on_jobdata(
     store: SqlStore, index: MemoryScheduleIndex, coordination: RecordingCoordination, clock: Clock
 ) -> None:

@@ -139,3 +139,16 @@ async def test_forwarded_headers_count_only_from_trusted_proxies() -> None:
     assert await _client_seen(local, "127.0.0.1", FORWARDED) == "https 203.0.113.9"
     assert await _client_seen(local, "10.1.2.3", FORWARDED) == "https 203.0.113.9"
     assert await _client_seen(local, "192.0.2.7", FORWARDED) == "http 192.0.2.7"
+
+
+def test_the_json_depth_limit_reaches_the_job_service_within_its_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert Settings().api.max_json_depth == 64
+    monkeypatch.setenv("ROTA_API__MAX_JSON_DEPTH", "10")
+    settings = Settings(environment="test", data_dir=tmp_path)
+    assert build_runtime(settings).jobs.max_json_depth == 10
+    for beyond in ("0", "129"):  # 128: what the wire takes (MAX_JSON_DEPTH)
+        monkeypatch.setenv("ROTA_API__MAX_JSON_DEPTH", beyond)
+        with pytest.raises(ValueError, match="max_json_depth"):
+            Settings()

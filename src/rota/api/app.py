@@ -23,13 +23,14 @@ from rota.api import (
     routes_workers,
 )
 from rota.api.deps import ApiRuntime
+from rota.api.limits import InputLimitMiddleware, InputLimits
 from rota.api.problems import (
-    MAX_BODY_BYTES,
     document_input_errors,
     install_problem_handlers,
     problem_json_only,
 )
 from rota.api.security import document_roles
+from rota.settings import ApiSettings
 
 API_PREFIX = "/api/v1"
 PUBLIC_PATHS = frozenset(
@@ -66,9 +67,9 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
     )
     app.state.runtime = runtime
     settings = getattr(runtime, "settings", None)  # None: an app built only for its schema
-    install_problem_handlers(
-        app, max_body_bytes=settings.api.max_body_bytes if settings else MAX_BODY_BYTES
-    )
+    limits = InputLimits() if settings is None else input_limits(settings.api)
+    app.add_middleware(InputLimitMiddleware, limits=limits)
+    install_problem_handlers(app)
     for router in (
         routes_auth.router,
         routes_jobs.router,
@@ -93,6 +94,16 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
         install_dashboard(app)
     _install_openapi(app)
     return app
+
+
+def input_limits(api: ApiSettings) -> InputLimits:
+    """The input limits of the API settings (``ROTA_API__…``)."""
+    return InputLimits(
+        max_body_bytes=api.max_body_bytes,
+        max_json_depth=api.max_json_depth,
+        max_query_bytes=api.max_query_bytes,
+        max_header_bytes=api.max_header_bytes,
+    )
 
 
 def _install_openapi(app: FastAPI) -> None:

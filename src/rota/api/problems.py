@@ -35,15 +35,14 @@ from rota.services.jobs import api_name
 logger = logging.getLogger(__name__)
 
 PROBLEM_JSON: Final = "application/problem+json"
-MAX_BODY_BYTES: Final = 16 * 1024 * 1024
-"""The default request body limit (``ROTA_API__MAX_BODY_BYTES``)."""
-
 VALIDATION: Final = "urn:rota:problem:validation"
 NOT_FOUND: Final = "urn:rota:problem:not-found"
 CONFLICT: Final = "urn:rota:problem:conflict"
 PRECONDITION: Final = "urn:rota:problem:precondition-failed"
 UNAVAILABLE: Final = "urn:rota:problem:backend-unavailable"
 TOO_LARGE: Final = "urn:rota:problem:payload-too-large"
+URI_TOO_LONG: Final = "urn:rota:problem:uri-too-long"
+HEADERS_TOO_LARGE: Final = "urn:rota:problem:headers-too-large"
 INTERNAL: Final = "urn:rota:problem:internal"
 UNAUTHORIZED: Final = "urn:rota:problem:unauthorized"
 FORBIDDEN: Final = "urn:rota:problem:forbidden"
@@ -123,12 +122,15 @@ _FASTAPI_422: Final = ("HTTPValidationError", "ValidationError")
 
 def document_input_errors(spec: dict[str, Any]) -> dict[str, Any]:
     """Every operation that takes input documents its 422 problem (in place of FastAPI's
-    default ``HTTPValidationError``, which is not what Rota sends), and every POST, PUT and
-    PATCH its 413 (the body limit applies to them all), so a new route is described right
-    without repeating it."""
+    default ``HTTPValidationError``, which is not what Rota sends), every POST, PUT and
+    PATCH its 413 (the body limit applies to them all), and every operation its 414 and 431
+    (the query string and header limits apply to every request), so a new route is described
+    right without repeating it."""
     for item in spec.get("paths", {}).values():
         for method, operation in item.items():
             responses = operation.setdefault("responses", {})
+            for status in (414, 431):
+                responses.setdefault(str(status), _problem_entry(status))
             if operation.get("parameters") or "requestBody" in operation:
                 current = responses.get("422", {}).get("content", {})
                 if PROBLEM_JSON not in current:
@@ -273,9 +275,9 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request.url.path, exc.status_code, detail=detail, headers=exc.headers)
 
 
-def install_problem_handlers(app: FastAPI, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
-    """Problem details for every error: handlers for the known ones, middleware for the rest,
-    and the request body limit."""
+def install_problem_handlers(app: FastAPI) -> None:
+    """Problem details for every error: handlers for the known ones, middleware for the rest
+    (installed last: it wraps every other middleware, the input limits too)."""
     app.add_exception_handler(RequestValidationError, _request_invalid)
     app.add_exception_handler(ValidationError, _rota_invalid)
     app.add_exception_handler(NotFoundError, _not_found)
@@ -285,7 +287,6 @@ def install_problem_handlers(app: FastAPI, *, max_body_bytes: int = MAX_BODY_BYT
     app.add_exception_handler(AuthenticationError, _unauthenticated)
     app.add_exception_handler(PermissionDeniedError, _forbidden)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     app.add_middleware(UnhandledErrorMiddleware)
 
 
@@ -322,75 +323,3 @@ class UnhandledErrorMiddleware:
                 type_=INTERNAL,
             )
             await response(scope, receive, send)
-
-
-class BodyLimitMiddleware:
-    """Refuse request bodies over ``max_bytes`` with a 413 problem.
-
-    The declared ``Content-Length`` is checked first; bodies without one are read up to the
-    limit before the application sees them.
-    """
-
-    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if self._declared_length(scope) > self.max_bytes:
-            await self._refuse(scope, receive, send)
-            return
-        if scope["method"] not in ("POST", "PUT", "PATCH"):
-            await self.app(scope, receive, send)
-            return
-        body = await self._read(receive)
-        if body is None:
-            await self._refuse(scope, receive, send)
-            return
-        await self.app(scope, _replay(body, receive), send)
-
-    @staticmethod
-    def _declared_length(scope: Scope) -> int:
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    return int(value)
-                except ValueError:
-                    return 0
-        return 0
-
-    async def _read(self, receive: Receive) -> bytes | None:
-        """The whole body, or ``None`` once it passes the limit."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return b"".join(chunks)
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        detail = f"the request body is larger than {self.max_bytes} bytes"
-        response = problem_response(scope.get("path"), 413, detail=detail, type_=TOO_LARGE)
-        await response(scope, receive, send)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay

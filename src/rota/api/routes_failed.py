@@ -10,10 +10,12 @@ from fastapi import APIRouter, Query, Response, status
 from rota.api.deps import Audit, Runtime, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas import (
+    MAX_FILTER_VALUES,
     MAX_LIMIT,
     FailedOccurrenceOut,
     FailedOccurrencePage,
     FailedOccurrenceUpdate,
+    FilterToken,
     OccurrenceDetail,
     UtcDatetime,
 )
@@ -60,9 +62,10 @@ async def list_failed(
     shown: ShownException,
     job_id: Annotated[UUID | None, Query(alias="jobId")] = None,
     failure_type: Annotated[
-        list[str],
+        list[FilterToken],
         Query(
             alias="failureType",
+            max_length=MAX_FILTER_VALUES,
             description="Failure types; repeat or comma-separate: timed_out,zombie.",
         ),
     ] = [],  # noqa: B006  (FastAPI copies query defaults)

@@ -11,8 +11,10 @@ from fastapi import status as http
 from rota.api.deps import Audit, Runtime, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas import (
+    MAX_FILTER_VALUES,
     MAX_LIMIT,
     CancelRequest,
+    FilterToken,
     LogLine,
     LogPage,
     OccurrenceDetail,
@@ -64,8 +66,11 @@ async def list_occurrences(
     shown: ShownException,
     job_id: Annotated[UUID | None, Query(alias="jobId")] = None,
     status: Annotated[
-        list[str],
-        Query(description="Status codes or names; repeat or comma-separate: 0,1 or failed."),
+        list[FilterToken],
+        Query(
+            max_length=MAX_FILTER_VALUES,
+            description="Status codes or names; repeat or comma-separate: 0,1 or failed.",
+        ),
     ] = [],  # noqa: B006  (FastAPI copies query defaults)
     scheduled_after: Annotated[UtcDatetime | None, Query(alias="scheduledAfter")] = None,
     scheduled_before: Annotated[UtcDatetime | None, Query(alias="scheduledBefore")] = None,

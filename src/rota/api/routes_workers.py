@@ -7,9 +7,9 @@ its heartbeat keeps its registration alive.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Path
 
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
@@ -70,7 +70,9 @@ async def list_workers(runtime: Runtime) -> WorkerList:
     responses=problem_responses(404, 422, 503),
     summary="One live worker group: its instances, job types (data schemas) and load",
 )
-async def get_worker_group(worker_id: str, runtime: Runtime) -> WorkerGroupOut:
+async def get_worker_group(
+    worker_id: Annotated[str, Path(max_length=200)], runtime: Runtime
+) -> WorkerGroupOut:
     groups = group_workers(
         [w for w in await runtime.coordination.workers() if w.worker_id == worker_id]
     )

@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 
 from rota.core.autodisable import AutoDisableDefaults, effective
 from rota.core.errors import ValidationError
+from rota.core.jsonlimits import MAX_JSON_DEPTH, max_depth_exceeded
 from rota.core.models import (
     ConcurrencyPolicy,
     FailedOccurrence,
@@ -48,8 +49,13 @@ def parse_json_string(value: Any) -> Any:
     """Job data may come as JSON or, as in the reference API, as a string holding JSON.
 
     A string that looks like a JSON object or array must parse; any other string is kept as is.
+    Its nesting is measured before it is parsed (no recursion): deeper than any setting
+    allows (:data:`~rota.core.jsonlimits.MAX_JSON_DEPTH`) is refused here, and the job
+    service holds what parses to the configured limit (``ROTA_API__MAX_JSON_DEPTH``).
     """
     if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+        if max_depth_exceeded(value, MAX_JSON_DEPTH):
+            raise ValueError(f"holds JSON nested more than {MAX_JSON_DEPTH} levels deep")
         try:
             return json.loads(value)
         except ValueError as exc:
@@ -88,6 +94,10 @@ NO_NUL = r"^[^\x00]*$"
 """Text may hold any character but NUL (PostgreSQL cannot store it)."""
 ShortText = Annotated[str, StringConstraints(max_length=200, pattern=NO_NUL)]
 Tag = Annotated[str, StringConstraints(max_length=100, pattern=NO_NUL)]
+FilterToken = Annotated[str, StringConstraints(max_length=500)]
+"""One value of a repeatable query filter (``?status=0,1&status=failed``)."""
+MAX_FILTER_VALUES = 100
+"""How many times a query filter may be repeated."""
 Seconds = Annotated[float, Field(allow_inf_nan=False, le=MAX_SECONDS)]
 """A duration in seconds: finite, at most 10 years (a date must still follow from it)."""
 

@@ -31,6 +31,7 @@ import orjson
 
 from rota.core.errors import BackendUnavailableError
 from rota.core.events import Event, EventId, format_event_id, parse_event_id
+from rota.core.jsonlimits import MAX_JSON_DEPTH, value_too_deep
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination, Lease
 from rota.redis_client import DEFAULT_SOCKET_TIMEOUT, connect, unavailable
@@ -200,7 +201,15 @@ def _worker_json(info: WorkerInfo) -> bytes:
 
 
 def _worker_from_json(raw: bytes) -> WorkerInfo:
+    """A registration as a worker wrote it; ``ValueError`` (or ``KeyError``, ``TypeError``)
+    when malformed. What it declares about its job types (data schemas, defaults) is shown by
+    the API and the dashboard, so it may nest at most
+    :data:`~rota.core.jsonlimits.MAX_JSON_DEPTH` levels (deeper could not be written back)."""
     data: dict[str, Any] = orjson.loads(raw)
+    if not isinstance(data.get("jobTypes"), dict):
+        raise ValueError("jobTypes must be an object")
+    if value_too_deep(data["jobTypes"], MAX_JSON_DEPTH):
+        raise ValueError(f"jobTypes nested more than {MAX_JSON_DEPTH} levels deep")
     return WorkerInfo(
         instance_id=data["instanceId"],
         worker_id=data["workerId"],

@@ -24,6 +24,7 @@ from uuid import UUID
 import orjson
 
 from rota.core.errors import ValidationError
+from rota.core.jsonlimits import MAX_JSON_DEPTH, value_too_deep
 from rota.core.models import (
     FailureType,
     JobMessage,
@@ -274,8 +275,18 @@ class _Reader:
         value = self.raw(key, None)
         return None if value is None else _parse_time(self, key, value)
 
-    def mapping_or_none(self, key: str) -> dict[str, object] | None:
+    def free_form(self, key: str) -> object:
+        """Arbitrary JSON (``jobData``, ``result``, ``data``), or ``None`` when missing: at
+        most :data:`~rota.core.jsonlimits.MAX_JSON_DEPTH` levels deep, so that the store and
+        the next encoder can write it again (a deeper value would fail every retry of the
+        batch that carries it)."""
         value = self.raw(key, None)
+        if value is not None and value_too_deep(value, MAX_JSON_DEPTH):
+            raise self.fail(key, f"nested more than {MAX_JSON_DEPTH} levels deep")
+        return value
+
+    def mapping_or_none(self, key: str) -> dict[str, object] | None:
+        value = self.free_form(key)
         if value is not None and not isinstance(value, dict):
             raise self.fail(key, "must be an object or null")
         return value
@@ -331,7 +342,7 @@ def _read_job_message(reader: _Reader, headers: Mapping[str, object] | None) -> 
         occurrence_id=occurrence_id,
         job_id=reader.uuid("jobId"),
         job_type=reader.text("jobType"),
-        job_data=reader.raw("jobData", None),
+        job_data=reader.free_form("jobData"),
         timestamp=reader.time("timestamp"),
         scheduled_for=reader.time("scheduledFor"),
         retry_count=reader.integer("retryCount", 0, 0),
@@ -377,7 +388,7 @@ def _read_status(reader: _Reader) -> StatusRecord:
         timestamp=reader.time("timestamp"),
         attempt=reader.integer("attempt", 1, 1),
         instance_id=reader.text_or_none("instanceId"),
-        result=reader.raw("result", None),
+        result=reader.free_form("result"),
         exception=reader.text_or_none("exception"),
         duration_ms=reader.number_or_none("durationMs"),
         retry_at=reader.time_or_none("retryAt"),

@@ -131,7 +131,9 @@ def paging(request: Request, cursor: str | None, next_cursor: str | None) -> dic
 
 
 @router.get("/login")
-async def login_page(request: Request, next: str | None = None) -> Response:
+async def login_page(
+    request: Request, next: Annotated[str | None, Query(max_length=2000)] = None
+) -> Response:
     return page_headers(
         _templates(request).TemplateResponse(
             request,

@@ -29,6 +29,7 @@ from rota.core.errors import (
 )
 from rota.core.events import EventType, job_changed
 from rota.core.ids import bucket_of, new_id
+from rota.core.jsonlimits import DEFAULT_JSON_DEPTH, value_too_deep
 from rota.core.models import (
     VERSIONED_FIELDS,
     ConcurrencyPolicy,
@@ -185,12 +186,14 @@ class JobService:
         clock: Callable[[], datetime],
         *,
         max_job_data_bytes: int = DEFAULT_MAX_JOB_DATA_BYTES,
+        max_json_depth: int = DEFAULT_JSON_DEPTH,
         on_triggered: Callable[[Occurrence], None] | None = None,
         stamp: Callable[[Occurrence], Occurrence] | None = None,
         events: EventPublisher | None = None,
     ) -> None:
         """``max_job_data_bytes``: the largest job data a create, update or trigger takes
         (as compact UTF-8 JSON); larger is a ``ValidationError`` on ``jobData``.
+        ``max_json_depth``: how deeply that job data may nest; deeper is the same error.
         ``on_triggered(occurrence)``: called after a manual trigger stored its occurrence;
         ``stamp(occurrence)``: marks a manual trigger's occurrence before it is stored (its
         trace context; tracing on). ``events``: where change events go (the runtime's
@@ -201,6 +204,7 @@ class JobService:
         self._store = store
         self.events = events or EventPublisher(coordination)
         self.max_job_data_bytes = max_job_data_bytes
+        self.max_json_depth = max_json_depth
         self._index = index
         self._coordination = coordination
         self._settings = settings
@@ -459,10 +463,18 @@ class JobService:
     # --- helpers ----------------------------------------------------------------------------
 
     def check_job_data(self, data: JsonValue, field: str = "jobData") -> None:
-        """``ValidationError`` when ``data`` is larger, as JSON, than the limit
-        (``max_job_data_bytes``) or cannot be JSON at all."""
+        """``ValidationError`` when ``data`` nests deeper than the limit
+        (``max_json_depth``), is larger, as JSON, than the limit (``max_job_data_bytes``), or
+        cannot be JSON at all. The depth is measured first and without recursion, so data
+        from any caller is safe to check."""
         if data is None:
             return
+        depth = self.max_json_depth
+        if value_too_deep(data, depth):
+            raise ValidationError(
+                f"jobData is nested more than {depth} levels deep (ROTA_API__MAX_JSON_DEPTH)",
+                field=field,
+            )
         limit = self.max_job_data_bytes
         try:
             size = len(orjson.dumps(data))
