@@ -16,7 +16,9 @@ shorten the loader interval, leases, heartbeats and the zombie threshold (10 s i
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -379,6 +381,82 @@ def test_a_job_message_whose_ack_was_lost_runs_once(
         assert load.probe(30) >= 0  # both workers go on
         alive(c)
         c.stop()  # before the proxy goes
+
+
+def _claim_epoch(c: Cluster, name: str) -> str | None:
+    """The claim epoch a worker's local state holds (``None`` while it has none)."""
+    path = c.log_dir / f"data-{name}" / "workers" / "e2e" / "worker.sqlite3"
+    if not path.exists():
+        return None
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = 'claim_epoch'").fetchone()
+        except sqlite3.OperationalError:  # not created yet
+            return None
+    return None if row is None else str(row[0])
+
+
+def test_a_copy_redelivered_after_redis_lost_its_claims_does_not_run_again(
+    fc: Cluster, tmp_path: Path, recovery: Recorder
+) -> None:
+    """Redis loses the claim of a running attempt (FLUSHALL), then its worker dies before its
+    ack reached RabbitMQ (both workers talk to it through proxies with 1.5 s of latency), so
+    RabbitMQ redelivers the message to the other worker. That worker knew the claim memory's
+    epoch: it sees the loss, does not run the copy (it may have run before, and it has), and
+    reports it taken; zombie detection gives the occurrence a new attempt, which completes.
+    Attempt 1 ran once, attempt 2 once."""
+    c = fc
+    c.server("server-a")
+    vhost = c.env["ROTA_VHOST"]
+    with FaultProxy(5672) as proxy_1, FaultProxy(5672) as proxy_2:
+        workers = {
+            name: start_worker(c, name, ROTA_AMQP_URL=(
+                f"amqp://guest:guest@127.0.0.1:{proxy.port}/{vhost}?heartbeat=2"))
+            for name, proxy in (("worker-1", proxy_1), ("worker-2", proxy_2))
+        }  # fmt: skip
+        wait_workers(c, 2)
+        load = Load(c, tmp_path / "runs")
+        warm_up(c, tmp_path / "warm-up")
+        # Both have seen the claim memory's epoch (kept in their local state).
+        wait_until(lambda: all(_claim_epoch(c, n) for n in workers), 20, "no claim epoch seen")
+        (epoch,) = {_claim_epoch(c, n) for n in workers}
+        job = c.api("POST", "/jobs", json={
+            "jobType": "e2e.record", "workerId": "e2e", "cronExpression": "0 0 1 1 *",
+            "jobData": {"path": str(load.runs), "seconds": 4},
+        })  # fmt: skip
+        proxy_1.latency(1.5)
+        proxy_2.latency(1.5)
+        oid = c.api("POST", f"/jobs/{job['id']}/trigger", json={"reason": "e2e"})["id"]
+
+        def first_run() -> int | None:
+            return next((pid for o, _, pid in runs_of(load.runs) if o == oid), None)
+
+        wait_until(lambda: first_run() is not None, 20, f"never ran: {c.logs()}")
+        redis_flushall()  # the claim of attempt 1 is gone
+        (holder,) = [p for p in workers.values() if p.proc.pid == first_run()]
+        (other_name, other), *_ = [(n, p) for n, p in workers.items() if p is not holder]
+        holder.kill9()  # its ack is still on its way (latency): RabbitMQ redelivers
+        killed = time.monotonic()
+
+        def done() -> bool:
+            row = try_api(c, "GET", f"/occurrences/{oid}")
+            return row is not None and int(row["status"]) == COMPLETED
+
+        wait_until(done, 60, f"never completed: {c.logs()}")
+        recovery("claims lost + holder killed: the next attempt completed",
+                 time.monotonic() - killed)  # fmt: skip
+        row = c.api("GET", f"/occurrences/{oid}")
+        runs = [(attempt, pid) for o, attempt, pid in runs_of(load.runs) if o == oid]
+        assert runs == [(1, holder.proc.pid), (2, other.proc.pid)], f"runs: {runs}"
+        assert row["attempt"] == 2
+        assert [s["to"] for s in row["statusChangeLogs"]].count(COMPLETED) == 1
+        skipped = other.log.read_text(errors="replace")
+        assert "skip_claimed" in skipped, c.logs()
+        assert _claim_epoch(c, other_name) not in (None, epoch)  # it saw the new epoch
+        proxy_1.heal()
+        proxy_2.heal()
+        alive(c, but=(holder,))
+        c.stop()  # before the proxies go
 
 
 # --- 6. poison messages and a handler that kills its process --------------------------------

@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from uuid import UUID
 
 from rota.core.models import JobMessage
@@ -173,10 +174,11 @@ class AttemptClaims:
             return
         if self._known is not None:
             self.losses += 1
+            until = batch.uncertain_until
             log.warning(
                 "the claim memory was lost (Redis flushed or restarted empty): redelivered "
                 "messages are not run until %s; attempts running here are claimed again",
-                batch.uncertain_until,
+                "?" if until is None else datetime.fromtimestamp(until, UTC).isoformat(),
                 extra={"action": "claims_lost"},
             )
         self._known = batch.epoch
