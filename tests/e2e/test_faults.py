@@ -2,8 +2,9 @@
 PostgreSQL, Redis and RabbitMQ (issue 4, part 6): RabbitMQ restarted and its connections
 closed, Redis flushed and restarted, PostgreSQL restarted — each under a load of one-time and
 every-second cron jobs —, a TCP fault proxy between a worker and the broker (latency,
-blackhole, reset), the same job message delivered three times, poison messages, and a handler
-that kills its own process.
+blackhole, reset), the same job message delivered three times (to one worker and to two), an
+ack lost with a worker's connection, a copy redelivered after Redis lost the claims, poison
+messages, and a handler that kills its own process.
 
 Each test asserts that no fire was lost, none completed or ran twice (every handler run is
 noted in a file: :func:`faults.runs_of`), no loop died (the processes are alive and a new job
