@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from uuid import UUID
 
 from rota.core.models import JobMessage
-from rota.core.ports import ClaimBatch, ClaimOutcome, ClaimRequest, Coordination
+from rota.core.ports import AttemptClaim, ClaimBatch, ClaimOutcome, ClaimRequest, Coordination
 from rota.worker.localstore import LocalStore
 
 __all__ = ["CLAIM_EPOCH", "DEFAULT_CLAIM_TTL", "AttemptClaims", "ClaimVerdict"]
@@ -43,6 +43,8 @@ CLAIM_EPOCH = "claim_epoch"
 DEFAULT_CLAIM_TTL = 3 * 3600.0
 """Seconds a claim lives (plus the attempt's timeout), see ``docs/reliability.md``."""
 _MAX_UNCONFIRMED = 100_000
+_BATCH = 500
+"""Most attempts claimed in one call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,10 @@ class AttemptClaims:
         self._clock = clock
         self._known: str | None = None
         self._unconfirmed: dict[tuple[UUID, int], float] = {}
+        self._waiting: list[tuple[ClaimRequest, float, asyncio.Future[AttemptClaim | None]]] = []
+        self._sender: asyncio.Task[None] | None = None
+        self.calls = 0
+        """Calls made to the coordination (claims are sent in batches)."""
         """Attempts started here while no claim could be made -> when (epoch seconds)."""
         self.unavailable = 0
         """Claims that got no answer (the coordination unreachable or too slow)."""
@@ -115,16 +121,40 @@ class AttemptClaims:
         redelivered (it may be a copy of one handed out before)."""
         key = (message.occurrence_id, message.attempt)
         request = ClaimRequest(message.occurrence_id, message.attempt, careful)
-        batch = await self._call([request], self.ttl_for(message))
-        if batch is None:
+        found = await self._queued(request, self.ttl_for(message))
+        if found is None:
             if careful:
                 return ClaimVerdict(False, "unavailable")
             if len(self._unconfirmed) < _MAX_UNCONFIRMED:
                 self._unconfirmed[key] = self._clock()
             return ClaimVerdict(True, "unavailable")
-        found = batch.claims[0]
         run = found.outcome in (ClaimOutcome.CLAIMED, ClaimOutcome.OWNED)
         return ClaimVerdict(run, found.outcome.value, found.owner, found.claimed_at)
+
+    async def _queued(self, request: ClaimRequest, ttl: float) -> AttemptClaim | None:
+        """The claim of ``request``, made in one call with the other requests that came in
+        the same turn of the event loop (a burst of deliveries costs one round trip)."""
+        future: asyncio.Future[AttemptClaim | None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((request, ttl, future))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_waiting(), name="rota-claims")
+        return await future
+
+    async def _send_waiting(self) -> None:
+        await asyncio.sleep(0)  # let the deliveries of this turn queue their requests
+        while self._waiting:
+            waiting = self._waiting[:_BATCH]
+            del self._waiting[:_BATCH]
+            try:
+                batch = await self._call([r for r, _, _ in waiting], max(t for _, t, _ in waiting))
+            except BaseException:
+                for _, _, future in waiting:  # cancelled (the executor stops): nobody waits
+                    if not future.done():
+                        future.cancel()
+                raise
+            for i, (_, _, future) in enumerate(waiting):
+                if not future.done():
+                    future.set_result(None if batch is None else batch.claims[i])
 
     async def renew(self, running: Sequence[tuple[UUID, int]]) -> None:
         """Claim again the attempts running here and those started without a claim: renews
@@ -153,6 +183,7 @@ class AttemptClaims:
 
     async def _call(self, requests: list[ClaimRequest], ttl: float) -> ClaimBatch | None:
         """The coordination's answer, or ``None`` (logged) when it gives none in time."""
+        self.calls += 1
         try:
             async with asyncio.timeout(self.timeout):
                 batch = await self._coordination.claim_attempts(
