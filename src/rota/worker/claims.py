@@ -82,11 +82,12 @@ class AttemptClaims:
         self._clock = clock
         self._known: str | None = None
         self._unconfirmed: dict[tuple[UUID, int], float] = {}
+        """Attempts started here while no claim could be made -> when (epoch seconds)."""
         self._waiting: list[tuple[ClaimRequest, float, asyncio.Future[AttemptClaim | None]]] = []
+        """Claims waiting to be sent together: (request, TTL, the caller's future)."""
         self._sender: asyncio.Task[None] | None = None
         self.calls = 0
         """Calls made to the coordination (claims are sent in batches)."""
-        """Attempts started here while no claim could be made -> when (epoch seconds)."""
         self.unavailable = 0
         """Claims that got no answer (the coordination unreachable or too slow)."""
         self.losses = 0
