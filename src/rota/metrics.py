@@ -146,6 +146,7 @@ class Watched:
     dispatcher_last_tick: Callable[[], float] | None = None
     dispatcher_paused: Callable[[], bool] | None = None
     duplicate_deliveries: Callable[[], int] | None = None
+    claimed_elsewhere: Callable[[], int] | None = None
     outbox_pending: Callable[[], int] | None = None
     jobs_running: Callable[[], int] | None = None
     events: Callable[[], tuple[int, int]] | None = None
@@ -359,13 +360,7 @@ class _Collector(Collector):
                 "rota_dispatcher_paused", "1 while the dispatcher is paused.",
                 float(w.dispatcher_paused()),
             )  # fmt: skip
-        if w.duplicate_deliveries is not None:
-            yield _counter(
-                "rota_duplicate_deliveries",
-                "Job deliveries of an attempt already finished by this worker: acknowledged, "
-                "not run.",
-                w.duplicate_deliveries(),
-            )
+        yield from _skipped_deliveries(w)
         if w.outbox_pending is not None:
             yield _gauge(
                 "rota_outbox_pending",
@@ -384,6 +379,24 @@ class _Collector(Collector):
                 "Change events lost (the publisher's buffer was full, or a publish failed).",
                 dropped,
             )
+
+
+def _skipped_deliveries(w: Watched) -> Iterator[CounterMetricFamily]:
+    """A worker's deliveries acknowledged without running."""
+    if w.duplicate_deliveries is not None:
+        yield _counter(
+            "rota_duplicate_deliveries",
+            "Job deliveries of an attempt already finished by this worker: acknowledged, not run.",
+            w.duplicate_deliveries(),
+        )
+    if w.claimed_elsewhere is not None:
+        yield _counter(
+            "rota_deliveries_claimed_elsewhere",
+            "Job deliveries of an attempt claimed by another instance of the worker group "
+            "(or, for a redelivered message, whose claim could not be known): acknowledged, "
+            "not run.",
+            w.claimed_elsewhere(),
+        )
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

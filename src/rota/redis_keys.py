@@ -17,6 +17,12 @@ key                                type    holds
 ``{prefix}:workers``               set     ids of worker instances (cleaned when read)
 ``{prefix}:registry``              string  generation token of the worker registry (a new one
                                            means Redis lost the registrations)
+``{prefix}:claim:{occ}:{n}``       string  the claim of attempt ``n`` of occurrence ``occ``:
+                                           ``{claimed at, epoch ms}:{worker instance id}``
+                                           (no instance id: an unknown owner), with a TTL
+``{prefix}:claims``                hash    the claim memory's epoch: ``token`` (new after a
+                                           loss), ``since`` (ms), ``lost`` (1: a worker knew an
+                                           older token, claims from before were lost)
 ``{prefix}:wakeups``               stream  wake-up signals (field ``due``), capped
 ``{prefix}:cancellations``         stream  cancellation requests, capped
 ``{prefix}:events``                stream  change events (``GET /events``): field ``e``, a JSON
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from uuid import UUID
 
 DEFAULT_PREFIX = "rota"
 
@@ -72,6 +79,13 @@ class RedisKeys:
     @property
     def registry(self) -> str:
         return f"{self.prefix}:registry"
+
+    def claim(self, occurrence_id: UUID, attempt: int) -> str:
+        return f"{self.prefix}:claim:{occurrence_id}:{attempt}"
+
+    @property
+    def claim_epoch(self) -> str:
+        return f"{self.prefix}:claims"
 
     @property
     def wakeups(self) -> str:

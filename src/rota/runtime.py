@@ -48,6 +48,7 @@ from rota.startup import wait_for
 from rota.stores.files import PRIVATE_FILE, private_dir
 from rota.tracing import Tracing
 from rota.webhooks import alert_webhook
+from rota.worker.claims import AttemptClaims
 from rota.worker.discovery import JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.presence import WorkerPresence
@@ -202,17 +203,24 @@ class Runtime:
         self.executor: Executor | None = None
         self.presence: WorkerPresence | None = None
         if registry is not None and settings.is_embedded:
+            worker_instance = new_instance_id(EMBEDDED_WORKER_ID)
             self.executor = Executor(
                 broker,
                 registry,
                 worker_id=EMBEDDED_WORKER_ID,
-                instance_id=new_instance_id(EMBEDDED_WORKER_ID),
+                instance_id=worker_instance,
                 concurrency=settings.worker.concurrency,
                 sync_threads=settings.worker.sync_threads,
                 flush_interval=settings.worker.flush_interval_seconds,
                 default_timeout=settings.worker.default_timeout_seconds,
                 on_finished=self.metrics.record_finished,
                 tracing=self.tracing,
+                claims=AttemptClaims(
+                    coordination,
+                    worker_instance,
+                    ttl=settings.worker.claim_ttl_seconds,
+                    timeout=settings.worker.claim_timeout_seconds,
+                ),
             )
             self.presence = WorkerPresence(
                 coordination,
@@ -484,6 +492,7 @@ class Runtime:
         executor = self.executor
         if executor is not None:
             watched.duplicate_deliveries = lambda: executor.duplicates_skipped
+            watched.claimed_elsewhere = lambda: executor.claimed_elsewhere
             watched.outbox_pending = lambda: executor.reporter.outbox_entries
             watched.jobs_running = lambda: executor.load
 

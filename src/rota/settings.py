@@ -163,6 +163,19 @@ class WorkerSettings(BaseModel):
         description="A message received but waiting this long to start goes back to the "
         "broker (keep it below RabbitMQ's consumer_timeout).",
     )
+    claim_ttl_seconds: float = Field(
+        10800.0,
+        ge=60,
+        description="How long the claim of an attempt (one run per attempt across the worker "
+        "group) is kept, beyond the attempt's timeout; also how long after a loss of Redis's "
+        "data a redelivered message is not run (docs/reliability.md).",
+    )
+    claim_timeout_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="Longest wait for Redis when claiming an attempt; without an answer a "
+        "first delivery runs, a redelivered one is not run (zombie detection retries it).",
+    )
 
     def state_path(self, data_dir: Path, worker_id: str) -> Path:
         """Where `rota worker --worker-id worker_id` keeps its local state."""

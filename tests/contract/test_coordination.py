@@ -23,7 +23,9 @@ from rota.core.errors import ValidationError
 from rota.core.events import Event, parse_event_id
 from rota.core.ids import new_id
 from rota.core.models import WorkerInfo
-from rota.core.ports import Coordination
+from rota.core.ports import ClaimOutcome, ClaimRequest, Coordination
+from rota.redis_client import delete_prefix
+from rota.redis_keys import RedisKeys
 from tests.contract.redis_fixtures import redis_scope
 
 ADAPTERS = ["memory", "redis"]
@@ -419,3 +421,140 @@ async def test_the_horizon_is_none_until_something_is_dropped(coord: Coordinatio
     assert await coord.feed_horizon() is None
     await coord.publish_events([_ev(n) for n in range(300)])
     assert await coord.feed_horizon() is None
+
+
+# --- attempt claims -------------------------------------------------------------------------
+
+CLAIM_TTL = 60.0
+
+
+def _attempt(careful: bool = False, attempt: int = 1) -> ClaimRequest:
+    return ClaimRequest(new_id(), attempt, careful)
+
+
+async def test_one_of_two_instances_racing_for_an_attempt_claims_it(
+    coord: Coordination, harness: Harness
+) -> None:
+    request = _attempt()
+    before = harness.now()
+    a, b = await asyncio.gather(
+        coord.claim_attempts("a", [request], CLAIM_TTL),
+        coord.claim_attempts("b", [request], CLAIM_TTL),
+    )
+    outcomes = sorted([a.claims[0].outcome, b.claims[0].outcome])
+    assert outcomes == [ClaimOutcome.CLAIMED, ClaimOutcome.TAKEN]
+    winner = a.claims[0] if a.claims[0].outcome is ClaimOutcome.CLAIMED else b.claims[0]
+    loser = b.claims[0] if winner is a.claims[0] else a.claims[0]
+    assert loser.owner == winner.owner
+    assert loser.claimed_at == winner.claimed_at
+    assert before - 1 <= winner.claimed_at <= harness.now() + 1
+    assert a.epoch == b.epoch
+    assert a.uncertain_until is None
+
+
+async def test_the_owner_renews_its_claim_and_others_keep_seeing_it(
+    coord: Coordination, harness: Harness
+) -> None:
+    first, second = _attempt(), _attempt(attempt=2)
+    got = await coord.claim_attempts("a", [first], CLAIM_TTL)
+    (claim,) = got.claims
+    assert (claim.outcome, claim.owner) == (ClaimOutcome.CLAIMED, "a")
+    again = await coord.claim_attempts("a", [first, second], CLAIM_TTL)
+    assert [(c.outcome, c.owner) for c in again.claims] == [
+        (ClaimOutcome.OWNED, "a"),
+        (ClaimOutcome.CLAIMED, "a"),  # another attempt of the same occurrence: its own key
+    ]
+    assert again.claims[0].claimed_at == claim.claimed_at
+    other = await coord.claim_attempts("b", [first, second, _attempt(careful=True)], CLAIM_TTL)
+    assert [(c.outcome, c.owner) for c in other.claims] == [
+        (ClaimOutcome.TAKEN, "a"),
+        (ClaimOutcome.TAKEN, "a"),
+        (ClaimOutcome.CLAIMED, "b"),  # careful, but the memory was never lost
+    ]
+
+
+async def test_a_claim_expires_after_its_ttl(coord: Coordination, harness: Harness) -> None:
+    request = _attempt()
+    await coord.claim_attempts("a", [request], TTL)
+    await harness.advance(TTL * 0.5)
+    renewed = await coord.claim_attempts("a", [request], TTL)  # renews it for another TTL
+    assert renewed.claims[0].outcome is ClaimOutcome.OWNED
+    await harness.advance(TTL * 0.7)
+    held = await coord.claim_attempts("b", [request], TTL)
+    assert (held.claims[0].outcome, held.claims[0].owner) == (ClaimOutcome.TAKEN, "a")
+    await harness.advance(TTL * 1.5)
+    taken = await coord.claim_attempts("b", [request], TTL)
+    assert (taken.claims[0].outcome, taken.claims[0].owner) == (ClaimOutcome.CLAIMED, "b")
+
+
+async def test_a_caller_that_knew_an_older_epoch_marks_the_memory_lost(
+    coord: Coordination, harness: Harness
+) -> None:
+    """A worker that saw another epoch token before (the memory was lost since): for the TTL
+    after the loss, careful requests of attempts nobody holds are marked taken by an unknown
+    owner; others are granted; held claims are unaffected."""
+    held = _attempt()
+    first = await coord.claim_attempts("a", [held], CLAIM_TTL)
+    assert first.uncertain_until is None
+    same = await coord.claim_attempts("a", [], CLAIM_TTL, known_epoch=first.epoch)
+    assert same.uncertain_until is None  # its own token: nothing was lost
+
+    careful, plain = _attempt(careful=True), _attempt()
+    batch = await coord.claim_attempts(
+        "b", [careful, plain, ClaimRequest(held.occurrence_id, 1, True)], CLAIM_TTL,
+        known_epoch="an-older-token",
+    )  # fmt: skip
+    assert [(c.outcome, c.owner) for c in batch.claims] == [
+        (ClaimOutcome.UNCERTAIN, None),
+        (ClaimOutcome.CLAIMED, "b"),
+        (ClaimOutcome.TAKEN, "a"),
+    ]
+    assert batch.uncertain_until is not None
+    assert harness.now() < batch.uncertain_until <= harness.now() + CLAIM_TTL + 1
+    # The attempt marked uncertain stays taken (by nobody known), for everyone.
+    later = await coord.claim_attempts("c", [_attempt(), ClaimRequest(careful.occurrence_id, 1)],
+                                       CLAIM_TTL, known_epoch=batch.epoch)  # fmt: skip
+    assert [(c.outcome, c.owner) for c in later.claims] == [
+        (ClaimOutcome.CLAIMED, "c"),
+        (ClaimOutcome.TAKEN, None),
+    ]
+    assert later.uncertain_until == batch.uncertain_until  # the loss is remembered
+
+
+async def test_the_uncertain_window_ends_after_the_ttl(
+    coord: Coordination, harness: Harness
+) -> None:
+    lost = await coord.claim_attempts("a", [], TTL, known_epoch="an-older-token")
+    assert lost.uncertain_until is not None
+    assert (await coord.claim_attempts("a", [_attempt(True)], TTL)).claims[0].outcome is (
+        ClaimOutcome.UNCERTAIN
+    )
+    await harness.advance(TTL * 1.5)
+    after = await coord.claim_attempts("a", [_attempt(True)], TTL)
+    assert after.claims[0].outcome is ClaimOutcome.CLAIMED
+
+
+async def test_a_flushed_redis_is_noticed_by_a_worker_that_knew_its_epoch() -> None:
+    """Redis loses every key (FLUSHALL, a restart without persistence): the claims are gone
+    and the epoch is new; the first caller that knew the old epoch marks the loss, also when
+    a caller that knew nothing (a new worker) recreated the epoch first."""
+    async with AsyncExitStack() as stack:
+        client, prefix = await redis_scope(stack)
+        coord = RedisCoordination(client, prefix=prefix)
+        stack.push_async_callback(coord.close)
+        held = _attempt()
+        before = await coord.claim_attempts("a", [held], CLAIM_TTL)
+        await delete_prefix(client, RedisKeys(prefix))  # the flush
+
+        fresh = await coord.claim_attempts("new-worker", [], CLAIM_TTL)
+        assert fresh.epoch != before.epoch
+        assert fresh.uncertain_until is None
+        copy = ClaimRequest(held.occurrence_id, 1, careful=True)
+        noticed = await coord.claim_attempts("b", [copy], CLAIM_TTL, known_epoch=before.epoch)
+        assert noticed.epoch == fresh.epoch
+        assert noticed.uncertain_until is not None
+        assert [(c.outcome, c.owner) for c in noticed.claims] == [(ClaimOutcome.UNCERTAIN, None)]
+        first = await coord.claim_attempts("b", [_attempt()], CLAIM_TTL, known_epoch=before.epoch)
+        assert first.claims[0].outcome is ClaimOutcome.CLAIMED  # a first delivery still runs
+        ttl_ms = await client.pttl(RedisKeys(prefix).claim(held.occurrence_id, 1))
+        assert 0 < ttl_ms <= CLAIM_TTL * 1000

@@ -2,8 +2,9 @@
 PostgreSQL, Redis and RabbitMQ (issue 4, part 6): RabbitMQ restarted and its connections
 closed, Redis flushed and restarted, PostgreSQL restarted — each under a load of one-time and
 every-second cron jobs —, a TCP fault proxy between a worker and the broker (latency,
-blackhole, reset), the same job message delivered three times, poison messages, and a handler
-that kills its own process.
+blackhole, reset), the same job message delivered three times (to one worker and to two), an
+ack lost with a worker's connection, a copy redelivered after Redis lost the claims, poison
+messages, and a handler that kills its own process.
 
 Each test asserts that no fire was lost, none completed or ran twice (every handler run is
 noted in a file: :func:`faults.runs_of`), no loop died (the processes are alive and a new job
@@ -16,7 +17,9 @@ shorten the loader interval, leases, heartbeats and the zombie threshold (10 s i
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,6 @@ from .faultproxy import FaultProxy
 from .faults import (
     FAST,
     Load,
-    Verdict,
     names,
     peek,
     pg_restored,
@@ -78,19 +80,6 @@ def fc(cluster: Cluster) -> Cluster:  # noqa: F811
 def alive(c: Cluster, *, but: tuple[Proc, ...] = ()) -> None:
     dead = [p.log.name for p in c.procs if not p.alive and p not in but]
     assert not dead, f"processes died: {dead}\n{c.logs()}"
-
-
-def known_gap(verdict: Verdict) -> None:
-    """Everything else held; an attempt that ran again on another worker instance marks the
-    test xfailed (not passed) with the evidence. PENDING: once a worker claims an attempt
-    across the group before running it, such reruns fail the test instead."""
-    print(verdict.summary)
-    if verdict.reruns:
-        pytest.xfail(
-            "known gap: a job message redelivered (its ack lost with the broker connection, or "
-            "republished) ran again on another worker instance; the store recorded it "
-            f"completed once: {verdict.reruns}"
-        )
 
 
 def buckets_owned(c: Cluster) -> bool:
@@ -135,7 +124,7 @@ def test_rabbitmq_restarted_and_its_connections_closed_under_load(
 
     load.stop()
     alive(c)
-    known_gap(load.check(reruns_elsewhere=True))
+    print(load.check().summary)  # an attempt run by two worker processes fails it
 
 
 # --- 2. Redis -------------------------------------------------------------------------------
@@ -213,7 +202,7 @@ def test_postgresql_restarted_under_load(fc: Cluster, tmp_path: Path, recovery: 
 
     load.stop()
     alive(c)
-    known_gap(load.check(reruns_elsewhere=True))
+    print(load.check().summary)
 
 
 # --- 4. a TCP fault proxy between the worker and RabbitMQ -----------------------------------
@@ -282,8 +271,8 @@ def test_the_same_job_message_delivered_again_runs_once(
 ) -> None:
     """Copies of a job message (as a republish or a lost ack makes them) while its occurrence
     runs, after it completed, and after the worker restarted: it runs once. Then copies with
-    two workers in the group: recorded completed once; a run on the other worker too is the
-    known gap (xfail) until attempts are claimed across the group."""
+    two workers in the group: the copies that reach the other worker find the attempt claimed
+    and are acknowledged without running; it runs once, on one worker."""
     c = fc
     c.server("server-a")
     worker = start_worker(c, "worker-1", concurrency=4)
@@ -338,9 +327,137 @@ def test_the_same_job_message_delivered_again_runs_once(
     assert (done["status"], done["attempt"]) == (COMPLETED, 1)
     assert [s["to"] for s in done["statusChangeLogs"]].count(COMPLETED) == 1
     runs_by = [pid for o, _, pid in runs_of(load.runs) if o == oid]
-    assert len(runs_by) == len(set(runs_by)), f"a worker ran it twice: {runs_by}"
-    if len(runs_by) > 1:  # PENDING: no claim of an attempt across the worker group yet
-        pytest.xfail(f"known gap: a copy delivered to another worker ran again: {runs_by}")
+    assert len(runs_by) == 1, f"the occurrence ran {len(runs_by)} times, in {runs_by}"
+    skipped = [p for p in c.procs if "skip_claimed" in p.log.read_text(errors="replace")]
+    assert skipped, f"no copy reached the other worker (round-robin): {c.logs()}"
+
+
+def test_a_job_message_whose_ack_was_lost_runs_once(
+    fc: Cluster, tmp_path: Path, recovery: Recorder
+) -> None:
+    """The lost ack proper: worker 1 talks to RabbitMQ through a fault proxy with 1.5 s of
+    latency each way, so its ack reaches RabbitMQ seconds after the job started. The proxy
+    resets worker 1's connection in that window (and refuses new ones), so RabbitMQ redelivers
+    the message, to worker 2, which finds the attempt claimed by worker 1 and acknowledges it
+    without running it. Healed, worker 1 reconnects and reports the completion (from its
+    outbox): one run, one attempt, completed once."""
+    c = fc
+    c.server("server-a")
+    with FaultProxy(5672) as proxy:
+        vhost = c.env["ROTA_VHOST"]
+        url = f"amqp://guest:guest@127.0.0.1:{proxy.port}/{vhost}?heartbeat=2"
+        first = start_worker(c, "worker-1", ROTA_AMQP_URL=url)
+        wait_workers(c, 1)
+        load = Load(c, tmp_path / "runs")
+        warm_up(c, tmp_path / "warm-up")
+        job = c.api("POST", "/jobs", json={
+            "jobType": "e2e.record", "workerId": "e2e", "cronExpression": "0 0 1 1 *",
+            "jobData": {"path": str(load.runs), "seconds": 6},
+        })  # fmt: skip
+        proxy.latency(1.5)
+        oid = c.api("POST", f"/jobs/{job['id']}/trigger", json={"reason": "e2e"})["id"]
+        wait_until(lambda: any(o == oid for o, _, _ in runs_of(load.runs)), 20,
+                   f"never ran: {c.logs()}")  # fmt: skip
+        cut = time.monotonic()
+        try:
+            proxy.reset()  # the ack is still on its way (latency): lost with the connection
+            start_worker(c, "worker-2")  # directly to RabbitMQ: the redelivery goes there
+            wait_until(lambda: "skip_claimed" in c.procs[-1].log.read_text(errors="replace"),
+                       30, f"the redelivery did not reach worker 2: {c.logs()}")  # fmt: skip
+        finally:
+            proxy.heal()
+
+        def done() -> bool:
+            row = c.api("GET", f"/occurrences/{oid}")
+            return int(row["status"]) == COMPLETED
+
+        wait_until(done, 40, f"never completed: {c.logs()}")
+        recovery("lost ack: the occurrence completed after its connection was cut",
+                 time.monotonic() - cut)  # fmt: skip
+        done_row = c.api("GET", f"/occurrences/{oid}")
+        assert done_row["attempt"] == 1
+        assert [s["to"] for s in done_row["statusChangeLogs"]].count(COMPLETED) == 1
+        runs = [(attempt, pid) for o, attempt, pid in runs_of(load.runs) if o == oid]
+        assert runs == [(1, first.proc.pid)], f"runs: {runs}"
+        assert load.probe(30) >= 0  # both workers go on
+        alive(c)
+        c.stop()  # before the proxy goes
+
+
+def _claim_epoch(c: Cluster, name: str) -> str | None:
+    """The claim epoch a worker's local state holds (``None`` while it has none)."""
+    path = c.log_dir / f"data-{name}" / "workers" / "e2e" / "worker.sqlite3"
+    if not path.exists():
+        return None
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = 'claim_epoch'").fetchone()
+        except sqlite3.OperationalError:  # not created yet
+            return None
+    return None if row is None else str(row[0])
+
+
+def test_a_copy_redelivered_after_redis_lost_its_claims_does_not_run_again(
+    fc: Cluster, tmp_path: Path, recovery: Recorder
+) -> None:
+    """Redis loses the claim of a running attempt (FLUSHALL), then its worker dies before its
+    ack reached RabbitMQ (both workers talk to it through proxies with 1.5 s of latency), so
+    RabbitMQ redelivers the message to the other worker. That worker knew the claim memory's
+    epoch: it sees the loss, does not run the copy (it may have run before, and it has), and
+    reports it taken; zombie detection gives the occurrence a new attempt, which completes.
+    Attempt 1 ran once, attempt 2 once."""
+    c = fc
+    c.server("server-a")
+    vhost = c.env["ROTA_VHOST"]
+    with FaultProxy(5672) as proxy_1, FaultProxy(5672) as proxy_2:
+        workers = {
+            name: start_worker(c, name, ROTA_AMQP_URL=(
+                f"amqp://guest:guest@127.0.0.1:{proxy.port}/{vhost}?heartbeat=2"))
+            for name, proxy in (("worker-1", proxy_1), ("worker-2", proxy_2))
+        }  # fmt: skip
+        wait_workers(c, 2)
+        load = Load(c, tmp_path / "runs")
+        warm_up(c, tmp_path / "warm-up")
+        # Both have seen the claim memory's epoch (kept in their local state).
+        wait_until(lambda: all(_claim_epoch(c, n) for n in workers), 20, "no claim epoch seen")
+        (epoch,) = {_claim_epoch(c, n) for n in workers}
+        job = c.api("POST", "/jobs", json={
+            "jobType": "e2e.record", "workerId": "e2e", "cronExpression": "0 0 1 1 *",
+            "jobData": {"path": str(load.runs), "seconds": 4},
+        })  # fmt: skip
+        proxy_1.latency(1.5)
+        proxy_2.latency(1.5)
+        oid = c.api("POST", f"/jobs/{job['id']}/trigger", json={"reason": "e2e"})["id"]
+
+        def first_run() -> int | None:
+            return next((pid for o, _, pid in runs_of(load.runs) if o == oid), None)
+
+        wait_until(lambda: first_run() is not None, 20, f"never ran: {c.logs()}")
+        redis_flushall()  # the claim of attempt 1 is gone
+        (holder,) = [p for p in workers.values() if p.proc.pid == first_run()]
+        (other_name, other), *_ = [(n, p) for n, p in workers.items() if p is not holder]
+        holder.kill9()  # its ack is still on its way (latency): RabbitMQ redelivers
+        killed = time.monotonic()
+
+        def done() -> bool:
+            row = try_api(c, "GET", f"/occurrences/{oid}")
+            return row is not None and int(row["status"]) == COMPLETED
+
+        wait_until(done, 60, f"never completed: {c.logs()}")
+        recovery("claims lost + holder killed: the next attempt completed",
+                 time.monotonic() - killed)  # fmt: skip
+        row = c.api("GET", f"/occurrences/{oid}")
+        runs = [(attempt, pid) for o, attempt, pid in runs_of(load.runs) if o == oid]
+        assert runs == [(1, holder.proc.pid), (2, other.proc.pid)], f"runs: {runs}"
+        assert row["attempt"] == 2
+        assert [s["to"] for s in row["statusChangeLogs"]].count(COMPLETED) == 1
+        skipped = other.log.read_text(errors="replace")
+        assert "skip_claimed" in skipped, c.logs()
+        assert _claim_epoch(c, other_name) not in (None, epoch)  # it saw the new epoch
+        proxy_1.heal()
+        proxy_2.heal()
+        alive(c, but=(holder,))
+        c.stop()  # before the proxies go
 
 
 # --- 6. poison messages and a handler that kills its process --------------------------------

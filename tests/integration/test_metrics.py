@@ -107,6 +107,7 @@ async def test_metrics_count_real_jobs(runtime: Runtime) -> None:
         "rota_auto_disables",
         "rota_late_reports_ignored",
         "rota_duplicate_deliveries",
+        "rota_deliveries_claimed_elsewhere",
         "rota_outbox_pending",
         "rota_leases_taken_over",
     ):

@@ -380,3 +380,40 @@ async def test_zombie_records_by_policy() -> None:
         (S.UNKNOWN, 1, FailureType.ZOMBIE),
         (S.FAILED, 1, FailureType.ZOMBIE),
     ]
+
+
+async def test_an_attempt_reported_running_for_an_unknown_holder_gets_a_new_attempt(
+    store: SqlStore, clock: Clock
+) -> None:
+    """A worker that skipped a redelivered copy whose claim was lost reports the attempt
+    Running for nobody (worker/claims.py): with nobody to heartbeat it, it is a zombie after
+    the threshold, and the next attempt runs — even while workers are registered."""
+    job = Job(id=new_id(), job_type="report", execute_at=T0, next_run_at=T0)
+    await store.create_jobs([job])
+    occ = new_occurrence(job, T0, T0, PlanSettings())
+    await store.insert_occurrences([occ])
+    await store.mark_dispatched([occ.id], T0)
+    await store.apply_status(
+        [StatusRecord(occurrence_id=occ.id, status=S.RUNNING, timestamp=T0, instance_id=None)]
+    )
+    clock.now = T0 + timedelta(seconds=31)
+    assert await detector(store, clock, live_workers=registry(worker("w-1"))).sweep() == 1
+    stored = await store.get_occurrence(occ.id)
+    assert (stored.status, stored.attempt) == (S.QUEUED, 2)
+
+
+async def test_an_older_running_report_for_the_holder_is_only_a_heartbeat(
+    store: SqlStore, clock: Clock
+) -> None:
+    """The copy's Running, stamped with the claim time, reaches a store that has the holder's
+    later heartbeat: it changes nothing (no regression of the last sign of life)."""
+    occ = await running(store, T0, instance="w-1")
+    later = T0 + timedelta(seconds=20)
+    beat = StatusRecord(occurrence_id=occ.id, status=S.RUNNING, timestamp=later, instance_id="w-1")
+    copy = StatusRecord(occurrence_id=occ.id, status=S.RUNNING, timestamp=T0, instance_id="w-1")
+    await store.apply_status([beat])
+    await store.apply_status([copy])
+    stored = await store.get_occurrence(occ.id)
+    assert (stored.status, stored.last_heartbeat, stored.instance_id) == (S.RUNNING, later, "w-1")
+    clock.now = T0 + timedelta(seconds=31)
+    assert await detector(store, clock).sweep() == 0

@@ -14,11 +14,18 @@ import collections
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from rota.core.events import Event, EventId, format_event_id, parse_event_id
 from rota.core.models import WorkerInfo
-from rota.core.ports import Coordination, Lease
+from rota.core.ports import (
+    AttemptClaim,
+    ClaimBatch,
+    ClaimOutcome,
+    ClaimRequest,
+    Coordination,
+    Lease,
+)
 
 T = TypeVar("T")
 
@@ -87,6 +94,12 @@ class MemoryCoordination(Coordination):
         self._instances: dict[str, tuple[dict[str, str], float]] = {}
         self._workers: dict[str, tuple[WorkerInfo, float]] = {}
         self._subscribers: set[_Wakeups[Any]] = set()
+        self._claims: dict[tuple[UUID, int], tuple[str | None, float, float]] = {}
+        """(occurrence id, attempt) -> (owner, claimed at, expires at)."""
+        self._epoch = uuid4().hex
+        self._epoch_since = clock()
+        self._epoch_lost = False
+        self._next_claim_purge = 0.0
 
     async def close(self) -> None:
         subscribers, self._subscribers = self._subscribers, set()
@@ -149,6 +162,48 @@ class MemoryCoordination(Coordination):
         now = self._clock()
         self._workers = {k: v for k, v in self._workers.items() if v[1] > now}
         return [info for _, (info, _) in sorted(self._workers.items())]
+
+    # --- attempt claims -------------------------------------------------------------------
+
+    async def claim_attempts(
+        self,
+        owner: str,
+        requests: Sequence[ClaimRequest],
+        ttl: float,
+        *,
+        known_epoch: str | None = None,
+    ) -> ClaimBatch:
+        now = self._clock()
+        if known_epoch is not None and known_epoch != self._epoch:
+            self._epoch_lost = True
+        uncertain_until = self._epoch_since + ttl if self._epoch_lost else None
+        uncertain = uncertain_until is not None and now < uncertain_until
+        self._purge_claims(now)
+        out: list[AttemptClaim] = []
+        for request in requests:
+            key = (request.occurrence_id, request.attempt)
+            held = self._claims.get(key)
+            if held is not None and held[2] > now:
+                holder, at, _ = held
+                if holder == owner:
+                    self._claims[key] = (holder, at, now + ttl)
+                    out.append(AttemptClaim(ClaimOutcome.OWNED, holder, at))
+                else:
+                    out.append(AttemptClaim(ClaimOutcome.TAKEN, holder, at))
+            elif uncertain and request.careful:
+                self._claims[key] = (None, now, now + ttl)
+                out.append(AttemptClaim(ClaimOutcome.UNCERTAIN, None, now))
+            else:
+                self._claims[key] = (owner, now, now + ttl)
+                out.append(AttemptClaim(ClaimOutcome.CLAIMED, owner, now))
+        return ClaimBatch(self._epoch, out, uncertain_until)
+
+    def _purge_claims(self, now: float) -> None:
+        """Forget expired claims, at most once a minute (memory stays bounded by the TTL)."""
+        if now < self._next_claim_purge:
+            return
+        self._next_claim_purge = now + 60.0
+        self._claims = {k: v for k, v in self._claims.items() if v[2] > now}
 
     # --- wake-ups -------------------------------------------------------------------------
 

@@ -33,7 +33,14 @@ from rota.core.errors import BackendUnavailableError
 from rota.core.events import Event, EventId, format_event_id, parse_event_id
 from rota.core.jsonlimits import MAX_JSON_DEPTH, value_too_deep
 from rota.core.models import WorkerInfo
-from rota.core.ports import Coordination, Lease
+from rota.core.ports import (
+    AttemptClaim,
+    ClaimBatch,
+    ClaimOutcome,
+    ClaimRequest,
+    Coordination,
+    Lease,
+)
 from rota.redis_client import DEFAULT_SOCKET_TIMEOUT, connect, unavailable
 from rota.redis_keys import DEFAULT_PREFIX, RedisKeys
 
@@ -164,6 +171,55 @@ end
 return out
 """
 
+# KEYS: the claim epoch hash, then one claim key per attempt. ARGV: owner, ttl (ms), the epoch
+# token the caller knew ('' if none), a new token (used if the epoch is missing), then one
+# careful flag ('1'/'0') per attempt. A claim is ``{claimed at ms}:{owner}`` (owner '' when
+# unknown). Returns the epoch token, the end of the uncertain window in ms (-1: none), then
+# (outcome, owner, claimed at ms) per attempt.
+_CLAIM_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local owner, ttl, known = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local epoch = redis.call('HMGET', KEYS[1], 'token', 'since', 'lost')
+local token, since, lost = epoch[1], tonumber(epoch[2]), epoch[3] == '1'
+if not token then
+  token, since, lost = ARGV[4], now, false
+  redis.call('HSET', KEYS[1], 'token', token, 'since', string.format('%.0f', now), 'lost', '0')
+end
+if known ~= '' and known ~= token and not lost then
+  lost = true
+  redis.call('HSET', KEYS[1], 'lost', '1')
+end
+local uncertain = lost and now < since + ttl
+local out = {token, -1}
+if lost then out[2] = since + ttl end
+for i = 2, #KEYS do
+  local value = redis.call('GET', KEYS[i])
+  if value then
+    local at, holder = string.match(value, '^(%d+):(.*)$')
+    if holder == owner then
+      redis.call('PEXPIRE', KEYS[i], ttl)
+      out[#out + 1] = 'owned'
+    else
+      out[#out + 1] = 'taken'
+    end
+    out[#out + 1] = holder
+    out[#out + 1] = tonumber(at)
+  elseif uncertain and ARGV[i + 3] == '1' then
+    redis.call('SET', KEYS[i], string.format('%.0f:', now), 'PX', ttl)
+    out[#out + 1] = 'uncertain'
+    out[#out + 1] = ''
+    out[#out + 1] = now
+  else
+    redis.call('SET', KEYS[i], string.format('%.0f:', now) .. owner, 'PX', ttl)
+    out[#out + 1] = 'claimed'
+    out[#out + 1] = owner
+    out[#out + 1] = now
+  end
+end
+return out
+"""
+
 _WAKEUP_CAP = 1000
 """Approximate number of wake-ups the stream keeps (``MAXLEN ~``)."""
 
@@ -256,6 +312,7 @@ class RedisCoordination(Coordination):
         self._list_leases = redis.register_script(_LEASES_SCRIPT)
         self._live = redis.register_script(_LIVE_SCRIPT)
         self._live_workers = redis.register_script(_WORKERS_SCRIPT)
+        self._claim = redis.register_script(_CLAIM_SCRIPT)
         self._generation_key = self._keys.registry
         self._generation: bytes | None = None
         self._seen: dict[str, tuple[WorkerInfo, float]] = {}
@@ -424,6 +481,35 @@ class RedisCoordination(Coordination):
             ids = sorted(bytes(member).decode() for member in members)
             flat = await self._live(keys=[index, *map(key_of, ids)], args=ids)
         return [(flat[i].decode(), flat[i + 1]) for i in range(0, len(flat), 2)]
+
+    # --- attempt claims -------------------------------------------------------------------
+
+    async def claim_attempts(
+        self,
+        owner: str,
+        requests: Sequence[ClaimRequest],
+        ttl: float,
+        *,
+        known_epoch: str | None = None,
+    ) -> ClaimBatch:
+        """One script per call (``SET … PX`` per attempt that nobody holds), timed by the
+        server's clock; see :data:`_CLAIM_SCRIPT` and ``docs/protocol.md``."""
+        if not owner:
+            raise ValueError("a claim needs an owner")
+        keys = [self._keys.claim_epoch]
+        keys += [self._keys.claim(r.occurrence_id, r.attempt) for r in requests]
+        args: list[str | int] = [owner, _ttl_ms(ttl), known_epoch or "", uuid4().hex]
+        args += ["1" if r.careful else "0" for r in requests]
+        with unavailable("claim attempts"):
+            flat = await self._claim(keys=keys, args=args)
+        until = int(flat[1])
+        claims = []
+        for i in range(2, len(flat), 3):
+            holder = bytes(flat[i + 1]).decode() or None
+            claims.append(
+                AttemptClaim(ClaimOutcome(bytes(flat[i]).decode()), holder, int(flat[i + 2]) / 1e3)
+            )
+        return ClaimBatch(bytes(flat[0]).decode(), claims, None if until < 0 else until / 1e3)
 
     # --- wake-ups -------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ Every datetime crossing a port is timezone-aware UTC.
 from __future__ import annotations
 
 import abc
+import enum
 import inspect
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -919,6 +920,52 @@ class Lease:
     """Epoch seconds."""
 
 
+class ClaimOutcome(enum.StrEnum):
+    """What :meth:`Coordination.claim_attempts` found for one attempt."""
+
+    CLAIMED = "claimed"
+    """Nobody held it: the caller holds it now."""
+    OWNED = "owned"
+    """The caller held it already: its expiry was renewed."""
+    TAKEN = "taken"
+    """Another instance holds it (``owner``; ``None``: an unknown one, see ``UNCERTAIN``)."""
+    UNCERTAIN = "uncertain"
+    """Nobody holds it, but the claim memory was lost lately (Redis flushed or restarted
+    empty) and a claim from before the loss may have existed: the attempt is now marked taken
+    by an unknown owner, so no copy of it runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One attempt to claim. ``careful``: the message may be a copy of one handed out before
+    (a redelivery): while the claim memory may have lost claims, it is not claimed for the
+    caller but marked taken by an unknown owner (outcome ``UNCERTAIN``)."""
+
+    occurrence_id: UUID
+    attempt: int
+    careful: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptClaim:
+    outcome: ClaimOutcome
+    owner: str | None
+    """The holder's instance id (``None``: unknown)."""
+    claimed_at: float
+    """When the holder claimed it (epoch seconds, the coordination's clock)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    epoch: str
+    """The token of the claim memory: a new one means every claim made before was lost."""
+    claims: list[AttemptClaim]
+    """One per request, in order."""
+    uncertain_until: float | None = None
+    """While the memory may miss claims made before it was lost (epoch seconds): until then
+    a ``careful`` request is not claimed. ``None``: no loss known."""
+
+
 class Coordination(abc.ABC):
     """What scheduler instances and workers share that is not the store: bucket leases,
     instance heartbeats, the worker registry, and wake-up signals."""
@@ -982,6 +1029,29 @@ class Coordination(abc.ABC):
     @abc.abstractmethod
     def cancellations(self) -> AsyncIterator[UUID]:
         """Occurrence ids sent to :meth:`cancel` (from any process) after subscribing."""
+
+    # --- attempt claims (exactly one run per attempt across a worker group) ----------------
+
+    @abc.abstractmethod
+    async def claim_attempts(
+        self,
+        owner: str,
+        requests: Sequence[ClaimRequest],
+        ttl: float,
+        *,
+        known_epoch: str | None = None,
+    ) -> ClaimBatch:
+        """Claim attempts for worker instance ``owner`` atomically (per attempt: one caller
+        wins a race), each for ``ttl`` seconds: an attempt nobody holds becomes ``owner``'s
+        (``CLAIMED``), one ``owner`` holds is renewed (``OWNED``), one another holds is left
+        alone (``TAKEN``, with its holder and claim time).
+
+        The claim memory has an epoch token. ``known_epoch`` is the token the caller saw
+        before; if it is not the current one, the memory was lost since (a Redis flush or a
+        restart without persistence) and is marked so: for ``ttl`` seconds from the loss
+        (``uncertain_until``) a ``careful`` request of an attempt nobody holds is not granted
+        but marked taken by an unknown owner (``UNCERTAIN``). A memory that was never lost,
+        or whose loss nobody knew about, grants every request."""
 
     # --- change events (the SSE feed) ------------------------------------------------------
 

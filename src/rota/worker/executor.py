@@ -2,9 +2,10 @@
 and logs back in packed batches (DESIGN.md §3 step 5-6).
 
 Per delivery: wait for a slot (and the job type's turn) -> skip it if its attempt was finalized
-here -> claim (job type known, data valid) -> report Running, acknowledge after the flush that
-hands it over -> run the handler (async on the loop, sync in a thread pool) -> record the
-outcome. The executor talks to the :class:`~rota.core.ports.Broker` and its own
+here -> claim the attempt across the group (:mod:`rota.worker.claims`; skip it if another
+instance holds it) -> check it (job type known, data valid) -> report Running, acknowledge
+after the flush that hands it over -> run the handler (async on the loop, sync in a thread
+pool) -> record the outcome. The executor talks to the :class:`~rota.core.ports.Broker` and its own
 :class:`~rota.worker.localstore.LocalStore`; it never touches the scheduler's store.
 """
 
@@ -41,6 +42,7 @@ from rota.core.models import (
 from rota.core.ports import Broker, Delivery
 from rota.logs import set_job_context
 from rota.tracing import Tracing
+from rota.worker.claims import AttemptClaims, ClaimVerdict
 from rota.worker.discovery import AnyJobDefinition, JobRegistry
 from rota.worker.localstore import LocalStore
 from rota.worker.reporter import Reporter
@@ -145,6 +147,10 @@ class Executor:
     An attempt may run for the message's ``timeoutSeconds`` (the job's, else its job type's as
     the scheduler knows it), else the job type's ``timeout`` here, else ``default_timeout``
     (``None``: no limit). ``rng`` draws the retry jitter (a fresh generator by default).
+
+    ``claims`` (optional) claims each attempt across the worker group before it starts: a
+    delivery of an attempt another instance holds is acknowledged and not run
+    (:mod:`rota.worker.claims`).
     """
 
     def __init__(
@@ -167,6 +173,7 @@ class Executor:
         rng: random.Random | None = None,
         on_finished: Callable[[str, float | None], None] | None = None,
         tracing: Tracing | None = None,
+        claims: AttemptClaims | None = None,
     ) -> None:
         if concurrency < 1 or sync_threads < 1:
             raise ValueError("concurrency and sync_threads must be >= 1")
@@ -177,6 +184,7 @@ class Executor:
         self._tracing = tracing if tracing is not None and tracing.enabled else None
         """``on_finished(job_type, duration_ms)`` after a handler ran (metrics)."""
         self._rng = rng or random.Random()
+        self._claims = claims
         self.worker_id = worker_id
         self.instance_id = instance_id
         self.concurrency = concurrency
@@ -221,6 +229,9 @@ class Executor:
         """Deliveries given back to the broker unstarted (held too long, or at stop)."""
         self.dropped_dead = 0
         """Held deliveries dropped because their channel was lost (the broker redelivers)."""
+        self.claimed_elsewhere = 0
+        """Deliveries of attempts claimed by another instance of the group (or whose claim
+        could not be known for a redelivered message), acknowledged without running."""
         self.cancelled_unstarted = 0
         """Deliveries of occurrences cancelled before they started: reported Cancelled, the
         handler not run."""
@@ -244,6 +255,8 @@ class Executor:
         await self._broker.declare_worker_group(self.worker_id, list(self._registry))
         if self._store is not None:
             await self._load_state(self._store)
+        if self._claims is not None:
+            await self._claims.load()
         self._stopping = False
         self.reporter.start()
         loop = asyncio.get_running_loop()
@@ -461,6 +474,44 @@ class Executor:
         )
         self.reporter.ack_after_flush(delivery)
 
+    def _skip_claimed(self, delivery: Delivery, verdict: ClaimVerdict) -> None:
+        """Acknowledge, without running, a delivery of an attempt another instance holds (or
+        may hold: its claim was lost, or could not be read, and the message is a redelivery).
+
+        A redelivered message means the channel of an earlier delivery died: its holder may
+        have died before its Running report went out, leaving the occurrence Queued with
+        nobody to run it. So it is reported Running for its holder (``None`` if unknown), as
+        of the claim: a live holder's own reports supersede it (a Running occurrence takes it
+        as an older heartbeat), and a dead one's silence makes it a zombie that gets a new
+        attempt after the zombie threshold."""
+        message = delivery.message
+        self.claimed_elsewhere += 1
+        log.info(
+            "delivery of an attempt claimed by another worker instance: acknowledged, not run",
+            extra={
+                "action": "skip_claimed",
+                "occurrence_id": str(message.occurrence_id),
+                "attempt": message.attempt,
+                "owner": verdict.owner,
+                "claim": verdict.outcome,
+                "redelivered": delivery.redelivered,
+            },
+        )
+        if delivery.redelivered:
+            at = self._clock()
+            if verdict.claimed_at is not None:
+                at = min(at, datetime.fromtimestamp(verdict.claimed_at, UTC))
+            self.reporter.add_status(
+                StatusRecord(
+                    occurrence_id=message.occurrence_id,
+                    status=S.RUNNING,
+                    timestamp=at,
+                    attempt=message.attempt,
+                    instance_id=verdict.owner,
+                )
+            )
+        self.reporter.ack_after_flush(delivery)
+
     def _report_final(self, record: StatusRecord) -> None:
         self.reporter.add_status(record)
         self._remember_final(record.occurrence_id, record.attempt)
@@ -485,6 +536,9 @@ class Executor:
         while True:
             await asyncio.sleep(self._heartbeat_interval)
             self._beat()
+            if self._claims is not None:
+                running = [(oid, e.ctx.attempt) for oid, e in self._running.items()]
+                await self._claims.renew(running)
             returned = await self._hand_back_held(time.monotonic() - self._hand_back_after)
             if returned:
                 log.info(
@@ -511,6 +565,14 @@ class Executor:
         if self._stopping:  # not started yet: someone runs it later
             await self._hand_back(delivery)
             return
+        if self._claims is not None and message.occurrence_id not in self._running:
+            verdict = await self._claims.claim(message, careful=delivery.redelivered)
+            if self._known_final(message):  # finished here while claiming (a copy raced it)
+                self._skip(delivery)
+                return
+            if not verdict.run:
+                self._skip_claimed(delivery, verdict)
+                return
         claimed = self._claim(message)
         if claimed is None:
             self.reporter.ack_after_flush(delivery)

@@ -3,6 +3,9 @@ restarts of the same worker.
 
 * **Finalized attempts**: ``(occurrence id, attempt)`` of every attempt whose final report was
   handed over. A delivery of an attempt finalized here is acknowledged and not run again.
+* **Meta**: small values kept across restarts, e.g. the epoch token of the group's claim
+  memory last seen (``claim_epoch``), so that a restarted worker notices a Redis that lost its
+  claims meanwhile.
 * **Outbox**: status and log records that could not be published (the broker is away), as
   their wire bodies, replayed oldest first when publishing works again (also after a restart).
 
@@ -61,6 +64,10 @@ CREATE TABLE IF NOT EXISTS finalized (
     PRIMARY KEY (occurrence_id, attempt)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS finalized_by_time ON finalized (finalized_at);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS outbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     kind TEXT NOT NULL CHECK (kind IN ('status', 'logs')),
@@ -241,6 +248,23 @@ class LocalStore:
                     "DELETE FROM finalized WHERE finalized_at <= ?", (row[0],)
                 ).rowcount
         return removed
+
+    # --- small values ---------------------------------------------------------------------
+
+    async def get_meta(self, key: str) -> str | None:
+        return await self._call(self._get_meta, key)
+
+    def _get_meta(self, key: str) -> str | None:
+        row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    async def set_meta(self, key: str, value: str) -> None:
+        await self._call(self._set_meta, key, value)
+
+    def _set_meta(self, key: str, value: str) -> None:
+        db = self._conn()
+        with _immediate(db):
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
     # --- one flush --------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from rota.runtime import new_instance_id
 from rota.settings import Settings
 from rota.startup import wait_for
 from rota.tracing import tracing_from_env
+from rota.worker.claims import AttemptClaims
 from rota.worker.discovery import JobRegistry, load_jobs
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
@@ -74,11 +75,19 @@ async def _run(
     coordination = make_coordination(settings)
     metrics = RotaMetrics(CollectorRegistry(), server=False)
     tracing = tracing_from_env("rota-worker")
+    instance_id = new_instance_id(worker_id)
+    claims = AttemptClaims(
+        coordination,
+        instance_id,
+        ttl=ws.claim_ttl_seconds,
+        timeout=ws.claim_timeout_seconds,
+        store=store,
+    )
     executor = Executor(
         broker,
         registry,
         worker_id=worker_id,
-        instance_id=new_instance_id(worker_id),
+        instance_id=instance_id,
         concurrency=concurrency,
         sync_threads=max(ws.sync_threads, concurrency),
         flush_interval=ws.flush_interval_seconds,
@@ -89,6 +98,7 @@ async def _run(
         default_timeout=ws.default_timeout_seconds,
         on_finished=metrics.record_finished,
         tracing=tracing,
+        claims=claims,
     )
     watch_worker(metrics, executor)
     presence = WorkerPresence(
@@ -140,6 +150,7 @@ def watch_worker(metrics: RotaMetrics, executor: Executor) -> None:
     """What a worker's metrics read when scraped."""
     watched = metrics.watched
     watched.duplicate_deliveries = lambda: executor.duplicates_skipped
+    watched.claimed_elsewhere = lambda: executor.claimed_elsewhere
     watched.outbox_pending = lambda: executor.reporter.outbox_entries
     watched.jobs_running = lambda: executor.load
 

@@ -1,0 +1,282 @@
+"""The executor's claim of each attempt across its worker group (rota.worker.claims): a copy
+delivered to another instance is acknowledged and not run; a lost or unreachable claim memory
+keeps redelivered copies from running."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+import rota
+from rota.brokers.inprocess import InProcessBroker
+from rota.coordination.memory import MemoryCoordination
+from rota.core.errors import BackendUnavailableError
+from rota.core.ids import new_id
+from rota.core.models import JobMessage, OccurrenceStatus
+from rota.core.ports import Broker, ClaimBatch, ClaimOutcome, ClaimRequest
+from rota.worker.claims import CLAIM_EPOCH, AttemptClaims
+from rota.worker.discovery import AnyJobDefinition, JobRegistry
+from rota.worker.executor import Executor
+from tests.unit.test_executor import NOW, WORKER, Harness, Observer
+from tests.worker_broker import FlakyBroker, until
+
+S = OccurrenceStatus
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[InProcessBroker]:
+    broker = InProcessBroker()
+    await broker.start()
+    yield broker
+    await broker.close()
+
+
+@pytest.fixture
+async def observer(broker: InProcessBroker) -> AsyncIterator[Observer]:
+    observer = Observer(broker)
+    observer.start()
+    yield observer
+    await observer.stop()
+
+
+@pytest.fixture
+async def harness(broker: InProcessBroker) -> AsyncIterator[Harness]:
+    harness = Harness(broker)
+    yield harness
+    for executor in harness.executors:
+        await executor.stop(0)
+    for store in harness.stores:
+        await store.close()
+
+
+TTL = 3600.0
+
+runs: Counter[tuple[UUID, int]] = Counter()
+
+
+@rota.job("claimed")
+async def claimed(ctx: rota.JobContext) -> str:
+    runs[ctx.occurrence_id, ctx.attempt] += 1
+    return "ran"
+
+
+def _executor(
+    via: Broker,
+    definition: AnyJobDefinition,
+    claims: AttemptClaims,
+    *,
+    worker_id: str = WORKER,
+) -> Executor:
+    return Executor(
+        via,
+        JobRegistry([definition]),
+        worker_id=worker_id,
+        instance_id=claims.instance_id,
+        concurrency=2,
+        sync_threads=1,
+        flush_interval=0.005,
+        heartbeat_interval=0.05,
+        claims=claims,
+    )
+
+
+def _message(job_type: str, **fields: Any) -> JobMessage:
+    return JobMessage(
+        occurrence_id=new_id(),
+        job_id=new_id(),
+        job_type=job_type,
+        job_data=None,
+        scheduled_for=NOW,
+        timestamp=NOW,
+        **fields,
+    )
+
+
+async def _redelivered(bus: InProcessBroker, message: JobMessage) -> None:
+    """Publish ``message`` and make its delivery a redelivery (taken and given back, as a
+    consumer whose channel died does)."""
+    await bus.declare_worker_group(WORKER, [message.job_type])
+    await bus.publish_jobs([message])
+    consumer = bus.consume_jobs(WORKER, 1)
+    delivery = await anext(consumer)
+    await delivery.reject(requeue=True)
+    await consumer.aclose()
+
+
+async def test_two_instances_given_the_same_attempt_run_it_once(
+    harness: Harness, observer: Observer
+) -> None:
+    """Two instances each get a copy of the same message at once (two queues bound to the
+    job type, the in-process stand-in for a copy reaching another instance): one claims and
+    runs it, the other acknowledges its copy without running it."""
+    runs.clear()
+    coordination = MemoryCoordination()
+    a = _executor(harness.broker, claimed, AttemptClaims(coordination, "a", ttl=TTL))
+    b = _executor(
+        harness.broker, claimed, AttemptClaims(coordination, "b", ttl=TTL), worker_id="twin"
+    )
+    harness.executors += [a, b]
+    for executor in (a, b):
+        await executor.start()
+    messages = [await harness.publish("claimed") for _ in range(20)]
+    for message in messages:
+        await observer.wait_final(message.occurrence_id)
+    await until(lambda: a.claimed_elsewhere + b.claimed_elsewhere == 20, "copies skipped")
+    assert runs == {(m.occurrence_id, 1): 1 for m in messages}
+    for message in messages:  # not redelivered copies: nothing reported for them
+        assert [r.status for r in observer.of(message.occurrence_id)] == [S.COMPLETED]
+    depths = await harness.broker.queue_depths()
+    assert depths["rota.jobs.test-worker"] == depths["rota.jobs.twin"] == 0
+
+
+async def test_a_redelivered_copy_claimed_elsewhere_reports_its_holder(
+    harness: Harness, observer: Observer
+) -> None:
+    """The holder may have died before its Running report went out: the copy is reported
+    Running for the holder as of its claim, so zombie detection sees it; it is not run."""
+    runs.clear()
+    coordination = MemoryCoordination()
+    message = _message("claimed")
+    held = await coordination.claim_attempts("gone", [ClaimRequest(message.occurrence_id, 1)], TTL)
+    await _redelivered(harness.broker, message)
+    flaky = FlakyBroker(harness.broker)
+    executor = _executor(flaky, claimed, AttemptClaims(coordination, "b", ttl=TTL))
+    harness.executors.append(executor)
+    await executor.start()
+    await observer.wait_status(message.occurrence_id, S.RUNNING)
+    await until(lambda: flaky.acked(message.occurrence_id), "the copy acknowledged")
+    (record,) = observer.of(message.occurrence_id)
+    assert (record.instance_id, record.attempt) == ("gone", 1)
+    assert record.timestamp == datetime.fromtimestamp(held.claims[0].claimed_at, UTC)
+    assert executor.claimed_elsewhere == 1
+    assert runs == {}
+
+
+async def test_its_own_claim_is_no_duplicate(harness: Harness, observer: Observer) -> None:
+    """An instance that claimed the attempt but did not run it (its claim's reply lost and the
+    call retried, say) runs it."""
+    runs.clear()
+    coordination = MemoryCoordination()
+    message = _message("claimed")
+    await coordination.claim_attempts("a", [ClaimRequest(message.occurrence_id, 1)], TTL)
+    executor = _executor(harness.broker, claimed, AttemptClaims(coordination, "a", ttl=TTL))
+    harness.executors.append(executor)
+    await executor.start()
+    await harness.broker.publish_jobs([message])
+    assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+    assert runs == {(message.occurrence_id, 1): 1}
+
+
+async def test_a_new_attempt_is_claimed_anew(harness: Harness, observer: Observer) -> None:
+    """A retry or a zombie's new attempt is another key: its holder may be anyone."""
+    runs.clear()
+    coordination = MemoryCoordination()
+    message = _message("claimed", retry_count=1)
+    await coordination.claim_attempts("gone", [ClaimRequest(message.occurrence_id, 1)], TTL)
+    executor = _executor(harness.broker, claimed, AttemptClaims(coordination, "b", ttl=TTL))
+    harness.executors.append(executor)
+    await executor.start()
+    await harness.broker.publish_jobs([message])
+    assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+    assert runs == {(message.occurrence_id, 2): 1}
+
+
+async def test_after_a_loss_of_the_claim_memory_a_redelivered_copy_does_not_run(
+    harness: Harness, observer: Observer, tmp_path: Path
+) -> None:
+    """A worker that knew an older epoch (kept in its local store) notices the loss: a
+    redelivered message is reported Running by an unknown holder and not run (zombie detection
+    gives it a new attempt); a first delivery runs; the new epoch is kept."""
+    runs.clear()
+    coordination = MemoryCoordination()
+    store = await harness.store(tmp_path)
+    await store.set_meta(CLAIM_EPOCH, "an-older-token")
+    flaky = FlakyBroker(harness.broker)
+    claims = AttemptClaims(coordination, "b", ttl=TTL, store=store)
+    executor = _executor(flaky, claimed, claims)
+    harness.executors.append(executor)
+    copy = _message("claimed")
+    await _redelivered(harness.broker, copy)
+    await executor.start()
+    await observer.wait_status(copy.occurrence_id, S.RUNNING)
+    await until(lambda: flaky.acked(copy.occurrence_id), "the copy acknowledged")
+    (record,) = observer.of(copy.occurrence_id)
+    assert (record.status, record.instance_id) == (S.RUNNING, None)
+    first = await harness.publish("claimed")
+    assert (await observer.wait_final(first.occurrence_id)).status is S.COMPLETED
+    assert runs == {(first.occurrence_id, 1): 1}
+    assert claims.losses == 1
+    assert await store.get_meta(CLAIM_EPOCH) == claims.known_epoch != "an-older-token"
+
+
+class Unreachable(MemoryCoordination):
+    """Claims fail (``down``) or never answer (``hang``) until healed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+        self.hang = False
+
+    async def claim_attempts(
+        self,
+        owner: str,
+        requests: Sequence[ClaimRequest],
+        ttl: float,
+        *,
+        known_epoch: str | None = None,
+    ) -> ClaimBatch:
+        if self.hang:
+            await asyncio.Event().wait()
+        if self.down:
+            raise BackendUnavailableError("Redis unavailable (test)")
+        return await super().claim_attempts(owner, requests, ttl, known_epoch=known_epoch)
+
+
+async def test_an_unreachable_claim_memory_runs_first_deliveries_only(
+    harness: Harness, observer: Observer
+) -> None:
+    """Without an answer (an error, or none within the timeout) a first delivery runs and is
+    claimed once the memory answers again; a redelivered one is not run."""
+    runs.clear()
+    coordination = Unreachable()
+    coordination.hang = True
+    flaky = FlakyBroker(harness.broker)
+    claims = AttemptClaims(coordination, "a", ttl=TTL, timeout=0.05)
+    executor = _executor(flaky, claimed, claims)
+    harness.executors.append(executor)
+    copy = _message("claimed")
+    await _redelivered(harness.broker, copy)
+    await executor.start()
+    first = await harness.publish("claimed")
+    assert (await observer.wait_final(first.occurrence_id)).status is S.COMPLETED
+    await until(lambda: flaky.acked(copy.occurrence_id), "the copy acknowledged")
+    assert [r.status for r in observer.of(copy.occurrence_id)] == [S.RUNNING]
+    assert runs == {(first.occurrence_id, 1): 1}
+    assert claims.unavailable >= 1
+
+    assert claims.unconfirmed == 1
+    coordination.hang = coordination.down = False  # back: the first run's claim is written
+    await until(lambda: claims.unconfirmed == 0, "the claim written by the renewal")
+    request = ClaimRequest(first.occurrence_id, 1)
+    other = await coordination.claim_attempts("probe", [request], TTL)
+    assert (other.claims[0].outcome, other.claims[0].owner) == (ClaimOutcome.TAKEN, "a")
+    assert claims.conflicts == 0
+
+
+async def test_claims_of_one_burst_go_in_one_call() -> None:
+    coordination = MemoryCoordination()
+    claims = AttemptClaims(coordination, "a", ttl=TTL)
+    messages = [_message("claimed") for _ in range(20)]
+    verdicts = await asyncio.gather(*(claims.claim(m, careful=False) for m in messages))
+    assert [v.outcome for v in verdicts] == ["claimed"] * 20
+    assert claims.calls == 1
+    again = await asyncio.gather(*(claims.claim(m, careful=True) for m in messages[:3]))
+    assert [(v.run, v.outcome) for v in again] == [(True, "owned")] * 3
+    assert claims.calls == 2
