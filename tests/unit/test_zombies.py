@@ -392,7 +392,7 @@ async def test_an_attempt_reported_running_for_an_unknown_holder_gets_a_new_atte
     await store.create_jobs([job])
     occ = new_occurrence(job, T0, T0, PlanSettings())
     await store.insert_occurrences([occ])
-    await store.mark_dispatched([occ.id], T0)
+    await store.mark_dispatched([occ], T0)
     await store.apply_status(
         [StatusRecord(occurrence_id=occ.id, status=S.RUNNING, timestamp=T0, instance_id=None)]
     )
