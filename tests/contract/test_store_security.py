@@ -207,7 +207,8 @@ async def test_a_success_gives_the_count_back_and_clears_a_lock(store: SqlStore)
     await store.create_user(user)
     await fail(store, "ada")
     granted = await reserve(store, "ada")
-    assert granted.user is not None and granted.user.failed_logins == 2
+    assert granted.user is not None
+    assert granted.user.failed_logins == 2
     await store.end_login_check("ada", check_until=T0 + LEASE, succeeded=True)
     cleared = await store.get_user(user.id)
     assert (cleared.failed_logins, cleared.locked_until) == (0, None)
@@ -215,7 +216,9 @@ async def test_a_success_gives_the_count_back_and_clears_a_lock(store: SqlStore)
     await fail(store, "ada")
     await fail(store, "ada")
     last = await reserve(store, "ada")
-    assert last.locks and last.user is not None and last.user.locked(T0)
+    assert last.locks
+    assert last.user is not None
+    assert last.user.locked(T0)
     await store.end_login_check("ada", check_until=T0 + LEASE, succeeded=True)
     assert (await reserve(store, "ada")).gate is LoginGate.GRANTED
 

@@ -74,10 +74,12 @@ class HashingPool:
             self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="rota-hash")
         return self._executor.submit(fn, *args)
 
-    def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+    def close(self, *, wait: bool = False) -> None:
+        """Stop the threads (checks not started are dropped); ``wait``: until they end. A
+        later check starts new ones."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=wait, cancel_futures=True)
 
 
 class Ticket:
