@@ -262,9 +262,12 @@ class AuthSettings(BaseModel):
         20, ge=1, description="Sign-ins a client address may make at once before the rate applies."
     )
     login_per_second: float = Field(
-        20.0, gt=0, description="Sign-ins per second one server takes from all clients together."
+        5.0,
+        gt=0,
+        description="Sign-ins per second one server takes from all clients together (keep it "
+        "near what its hashing threads check: ~9 a second per thread).",
     )
-    login_burst: int = Field(40, ge=1, description="The burst of login_per_second.")
+    login_burst: int = Field(20, ge=1, description="The burst of login_per_second.")
     refresh_per_client_per_minute: float = Field(
         60.0, gt=0, description="Token refreshes a client address may make per minute."
     )

@@ -75,7 +75,7 @@ CLOCK_SKEW_SECONDS: Final = 10.0
 """Leeway for the clocks of servers that share a secret."""
 MAX_NAME_LENGTH: Final = 100
 LOGIN_PER_CLIENT: Final = Rate(per_second=0.5, burst=20)
-LOGIN_OVERALL: Final = Rate(per_second=20, burst=40)
+LOGIN_OVERALL: Final = Rate(per_second=5, burst=20)
 REFRESH_PER_CLIENT: Final = Rate(per_second=1, burst=30)
 REFRESH_OVERALL: Final = Rate(per_second=50, burst=100)
 _CLAIMS: Final = ["exp", "iat", "nbf", "iss", "aud", "sub", "jti"]

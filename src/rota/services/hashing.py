@@ -4,12 +4,15 @@ argon2id is slow and memory-hard on purpose (about 0.1 s and 64 MiB per hash wit
 defaults). Run on the shared default thread pool, a flood of sign-ins would take every thread
 and hundreds of MiB, and queue without bound. Here at most ``threads`` hashes run at once and
 at most ``queue`` wait; past that, :meth:`HashingPool.ticket` refuses at once
-(:class:`OverloadedError`, to be answered 503 with Retry-After) before any work is done.
+(:class:`OverloadedError`, to be answered 503 with Retry-After) before any work is done. The
+hashing threads run at a lower CPU priority (Linux), so the event loop is not starved.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,6 +25,16 @@ from rota.core.errors import OverloadedError
 
 T = TypeVar("T")
 RETRY_AFTER_SECONDS: Final = 1
+NICENESS: Final = 10
+"""How much lower the hashing threads' CPU priority is than the event loop's (Linux): under a
+flood of sign-ins, the API's other calls get the CPU first."""
+
+
+def _lower_priority() -> None:
+    """A hashing thread's initializer: lower its own scheduling priority (Linux schedules
+    threads one by one; elsewhere, or if not allowed, nothing changes)."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
 
 
 class HashingPool:
@@ -71,7 +84,9 @@ class HashingPool:
 
     def _submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="rota-hash")
+            self._executor = ThreadPoolExecutor(
+                self.threads, thread_name_prefix="rota-hash", initializer=_lower_priority
+            )
         return self._executor.submit(fn, *args)
 
     def close(self, *, wait: bool = False) -> None:
