@@ -271,7 +271,7 @@ class AuthService:
             until,
             extra={"action": "login_locked", "client": client},
         )
-        with contextlib.suppress(Exception):  # logged by the audit service
+        with contextlib.suppress(Exception):  # a lost entry must not turn this into a 500
             await self._audit.record(
                 name or "-",
                 "login.locked",
@@ -334,7 +334,7 @@ class AuthService:
 
     async def _audit_reuse(self, user_id: UUID | None, client: str | None) -> None:
         owner = None if user_id is None else await self._user_or_none(user_id)
-        with contextlib.suppress(Exception):  # logged by the audit service
+        with contextlib.suppress(Exception):  # a lost entry must not turn this into a 500
             await self._audit.record(
                 owner.username if owner is not None else "-",
                 "refresh.reused",
