@@ -53,6 +53,8 @@ EXPIRED_KEPT = timedelta(days=1)
 THROTTLE_IDLE_KEPT = timedelta(days=1)
 """The failed logins of a name that is no user, untouched for this long (and not locked),
 are forgotten."""
+THROTTLE_PRUNE_BATCH = 100
+"""At most this many such rows are deleted by one attempt (bounded work per sign-in)."""
 
 
 def _at(when: datetime) -> ColumnElement[datetime]:
@@ -285,12 +287,16 @@ class SecurityQueries:
         """``reserve_login`` of a name that is no user: an upsert into ``login_throttles``
         whose update happens only when the name is neither locked nor being checked."""
         t = login_throttles.c
-        await conn.execute(
-            delete(login_throttles).where(
+        idle = (
+            select(t.name)
+            .where(
                 t.updated_at < now - THROTTLE_IDLE_KEPT,
                 or_(t.locked_until.is_(None), t.locked_until <= now),
             )
+            .limit(THROTTLE_PRUNE_BATCH)
+            .with_for_update(skip_locked=True)  # never wait for (or deadlock with) another
         )
+        await conn.execute(delete(login_throttles).where(t.name.in_(idle.scalar_subquery())))
         first_locks = max_failures <= 1
         values = {
             "name": name,
