@@ -76,8 +76,8 @@ def _token_out(tokens: Tokens) -> TokenOut:
 
 
 def _client(request: Request) -> str | None:
-    """The caller's address, as the server sees it (uvicorn takes it from X-Forwarded-For
-    only when the peer is one of its FORWARDED_ALLOW_IPS, by default 127.0.0.1)."""
+    """The caller's address, as the server sees it (from X-Forwarded-For only when the peer
+    is one of ``api.trusted_proxies``)."""
     return request.client.host if request.client else None
 
 
