@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -303,3 +303,271 @@ def report(result: dict[str, Any], json_file: Path | None, console: Console) -> 
     if json_file is not None:
         json_file.write_text(json.dumps(result, indent=2) + "\n")
         console.print(f"written to {json_file}")
+
+
+# --- login flood ---------------------------------------------------------------------------
+
+FLOOD_PROBE_INTERVAL = 0.05
+"""Seconds between two calls of the probe (the normal authenticated API call)."""
+PROBE_PATH = "/api/v1/jobs?limit=20"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@asynccontextmanager
+async def _server_process(
+    mode: str, admin: str, password: str
+) -> AsyncIterator[tuple[str, psutil.Process]]:
+    """``rota server`` in a process of its own (embedded: SQLite in a temporary data dir;
+    distributed: on ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL under the
+    ``rota-bench`` prefix), with a bench Admin; its base URL and process."""
+    import httpx
+
+    with tempfile.TemporaryDirectory(prefix="rota-bench-") as tmp:
+        port = _free_port()
+        env = {
+            **os.environ,
+            "ROTA_ENVIRONMENT": "test",
+            "ROTA_DATA_DIR": tmp,
+            "ROTA_ADMIN_USER": admin,
+            "ROTA_ADMIN_PASSWORD": password,
+            "ROTA_SILENCE__ENABLED": "false",
+            # The attackers name their own addresses in X-Forwarded-For, as a proxy would.
+            "ROTA_API__TRUSTED_PROXIES": "127.0.0.1",
+        }
+        if mode == "embedded":
+            for name in ("ROTA_DATABASE_URL", "ROTA_REDIS_URL", "ROTA_AMQP_URL"):
+                env.pop(name, None)
+        elif mode == "distributed":
+            settings = Settings()
+            if settings.is_embedded or not settings.database_url:
+                raise ConfigurationError(
+                    "bench --mode distributed needs ROTA_DATABASE_URL, ROTA_REDIS_URL and "
+                    "ROTA_AMQP_URL"
+                )
+            from rota.stores.migrate import upgrade
+
+            await upgrade(settings.database_url)
+            env["ROTA_NAME_PREFIX"] = BENCH_PREFIX
+            env.setdefault("ROTA_AUTH_SECRET", secrets.token_urlsafe(48))
+        else:
+            raise ConfigurationError(
+                f"unknown bench mode {mode!r}: use 'embedded' or 'distributed'"
+            )
+        cmd = [sys.executable, "-m", "rota", "server", "--port", str(port)]
+        cmd += ["--host", "127.0.0.1", "--log-level", "error"]
+        server = await asyncio.to_thread(subprocess.Popen, cmd, env=env, stdout=subprocess.DEVNULL)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            async with httpx.AsyncClient(base_url=base, timeout=5) as http:
+                deadline = time.monotonic() + 60
+                while True:
+                    if server.poll() is not None:
+                        raise RuntimeError(f"the bench server exited with {server.returncode}")
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await http.get("/api/v1/health/live")).status_code == 200:
+                            break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the bench server did not answer within 60 s")
+                    await asyncio.sleep(0.1)
+            yield base, psutil.Process(server.pid)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(server.wait, 30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
+def _percentiles(samples: list[float]) -> dict[str, float | None]:
+    if not samples:
+        return {"p50Ms": None, "p99Ms": None, "maxMs": None}
+    ordered = sorted(samples)
+
+    def pct(p: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 2)
+
+    return {"p50Ms": pct(0.50), "p99Ms": pct(0.99), "maxMs": round(ordered[-1], 2)}
+
+
+class _Attack:
+    """The attackers of a login flood: wrong passwords as fast as they are answered, from
+    ``clients`` connections (run in a process of their own, so that the probe's latency is
+    the server's, not the attackers' event loop's)."""
+
+    def __init__(self, base: str, admin: str, seconds: float, distinct: bool) -> None:
+        self.base = base
+        self.admin = admin
+        self.seconds = seconds
+        self.distinct = distinct
+        self.statuses: dict[str, int] = {}
+        self.retry_after_missing = 0
+
+    async def run(self, clients: int, ready: Callable[[], None]) -> None:
+        import httpx
+
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+        async with httpx.AsyncClient(base_url=self.base, timeout=30, limits=limits) as http:
+            ready()
+            stop = time.monotonic() + self.seconds
+            await asyncio.gather(*(self._client(http, n, stop) for n in range(clients)))
+
+    async def _client(self, http: Any, n: int, stop: float) -> None:
+        """Three sprayed names, then the Admin's, and again."""
+        import httpx
+
+        headers = {"X-Forwarded-For": f"10.66.{n // 250}.{n % 250 + 1}"} if self.distinct else {}
+        k = 0
+        while time.monotonic() < stop:
+            k += 1
+            name = self.admin if k % 4 == 0 else f"spray-{n}-{k}"
+            try:
+                answer = await http.post(
+                    "/api/v1/auth/login",
+                    json={"username": name, "password": f"guess {n} {k}"},
+                    headers=headers,
+                )
+            except httpx.HTTPError as exc:
+                key = type(exc).__name__
+            else:
+                key = str(answer.status_code)
+                refused = answer.status_code in (429, 503)
+                self.retry_after_missing += refused and not answer.headers.get("retry-after")
+            self.statuses[key] = self.statuses.get(key, 0) + 1
+
+
+def _attack_process(
+    base: str, admin: str, clients: int, seconds: float, distinct: bool, out: Any
+) -> None:
+    """A process's entry: say when it starts, run the attack, send back the statuses (and
+    the refusals without a Retry-After)."""
+    attack = _Attack(base, admin, seconds, distinct)
+    asyncio.run(attack.run(clients, lambda: out.send("ready")))
+    out.send((attack.statuses, attack.retry_after_missing))
+    out.close()
+
+
+def _receive(pipe: Any, timeout: float) -> Any:
+    if not pipe.poll(timeout):
+        raise RuntimeError(f"the bench's attackers did not answer within {timeout:.0f} s")
+    return pipe.recv()
+
+
+class _Probe:
+    """The normal authenticated call, every 50 ms, and the server's memory."""
+
+    def __init__(self, http: Any, bearer: dict[str, str], server: psutil.Process) -> None:
+        self.http = http
+        self.bearer = bearer
+        self.server = server
+        self.errors = 0
+        self.peak_rss = server.memory_info().rss
+
+    async def calls(self, until: float, into: list[float]) -> None:
+        import httpx
+
+        while time.monotonic() < until:
+            t0 = time.perf_counter()
+            try:
+                answer = await self.http.get(PROBE_PATH, headers=self.bearer)
+            except httpx.HTTPError:
+                self.errors += 1
+            else:
+                self.errors += answer.status_code != 200
+                into.append((time.perf_counter() - t0) * 1000)
+            await asyncio.sleep(FLOOD_PROBE_INTERVAL)
+
+    async def memory(self, until: float) -> None:
+        while time.monotonic() < until:
+            with contextlib.suppress(psutil.Error):
+                self.peak_rss = max(self.peak_rss, self.server.memory_info().rss)
+            await asyncio.sleep(0.25)
+
+
+async def run_login_flood(
+    mode: str = "embedded",
+    clients: int = 48,
+    seconds: float = 20.0,
+    *,
+    baseline_seconds: float = 3.0,
+    distinct_addresses: bool = True,
+) -> dict[str, Any]:
+    """``clients`` attackers post wrong passwords to the login as fast as they are answered
+    for ``seconds`` (each from an address of its own, sent as X-Forwarded-For, which the
+    server believes from 127.0.0.1, its trusted proxy; or all from this host), spraying many
+    user names and the bench Admin's; meanwhile a probe makes a normal authenticated API call
+    every 50 ms. The probe's latency before and during the flood, the login answers by
+    status, and the server's CPU and memory."""
+    import multiprocessing
+
+    import httpx
+
+    admin, password = "bench-admin", secrets.token_urlsafe(24)
+    async with (
+        _server_process(mode, admin, password) as (base, server),
+        httpx.AsyncClient(base_url=base, timeout=30) as http,
+    ):
+        login = await http.post(
+            "/api/v1/auth/login", json={"username": admin, "password": password}
+        )
+        login.raise_for_status()
+        bearer = {"Authorization": f"Bearer {login.json()['accessToken']}"}
+        for _ in range(20):  # warm the probe's path
+            await http.get(PROBE_PATH, headers=bearer)
+        probe = _Probe(http, bearer, server)
+        rss_before = probe.peak_rss
+        baseline: list[float] = []
+        await probe.calls(time.monotonic() + baseline_seconds, baseline)
+        context = multiprocessing.get_context("spawn")
+        receive, send = context.Pipe(duplex=False)
+        args = (base, admin, clients, seconds, distinct_addresses, send)
+        attackers = context.Process(target=_attack_process, args=args, daemon=True)
+        attackers.start()
+        await asyncio.to_thread(_receive, receive, 60)  # started
+        during: list[float] = []
+        cpu_before = server.cpu_times()
+        started = time.perf_counter()
+        stop = time.monotonic() + seconds
+        await asyncio.gather(probe.calls(stop, during), probe.memory(stop))
+        statuses, retry_after_missing = await asyncio.to_thread(_receive, receive, 60)
+        elapsed = time.perf_counter() - started
+        cpu_after = server.cpu_times()
+        await asyncio.to_thread(attackers.join, 30)
+        rss_after = server.memory_info().rss
+    attempts = sum(statuses.values())
+    return {
+        "scenario": "login-flood",
+        "mode": mode,
+        "clients": clients,
+        "seconds": seconds,
+        "distinctAddresses": distinct_addresses,
+        "probe": PROBE_PATH,
+        "baseline": {**_percentiles(baseline), "calls": len(baseline)},
+        "duringFlood": {**_percentiles(during), "calls": len(during)},
+        "probeErrors": probe.errors,
+        "loginAttempts": attempts,
+        "loginsPerSecond": round(attempts / elapsed, 1) if elapsed > 0 else None,
+        "loginStatuses": dict(sorted(statuses.items())),
+        "count429": statuses.get("429", 0),
+        "count503": statuses.get("503", 0),
+        "count5xxOther": sum(
+            n for key, n in statuses.items() if key.startswith("5") and key != "503"
+        ),
+        "refusedWithoutRetryAfter": retry_after_missing,
+        "serverCpuPercent": round(
+            100 * (sum(cpu_after[:2]) - sum(cpu_before[:2])) / elapsed if elapsed > 0 else 0, 1
+        ),
+        "serverRssMiB": {
+            "before": round(rss_before / 2**20, 1),
+            "peak": round(probe.peak_rss / 2**20, 1),
+            "after": round(rss_after / 2**20, 1),
+        },
+        "environment": _environment(),
+    }

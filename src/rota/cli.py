@@ -330,6 +330,29 @@ def bench_latency(
     report(result, json_file, _console())
 
 
+@bench_app.command("login-flood")
+def bench_login_flood(
+    mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",
+    clients: Annotated[int, typer.Option(min=1, help="Clients flooding the login.")] = 48,
+    seconds: Annotated[float, typer.Option(min=1, help="How long the flood lasts.")] = 20.0,
+    distinct_addresses: Annotated[
+        bool,
+        typer.Option(
+            "--distinct-addresses/--same-address",
+            help="Each client from its own address (X-Forwarded-For), or all from this host.",
+        ),
+    ] = True,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+) -> None:
+    """Flood the login of a `rota server` (a process of its own) with wrong passwords while a
+    normal authenticated call is timed; its latency, the 429s and the server's memory."""
+    from rota.bench import report, run_login_flood
+
+    configure_logging("warning")
+    result = _run(run_login_flood(mode, clients, seconds, distinct_addresses=distinct_addresses))
+    report(result, json_file, _console())
+
+
 def _exit_past_stuck_threads() -> None:
     """After a graceful stop everything is stored; a plain-def handler that ignores its
     cancellation would still keep the interpreter waiting for its thread. Do not wait."""

@@ -37,6 +37,7 @@ from rota.services.jobs import JobService
 from rota.services.loader import Loader
 from rota.services.maintenance import Maintenance, RetentionPolicy
 from rota.services.probes import ProbeReleaser
+from rota.services.ratelimit import Rate
 from rota.services.recovery import recover_embedded
 from rota.services.silence import KINDS as SILENCE_KINDS
 from rota.services.silence import Alert, SilenceConfig, SilenceMonitor
@@ -165,8 +166,8 @@ class Runtime:
             stamp=self.tracing.stamp_trigger if traced else None,
             events=self.events,
         )
-        self.auth = AuthService(store, auth or auth_config(settings), utcnow)
         self.audit = AuditService(store, utcnow)
+        self.auth = AuthService(store, auth or auth_config(settings), utcnow, audit=self.audit)
         self.probes = ProbeReleaser(
             self.jobs, interval_seconds=sched.auto_disable_probe_interval_seconds
         )
@@ -325,6 +326,7 @@ class Runtime:
         await self.coordination.close()
         await self.index.close()
         await self.store.close()
+        self.auth.close()
 
     async def _drain_reports(self, deadline: float) -> None:
         loop = asyncio.get_running_loop()
@@ -600,6 +602,12 @@ def auth_config(settings: Settings) -> AuthConfig:
         lockout=timedelta(minutes=auth.lockout_minutes),
         issuer=auth.issuer,
         audience=auth.audience,
+        login_per_client=Rate(auth.login_per_client_per_minute / 60, auth.login_client_burst),
+        login_overall=Rate(auth.login_per_second, auth.login_burst),
+        refresh_per_client=Rate(auth.refresh_per_client_per_minute / 60, auth.refresh_client_burst),
+        refresh_overall=Rate(auth.refresh_per_second, auth.refresh_burst),
+        hash_threads=auth.hash_threads,
+        hash_queue=auth.hash_queue,
     )
 
 

@@ -255,6 +255,42 @@ class AuthSettings(BaseModel):
         description="Mark the API's and the dashboard's cookies Secure (HTTPS only); "
         "development turns it off.",
     )
+    login_per_client_per_minute: float = Field(
+        30.0, gt=0, description="Sign-ins a client address may make per minute (sustained)."
+    )
+    login_client_burst: int = Field(
+        20, ge=1, description="Sign-ins a client address may make at once before the rate applies."
+    )
+    login_per_second: float = Field(
+        5.0,
+        gt=0,
+        description="Sign-ins per second one server takes from all clients together (keep it "
+        "near what its hashing threads check: ~9 a second per thread).",
+    )
+    login_burst: int = Field(20, ge=1, description="The burst of login_per_second.")
+    refresh_per_client_per_minute: float = Field(
+        60.0, gt=0, description="Token refreshes a client address may make per minute."
+    )
+    refresh_client_burst: int = Field(
+        30, ge=1, description="Token refreshes a client address may make at once."
+    )
+    refresh_per_second: float = Field(
+        50.0, gt=0, description="Token refreshes per second one server takes from all clients."
+    )
+    refresh_burst: int = Field(100, ge=1, description="The burst of refresh_per_second.")
+    hash_threads: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Threads that hash and check passwords (argon2id: ~0.1 s of one core and "
+        "64 MiB each).",
+    )
+    hash_queue: int = Field(
+        8,
+        ge=0,
+        description="Password checks that may wait for a hashing thread; more at once are "
+        "refused (503 with Retry-After).",
+    )
 
 
 class ApiSettings(BaseModel):

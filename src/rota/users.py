@@ -25,10 +25,11 @@ async def _auth(settings: Settings) -> AsyncIterator[AuthService]:
         await upgrade(url)  # creates the file (0600) and its directory (0700)
     store = SqlStore(url)
     await store.open()
+    auth = AuthService(store, AuthConfig(secret=secrets.token_bytes(32)), utcnow)
     try:
-        config = AuthConfig(secret=secrets.token_bytes(32))
-        yield AuthService(store, config, utcnow)
+        yield auth
     finally:
+        auth.close()
         await store.close()
 
 

@@ -14,6 +14,8 @@ from rota.core.ids import new_id
 from rota.core.security import (
     AuditEntry,
     AuditQuery,
+    LoginGate,
+    LoginReservation,
     RefreshStatus,
     RefreshToken,
     Role,
@@ -163,32 +165,104 @@ async def test_delete_user_removes_it_and_its_tokens(store: SqlStore) -> None:
     assert outcome.status is RefreshStatus.INVALID
 
 
-async def test_failed_logins_lock_at_the_limit_and_success_resets(store: SqlStore) -> None:
+MINUTE = timedelta(minutes=1)
+LEASE = timedelta(seconds=10)
+
+
+async def reserve(
+    store: SqlStore, name: str, now: datetime = T0, max_failures: int = 3
+) -> LoginReservation:
+    return await store.reserve_login(
+        name, now=now, max_failures=max_failures, lock_until=now + HOUR, check_until=now + LEASE
+    )
+
+
+async def fail(store: SqlStore, name: str, now: datetime = T0, max_failures: int = 3) -> bool:
+    """One failed attempt: reserved, then its check ended. Whether it locked the name."""
+    granted = await reserve(store, name, now, max_failures)
+    assert granted.gate is LoginGate.GRANTED
+    await store.end_login_check(name, check_until=now + LEASE, succeeded=False)
+    return granted.locks
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["user", "unknown-name"])
+async def test_attempts_are_counted_before_the_check_and_lock_at_the_limit(
+    store: SqlStore, known: bool
+) -> None:
+    if known:
+        await store.create_user(make_user())
+    assert [await fail(store, "ada") for _ in range(3)] == [False, False, True]
+    locked = await reserve(store, "ada", T0 + MINUTE)
+    assert (locked.gate, locked.until) == (LoginGate.LOCKED, T0 + HOUR)
+    # When the lock ends, the count has started again.
+    assert [await fail(store, "ada", T0 + HOUR) for _ in range(3)] == [False, False, True]
+    if known:
+        stored = await store.find_user("ada")
+        assert stored is not None
+        assert (stored.failed_logins, stored.locked_until) == (0, T0 + 2 * HOUR)
+
+
+async def test_a_success_gives_the_count_back_and_clears_a_lock(store: SqlStore) -> None:
     user = make_user()
     await store.create_user(user)
-    until = T0 + HOUR
-    for expected in (1, 2):
-        stored = await store.record_login_failure(user.id, max_failures=3, lock_until=until)
-        assert (stored.failed_logins, stored.locked_until) == (expected, None)
-    locked = await store.record_login_failure(user.id, max_failures=3, lock_until=until)
-    assert (locked.failed_logins, locked.locked_until) == (0, until)
-    assert locked.locked(T0)
-    assert not locked.locked(until)
-    await store.record_login_failure(user.id, max_failures=3, lock_until=until)
-    await store.record_login_success(user.id)
+    await fail(store, "ada")
+    granted = await reserve(store, "ada")
+    assert granted.user is not None
+    assert granted.user.failed_logins == 2
+    await store.end_login_check("ada", check_until=T0 + LEASE, succeeded=True)
     cleared = await store.get_user(user.id)
     assert (cleared.failed_logins, cleared.locked_until) == (0, None)
-    with pytest.raises(NotFoundError):
-        await store.record_login_failure(new_id(), max_failures=3, lock_until=until)
+    # The attempt that locks, if right, unlocks again.
+    await fail(store, "ada")
+    await fail(store, "ada")
+    last = await reserve(store, "ada")
+    assert last.locks
+    assert last.user is not None
+    assert last.user.locked(T0)
+    await store.end_login_check("ada", check_until=T0 + LEASE, succeeded=True)
+    assert (await reserve(store, "ada")).gate is LoginGate.GRANTED
 
 
-async def test_concurrent_failures_are_all_counted(store: SqlStore) -> None:
-    user = make_user()
-    await store.create_user(user)
-    await asyncio.gather(
-        *(store.record_login_failure(user.id, max_failures=100, lock_until=T0) for _ in range(10))
-    )
-    assert (await store.get_user(user.id)).failed_logins == 10
+@pytest.mark.parametrize("known", [True, False], ids=["user", "unknown-name"])
+async def test_one_check_at_a_time_per_name(store: SqlStore, known: bool) -> None:
+    if known:
+        await store.create_user(make_user())
+    assert (await reserve(store, "ada")).gate is LoginGate.GRANTED
+    busy = await reserve(store, "ada")
+    assert (busy.gate, busy.until) == (LoginGate.BUSY, T0 + LEASE)
+    assert (await reserve(store, "bob")).gate is LoginGate.GRANTED  # another name is free
+    # Ending someone else's lease (an older check's) does not end this one.
+    await store.end_login_check("ada", check_until=T0 + MINUTE, succeeded=False)
+    assert (await reserve(store, "ada")).gate is LoginGate.BUSY
+    await store.end_login_check("ada", check_until=T0 + LEASE, succeeded=False)
+    assert (await reserve(store, "ada")).gate is LoginGate.GRANTED
+    # A lease not ended (its server died) runs out.
+    assert (await reserve(store, "ada", T0 + LEASE)).gate is LoginGate.GRANTED
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["user", "unknown-name"])
+async def test_parallel_reservations_grant_at_most_the_limit(store: SqlStore, known: bool) -> None:
+    """120 attempts at once, round after round: one check at a time is granted, and over
+    all rounds exactly ``max_failures`` before the name is locked."""
+    if known:
+        await store.create_user(make_user())
+    granted = 0
+    for _ in range(6):
+        results = await asyncio.gather(*(reserve(store, "ada") for _ in range(120)))
+        mine = [r for r in results if r.gate is LoginGate.GRANTED]
+        assert len(mine) <= 1
+        granted += len(mine)
+        if mine:
+            await store.end_login_check("ada", check_until=T0 + LEASE, succeeded=False)
+    assert granted == 3
+    assert (await reserve(store, "ada")).gate is LoginGate.LOCKED
+
+
+async def test_idle_unknown_names_are_forgotten(store: SqlStore) -> None:
+    await fail(store, "ghost", max_failures=2)
+    later = T0 + timedelta(days=2)
+    await fail(store, "other", later, max_failures=2)  # prunes ghost's idle row
+    assert not await fail(store, "ghost", later, max_failures=2)
 
 
 # --- refresh tokens ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import inspect
 import json
 import re
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -438,3 +439,111 @@ async def test_openapi_names_each_operations_role_and_its_401_403(app: FastAPI) 
     create = spec["paths"]["/api/v1/jobs"]["post"]
     assert create["x-rota-role"] == "Operator"
     assert "Operator or higher" in create["description"]
+
+
+# --- sign-in limits (issue 14) -------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def limited_app(tmp_path: Path, **auth: Any) -> AsyncIterator[FastAPI]:
+    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
+    for name, value in auth.items():
+        setattr(settings.auth, name, value)
+    rt = await prepare(settings, [])
+    await rt.start()
+    try:
+        yield create_app(rt)
+    finally:
+        await rt.stop(grace=1)
+
+
+def client_at(app: FastAPI, address: str) -> httpx.AsyncClient:
+    """An anonymous client on ``app`` calling from ``address``."""
+    transport = httpx.ASGITransport(app=app, client=(address, 40000))
+    return httpx.AsyncClient(transport=transport, base_url="http://rota")
+
+
+def assert_too_many(response: httpx.Response, seconds: int) -> None:
+    """A 429 rate-limit problem whose Retry-After is ``seconds`` (less the few seconds a slow
+    machine may have taken since the bucket ran dry)."""
+    problem = assert_problem(response, 429)
+    assert problem["type"] == "urn:rota:problem:rate-limited"
+    assert seconds - 5 <= int(response.headers["retry-after"]) <= seconds
+
+
+async def test_logins_past_the_limits_are_429_with_retry_after(tmp_path: Path) -> None:
+    limits = {
+        "login_client_burst": 2,
+        "login_per_client_per_minute": 1,
+        "login_burst": 3,
+        "login_per_second": 0.01,
+    }
+    async with limited_app(tmp_path, **limits) as app:
+        await ensure_user(app.state.runtime.auth, Role.VIEWER)
+        login = {"username": username_of(Role.VIEWER), "password": PASSWORD}
+        async with client_at(app, "10.0.0.1") as one, client_at(app, "10.0.0.2") as two:
+            for _ in range(2):
+                assert (await one.post("/api/v1/auth/login", json=login)).status_code == 200
+            refused = await one.post("/api/v1/auth/login", json=login)
+            assert_too_many(refused, 60)
+            assert "from this address" in refused.json()["detail"]
+            assert (await two.post("/api/v1/auth/login", json=login)).status_code == 200
+            overall = await two.post("/api/v1/auth/login", json=login)  # 3 in all: the burst
+            assert_too_many(overall, 100)
+            assert "from this address" not in overall.json()["detail"]
+
+
+async def test_refreshes_past_the_limit_are_429_with_retry_after(tmp_path: Path) -> None:
+    limits = {"refresh_client_burst": 1, "refresh_per_client_per_minute": 2}
+    async with limited_app(tmp_path, **limits) as app:
+        await ensure_user(app.state.runtime.auth, Role.VIEWER)
+        login = {"username": username_of(Role.VIEWER), "password": PASSWORD}
+        async with client_at(app, "10.0.0.1") as http:
+            tokens = (await http.post("/api/v1/auth/login", json=login)).json()
+            first = await http.post(
+                "/api/v1/auth/refresh", json={"refreshToken": tokens["refreshToken"]}
+            )
+            assert first.status_code == 200
+            again = await http.post(
+                "/api/v1/auth/refresh", json={"refreshToken": first.json()["refreshToken"]}
+            )
+            assert_too_many(again, 30)
+
+
+async def test_a_full_hashing_pool_is_503_with_retry_after(tmp_path: Path) -> None:
+    async with limited_app(tmp_path, hash_threads=1, hash_queue=0) as app:
+        auth = app.state.runtime.auth
+        await ensure_user(auth, Role.VIEWER)
+        login = {"username": username_of(Role.VIEWER), "password": PASSWORD}
+        async with client_at(app, "10.0.0.1") as http:
+            with auth.hashing.ticket():  # the one hashing thread is taken
+                busy = await http.post("/api/v1/auth/login", json=login)
+                problem = assert_problem(busy, 503)
+                assert problem["type"] == "urn:rota:problem:overloaded"
+                assert busy.headers["retry-after"] == "1"
+            assert (await http.post("/api/v1/auth/login", json=login)).status_code == 200
+
+
+async def test_lockouts_and_refresh_reuse_are_in_the_audit_log(
+    app: FastAPI, runtime: Runtime
+) -> None:
+    await ensure_user(runtime.auth, Role.VIEWER)
+    name = username_of(Role.VIEWER)
+    async with client_at(app, "10.7.7.7") as http:
+        tokens = (
+            await http.post("/api/v1/auth/login", json={"username": name, "password": PASSWORD})
+        ).json()
+        refresh = {"refreshToken": tokens["refreshToken"]}
+        assert (await http.post("/api/v1/auth/refresh", json=refresh)).status_code == 200
+        assert (await http.post("/api/v1/auth/refresh", json=refresh)).status_code == 401
+        for _ in range(2):  # max_failed_logins = 2 in this file
+            wrong = {"username": name, "password": "wrong password!"}
+            assert (await http.post("/api/v1/auth/login", json=wrong)).status_code == 401
+    async with api_client(app, Role.ADMIN) as admin:
+        locked = await admin.get("/api/v1/audit", params={"action": "login.locked"})
+        reused = await admin.get("/api/v1/audit", params={"action": "refresh.reused"})
+    assert locked.status_code == reused.status_code == 200, locked.text
+    (lock,) = locked.json()["items"]
+    assert (lock["actor"], lock["after"]["client"]) == (name, "10.7.7.7")
+    (reuse,) = reused.json()["items"]
+    assert (reuse["actor"], reuse["after"]["client"]) == (name, "10.7.7.7")

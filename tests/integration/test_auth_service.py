@@ -4,9 +4,11 @@ rotation and reuse, logout, password policy and changes, the admin bootstrap."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pwdlib import PasswordHash
@@ -16,10 +18,13 @@ from rota.core.errors import (
     AccountLockedError,
     AuthenticationError,
     ConflictError,
+    OverloadedError,
+    RateLimitedError,
     ValidationError,
 )
-from rota.core.security import Role, check_password
+from rota.core.security import AuditQuery, Role, check_password
 from rota.services.auth import BAD_CREDENTIALS, AuthConfig, AuthService
+from rota.services.ratelimit import Rate
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
 
@@ -280,3 +285,138 @@ async def test_two_servers_bootstrapping_at_once_make_one_admin(auth: AuthServic
     )
     assert sum(r is not None for r in results) == 1
     assert await auth.has_admin()
+
+
+# --- sign-in limits (issue 14) ---------------------------------------------------------------
+
+
+class Ticks:
+    """A hand-moved monotonic clock for the rate limits."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def limited(store: SqlStore, clock: Clock, ticks: Ticks, **limits: object) -> AuthService:
+    hasher = PasswordHash((Argon2Hasher(time_cost=1, memory_cost=1024, parallelism=1),))
+    config = AuthConfig(secret=SECRET, max_failed_logins=3, **limits)  # type: ignore[arg-type]
+    return AuthService(store, config, clock, hasher=hasher, monotonic=ticks)
+
+
+@pytest.mark.parametrize("name", ["ada", "ghost"], ids=["user", "unknown-name"])
+async def test_a_lockout_is_in_the_audit_log(
+    auth: AuthService, store: SqlStore, clock: Clock, name: str
+) -> None:
+    user = await auth.create_user("ada", PASSWORD, Role.VIEWER)
+    for _ in range(2):
+        with pytest.raises(AuthenticationError):
+            await auth.login(name, "wrong password, again", client="10.1.2.3")
+    assert (await store.list_audit(AuditQuery(action="login.locked"))).items == []
+    with pytest.raises(AuthenticationError):
+        await auth.login(name, "wrong password, again", client="10.1.2.3")
+    (entry,) = (await store.list_audit(AuditQuery(action="login.locked"))).items
+    assert (entry.actor, entry.resource_type) == (name, "user")
+    assert entry.resource_id == (str(user.id) if name == "ada" else None)
+    assert entry.after["client"] == "10.1.2.3"
+    assert entry.after["lockedUntil"] == (clock.now + timedelta(minutes=15)).isoformat()
+    with pytest.raises(AccountLockedError):  # refused while locked: no new lockout entry
+        await auth.login(name, PASSWORD, client="10.1.2.3")
+    assert len((await store.list_audit(AuditQuery(action="login.locked"))).items) == 1
+
+
+async def test_a_reused_refresh_token_is_in_the_audit_log(
+    auth: AuthService, store: SqlStore
+) -> None:
+    user = await auth.create_user("ada", PASSWORD, Role.VIEWER)
+    tokens = await auth.login("ada", PASSWORD)
+    await auth.refresh(tokens.refresh_token, client="10.9.9.9")
+    assert (await store.list_audit(AuditQuery(action="refresh.reused"))).items == []
+    with pytest.raises(AuthenticationError, match="used before"):
+        await auth.refresh(tokens.refresh_token, client="10.6.6.6")
+    (entry,) = (await store.list_audit(AuditQuery(action="refresh.reused"))).items
+    assert (entry.actor, entry.resource_id) == ("ada", str(user.id))
+    assert entry.after == {"client": "10.6.6.6", "familyRevoked": True}
+
+
+async def test_logins_are_rate_limited_per_client_and_in_all(store: SqlStore, clock: Clock) -> None:
+    ticks = Ticks()
+    auth = limited(
+        store,
+        clock,
+        ticks,
+        login_per_client=Rate(per_second=1 / 60, burst=2),
+        login_overall=Rate(per_second=1, burst=3),
+    )
+    await auth.create_user("ada", PASSWORD, Role.VIEWER)
+    await auth.login("ada", PASSWORD, client="10.0.0.1")
+    await auth.login("ada", PASSWORD, client="10.0.0.1")
+    with pytest.raises(RateLimitedError, match="from this address") as per_client:
+        await auth.login("ada", PASSWORD, client="10.0.0.1")
+    assert per_client.value.retry_after == 60
+    await auth.login("ada", PASSWORD, client="10.0.0.2")  # another address: its own bucket
+    with pytest.raises(RateLimitedError) as overall:  # but three in all is the global burst
+        await auth.login("ada", PASSWORD, client="10.0.0.3")
+    assert "from this address" not in overall.value.message
+    assert overall.value.retry_after == 1
+    ticks.now += 1
+    await auth.login("ada", PASSWORD, client="10.0.0.3")
+    ticks.now += 59
+    await auth.login("ada", PASSWORD, client="10.0.0.1")
+
+
+async def test_refreshes_are_rate_limited_per_client(store: SqlStore, clock: Clock) -> None:
+    ticks = Ticks()
+    auth = limited(store, clock, ticks, refresh_per_client=Rate(per_second=0.5, burst=1))
+    await auth.create_user("ada", PASSWORD, Role.VIEWER)
+    tokens = await auth.login("ada", PASSWORD)
+    tokens = await auth.refresh(tokens.refresh_token, client="10.0.0.1")
+    with pytest.raises(RateLimitedError) as refused:
+        await auth.refresh(tokens.refresh_token, client="10.0.0.1")
+    assert refused.value.retry_after == 2
+    ticks.now += 2
+    await auth.refresh(tokens.refresh_token, client="10.0.0.1")  # the refused one was not used
+
+
+async def test_a_full_hashing_pool_refuses_before_anything_is_counted(
+    store: SqlStore, clock: Clock
+) -> None:
+    auth = limited(store, clock, Ticks(), hash_threads=1, hash_queue=1)
+    await auth.create_user("ada", PASSWORD, Role.VIEWER)
+    with auth.hashing.ticket(), auth.hashing.ticket():  # one running, one waiting
+        with pytest.raises(OverloadedError) as refused:
+            await auth.login("ada", "wrong password, again")
+        assert refused.value.retry_after == 1
+    stored = await auth.find_user("ada")
+    assert stored is not None
+    assert stored.failed_logins == 0
+    await auth.login("ada", PASSWORD)
+    auth.close()
+
+
+async def test_a_sign_in_abandoned_mid_check_releases_the_name(
+    store: SqlStore, clock: Clock
+) -> None:
+    """A client that goes away while its password is checked must not leave the name
+    held (another sign-in would be told to wait until the lease runs out)."""
+    started, release = threading.Event(), threading.Event()
+
+    class Blocking(PasswordHash):
+        def verify_and_update(self, password: str | bytes, hash: str | bytes) -> Any:  # type: ignore[override]
+            started.set()
+            release.wait(10)
+            return super().verify_and_update(password, hash)
+
+    hasher = Blocking((Argon2Hasher(time_cost=1, memory_cost=1024, parallelism=1),))
+    auth = AuthService(store, AuthConfig(secret=SECRET), clock, hasher=hasher)
+    await auth.create_user("ada", PASSWORD, Role.VIEWER)
+    pending = asyncio.create_task(auth.login("ada", "wrong password, again"))
+    assert await asyncio.to_thread(started.wait, 10)
+    pending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pending
+    release.set()
+    await auth.login("ada", PASSWORD)  # not BUSY: the lease was ended
+    auth.close()

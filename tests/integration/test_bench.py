@@ -43,3 +43,25 @@ def test_unknown_mode_is_refused(tmp_path: Path) -> None:
     with pytest.raises(subprocess.CalledProcessError) as failed:
         bench(tmp_path, "throughput", "--mode", "cluster", "--jobs", "1")
     assert b"unknown bench mode" in failed.value.stderr
+
+
+def test_login_flood_scenario(tmp_path: Path) -> None:
+    """24 clients from one address: the address's burst (20) lets 20 sign-ins through and
+    refuses the rest with 429 (none is a server error), and the probe's call is answered
+    throughout."""
+    result = bench(tmp_path, "login-flood", "--clients", "24", "--seconds", "2", "--same-address")
+    assert result["scenario"] == "login-flood"
+    assert result["clients"] == 24
+    assert int(result["count429"]) >= 4  # type: ignore[call-overload]
+    assert result["count5xxOther"] == 0
+    assert result["refusedWithoutRetryAfter"] == 0
+    assert result["probeErrors"] == 0
+    during = result["duringFlood"]
+    assert isinstance(during, dict)
+    assert during["calls"] > 0
+    statuses = result["loginStatuses"]
+    assert isinstance(statuses, dict)
+    assert set(statuses) <= {"401", "429", "503"}
+    memory = result["serverRssMiB"]
+    assert isinstance(memory, dict)
+    assert memory["peak"] >= memory["before"] > 0

@@ -26,8 +26,10 @@ from rota.core.errors import (
     ConflictError,
     CronError,
     NotFoundError,
+    OverloadedError,
     PermissionDeniedError,
     PreconditionFailedError,
+    RateLimitedError,
     ValidationError,
 )
 from rota.services.jobs import api_name
@@ -47,6 +49,8 @@ INTERNAL: Final = "urn:rota:problem:internal"
 UNAUTHORIZED: Final = "urn:rota:problem:unauthorized"
 FORBIDDEN: Final = "urn:rota:problem:forbidden"
 LOCKED: Final = "urn:rota:problem:locked"
+RATE_LIMITED: Final = "urn:rota:problem:rate-limited"
+OVERLOADED: Final = "urn:rota:problem:overloaded"
 WWW_AUTHENTICATE: Final = 'Bearer realm="rota"'
 
 _LOCATIONS: Final = frozenset({"body", "query", "path", "header", "cookie"})
@@ -249,6 +253,22 @@ def _unauthenticated(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _rate_limited(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RateLimitedError)
+    headers = {"Retry-After": str(exc.retry_after)}
+    return problem_response(
+        request.url.path, 429, detail=exc.message, type_=RATE_LIMITED, headers=headers
+    )
+
+
+def _overloaded(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, OverloadedError)
+    headers = {"Retry-After": str(exc.retry_after)}
+    return problem_response(
+        request.url.path, 503, detail=exc.message, type_=OVERLOADED, headers=headers
+    )
+
+
 def _forbidden(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PermissionDeniedError)
     return problem_response(request.url.path, 403, detail=exc.message, type_=FORBIDDEN)
@@ -286,6 +306,8 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(BackendUnavailableError, _unavailable)
     app.add_exception_handler(AuthenticationError, _unauthenticated)
     app.add_exception_handler(PermissionDeniedError, _forbidden)
+    app.add_exception_handler(RateLimitedError, _rate_limited)
+    app.add_exception_handler(OverloadedError, _overloaded)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_middleware(UnhandledErrorMiddleware)
 

@@ -76,25 +76,29 @@ def _token_out(tokens: Tokens) -> TokenOut:
 
 
 def _client(request: Request) -> str | None:
+    """The caller's address, as the server sees it (from X-Forwarded-For only when the peer
+    is one of ``api.trusted_proxies``)."""
     return request.client.host if request.client else None
 
 
 @router.post(
     "/login",
     response_model=TokenOut,
-    responses=problem_responses(401, 413, 422, 429),
+    responses=problem_responses(401, 413, 422, 429, 503),
     summary="Sign in with a username and password",
     description="Returns an access token (a JWT, 15 minutes at most) and a single-use "
     "refresh token. Wrong credentials: 401 (the same whether or not the user exists). "
     "After 5 failures in a row (ROTA_AUTH__MAX_FAILED_LOGINS) the name is locked for 15 "
-    "minutes: 429 with Retry-After.",
+    "minutes: 429 with Retry-After. Too many sign-ins from the caller's address or in all, "
+    "or another sign-in of the same name being checked: 429 with Retry-After. The server's "
+    "password checks all taken: 503 with Retry-After.",
 )
 async def login(
     body: LoginRequest, auth: Auth, audit: Audit, runtime: Runtime, request: Request
 ) -> Response:
     client = {"client": _client(request)}
     try:
-        tokens = await auth.login(body.username, body.password)
+        tokens = await auth.login(body.username, body.password, client=client["client"])
     except AuthenticationError as exc:
         actor = body.username.strip().lower()[:100] or "-"
         await audit.record(actor, "login.failed", "user", after={**client, "reason": exc.message})
@@ -128,11 +132,12 @@ def _refresh_token(body: RefreshRequest | None, request: Request) -> str:
 @router.post(
     "/refresh",
     response_model=TokenOut,
-    responses=problem_responses(401, 403, 413, 422),
+    responses=problem_responses(401, 403, 413, 422, 429),
     summary="New tokens for a refresh token (which is used up)",
     description="Every refresh token works once: the answer carries its successor. A used "
     "one presented again revokes every token of that login (401). Without a body the "
-    "rota_refresh cookie is used (with the header X-Rota-CSRF: 1).",
+    "rota_refresh cookie is used (with the header X-Rota-CSRF: 1). Too many refreshes from "
+    "the caller's address or in all: 429 with Retry-After.",
 )
 async def refresh(
     auth: Auth,
@@ -140,7 +145,7 @@ async def refresh(
     request: Request,
     body: Annotated[RefreshRequest | None, Body()] = None,
 ) -> Response:
-    tokens = await auth.refresh(_refresh_token(body, request))
+    tokens = await auth.refresh(_refresh_token(body, request), client=_client(request))
     response = _json(_token_out(tokens))
     _set_cookies(response, tokens, runtime)
     return response
@@ -180,7 +185,7 @@ async def me(user: SignedIn, auth: Auth) -> UserOut:
 @router.put(
     "/password",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses=problem_responses(413, 422, 429),
+    responses=problem_responses(413, 422, 429, 503),
     summary="Change the signed-in user's password",
     description="Needs the current password (a wrong one counts as a failed login). The new "
     "one: at least 12 characters, not the username, not a common password. Ends every "

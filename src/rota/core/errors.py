@@ -93,5 +93,23 @@ class AccountLockedError(AuthenticationError):
         self.retry_after = retry_after
 
 
+class RateLimitedError(RotaError):
+    """Too many requests of this kind (from this client, or in all): try again after
+    ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class OverloadedError(RotaError):
+    """The server has no room for this work now (a bounded queue is full): try again after
+    ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class PermissionDeniedError(RotaError):
     """The caller is known but its role does not allow this."""

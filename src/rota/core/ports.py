@@ -33,7 +33,14 @@ from rota.core.models import (
     ZombiePolicy,
 )
 from rota.core.planning import FirePlan
-from rota.core.security import AuditEntry, AuditQuery, RefreshOutcome, RefreshToken, User
+from rota.core.security import (
+    AuditEntry,
+    AuditQuery,
+    LoginReservation,
+    RefreshOutcome,
+    RefreshToken,
+    User,
+)
 from rota.core.wire import DeadLetter
 
 T = TypeVar("T")
@@ -697,16 +704,33 @@ class Store(abc.ABC):
         Admin."""
 
     @abc.abstractmethod
-    async def record_login_failure(
-        self, user_id: UUID, *, max_failures: int, lock_until: datetime
-    ) -> User:
-        """Count one failed login, atomically: ``failed_logins + 1``; reaching ``max_failures``
-        locks the user until ``lock_until`` and starts the count again. Returns the user as
-        stored. ``NotFoundError`` if it does not exist."""
+    async def reserve_login(
+        self,
+        username: str,
+        *,
+        now: datetime,
+        max_failures: int,
+        lock_until: datetime,
+        check_until: datetime,
+    ) -> LoginReservation:
+        """Reserve one password check of ``username``, atomically, before the check (so that
+        parallel attempts cannot outrun the lockout, on any number of servers).
+
+        Unless the name is locked (``locked_until > now``: ``LOCKED``) or another check of it
+        is in flight (its lease ends after ``now``: ``BUSY``), the attempt is counted as a
+        failure at once (``failed_logins + 1``; reaching ``max_failures`` locks the name until
+        ``lock_until`` and starts the count again) and the check is leased until
+        ``check_until``: ``GRANTED``, with the user. A name that is no user is counted and
+        locked alike in a table of its own (with ``user`` ``None``); such rows idle for a day
+        are pruned on the way."""
 
     @abc.abstractmethod
-    async def record_login_success(self, user_id: UUID) -> None:
-        """Forget the failed logins and any lock of the user."""
+    async def end_login_check(
+        self, username: str, *, check_until: datetime, succeeded: bool
+    ) -> None:
+        """End the check that ``reserve_login`` leased until ``check_until``: its lease is
+        released; ``succeeded`` (the password was right) also forgets the user's failed
+        logins and any lock."""
 
     @abc.abstractmethod
     async def add_refresh_token(self, token: RefreshToken) -> None:

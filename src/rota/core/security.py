@@ -95,6 +95,30 @@ class RefreshOutcome:
     user_id: UUID | None = None
 
 
+class LoginGate(enum.StrEnum):
+    """What the store answered to a sign-in's reservation (see ``Store.reserve_login``)."""
+
+    GRANTED = "granted"
+    """The attempt is counted as a failure already and its check leased: check the password."""
+    LOCKED = "locked"
+    """Too many failures: the name is locked until ``until``."""
+    BUSY = "busy"
+    """Another check of the name is in flight (its lease ends at ``until``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoginReservation:
+    gate: LoginGate
+    user: User | None = None
+    """The user of the name (as stored after the reservation); ``None`` for a name that is no
+    user."""
+    until: datetime | None = None
+    """LOCKED: when the lock ends. BUSY: when the other check's lease ends."""
+    locks: bool = False
+    """GRANTED: this attempt was the last one allowed; unless it succeeds, the name is locked
+    (until ``until``)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditEntry:
     """One change: who (``actor``, a username), what (``action`` on a resource), when, and the

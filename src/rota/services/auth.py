@@ -8,19 +8,28 @@ login lockout, the password policy, and the user administration rules.
 - Refresh tokens are opaque (32 random bytes); the store keeps only their SHA-256. Every
   refresh uses the token up and issues a new one in the same family (one login); presenting
   a used token again revokes the whole family (it was stolen, or the client is confused).
-- ``max_failed_logins`` failures in a row lock an account for ``lockout``. Names that are not
-  users are throttled the same way in memory, so the answers never tell whether a user exists.
+- ``max_failed_logins`` failures in a row lock an account for ``lockout``. Each attempt is
+  counted in the store *before* its password is checked, and only one check of a name runs at
+  a time (a lease in the store), so parallel guesses, on any number of servers, get at most
+  ``max_failed_logins`` checks; a right password gives its count back (and clears the lock).
+  Names that are not users are counted and locked the same way (in the store too), so the
+  answers never tell whether a user exists.
+- Login and refresh are rate limited per client address and in all (in this process), and
+  password hashing runs in a small pool with a bounded queue (:mod:`rota.services.hashing`):
+  a flood of sign-ins is refused (429 / 503 with Retry-After) instead of starving the server.
+- A lockout and the reuse of a refresh token are written to the audit log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import math
 import re
 import secrets
-from collections import OrderedDict
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -36,12 +45,15 @@ from rota.core.errors import (
     AuthenticationError,
     ConflictError,
     NotFoundError,
+    RateLimitedError,
     ValidationError,
 )
 from rota.core.ids import new_id
 from rota.core.ports import Page, Store
 from rota.core.security import (
     USERNAME_PATTERN,
+    LoginGate,
+    LoginReservation,
     Principal,
     RefreshStatus,
     RefreshToken,
@@ -49,6 +61,9 @@ from rota.core.security import (
     User,
     check_password,
 )
+from rota.services.audit import AuditService
+from rota.services.hashing import HashingPool, Ticket
+from rota.services.ratelimit import Rate, RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +73,11 @@ MAX_ACCESS_TTL: Final = timedelta(minutes=15)
 BAD_CREDENTIALS: Final = "invalid username or password"
 CLOCK_SKEW_SECONDS: Final = 10.0
 """Leeway for the clocks of servers that share a secret."""
-_UNKNOWN_NAMES_KEPT: Final = 10_000
+MAX_NAME_LENGTH: Final = 100
+LOGIN_PER_CLIENT: Final = Rate(per_second=0.5, burst=20)
+LOGIN_OVERALL: Final = Rate(per_second=5, burst=20)
+REFRESH_PER_CLIENT: Final = Rate(per_second=1, burst=30)
+REFRESH_OVERALL: Final = Rate(per_second=50, burst=100)
 _CLAIMS: Final = ["exp", "iat", "nbf", "iss", "aud", "sub", "jti"]
 
 
@@ -71,6 +90,15 @@ class AuthConfig:
     lockout: timedelta = timedelta(minutes=15)
     issuer: str = "rota"
     audience: str = "rota-api"
+    check_lease: timedelta = timedelta(seconds=10)
+    """How long a password check holds its name (a server that dies mid-check releases it
+    after this long)."""
+    login_per_client: Rate = LOGIN_PER_CLIENT
+    login_overall: Rate = LOGIN_OVERALL
+    refresh_per_client: Rate = REFRESH_PER_CLIENT
+    refresh_overall: Rate = REFRESH_OVERALL
+    hash_threads: int = 1
+    hash_queue: int = 8
 
     def __post_init__(self) -> None:
         if len(self.secret) < MIN_SECRET_BYTES:
@@ -103,24 +131,6 @@ def normalize_username(username: str) -> str:
     return name
 
 
-class _NameThrottle:
-    """Failed logins of names that are not users, in memory (bounded), locked like users."""
-
-    def __init__(self) -> None:
-        self._failures: OrderedDict[str, tuple[int, datetime | None]] = OrderedDict()
-
-    def locked_until(self, name: str, now: datetime) -> datetime | None:
-        _count, until = self._failures.get(name, (0, None))
-        return until if until is not None and until > now else None
-
-    def fail(self, name: str, max_failures: int, lock_until: datetime) -> None:
-        count, _until = self._failures.pop(name, (0, None))
-        count += 1
-        self._failures[name] = (0, lock_until) if count >= max_failures else (count, None)
-        while len(self._failures) > _UNKNOWN_NAMES_KEPT:
-            self._failures.popitem(last=False)
-
-
 class AuthService:
     """Sign-in, tokens and users over the store."""
 
@@ -131,14 +141,31 @@ class AuthService:
         clock: Callable[[], datetime],
         *,
         hasher: PasswordHash | None = None,
+        audit: AuditService | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self.store = store
         self.config = config
         self._clock = clock
         self._hasher = hasher or PasswordHash((Argon2Hasher(),))
+        self.hashing = HashingPool(
+            self._hasher, threads=config.hash_threads, queue=config.hash_queue
+        )
+        self.login_limits = RateLimiter(
+            "sign-in",
+            per_client=config.login_per_client,
+            overall=config.login_overall,
+            clock=monotonic,
+        )
+        self.refresh_limits = RateLimiter(
+            "token refresh",
+            per_client=config.refresh_per_client,
+            overall=config.refresh_overall,
+            clock=monotonic,
+        )
+        self._audit = audit or AuditService(store, clock)
         self._dummy_hash: str | None = None
-        self._names = _NameThrottle()
 
     def now(self) -> datetime:
         return self._clock()
@@ -146,44 +173,117 @@ class AuthService:
     # --- passwords ----------------------------------------------------------------------------
 
     async def hash_password(self, password: str) -> str:
-        return await asyncio.to_thread(self._hasher.hash, password)
+        """The argon2id hash (in the hashing pool: ``OverloadedError`` when it is full)."""
+        return await self.hashing.hash(password)
 
-    async def _verify(self, password: str, password_hash: str) -> tuple[bool, str | None]:
-        return await asyncio.to_thread(self._hasher.verify_and_update, password, password_hash)
-
-    async def _burn_time(self, password: str) -> None:
-        """Verify against a throw-away hash: an unknown name costs as long as a known one."""
+    def _burn_time(self, password: str) -> tuple[bool, str | None]:
+        """Verify against a throw-away hash (in a hashing thread): an unknown name costs as
+        long as a known one."""
         if self._dummy_hash is None:
-            self._dummy_hash = await self.hash_password(secrets.token_urlsafe(16))
-        await self._verify(password, self._dummy_hash)
+            self._dummy_hash = self._hasher.hash(secrets.token_urlsafe(16))
+        self._hasher.verify(password, self._dummy_hash)
+        return False, None
+
+    def close(self) -> None:
+        """Stop the hashing threads."""
+        self.hashing.close()
 
     # --- sign-in ------------------------------------------------------------------------------
 
-    async def login(self, username: str, password: str) -> Tokens:
+    async def login(self, username: str, password: str, *, client: str | None = None) -> Tokens:
         """Tokens for a user whose password matches. ``AuthenticationError`` (the same for an
-        unknown name, a wrong password and an inactive user) or ``AccountLockedError``."""
-        now = self._clock()
-        name = username.strip().lower()
-        user = await self._store.find_user(name) if name else None
-        if user is None:
-            self._raise_if_locked(self._names.locked_until(name, now), now)
-            await self._burn_time(password)
-            self._names.fail(name, self.config.max_failed_logins, now + self.config.lockout)
+        unknown name, a wrong password and an inactive user), ``AccountLockedError``,
+        ``RateLimitedError`` (too many sign-ins from ``client``, the caller's address, or in
+        all; or another check of the name is in flight) or ``OverloadedError`` (the hashing
+        pool is full)."""
+        self.login_limits.take(client)
+        name = username.strip().lower()[:MAX_NAME_LENGTH]
+        ok, user = await self._check(name, password, client=client, action="login")
+        if not ok or user is None or not user.is_active:
             raise AuthenticationError(BAD_CREDENTIALS)
-        self._raise_if_locked(user.locked_until, now)
-        ok, new_hash = await self._verify(password, user.password_hash)
-        if not ok or not user.is_active:
-            await self._store.record_login_failure(
-                user.id,
+        return await self._issue(user, self._clock(), family_id=new_id())
+
+    async def _check(
+        self, name: str, password: str, *, client: str | None, action: str
+    ) -> tuple[bool, User | None]:
+        """Check ``password`` for ``name``: room in the hashing pool first, then the attempt
+        reserved in the store (counted as a failure, the name leased), then the check, then
+        the lease ended (a success also clears the count and the lock). Whether it matched
+        (an inactive user may match: the caller decides), and the user (``None`` for a name
+        that is no user)."""
+        now = self._clock()
+        check_until = now + self.config.check_lease
+        with self.hashing.ticket() as ticket:
+            reservation = await self._store.reserve_login(
+                name,
+                now=now,
                 max_failures=self.config.max_failed_logins,
                 lock_until=now + self.config.lockout,
+                check_until=check_until,
             )
-            raise AuthenticationError(BAD_CREDENTIALS)
-        if new_hash is not None:
-            user = await self._store.update_user(replace(user, password_hash=new_hash))
-        if user.failed_logins or user.locked_until:
-            await self._store.record_login_success(user.id)
-        return await self._issue(user, now, family_id=new_id())
+            self._raise_if_refused(reservation, now)
+            user = reservation.user
+            succeeded = False
+            try:
+                ok, new_hash = await self._run_check(ticket, password, user)
+                succeeded = ok and user is not None and user.is_active
+                if succeeded and user is not None:
+                    user = replace(user, failed_logins=0, locked_until=None)
+                    if new_hash is not None:
+                        user = await self._store.update_user(replace(user, password_hash=new_hash))
+            finally:
+                await self._end_check(name, check_until, succeeded=succeeded)
+        if not succeeded and reservation.locks:
+            await self._audit_lockout(name, user, reservation, client=client, action=action)
+        return ok, user
+
+    async def _run_check(
+        self, ticket: Ticket, password: str, user: User | None
+    ) -> tuple[bool, str | None]:
+        if user is None:
+            return await ticket.run(self._burn_time, password)
+        return await ticket.run(self._hasher.verify_and_update, password, user.password_hash)
+
+    async def _end_check(self, name: str, check_until: datetime, *, succeeded: bool) -> None:
+        """End the lease, also when the check was cancelled (a client gone): shielded, and a
+        store that fails here only delays the next check until the lease ends."""
+        ending = self._store.end_login_check(name, check_until=check_until, succeeded=succeeded)
+        try:
+            await asyncio.shield(ending)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the lease runs out by itself
+            log.warning("could not end a sign-in check of %s: %s", name, exc)
+
+    async def _audit_lockout(
+        self,
+        name: str,
+        user: User | None,
+        reservation: LoginReservation,
+        *,
+        client: str | None,
+        action: str,
+    ) -> None:
+        until = reservation.until
+        log.warning(
+            "too many failed logins: %s is locked until %s",
+            name,
+            until,
+            extra={"action": "login_locked", "client": client},
+        )
+        with contextlib.suppress(Exception):  # a lost entry must not turn this into a 500
+            await self._audit.record(
+                name or "-",
+                "login.locked",
+                "user",
+                None if user is None else user.id,
+                after={
+                    "client": client,
+                    "lockedUntil": None if until is None else until.isoformat(),
+                    "failures": self.config.max_failed_logins,
+                    "during": action,
+                },
+            )
 
     def _raise_if_locked(self, until: datetime | None, now: datetime) -> None:
         if until is not None and until > now:
@@ -192,10 +292,21 @@ class AuthService:
                 f"too many failed logins: try again in {seconds} seconds", retry_after=seconds
             )
 
-    async def refresh(self, refresh_token: str) -> Tokens:
+    def _raise_if_refused(self, reservation: LoginReservation, now: datetime) -> None:
+        if reservation.gate is LoginGate.LOCKED:
+            self._raise_if_locked(reservation.until, now)
+        elif reservation.gate is LoginGate.BUSY:
+            raise RateLimitedError(
+                "another sign-in of this name is being checked: try again in a second",
+                retry_after=1,
+            )
+
+    async def refresh(self, refresh_token: str, *, client: str | None = None) -> Tokens:
         """New tokens for a live refresh token, which is used up. A used one revokes its
-        family; an unknown, expired or revoked one, or one of a user no longer active, is
-        ``AuthenticationError``."""
+        family (and is written to the audit log); an unknown, expired or revoked one, or one
+        of a user no longer active, is ``AuthenticationError``. Too many refreshes from
+        ``client`` (the caller's address) or in all: ``RateLimitedError``."""
+        self.refresh_limits.take(client)
         now = self._clock()
         token, successor = self._new_refresh(now, UUID(int=0), UUID(int=0))
         outcome = await self._store.rotate_refresh_token(
@@ -206,6 +317,7 @@ class AuthService:
                 "a used refresh token was presented again: its family is revoked",
                 extra={"action": "refresh_reuse", "user_id": str(outcome.user_id)},
             )
+            await self._audit_reuse(outcome.user_id, client)
             raise AuthenticationError("the refresh token was used before: sign in again")
         if outcome.status is RefreshStatus.INVALID or outcome.user_id is None:
             raise AuthenticationError("the refresh token is invalid or expired")
@@ -219,6 +331,17 @@ class AuthService:
             expires_in=int(self.config.access_ttl.total_seconds()),
             user=user,
         )
+
+    async def _audit_reuse(self, user_id: UUID | None, client: str | None) -> None:
+        owner = None if user_id is None else await self._user_or_none(user_id)
+        with contextlib.suppress(Exception):  # a lost entry must not turn this into a 500
+            await self._audit.record(
+                owner.username if owner is not None else "-",
+                "refresh.reused",
+                "user",
+                user_id,
+                after={"client": client, "familyRevoked": True},
+            )
 
     async def logout(self, refresh_token: str) -> bool:
         """Revoke the family (the login) of the refresh token. Whoever holds a refresh token
@@ -320,29 +443,26 @@ class AuthService:
         if exp - iat > MAX_ACCESS_TTL.total_seconds():
             raise ValueError("the token lives longer than 15 minutes")
 
-    async def _active_user(self, user_id: UUID) -> User | None:
+    async def _user_or_none(self, user_id: UUID) -> User | None:
         try:
-            user = await self._store.get_user(user_id)
+            return await self._store.get_user(user_id)
         except NotFoundError:
             return None
-        return user if user.is_active else None
+
+    async def _active_user(self, user_id: UUID) -> User | None:
+        user = await self._user_or_none(user_id)
+        return user if user is not None and user.is_active else None
 
     # --- own password ---------------------------------------------------------------------------
 
     async def change_password(self, principal: Principal, current: str, new: str) -> User:
         """Change the caller's password after checking the current one (a wrong one counts as
         a failed login). Every refresh token of the user is revoked."""
-        now = self._clock()
         user = await self._store.get_user(principal.user_id)
-        self._raise_if_locked(user.locked_until, now)
-        ok, _ = await self._verify(current, user.password_hash)
+        ok, _ = await self._check(user.username, current, client=None, action="password change")
         if not ok:
-            await self._store.record_login_failure(
-                user.id,
-                max_failures=self.config.max_failed_logins,
-                lock_until=now + self.config.lockout,
-            )
             raise ValidationError("the current password is wrong", field="currentPassword")
+        now = self._clock()
         if new == current:
             raise ValidationError("the new password is the current one", field="newPassword")
         check_password(user.username, new, field="newPassword")

@@ -377,7 +377,19 @@ def _security(metadata: MetaData) -> None:
         Column("locked_until", UtcDateTime()),
         Column("created_at", UtcDateTime(), nullable=False),
         Column("updated_at", UtcDateTime(), nullable=False),
+        Column("login_check_until", UtcDateTime()),
         UniqueConstraint("username"),
+    )
+    # Names that are not users, throttled like users (see ``SecurityQueries.reserve_login``).
+    Table(
+        "login_throttles",
+        metadata,
+        Column("name", String(100), primary_key=True),
+        Column("failed_logins", Integer(), nullable=False, server_default="0"),
+        Column("locked_until", UtcDateTime()),
+        Column("check_until", UtcDateTime()),
+        Column("updated_at", UtcDateTime(), nullable=False),
+        Index(None, "updated_at"),
     )
     Table(
         "refresh_tokens",
@@ -432,5 +444,6 @@ occurrence_logs = metadata.tables["occurrence_logs"]
 failed_occurrences = metadata.tables["failed_occurrences"]
 users = metadata.tables["users"]
 refresh_tokens = metadata.tables["refresh_tokens"]
+login_throttles = metadata.tables["login_throttles"]
 audit_entries = metadata.tables["audit_entries"]
 scheduler_control = metadata.tables["scheduler_control"]

@@ -10,7 +10,20 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Row, delete, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    and_,
+    case,
+    delete,
+    insert,
+    literal,
+    null,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -19,16 +32,52 @@ from rota.core.ports import Page
 from rota.core.security import (
     AuditEntry,
     AuditQuery,
+    LoginGate,
+    LoginReservation,
     RefreshOutcome,
     RefreshStatus,
     RefreshToken,
     Role,
     User,
 )
-from rota.stores.schema import audit_entries, refresh_tokens, users
+from rota.stores.schema import (
+    UtcDateTime,
+    audit_entries,
+    login_throttles,
+    refresh_tokens,
+    users,
+)
 
 EXPIRED_KEPT = timedelta(days=1)
 """Refresh tokens expired longer ago than this are deleted when tokens are revoked."""
+THROTTLE_IDLE_KEPT = timedelta(days=1)
+"""The failed logins of a name that is no user, untouched for this long (and not locked),
+are forgotten."""
+THROTTLE_PRUNE_BATCH = 100
+"""At most this many such rows are deleted by one attempt (bounded work per sign-in)."""
+
+
+def _at(when: datetime) -> ColumnElement[datetime]:
+    """A time as a typed SQL value (inside CASE, where SQLAlchemy cannot infer the type)."""
+    return literal(when, UtcDateTime())
+
+
+def _free(
+    locked_until: ColumnElement[datetime], check_until: ColumnElement[datetime], now: datetime
+) -> ColumnElement[bool]:
+    """Neither locked nor being checked at ``now``."""
+    return and_(
+        or_(locked_until.is_(None), locked_until <= now),
+        or_(check_until.is_(None), check_until <= now),
+    )
+
+
+def _refused(
+    user: User | None, locked_until: datetime | None, check_until: datetime | None, now: datetime
+) -> LoginReservation:
+    if locked_until is not None and locked_until > now:
+        return LoginReservation(gate=LoginGate.LOCKED, user=user, until=locked_until)
+    return LoginReservation(gate=LoginGate.BUSY, user=user, until=check_until)
 
 
 def _to_user(row: Row[Any]) -> User:
@@ -188,29 +237,120 @@ class SecurityQueries:
             await conn.execute(delete(users).where(users.c.id == user_id))
         return stored
 
-    async def record_login_failure(
-        self, user_id: UUID, *, max_failures: int, lock_until: datetime
-    ) -> User:
-        c = users.c
-        async with self._write() as conn:
-            stored = await self._locked_user(conn, user_id)
-            failures = stored.failed_logins + 1
-            values: dict[str, Any] = {"failed_logins": failures}
-            if failures >= max_failures:
-                values = {"failed_logins": 0, "locked_until": lock_until}
-            await conn.execute(update(users).where(c.id == user_id).values(values))
-            row = (await conn.execute(select(users).where(c.id == user_id))).one()
-        return _to_user(row)
-
-    async def record_login_success(self, user_id: UUID) -> None:
-        c = users.c
-        stmt = (
+    async def reserve_login(
+        self,
+        username: str,
+        *,
+        now: datetime,
+        max_failures: int,
+        lock_until: datetime,
+        check_until: datetime,
+    ) -> LoginReservation:
+        u = users.c
+        reach = u.failed_logins + 1 >= max_failures
+        claim = (
             update(users)
-            .where(c.id == user_id, (c.failed_logins != 0) | c.locked_until.is_not(None))
-            .values(failed_logins=0, locked_until=None)
+            .where(u.username == username, _free(u.locked_until, u.login_check_until, now))
+            .values(
+                failed_logins=case((reach, 0), else_=u.failed_logins + 1),
+                locked_until=case((reach, _at(lock_until)), else_=null()),
+                login_check_until=check_until,
+            )
+            .returning(*users.c)
         )
         async with self._write() as conn:
-            await conn.execute(stmt)
+            row = (await conn.execute(claim)).first()
+            if row is not None:
+                user = _to_user(row)
+                return LoginReservation(
+                    gate=LoginGate.GRANTED,
+                    user=user,
+                    until=user.locked_until,
+                    locks=user.locked_until is not None,
+                )
+            row = (await conn.execute(select(users).where(u.username == username))).first()
+            if row is not None:
+                return _refused(_to_user(row), row.locked_until, row.login_check_until, now)
+            return await self._reserve_name(
+                conn, username, now, max_failures, lock_until, check_until
+            )
+
+    async def _reserve_name(
+        self,
+        conn: AsyncConnection,
+        name: str,
+        now: datetime,
+        max_failures: int,
+        lock_until: datetime,
+        check_until: datetime,
+    ) -> LoginReservation:
+        """``reserve_login`` of a name that is no user: an upsert into ``login_throttles``
+        whose update happens only when the name is neither locked nor being checked."""
+        t = login_throttles.c
+        idle = (
+            select(t.name)
+            .where(
+                t.updated_at < now - THROTTLE_IDLE_KEPT,
+                or_(t.locked_until.is_(None), t.locked_until <= now),
+            )
+            .limit(THROTTLE_PRUNE_BATCH)
+            .with_for_update(skip_locked=True)  # never wait for (or deadlock with) another
+        )
+        await conn.execute(delete(login_throttles).where(t.name.in_(idle.scalar_subquery())))
+        first_locks = max_failures <= 1
+        values = {
+            "name": name,
+            "failed_logins": 0 if first_locks else 1,
+            "locked_until": lock_until if first_locks else None,
+            "check_until": check_until,
+            "updated_at": now,
+        }
+        reach = t.failed_logins + 1 >= max_failures
+        insert_ = (
+            postgresql.insert(login_throttles)
+            if conn.dialect.name == "postgresql"
+            else sqlite.insert(login_throttles)
+        )
+        stmt = (
+            insert_.values(values)
+            .on_conflict_do_update(
+                index_elements=[t.name],
+                set_={
+                    "failed_logins": case((reach, 0), else_=t.failed_logins + 1),
+                    "locked_until": case((reach, _at(lock_until)), else_=null()),
+                    "check_until": _at(check_until),
+                    "updated_at": _at(now),
+                },
+                where=_free(t.locked_until, t.check_until, now),
+            )
+            .returning(t.locked_until)
+        )
+        row = (await conn.execute(stmt)).first()
+        if row is not None:
+            return LoginReservation(
+                gate=LoginGate.GRANTED, until=row.locked_until, locks=row.locked_until is not None
+            )
+        row = (await conn.execute(select(login_throttles).where(t.name == name))).one()
+        return _refused(None, row.locked_until, row.check_until, now)
+
+    async def end_login_check(
+        self, username: str, *, check_until: datetime, succeeded: bool
+    ) -> None:
+        u, t = users.c, login_throttles.c
+        values: dict[str, Any] = {"login_check_until": None}
+        if succeeded:
+            values.update(failed_logins=0, locked_until=None)
+            mine = u.username == username
+        else:
+            mine = and_(u.username == username, u.login_check_until == check_until)
+        async with self._write() as conn:
+            done = await conn.execute(update(users).where(mine).values(values))
+            if done.rowcount == 0 and not succeeded:
+                await conn.execute(
+                    update(login_throttles)
+                    .where(t.name == username, t.check_until == check_until)
+                    .values(check_until=None)
+                )
 
     # --- refresh tokens -----------------------------------------------------------------------
 
