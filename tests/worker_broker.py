@@ -11,7 +11,8 @@ from uuid import UUID
 
 from rota.core.errors import BackendUnavailableError
 from rota.core.models import JobMessage, LogRecord, StatusRecord
-from rota.core.ports import Batch, Broker, Delivery, ReceivedDeadLetter
+from rota.core.ports import Broker, Delivery
+from rota.core.records import Batch, ReceivedDeadLetter
 
 WAIT = 5.0
 T = TypeVar("T")

@@ -33,7 +33,7 @@ from rich.table import Table
 import rota
 from rota.core.errors import ConfigurationError
 from rota.core.models import OccurrenceStatus
-from rota.core.ports import OccurrenceQuery
+from rota.core.records import OccurrenceQuery
 from rota.runtime import Runtime, tune_gc
 from rota.settings import Settings
 

@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from rota.core.models import Occurrence, OccurrenceStatus
-from rota.core.ports import DispatchResult, StatusResult
+from rota.core.records import DispatchResult, StatusResult
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

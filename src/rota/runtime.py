@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry
 from rota.adapters import make_broker, make_coordination, make_index
 from rota.core.errors import ConfigurationError, RotaError, ValidationError
 from rota.core.models import DispatcherState, OccurrenceStatus, WorkerInfo, utcnow
-from rota.core.ports import Broker, Coordination, ScheduleIndex, StatusResult, Store
+from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
+from rota.core.records import StatusResult
 from rota.core.security import MIN_SECRET_BYTES, secret_weakness
 from rota.metrics import RotaMetrics
 from rota.services.audit import AuditService

@@ -20,7 +20,8 @@ from rota.brokers.inprocess import InProcessBroker
 from rota.brokers.rabbitmq import RabbitMQBroker
 from rota.core.errors import BackendUnavailableError
 from rota.core.models import JobMessage, LogRecord, OccurrenceStatus, Priority, StatusRecord
-from rota.core.ports import Batch, Broker, Delivery
+from rota.core.ports import Broker, Delivery
+from rota.core.records import Batch
 from tests.contract.rabbitmq_fixtures import rabbitmq_url  # noqa: F401 (session fixture)
 
 ADAPTERS = ["memory", "rabbitmq"]

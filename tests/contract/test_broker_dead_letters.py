@@ -10,7 +10,8 @@ import pytest
 
 from rota.brokers.inprocess import InProcessBroker
 from rota.brokers.rabbitmq import RabbitMQBroker
-from rota.core.ports import Batch, Broker, ReceivedDeadLetter
+from rota.core.ports import Broker
+from rota.core.records import Batch, ReceivedDeadLetter
 from rota.core.wire import DeadLetter
 from tests.contract import test_broker
 from tests.contract.rabbitmq_fixtures import rabbitmq_url as rabbitmq_url  # session fixture

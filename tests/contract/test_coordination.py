@@ -23,7 +23,8 @@ from rota.core.errors import ValidationError
 from rota.core.events import Event, parse_event_id
 from rota.core.ids import new_id
 from rota.core.models import WorkerInfo
-from rota.core.ports import ClaimOutcome, ClaimRequest, Coordination
+from rota.core.ports import Coordination
+from rota.core.records import ClaimOutcome, ClaimRequest
 from rota.redis_client import delete_prefix
 from rota.redis_keys import RedisKeys
 from tests.contract.redis_fixtures import redis_scope

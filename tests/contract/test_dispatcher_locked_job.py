@@ -17,7 +17,7 @@ from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
 from rota.core.ids import bucket_of, new_id
 from rota.core.models import Job
-from rota.core.ports import IndexEntry, OccurrenceQuery
+from rota.core.records import IndexEntry, OccurrenceQuery
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.dispatcher import LOCKED_RETRY_SECONDS, Dispatcher
 from rota.services.workers import WorkerDirectory

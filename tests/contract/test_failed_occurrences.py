@@ -11,7 +11,7 @@ import pytest
 from rota.core.errors import ConflictError, NotFoundError, ValidationError
 from rota.core.ids import new_id
 from rota.core.models import FailedOccurrence, FailureType, Occurrence
-from rota.core.ports import FAILURE_TEXT_LIMIT, TRUNCATED_MARK, FailedQuery
+from rota.core.records import FAILURE_TEXT_LIMIT, TRUNCATED_MARK, FailedQuery
 from rota.stores.sql import SqlStore
 from tests.contract.test_store import MINUTE, NOW, S, fired, make_job, minutely, status
 

@@ -13,7 +13,8 @@ from contextlib import AsyncExitStack
 
 import pytest
 
-from rota.core.ports import IndexEntry, ScheduleIndex
+from rota.core.ports import ScheduleIndex
+from rota.core.records import IndexEntry
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.indexes.redis import RedisScheduleIndex
 from tests.contract.redis_fixtures import redis_scope

@@ -24,7 +24,7 @@ from rota.core.models import (
     StatusRecord,
 )
 from rota.core.planning import FirePlan, PlanSettings, new_occurrence, plan_fires
-from rota.core.ports import DueEntry, FirePlanner, JobQuery, OccurrenceQuery
+from rota.core.records import DueEntry, FirePlanner, JobQuery, OccurrenceQuery
 from rota.stores.sql import SqlStore
 
 S = OccurrenceStatus

@@ -23,7 +23,7 @@ from rota.core.models import (
     ZombiePolicy,
 )
 from rota.core.planning import FirePlan, PlanSettings, new_occurrence, plan_fires
-from rota.core.ports import DisabledJob, JobQuery, ProbeScan
+from rota.core.records import DisabledJob, JobQuery, ProbeScan
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.jobs import JobService
 from rota.settings import SchedulerSettings

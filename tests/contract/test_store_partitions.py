@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from rota.core.ids import new_id
 from rota.core.models import FailedOccurrence, FailureType, LogRecord, Occurrence
-from rota.core.ports import FailedQuery, PartitionUpkeep
+from rota.core.records import FailedQuery, PartitionUpkeep
 from rota.services.maintenance import Maintenance, RetentionPolicy
 from rota.settings import RetentionSettings
 from rota.stores.migrate import downgrade, upgrade

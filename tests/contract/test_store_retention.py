@@ -10,7 +10,7 @@ import pytest
 
 from rota.core.errors import NotFoundError
 from rota.core.models import LogRecord, Occurrence
-from rota.core.ports import FailedQuery
+from rota.core.records import FailedQuery
 from rota.stores.sql import SqlStore
 from tests.contract.test_store import NOW, S, make_job, one_time, status
 

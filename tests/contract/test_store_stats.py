@@ -11,7 +11,7 @@ from sqlalchemy import text
 from rota.core.ids import new_id
 from rota.core.models import DispatcherState, Job, Occurrence, OccurrenceStatus
 from rota.core.planning import PlanSettings, new_occurrence
-from rota.core.ports import StoreOverview, TagCount, ThroughputPoint
+from rota.core.records import StoreOverview, TagCount, ThroughputPoint
 from rota.stores.sql import SqlStore
 
 S = OccurrenceStatus

@@ -17,7 +17,7 @@ import pytest
 from rota.api.app import create_app
 from rota.brokers.inprocess import InProcessBroker
 from rota.core.models import FailureType, JobMessage, OccurrenceStatus
-from rota.core.ports import FAILURE_TEXT_LIMIT
+from rota.core.records import FAILURE_TEXT_LIMIT
 from rota.core.wire import DeadLetter, encode_dead_letter
 from rota.runtime import Runtime
 from rota.serve import prepare

@@ -15,7 +15,7 @@ import pytest
 from rota.brokers.inprocess import InProcessBroker
 from rota.brokers.rabbitmq import RabbitMQBroker
 from rota.core.models import FailureType, JobMessage
-from rota.core.ports import FailedQuery
+from rota.core.records import FailedQuery
 from rota.core.wire import encode_job_message
 from rota.services.deadletters import DeadLetterHandler
 from rota.stores.migrate import upgrade

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rota.core.models import JobSource, OccurrenceStatus, Priority
-from rota.core.ports import OccurrenceQuery
+from rota.core.records import OccurrenceQuery
 from rota.serve import prepare
 from rota.settings import Settings
 from tests.integration.test_runtime import eventually

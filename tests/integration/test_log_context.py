@@ -59,7 +59,7 @@ async def test_handler_log_lines_carry_the_occurrence(
 
 
 async def _only_occurrence(tmp_path: Path, job_id: object) -> str:
-    from rota.core.ports import OccurrenceQuery
+    from rota.core.records import OccurrenceQuery
     from rota.stores.sql import SqlStore
 
     store = SqlStore(f"sqlite:///{tmp_path / 'rota.db'}")

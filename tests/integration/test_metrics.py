@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rota.api.app import create_app
 from rota.core.models import OccurrenceStatus
-from rota.core.ports import OccurrenceQuery
+from rota.core.records import OccurrenceQuery
 from rota.runtime import Runtime
 from rota.serve import prepare
 from rota.settings import Settings

@@ -13,7 +13,7 @@ from uuid import UUID
 import pytest
 
 from rota.core.models import ConcurrencyPolicy, OccurrenceStatus
-from rota.core.ports import OccurrenceQuery
+from rota.core.records import OccurrenceQuery
 from rota.runtime import Runtime
 from rota.serve import prepare
 from rota.settings import Settings

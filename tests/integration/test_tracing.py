@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from rota.core.models import Occurrence, OccurrenceStatus
-from rota.core.ports import OccurrenceQuery
+from rota.core.records import OccurrenceQuery
 from rota.runtime import Runtime
 from rota.serve import prepare
 from rota.settings import Settings

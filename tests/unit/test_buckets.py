@@ -6,7 +6,7 @@ from __future__ import annotations
 from uuid import uuid4
 
 from rota.coordination.memory import MemoryCoordination
-from rota.core.ports import IndexEntry
+from rota.core.records import IndexEntry
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.buckets import BucketOwner, bucket_overview
 

@@ -20,7 +20,8 @@ from rota.coordination.memory import MemoryCoordination
 from rota.core.errors import BackendUnavailableError
 from rota.core.ids import new_id
 from rota.core.models import JobMessage, OccurrenceStatus
-from rota.core.ports import Broker, ClaimBatch, ClaimOutcome, ClaimRequest
+from rota.core.ports import Broker
+from rota.core.records import ClaimBatch, ClaimOutcome, ClaimRequest
 from rota.worker.claims import CLAIM_EPOCH, AttemptClaims
 from rota.worker.discovery import AnyJobDefinition, JobRegistry
 from rota.worker.executor import Executor

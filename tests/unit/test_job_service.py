@@ -26,7 +26,7 @@ from rota.core.models import (
     WorkerInfo,
 )
 from rota.core.planning import PlanSettings, new_occurrence
-from rota.core.ports import IndexEntry, OccurrenceQuery
+from rota.core.records import IndexEntry, OccurrenceQuery
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.jobs import JobService, JobSpec
 from rota.settings import SchedulerSettings

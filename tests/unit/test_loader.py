@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from rota.core.ids import bucket_of, new_id
 from rota.core.models import Job
-from rota.core.ports import DueEntry, IndexEntry
+from rota.core.records import DueEntry, IndexEntry
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.loader import Loader
 from rota.stores.sql import SqlStore

@@ -20,7 +20,7 @@ from rota.core.models import (
     ZombiePolicy,
 )
 from rota.core.planning import PlanSettings, new_occurrence
-from rota.core.ports import FailedQuery, StatusResult
+from rota.core.records import FailedQuery, StatusResult
 from rota.services.zombies import ZombieDetector, zombie_records
 from rota.stores.sql import SqlStore
 

@@ -22,7 +22,7 @@ from rota.api.schemas import (
 from rota.api.security import OperatorUser, ShownException, requires
 from rota.core.errors import ValidationError
 from rota.core.models import FailureType
-from rota.core.ports import FailedQuery
+from rota.core.records import FailedQuery
 from rota.core.security import Role
 from rota.services.deadletters import resolve_failed, retry_failed
 

@@ -26,7 +26,7 @@ from rota.api.schemas import (
 from rota.api.security import OperatorUser, ShownException, requires
 from rota.core.errors import ValidationError
 from rota.core.models import OccurrenceStatus, utcnow
-from rota.core.ports import OccurrenceQuery
+from rota.core.records import OccurrenceQuery
 from rota.core.security import Role
 from rota.services import cancellation
 

@@ -19,7 +19,7 @@ same on both:
   :meth:`InProcessBroker.consume_dead_letters` like the status channel; :attr:`dead_letters`
   shows the job messages waiting there.
 * **Status and log channels** keep records in publication order and hand them out in
-  :class:`~rota.core.ports.Batch` objects. A batch not acknowledged when its consumer stops
+  :class:`~rota.core.records.Batch` objects. A batch not acknowledged when its consumer stops
   (``aclose()`` or broker close) is put back at the front for the next consumer.
 
 Nothing survives the process: after a restart the store re-dispatches (``reset_dispatch``).
@@ -38,7 +38,8 @@ from typing import Any, Generic, TypeVar
 
 from rota.core.errors import BackendUnavailableError, ConflictError, RotaError
 from rota.core.models import JobMessage, LogRecord, Priority, StatusRecord
-from rota.core.ports import Batch, Broker, Delivery, ReceivedDeadLetter
+from rota.core.ports import Broker, Delivery
+from rota.core.records import Batch, ReceivedDeadLetter
 from rota.core.wire import DeadLetter, decode_dead_letter, encode_job_message
 
 T = TypeVar("T")

@@ -64,7 +64,8 @@ from rota.core.errors import (
     ValidationError,
 )
 from rota.core.models import JobMessage, LogRecord, StatusRecord
-from rota.core.ports import Batch, Broker, Delivery, ReceivedDeadLetter
+from rota.core.ports import Broker, Delivery
+from rota.core.records import Batch, ReceivedDeadLetter
 from rota.core.wire import (
     DeadLetter,
     decode_dead_letter,

@@ -18,14 +18,8 @@ from uuid import UUID, uuid4
 
 from rota.core.events import Event, EventId, format_event_id, parse_event_id
 from rota.core.models import WorkerInfo
-from rota.core.ports import (
-    AttemptClaim,
-    ClaimBatch,
-    ClaimOutcome,
-    ClaimRequest,
-    Coordination,
-    Lease,
-)
+from rota.core.ports import Coordination
+from rota.core.records import AttemptClaim, ClaimBatch, ClaimOutcome, ClaimRequest, Lease
 
 T = TypeVar("T")
 

@@ -33,14 +33,8 @@ from rota.core.errors import BackendUnavailableError
 from rota.core.events import Event, EventId, format_event_id, parse_event_id
 from rota.core.jsonlimits import MAX_JSON_DEPTH, value_too_deep
 from rota.core.models import WorkerInfo
-from rota.core.ports import (
-    AttemptClaim,
-    ClaimBatch,
-    ClaimOutcome,
-    ClaimRequest,
-    Coordination,
-    Lease,
-)
+from rota.core.ports import Coordination
+from rota.core.records import AttemptClaim, ClaimBatch, ClaimOutcome, ClaimRequest, Lease
 from rota.redis_client import DEFAULT_SOCKET_TIMEOUT, connect, unavailable
 from rota.redis_keys import DEFAULT_PREFIX, RedisKeys
 

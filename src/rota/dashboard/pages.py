@@ -27,7 +27,7 @@ from rota.api.schemas import JobOut, status_name
 from rota.api.security import exception_view
 from rota.core.errors import NotFoundError, RotaError
 from rota.core.models import FailedOccurrence, FailureType, Job, Occurrence, OccurrenceStatus
-from rota.core.ports import FailedQuery, OccurrenceQuery
+from rota.core.records import FailedQuery, OccurrenceQuery
 from rota.core.security import ExceptionText
 from rota.core.security import Role as CoreRole
 from rota.dashboard import session

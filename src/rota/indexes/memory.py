@@ -15,7 +15,8 @@ import itertools
 from collections.abc import Sequence
 from uuid import UUID
 
-from rota.core.ports import IndexEntry, ScheduleIndex
+from rota.core.ports import ScheduleIndex
+from rota.core.records import IndexEntry
 
 _HeapItem = tuple[float, UUID, int, IndexEntry]
 """``(due, job_id, seq, entry)``: ordered by due time, then job id (``seq`` is unique)."""

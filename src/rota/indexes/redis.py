@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from rota.core.ports import IndexEntry, ScheduleIndex
+from rota.core.ports import ScheduleIndex
+from rota.core.records import IndexEntry
 from rota.redis_client import DEFAULT_SOCKET_TIMEOUT, connect, unavailable
 from rota.redis_keys import DEFAULT_PREFIX, RedisKeys
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from rota.core.errors import BackendUnavailableError
 from rota.core.ids import new_id
-from rota.core.ports import Page, Store
+from rota.core.ports import Store
+from rota.core.records import Page
 from rota.core.security import AuditEntry, AuditQuery
 
 log = logging.getLogger(__name__)

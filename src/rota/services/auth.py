@@ -49,7 +49,8 @@ from rota.core.errors import (
     ValidationError,
 )
 from rota.core.ids import new_id
-from rota.core.ports import Page, Store
+from rota.core.ports import Store
+from rota.core.records import Page
 from rota.core.security import (
     USERNAME_PATTERN,
     LoginGate,

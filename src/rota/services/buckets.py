@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from rota.core.errors import RotaError
-from rota.core.ports import Coordination, Lease, ScheduleIndex
+from rota.core.ports import Coordination, ScheduleIndex
+from rota.core.records import Lease
 
 log = logging.getLogger(__name__)
 

@@ -42,14 +42,12 @@ from rota.core.models import (
     StatusRecord,
     utcnow,
 )
-from rota.core.ports import (
+from rota.core.ports import Broker, Coordination, Store
+from rota.core.records import (
     FAILURE_TEXT_LIMIT,
     Batch,
-    Broker,
-    Coordination,
     ReceivedDeadLetter,
     StatusResult,
-    Store,
     truncate_text,
 )
 from rota.services.events import EventPublisher

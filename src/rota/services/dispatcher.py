@@ -22,7 +22,8 @@ from uuid import UUID
 from rota.core.errors import RotaError
 from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, utcnow
 from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
-from rota.core.ports import Broker, DispatchResult, DueEntry, IndexEntry, ScheduleIndex, Store
+from rota.core.ports import Broker, ScheduleIndex, Store
+from rota.core.records import DispatchResult, DueEntry, IndexEntry
 from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
 from rota.settings import SchedulerSettings

@@ -25,7 +25,8 @@ from rota.core.events import (
     occurrence_updated,
 )
 from rota.core.models import LogRecord, Occurrence
-from rota.core.ports import Coordination, StatusResult
+from rota.core.ports import Coordination
+from rota.core.records import StatusResult
 
 log = logging.getLogger(__name__)
 

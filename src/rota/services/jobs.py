@@ -50,15 +50,8 @@ from rota.core.planning import (
     new_occurrence,
     with_type_defaults,
 )
-from rota.core.ports import (
-    Coordination,
-    IndexEntry,
-    JobQuery,
-    OccurrenceQuery,
-    Page,
-    ScheduleIndex,
-    Store,
-)
+from rota.core.ports import Coordination, ScheduleIndex, Store
+from rota.core.records import IndexEntry, JobQuery, OccurrenceQuery, Page
 from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
 from rota.settings import SchedulerSettings

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from rota.core.errors import RotaError
-from rota.core.ports import IndexEntry, ScheduleIndex, Store
+from rota.core.ports import ScheduleIndex, Store
+from rota.core.records import IndexEntry
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,8 @@ from datetime import datetime, timedelta
 
 from rota.core.errors import RotaError
 from rota.core.models import OccurrenceStatus, utcnow
-from rota.core.ports import PartitionUpkeep, Store
+from rota.core.ports import Store
+from rota.core.records import PartitionUpkeep
 from rota.settings import RetentionSettings
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ import logging
 from datetime import datetime
 
 from rota.core.models import OccurrenceStatus, StatusRecord
-from rota.core.ports import OccurrenceQuery, Store
+from rota.core.ports import Store
+from rota.core.records import OccurrenceQuery
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from typing import TypeVar
 
 from rota.core.errors import RotaError
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
-from rota.core.ports import Batch, Broker, StatusResult, Store
+from rota.core.ports import Broker, Store
+from rota.core.records import Batch, StatusResult
 from rota.services.events import EventPublisher
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,8 @@ from rota.core.models import (
     ZombiePolicy,
     utcnow,
 )
-from rota.core.ports import StaleOccurrence, StatusResult, Store
+from rota.core.ports import Store
+from rota.core.records import StaleOccurrence, StatusResult
 
 log = logging.getLogger(__name__)
 

@@ -101,7 +101,8 @@ from rota.core.models import (
     utcnow,
 )
 from rota.core.planning import FirePlan
-from rota.core.ports import (
+from rota.core.ports import Store
+from rota.core.records import (
     AppliedChange,
     DisabledJob,
     DispatchResult,
@@ -118,7 +119,6 @@ from rota.core.ports import (
     PurgeBatch,
     StaleOccurrence,
     StatusResult,
-    Store,
     StoreOverview,
     TagCount,
     ThroughputPoint,

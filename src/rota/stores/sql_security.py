@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota.core.errors import ConflictError, NotFoundError, ValidationError
-from rota.core.ports import Page
+from rota.core.records import Page
 from rota.core.security import (
     AuditEntry,
     AuditQuery,

@@ -31,7 +31,8 @@ from datetime import UTC, datetime
 from uuid import UUID
 
 from rota.core.models import JobMessage
-from rota.core.ports import AttemptClaim, ClaimBatch, ClaimOutcome, ClaimRequest, Coordination
+from rota.core.ports import Coordination
+from rota.core.records import AttemptClaim, ClaimBatch, ClaimOutcome, ClaimRequest
 from rota.worker.localstore import LocalStore
 
 __all__ = ["CLAIM_EPOCH", "DEFAULT_CLAIM_TTL", "AttemptClaims", "ClaimVerdict"]
@@ -52,7 +53,7 @@ class ClaimVerdict:
     run: bool
     """Whether this instance may run the attempt."""
     outcome: str
-    """A :class:`~rota.core.ports.ClaimOutcome` value, or ``unavailable`` (no answer)."""
+    """A :class:`~rota.core.records.ClaimOutcome` value, or ``unavailable`` (no answer)."""
     owner: str | None = None
     """Who holds it (``None``: unknown, or nobody could be asked)."""
     claimed_at: float | None = None
