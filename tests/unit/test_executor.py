@@ -20,6 +20,7 @@ import pytest
 import rota
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
+from rota.core import retry as retry_policy
 from rota.core.errors import BackendUnavailableError, JobCancelledError, ValidationError
 from rota.core.ids import new_id
 from rota.core.models import (
@@ -421,7 +422,7 @@ def test_retry_n_waits_base_times_two_to_the_n_minus_one(
 
 def test_retry_delay_without_any_base_is_ten_seconds(broker: InProcessBroker) -> None:
     executor = _bare_executor(broker)
-    assert executor.retry_delay(boom_default, _message(0)) == executor_module.DEFAULT_RETRY_DELAY
+    assert executor.retry_delay(boom_default, _message(0)) == retry_policy.DEFAULT_RETRY_DELAY
     assert executor.retry_delay(boom_default, _message(0, retry_delay_seconds=0.0)) == 0.0
 
 
@@ -431,9 +432,9 @@ def test_retry_delay_is_capped(broker: InProcessBroker) -> None:
     assert executor.retry_delay(capped, _message(2)) == 12.0
     assert executor.retry_delay(capped, _message(3)) == 20.0  # 24 s, capped
     assert executor.retry_delay(capped, _message(500)) == 20.0
-    assert executor.retry_delay(boom, _message(500)) == executor_module.MAX_RETRY_DELAY
+    assert executor.retry_delay(boom, _message(500)) == retry_policy.MAX_RETRY_DELAY
     huge = _message(70, retry_delay_seconds=1e300)
-    assert executor.retry_delay(boom, huge) == executor_module.MAX_RETRY_DELAY
+    assert executor.retry_delay(boom, huge) == retry_policy.MAX_RETRY_DELAY
 
 
 class _FixedRandom(random.Random):

@@ -23,7 +23,7 @@ import traceback
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -40,6 +40,7 @@ from rota.core.models import (
     utcnow,
 )
 from rota.core.ports import Broker, Delivery
+from rota.core.retry import retry_at, retry_delay
 from rota.logs import set_job_context
 from rota.tracing import Tracing
 from rota.worker.claims import AttemptClaims, ClaimVerdict
@@ -54,11 +55,7 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 
-DEFAULT_RETRY_DELAY = 10.0
-"""Seconds before the first retry when neither the job nor its job type names a delay."""
 MAX_EXCEPTION_BYTES = 8192
-MAX_RETRY_DELAY = 30 * 24 * 3600.0
-"""The longest wait before a retry when the job type names no ``max_retry_delay``."""
 _MAX_REMEMBERED_CANCELS = 10_000
 _MAX_REMEMBERED_FINALS = 50_000
 """Finalized attempts kept in memory (checked for every delivery; the local store keeps more,
@@ -794,7 +791,8 @@ class Executor:
         now: datetime,
     ) -> datetime | None:
         """When the next attempt is due (``None``: no retry). The job type's ``should_retry``
-        decides if it has one; else, while attempts are left, :meth:`retry_delay` from now."""
+        decides if it has one; else :func:`rota.core.retry.retry_at` (while attempts are left,
+        :meth:`retry_delay` from now)."""
         hook = definition.options.should_retry
         if hook is not None:
             try:
@@ -806,31 +804,31 @@ class Executor:
                 )
             else:
                 return None if when is None else _aware_utc(when)
-        if message.retry_count >= message.max_retries:
-            return None
-        return now + timedelta(seconds=self.retry_delay(definition, message))
+        options = definition.options
+        return retry_at(
+            now,
+            retry_count=message.retry_count,
+            max_retries=message.max_retries,
+            job_delay=message.retry_delay_seconds,
+            type_delay=options.retry_delay,
+            jitter=options.retry_jitter,
+            max_delay=options.max_retry_delay,
+            draw=self._rng.random,
+        )
 
     def retry_delay(self, definition: AnyJobDefinition, message: JobMessage) -> float:
-        """Seconds before the retry that follows the failure of ``message``'s attempt.
-
-        Retry ``n`` (1 for the first, i.e. after attempt ``n``) waits ``base × 2^(n − 1)``:
-        ``base`` is the job's ``retryDelaySeconds`` when the message carries one, else the job
-        type's ``retry_delay``, else :data:`DEFAULT_RETRY_DELAY`. With the job type's
-        ``retry_jitter`` ``j`` the wait is drawn uniformly from ``[d × (1 − j), d × (1 + j)]``;
-        it is never longer than the job type's ``max_retry_delay`` (else
-        :data:`MAX_RETRY_DELAY`)."""
+        """Seconds before the retry that follows the failure of ``message``'s attempt: the
+        policy of :func:`rota.core.retry.retry_delay` with the job's and the job type's
+        settings, the jitter drawn from this executor's generator."""
         options = definition.options
-        base = message.retry_delay_seconds
-        if base is None:
-            base = options.retry_delay
-        if base is None:
-            base = DEFAULT_RETRY_DELAY
-        retry = message.retry_count + 1
-        delay = base * 2.0 ** min(retry - 1, 64)
-        if options.retry_jitter:
-            delay *= 1.0 + options.retry_jitter * (2.0 * self._rng.random() - 1.0)
-        cap = MAX_RETRY_DELAY if options.max_retry_delay is None else options.max_retry_delay
-        return max(0.0, min(delay, cap))
+        return retry_delay(
+            message.retry_count + 1,
+            job_delay=message.retry_delay_seconds,
+            type_delay=options.retry_delay,
+            jitter=options.retry_jitter,
+            max_delay=options.max_retry_delay,
+            draw=self._rng.random,
+        )
 
 
 def _ms_since(started: float) -> float:
