@@ -20,7 +20,7 @@ import re
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from operator import itemgetter
@@ -69,10 +69,7 @@ from sqlalchemy.sql.dml import UpdateBase
 
 from rota.core.autodisable import (
     AutoDisableDefaults,
-    disable_reason,
-    next_count,
     probe_due,
-    probe_failed_reason,
 )
 from rota.core.errors import (
     BackendUnavailableError,
@@ -97,19 +94,16 @@ from rota.core.models import (
     StatusChange,
     StatusRecord,
     ZombiePolicy,
-    can_transition,
     utcnow,
 )
 from rota.core.planning import FirePlan
 from rota.core.ports import Store
 from rota.core.records import (
-    AppliedChange,
     DisabledJob,
     DispatchResult,
     DueEntry,
     FailedQuery,
     FirePlanner,
-    IgnoredRecord,
     JobQuery,
     OccurrenceQuery,
     Page,
@@ -123,6 +117,14 @@ from rota.core.records import (
     TagCount,
     ThroughputPoint,
     truncate_text,
+)
+from rota.core.transitions import (
+    CURRENT_FIELDS,
+    Current,
+    StatusBatch,
+    Streak,
+    apply_records,
+    final_failures,
 )
 from rota.stores import partitions
 from rota.stores.schema import (
@@ -734,238 +736,21 @@ def _unique(ids: Iterable[UUID]) -> list[UUID]:
 _FAILED_STATUSES = (int(OccurrenceStatus.FAILED), int(OccurrenceStatus.TIMED_OUT))
 _DISPATCHER_KEY = "dispatcher"
 
-# --- status application (pure) ----------------------------------------------------------------
+# --- status application (the rules: rota.core.transitions) ------------------------------------
 
-_LOADED = (
-    "job_type",
-    "worker_id",
-    "status",
-    "attempt",
-    "start_time",
-    "duration_ms",
-    "last_heartbeat",
-    "scheduled_for",
-)
-"""Occurrence columns ``apply_status`` reads besides id and job id."""
-
-_RUNNING = OccurrenceStatus.RUNNING
 _QUEUED = OccurrenceStatus.QUEUED
-_FAILED = OccurrenceStatus.FAILED
-_TERMINAL = frozenset(s for s in OccurrenceStatus if s.is_terminal)
-_STATUSES = {int(s): s for s in OccurrenceStatus}
 
 
-class _Current:
-    """An occurrence's state while a status batch is applied to it, and the columns the batch
-    changed (``changed``: column -> new value)."""
-
-    __slots__ = (
-        "attempt",
-        "changed",
-        "duration_ms",
-        "job_id",
-        "job_type",
-        "last_heartbeat",
-        "scheduled_for",
-        "start_time",
-        "status",
-        "worker_id",
-    )
-
-    def __init__(
-        self,
-        job_id: UUID,
-        job_type: str,
-        worker_id: str | None,
-        status: int,
-        attempt: int,
-        start_time: datetime | None,
-        duration_ms: float | None,
-        last_heartbeat: datetime | None,
-        scheduled_for: datetime,
-    ) -> None:
-        self.job_id = job_id
-        self.job_type = job_type
-        self.worker_id = worker_id
-        self.status = _STATUSES[status]
-        self.attempt = attempt
-        self.start_time = start_time
-        self.duration_ms = duration_ms
-        self.last_heartbeat = last_heartbeat
-        self.scheduled_for = scheduled_for
-        """Part of the key: on PostgreSQL it names the time partition the row is in."""
-        self.changed: dict[str, Any] = {}
-
-
-@dataclass(slots=True)
-class _Stats:
-    total: int = 0
-    success: int = 0
-    failure: int = 0
-    duration_sum: float = 0.0
-    duration_count: int = 0
-    outcomes: list[tuple[bool, datetime, str | None]] = field(default_factory=list)
-    """Completed (``False``) and final failures (``True``) in order, with their time and
-    exception: the consecutive-failure count follows them (auto-disable)."""
-
-    def count(
-        self,
-        status: OccurrenceStatus,
-        duration_ms: float | None,
-        at: datetime,
-        exception: str | None,
-    ) -> None:
-        self.total += 1
-        if status is OccurrenceStatus.COMPLETED:
-            self.success += 1
-            if duration_ms is not None:
-                self.duration_sum += duration_ms
-                self.duration_count += 1
-            self.outcomes.append((False, at, None))
-        elif status in (OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT):
-            self.failure += 1
-            self.outcomes.append((True, at, exception))
-
-    @property
-    def only_successes(self) -> bool:
-        """Completed occurrences and no failure: the count goes back to 0 without a read."""
-        return bool(self.outcomes) and not any(failed for failed, _, _ in self.outcomes)
-
-    @property
-    def any_failure(self) -> bool:
-        return any(failed for failed, _, _ in self.outcomes)
-
-
-_HEARTBEAT = "heartbeat"
-
-
-def _decide(current: _Current, record: StatusRecord) -> tuple[OccurrenceStatus, int] | str:
-    """What a status record does to an occurrence: ``(new status, new attempt)``,
-    :data:`_HEARTBEAT`, or the reason it is ignored (``late``, ``transition``)."""
-    if record.attempt < current.attempt:
-        return "late"
-    if record.status is _RUNNING and current.status is _RUNNING:
-        return _HEARTBEAT if record.attempt == current.attempt else "transition"
-    if record.status is _FAILED and record.retry_at is not None:
-        if can_transition(current.status, _FAILED):
-            return _QUEUED, record.attempt + 1
-        return "transition"
-    if record.status is _QUEUED:
-        if record.attempt > current.attempt and can_transition(current.status, _QUEUED):
-            return _QUEUED, record.attempt
-        return "transition"
-    if not can_transition(current.status, record.status):
-        return "transition"
-    return record.status, record.attempt
-
-
-def _apply_change(
-    current: _Current, record: StatusRecord, to: OccurrenceStatus, attempt: int
-) -> None:
-    """Set the fields an applied record carries, on ``current`` and in its changed columns."""
-    changed = current.changed
-    current.status = to
-    current.attempt = changed["attempt"] = attempt
-    changed["status"] = int(to)
-    if record.instance_id is not None:
-        changed["instance_id"] = record.instance_id
-    if record.exception is not None:
-        changed["exception"] = record.exception
-    if to is _QUEUED:  # a new attempt, due at its retry time
-        changed["due_at"] = record.retry_at or record.timestamp
-        changed["dispatched_at"] = changed["end_time"] = None
-        current.start_time = current.last_heartbeat = current.duration_ms = None
-        changed["start_time"] = changed["last_heartbeat"] = changed["duration_ms"] = None
-        return
-    if record.result is not None:
-        changed["result"] = record.result
-    if record.duration_ms is not None:
-        current.duration_ms = changed["duration_ms"] = record.duration_ms
-    if to is _RUNNING:
-        current.start_time = current.last_heartbeat = record.timestamp
-        changed["start_time"] = changed["last_heartbeat"] = record.timestamp
-    if to in _TERMINAL:
-        changed["end_time"] = record.timestamp
-        if current.start_time is None and current.duration_ms is not None:
-            start = record.timestamp - timedelta(milliseconds=current.duration_ms)
-            current.start_time = changed["start_time"] = start
-
-
-def _reason(record: StatusRecord, to: OccurrenceStatus) -> str | None:
-    if record.status is _FAILED and to is _QUEUED:
-        return "retry"
-    if record.failure_type is not None:
-        return record.failure_type.value
-    if to is OccurrenceStatus.CANCELLED:
-        return record.exception  # why it was cancelled (the API's reason, or the worker's)
-    return None
-
-
-@dataclass(slots=True)
-class _StatusBatch:
-    """The outcome of applying a batch in memory, ready to be written."""
-
-    current: dict[UUID, _Current]
-    applied: list[AppliedChange] = field(default_factory=list)
-    ignored: list[IgnoredRecord] = field(default_factory=list)
-    heartbeats: int = 0
-    changes: list[dict[str, Any]] = field(default_factory=list)
-    stats: dict[UUID, _Stats] = field(default_factory=lambda: defaultdict(_Stats))
-
-    def apply(self, record: StatusRecord) -> None:
-        current = self.current.get(record.occurrence_id)
-        if current is None:
-            self.ignored.append(IgnoredRecord(record=record, reason="unknown"))
-            return
-        outcome = _decide(current, record)
-        if outcome == _HEARTBEAT:
-            self.heartbeats += 1
-            if current.last_heartbeat is None or record.timestamp > current.last_heartbeat:
-                current.last_heartbeat = current.changed["last_heartbeat"] = record.timestamp
-            return
-        if isinstance(outcome, str):
-            self.ignored.append(IgnoredRecord(record=record, reason=outcome))
-            return
-        to, attempt = outcome
-        before = current.status
-        _apply_change(current, record, to, attempt)
-        self.applied.append(
-            AppliedChange(
-                occurrence_id=record.occurrence_id,
-                job_id=current.job_id,
-                from_status=before,
-                to_status=to,
-                attempt=attempt,
-                job_type=current.job_type,
-                worker_id=current.worker_id,
-                instance_id=record.instance_id,
+def _occurrence_updates(batch: StatusBatch) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """The changed occurrences grouped by the columns they change (one statement each)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    for occurrence_id, current in batch.current.items():
+        if current.changed:
+            columns = tuple(sorted(current.changed))
+            groups[columns].append(
+                {**current.changed, "id": occurrence_id, "key_at": current.scheduled_for}
             )
-        )
-        self.changes.append(
-            {
-                "occurrence_id": record.occurrence_id,
-                "timestamp": record.timestamp,
-                "from_status": int(before),
-                "to_status": int(to),
-                "attempt": attempt,
-                "reason": _reason(record, to),
-            }
-        )
-        if to in _TERMINAL:
-            self.stats[current.job_id].count(
-                to, current.duration_ms, record.timestamp, record.exception
-            )
-
-    def updates(self) -> dict[tuple[str, ...], list[dict[str, Any]]]:
-        """The changed occurrences grouped by the columns they change (one statement each)."""
-        groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
-        for occurrence_id, current in self.current.items():
-            if current.changed:
-                columns = tuple(sorted(current.changed))
-                groups[columns].append(
-                    {**current.changed, "id": occurrence_id, "key_at": current.scheduled_for}
-                )
-        return groups
+    return groups
 
 
 # --- the store --------------------------------------------------------------------------------
@@ -1597,7 +1382,7 @@ class SqlStore(SecurityQueries, Store):
         if not records:
             return StatusResult()
         ids = _unique(r.occurrence_id for r in records)
-        columns = [occurrences.c.id, occurrences.c.job_id] + [occurrences.c[n] for n in _LOADED]
+        columns = [occurrences.c.id, *(occurrences.c[n] for n in CURRENT_FIELDS)]
         async with self._write() as conn:
             rows = await _fetch_in(
                 conn,
@@ -1609,9 +1394,7 @@ class SqlStore(SecurityQueries, Store):
                 ),
                 ids,
             )
-            batch = _StatusBatch(current={oid: _Current(*rest) for oid, *rest in rows})
-            for record in records:
-                batch.apply(record)
+            batch = apply_records({oid: Current(*rest) for oid, *rest in rows}, records)
             disabled = await self._write_status_batch(conn, batch)
             await self._record_final_failures(conn, batch)
         return StatusResult(
@@ -1622,11 +1405,11 @@ class SqlStore(SecurityQueries, Store):
         )
 
     async def _write_status_batch(
-        self, conn: AsyncConnection, batch: _StatusBatch
+        self, conn: AsyncConnection, batch: StatusBatch
     ) -> list[DisabledJob]:
         """Write the batch's occurrence changes and job statistics; returns the jobs it
         disabled."""
-        for columns, params in batch.updates().items():
+        for columns, params in _occurrence_updates(batch).items():
             await self._fast.execute(
                 conn,
                 "update_occurrences:" + ",".join(columns),
@@ -1649,16 +1432,14 @@ class SqlStore(SecurityQueries, Store):
         ]
         if stats:
             await self._fast.execute(conn, "update_stats", _update_stats_stmt, stats)
-        return await self._count_failures(conn, batch.stats)
+        return await self._count_failures(conn, batch)
 
-    async def _count_failures(
-        self, conn: AsyncConnection, stats: dict[UUID, _Stats]
-    ) -> list[DisabledJob]:
+    async def _count_failures(self, conn: AsyncConnection, batch: StatusBatch) -> list[DisabledJob]:
         """Auto-disable: fold the batch's outcomes into the consecutive-failure state of each
         job that had a failure in it (read under lock, one UPDATE for all), disabling the jobs
         that reach their threshold. Jobs with only successes were reset by the statistics
         statement already, without a read."""
-        failing = sorted(job_id for job_id, s in stats.items() if s.any_failure)
+        failing = batch.failing_jobs
         if not failing:
             return []
         j = jobs.c
@@ -1681,10 +1462,9 @@ class SqlStore(SecurityQueries, Store):
         params: list[dict[str, Any]] = []
         disabled: list[DisabledJob] = []
         for row in rows:
-            streak = _Streak.of(row, self._auto_disable)
-            for failed, at, exception in stats[row.id].outcomes:
-                streak.fold(failed, at, exception)
-            params.append(streak.params(row.id))
+            streak = _streak_of(row, self._auto_disable)
+            streak.fold_all(batch.stats[row.id].outcomes)
+            params.append(_streak_params(row.id, streak))
             if streak.disabled_now:
                 assert streak.disabled_reason is not None
                 disabled.append(
@@ -1932,10 +1712,10 @@ class SqlStore(SecurityQueries, Store):
                     )
                 )
 
-    async def _record_final_failures(self, conn: AsyncConnection, batch: _StatusBatch) -> None:
+    async def _record_final_failures(self, conn: AsyncConnection, batch: StatusBatch) -> None:
         """The dead-letter records of the occurrences this batch brought to a final failure
         (one INSERT; an occurrence that has an unresolved record already gets none)."""
-        ends = _final_failures(batch.changes)
+        ends = final_failures(batch.changes)
         if not ends:
             return
         occ = occurrences.c
@@ -2407,72 +2187,33 @@ def _update_streaks_stmt() -> UpdateBase:
     )
 
 
-@dataclass(slots=True)
-class _Streak:
-    """A job's auto-disable state while a batch's outcomes are folded into it."""
+def _streak_of(row: Row[Any], defaults: AutoDisableDefaults) -> Streak:
+    m = row._mapping
+    return Streak.of(
+        defaults,
+        threshold=m["auto_disable_threshold"],
+        window_seconds=m["auto_disable_window_seconds"],
+        consecutive_failures=m["consecutive_failures"],
+        last_failure_at=m["last_failure_at"],
+        is_active=m["is_active"],
+        next_run_at=m["next_run_at"],
+        probing=m["probing"],
+        disabled_reason=m["disabled_reason"],
+        disabled_at=m["disabled_at"],
+    )
 
-    threshold: int
-    window: float
-    count: int
-    last_failure_at: datetime | None
-    is_active: bool
-    next_run_at: datetime | None
-    probing: bool
-    disabled_reason: str | None
-    disabled_at: datetime | None
-    disabled_now: bool = False
 
-    @classmethod
-    def of(cls, row: Row[Any], defaults: AutoDisableDefaults) -> _Streak:
-        m = row._mapping
-        threshold, window = m["auto_disable_threshold"], m["auto_disable_window_seconds"]
-        return cls(
-            threshold=defaults.threshold if threshold is None else threshold,
-            window=defaults.window_seconds if window is None else window,
-            count=m["consecutive_failures"],
-            last_failure_at=m["last_failure_at"],
-            is_active=m["is_active"],
-            next_run_at=m["next_run_at"],
-            probing=m["probing"],
-            disabled_reason=m["disabled_reason"],
-            disabled_at=m["disabled_at"],
-        )
-
-    def fold(self, failed: bool, at: datetime, exception: str | None) -> None:
-        if not failed:
-            self.count = 0
-            if self.probing:  # the probe succeeded: enabled for good
-                self.probing = False
-                self.disabled_reason = self.disabled_at = None
-            return
-        self.count = next_count(self.count, self.last_failure_at, at, self.window)
-        if self.last_failure_at is None or at > self.last_failure_at:
-            self.last_failure_at = at
-        if not self.is_active:
-            return
-        if self.probing:
-            reason = probe_failed_reason(exception)
-        elif self.threshold > 0 and self.count >= self.threshold:
-            reason = disable_reason(self.count, self.window, exception)
-        else:
-            return
-        self.is_active = self.probing = False
-        self.next_run_at = None
-        self.disabled_reason = reason
-        self.disabled_at = at
-        self.disabled_now = True
-
-    def params(self, job_id: UUID) -> dict[str, Any]:
-        return {
-            "b_id": job_id,
-            "b_count": self.count,
-            "b_last": self.last_failure_at,
-            "b_active": self.is_active,
-            "b_next": self.next_run_at,
-            "b_probing": self.probing,
-            "b_reason": self.disabled_reason,
-            "b_disabled_at": self.disabled_at,
-        }
+def _streak_params(job_id: UUID, streak: Streak) -> dict[str, Any]:
+    return {
+        "b_id": job_id,
+        "b_count": streak.count,
+        "b_last": streak.last_failure_at,
+        "b_active": streak.is_active,
+        "b_next": streak.next_run_at,
+        "b_probing": streak.probing,
+        "b_reason": streak.disabled_reason,
+        "b_disabled_at": streak.disabled_at,
+    }
 
 
 def _due_entry(job_id: UUID, bucket: int, state: Job | FirePlan) -> DueEntry | None:
@@ -2541,28 +2282,6 @@ _RETRYABLE = frozenset(
     {OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT, OccurrenceStatus.UNKNOWN}
 )
 _FAILURE_TYPES = {t.value: t for t in FailureType}
-
-
-def _final_failures(
-    changes: Sequence[dict[str, Any]],
-) -> dict[UUID, tuple[FailureType, int, datetime]]:
-    """The occurrences that reached a final failure among applied status changes, with their
-    failure type, attempt and time."""
-    ends: dict[UUID, tuple[FailureType, int, datetime]] = {}
-    for change in changes:
-        to = change["to_status"]
-        if to == int(OccurrenceStatus.FAILED):
-            if change["from_status"] == int(OccurrenceStatus.UNKNOWN):
-                default = FailureType.ZOMBIE
-            else:
-                default = FailureType.RETRIES_EXHAUSTED
-        elif to == int(OccurrenceStatus.TIMED_OUT):
-            default = FailureType.TIMED_OUT
-        else:
-            continue
-        failure = _FAILURE_TYPES.get(change["reason"] or "", default)
-        ends[change["occurrence_id"]] = (failure, change["attempt"], change["timestamp"])
-    return ends
 
 
 def _failed_row(record: FailedOccurrence) -> dict[str, Any]:
