@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 
 from rota.core.autodisable import AutoDisableDefaults, effective
 from rota.core.errors import ValidationError
+from rota.core.jobspec import MAX_SECONDS, JobSpec, as_utc
 from rota.core.jsonlimits import MAX_JSON_DEPTH, max_depth_exceeded
 from rota.core.models import (
     ConcurrencyPolicy,
@@ -38,7 +39,6 @@ from rota.core.models import (
 )
 from rota.core.security import ExceptionText
 from rota.services.buckets import BucketStateName, InstanceStateName
-from rota.services.jobs import MAX_SECONDS, JobSpec, as_utc
 
 MAX_LIMIT = 1000
 """The largest page any list endpoint returns."""
