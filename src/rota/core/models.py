@@ -204,17 +204,6 @@ class Job:
         return f'"{self.version}-{self.updated_at.timestamp():.6f}-{state}"'
 
 
-VERSIONED_FIELDS: tuple[str, ...] = (
-    "job_type",
-    "worker_id",
-    "job_data",
-    "cron_expression",
-    "time_zone",
-    "execute_at",
-)
-"""A change of any of these bumps a job's version and keeps a snapshot of the old one."""
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobVersion:
     job_id: UUID

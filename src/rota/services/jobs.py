@@ -29,10 +29,16 @@ from rota.core.errors import (
 )
 from rota.core.events import EventType, job_changed
 from rota.core.ids import bucket_of, new_id
+from rota.core.jobfields import (
+    NULLABLE_FIELDS,
+    SCHEDULE_FIELDS,
+    UPDATABLE_FIELDS,
+    VERSIONED_FIELDS,
+    api_name,
+)
 from rota.core.jobspec import MAX_SECONDS, JobSpec, as_utc
 from rota.core.jsonlimits import DEFAULT_JSON_DEPTH, value_too_deep
 from rota.core.models import (
-    VERSIONED_FIELDS,
     ConcurrencyPolicy,
     Job,
     JobSource,
@@ -77,65 +83,6 @@ MAX_REPORTED_ERRORS: Final = 100
 """A bulk create reports at most this many refused jobs."""
 DEFAULT_MAX_JOB_DATA_BYTES: Final = 256 * 1024
 """The default limit of a job's data (and a trigger's), as compact UTF-8 JSON."""
-
-UPDATABLE_FIELDS: Final = frozenset(
-    {
-        "display_name",
-        "description",
-        "tags",
-        "worker_id",
-        "job_type",
-        "job_data",
-        "cron_expression",
-        "time_zone",
-        "execute_at",
-        "is_active",
-        "priority",
-        "concurrency_policy",
-        "misfire_policy",
-        "timeout_seconds",
-        "max_retries",
-        "retry_delay_seconds",
-        "declared_spec",
-        "auto_disable_threshold",
-        "auto_disable_window_seconds",
-        "auto_disable_cooldown_seconds",
-        "zombie_policy",
-        "zombie_threshold_seconds",
-    }
-)
-"""Job fields :meth:`JobService.update_job` may change (snake_case attribute names)."""
-
-NULLABLE_FIELDS: Final = frozenset(
-    {
-        "worker_id",
-        "job_data",
-        "cron_expression",
-        "execute_at",
-        "timeout_seconds",
-        "max_retries",
-        "retry_delay_seconds",
-        "declared_spec",
-        "auto_disable_threshold",
-        "auto_disable_window_seconds",
-        "auto_disable_cooldown_seconds",
-        "zombie_policy",
-        "zombie_threshold_seconds",
-    }
-)
-
-SCHEDULE_FIELDS: Final = ("cron_expression", "time_zone", "execute_at")
-
-_API_NAMES: Final = {"concurrency_policy": "concurrentExecutionPolicy"}
-
-
-def api_name(field: str) -> str:
-    """The API (camelCase) name of a job attribute, for error messages."""
-    if field in _API_NAMES:
-        return _API_NAMES[field]
-    head, *rest = field.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
 
 _SPEC_FIELDS: Final = frozenset(JobSpec.__dataclass_fields__)
 
