@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
 
-from rota.api.schemas import JobPatch
+from rota.api.schemas import JobOut, JobPatch
 from rota.core.jobfields import (
     BY_NAME,
     JOB_FIELDS,
@@ -101,6 +101,13 @@ def test_the_api_change_body_changes_only_updatable_fields() -> None:
     assert set(changed) <= UPDATABLE_FIELDS
     assert api_name("concurrency_policy") == "concurrentExecutionPolicy"
     assert BY_NAME["zombie_threshold_seconds"].api == "zombieThresholdSeconds"
+
+
+def test_the_api_names_fields_as_the_table_does() -> None:
+    shown = {JobOut.model_fields[name].alias for name in JobOut.model_fields}
+    assert BY_NAME["concurrency_policy"].api in shown
+    assert BY_NAME["average_duration_ms"].api in shown
+    assert {f.api for f in JOB_FIELDS if f.updatable and f.name != "declared_spec"} <= shown
 
 
 def _everything_set() -> Job:

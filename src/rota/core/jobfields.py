@@ -44,7 +44,10 @@ class Shape(enum.Enum):
     """A read-only mapping: as a JSON object."""
 
 
-_API_NAMES: Final = {"concurrency_policy": "concurrentExecutionPolicy"}
+_API_NAMES: Final = {
+    "concurrency_policy": "concurrentExecutionPolicy",
+    "average_duration_ms": "averageDuration",
+}
 """Attribute names whose API name is not their camelCase spelling (the reference API's)."""
 
 
