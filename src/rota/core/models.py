@@ -128,7 +128,10 @@ class FailureType(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
-    """A job definition: what to run, with what data, when and how."""
+    """A job definition: what to run, with what data, when and how.
+
+    Each field also has its row in :data:`rota.core.jobfields.JOB_FIELDS` (who may change
+    it, whether it is versioned, how it is stored); a test holds the two in step."""
 
     id: UUID
     job_type: str
