@@ -17,11 +17,12 @@ from rota.coordination.memory import MemoryCoordination
 from rota.coordination.redis import RedisCoordination
 from rota.core.errors import ConflictError
 from rota.core.ids import new_id
+from rota.core.jobspec import JobSpec
 from rota.core.models import Job, JobSource, JsonValue, Priority, WorkerInfo
 from rota.core.ports import Coordination
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.declared import REMOVED_BY, DeclaredSchedules, SyncResult, declarations
-from rota.services.jobs import JobService, JobSpec
+from rota.services.jobs import JobService
 from rota.services.workers import WorkerDirectory
 from rota.settings import SchedulerSettings
 from rota.stores.migrate import downgrade, upgrade

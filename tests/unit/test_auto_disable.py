@@ -19,10 +19,11 @@ from rota.core.autodisable import (
     probe_due,
 )
 from rota.core.ids import new_id
+from rota.core.jobspec import JobSpec
 from rota.core.models import Job, OccurrenceStatus, StatusRecord
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.indexes.memory import MemoryScheduleIndex
-from rota.services.jobs import JobService, JobSpec
+from rota.services.jobs import JobService
 from rota.services.probes import ProbeReleaser
 from rota.settings import SchedulerSettings
 from rota.stores.sql import SqlStore

@@ -18,6 +18,7 @@ from rota.core.errors import (
     ValidationError,
 )
 from rota.core.ids import bucket_of
+from rota.core.jobspec import JobSpec
 from rota.core.models import (
     ConcurrencyPolicy,
     OccurrenceStatus,
@@ -28,7 +29,7 @@ from rota.core.models import (
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.core.records import IndexEntry, OccurrenceQuery
 from rota.indexes.memory import MemoryScheduleIndex
-from rota.services.jobs import JobService, JobSpec
+from rota.services.jobs import JobService
 from rota.settings import SchedulerSettings
 from rota.stores.sql import SqlStore
 

@@ -32,7 +32,7 @@ from rota.core.errors import (
     RateLimitedError,
     ValidationError,
 )
-from rota.services.jobs import api_name
+from rota.core.jobfields import api_name
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 from uuid import UUID
 
 from pydantic import (
@@ -17,10 +17,12 @@ from pydantic import (
     StringConstraints,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 
 from rota.core.autodisable import AutoDisableDefaults, effective
 from rota.core.errors import ValidationError
+from rota.core.jobfields import BY_NAME, JOB_FIELDS
+from rota.core.jobspec import MAX_SECONDS, JobSpec, as_utc
 from rota.core.jsonlimits import MAX_JSON_DEPTH, max_depth_exceeded
 from rota.core.models import (
     ConcurrencyPolicy,
@@ -38,7 +40,6 @@ from rota.core.models import (
 )
 from rota.core.security import ExceptionText
 from rota.services.buckets import BucketStateName, InstanceStateName
-from rota.services.jobs import MAX_SECONDS, JobSpec, as_utc
 
 MAX_LIMIT = 1000
 """The largest page any list endpoint returns."""
@@ -138,6 +139,16 @@ class InputModel(ApiModel):
 
 # --- jobs ------------------------------------------------------------------------------------
 
+_ATTRIBUTES: Final = {to_snake(f.api): f.name for f in JOB_FIELDS if to_snake(f.api) != f.name}
+"""Body field -> job attribute, where the API names a field otherwise than the job does
+(``concurrentExecutionPolicy`` is the job's ``concurrency_policy``)."""
+
+
+def _job_attributes(body: BaseModel, *, exclude_unset: bool = False) -> dict[str, Any]:
+    """A job body's fields by job attribute name (``exclude_unset``: the fields sent only)."""
+    values = body.model_dump(exclude_unset=exclude_unset, by_alias=False)
+    return {_ATTRIBUTES.get(name, name): value for name, value in values.items()}
+
 
 class JobCreate(InputModel):
     """A new job: ``jobType`` and exactly one of ``cronExpression`` / ``executeAt``."""
@@ -188,30 +199,7 @@ class JobCreate(InputModel):
     )
 
     def to_spec(self, created_by: str | None = None) -> JobSpec:
-        return JobSpec(
-            job_type=self.job_type,
-            worker_id=self.worker_id,
-            display_name=self.display_name,
-            description=self.description,
-            tags=self.tags,
-            job_data=self.job_data,
-            cron_expression=self.cron_expression,
-            time_zone=self.time_zone,
-            execute_at=self.execute_at,
-            is_active=self.is_active,
-            priority=self.priority,
-            concurrency_policy=self.concurrent_execution_policy,
-            misfire_policy=self.misfire_policy,
-            timeout_seconds=self.timeout_seconds,
-            max_retries=self.max_retries,
-            retry_delay_seconds=self.retry_delay_seconds,
-            created_by=created_by,
-            auto_disable_threshold=self.auto_disable_threshold,
-            auto_disable_window_seconds=self.auto_disable_window_seconds,
-            auto_disable_cooldown_seconds=self.auto_disable_cooldown_seconds,
-            zombie_policy=self.zombie_policy,
-            zombie_threshold_seconds=self.zombie_threshold_seconds,
-        )
+        return JobSpec(**_job_attributes(self), created_by=created_by)
 
 
 class JobPatch(InputModel):
@@ -242,10 +230,7 @@ class JobPatch(InputModel):
 
     def changes(self) -> dict[str, Any]:
         """The fields sent, by job attribute name."""
-        sent = self.model_dump(exclude_unset=True, by_alias=False)
-        if "concurrent_execution_policy" in sent:
-            sent["concurrency_policy"] = sent.pop("concurrent_execution_policy")
-        return sent
+        return _job_attributes(self, exclude_unset=True)
 
 
 class BulkCreate(InputModel):
@@ -307,39 +292,10 @@ class JobOut(ApiModel):
     def of(cls, job: Job, defaults: AutoDisableDefaults | None = None) -> JobOut:
         settings = effective(job, defaults or AutoDisableDefaults())
         return cls(
-            id=job.id,
-            display_name=job.display_name,
-            description=job.description,
+            **{name: getattr(job, attribute) for name, attribute in _JOB_OUT_FIELDS},
             tags=list(job.tags),
-            worker_id=job.worker_id,
-            job_type=job.job_type,
-            job_data=job.job_data,
-            cron_expression=job.cron_expression,
-            time_zone=job.time_zone,
-            execute_at=job.execute_at,
-            is_active=job.is_active,
-            priority=job.priority,
-            concurrent_execution_policy=job.concurrency_policy,
-            misfire_policy=job.misfire_policy,
-            timeout_seconds=job.timeout_seconds,
-            max_retries=job.max_retries,
-            retry_delay_seconds=job.retry_delay_seconds,
-            next_run_at=job.next_run_at,
-            version=job.version,
-            created_at=job.created_at,
-            updated_at=job.updated_at,
-            created_by=job.created_by,
-            updated_by=job.updated_by,
-            total_executions=job.total_executions,
             success_rate=job.success_rate,
-            average_duration=job.average_duration_ms,
-            bucket=job.bucket,
             source=job.source.value,
-            auto_disable_threshold=job.auto_disable_threshold,
-            auto_disable_window_seconds=job.auto_disable_window_seconds,
-            auto_disable_cooldown_seconds=job.auto_disable_cooldown_seconds,
-            zombie_policy=job.zombie_policy,
-            zombie_threshold_seconds=job.zombie_threshold_seconds,
             auto_disable=AutoDisableOut(
                 threshold=settings.threshold,
                 window_seconds=settings.window_seconds,
@@ -351,6 +307,14 @@ class JobOut(ApiModel):
                 probing=job.probing,
             ),
         )
+
+
+_JOB_OUT_FIELDS: Final = tuple(
+    (name, _ATTRIBUTES.get(name, name))
+    for name in JobOut.model_fields
+    if _ATTRIBUTES.get(name, name) in BY_NAME and name not in ("tags", "source")
+)
+"""The fields of :class:`JobOut` copied from the job's attribute of the same meaning."""
 
 
 class JobPage(ApiModel):

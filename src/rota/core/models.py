@@ -128,7 +128,10 @@ class FailureType(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
-    """A job definition: what to run, with what data, when and how."""
+    """A job definition: what to run, with what data, when and how.
+
+    Each field also has its row in :data:`rota.core.jobfields.JOB_FIELDS` (who may change
+    it, whether it is versioned, how it is stored); a test holds the two in step."""
 
     id: UUID
     job_type: str
@@ -202,17 +205,6 @@ class Job:
         disabled = "" if self.disabled_at is None else self.disabled_at.isoformat()
         state = f"{int(self.is_active)}{int(self.probing)}{disabled}"
         return f'"{self.version}-{self.updated_at.timestamp():.6f}-{state}"'
-
-
-VERSIONED_FIELDS: tuple[str, ...] = (
-    "job_type",
-    "worker_id",
-    "job_data",
-    "cron_expression",
-    "time_zone",
-    "execute_at",
-)
-"""A change of any of these bumps a job's version and keeps a snapshot of the old one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -26,6 +26,7 @@ from rota.api.routes_workers import group_workers
 from rota.api.schemas import JobOut, status_name
 from rota.api.security import exception_view
 from rota.core.errors import NotFoundError, RotaError
+from rota.core.jobfields import VERSIONED_FIELDS, api_name
 from rota.core.models import FailedOccurrence, FailureType, Job, Occurrence, OccurrenceStatus
 from rota.core.records import FailedQuery, OccurrenceQuery
 from rota.core.security import ExceptionText
@@ -486,7 +487,7 @@ async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID)
     return render(request, user, "job.html", context, fragments=("job_summary", "job_occurrences"))
 
 
-_VERSIONED_API = ("jobType", "workerId", "jobData", "cronExpression", "timeZone", "executeAt")
+_VERSIONED_API = tuple(api_name(name) for name in VERSIONED_FIELDS)
 
 
 def _attr(api_name: str) -> str:

@@ -40,9 +40,10 @@ from rota.core.errors import (
     NotFoundError,
     ValidationError,
 )
+from rota.core.jobspec import JobSpec
 from rota.core.models import Job, JobSource, JsonValue, Priority, WorkerInfo
 from rota.core.ports import Store
-from rota.services.jobs import JobService, JobSpec
+from rota.services.jobs import JobService
 from rota.services.workers import WorkerDirectory
 
 logger = logging.getLogger(__name__)

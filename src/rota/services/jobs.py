@@ -12,8 +12,8 @@ import logging
 import math
 import zoneinfo
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 from uuid import UUID
 
@@ -29,9 +29,16 @@ from rota.core.errors import (
 )
 from rota.core.events import EventType, job_changed
 from rota.core.ids import bucket_of, new_id
+from rota.core.jobfields import (
+    NULLABLE_FIELDS,
+    SCHEDULE_FIELDS,
+    UPDATABLE_FIELDS,
+    VERSIONED_FIELDS,
+    api_name,
+)
+from rota.core.jobspec import MAX_SECONDS, JobSpec, as_utc
 from rota.core.jsonlimits import DEFAULT_JSON_DEPTH, value_too_deep
 from rota.core.models import (
-    VERSIONED_FIELDS,
     ConcurrencyPolicy,
     Job,
     JobSource,
@@ -67,102 +74,8 @@ MAX_PREVIEW: Final = 1000
 """At most this many fires in one schedule preview."""
 MAX_REPORTED_ERRORS: Final = 100
 """A bulk create reports at most this many refused jobs."""
-MAX_SECONDS: Final = 315_576_000
-"""The longest duration a job setting takes (10 years): far beyond any real need, and
-still a date when added to now."""
 DEFAULT_MAX_JOB_DATA_BYTES: Final = 256 * 1024
 """The default limit of a job's data (and a trigger's), as compact UTF-8 JSON."""
-
-UPDATABLE_FIELDS: Final = frozenset(
-    {
-        "display_name",
-        "description",
-        "tags",
-        "worker_id",
-        "job_type",
-        "job_data",
-        "cron_expression",
-        "time_zone",
-        "execute_at",
-        "is_active",
-        "priority",
-        "concurrency_policy",
-        "misfire_policy",
-        "timeout_seconds",
-        "max_retries",
-        "retry_delay_seconds",
-        "declared_spec",
-        "auto_disable_threshold",
-        "auto_disable_window_seconds",
-        "auto_disable_cooldown_seconds",
-        "zombie_policy",
-        "zombie_threshold_seconds",
-    }
-)
-"""Job fields :meth:`JobService.update_job` may change (snake_case attribute names)."""
-
-NULLABLE_FIELDS: Final = frozenset(
-    {
-        "worker_id",
-        "job_data",
-        "cron_expression",
-        "execute_at",
-        "timeout_seconds",
-        "max_retries",
-        "retry_delay_seconds",
-        "declared_spec",
-        "auto_disable_threshold",
-        "auto_disable_window_seconds",
-        "auto_disable_cooldown_seconds",
-        "zombie_policy",
-        "zombie_threshold_seconds",
-    }
-)
-
-SCHEDULE_FIELDS: Final = ("cron_expression", "time_zone", "execute_at")
-
-_API_NAMES: Final = {"concurrency_policy": "concurrentExecutionPolicy"}
-
-
-def api_name(field: str) -> str:
-    """The API (camelCase) name of a job attribute, for error messages."""
-    if field in _API_NAMES:
-        return _API_NAMES[field]
-    head, *rest = field.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobSpec:
-    """What a caller gives to create a job; the service adds id, bucket, times and version."""
-
-    job_type: str
-    worker_id: str | None = None
-    display_name: str = ""
-    description: str = ""
-    tags: Sequence[str] | str = ()
-    """Tags, or one comma-separated string (``"a,b"``)."""
-    job_data: JsonValue = None
-    cron_expression: str | None = None
-    time_zone: str = "UTC"
-    execute_at: datetime | None = None
-    """A naive datetime is taken as UTC."""
-    is_active: bool = True
-    priority: Priority | int = Priority.MEDIUM
-    concurrency_policy: ConcurrencyPolicy | int = ConcurrencyPolicy.SKIP
-    misfire_policy: MisfirePolicy | str = MisfirePolicy.FIRE_ONCE
-    timeout_seconds: float | None = None
-    max_retries: int | None = None
-    retry_delay_seconds: float | None = None
-    created_by: str | None = None
-    source: JobSource = JobSource.API
-    declared_spec: Mapping[str, JsonValue] | None = None
-    auto_disable_threshold: int | None = None
-    auto_disable_window_seconds: float | None = None
-    auto_disable_cooldown_seconds: float | None = None
-    zombie_policy: ZombiePolicy | str | None = None
-    zombie_threshold_seconds: float | None = None
-
 
 _SPEC_FIELDS: Final = frozenset(JobSpec.__dataclass_fields__)
 
@@ -705,16 +618,6 @@ def _check_zone(zone: str) -> None:
         zoneinfo.ZoneInfo(zone)
     except (ValueError, KeyError) as exc:
         raise ValidationError(f"unknown time zone {zone!r}", field="timeZone") from exc
-
-
-def as_utc(moment: datetime) -> datetime:
-    """The same instant in UTC; a naive datetime is taken as UTC."""
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    try:
-        return moment.astimezone(UTC)
-    except OverflowError as exc:
-        raise ValueError("date-time out of range once converted to UTC") from exc
 
 
 def _text(value: object, field: str) -> str:

@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -78,6 +78,7 @@ from rota.core.errors import (
     ValidationError,
 )
 from rota.core.ids import new_id
+from rota.core.jobfields import JOB_FIELDS, JobField, Part, Shape
 from rota.core.models import (
     ConcurrencyPolicy,
     DispatcherState,
@@ -87,7 +88,6 @@ from rota.core.models import (
     JobSource,
     JobVersion,
     LogRecord,
-    MisfirePolicy,
     Occurrence,
     OccurrenceStatus,
     Priority,
@@ -426,196 +426,119 @@ def _distinct(params: Sequence[tuple[Any, ...]], keys: tuple[int, ...]) -> bool:
 
 # --- rows <-> records -------------------------------------------------------------------------
 
-_DEFINITION = (
-    "job_type",
-    "worker_id",
-    "display_name",
-    "description",
-    "tags",
-    "job_data",
-    "cron_expression",
-    "time_zone",
-    "execute_at",
-    "is_active",
-    "priority",
-    "concurrency_policy",
-    "misfire_policy",
-    "timeout_seconds",
-    "max_retries",
-    "retry_delay_seconds",
-    "next_run_at",
-    "bucket",
-    "version",
-    "updated_at",
-    "updated_by",
-    "declared_spec",
-    "auto_disable_threshold",
-    "auto_disable_window_seconds",
-    "auto_disable_cooldown_seconds",
-    "zombie_policy",
-    "zombie_threshold_seconds",
-)
-"""Job columns ``update_job`` replaces (not id, source, creation, or statistics)."""
+Codec = Callable[[Any], Any]
+"""Converts one field's value between the record and its column."""
 
-_AUTO_DISABLE_STATE = (
-    "consecutive_failures",
-    "last_failure_at",
-    "disabled_reason",
-    "disabled_at",
-    "probing",
-)
+
+def _enum_value(member: Any) -> Any:
+    """An enum member's value (an int or a string); ``None`` or a bare value as it is."""
+    return getattr(member, "value", member)
+
+
+def _encoder(field: JobField) -> Codec | None:
+    """How a job field's value is written to its column (``None``: as it is)."""
+    if field.shape is Shape.ENUM:
+        return _enum_value
+    if field.shape is Shape.TUPLE:
+        return lambda value: None if value is None else list(value)
+    if field.shape is Shape.MAPPING:
+        return lambda value: None if value is None else dict(value)
+    return None
+
+
+def _decoder(field: JobField) -> Codec | None:
+    """How a job field's value is read from its column (``None``: as it is; a mapping comes
+    back as the dict it was written as)."""
+    kind = field.enum
+    if kind is not None:
+        return lambda value: None if value is None else kind(value)
+    if field.shape is Shape.TUPLE:
+        return tuple
+    return None
+
+
+_Writes = tuple[Callable[[Job], tuple[Any, ...]], tuple[tuple[str, Codec | None], ...]]
+"""What writes some fields of a job: their getter, and the column and encoder of each."""
+
+
+def _writes(fields: Sequence[JobField]) -> _Writes:
+    get = attrgetter(*(f.name for f in fields))  # one name: the value itself, not a tuple
+    read = get if len(fields) > 1 else lambda job: (get(job),)
+    return read, tuple((f.column, _encoder(f)) for f in fields)
+
+
+_WRITE_ALL = _writes(JOB_FIELDS)
+_WRITE_PARTS = {part: _writes([f for f in JOB_FIELDS if f.part is part]) for part in Part}
+_READS = tuple((f.name, f.column, _decoder(f)) for f in JOB_FIELDS)
+
+_AUTO_DISABLE_STATE = tuple(f.column for f in JOB_FIELDS if f.part is Part.AUTO_DISABLE)
 """Job columns the status tracker keeps; ``update_job`` writes them only when asked."""
+
+_STORE_ONLY_COLUMNS = ("duration_samples",)
+"""Job columns that are no field of a job: the completed runs the average duration is over."""
+
+
+def _job_columns(job: Job, part: Part | None = None) -> dict[str, Any]:
+    """The columns of one part of a job (``None``: of every part), by column name."""
+    read, codecs = _WRITE_ALL if part is None else _WRITE_PARTS[part]
+    return {
+        column: value if encode is None else encode(value)
+        for (column, encode), value in zip(codecs, read(job), strict=True)
+    }
 
 
 def _job_definition(job: Job) -> dict[str, Any]:
-    return {
-        "job_type": job.job_type,
-        "worker_id": job.worker_id,
-        "display_name": job.display_name,
-        "description": job.description,
-        "tags": list(job.tags),
-        "job_data": job.job_data,
-        "cron_expression": job.cron_expression,
-        "time_zone": job.time_zone,
-        "execute_at": job.execute_at,
-        "is_active": job.is_active,
-        "priority": int(job.priority),
-        "concurrency_policy": int(job.concurrency_policy),
-        "misfire_policy": job.misfire_policy.value,
-        "timeout_seconds": job.timeout_seconds,
-        "max_retries": job.max_retries,
-        "retry_delay_seconds": job.retry_delay_seconds,
-        "next_run_at": job.next_run_at,
-        "bucket": job.bucket,
-        "version": job.version,
-        "updated_at": job.updated_at,
-        "updated_by": job.updated_by,
-        "declared_spec": None if job.declared_spec is None else dict(job.declared_spec),
-        "auto_disable_threshold": job.auto_disable_threshold,
-        "auto_disable_window_seconds": job.auto_disable_window_seconds,
-        "auto_disable_cooldown_seconds": job.auto_disable_cooldown_seconds,
-        "zombie_policy": None if job.zombie_policy is None else job.zombie_policy.value,
-        "zombie_threshold_seconds": job.zombie_threshold_seconds,
-    }
+    """The columns ``update_job`` replaces (not id, source, creation, or statistics)."""
+    return _job_columns(job, Part.DEFINITION)
 
 
 def _auto_disable_state(job: Job) -> dict[str, Any]:
     """The auto-disable state columns (kept by the status tracker)."""
-    return {
-        "consecutive_failures": job.consecutive_failures,
-        "last_failure_at": job.last_failure_at,
-        "disabled_reason": job.disabled_reason,
-        "disabled_at": job.disabled_at,
-        "probing": job.probing,
-    }
+    return _job_columns(job, Part.AUTO_DISABLE)
 
 
 def _job_row(job: Job) -> dict[str, Any]:
-    row = _job_definition(job)
-    row.update(
-        id=job.id,
-        source=job.source.value,
-        created_at=job.created_at,
-        created_by=job.created_by,
-        total_executions=job.total_executions,
-        success_count=job.success_count,
-        failure_count=job.failure_count,
-        average_duration_ms=job.average_duration_ms,
-        duration_samples=0 if job.average_duration_ms is None else job.success_count,
-        **_auto_disable_state(job),
-    )
+    row = _job_columns(job)
+    row["duration_samples"] = 0 if job.average_duration_ms is None else job.success_count
     return row
 
 
 def _to_job(row: Row[Any]) -> Job:
     m = row._mapping
     return Job(
-        id=m["id"],
-        job_type=m["job_type"],
-        worker_id=m["worker_id"],
-        display_name=m["display_name"],
-        description=m["description"],
-        tags=tuple(m["tags"]),
-        job_data=m["job_data"],
-        cron_expression=m["cron_expression"],
-        time_zone=m["time_zone"],
-        execute_at=m["execute_at"],
-        is_active=m["is_active"],
-        priority=Priority(m["priority"]),
-        concurrency_policy=ConcurrencyPolicy(m["concurrency_policy"]),
-        misfire_policy=MisfirePolicy(m["misfire_policy"]),
-        timeout_seconds=m["timeout_seconds"],
-        max_retries=m["max_retries"],
-        retry_delay_seconds=m["retry_delay_seconds"],
-        next_run_at=m["next_run_at"],
-        bucket=m["bucket"],
-        version=m["version"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-        created_by=m["created_by"],
-        updated_by=m["updated_by"],
-        total_executions=m["total_executions"],
-        success_count=m["success_count"],
-        failure_count=m["failure_count"],
-        average_duration_ms=m["average_duration_ms"],
-        source=JobSource(m["source"]),
-        declared_spec=m["declared_spec"],
-        auto_disable_threshold=m["auto_disable_threshold"],
-        auto_disable_window_seconds=m["auto_disable_window_seconds"],
-        auto_disable_cooldown_seconds=m["auto_disable_cooldown_seconds"],
-        consecutive_failures=m["consecutive_failures"],
-        last_failure_at=m["last_failure_at"],
-        disabled_reason=m["disabled_reason"],
-        disabled_at=m["disabled_at"],
-        probing=m["probing"],
-        zombie_policy=None if m["zombie_policy"] is None else ZombiePolicy(m["zombie_policy"]),
-        zombie_threshold_seconds=m["zombie_threshold_seconds"],
+        **{
+            name: m[column] if decode is None else decode(m[column])
+            for name, column, decode in _READS
+        }
     )
 
 
-_NOT_PLANNED = frozenset(
-    {
-        "display_name",
-        "description",
-        "tags",
-        "updated_at",
-        "updated_by",
-        "declared_spec",
-        "auto_disable_threshold",
-        "auto_disable_window_seconds",
-        "auto_disable_cooldown_seconds",
-        "zombie_policy",
-        "zombie_threshold_seconds",
-    }
-)
-_PLANNING_FIELDS = (
-    "id",
-    *(name for name in _DEFINITION if name not in _NOT_PLANNED),
-    "probing",  # a probing job runs one occurrence at a time (plan_fires)
-)
-_PLANNING_COLUMNS = tuple(jobs.c[name] for name in _PLANNING_FIELDS)
+_PLANNING = tuple((f.name, f.column, _decoder(f)) for f in JOB_FIELDS if f.planned)
+_PLANNING_COLUMNS = tuple(jobs.c[column] for _, column, _ in _PLANNING)
+"""What the fire planner reads of a job, the id first."""
 
 
 def _to_planning_job(row: Row[Any]) -> Job:
     """A job with its definition only (what a planner needs); display fields, audit fields
     and statistics keep their defaults. Loading fewer columns keeps dispatch cheap."""
-    values = dict(zip(_PLANNING_FIELDS, row, strict=True))
-    values["priority"] = Priority(values["priority"])
-    values["concurrency_policy"] = ConcurrencyPolicy(values["concurrency_policy"])
-    values["misfire_policy"] = MisfirePolicy(values["misfire_policy"])
-    return Job(**values)
+    return Job(
+        **{
+            name: value if decode is None else decode(value)
+            for (name, _, decode), value in zip(_PLANNING, row, strict=True)
+        }
+    )
+
+
+_VERSIONED = tuple(f for f in JOB_FIELDS if f.versioned)
 
 
 def _snapshot(job: Job) -> dict[str, Any]:
-    """The versioned fields of a job under their API names."""
-    return {
-        "jobType": job.job_type,
-        "workerId": job.worker_id,
-        "jobData": job.job_data,
-        "cronExpression": job.cron_expression,
-        "timeZone": job.time_zone,
-        "executeAt": None if job.execute_at is None else job.execute_at.isoformat(),
-    }
+    """The versioned fields of a job under their API names (a date-time as ISO text)."""
+    snapshot: dict[str, Any] = {}
+    for versioned in _VERSIONED:
+        value = getattr(job, versioned.name)
+        snapshot[versioned.api] = value.isoformat() if isinstance(value, datetime) else value
+    return snapshot
 
 
 def _occurrence_row(occ: Occurrence, policy: ConcurrencyPolicy) -> dict[str, Any]:
