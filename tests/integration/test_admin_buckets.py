@@ -3,9 +3,7 @@ graceful stop's Completing state and lease release, and a zombie's new attempt e
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +19,7 @@ from rota.runtime import Runtime
 from rota.serve import prepare
 from rota.settings import Settings
 from tests.api_client import api_client
+from tests.helpers import eventually
 
 S = OccurrenceStatus
 
@@ -59,15 +58,6 @@ def runtime(handle: Stoppable) -> Runtime:
 async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
     async with api_client(create_app(runtime)) as http:
         yield http
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def buckets(client: httpx.AsyncClient) -> dict[str, Any]:

@@ -3,9 +3,7 @@ job's record, resolve, retry; poison messages from the dead-letter channel; inpu
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from rota.runtime import Runtime
 from rota.serve import prepare
 from rota.settings import Settings
 from tests.api_client import api_client
+from tests.helpers import eventually
 
 API = "/api/v1/failed-occurrences"
 PROBLEM = "application/problem+json"
@@ -46,15 +45,6 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
 async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
     async with api_client(create_app(runtime)) as http:
         yield http
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = time.monotonic() + WITHIN
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def ok(response: httpx.Response, status: int = 200) -> Any:
@@ -88,7 +78,7 @@ async def run_failing_job(runtime: Runtime, client: httpx.AsyncClient) -> dict[s
     async def recorded() -> bool:
         return bool(await failed_list(client, jobId=job["id"]))
 
-    await eventually(recorded, "the failed-occurrence record")
+    await eventually(recorded, WITHIN, "the failed-occurrence record")
     [record] = await failed_list(client, jobId=job["id"])
     return record
 
@@ -139,7 +129,7 @@ async def test_failed_job_is_recorded_resolved_retried_and_completes(
         body = ok(await client.get(f"/api/v1/occurrences/{record['occurrenceId']}"))
         return bool(body["statusName"] == "Completed")
 
-    await eventually(completed, "the retried occurrence to complete")
+    await eventually(completed, WITHIN, "the retried occurrence to complete")
     done = ok(await client.get(f"/api/v1/occurrences/{record['occurrenceId']}"))
     assert (done["attempt"], done["result"]) == (2, "attempt 2 worked")
     after = ok(await client.get(f"{API}/{record['id']}"))
@@ -214,7 +204,7 @@ async def test_poison_and_readable_dead_letters_become_records(
     async def stored() -> bool:
         return len(await failed_list(client)) == 3
 
-    await eventually(stored, "three dead-letter records")
+    await eventually(stored, WITHIN, "three dead-letter records")
     poison = await failed_list(client, failureType="poison")
     assert len(poison) == 2
     assert all(p["occurrenceId"] is None for p in poison)
@@ -261,7 +251,7 @@ async def test_rejected_job_message_fails_its_occurrence(
     async def recorded() -> bool:
         return bool(await failed_list(client, jobId=str(job.id)))
 
-    await eventually(recorded, "the dead-lettered occurrence's record")
+    await eventually(recorded, WITHIN, "the dead-lettered occurrence's record")
     [record] = await failed_list(client, jobId=str(job.id))
     assert (record["occurrenceId"], record["failureType"]) == (str(occurrence.id), "poison")
     assert "dead-lettered without running" in record["exception"]
@@ -274,7 +264,7 @@ async def test_rejected_job_message_fails_its_occurrence(
     async def seen_twice() -> bool:
         return runtime.dead_letters.stats.stale == 1
 
-    await eventually(seen_twice, "the repeated letter")
+    await eventually(seen_twice, WITHIN, "the repeated letter")
     assert len(await failed_list(client, jobId=str(job.id))) == 1
 
 

@@ -9,7 +9,7 @@ from rota.core.models import JobSource, OccurrenceStatus, Priority
 from rota.core.ports import OccurrenceQuery
 from rota.serve import prepare
 from rota.settings import Settings
-from tests.integration.test_runtime import eventually
+from tests.helpers import eventually
 
 
 async def test_a_declared_cron_becomes_a_job_at_start_and_runs(tmp_path: Path) -> None:

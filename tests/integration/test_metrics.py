@@ -3,10 +3,9 @@ parsed with prometheus_client's parser."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from rota.runtime import Runtime
 from rota.serve import prepare
 from rota.settings import Settings
 from tests.api_client import api_client
+from tests.helpers import eventually
 
 S = OccurrenceStatus
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -34,15 +34,6 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
         yield rt
     finally:
         await rt.stop(grace=2)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

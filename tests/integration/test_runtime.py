@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from uuid import UUID
@@ -17,6 +16,7 @@ from rota.core.ports import OccurrenceQuery
 from rota.runtime import Runtime
 from rota.serve import prepare
 from rota.settings import Settings
+from tests.helpers import eventually
 
 S = OccurrenceStatus
 
@@ -31,17 +31,6 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
         yield rt
     finally:
         await rt.stop(grace=2)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    """Poll until ``check`` holds. ``within`` bounds a wait for progress, not a speed target:
-    generous, because CI runs this right after suites that load the same two cores."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def occurrences(rt: Runtime, job_id: UUID) -> list[object]:

@@ -3,9 +3,8 @@ executor, dispatcher, tracker and API over SQLite and the in-process adapters.""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from rota.serve import prepare
 from rota.services.zombies import zombie_records
 from rota.settings import Settings
 from tests.api_client import api_client
+from tests.helpers import eventually
 from tests.integration import reliability_jobs
 
 S = OccurrenceStatus
@@ -43,16 +43,6 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
 async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
     async with api_client(create_app(runtime)) as http:
         yield http
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    """Poll until ``check`` holds (``within`` bounds a wait for progress, not a speed target)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def create(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:

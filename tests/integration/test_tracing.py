@@ -4,9 +4,7 @@ runtime, spans kept by an in-memory exporter."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from uuid import UUID
 
@@ -22,6 +20,7 @@ from rota.runtime import Runtime
 from rota.serve import prepare
 from rota.settings import Settings
 from rota.tracing import Tracing
+from tests.helpers import eventually
 
 S = OccurrenceStatus
 
@@ -49,15 +48,6 @@ async def runtime(tmp_path: Path, provider: TracerProvider) -> AsyncIterator[Run
         yield rt
     finally:
         await rt.stop(grace=1)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def final(rt: Runtime, job_id: UUID, status: S) -> Occurrence:
