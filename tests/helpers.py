@@ -8,11 +8,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rota.settings import Settings
+
+if TYPE_CHECKING:
+    from rota.runtime import Runtime
+    from rota.tracing import Tracing
 
 POLL = 0.02
 """Seconds between two looks at the state a test waits for."""
@@ -63,3 +67,16 @@ def settings_for(
             raise AttributeError(f"no setting {path!r}")
         setattr(target, name, value)
     return settings
+
+
+class RuntimeFactory(Protocol):
+    """The ``runtime_factory`` fixture (``tests/conftest.py``)."""
+
+    async def __call__(
+        self,
+        settings_overrides: Mapping[str, Any] | None = None,
+        job_modules: Sequence[str] = (),
+        *,
+        tracing: Tracing | None = None,
+        grace: float = 2.0,
+    ) -> Runtime: ...

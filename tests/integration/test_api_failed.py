@@ -3,25 +3,19 @@ job's record, resolve, retry; poison messages from the dead-letter channel; inpu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import httpx
 import pytest
 
-from rota.api.app import create_app
 from rota.brokers.inprocess import InProcessBroker
 from rota.core.models import FailureType, JobMessage, OccurrenceStatus
 from rota.core.ports import FAILURE_TEXT_LIMIT
 from rota.core.wire import DeadLetter, encode_dead_letter
 from rota.runtime import Runtime
-from rota.serve import prepare
-from rota.settings import Settings
-from tests.api_client import api_client
-from tests.helpers import eventually
+from tests.helpers import RuntimeFactory, eventually
 
 API = "/api/v1/failed-occurrences"
 PROBLEM = "application/problem+json"
@@ -30,21 +24,9 @@ WITHIN = 15.0
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    settings.scheduler.sweeper_interval_seconds = 0.5
-    rt = await prepare(settings, ["tests.integration.failed_jobs"])
-    await rt.start()
-    try:
-        yield rt
-    finally:
-        await rt.stop(grace=2)
-
-
-@pytest.fixture
-async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(create_app(runtime)) as http:
-        yield http
+async def runtime(runtime_factory: RuntimeFactory) -> Runtime:
+    overrides = {"scheduler.sweeper_interval_seconds": 0.5}
+    return await runtime_factory(overrides, ["tests.integration.failed_jobs"])
 
 
 def ok(response: httpx.Response, status: int = 200) -> Any:

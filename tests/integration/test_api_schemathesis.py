@@ -41,9 +41,8 @@ from schemathesis.config import SchemathesisConfig
 from rota.api.app import create_app
 from rota.runtime import Runtime
 from rota.serve import prepare
-from rota.settings import Settings
 from tests.api_client import api_client, ensure_user
-from tests.helpers import eventually
+from tests.helpers import eventually, settings_for
 
 MAX_EXAMPLES: Final = int(os.environ.get("ROTA_SCHEMATHESIS_EXAMPLES", "25"))
 """Examples per operation (valid and invalid together); raise it for a deeper run by hand."""
@@ -169,7 +168,7 @@ async def _seed(runtime: Runtime, http: httpx.AsyncClient) -> dict[str, str]:
 
 @asynccontextmanager
 async def _serve(data_dir: Path) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, Any], Any]]:
-    settings_ = Settings(environment="test", data_dir=data_dir, redis_url=None, amqp_url=None)
+    settings_ = settings_for(data_dir)
     runtime = await prepare(
         settings_, ["tests.integration.runtime_jobs", "tests.integration.failed_jobs"]
     )

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -14,23 +12,15 @@ import pytest
 from rota.core.models import ConcurrencyPolicy, OccurrenceStatus
 from rota.core.ports import OccurrenceQuery
 from rota.runtime import Runtime
-from rota.serve import prepare
-from rota.settings import Settings
-from tests.helpers import eventually
+from tests.helpers import RuntimeFactory, eventually
 
 S = OccurrenceStatus
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    settings.scheduler.sweeper_interval_seconds = 0.5
-    rt = await prepare(settings, ["tests.integration.runtime_jobs"])
-    await rt.start()
-    try:
-        yield rt
-    finally:
-        await rt.stop(grace=2)
+async def runtime(runtime_factory: RuntimeFactory) -> Runtime:
+    overrides = {"scheduler.sweeper_interval_seconds": 0.5}
+    return await runtime_factory(overrides, ["tests.integration.runtime_jobs"])
 
 
 async def occurrences(rt: Runtime, job_id: UUID) -> list[object]:

@@ -1,0 +1,46 @@
+"""Fixtures shared by every test tier. Helpers a test imports by name are in
+``tests/helpers.py`` (a conftest module cannot be imported)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.helpers import RuntimeFactory, settings_for
+
+if TYPE_CHECKING:  # the whole runtime is imported by the tests that build one, not by all
+    from rota.runtime import Runtime
+    from rota.tracing import Tracing
+
+
+@pytest.fixture
+async def runtime_factory(tmp_path: Path) -> AsyncIterator[RuntimeFactory]:
+    """Builds and starts a whole embedded runtime (SQLite in ``tmp_path``, the in-memory
+    index, coordination and broker, the worker running ``job_modules``) from
+    :func:`tests.helpers.settings_for` with ``settings_overrides`` (dotted paths); stops each
+    one it started (``grace`` seconds) when the test ends, the last started first."""
+    started: list[tuple[Runtime, float]] = []
+
+    async def make(
+        settings_overrides: Mapping[str, Any] | None = None,
+        job_modules: Sequence[str] = (),
+        *,
+        tracing: Tracing | None = None,
+        grace: float = 2.0,
+    ) -> Runtime:
+        from rota.serve import prepare
+
+        settings = settings_for(tmp_path, settings_overrides)
+        runtime = await prepare(settings, list(job_modules), tracing)
+        await runtime.start()
+        started.append((runtime, grace))
+        return runtime
+
+    try:
+        yield make
+    finally:
+        for runtime, grace in reversed(started):
+            await runtime.stop(grace=grace)
