@@ -3,17 +3,27 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from rota.stores.migrate import upgrade
 from tests.helpers import RuntimeFactory, settings_for
 
 if TYPE_CHECKING:  # the whole runtime is imported by the tests that build one, not by all
     from rota.runtime import Runtime
     from rota.tracing import Tracing
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head once per session, copied by each SQLite test."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+    asyncio.run(upgrade(f"sqlite:///{path}"))
+    return path
 
 
 @pytest.fixture
