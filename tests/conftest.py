@@ -1,9 +1,11 @@
-"""Fixtures shared by every test tier. Helpers a test imports by name are in
-``tests/helpers.py`` (a conftest module cannot be imported)."""
+"""Fixtures shared by every test tier: a SQLite store copied from a migrated template, and the
+embedded runtime. Helpers a test imports by name are in ``tests/helpers.py`` (a conftest
+module cannot be imported)."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from rota.stores.migrate import upgrade
+from rota.stores.sql import SqlStore
 from tests.helpers import RuntimeFactory, settings_for
 
 if TYPE_CHECKING:  # the whole runtime is imported by the tests that build one, not by all
@@ -24,6 +27,23 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
     asyncio.run(upgrade(f"sqlite:///{path}"))
     return path
+
+
+@pytest.fixture
+def url(tmp_path: Path, sqlite_template: Path) -> str:
+    """A migrated SQLite database in ``tmp_path``: a copy of the session's template."""
+    path = tmp_path / "rota.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+async def store(url: str) -> AsyncIterator[SqlStore]:
+    """A store open on :func:`url` (the contract suites' ``store`` runs on every store kind)."""
+    sql = SqlStore(url)
+    await sql.open()
+    yield sql
+    await sql.close()
 
 
 @pytest.fixture

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
-
-import pytest
 
 from rota.brokers.inprocess import InProcessBroker
 from rota.brokers.rabbitmq import RabbitMQBroker
@@ -17,24 +13,11 @@ from rota.core.models import FailureType, JobMessage
 from rota.core.ports import FailedQuery
 from rota.core.wire import encode_job_message
 from rota.services.deadletters import DeadLetterHandler
-from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
 from tests.contract.rabbitmq_fixtures import rabbitmq_url as rabbitmq_url  # session fixture
 from tests.helpers import eventually
 
 WITHIN = 10.0
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqlStore]:
-    url = f"sqlite:///{tmp_path / 'rota.db'}"
-    await upgrade(url)
-    instance = SqlStore(url)
-    await instance.open()
-    try:
-        yield instance
-    finally:
-        await instance.close()
 
 
 async def records(store: SqlStore) -> int:
