@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 VENDOR := src/rota/dashboard/static/vendor
 VENDOR_STAMP := $(VENDOR)/.copied
 
-.PHONY: install run test lint typecheck unit soak clean
+.PHONY: install run test test-fast lint typecheck unit soak clean
 
 install: $(STAMP) $(VENDOR_STAMP)
 
@@ -36,11 +36,21 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# PYTEST_ARGS: more pytest options for test, test-fast and unit (.ci/run adds --durations=30).
+PYTEST_ARGS ?=
+
 unit: install
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 test: install lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The fast tier (docs/development.md): the unit tests and the contract suites on the adapters
+# that need no service (SQLite, memory, in-process); no PostgreSQL, Redis or RabbitMQ. In -k,
+# "unit" is the tests/unit folder: every unit test is kept, whatever its name.
+FAST := -m "not postgres" -k "unit or not (postgres or redis or rabbitmq or job_headers)"
+test-fast: install
+	$(BIN)/pytest tests/unit tests/contract $(FAST) $(PYTEST_ARGS)
 
 # The chaos soak (docs/reliability.md): MINUTES of load and random faults on 2 servers and 2
 # workers against the real services, then its checks. SEED replays a run, FAULTS picks kinds

@@ -5,7 +5,7 @@ wait at a gate; it records how job deliveries were settled."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TypeVar
 from uuid import UUID
 
@@ -127,25 +127,3 @@ class _RecordedDelivery(Delivery):
         await self._inner.reject(requeue=requeue)
         kind = "requeue" if requeue else "reject"
         self._broker.settles.append((kind, self.message.occurrence_id))
-
-
-async def until(predicate: Callable[[], bool], what: str, deadline: float = WAIT) -> None:
-    """Poll ``predicate`` until it holds (fails after ``deadline`` seconds)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not predicate():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]], what: str, deadline: float = WAIT
-) -> None:
-    """Poll an async ``check`` until it holds (fails after ``deadline`` seconds)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not await check():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)

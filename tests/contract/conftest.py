@@ -67,14 +67,6 @@ def pg_template(pg_error: str | None) -> Iterator[str]:
         asyncio.run(pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-@pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite file migrated to head once per session, copied by each SQLite test."""
-    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
-    asyncio.run(upgrade(f"sqlite:///{path}"))
-    return path
-
-
 @contextmanager
 def pg_database(template: str | None = None) -> Iterator[str]:
     """A new PostgreSQL database (a clone of ``template`` if given), dropped afterwards."""

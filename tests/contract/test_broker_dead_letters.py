@@ -25,6 +25,7 @@ from tests.contract.test_broker import (
     stop,
     take,
 )
+from tests.helpers import eventually
 
 # The broker contract's fixtures, shared: every test runs on each adapter.
 adapter = test_broker.adapter
@@ -89,7 +90,7 @@ async def test_rejected_job_messages_come_out_decoded_and_go_once_acked(
     async def drained() -> bool:
         return (await broker.queue_depths()).get(f"{harness.prefix}.dlq") == 0
 
-    await _eventually(drained)
+    await eventually(drained, WAIT, "the dead letters drained")
     again: Batches = broker.consume_dead_letters(10, QUIET)
     await cancel(await stays_pending(again))  # acknowledged letters are gone
     await stop(again)
@@ -147,13 +148,3 @@ async def test_closing_the_broker_ends_dead_letter_consumers(
     await harness.broker.close()
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(waiting, WAIT)
-
-
-async def _eventually(check: Callable[[], object]) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while loop.time() < deadline:
-        if await check():  # type: ignore[misc]
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out")

@@ -3,9 +3,7 @@ graceful stop's Completing state and lease release, and a zombie's new attempt e
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -14,13 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from rota.api.app import create_app
 from rota.core.models import FailureType, OccurrenceStatus, StatusRecord, utcnow
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.runtime import Runtime
 from rota.serve import prepare
-from rota.settings import Settings
-from tests.api_client import api_client
+from tests.helpers import eventually, settings_for
 
 S = OccurrenceStatus
 
@@ -38,7 +34,7 @@ class Stoppable:
 
 @pytest.fixture
 async def handle(tmp_path: Path) -> AsyncIterator[Stoppable]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
+    settings = settings_for(tmp_path)
     settings.scheduler.sweeper_interval_seconds = 0.5
     settings.scheduler.zombie_interval_seconds = 0.2
     rt = await prepare(settings, ["tests.integration.runtime_jobs"])
@@ -53,21 +49,6 @@ async def handle(tmp_path: Path) -> AsyncIterator[Stoppable]:
 @pytest.fixture
 def runtime(handle: Stoppable) -> Runtime:
     return handle.runtime
-
-
-@pytest.fixture
-async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(create_app(runtime)) as http:
-        yield http
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def buckets(client: httpx.AsyncClient) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -18,7 +17,7 @@ from rota.core.ids import new_id
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
 from rota.core.planning import PlanSettings, new_occurrence
 from tests.api_client import api_client
-from tests.api_runtime import MiniRuntime, sqlite_runtime
+from tests.api_runtime import MiniRuntime
 
 PROBLEM = "application/problem+json"
 JOB_KEYS = {
@@ -55,18 +54,6 @@ JOB_KEYS = {
     "zombieThresholdSeconds",
     "autoDisable",
 }
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
-    async with sqlite_runtime(tmp_path) as made:
-        yield made
-
-
-@pytest.fixture
-async def client(runtime: MiniRuntime) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(create_app(runtime)) as http:
-        yield http
 
 
 def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:

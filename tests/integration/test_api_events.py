@@ -17,12 +17,10 @@ import orjson
 import pytest
 from fastapi import FastAPI
 
-from rota.api.app import create_app
 from rota.coordination.memory import MemoryCoordination
 from rota.coordination.redis import RedisCoordination
 from rota.core.events import Event
 from rota.core.ports import Coordination
-from tests.api_client import api_client
 from tests.api_runtime import MiniRuntime, sqlite_runtime
 from tests.asgi_stream import streaming_client
 from tests.contract.redis_fixtures import redis_scope
@@ -47,17 +45,6 @@ async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     # later garbage collection (under CPython 3.11 one that runs inside ast.parse, e.g. when
     # pytest imports a plugin's module at the end of the session, fails that parse).
     gc.collect()
-
-
-@pytest.fixture
-def app(runtime: MiniRuntime) -> FastAPI:
-    return create_app(runtime)
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(app) as http:
-        yield http
 
 
 @dataclass

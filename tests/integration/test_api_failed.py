@@ -3,26 +3,19 @@ job's record, resolve, retry; poison messages from the dead-letter channel; inpu
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import httpx
 import pytest
 
-from rota.api.app import create_app
 from rota.brokers.inprocess import InProcessBroker
 from rota.core.models import FailureType, JobMessage, OccurrenceStatus
 from rota.core.records import FAILURE_TEXT_LIMIT
 from rota.core.wire import DeadLetter, encode_dead_letter
 from rota.runtime import Runtime
-from rota.serve import prepare
-from rota.settings import Settings
-from tests.api_client import api_client
+from tests.helpers import RuntimeFactory, eventually
 
 API = "/api/v1/failed-occurrences"
 PROBLEM = "application/problem+json"
@@ -31,30 +24,9 @@ WITHIN = 15.0
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    settings.scheduler.sweeper_interval_seconds = 0.5
-    rt = await prepare(settings, ["tests.integration.failed_jobs"])
-    await rt.start()
-    try:
-        yield rt
-    finally:
-        await rt.stop(grace=2)
-
-
-@pytest.fixture
-async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(create_app(runtime)) as http:
-        yield http
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = time.monotonic() + WITHIN
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+async def runtime(runtime_factory: RuntimeFactory) -> Runtime:
+    overrides = {"scheduler.sweeper_interval_seconds": 0.5}
+    return await runtime_factory(overrides, ["tests.integration.failed_jobs"])
 
 
 def ok(response: httpx.Response, status: int = 200) -> Any:
@@ -88,7 +60,7 @@ async def run_failing_job(runtime: Runtime, client: httpx.AsyncClient) -> dict[s
     async def recorded() -> bool:
         return bool(await failed_list(client, jobId=job["id"]))
 
-    await eventually(recorded, "the failed-occurrence record")
+    await eventually(recorded, WITHIN, "the failed-occurrence record")
     [record] = await failed_list(client, jobId=job["id"])
     return record
 
@@ -139,7 +111,7 @@ async def test_failed_job_is_recorded_resolved_retried_and_completes(
         body = ok(await client.get(f"/api/v1/occurrences/{record['occurrenceId']}"))
         return bool(body["statusName"] == "Completed")
 
-    await eventually(completed, "the retried occurrence to complete")
+    await eventually(completed, WITHIN, "the retried occurrence to complete")
     done = ok(await client.get(f"/api/v1/occurrences/{record['occurrenceId']}"))
     assert (done["attempt"], done["result"]) == (2, "attempt 2 worked")
     after = ok(await client.get(f"{API}/{record['id']}"))
@@ -214,7 +186,7 @@ async def test_poison_and_readable_dead_letters_become_records(
     async def stored() -> bool:
         return len(await failed_list(client)) == 3
 
-    await eventually(stored, "three dead-letter records")
+    await eventually(stored, WITHIN, "three dead-letter records")
     poison = await failed_list(client, failureType="poison")
     assert len(poison) == 2
     assert all(p["occurrenceId"] is None for p in poison)
@@ -261,7 +233,7 @@ async def test_rejected_job_message_fails_its_occurrence(
     async def recorded() -> bool:
         return bool(await failed_list(client, jobId=str(job.id)))
 
-    await eventually(recorded, "the dead-lettered occurrence's record")
+    await eventually(recorded, WITHIN, "the dead-lettered occurrence's record")
     [record] = await failed_list(client, jobId=str(job.id))
     assert (record["occurrenceId"], record["failureType"]) == (str(occurrence.id), "poison")
     assert "dead-lettered without running" in record["exception"]
@@ -274,7 +246,7 @@ async def test_rejected_job_message_fails_its_occurrence(
     async def seen_twice() -> bool:
         return runtime.dead_letters.stats.stale == 1
 
-    await eventually(seen_twice, "the repeated letter")
+    await eventually(seen_twice, WITHIN, "the repeated letter")
     assert len(await failed_list(client, jobId=str(job.id))) == 1
 
 

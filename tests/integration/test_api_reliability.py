@@ -4,36 +4,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import httpx
 import pytest
 
-from rota.api.app import create_app
 from rota.coordination.memory import MemoryCoordination
 from rota.core.errors import BackendUnavailableError
 from rota.core.models import OccurrenceStatus, StatusRecord
-from tests.api_client import api_client
-from tests.api_runtime import MiniRuntime, sqlite_runtime
+from tests.api_runtime import MiniRuntime
 from tests.integration.test_api import assert_problem, create
 
 S = OccurrenceStatus
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
-    async with sqlite_runtime(tmp_path) as made:
-        yield made
-
-
-@pytest.fixture
-async def client(runtime: MiniRuntime) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(create_app(runtime)) as http:
-        yield http
 
 
 async def test_job_settings_and_auto_disable_state_are_shown(client: httpx.AsyncClient) -> None:

@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +41,8 @@ from schemathesis.config import SchemathesisConfig
 from rota.api.app import create_app
 from rota.runtime import Runtime
 from rota.serve import prepare
-from rota.settings import Settings
 from tests.api_client import api_client, ensure_user
+from tests.helpers import eventually, settings_for
 
 MAX_EXAMPLES: Final = int(os.environ.get("ROTA_SCHEMATHESIS_EXAMPLES", "25"))
 """Examples per operation (valid and invalid together); raise it for a deeper run by hand."""
@@ -136,15 +135,6 @@ async def _send(http: httpx.AsyncClient, case: Any) -> httpx.Response:
     )
 
 
-async def _eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = time.monotonic() + WITHIN
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await anyio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def _seed(runtime: Runtime, http: httpx.AsyncClient) -> dict[str, str]:
     """A job with an occurrence, a failed occurrence and a Viewer, for the path parameters
     to name (random ids only ever reach the 404 path)."""
@@ -166,7 +156,7 @@ async def _seed(runtime: Runtime, http: httpx.AsyncClient) -> dict[str, str]:
         failed[:] = page.json()["items"]
         return bool(failed)
 
-    await _eventually(recorded, "the failed-occurrence record")
+    await eventually(recorded, WITHIN, "the failed-occurrence record")
     viewer = await ensure_user(runtime.auth, "viewer")
     return {
         "job_id": job_id,
@@ -178,7 +168,7 @@ async def _seed(runtime: Runtime, http: httpx.AsyncClient) -> dict[str, str]:
 
 @asynccontextmanager
 async def _serve(data_dir: Path) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, Any], Any]]:
-    settings_ = Settings(environment="test", data_dir=data_dir, redis_url=None, amqp_url=None)
+    settings_ = settings_for(data_dir)
     runtime = await prepare(
         settings_, ["tests.integration.runtime_jobs", "tests.integration.failed_jobs"]
     )

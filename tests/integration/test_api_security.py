@@ -25,8 +25,8 @@ from rota.core.ids import new_id
 from rota.core.security import Role
 from rota.runtime import Runtime
 from rota.serve import prepare
-from rota.settings import Settings
 from tests.api_client import PASSWORD, access_token, api_client, ensure_user, username_of
+from tests.helpers import RuntimeFactory, settings_for
 
 PROBLEM = "application/problem+json"
 ROLES: list[Role | None] = [None, Role.VIEWER, Role.OPERATOR, Role.ADMIN]
@@ -35,20 +35,8 @@ SELF_SERVICE = {("POST", "/api/v1/auth/logout"), ("PUT", "/api/v1/auth/password"
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    settings.auth.max_failed_logins = 2
-    rt = await prepare(settings, [])
-    await rt.start()
-    try:
-        yield rt
-    finally:
-        await rt.stop(grace=1)
-
-
-@pytest.fixture
-def app(runtime: Runtime) -> FastAPI:
-    return create_app(runtime)
+async def runtime(runtime_factory: RuntimeFactory) -> Runtime:
+    return await runtime_factory({"auth.max_failed_logins": 2}, grace=1)
 
 
 def api_routes(app: FastAPI) -> list[Any]:
@@ -446,7 +434,7 @@ async def test_openapi_names_each_operations_role_and_its_401_403(app: FastAPI) 
 
 @asynccontextmanager
 async def limited_app(tmp_path: Path, **auth: Any) -> AsyncIterator[FastAPI]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
+    settings = settings_for(tmp_path)
     for name, value in auth.items():
         setattr(settings.auth, name, value)
     rt = await prepare(settings, [])

@@ -4,31 +4,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
-from rota.api.app import create_app
 from tests.api_client import PASSWORD, api_client, username_of
-from tests.api_runtime import MiniRuntime, sqlite_runtime
 from tests.integration.test_api import assert_problem
 
 USERS = "/api/v1/users"
 NEW_PASSWORD = "the new user's passphrase"
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
-    async with sqlite_runtime(tmp_path) as made:
-        yield made
-
-
-@pytest.fixture
-def app(runtime: MiniRuntime) -> FastAPI:
-    return create_app(runtime)
 
 
 @pytest.fixture

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +23,6 @@ from rota.core.errors import (
 from rota.core.security import AuditQuery, Role, check_password
 from rota.services.auth import BAD_CREDENTIALS, AuthConfig, AuthService
 from rota.services.ratelimit import Rate
-from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -39,18 +36,6 @@ class Clock:
 
     def __call__(self) -> datetime:
         return self.now
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqlStore]:
-    url = f"sqlite:///{tmp_path / 'rota.db'}"
-    await upgrade(url)
-    instance = SqlStore(url)
-    await instance.open()
-    try:
-        yield instance
-    finally:
-        await instance.close()
 
 
 @pytest.fixture

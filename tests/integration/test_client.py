@@ -47,11 +47,6 @@ async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
         yield made
 
 
-@pytest.fixture
-def app(runtime: MiniRuntime) -> FastAPI:
-    return create_app(runtime)
-
-
 def bearer(http: httpx.AsyncClient) -> str | None:
     """The token the API tests' client signs in with (none before sign-in exists)."""
     value = http.headers.get("authorization", "")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -17,19 +16,7 @@ from rota.core.planning import PlanSettings, new_occurrence
 from rota.dashboard.pages import redact
 from rota.dashboard.session import Role, safe_next
 from tests.api_client import PASSWORD, api_client, ensure_user, username_of
-from tests.api_runtime import MiniRuntime, sqlite_runtime
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
-    async with sqlite_runtime(tmp_path) as made:
-        yield made
-
-
-@pytest.fixture
-async def client(runtime: MiniRuntime) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(create_app(runtime)) as http:
-        yield http
+from tests.api_runtime import MiniRuntime
 
 
 async def make_job(client: httpx.AsyncClient, **fields: object) -> dict[str, object]:

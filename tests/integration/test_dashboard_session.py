@@ -13,7 +13,6 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from rota.api.app import create_app
 from rota.api.security import SAFE_METHODS, api_routes
 from rota.dashboard.session import (
     ACCESS_COOKIE,
@@ -46,11 +45,6 @@ async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
         for role in ("viewer", "operator"):
             await ensure_user(made.auth, role)
         yield made
-
-
-@pytest.fixture
-def app(runtime: MiniRuntime) -> FastAPI:
-    return create_app(runtime)
 
 
 @pytest.fixture

@@ -4,13 +4,8 @@ RabbitMQ an unreadable job message goes from a worker group's queue to a poison 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from pathlib import Path
-
-import pytest
 
 from rota.brokers.inprocess import InProcessBroker
 from rota.brokers.rabbitmq import RabbitMQBroker
@@ -18,33 +13,11 @@ from rota.core.models import FailureType, JobMessage
 from rota.core.records import FailedQuery
 from rota.core.wire import encode_job_message
 from rota.services.deadletters import DeadLetterHandler
-from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
 from tests.contract.rabbitmq_fixtures import rabbitmq_url as rabbitmq_url  # session fixture
+from tests.helpers import eventually
 
 WITHIN = 10.0
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqlStore]:
-    url = f"sqlite:///{tmp_path / 'rota.db'}"
-    await upgrade(url)
-    instance = SqlStore(url)
-    await instance.open()
-    try:
-        yield instance
-    finally:
-        await instance.close()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> float:
-    """Poll until ``check`` holds; returns the seconds it took."""
-    start = time.monotonic()
-    while time.monotonic() < start + WITHIN:
-        if await check():
-            return time.monotonic() - start
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def records(store: SqlStore) -> int:
@@ -63,14 +36,14 @@ async def test_store_outage_holds_the_batch_and_loses_nothing(store: SqlStore) -
         async def failing() -> bool:
             return handler.stats.errors >= 2 and handler.stats.holding
 
-        await eventually(failing, "the handler to retry against the missing store")
+        await eventually(failing, WITHIN, "the handler to retry against the missing store")
         assert (await broker.queue_depths())["rota.dlq"] == 0  # taken, not acknowledged
         await store.open()
 
         async def stored() -> bool:
             return await records(store) == 1
 
-        await eventually(stored, "the record once the store is back")
+        await eventually(stored, WITHIN, "the record once the store is back")
         assert handler.stats.poison == 1
         assert not handler.stats.holding
         # The loop is alive: the next letter is stored too.
@@ -79,7 +52,7 @@ async def test_store_outage_holds_the_batch_and_loses_nothing(store: SqlStore) -
         async def two() -> bool:
             return await records(store) == 2
 
-        await eventually(two, "the second record")
+        await eventually(two, WITHIN, "the second record")
     finally:
         handler.stop()
         await broker.close()
@@ -113,7 +86,7 @@ async def test_a_dead_letter_nested_too_deeply_becomes_a_poison_record(store: Sq
         async def stored() -> bool:
             return await records(store) == 2
 
-        await eventually(stored, "both poison records")
+        await eventually(stored, WITHIN, "both poison records")
         failed = (await store.list_failed(FailedQuery(limit=10))).items
         [record] = [r for r in failed if r.job_type == "Deep"]
         assert record.failure_type is FailureType.POISON
@@ -146,7 +119,7 @@ async def test_unreadable_job_message_on_rabbitmq_becomes_a_poison_record(
         async def stored() -> bool:
             return await records(store) == 1
 
-        took = await eventually(stored, "the poison record")
+        took = await eventually(stored, WITHIN, "the poison record")
         [record] = (await store.list_failed(FailedQuery())).items
         assert (record.failure_type, record.occurrence_id) == (FailureType.POISON, None)
         assert record.raw_message == body.decode()
@@ -160,7 +133,7 @@ async def test_unreadable_job_message_on_rabbitmq_becomes_a_poison_record(
         async def drained() -> bool:
             return (await broker.queue_depths()).get(f"{prefix}.dlq") == 0
 
-        await eventually(drained, "the dead-letter queue to be acknowledged")
+        await eventually(drained, WITHIN, "the dead-letter queue to be acknowledged")
     finally:
         handler.stop()
         if consumer is not None:

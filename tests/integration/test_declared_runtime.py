@@ -8,12 +8,11 @@ from pathlib import Path
 from rota.core.models import JobSource, OccurrenceStatus, Priority
 from rota.core.records import OccurrenceQuery
 from rota.serve import prepare
-from rota.settings import Settings
-from tests.integration.test_runtime import eventually
+from tests.helpers import eventually, settings_for
 
 
 async def test_a_declared_cron_becomes_a_job_at_start_and_runs(tmp_path: Path) -> None:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
+    settings = settings_for(tmp_path)
     rt = await prepare(settings, ["tests.integration.declared_jobs"])
     await rt.start()
     try:

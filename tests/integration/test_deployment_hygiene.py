@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from uuid import UUID
 
 import httpx
@@ -13,10 +11,9 @@ from pydantic import SecretStr
 from rota.api.app import create_app
 from rota.core.models import OccurrenceStatus
 from rota.runtime import Runtime
-from rota.serve import prepare
-from rota.settings import Settings
 from tests.api_client import api_client
-from tests.api_runtime import MiniRuntime, sqlite_runtime
+from tests.api_runtime import MiniRuntime
+from tests.helpers import RuntimeFactory
 from tests.integration.test_dashboard_pages import finished_occurrence, make_job
 
 EXCEPTION = (
@@ -33,14 +30,8 @@ FRAME = "/srv/app/secret_module/reports.py"
 
 
 @pytest.fixture
-async def full_runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    rt = await prepare(settings, [])
-    await rt.start()
-    try:
-        yield rt
-    finally:
-        await rt.stop(grace=1)
+async def full_runtime(runtime_factory: RuntimeFactory) -> Runtime:
+    return await runtime_factory(grace=1)
 
 
 async def test_metrics_are_open_unless_a_token_is_set(full_runtime: Runtime) -> None:
@@ -68,12 +59,6 @@ async def test_metrics_are_open_unless_a_token_is_set(full_runtime: Runtime) -> 
 
 
 # --- tracebacks ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[MiniRuntime]:
-    async with sqlite_runtime(tmp_path) as made:
-        yield made
 
 
 async def failed_occurrence(runtime: MiniRuntime, http: httpx.AsyncClient) -> UUID:

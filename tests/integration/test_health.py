@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from rota.api.app import create_app
 from rota.runtime import Runtime
-from rota.serve import prepare
-from rota.settings import Settings
 from tests.api_client import api_client
+from tests.helpers import RuntimeFactory
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    rt = await prepare(settings, ["tests.integration.ops_jobs"])
-    await rt.start()
-    try:
-        yield rt
-    finally:
-        await rt.stop(grace=1)
+async def runtime(runtime_factory: RuntimeFactory) -> Runtime:
+    return await runtime_factory(None, ["tests.integration.ops_jobs"], grace=1)
 
 
 async def test_ready_checks_store_index_coordination_and_broker(runtime: Runtime) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from rota.logs import configure
 from rota.serve import prepare
-from rota.settings import Settings
+from tests.helpers import settings_for
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def json_logs() -> Iterator[io.StringIO]:
 async def test_handler_log_lines_carry_the_occurrence(
     tmp_path: Path, json_logs: io.StringIO
 ) -> None:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
+    settings = settings_for(tmp_path)
     rt = await prepare(settings, ["tests.integration.ops_jobs"])
     await rt.start()
     try:

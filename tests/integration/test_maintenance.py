@@ -4,7 +4,6 @@ inside the embedded runtime (the owner of bucket 0)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -17,11 +16,11 @@ from rota.core.ids import new_id
 from rota.core.models import Job, LogRecord, Occurrence, OccurrenceStatus, StatusRecord, utcnow
 from rota.core.planning import PlanSettings, plan_fires
 from rota.core.ports import Store
-from rota.serve import prepare
 from rota.services.maintenance import Maintenance, RetentionPolicy
-from rota.settings import RetentionSettings, Settings
+from rota.settings import RetentionSettings
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
+from tests.helpers import RuntimeFactory, eventually
 
 S = OccurrenceStatus
 DAY = timedelta(days=1)
@@ -112,19 +111,15 @@ def test_rota_maintenance_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "retention done" in result.output
 
 
-async def test_the_server_runs_retention_periodically(tmp_path: Path) -> None:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    settings.retention.interval_seconds = 0.2
-    rt = await prepare(settings, ["tests.integration.ops_jobs"])
-    await rt.start()
-    try:
-        old = await ended(rt.store, utcnow() - 45 * DAY)
-        deadline = time.monotonic() + 15
-        # the run that deleted it has ended (a run deletes before it reports)
-        while rt.maintenance.last_run is None or not await gone(rt.store, old):
-            assert time.monotonic() < deadline, "retention did not run"
-            await asyncio.sleep(0.05)
-        text = rt.metrics.exposition().decode()
-        assert 'rota_maintenance_deleted_rows_total{kind="occurrences"} 1.0' in text
-    finally:
-        await rt.stop(grace=1)
+async def test_the_server_runs_retention_periodically(runtime_factory: RuntimeFactory) -> None:
+    rt = await runtime_factory(
+        {"retention.interval_seconds": 0.2}, ["tests.integration.ops_jobs"], grace=1
+    )
+    old = await ended(rt.store, utcnow() - 45 * DAY)
+
+    async def ran() -> bool:  # the run that deleted it has ended (it deletes, then reports)
+        return rt.maintenance.last_run is not None and await gone(rt.store, old)
+
+    await eventually(ran, 15, "a retention run")
+    text = rt.metrics.exposition().decode()
+    assert 'rota_maintenance_deleted_rows_total{kind="occurrences"} 1.0' in text

@@ -3,10 +3,8 @@ parsed with prometheus_client's parser."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -16,33 +14,17 @@ from rota.api.app import create_app
 from rota.core.models import OccurrenceStatus
 from rota.core.records import OccurrenceQuery
 from rota.runtime import Runtime
-from rota.serve import prepare
-from rota.settings import Settings
 from tests.api_client import api_client
+from tests.helpers import RuntimeFactory, eventually
 
 S = OccurrenceStatus
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    settings.scheduler.sweeper_interval_seconds = 0.2
-    rt = await prepare(settings, ["tests.integration.ops_jobs"])
-    await rt.start()
-    try:
-        yield rt
-    finally:
-        await rt.stop(grace=2)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+async def runtime(runtime_factory: RuntimeFactory) -> Runtime:
+    overrides = {"scheduler.sweeper_interval_seconds": 0.2}
+    return await runtime_factory(overrides, ["tests.integration.ops_jobs"])
 
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -7,12 +7,8 @@ instance's buckets would have waited that long)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-
-import pytest
 
 from rota.coordination.redis import RedisCoordination
 from rota.core.ids import bucket_of, new_id
@@ -22,7 +18,6 @@ from rota.redis_client import delete_prefix
 from rota.redis_keys import RedisKeys
 from rota.services.buckets import BucketOwner
 from rota.services.loader import Loader
-from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
 from tests.contract.redis_fixtures import redis_scope
 
@@ -37,16 +32,6 @@ def job_due_in(seconds: float) -> Job:
     return Job(
         id=job_id, job_type="report", execute_at=at, next_run_at=at, bucket=bucket_of(job_id, COUNT)
     )
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqlStore]:
-    url = f"sqlite:///{tmp_path / 'rota.db'}"
-    await upgrade(url)
-    sql = SqlStore(url)
-    await sql.open()
-    yield sql
-    await sql.close()
 
 
 async def test_the_index_is_rebuilt_as_soon_as_the_leases_are_granted_again(

@@ -4,19 +4,14 @@ dispatcher sends it again when due (not at its next periodic sweep), and a job's
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from rota.core.models import OccurrenceStatus
 from rota.core.records import OccurrenceQuery
 from rota.runtime import Runtime
-from rota.serve import prepare
-from rota.settings import Settings
+from tests.helpers import RuntimeFactory, eventually
 
 S = OccurrenceStatus
 DELAY = 0.2
@@ -27,15 +22,10 @@ sweep is 5 s away and the job type's delay 30 s); generous for a loaded CI machi
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    assert settings.scheduler.sweeper_interval_seconds >= 5  # the default: no fast polling
-    rt = await prepare(settings, ["tests.integration.retry_jobs"])
-    await rt.start()
-    try:
-        yield rt
-    finally:
-        await rt.stop(grace=2)
+async def runtime(runtime_factory: RuntimeFactory) -> Runtime:
+    rt = await runtime_factory(None, ["tests.integration.retry_jobs"])
+    assert rt.settings.scheduler.sweeper_interval_seconds >= 5  # the default: no fast polling
+    return rt
 
 
 async def test_failed_attempts_are_retried_with_backoff_and_the_jobs_override(
@@ -49,13 +39,13 @@ async def test_failed_attempts_are_retried_with_backoff_and_the_jobs_override(
             "retry_delay_seconds": DELAY,
         }
     )
-    deadline = time.monotonic() + 15
-    while True:
+
+    async def final() -> bool:
         page = await runtime.store.list_occurrences(OccurrenceQuery(job_id=job.id))
-        if page.items and page.items[0].status.is_terminal:
-            break
-        assert time.monotonic() < deadline, f"no final status: {page.items}"
-        await asyncio.sleep(0.02)
+        return bool(page.items) and page.items[0].status.is_terminal
+
+    await eventually(final, 15, "a final status")
+    page = await runtime.store.list_occurrences(OccurrenceQuery(job_id=job.id))
     [only] = page.items
     occurrence = await runtime.store.get_occurrence(only.id)
     assert occurrence.status is S.COMPLETED

@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
-from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -15,33 +13,15 @@ import pytest
 from rota.core.models import ConcurrencyPolicy, OccurrenceStatus
 from rota.core.records import OccurrenceQuery
 from rota.runtime import Runtime
-from rota.serve import prepare
-from rota.settings import Settings
+from tests.helpers import RuntimeFactory, eventually
 
 S = OccurrenceStatus
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    settings.scheduler.sweeper_interval_seconds = 0.5
-    rt = await prepare(settings, ["tests.integration.runtime_jobs"])
-    await rt.start()
-    try:
-        yield rt
-    finally:
-        await rt.stop(grace=2)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    """Poll until ``check`` holds. ``within`` bounds a wait for progress, not a speed target:
-    generous, because CI runs this right after suites that load the same two cores."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+async def runtime(runtime_factory: RuntimeFactory) -> Runtime:
+    overrides = {"scheduler.sweeper_interval_seconds": 0.5}
+    return await runtime_factory(overrides, ["tests.integration.runtime_jobs"])
 
 
 async def occurrences(rt: Runtime, job_id: UUID) -> list[object]:
@@ -98,7 +78,13 @@ async def test_dispatcher_wakes_early_for_an_earlier_job(runtime: Runtime) -> No
     # run on time because creating it wakes the dispatcher.
     now = runtime.jobs.now()
     await runtime.jobs.create_job({"job_type": "it.fast", "execute_at": now + timedelta(hours=1)})
-    await asyncio.sleep(0.1)  # let the dispatcher go to sleep towards the far job
+    created = time.time()
+
+    def asleep() -> bool:  # an iteration that began after the far job has gone to sleep
+        dispatcher = runtime.dispatcher
+        return dispatcher.stats.last_tick > created and dispatcher._target is not None
+
+    await eventually(asleep, 10, "the dispatcher to go to sleep towards the far job")
     due = runtime.jobs.now() + timedelta(milliseconds=300)
     job = await runtime.jobs.create_job({"job_type": "it.fast", "execute_at": due})
 
@@ -235,7 +221,16 @@ async def test_a_stopped_dispatcher_fires_nothing_until_resumed(runtime: Runtime
     runtime.apply_dispatcher_state(state)
     assert runtime.dispatcher.paused_reason == "maintenance"
     job = await runtime.jobs.create_job({"job_type": "it.fast", "cron_expression": "* * * * * *"})
-    await asyncio.sleep(2.5)  # fires fall due every second meanwhile; none may be dispatched
+    assert job.next_run_at is not None
+    first_due = job.next_run_at.timestamp()
+    ticks: set[float] = set()
+
+    def passed_twice() -> bool:  # two paused iterations began after a fire fell due
+        if (tick := runtime.dispatcher.stats.last_tick) > first_due:
+            ticks.add(tick)
+        return len(ticks) >= 2
+
+    await eventually(passed_twice, 15, "two dispatcher iterations with a fire due")
     assert await occurrences(runtime, job.id) == []
 
     # Another server's switch reaches this one through the store.

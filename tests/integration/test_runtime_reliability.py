@@ -3,56 +3,30 @@ executor, dispatcher, tracker and API over SQLite and the in-process adapters.""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import httpx
 import pytest
 
-from rota.api.app import create_app
 from rota.core.models import OccurrenceStatus, StatusRecord
 from rota.runtime import Runtime
-from rota.serve import prepare
 from rota.services.zombies import zombie_records
-from rota.settings import Settings
-from tests.api_client import api_client
+from tests.helpers import RuntimeFactory, eventually
 from tests.integration import reliability_jobs
 
 S = OccurrenceStatus
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    settings.scheduler.sweeper_interval_seconds = 0.2
-    settings.worker.concurrency = 1  # a second occurrence waits for the slot (Queued)
-    rt = await prepare(settings, ["tests.integration.reliability_jobs"])
-    await rt.start()
-    try:
-        yield rt
-    finally:
-        await rt.stop(grace=2)
-
-
-@pytest.fixture
-async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(create_app(runtime)) as http:
-        yield http
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    """Poll until ``check`` holds (``within`` bounds a wait for progress, not a speed target)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+async def runtime(runtime_factory: RuntimeFactory) -> Runtime:
+    overrides = {
+        "scheduler.sweeper_interval_seconds": 0.2,
+        "worker.concurrency": 1,  # a second occurrence waits for the slot (Queued)
+    }
+    return await runtime_factory(overrides, ["tests.integration.reliability_jobs"])
 
 
 async def create(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:

@@ -4,10 +4,6 @@ runtime, spans kept by an in-memory exporter."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -19,9 +15,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from rota.core.models import Occurrence, OccurrenceStatus
 from rota.core.records import OccurrenceQuery
 from rota.runtime import Runtime
-from rota.serve import prepare
-from rota.settings import Settings
 from rota.tracing import Tracing
+from tests.helpers import RuntimeFactory, eventually
 
 S = OccurrenceStatus
 
@@ -39,25 +34,12 @@ def provider(exporter: InMemorySpanExporter) -> TracerProvider:
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path, provider: TracerProvider) -> AsyncIterator[Runtime]:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    settings.scheduler.sweeper_interval_seconds = 0.2
+async def runtime(runtime_factory: RuntimeFactory, provider: TracerProvider) -> Runtime:
     tracing = Tracing(provider.get_tracer("rota-test"), provider)
-    rt = await prepare(settings, ["tests.integration.ops_jobs"], tracing)
-    await rt.start()
-    try:
-        yield rt
-    finally:
-        await rt.stop(grace=1)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    overrides = {"scheduler.sweeper_interval_seconds": 0.2}
+    return await runtime_factory(
+        overrides, ["tests.integration.ops_jobs"], tracing=tracing, grace=1
+    )
 
 
 async def final(rt: Runtime, job_id: UUID, status: S) -> Occurrence:
@@ -154,14 +136,9 @@ async def test_a_manual_trigger_continues_the_callers_trace(
     assert occ.result == request_trace  # a plain-def handler in the pool sees the span too
 
 
-async def test_tracing_off_stores_no_context(tmp_path: Path) -> None:
-    settings = Settings(environment="test", data_dir=tmp_path, redis_url=None, amqp_url=None)
-    rt = await prepare(settings, ["tests.integration.ops_jobs"])
-    await rt.start()
-    try:
-        assert not rt.tracing.enabled
-        job = await rt.jobs.create_job({"job_type": "ops.fast", "execute_at": rt.jobs.now()})
-        occ = await final(rt, job.id, S.COMPLETED)
-        assert occ.traceparent is None
-    finally:
-        await rt.stop(grace=1)
+async def test_tracing_off_stores_no_context(runtime_factory: RuntimeFactory) -> None:
+    rt = await runtime_factory(None, ["tests.integration.ops_jobs"], grace=1)
+    assert not rt.tracing.enabled
+    job = await rt.jobs.create_job({"job_type": "ops.fast", "execute_at": rt.jobs.now()})
+    occ = await final(rt, job.id, S.COMPLETED)
+    assert occ.traceparent is None

@@ -24,7 +24,8 @@ from rota.worker.discovery import AnyJobDefinition, JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
 from tests.contract.rabbitmq_fixtures import rabbitmq_url  # noqa: F401 (session fixture)
-from tests.worker_broker import FlakyBroker, eventually, until
+from tests.helpers import eventually
+from tests.worker_broker import FlakyBroker
 
 S = OccurrenceStatus
 GROUP = "it-worker"
@@ -88,7 +89,9 @@ class Collector:
         return [r.status for r in self.status if r.occurrence_id == occurrence_id]
 
     async def final(self, occurrence_id: UUID) -> S:
-        await until(lambda: any(s.is_terminal for s in self.of(occurrence_id)), "a final", WAIT)
+        await eventually(
+            lambda: any(s.is_terminal for s in self.of(occurrence_id)), WAIT, "a final"
+        )
         return self.of(occurrence_id)[-1]
 
 
@@ -152,7 +155,7 @@ async def ready_is(broker: RabbitMQBroker, count: int) -> None:
     async def check() -> bool:
         return (await broker.queue_depths()).get(queue) == count
 
-    await eventually(check, f"{count} messages ready in {queue}", WAIT)
+    await eventually(check, WAIT, f"{count} messages ready in {queue}")
 
 
 async def test_a_long_job_runs_with_no_unacknowledged_delivery(
@@ -172,13 +175,15 @@ async def test_a_long_job_runs_with_no_unacknowledged_delivery(
     async with Collector(rabbit) as collector:
         await rabbit.publish_jobs([message])
         await asyncio.wait_for(started.wait(), WAIT)
-        await until(lambda: collector.of(message.occurrence_id) == [S.RUNNING], "Running", WAIT)
+        await eventually(
+            lambda: collector.of(message.occurrence_id) == [S.RUNNING], WAIT, "Running"
+        )
         queue = rabbit.names.job_queue(GROUP)
 
         async def settled() -> bool:
             return await queue_counts(vhost, queue) == (0, 0)
 
-        await eventually(settled, "no message ready or unacknowledged", WAIT)
+        await eventually(settled, WAIT, "no message ready or unacknowledged")
         assert executor.load == 1  # still running, after a second and more of rabbitmqctl
         release.set()
         assert await collector.final(message.occurrence_id) is S.COMPLETED
@@ -209,13 +214,13 @@ async def test_a_redelivered_message_of_a_finalized_attempt_is_acked_and_not_run
 
         flaky = FlakyBroker(rabbit)
         second = await worker.start(once, broker=flaky)
-        await until(lambda: second.duplicates_skipped == 1, "the redelivery skipped", WAIT)
-        await until(lambda: flaky.acked(message.occurrence_id), "its ack", WAIT)
+        await eventually(lambda: second.duplicates_skipped == 1, WAIT, "the redelivery skipped")
+        await eventually(lambda: flaky.acked(message.occurrence_id), WAIT, "its ack")
 
         async def settled() -> bool:
             return await queue_counts(vhost, rabbit.names.job_queue(GROUP)) == (0, 0)
 
-        await eventually(settled, "nothing ready or unacknowledged", WAIT)
+        await eventually(settled, WAIT, "nothing ready or unacknowledged")
         assert runs == 1
         assert collector.of(message.occurrence_id) == [S.COMPLETED]
 
@@ -233,8 +238,8 @@ async def test_the_outbox_replays_in_order_after_publish_failures(
     early = [job_message("it.quick") for _ in range(3)]
     async with Collector(rabbit) as collector:
         await rabbit.publish_jobs(early)
-        await until(lambda: all(flaky.acked(m.occurrence_id) for m in early), "acks", WAIT)
-        await until(lambda: executor.reporter.outboxed >= 6, "3 finals, 3 lines kept", WAIT)
+        await eventually(lambda: all(flaky.acked(m.occurrence_id) for m in early), WAIT, "acks")
+        await eventually(lambda: executor.reporter.outboxed >= 6, WAIT, "3 finals, 3 lines kept")
         assert (await rabbit.queue_depths())[rabbit.names.status_queue] == 0
         flaky.away = False
         late = job_message("it.quick")
@@ -246,7 +251,7 @@ async def test_the_outbox_replays_in_order_after_publish_failures(
             if record.occurrence_id not in seen:
                 seen.append(record.occurrence_id)
         assert seen == [m.occurrence_id for m in [*early, late]]
-        await until(lambda: executor.reporter.outbox_entries == 0, "the outbox emptied", WAIT)
+        await eventually(lambda: executor.reporter.outbox_entries == 0, WAIT, "the outbox emptied")
 
 
 async def test_stop_gives_back_prefetched_messages(
@@ -265,7 +270,7 @@ async def test_stop_gives_back_prefetched_messages(
     async with Collector(rabbit) as collector:
         await rabbit.publish_jobs(messages)
         await asyncio.wait_for(started.wait(), WAIT)
-        await until(lambda: flaky.acked(messages[0].occurrence_id), "the first acked", WAIT)
+        await eventually(lambda: flaky.acked(messages[0].occurrence_id), WAIT, "the first acked")
         await ready_is(rabbit, 1)  # the second is prefetched: held, unacked, not started
         await worker.stop(executor, grace=0.05)
         assert await collector.final(messages[0].occurrence_id) is S.CANCELLED
@@ -290,7 +295,7 @@ async def test_stop_gives_back_messages_held_for_their_job_type(
     async with Collector(rabbit) as collector:
         await rabbit.publish_jobs(messages)
         await asyncio.wait_for(started.wait(), WAIT)
-        await until(lambda: executor.held == 2, "two held", WAIT)
+        await eventually(lambda: executor.held == 2, WAIT, "two held")
         await ready_is(rabbit, 1)
         await worker.stop(executor, grace=0.05)
         requeued = {oid for kind, oid in flaky.settles if kind == "requeue"}
@@ -317,7 +322,7 @@ async def test_closing_intake_gives_back_what_the_consumer_buffered(
     async def all_delivered() -> bool:
         return await queue_counts(vhost, queue) == (0, 3)
 
-    await eventually(all_delivered, "three in the consumer, unacknowledged", WAIT)
+    await eventually(all_delivered, WAIT, "three in the consumer, unacknowledged")
     await consumer.aclose()  # type: ignore[attr-defined]
     await ready_is(rabbit, 2)
     assert await queue_counts(vhost, queue) == (2, 1)  # the yielded one is still ours
@@ -341,7 +346,7 @@ async def test_a_delivery_is_not_live_once_its_channel_is_gone(
     )  # fmt: skip
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
-    await until(lambda: not taken.is_live, "the delivery to see its channel gone", WAIT)
+    await eventually(lambda: not taken.is_live, WAIT, "the delivery to see its channel gone")
     again = await asyncio.wait_for(anext(consumer), 30)  # the robust connection comes back
     assert again.message.occurrence_id == taken.message.occurrence_id
     assert again.redelivered

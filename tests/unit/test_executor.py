@@ -37,7 +37,8 @@ from rota.worker.discovery import AnyJobDefinition, JobRegistry
 from rota.worker.executor import MAX_EXCEPTION_BYTES, Executor, format_exception, to_jsonable
 from rota.worker.localstore import LocalStore
 from rota.worker.presence import WorkerPresence
-from tests.worker_broker import FlakyBroker, eventually, until
+from tests.helpers import eventually
+from tests.worker_broker import WAIT, FlakyBroker
 
 S = OccurrenceStatus
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -877,10 +878,12 @@ async def test_handler_starts_at_once_and_the_ack_follows_its_running_flush(
     executor = await harness.executor(acked_late, broker=flaky)
     message = await harness.publish("acked-late")
     await asyncio.wait_for(started.wait(), DEADLINE)
-    await until(lambda: executor.reporter.pending == 0, "the flush to take the Running record")
+    await eventually(
+        lambda: executor.reporter.pending == 0, WAIT, "the flush to take the Running record"
+    )
     assert flaky.settles == []  # its flush waits at the gate: not acknowledged yet
     gate.set()
-    await until(lambda: flaky.acked(message.occurrence_id), "the ack")
+    await eventually(lambda: flaky.acked(message.occurrence_id), WAIT, "the ack")
     assert executor.load == 1  # a long job holds no delivery open
     await observer.wait_status(message.occurrence_id, S.RUNNING)
     assert [r.status for r in observer.of(message.occurrence_id)] == [S.RUNNING]
@@ -895,12 +898,12 @@ async def test_without_a_store_the_ack_waits_for_a_successful_publish(
     flaky.away = True
     executor = await harness.executor(async_plain, broker=flaky)
     message = await harness.publish("async-plain")
-    await until(lambda: flaky.failed_publishes >= 2, "failed publishes")
+    await eventually(lambda: flaky.failed_publishes >= 2, WAIT, "failed publishes")
     assert flaky.settles == []
     assert executor.reporter.pending == 1  # its final, kept in memory
     flaky.away = False
     assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
-    await until(lambda: flaky.acked(message.occurrence_id), "the ack")
+    await eventually(lambda: flaky.acked(message.occurrence_id), WAIT, "the ack")
 
 
 # --- the outbox ------------------------------------------------------------------------------
@@ -922,8 +925,8 @@ async def test_broker_away_reports_go_to_the_outbox_and_are_replayed_in_order(
     executor = await harness.executor(logging_job, broker=flaky, store=store, concurrency=1)
     early = [await harness.publish("logging") for _ in range(3)]
     # handed over to the outbox: acknowledged although nothing could be published
-    await until(lambda: all(flaky.acked(m.occurrence_id) for m in early), "the acks")
-    await until(lambda: executor.reporter.outboxed >= 9, "3 finals and 6 log lines kept")
+    await eventually(lambda: all(flaky.acked(m.occurrence_id) for m in early), WAIT, "the acks")
+    await eventually(lambda: executor.reporter.outboxed >= 9, WAIT, "3 finals and 6 log lines kept")
     assert observer.status == []
     assert observer.logs == []
     assert (await store.outbox_size()).records >= 9
@@ -937,7 +940,7 @@ async def test_broker_away_reports_go_to_the_outbox_and_are_replayed_in_order(
         m.occurrence_id for m in [*early, late]
     ]
     assert [r.message for r in observer.logs[:2]] == ["hello world", "careful"]
-    await until(lambda: executor.reporter.outbox_entries == 0, "the outbox emptied")
+    await eventually(lambda: executor.reporter.outbox_entries == 0, WAIT, "the outbox emptied")
     assert (await store.outbox_size()).entries == 0
     assert executor.reporter.replayed >= 9
 
@@ -959,7 +962,7 @@ async def test_the_outbox_survives_a_worker_restart(
     )
     await first.start()
     message = await harness.publish("async-plain")
-    await until(lambda: flaky.acked(message.occurrence_id), "the ack")
+    await eventually(lambda: flaky.acked(message.occurrence_id), WAIT, "the ack")
     await first.stop(grace=1)
     await store.close()
     assert observer.status == []  # nothing published, nothing lost: it is on disk
@@ -974,7 +977,7 @@ async def test_the_outbox_survives_a_worker_restart(
     async def emptied() -> bool:
         return (await store.outbox_size()).entries == 0
 
-    await eventually(emptied, "the outbox emptied")
+    await eventually(emptied, WAIT, "the outbox emptied")
 
 
 # --- finalized attempts ----------------------------------------------------------------------
@@ -994,8 +997,8 @@ async def test_a_delivery_of_a_finalized_attempt_is_acked_and_not_run(
     message = await harness.publish("once")
     await observer.wait_final(message.occurrence_id)
     await harness.broker.publish_jobs([message])  # the same message again (a republish)
-    await until(lambda: executor.duplicates_skipped == 1, "the duplicate skipped")
-    await until(lambda: len(flaky.settles) == 2, "both acked")
+    await eventually(lambda: executor.duplicates_skipped == 1, WAIT, "the duplicate skipped")
+    await eventually(lambda: len(flaky.settles) == 2, WAIT, "both acked")
     assert flaky.settles == [("ack", message.occurrence_id)] * 2
     retry = replace(message, retry_count=1)  # the next attempt is another matter
     await harness.broker.publish_jobs([retry])
@@ -1005,7 +1008,7 @@ async def test_a_delivery_of_a_finalized_attempt_is_acked_and_not_run(
     async def recorded() -> bool:  # by the flush that published the final
         return await store.finalized_attempt(message.occurrence_id) == 2
 
-    await eventually(recorded, "attempt 2 recorded as finalized")
+    await eventually(recorded, WAIT, "attempt 2 recorded as finalized")
     assert (await harness.broker.queue_depths())["rota.jobs.test-worker"] == 0
 
 
@@ -1044,7 +1047,7 @@ async def test_finalized_attempts_are_remembered_across_a_restart(
     message, store = await _run_once_and_restart(harness, observer, tmp_path, counted)
     executor = await harness.executor(counted, store=store)
     await harness.broker.publish_jobs([message])
-    await until(lambda: executor.duplicates_skipped == 1, "the duplicate skipped")
+    await eventually(lambda: executor.duplicates_skipped == 1, WAIT, "the duplicate skipped")
     assert runs == 1
 
 
@@ -1065,7 +1068,7 @@ async def test_a_redelivery_is_checked_against_the_store(
     await (await anext(consumer)).reject(requeue=True)
     await consumer.aclose()
     executor = await harness.executor(counted, store=store)
-    await until(lambda: executor.duplicates_skipped == 1, "the redelivery skipped")
+    await eventually(lambda: executor.duplicates_skipped == 1, WAIT, "the redelivery skipped")
     assert runs == 1
 
 
@@ -1124,7 +1127,9 @@ async def test_a_delivery_held_too_long_goes_back_to_the_broker(
     )
     first = await harness.publish("slow-turns")
     second = await harness.publish("slow-turns")
-    await until(lambda: ("requeue", second.occurrence_id) in flaky.settles, "a hand-back")
+    await eventually(
+        lambda: ("requeue", second.occurrence_id) in flaky.settles, WAIT, "a hand-back"
+    )
     assert executor.handed_back >= 1
     release.set()
     for message in (first, second):
@@ -1148,11 +1153,11 @@ async def test_a_held_delivery_whose_channel_died_is_not_run(
     executor = await harness.executor(lane, broker=flaky, concurrency=2)
     first = await harness.publish("one-lane")
     second = await harness.publish("one-lane")
-    await until(lambda: executor.held == 1, "the second held behind the first")
+    await eventually(lambda: executor.held == 1, WAIT, "the second held behind the first")
     flaky.dead.add(second.occurrence_id)
     release.set()
     assert (await observer.wait_final(first.occurrence_id)).status is S.COMPLETED
-    await until(lambda: executor.held == 0, "the dead delivery dropped")
+    await eventually(lambda: executor.held == 0, WAIT, "the dead delivery dropped")
     assert executor.dropped_dead == 1
     assert runs == {first.occurrence_id: 1}
     assert second.occurrence_id not in {oid for _, oid in flaky.settles}
@@ -1174,7 +1179,7 @@ async def test_stop_hands_back_what_did_not_start(
     executor = await harness.executor(hog, broker=flaky, concurrency=2)
     messages = [await harness.publish("hog") for _ in range(4)]
     await asyncio.wait_for(started.wait(), DEADLINE)
-    await until(lambda: executor.held == 2, "two held (the prefetch is full)")
+    await eventually(lambda: executor.held == 2, WAIT, "two held (the prefetch is full)")
     assert (await broker.queue_depths())["rota.jobs.test-worker"] == 1
     await executor.stop(grace=0.05)
     assert (await observer.wait_final(messages[0].occurrence_id)).status is S.CANCELLED
@@ -1199,14 +1204,16 @@ async def test_a_copy_of_a_held_delivery_replaces_it(
     executor = await harness.executor(copied, broker=flaky, concurrency=3)
     blocker = await harness.publish("copied")
     held = await harness.publish("copied")
-    await until(lambda: executor.held == 1, "one held")
+    await eventually(lambda: executor.held == 1, WAIT, "one held")
     await harness.broker.publish_jobs([held])  # the same message again: replaces the held one
-    await until(lambda: flaky.acked(held.occurrence_id), "the older copy acked")
+    await eventually(lambda: flaky.acked(held.occurrence_id), WAIT, "the older copy acked")
     await harness.broker.publish_jobs([replace(held, retry_count=1)])  # a later attempt wins
-    await until(lambda: flaky.settles.count(("ack", held.occurrence_id)) == 2, "both acked")
+    await eventually(
+        lambda: flaky.settles.count(("ack", held.occurrence_id)) == 2, WAIT, "both acked"
+    )
     assert executor.held == 1
     await harness.broker.publish_jobs([held])  # an earlier attempt than the held one: dropped
-    await until(lambda: flaky.settles.count(("ack", held.occurrence_id)) == 3, "dropped")
+    await eventually(lambda: flaky.settles.count(("ack", held.occurrence_id)) == 3, WAIT, "dropped")
     release.set()
     assert (await observer.wait_final(held.occurrence_id)).attempt == 2
     await observer.wait_final(blocker.occurrence_id)

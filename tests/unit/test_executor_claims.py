@@ -25,8 +25,9 @@ from rota.core.records import ClaimBatch, ClaimOutcome, ClaimRequest
 from rota.worker.claims import CLAIM_EPOCH, AttemptClaims
 from rota.worker.discovery import AnyJobDefinition, JobRegistry
 from rota.worker.executor import Executor
+from tests.helpers import eventually
 from tests.unit.test_executor import NOW, WORKER, Harness, Observer
-from tests.worker_broker import FlakyBroker, until
+from tests.worker_broker import WAIT, FlakyBroker
 
 S = OccurrenceStatus
 
@@ -129,7 +130,9 @@ async def test_two_instances_given_the_same_attempt_run_it_once(
     messages = [await harness.publish("claimed") for _ in range(20)]
     for message in messages:
         await observer.wait_final(message.occurrence_id)
-    await until(lambda: a.claimed_elsewhere + b.claimed_elsewhere == 20, "copies skipped")
+    await eventually(
+        lambda: a.claimed_elsewhere + b.claimed_elsewhere == 20, WAIT, "copies skipped"
+    )
     assert runs == {(m.occurrence_id, 1): 1 for m in messages}
     for message in messages:  # not redelivered copies: nothing reported for them
         assert [r.status for r in observer.of(message.occurrence_id)] == [S.COMPLETED]
@@ -152,7 +155,7 @@ async def test_a_redelivered_copy_claimed_elsewhere_reports_its_holder(
     harness.executors.append(executor)
     await executor.start()
     await observer.wait_status(message.occurrence_id, S.RUNNING)
-    await until(lambda: flaky.acked(message.occurrence_id), "the copy acknowledged")
+    await eventually(lambda: flaky.acked(message.occurrence_id), WAIT, "the copy acknowledged")
     (record,) = observer.of(message.occurrence_id)
     assert (record.instance_id, record.attempt) == ("gone", 1)
     assert record.timestamp == datetime.fromtimestamp(held.claims[0].claimed_at, UTC)
@@ -207,7 +210,7 @@ async def test_after_a_loss_of_the_claim_memory_a_redelivered_copy_does_not_run(
     await _redelivered(harness.broker, copy)
     await executor.start()
     await observer.wait_status(copy.occurrence_id, S.RUNNING)
-    await until(lambda: flaky.acked(copy.occurrence_id), "the copy acknowledged")
+    await eventually(lambda: flaky.acked(copy.occurrence_id), WAIT, "the copy acknowledged")
     (record,) = observer.of(copy.occurrence_id)
     assert (record.status, record.instance_id) == (S.RUNNING, None)
     first = await harness.publish("claimed")
@@ -257,14 +260,14 @@ async def test_an_unreachable_claim_memory_runs_first_deliveries_only(
     await executor.start()
     first = await harness.publish("claimed")
     assert (await observer.wait_final(first.occurrence_id)).status is S.COMPLETED
-    await until(lambda: flaky.acked(copy.occurrence_id), "the copy acknowledged")
+    await eventually(lambda: flaky.acked(copy.occurrence_id), WAIT, "the copy acknowledged")
     assert [r.status for r in observer.of(copy.occurrence_id)] == [S.RUNNING]
     assert runs == {(first.occurrence_id, 1): 1}
     assert claims.unavailable >= 1
 
     assert claims.unconfirmed == 1
     coordination.hang = coordination.down = False  # back: the first run's claim is written
-    await until(lambda: claims.unconfirmed == 0, "the claim written by the renewal")
+    await eventually(lambda: claims.unconfirmed == 0, WAIT, "the claim written by the renewal")
     request = ClaimRequest(first.occurrence_id, 1)
     other = await coordination.claim_attempts("probe", [request], TTL)
     assert (other.claims[0].outcome, other.claims[0].owner) == (ClaimOutcome.TAKEN, "a")

@@ -12,7 +12,8 @@ from rota.core.models import Job, LogRecord, OccurrenceStatus, StatusRecord
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.services.tracker import LogCollector, StatusTracker
 from rota.stores.sql import SqlStore
-from tests.worker_broker import FlakyBroker, eventually
+from tests.helpers import eventually
+from tests.worker_broker import WAIT, FlakyBroker
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -49,7 +50,7 @@ async def test_consumers_that_fail_to_start_are_started_again(store: SqlStore) -
                 await store.occurrence_logs(occurrence.id)
             )
 
-        await eventually(stored, "the status and the log line stored after the restarts")
+        await eventually(stored, WAIT, "the status and the log line stored after the restarts")
         assert broker.consumer_failures == 0
         assert tracker.stats.errors + collector.stats.errors == 4
         assert not any(task.done() for task in tasks)  # still consuming
