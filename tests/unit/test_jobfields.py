@@ -34,8 +34,8 @@ from rota.core.models import (
     Priority,
     ZombiePolicy,
 )
-from rota.stores import sql
 from rota.stores.schema import jobs
+from rota.stores.sql import rows as sql_rows
 
 HINTS = typing.get_type_hints(Job)
 
@@ -54,7 +54,7 @@ def test_the_table_lists_every_field_of_a_job_in_its_order() -> None:
 
 def test_every_column_of_the_jobs_table_is_a_field_or_named_store_only() -> None:
     columns = {f.column for f in JOB_FIELDS}
-    store_only = set(sql._STORE_ONLY_COLUMNS)
+    store_only = set(sql_rows._STORE_ONLY_COLUMNS)
     assert not columns & store_only
     assert columns | store_only == set(jobs.c.keys())
 
@@ -163,24 +163,24 @@ class _Row:
 
 def test_a_job_round_trips_through_the_stores_row() -> None:
     job = _everything_set()
-    row = sql._job_row(job)
+    row = sql_rows._job_row(job)
     assert set(row) == set(jobs.c.keys())
     assert row["priority"] == 3
     assert row["misfire_policy"] == "catch_up"
     assert row["tags"] == ["a", "b"]
-    back = sql._to_job(_Row(row))
+    back = sql_rows._to_job(_Row(row))
     assert back == job
     assert isinstance(back.priority, Priority)
     assert isinstance(back.zombie_policy, ZombiePolicy)
-    assert sql._job_definition(job).keys() == {
+    assert sql_rows._job_definition(job).keys() == {
         f.column for f in JOB_FIELDS if f.part is Part.DEFINITION
     }
 
 
 def test_a_planning_job_has_the_planned_fields_only() -> None:
     job = _everything_set()
-    row = sql._job_row(job)
-    planned = sql._to_planning_job(tuple(row[c.name] for c in sql._PLANNING_COLUMNS))
+    row = sql_rows._job_row(job)
+    planned = sql_rows._to_planning_job(tuple(row[c.name] for c in sql_rows._PLANNING_COLUMNS))
     for field in JOB_FIELDS:
         if field.planned:
             assert getattr(planned, field.name) == getattr(job, field.name), field.name
@@ -190,7 +190,7 @@ def test_a_planning_job_has_the_planned_fields_only() -> None:
 
 def test_a_version_snapshot_holds_the_versioned_fields_by_api_name() -> None:
     job = _everything_set()
-    assert sql._snapshot(job) == {
+    assert sql_rows._snapshot(job) == {
         "jobType": "report",
         "workerId": "reports",
         "jobData": {"kind": ["sales"]},

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from rota.stores.files import private_sqlite
-from rota.stores.sql import create_store_engine, guard_errors
+from rota.stores.sql.engine import create_store_engine, guard_errors
 from rota.stores.urls import dialect_of, sqlite_path, to_async_url
 
 MIGRATIONS = Path(__file__).with_name("migrations")

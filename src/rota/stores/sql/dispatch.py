@@ -1,0 +1,464 @@
+"""The SQL store's scheduling: due jobs, dispatching them (claim, plan, insert, advance in one
+transaction), undispatched and stale occurrences."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Uuid,
+    bindparam,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import UpdateBase
+
+from rota.core.models import (
+    ConcurrencyPolicy,
+    Job,
+    Occurrence,
+    OccurrenceStatus,
+    ZombiePolicy,
+)
+from rota.core.planning import FirePlan
+from rota.core.records import (
+    DispatchResult,
+    DueEntry,
+    FirePlanner,
+    StaleOccurrence,
+)
+from rota.stores.schema import (
+    UtcDateTime,
+    jobs,
+    occurrences,
+    status_changes,
+    utc_text,
+)
+from rota.stores.sql.engine import (
+    SqlParts,
+)
+from rota.stores.sql.rows import (
+    _PLANNING_COLUMNS,
+    ACTIVE,
+    _change_row,
+    _chunks,
+    _occurrence_row,
+    _to_occurrence,
+    _to_planning_job,
+    _unique,
+)
+from rota.stores.sql.statements import (
+    _advance_jobs_stmt,
+    _fetch_in,
+    _insert_changes_stmt,
+    _insert_or_skip_stmt,
+    _undispatched_stmt,
+)
+
+log = logging.getLogger(__name__)
+
+
+class DispatchQueries(SqlParts):
+    """Scheduling of the :class:`~rota.core.ports.Store` port: dispatch and the sweeps."""
+
+    # --- scheduling -----------------------------------------------------------------------
+
+    async def due_jobs(
+        self, until: datetime, buckets: Sequence[int] | None, limit: int
+    ) -> list[DueEntry]:
+        if buckets is not None and not buckets:
+            return []
+        stmt = (
+            select(jobs.c.id, jobs.c.bucket, jobs.c.next_run_at)
+            .where(jobs.c.is_active.is_(True), jobs.c.next_run_at <= until)
+            .order_by(jobs.c.next_run_at, jobs.c.id)
+            .limit(max(0, limit))
+        )
+        if buckets is not None:
+            stmt = stmt.where(jobs.c.bucket.in_(list(buckets)))
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [DueEntry(r.id, r.bucket, r.next_run_at) for r in rows]
+
+    async def dispatch_due(
+        self, job_ids: Sequence[UUID], now: datetime, planner: FirePlanner
+    ) -> DispatchResult:
+        ids = _unique(job_ids)
+        if not ids:
+            return DispatchResult()
+        async with self._write() as conn:
+            claimed = await self._claim_jobs(conn, ids)
+            next_runs = await self._absent_jobs(conn, [i for i in ids if i not in claimed])
+            due: list[Job] = []
+            for job in claimed.values():
+                if job.is_active and job.next_run_at is not None and job.next_run_at <= now:
+                    due.append(job)
+                else:
+                    next_runs[job.id] = _due_entry(job.id, job.bucket, job)
+            active = await self._active_counts(conn, [j.id for j in due])
+            plans = _plan_all(due, active, now, planner, next_runs)
+            inserted = await self._insert_planned(conn, due, plans)
+            await self._advance_jobs(conn, due, plans)
+        for job in due:
+            if job.id in plans:
+                plan = plans[job.id]
+                next_runs[job.id] = _due_entry(job.id, job.bucket, plan)
+        return _classify(due, plans, active, inserted, next_runs)
+
+    async def _claim_jobs(self, conn: AsyncConnection, ids: Sequence[UUID]) -> dict[UUID, Job]:
+        """The requested jobs, locked; rows locked by another transaction are passed over."""
+        rows = await _fetch_in(
+            conn,
+            lambda chunk: (
+                select(*_PLANNING_COLUMNS)
+                .where(self._member(jobs.c.id, chunk))
+                .order_by(jobs.c.id)
+                .with_for_update(skip_locked=True)
+            ),
+            ids,
+        )
+        return {r[0]: _to_planning_job(r) for r in rows}
+
+    async def _absent_jobs(
+        self, conn: AsyncConnection, ids: Sequence[UUID]
+    ) -> dict[UUID, DueEntry | None]:
+        """``None`` for each requested id that is gone; ids locked elsewhere are left out."""
+        if not ids:
+            return {}
+        if self._dialect == "sqlite":  # no row locks: a missing row is a deleted job
+            return dict.fromkeys(ids)
+        rows = await _fetch_in(
+            conn, lambda chunk: select(jobs.c.id).where(self._member(jobs.c.id, chunk)), ids
+        )
+        locked = {r.id for r in rows}
+        return {i: None for i in ids if i not in locked}
+
+    async def _active_counts(self, conn: AsyncConnection, ids: Sequence[UUID]) -> dict[UUID, int]:
+        if not ids:
+            return {}
+        rows = await _fetch_in(
+            conn,
+            lambda chunk: (
+                select(occurrences.c.job_id, func.count())
+                .where(
+                    self._member(occurrences.c.job_id, chunk),
+                    occurrences.c.status.in_(ACTIVE),
+                )
+                .group_by(occurrences.c.job_id)
+            ),
+            ids,
+        )
+        return {r[0]: int(r[1]) for r in rows}
+
+    async def _insert_planned(
+        self, conn: AsyncConnection, due: Sequence[Job], plans: dict[UUID, FirePlan]
+    ) -> set[UUID]:
+        """Insert the planned occurrences (a fire already recorded is skipped by the unique
+        key) and the creation status change of each one inserted; returns the ids inserted."""
+        rows = [
+            _occurrence_row(occ, job.concurrency_policy)
+            for job in due
+            if job.id in plans
+            for occ in plans[job.id].occurrences
+        ]
+        if not rows:
+            return set()
+        count = await self._fast.execute(conn, "insert_planned", self._insert_planned_stmt, rows)
+        planned = [row["id"] for row in rows]
+        if count == len(rows):
+            inserted = set(planned)
+        else:  # some fires were recorded before, or the driver does not count: ask
+            found = await _fetch_in(
+                conn,
+                lambda chunk: select(occurrences.c.id).where(self._member(occurrences.c.id, chunk)),
+                planned,
+            )
+            inserted = {r.id for r in found}
+        changes = [
+            _change_row(occ.id, change)
+            for plan in plans.values()
+            for occ in plan.occurrences
+            if occ.id in inserted
+            for change in occ.status_changes
+        ]
+        if changes:
+            await self._fast.execute(conn, "insert_changes", _insert_changes_stmt, changes)
+        return inserted
+
+    def _insert_planned_stmt(self) -> UpdateBase:
+        return _insert_or_skip_stmt(
+            self._dialect, occurrences, conflict_keys=["job_id", "scheduled_for"]
+        )
+
+    async def _advance_jobs(
+        self, conn: AsyncConnection, due: Sequence[Job], plans: dict[UUID, FirePlan]
+    ) -> None:
+        params = [
+            {
+                "b_id": job.id,
+                "b_next": plans[job.id].next_run_at,
+                "b_active": plans[job.id].is_active,
+            }
+            for job in due
+            if job.id in plans
+        ]
+        if params:
+            await self._fast.execute(conn, "advance_jobs", _advance_jobs_stmt, params)
+
+    async def insert_occurrences(self, occurrences_: Sequence[Occurrence]) -> None:
+        if not occurrences_:
+            return
+        job_ids = _unique(o.job_id for o in occurrences_)
+        changes = [_change_row(o.id, c) for o in occurrences_ for c in o.status_changes]
+        async with self._write() as conn:
+            rows = await _fetch_in(
+                conn,
+                lambda chunk: select(jobs.c.id, jobs.c.concurrency_policy).where(
+                    jobs.c.id.in_(chunk)
+                ),
+                job_ids,
+            )
+            policies = {r.id: ConcurrencyPolicy(r.concurrency_policy) for r in rows}
+            await conn.execute(
+                insert(occurrences),
+                [
+                    _occurrence_row(o, policies.get(o.job_id, ConcurrencyPolicy.SKIP))
+                    for o in occurrences_
+                ],
+            )
+            if changes:
+                await conn.execute(insert(status_changes), changes)
+
+    async def mark_dispatched(self, published: Sequence[Occurrence], at: datetime) -> None:
+        if not published:
+            return
+        c = occurrences.c
+        # Only the attempt that was published, and only while it is still undispatched: a
+        # mark that arrives after the attempt failed and was requeued as the next one (its
+        # ``dispatched_at`` cleared for the sweeper) must not hide that retry.
+        stmt = (
+            update(occurrences)
+            .where(
+                c.id == bindparam("b_id", type_=Uuid()),
+                c.scheduled_for == bindparam("b_key_at", type_=UtcDateTime()),
+                c.attempt == bindparam("b_attempt", type_=Integer()),
+                c.dispatched_at.is_(None),
+            )
+            .values(dispatched_at=at)
+        )
+        seen: set[UUID] = set()
+        params: list[dict[str, Any]] = []
+        for o in published:
+            if o.id not in seen:
+                seen.add(o.id)
+                params.append({"b_id": o.id, "b_key_at": o.scheduled_for, "b_attempt": o.attempt})
+        async with self._write() as conn:
+            await conn.execute(stmt, params)
+
+    async def undispatched(
+        self, due_before: datetime, limit: int, *, created_before: datetime | None = None
+    ) -> list[Occurrence]:
+        stmt = _undispatched_stmt(due_before, limit, created_before)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [_to_occurrence(r) for r in rows]
+
+    async def claim_undispatched(
+        self,
+        due_before: datetime,
+        limit: int,
+        *,
+        created_before: datetime | None = None,
+        claim_until: datetime,
+    ) -> list[Occurrence]:
+        # PostgreSQL: the rows are locked (others skip them) until the claim commits, and a
+        # row claimed meanwhile fails the re-checked ``due_at`` condition. SQLite: the writer
+        # lock serializes claimers.
+        stmt = _undispatched_stmt(due_before, limit, created_before).with_for_update(
+            skip_locked=True, of=occurrences
+        )
+        async with self._write() as conn:
+            rows = (await conn.execute(stmt)).all()
+            ids = [r.id for r in rows]
+            for chunk in _chunks(ids):
+                await conn.execute(
+                    update(occurrences)
+                    .where(occurrences.c.id.in_(chunk))
+                    .values(due_at=claim_until)
+                )
+        return [_to_occurrence(r) for r in rows]
+
+    async def finish_claim(
+        self,
+        claimed: Sequence[Occurrence],
+        claim_until: datetime,
+        *,
+        dispatched_at: datetime | None,
+    ) -> None:
+        if not claimed:
+            return
+        c = occurrences.c
+        stmt = (
+            update(occurrences)
+            .where(
+                c.id == bindparam("b_id", type_=Uuid()),
+                c.attempt == bindparam("b_attempt", type_=Integer()),
+                c.due_at == claim_until,
+                c.dispatched_at.is_(None),
+            )
+            .values(due_at=bindparam("b_due", type_=UtcDateTime()), dispatched_at=dispatched_at)
+        )
+        params = [{"b_id": o.id, "b_attempt": o.attempt, "b_due": o.due_at} for o in claimed]
+        async with self._write() as conn:
+            await conn.execute(stmt, params)
+
+    async def stale_occurrences(
+        self,
+        now: datetime,
+        *,
+        running_threshold: float,
+        queued_threshold: float,
+        limit: int,
+    ) -> list[StaleOccurrence]:
+        # Running rows are few (bounded by the workers' slots): the (status, id) index finds
+        # them, and each one's silence is compared with its job's threshold. Queued rows may
+        # be many (a backlog): the (status, dispatched_at, due_at) index cuts them down to
+        # those dispatched before the global Queued threshold first.
+        occ, j = occurrences.c, jobs.c
+        joined = occurrences.outerjoin(jobs, j.id == occ.job_id)
+        own = j.zombie_threshold_seconds
+        last_sign = func.coalesce(occ.last_heartbeat, occ.start_time, occ.created_at)
+        limit = max(0, limit)
+        running = (
+            select(occurrences, j.zombie_policy, own)
+            .select_from(joined)
+            .where(
+                occ.status == int(OccurrenceStatus.RUNNING),
+                self._silence(last_sign, now) > func.coalesce(own, running_threshold),
+            )
+            .order_by(last_sign, occ.id)
+            .limit(limit)
+        )
+        queued_before = now - timedelta(seconds=queued_threshold)
+        queued = (
+            select(occurrences, j.zombie_policy, own)
+            .select_from(joined)
+            .where(
+                occ.status == int(OccurrenceStatus.QUEUED),
+                occ.dispatched_at.is_not(None),
+                occ.dispatched_at < queued_before,
+                or_(own.is_(None), self._silence(occ.dispatched_at, now) > own),
+            )
+            .order_by(occ.dispatched_at, occ.id)
+            .limit(limit)
+        )
+        async with self._read() as conn:
+            rows = [*(await conn.execute(running)).all(), *(await conn.execute(queued)).all()]
+        found = [
+            StaleOccurrence(
+                occurrence=_to_occurrence(r),
+                zombie_policy=None if r.zombie_policy is None else ZombiePolicy(r.zombie_policy),
+                zombie_threshold_seconds=r.zombie_threshold_seconds,
+            )
+            for r in rows
+        ]
+        found.sort(key=lambda s: (_last_sign(s.occurrence), s.occurrence.id))
+        return found[:limit]
+
+    def _silence(self, since: ColumnElement[Any], now: datetime) -> ColumnElement[Any]:
+        """Seconds from ``since`` (a UTC datetime column) to ``now``, in SQL."""
+        if self._dialect == "postgresql":
+            moment = bindparam(None, now, type_=UtcDateTime())
+            return func.extract("epoch", moment - since)
+        moment = bindparam(None, utc_text(now))
+        return (func.julianday(moment) - func.julianday(since)) * literal_column("86400.0")
+
+    async def reset_dispatch(self, statuses: Sequence[OccurrenceStatus]) -> int:
+        if not statuses:
+            return 0
+        stmt = (
+            update(occurrences)
+            .where(
+                occurrences.c.status.in_([int(s) for s in statuses]),
+                occurrences.c.dispatched_at.is_not(None),
+            )
+            .values(dispatched_at=None)
+        )
+        async with self._write() as conn:
+            result = await conn.execute(stmt)
+        return int(result.rowcount)
+
+
+def _last_sign(occurrence: Occurrence) -> datetime:
+    """When a stale occurrence last showed life: its heartbeat or start (Running), its
+    dispatch (Queued)."""
+    if occurrence.status is OccurrenceStatus.QUEUED and occurrence.dispatched_at is not None:
+        return occurrence.dispatched_at
+    return occurrence.last_heartbeat or occurrence.start_time or occurrence.created_at
+
+
+def _due_entry(job_id: UUID, bucket: int, state: Job | FirePlan) -> DueEntry | None:
+    if not state.is_active or state.next_run_at is None:
+        return None
+    return DueEntry(job_id, bucket, state.next_run_at)
+
+
+def _plan_all(
+    due: Sequence[Job],
+    active: dict[UUID, int],
+    now: datetime,
+    planner: FirePlanner,
+    next_runs: dict[UUID, DueEntry | None],
+) -> dict[UUID, FirePlan]:
+    """Plan each due job. A job whose planning fails is left as it is (logged, reported with
+    no next fire so the index drops it until the loader finds it due again)."""
+    plans: dict[UUID, FirePlan] = {}
+    for job in due:
+        try:
+            plans[job.id] = planner(job, active.get(job.id, 0), now)
+        except Exception:
+            log.exception("planning job %s failed; it stays due", job.id, extra={"job_id": job.id})
+            next_runs[job.id] = None
+    return plans
+
+
+def _classify(
+    due: Sequence[Job],
+    plans: dict[UUID, FirePlan],
+    active: dict[UUID, int],
+    inserted: set[UUID],
+    next_runs: dict[UUID, DueEntry | None],
+) -> DispatchResult:
+    """Sort the inserted occurrences into queued, held (Queue policy, behind an earlier active
+    occurrence) and skipped."""
+    queued: list[Occurrence] = []
+    held: list[Occurrence] = []
+    skipped: list[Occurrence] = []
+    for job in due:
+        plan = plans.get(job.id)
+        if plan is None:
+            continue
+        waits = job.concurrency_policy is ConcurrencyPolicy.QUEUE
+        busy = active.get(job.id, 0) > 0
+        for occ in plan.occurrences:
+            if occ.id not in inserted:
+                continue
+            if occ.status is not OccurrenceStatus.QUEUED:
+                skipped.append(occ)
+            elif waits and busy:
+                held.append(occ)
+            else:
+                queued.append(occ)
+                busy = True
+    return DispatchResult(queued=queued, held=held, skipped=skipped, next_runs=next_runs)

@@ -1,0 +1,245 @@
+"""The SQL store's jobs: create, read, list, update (versioned), delete, and the auto-disable
+probes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from functools import partial
+from uuid import UUID
+
+from sqlalchemy import (
+    delete,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rota.core.autodisable import (
+    AutoDisableDefaults,
+    probe_due,
+)
+from rota.core.errors import (
+    ConflictError,
+    NotFoundError,
+)
+from rota.core.models import (
+    Job,
+    JobSource,
+    JobVersion,
+    utcnow,
+)
+from rota.core.records import (
+    JobQuery,
+    Page,
+    ProbeScan,
+)
+from rota.stores.schema import (
+    job_tags,
+    job_versions,
+    jobs,
+)
+from rota.stores.sql.engine import (
+    SqlParts,
+)
+from rota.stores.sql.rows import (
+    _auto_disable_state,
+    _decode_cursor,
+    _job_definition,
+    _job_row,
+    _page,
+    _snapshot,
+    _to_job,
+)
+from rota.stores.sql.statements import (
+    _insert_stmt,
+)
+
+
+class JobQueries(SqlParts):
+    """Jobs, versions and auto-disable probes of the :class:`~rota.core.ports.Store` port."""
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    async def create_jobs(self, jobs_: Sequence[Job]) -> None:
+        if not jobs_:
+            return
+        tags = [{"tag": t, "job_id": j.id} for j in jobs_ for t in dict.fromkeys(j.tags)]
+        rows = [_job_row(j) for j in jobs_]
+        async with self._write() as conn:
+            if len(rows) == 1:
+                await conn.execute(insert(jobs), rows)
+            else:  # a bulk create: driver-level parameters (one unnest on PostgreSQL)
+                await self._fast.execute(conn, "insert_jobs", partial(_insert_stmt, jobs), rows)
+            if tags:
+                await self._fast.execute(
+                    conn, "insert_job_tags", partial(_insert_stmt, job_tags), tags
+                )
+
+    async def get_job(self, job_id: UUID) -> Job:
+        async with self._read() as conn:
+            row = (await conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
+        if row is None:
+            raise NotFoundError("job", job_id)
+        return _to_job(row)
+
+    async def list_jobs(self, query: JobQuery) -> Page[Job]:
+        limit = max(1, query.limit)
+        stmt = select(jobs).order_by(jobs.c.id.desc()).limit(limit + 1)
+        if query.search:
+            text = query.search
+            stmt = stmt.where(
+                or_(
+                    jobs.c.display_name.icontains(text, autoescape=True),
+                    jobs.c.job_type.icontains(text, autoescape=True),
+                    jobs.c.description.icontains(text, autoescape=True),
+                )
+            )
+        if query.tag is not None:
+            tagged = select(job_tags.c.job_id).where(job_tags.c.tag == query.tag)
+            stmt = stmt.where(jobs.c.id.in_(tagged))
+        if query.job_type is not None:
+            stmt = stmt.where(jobs.c.job_type == query.job_type)
+        if query.is_active is not None:
+            stmt = stmt.where(jobs.c.is_active == query.is_active)
+        if query.auto_disabled is not None:
+            reason = jobs.c.disabled_reason
+            stmt = stmt.where(reason.is_not(None) if query.auto_disabled else reason.is_(None))
+        if query.cursor is not None:
+            stmt = stmt.where(jobs.c.id < _decode_cursor(query.cursor))
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return _page([_to_job(r) for r in rows], limit, lambda j: j.id)
+
+    async def update_job(self, job: Job, *, expected_version: int, with_state: bool = False) -> Job:
+        async with self._write() as conn:
+            stmt = select(jobs).where(jobs.c.id == job.id).with_for_update()
+            row = (await conn.execute(stmt)).first()
+            if row is None:
+                raise NotFoundError("job", job.id)
+            stored = _to_job(row)
+            if stored.version != expected_version:
+                raise ConflictError(
+                    f"job {job.id} is at version {stored.version}, not {expected_version}"
+                )
+            if job.version > expected_version:
+                await conn.execute(
+                    insert(job_versions).values(
+                        job_id=job.id,
+                        version=stored.version,
+                        snapshot=_snapshot(stored),
+                        created_at=utcnow(),
+                    )
+                )
+            values = _job_definition(job)
+            if with_state:
+                values.update(_auto_disable_state(job))
+            await conn.execute(update(jobs).where(jobs.c.id == job.id).values(values))
+            if set(job.tags) != set(stored.tags):
+                await self._replace_tags(conn, job)
+            row = (await conn.execute(select(jobs).where(jobs.c.id == job.id))).one()
+        return _to_job(row)
+
+    @staticmethod
+    async def _replace_tags(conn: AsyncConnection, job: Job) -> None:
+        await conn.execute(delete(job_tags).where(job_tags.c.job_id == job.id))
+        tags = [{"tag": t, "job_id": job.id} for t in dict.fromkeys(job.tags)]
+        if tags:
+            await conn.execute(insert(job_tags), tags)
+
+    async def delete_job(self, job_id: UUID) -> None:
+        async with self._write() as conn:
+            # Versions and tags go by ON DELETE CASCADE; also deleted explicitly so a database
+            # whose foreign keys are off (SQLite) is not left with orphans.
+            await conn.execute(delete(job_versions).where(job_versions.c.job_id == job_id))
+            await conn.execute(delete(job_tags).where(job_tags.c.job_id == job_id))
+            result = await conn.execute(delete(jobs).where(jobs.c.id == job_id))
+            if result.rowcount == 0:
+                raise NotFoundError("job", job_id)
+
+    async def code_jobs(self) -> list[Job]:
+        stmt = select(jobs).where(jobs.c.source == JobSource.CODE.value).order_by(jobs.c.job_type)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [_to_job(r) for r in rows]
+
+    async def job_versions(self, job_id: UUID) -> list[JobVersion]:
+        stmt = (
+            select(job_versions)
+            .where(job_versions.c.job_id == job_id)
+            .order_by(job_versions.c.version)
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            JobVersion(
+                job_id=r.job_id, version=r.version, snapshot=r.snapshot, created_at=r.created_at
+            )
+            for r in rows
+        ]
+
+    # --- auto-disable probes ---------------------------------------------------------------
+
+    async def due_probes(
+        self,
+        now: datetime,
+        defaults: AutoDisableDefaults,
+        *,
+        after: UUID | None = None,
+        limit: int = 500,
+    ) -> ProbeScan:
+        j = jobs.c
+        limit = max(1, limit)
+        stmt = (
+            select(jobs)
+            .where(
+                j.disabled_reason.is_not(None),
+                j.disabled_at.is_not(None),
+                j.is_active.is_(False),
+                j.probing.is_(False),
+                j.cron_expression.is_not(None),
+            )
+            .order_by(j.id)
+            .limit(limit)
+        )
+        if defaults.cooldown_seconds is None:  # only jobs with a cooldown of their own
+            stmt = stmt.where(j.auto_disable_cooldown_seconds.is_not(None))
+        if after is not None:
+            stmt = stmt.where(j.id > after)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        candidates = [_to_job(r) for r in rows]
+        # The cooldown is per job (or the default): compared here rather than with interval
+        # arithmetic that differs between SQLite and PostgreSQL.
+        due = [job for job in candidates if probe_due(job, defaults, now)]
+        return ProbeScan(due=due, after=candidates[-1].id if len(candidates) == limit else None)
+
+    async def release_probe(
+        self,
+        job_id: UUID,
+        *,
+        seen_disabled_at: datetime,
+        seen_version: int,
+        next_run_at: datetime | None,
+        at: datetime,
+    ) -> Job | None:
+        j = jobs.c
+        stmt = (
+            update(jobs)
+            .where(
+                j.id == job_id,
+                j.is_active.is_(False),
+                j.probing.is_(False),
+                j.disabled_reason.is_not(None),
+                j.disabled_at == seen_disabled_at,
+                j.version == seen_version,
+            )
+            .values(is_active=True, probing=True, next_run_at=next_run_at, updated_at=at)
+        )
+        async with self._write() as conn:
+            if (await conn.execute(stmt)).rowcount != 1:
+                return None
+            row = (await conn.execute(select(jobs).where(j.id == job_id))).one()
+        return _to_job(row)

@@ -1,0 +1,330 @@
+"""Rows <-> records: jobs (from the field table of :mod:`rota.core.jobfields`), occurrences,
+status changes and failed occurrences; cursors, pages and id chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from operator import attrgetter
+from typing import Any, TypeVar
+from uuid import UUID
+
+from sqlalchemy import (
+    Row,
+)
+
+from rota.core.errors import (
+    ValidationError,
+)
+from rota.core.jobfields import JOB_FIELDS, JobField, Part, Shape
+from rota.core.models import (
+    ConcurrencyPolicy,
+    FailedOccurrence,
+    FailureType,
+    Job,
+    Occurrence,
+    OccurrenceStatus,
+    Priority,
+    StatusChange,
+)
+from rota.core.records import (
+    Page,
+    truncate_text,
+)
+from rota.stores.schema import (
+    jobs,
+)
+
+T = TypeVar("T")
+
+ACTIVE = (int(OccurrenceStatus.QUEUED), int(OccurrenceStatus.RUNNING))
+IN_CHUNK = 5000
+"""Ids per ``IN (…)`` list: well below the bound-parameter limits of SQLite and asyncpg."""
+
+
+# --- rows <-> records -------------------------------------------------------------------------
+
+Codec = Callable[[Any], Any]
+"""Converts one field's value between the record and its column."""
+
+
+def _enum_value(member: Any) -> Any:
+    """An enum member's value (an int or a string); ``None`` or a bare value as it is."""
+    return getattr(member, "value", member)
+
+
+def _encoder(field: JobField) -> Codec | None:
+    """How a job field's value is written to its column (``None``: as it is)."""
+    if field.shape is Shape.ENUM:
+        return _enum_value
+    if field.shape is Shape.TUPLE:
+        return lambda value: None if value is None else list(value)
+    if field.shape is Shape.MAPPING:
+        return lambda value: None if value is None else dict(value)
+    return None
+
+
+def _decoder(field: JobField) -> Codec | None:
+    """How a job field's value is read from its column (``None``: as it is; a mapping comes
+    back as the dict it was written as)."""
+    kind = field.enum
+    if kind is not None:
+        return lambda value: None if value is None else kind(value)
+    if field.shape is Shape.TUPLE:
+        return tuple
+    return None
+
+
+_Writes = tuple[Callable[[Job], tuple[Any, ...]], tuple[tuple[str, Codec | None], ...]]
+"""What writes some fields of a job: their getter, and the column and encoder of each."""
+
+
+def _writes(fields: Sequence[JobField]) -> _Writes:
+    get = attrgetter(*(f.name for f in fields))  # one name: the value itself, not a tuple
+    read = get if len(fields) > 1 else lambda job: (get(job),)
+    return read, tuple((f.column, _encoder(f)) for f in fields)
+
+
+_WRITE_ALL = _writes(JOB_FIELDS)
+_WRITE_PARTS = {part: _writes([f for f in JOB_FIELDS if f.part is part]) for part in Part}
+_READS = tuple((f.name, f.column, _decoder(f)) for f in JOB_FIELDS)
+
+_AUTO_DISABLE_STATE = tuple(f.column for f in JOB_FIELDS if f.part is Part.AUTO_DISABLE)
+"""Job columns the status tracker keeps; ``update_job`` writes them only when asked."""
+
+_STORE_ONLY_COLUMNS = ("duration_samples",)
+"""Job columns that are no field of a job: the completed runs the average duration is over."""
+
+
+def _job_columns(job: Job, part: Part | None = None) -> dict[str, Any]:
+    """The columns of one part of a job (``None``: of every part), by column name."""
+    read, codecs = _WRITE_ALL if part is None else _WRITE_PARTS[part]
+    return {
+        column: value if encode is None else encode(value)
+        for (column, encode), value in zip(codecs, read(job), strict=True)
+    }
+
+
+def _job_definition(job: Job) -> dict[str, Any]:
+    """The columns ``update_job`` replaces (not id, source, creation, or statistics)."""
+    return _job_columns(job, Part.DEFINITION)
+
+
+def _auto_disable_state(job: Job) -> dict[str, Any]:
+    """The auto-disable state columns (kept by the status tracker)."""
+    return _job_columns(job, Part.AUTO_DISABLE)
+
+
+def _job_row(job: Job) -> dict[str, Any]:
+    row = _job_columns(job)
+    row["duration_samples"] = 0 if job.average_duration_ms is None else job.success_count
+    return row
+
+
+def _to_job(row: Row[Any]) -> Job:
+    m = row._mapping
+    return Job(
+        **{
+            name: m[column] if decode is None else decode(m[column])
+            for name, column, decode in _READS
+        }
+    )
+
+
+_PLANNING = tuple((f.name, f.column, _decoder(f)) for f in JOB_FIELDS if f.planned)
+_PLANNING_COLUMNS = tuple(jobs.c[column] for _, column, _ in _PLANNING)
+"""What the fire planner reads of a job, the id first."""
+
+
+def _to_planning_job(row: Row[Any]) -> Job:
+    """A job with its definition only (what a planner needs); display fields, audit fields
+    and statistics keep their defaults. Loading fewer columns keeps dispatch cheap."""
+    return Job(
+        **{
+            name: value if decode is None else decode(value)
+            for (name, _, decode), value in zip(_PLANNING, row, strict=True)
+        }
+    )
+
+
+_VERSIONED = tuple(f for f in JOB_FIELDS if f.versioned)
+
+
+def _snapshot(job: Job) -> dict[str, Any]:
+    """The versioned fields of a job under their API names (a date-time as ISO text)."""
+    snapshot: dict[str, Any] = {}
+    for versioned in _VERSIONED:
+        value = getattr(job, versioned.name)
+        snapshot[versioned.api] = value.isoformat() if isinstance(value, datetime) else value
+    return snapshot
+
+
+def _occurrence_row(occ: Occurrence, policy: ConcurrencyPolicy) -> dict[str, Any]:
+    return {
+        "id": occ.id,
+        "job_id": occ.job_id,
+        "job_type": occ.job_type,
+        "worker_id": occ.worker_id,
+        "status": int(occ.status),
+        "scheduled_for": occ.scheduled_for,
+        "due_at": occ.due_at,
+        "created_at": occ.created_at,
+        "attempt": occ.attempt,
+        "max_retries": occ.max_retries,
+        "priority": int(occ.priority),
+        "timeout_seconds": occ.timeout_seconds,
+        "job_version": occ.job_version,
+        "job_data": occ.job_data,
+        "dispatched_at": occ.dispatched_at,
+        "instance_id": occ.instance_id,
+        "start_time": occ.start_time,
+        "end_time": occ.end_time,
+        "duration_ms": occ.duration_ms,
+        "result": occ.result,
+        "exception": occ.exception,
+        "skip_reason": occ.skip_reason,
+        "last_heartbeat": occ.last_heartbeat,
+        "trigger_reason": occ.trigger_reason,
+        "retry_delay_seconds": occ.retry_delay_seconds,
+        "traceparent": occ.traceparent,
+        "concurrency_policy": int(policy),
+    }
+
+
+def _to_occurrence(row: Row[Any], changes: tuple[StatusChange, ...] = ()) -> Occurrence:
+    m = row._mapping
+    return Occurrence(
+        id=m["id"],
+        job_id=m["job_id"],
+        job_type=m["job_type"],
+        worker_id=m["worker_id"],
+        status=OccurrenceStatus(m["status"]),
+        scheduled_for=m["scheduled_for"],
+        due_at=m["due_at"],
+        created_at=m["created_at"],
+        attempt=m["attempt"],
+        max_retries=m["max_retries"],
+        priority=Priority(m["priority"]),
+        timeout_seconds=m["timeout_seconds"],
+        job_version=m["job_version"],
+        job_data=m["job_data"],
+        dispatched_at=m["dispatched_at"],
+        instance_id=m["instance_id"],
+        start_time=m["start_time"],
+        end_time=m["end_time"],
+        duration_ms=m["duration_ms"],
+        result=m["result"],
+        exception=m["exception"],
+        skip_reason=m["skip_reason"],
+        last_heartbeat=m["last_heartbeat"],
+        trigger_reason=m["trigger_reason"],
+        retry_delay_seconds=m["retry_delay_seconds"],
+        traceparent=m["traceparent"],
+        status_changes=changes,
+    )
+
+
+def _change_row(occurrence_id: UUID, change: StatusChange) -> dict[str, Any]:
+    return {
+        "occurrence_id": occurrence_id,
+        "timestamp": change.timestamp,
+        "from_status": None if change.from_status is None else int(change.from_status),
+        "to_status": int(change.to_status),
+        "attempt": change.attempt,
+        "reason": change.reason,
+    }
+
+
+def _to_change(row: Row[Any]) -> StatusChange:
+    m = row._mapping
+    from_status = m["from_status"]
+    return StatusChange(
+        timestamp=m["timestamp"],
+        from_status=None if from_status is None else OccurrenceStatus(from_status),
+        to_status=OccurrenceStatus(m["to_status"]),
+        attempt=m["attempt"],
+        reason=m["reason"],
+    )
+
+
+def _encode_cursor(last_id: UUID) -> str:
+    return last_id.hex
+
+
+def _decode_cursor(cursor: str) -> UUID:
+    try:
+        return UUID(hex=cursor)
+    except ValueError:
+        raise ValidationError("invalid cursor", field="cursor") from None
+
+
+def _page(items: list[T], limit: int, key: Callable[[T], UUID]) -> Page[T]:
+    if len(items) > limit:
+        items = items[:limit]
+        return Page(items=items, next_cursor=_encode_cursor(key(items[-1])))
+    return Page(items=items)
+
+
+def _chunks(ids: Sequence[T], size: int = IN_CHUNK) -> Iterable[Sequence[T]]:
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
+
+
+def _unique(ids: Iterable[UUID]) -> list[UUID]:
+    return list(dict.fromkeys(ids))
+
+
+# --- failed occurrences (dead letters) --------------------------------------------------------
+
+MANUAL_RETRY = "manual retry"
+"""The reason of the status change :meth:`SqlStore.retry_failed` records."""
+RETRIED = "retried"
+"""The resolution action of a failed occurrence that was retried."""
+_RETRYABLE = frozenset(
+    {OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT, OccurrenceStatus.UNKNOWN}
+)
+_FAILURE_TYPES = {t.value: t for t in FailureType}
+
+
+def _failed_row(record: FailedOccurrence) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "occurrence_id": record.occurrence_id,
+        "job_id": record.job_id,
+        "job_type": record.job_type,
+        "failure_type": record.failure_type.value,
+        "exception": truncate_text(record.exception),
+        "job_data": record.job_data,
+        "attempts": record.attempts,
+        "failed_at": record.failed_at,
+        "created_at": record.created_at,
+        "resolved": record.resolved,
+        "resolved_at": record.resolved_at,
+        "resolved_by": record.resolved_by,
+        "resolution_note": record.resolution_note,
+        "resolution_action": record.resolution_action,
+        "raw_message": truncate_text(record.raw_message),
+    }
+
+
+def _to_failed(row: Row[Any]) -> FailedOccurrence:
+    m = row._mapping
+    failure = m["failure_type"]
+    return FailedOccurrence(
+        id=m["id"],
+        occurrence_id=m["occurrence_id"],
+        job_id=m["job_id"],
+        job_type=m["job_type"],
+        failure_type=_FAILURE_TYPES.get(failure, FailureType.POISON),
+        exception=m["exception"],
+        job_data=m["job_data"],
+        attempts=m["attempts"],
+        failed_at=m["failed_at"],
+        created_at=m["created_at"],
+        resolved=bool(m["resolved"]),
+        resolved_at=m["resolved_at"],
+        resolved_by=m["resolved_by"],
+        resolution_note=m["resolution_note"],
+        resolution_action=m["resolution_action"],
+        raw_message=m["raw_message"],
+    )

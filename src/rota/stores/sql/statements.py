@@ -1,0 +1,203 @@
+"""Statement builders shared by the query mixins: chunked ``IN`` reads, the batch inserts and
+updates, and the undispatched-occurrence query."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    Integer,
+    Row,
+    Select,
+    Table,
+    Uuid,
+    and_,
+    bindparam,
+    case,
+    exists,
+    false,
+    func,
+    insert,
+    literal_column,
+    null,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import UpdateBase
+
+from rota.core.models import (
+    ConcurrencyPolicy,
+    OccurrenceStatus,
+)
+from rota.stores.schema import (
+    UtcDateTime,
+    failed_occurrences,
+    jobs,
+    occurrence_logs,
+    occurrences,
+    status_changes,
+)
+from rota.stores.sql.rows import (
+    ACTIVE,
+    _chunks,
+)
+
+# --- statement helpers ------------------------------------------------------------------------
+
+
+async def _fetch_in(
+    conn: AsyncConnection,
+    make: Callable[[Sequence[UUID]], Select[Any]],
+    ids: Sequence[UUID],
+) -> list[Row[Any]]:
+    """Run ``make(chunk)`` for each chunk of ``ids`` (one statement for a normal batch)."""
+    rows: list[Row[Any]] = []
+    for chunk in _chunks(ids):
+        rows.extend((await conn.execute(make(chunk))).all())
+    return rows
+
+
+def _insert_stmt(table: Table, skip: tuple[str, ...] = ()) -> UpdateBase:
+    return insert(table).values(
+        {c.name: bindparam(c.name, type_=c.type) for c in table.columns if c.name not in skip}
+    )
+
+
+def _insert_changes_stmt() -> UpdateBase:
+    return _insert_stmt(status_changes, skip=("id",))
+
+
+def _insert_or_skip_stmt(
+    dialect: str,
+    table: Table,
+    *,
+    skip: tuple[str, ...] = (),
+    conflict_keys: Sequence[str] | None = None,
+) -> UpdateBase:
+    """An INSERT of every column but ``skip`` (named, typed parameters) that skips a row
+    conflicting with a unique key (``conflict_keys``, else any) instead of failing."""
+    values = {c.name: bindparam(c.name, type_=c.type) for c in table.columns if c.name not in skip}
+    if dialect == "postgresql":
+        pg = postgresql.insert(table).values(values)
+        return pg.on_conflict_do_nothing(index_elements=conflict_keys)
+    lite = sqlite.insert(table).values(values)
+    return lite.on_conflict_do_nothing(index_elements=conflict_keys)
+
+
+def _insert_logs_stmt(dialect: str) -> UpdateBase:
+    """Log lines; a numbered line already stored (same occurrence, attempt, line) is skipped."""
+    return _insert_or_skip_stmt(dialect, occurrence_logs, skip=("seq",))
+
+
+def _advance_jobs_stmt() -> UpdateBase:
+    return (
+        update(jobs)
+        .where(jobs.c.id == bindparam("b_id", type_=Uuid()))
+        .values(
+            next_run_at=bindparam("b_next", type_=UtcDateTime()),
+            is_active=bindparam("b_active", type_=Boolean()),
+        )
+    )
+
+
+def _update_occurrences_stmt(columns: Sequence[str]) -> UpdateBase:
+    """Set ``columns`` (parameters named after them) of the occurrence with parameters ``id``
+    and ``key_at`` (its ``scheduled_for``: on PostgreSQL the executor then looks in the one
+    time partition that holds the row, not in every partition)."""
+    c = occurrences.c
+    values = {name: bindparam(name, type_=c[name].type) for name in columns}
+    key = and_(
+        c.id == bindparam("id", type_=Uuid()),
+        c.scheduled_for == bindparam("key_at", type_=UtcDateTime()),
+    )
+    return update(occurrences).where(key).values(values)
+
+
+def _update_stats_stmt() -> UpdateBase:
+    """Add a batch's counts to the job's statistics. ``b_reset`` (the batch brought only
+    successes): the consecutive-failure count goes back to 0, and a probing job is enabled
+    for good (its probe succeeded: the disable reason goes)."""
+    j = jobs.c
+    reset = bindparam("b_reset", type_=Boolean())
+    dcount = bindparam("b_dcount", type_=Integer())
+    dsum = bindparam("b_dsum", type_=Float())
+    samples = j.duration_samples + dcount
+    known = func.coalesce(j.average_duration_ms * j.duration_samples, literal_column("0.0"))
+    average = case(
+        (samples > j.duration_samples, (known + dsum) / samples),
+        else_=j.average_duration_ms,
+    )
+    return (
+        update(jobs)
+        .where(j.id == bindparam("b_id", type_=Uuid()))
+        .values(
+            total_executions=j.total_executions + bindparam("b_total", type_=Integer()),
+            success_count=j.success_count + bindparam("b_success", type_=Integer()),
+            failure_count=j.failure_count + bindparam("b_failure", type_=Integer()),
+            duration_samples=samples,
+            average_duration_ms=average,
+            consecutive_failures=case((reset, literal_column("0")), else_=j.consecutive_failures),
+            probing=case((reset, false()), else_=j.probing),
+            disabled_reason=case((and_(reset, j.probing), null()), else_=j.disabled_reason),
+            disabled_at=case((and_(reset, j.probing), null()), else_=j.disabled_at),
+        )
+    )
+
+
+def _update_streaks_stmt() -> UpdateBase:
+    j = jobs.c
+    return (
+        update(jobs)
+        .where(j.id == bindparam("b_id", type_=Uuid()))
+        .values(
+            consecutive_failures=bindparam("b_count", type_=Integer()),
+            last_failure_at=bindparam("b_last", type_=UtcDateTime()),
+            is_active=bindparam("b_active", type_=Boolean()),
+            next_run_at=bindparam("b_next", type_=UtcDateTime()),
+            probing=bindparam("b_probing", type_=Boolean()),
+            disabled_reason=bindparam("b_reason", type_=j.disabled_reason.type),
+            disabled_at=bindparam("b_disabled_at", type_=UtcDateTime()),
+        )
+    )
+
+
+def _undispatched_stmt(
+    due_before: datetime, limit: int, created_before: datetime | None
+) -> Select[Any]:
+    """Queued, never dispatched, due, not held behind an earlier active occurrence of a
+    Queue-policy job; earliest due first."""
+    occ = occurrences
+    earlier = occurrences.alias("earlier")
+    waiting = exists().where(
+        earlier.c.job_id == occ.c.job_id,
+        earlier.c.status.in_(ACTIVE),
+        earlier.c.id < occ.c.id,
+    )
+    stmt = (
+        select(occ)
+        .where(
+            occ.c.status == int(OccurrenceStatus.QUEUED),
+            occ.c.dispatched_at.is_(None),
+            occ.c.due_at <= due_before,
+            or_(occ.c.concurrency_policy != int(ConcurrencyPolicy.QUEUE), ~waiting),
+        )
+        .order_by(occ.c.due_at, occ.c.id)
+        .limit(max(0, limit))
+    )
+    if created_before is not None:
+        stmt = stmt.where(occ.c.created_at <= created_before)
+    return stmt
+
+
+def _insert_failed_stmt(dialect: str) -> UpdateBase:
+    """Failed-occurrence records; one that would give an occurrence a second unresolved record
+    (the partial unique index) is skipped."""
+    return _insert_or_skip_stmt(dialect, failed_occurrences)

@@ -1,0 +1,336 @@
+"""The SQL store's status application (the rules: :mod:`rota.core.transitions`), the
+auto-disable streaks, log lines and occurrence reads."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from sqlalchemy import (
+    Row,
+    func,
+    select,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rota.core.autodisable import (
+    AutoDisableDefaults,
+)
+from rota.core.errors import (
+    NotFoundError,
+)
+from rota.core.models import (
+    LogRecord,
+    Occurrence,
+    OccurrenceStatus,
+    StatusRecord,
+)
+from rota.core.records import (
+    DisabledJob,
+    OccurrenceQuery,
+    Page,
+    StatusResult,
+)
+from rota.core.transitions import (
+    CURRENT_FIELDS,
+    Current,
+    StatusBatch,
+    Streak,
+    apply_records,
+)
+from rota.stores.schema import (
+    jobs,
+    occurrence_logs,
+    occurrences,
+    status_changes,
+)
+from rota.stores.sql.engine import (
+    SqlParts,
+)
+from rota.stores.sql.rows import (
+    _AUTO_DISABLE_STATE,
+    _decode_cursor,
+    _page,
+    _to_change,
+    _to_occurrence,
+    _unique,
+)
+from rota.stores.sql.statements import (
+    _fetch_in,
+    _insert_changes_stmt,
+    _insert_logs_stmt,
+    _update_occurrences_stmt,
+    _update_stats_stmt,
+    _update_streaks_stmt,
+)
+
+# --- status application (the rules: rota.core.transitions) ------------------------------------
+
+
+def _occurrence_updates(batch: StatusBatch) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """The changed occurrences grouped by the columns they change (one statement each)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    for occurrence_id, current in batch.current.items():
+        if current.changed:
+            columns = tuple(sorted(current.changed))
+            groups[columns].append(
+                {**current.changed, "id": occurrence_id, "key_at": current.scheduled_for}
+            )
+    return groups
+
+
+class StatusQueries(SqlParts):
+    """Status, logs and occurrence reads of the :class:`~rota.core.ports.Store` port."""
+
+    if TYPE_CHECKING:
+
+        async def _record_final_failures(
+            self, conn: AsyncConnection, batch: StatusBatch
+        ) -> None: ...  # FailedQueries
+
+    # --- status and logs ------------------------------------------------------------------
+
+    async def apply_status(self, records: Sequence[StatusRecord]) -> StatusResult:
+        if not records:
+            return StatusResult()
+        ids = _unique(r.occurrence_id for r in records)
+        columns = [occurrences.c.id, *(occurrences.c[n] for n in CURRENT_FIELDS)]
+        async with self._write() as conn:
+            rows = await _fetch_in(
+                conn,
+                lambda chunk: (
+                    select(*columns)
+                    .where(self._member(occurrences.c.id, chunk))
+                    .order_by(occurrences.c.id)
+                    .with_for_update()
+                ),
+                ids,
+            )
+            batch = apply_records({oid: Current(*rest) for oid, *rest in rows}, records)
+            disabled = await self._write_status_batch(conn, batch)
+            await self._record_final_failures(conn, batch)
+        return StatusResult(
+            applied=batch.applied,
+            ignored=batch.ignored,
+            heartbeats=batch.heartbeats,
+            disabled=disabled,
+        )
+
+    async def _write_status_batch(
+        self, conn: AsyncConnection, batch: StatusBatch
+    ) -> list[DisabledJob]:
+        """Write the batch's occurrence changes and job statistics; returns the jobs it
+        disabled."""
+        for columns, params in _occurrence_updates(batch).items():
+            await self._fast.execute(
+                conn,
+                "update_occurrences:" + ",".join(columns),
+                partial(_update_occurrences_stmt, columns),
+                params,
+            )
+        if batch.changes:
+            await self._fast.execute(conn, "insert_changes", _insert_changes_stmt, batch.changes)
+        stats = [
+            {
+                "b_id": job_id,
+                "b_total": s.total,
+                "b_success": s.success,
+                "b_failure": s.failure,
+                "b_dsum": s.duration_sum,
+                "b_dcount": s.duration_count,
+                "b_reset": s.only_successes,
+            }
+            for job_id, s in sorted(batch.stats.items())
+        ]
+        if stats:
+            await self._fast.execute(conn, "update_stats", _update_stats_stmt, stats)
+        return await self._count_failures(conn, batch)
+
+    async def _count_failures(self, conn: AsyncConnection, batch: StatusBatch) -> list[DisabledJob]:
+        """Auto-disable: fold the batch's outcomes into the consecutive-failure state of each
+        job that had a failure in it (read under lock, one UPDATE for all), disabling the jobs
+        that reach their threshold. Jobs with only successes were reset by the statistics
+        statement already, without a read."""
+        failing = batch.failing_jobs
+        if not failing:
+            return []
+        j = jobs.c
+        columns = (
+            j.id,
+            j.bucket,
+            j.is_active,
+            j.next_run_at,
+            j.auto_disable_threshold,
+            j.auto_disable_window_seconds,
+            *(j[name] for name in _AUTO_DISABLE_STATE),
+        )
+        rows = await _fetch_in(
+            conn,
+            lambda chunk: (
+                select(*columns).where(self._member(j.id, chunk)).order_by(j.id).with_for_update()
+            ),
+            failing,
+        )
+        params: list[dict[str, Any]] = []
+        disabled: list[DisabledJob] = []
+        for row in rows:
+            streak = _streak_of(row, self._auto_disable)
+            streak.fold_all(batch.stats[row.id].outcomes)
+            params.append(_streak_params(row.id, streak))
+            if streak.disabled_now:
+                assert streak.disabled_reason is not None
+                disabled.append(
+                    DisabledJob(job_id=row.id, bucket=row.bucket, reason=streak.disabled_reason)
+                )
+        if params:
+            await conn.execute(_update_streaks_stmt(), params)
+        return disabled
+
+    async def append_logs(self, records: Sequence[LogRecord]) -> None:
+        if not records:
+            return
+        ids = _unique(r.occurrence_id for r in records)
+        async with self._write() as conn:
+            rows = await _fetch_in(
+                conn,
+                lambda chunk: select(occurrences.c.id).where(self._member(occurrences.c.id, chunk)),
+                ids,
+            )
+            known = {r.id for r in rows}
+            lines = []
+            numbered: set[tuple[UUID, int, int]] = set()
+            for r in records:
+                if r.occurrence_id not in known:
+                    continue
+                if r.attempt is not None and r.line is not None:
+                    key = (r.occurrence_id, r.attempt, r.line)
+                    if key in numbered:  # the same line twice in one batch
+                        continue
+                    numbered.add(key)
+                lines.append(
+                    {
+                        "occurrence_id": r.occurrence_id,
+                        "timestamp": r.timestamp,
+                        "level": r.level,
+                        "message": r.message,
+                        "data": None if r.data is None else dict(r.data),
+                        "category": r.category,
+                        "attempt": r.attempt,
+                        "line": r.line,
+                    }
+                )
+            if lines:
+                make = partial(_insert_logs_stmt, self._dialect)
+                await self._fast.execute(conn, "insert_logs", make, lines)
+
+    async def get_occurrence(self, occurrence_id: UUID) -> Occurrence:
+        async with self._read() as conn:
+            row = (
+                await conn.execute(select(occurrences).where(occurrences.c.id == occurrence_id))
+            ).first()
+            if row is None:
+                raise NotFoundError("occurrence", occurrence_id)
+            changes = (
+                await conn.execute(
+                    select(status_changes)
+                    .where(status_changes.c.occurrence_id == occurrence_id)
+                    .order_by(status_changes.c.id)
+                )
+            ).all()
+        return _to_occurrence(row, tuple(_to_change(c) for c in changes))
+
+    async def list_occurrences(self, query: OccurrenceQuery) -> Page[Occurrence]:
+        """Filters: ``scheduled_after <= scheduled_for < scheduled_before``."""
+        limit = max(1, query.limit)
+        occ = occurrences
+        stmt = select(occ).order_by(occ.c.id.desc()).limit(limit + 1)
+        if query.job_id is not None:
+            stmt = stmt.where(occ.c.job_id == query.job_id)
+        if query.statuses:
+            stmt = stmt.where(occ.c.status.in_([int(s) for s in query.statuses]))
+        if query.scheduled_after is not None:
+            stmt = stmt.where(occ.c.scheduled_for >= query.scheduled_after)
+        if query.scheduled_before is not None:
+            stmt = stmt.where(occ.c.scheduled_for < query.scheduled_before)
+        if query.cursor is not None:
+            stmt = stmt.where(occ.c.id < _decode_cursor(query.cursor))
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return _page([_to_occurrence(r) for r in rows], limit, lambda o: o.id)
+
+    async def occurrence_logs(
+        self, occurrence_id: UUID, *, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, LogRecord]]:
+        logs = occurrence_logs
+        stmt = (
+            select(logs)
+            .where(logs.c.occurrence_id == occurrence_id, logs.c.seq > after)
+            .order_by(logs.c.seq)
+            .limit(max(0, limit))
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            (
+                int(r.seq),
+                LogRecord(
+                    occurrence_id=r.occurrence_id,
+                    timestamp=r.timestamp,
+                    level=r.level,
+                    message=r.message,
+                    data=r.data,
+                    category=r.category,
+                    attempt=r.attempt,
+                    line=r.line,
+                ),
+            )
+            for r in rows
+        ]
+
+    async def count_occurrences(
+        self, statuses: Sequence[OccurrenceStatus] = (), job_id: UUID | None = None
+    ) -> dict[OccurrenceStatus, int]:
+        """Every asked status (every status when none is given) with its count, zeros included."""
+        stmt = select(occurrences.c.status, func.count()).group_by(occurrences.c.status)
+        if statuses:
+            stmt = stmt.where(occurrences.c.status.in_([int(s) for s in statuses]))
+        if job_id is not None:
+            stmt = stmt.where(occurrences.c.job_id == job_id)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        counts = dict.fromkeys(statuses or tuple(OccurrenceStatus), 0)
+        for status, count in rows:
+            counts[OccurrenceStatus(status)] = int(count)
+        return counts
+
+
+def _streak_of(row: Row[Any], defaults: AutoDisableDefaults) -> Streak:
+    m = row._mapping
+    return Streak.of(
+        defaults,
+        threshold=m["auto_disable_threshold"],
+        window_seconds=m["auto_disable_window_seconds"],
+        consecutive_failures=m["consecutive_failures"],
+        last_failure_at=m["last_failure_at"],
+        is_active=m["is_active"],
+        next_run_at=m["next_run_at"],
+        probing=m["probing"],
+        disabled_reason=m["disabled_reason"],
+        disabled_at=m["disabled_at"],
+    )
+
+
+def _streak_params(job_id: UUID, streak: Streak) -> dict[str, Any]:
+    return {
+        "b_id": job_id,
+        "b_count": streak.count,
+        "b_last": streak.last_failure_at,
+        "b_active": streak.is_active,
+        "b_next": streak.next_run_at,
+        "b_probing": streak.probing,
+        "b_reason": streak.disabled_reason,
+        "b_disabled_at": streak.disabled_at,
+    }
