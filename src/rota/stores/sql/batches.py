@@ -11,21 +11,12 @@ from operator import itemgetter
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import (
-    JSON,
-    Uuid,
-)
+from sqlalchemy import JSON, Uuid
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
 
-from rota.stores.schema import (
-    UtcDateTime,
-    aware_utc,
-    utc_text,
-)
-from rota.stores.sql.engine import (
-    _json_dumps,
-)
+from rota.stores.schema import UtcDateTime, aware_utc, utc_text
+from rota.stores.sql.engine import _json_dumps
 
 # --- hot batch writes -------------------------------------------------------------------------
 

@@ -24,30 +24,11 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
 
-from rota.core.models import (
-    ConcurrencyPolicy,
-    Job,
-    Occurrence,
-    OccurrenceStatus,
-    ZombiePolicy,
-)
+from rota.core.models import ConcurrencyPolicy, Job, Occurrence, OccurrenceStatus, ZombiePolicy
 from rota.core.planning import FirePlan
-from rota.core.records import (
-    DispatchResult,
-    DueEntry,
-    FirePlanner,
-    StaleOccurrence,
-)
-from rota.stores.schema import (
-    UtcDateTime,
-    jobs,
-    occurrences,
-    status_changes,
-    utc_text,
-)
-from rota.stores.sql.engine import (
-    SqlParts,
-)
+from rota.core.records import DispatchResult, DueEntry, FirePlanner, StaleOccurrence
+from rota.stores.schema import UtcDateTime, jobs, occurrences, status_changes, utc_text
+from rota.stores.sql.engine import SqlParts
 from rota.stores.sql.rows import (
     _PLANNING_COLUMNS,
     ACTIVE,

@@ -10,13 +10,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import orjson
-from sqlalchemy import (
-    ColumnElement,
-    Uuid,
-    any_,
-    bindparam,
-    event,
-)
+from sqlalchemy import ColumnElement, Uuid, any_, bindparam, event
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -24,13 +18,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from rota.core.autodisable import (
-    AutoDisableDefaults,
-)
-from rota.core.errors import (
-    BackendUnavailableError,
-    ConflictError,
-)
+from rota.core.autodisable import AutoDisableDefaults
+from rota.core.errors import BackendUnavailableError, ConflictError
 from rota.stores.urls import dialect_of, to_async_url
 
 if TYPE_CHECKING:

@@ -9,45 +9,17 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import (
-    delete,
-    func,
-    insert,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rota.core.errors import (
-    ConflictError,
-    NotFoundError,
-)
+from rota.core.errors import ConflictError, NotFoundError
 from rota.core.ids import new_id
-from rota.core.models import (
-    FailedOccurrence,
-    Occurrence,
-    OccurrenceStatus,
-    StatusChange,
-    utcnow,
-)
-from rota.core.records import (
-    FailedQuery,
-    Page,
-)
-from rota.core.transitions import (
-    StatusBatch,
-    final_failures,
-)
-from rota.stores.schema import (
-    failed_occurrences,
-    occurrences,
-    status_changes,
-)
-from rota.stores.sql.engine import (
-    SqlParts,
-)
+from rota.core.models import FailedOccurrence, Occurrence, OccurrenceStatus, StatusChange, utcnow
+from rota.core.records import FailedQuery, Page
+from rota.core.transitions import StatusBatch, final_failures
+from rota.stores.schema import failed_occurrences, occurrences, status_changes
+from rota.stores.sql.engine import SqlParts
 from rota.stores.sql.rows import (
     _RETRYABLE,
     MANUAL_RETRY,
@@ -60,10 +32,7 @@ from rota.stores.sql.rows import (
     _to_failed,
     _unique,
 )
-from rota.stores.sql.statements import (
-    _fetch_in,
-    _insert_failed_stmt,
-)
+from rota.stores.sql.statements import _fetch_in, _insert_failed_stmt
 
 _QUEUED = OccurrenceStatus.QUEUED
 

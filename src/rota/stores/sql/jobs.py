@@ -8,42 +8,15 @@ from datetime import datetime
 from functools import partial
 from uuid import UUID
 
-from sqlalchemy import (
-    delete,
-    insert,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rota.core.autodisable import (
-    AutoDisableDefaults,
-    probe_due,
-)
-from rota.core.errors import (
-    ConflictError,
-    NotFoundError,
-)
-from rota.core.models import (
-    Job,
-    JobSource,
-    JobVersion,
-    utcnow,
-)
-from rota.core.records import (
-    JobQuery,
-    Page,
-    ProbeScan,
-)
-from rota.stores.schema import (
-    job_tags,
-    job_versions,
-    jobs,
-)
-from rota.stores.sql.engine import (
-    SqlParts,
-)
+from rota.core.autodisable import AutoDisableDefaults, probe_due
+from rota.core.errors import ConflictError, NotFoundError
+from rota.core.models import Job, JobSource, JobVersion, utcnow
+from rota.core.records import JobQuery, Page, ProbeScan
+from rota.stores.schema import job_tags, job_versions, jobs
+from rota.stores.sql.engine import SqlParts
 from rota.stores.sql.rows import (
     _auto_disable_state,
     _decode_cursor,
@@ -53,9 +26,7 @@ from rota.stores.sql.rows import (
     _snapshot,
     _to_job,
 )
-from rota.stores.sql.statements import (
-    _insert_stmt,
-)
+from rota.stores.sql.statements import _insert_stmt
 
 
 class JobQueries(SqlParts):

@@ -7,24 +7,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy import (
-    BigInteger,
-    column,
-    delete,
-    exists,
-    select,
-)
+from sqlalchemy import BigInteger, column, delete, exists, select
 from sqlalchemy import table as sa_table
 
-from rota.core.models import (
-    Job,
-    OccurrenceStatus,
-)
-from rota.core.records import (
-    PartitionReport,
-    PartitionUpkeep,
-    PurgeBatch,
-)
+from rota.core.models import Job, OccurrenceStatus
+from rota.core.records import PartitionReport, PartitionUpkeep, PurgeBatch
 from rota.stores import partitions
 from rota.stores.schema import (
     PARTITIONED_BY,
@@ -35,14 +22,8 @@ from rota.stores.schema import (
     occurrences,
     status_changes,
 )
-from rota.stores.sql.engine import (
-    SqlParts,
-)
-from rota.stores.sql.rows import (
-    _chunks,
-    _to_job,
-    _unique,
-)
+from rota.stores.sql.engine import SqlParts
+from rota.stores.sql.rows import _chunks, _to_job, _unique
 
 _DEFAULT_LOGS = sa_table(
     "occurrence_logs_default",

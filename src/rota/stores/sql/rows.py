@@ -9,13 +9,9 @@ from operator import attrgetter
 from typing import Any, TypeVar
 from uuid import UUID
 
-from sqlalchemy import (
-    Row,
-)
+from sqlalchemy import Row
 
-from rota.core.errors import (
-    ValidationError,
-)
+from rota.core.errors import ValidationError
 from rota.core.jobfields import JOB_FIELDS, JobField, Part, Shape
 from rota.core.models import (
     ConcurrencyPolicy,
@@ -27,13 +23,8 @@ from rota.core.models import (
     Priority,
     StatusChange,
 )
-from rota.core.records import (
-    Page,
-    truncate_text,
-)
-from rota.stores.schema import (
-    jobs,
-)
+from rota.core.records import Page, truncate_text
+from rota.stores.schema import jobs
 
 T = TypeVar("T")
 

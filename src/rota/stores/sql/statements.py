@@ -33,10 +33,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
 
-from rota.core.models import (
-    ConcurrencyPolicy,
-    OccurrenceStatus,
-)
+from rota.core.models import ConcurrencyPolicy, OccurrenceStatus
 from rota.stores.schema import (
     UtcDateTime,
     failed_occurrences,
@@ -45,10 +42,7 @@ from rota.stores.schema import (
     occurrences,
     status_changes,
 )
-from rota.stores.sql.rows import (
-    ACTIVE,
-    _chunks,
-)
+from rota.stores.sql.rows import ACTIVE, _chunks
 
 # --- statement helpers ------------------------------------------------------------------------
 

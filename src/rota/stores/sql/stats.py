@@ -7,33 +7,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import (
-    BigInteger,
-    ColumnElement,
-    Select,
-    case,
-    cast,
-    extract,
-    func,
-    select,
-)
+from sqlalchemy import BigInteger, ColumnElement, Select, case, cast, extract, func, select
 
-from rota.core.models import (
-    OccurrenceStatus,
-)
-from rota.core.records import (
-    StoreOverview,
-    TagCount,
-    ThroughputPoint,
-)
-from rota.stores.schema import (
-    job_tags,
-    jobs,
-    occurrences,
-)
-from rota.stores.sql.engine import (
-    SqlParts,
-)
+from rota.core.models import OccurrenceStatus
+from rota.core.records import StoreOverview, TagCount, ThroughputPoint
+from rota.stores.schema import job_tags, jobs, occurrences
+from rota.stores.sql.engine import SqlParts
 
 _FAILED_STATUSES = (int(OccurrenceStatus.FAILED), int(OccurrenceStatus.TIMED_OUT))
 

@@ -9,47 +9,16 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import (
-    Row,
-    func,
-    select,
-)
+from sqlalchemy import Row, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rota.core.autodisable import (
-    AutoDisableDefaults,
-)
-from rota.core.errors import (
-    NotFoundError,
-)
-from rota.core.models import (
-    LogRecord,
-    Occurrence,
-    OccurrenceStatus,
-    StatusRecord,
-)
-from rota.core.records import (
-    DisabledJob,
-    OccurrenceQuery,
-    Page,
-    StatusResult,
-)
-from rota.core.transitions import (
-    CURRENT_FIELDS,
-    Current,
-    StatusBatch,
-    Streak,
-    apply_records,
-)
-from rota.stores.schema import (
-    jobs,
-    occurrence_logs,
-    occurrences,
-    status_changes,
-)
-from rota.stores.sql.engine import (
-    SqlParts,
-)
+from rota.core.autodisable import AutoDisableDefaults
+from rota.core.errors import NotFoundError
+from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusRecord
+from rota.core.records import DisabledJob, OccurrenceQuery, Page, StatusResult
+from rota.core.transitions import CURRENT_FIELDS, Current, StatusBatch, Streak, apply_records
+from rota.stores.schema import jobs, occurrence_logs, occurrences, status_changes
+from rota.stores.sql.engine import SqlParts
 from rota.stores.sql.rows import (
     _AUTO_DISABLE_STATE,
     _decode_cursor,
