@@ -24,7 +24,7 @@ from uuid import UUID
 
 from rota.core.errors import BackendUnavailableError, ConflictError
 from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusRecord
-from rota.core.ports import Coordination, Store
+from rota.core.ports import Coordination, OccurrenceStore
 from rota.services.events import EventPublisher
 
 S = OccurrenceStatus
@@ -48,7 +48,7 @@ def cancel_text(reason: str | None) -> str:
 
 
 async def cancel_occurrence(
-    store: Store,
+    store: OccurrenceStore,
     coordination: Coordination,
     occurrence_id: UUID,
     *,

@@ -579,6 +579,10 @@ class DeadLetterStore(FailedStore, StatusStore, abc.ABC):
     """What the dead-letter handler uses: it records failures and settles their status."""
 
 
+class SecurityStore(UserStore, AuditStore, abc.ABC):
+    """What the auth service uses: users and tokens, and the audit log it writes to."""
+
+
 class Store(
     JobAdminStore,
     RecoveryStore,
@@ -587,8 +591,7 @@ class Store(
     ControlStore,
     RetentionStore,
     SilenceReader,
-    UserStore,
-    AuditStore,
+    SecurityStore,
 ):
     """The source of truth: jobs, their versions, occurrences, status history, logs.
 
