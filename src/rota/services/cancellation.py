@@ -24,7 +24,7 @@ from uuid import UUID
 
 from rota.core.errors import BackendUnavailableError, ConflictError
 from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusRecord
-from rota.core.ports import Coordination, OccurrenceStore
+from rota.core.ports import OccurrenceStore, Signals
 from rota.services.events import EventPublisher
 
 S = OccurrenceStatus
@@ -49,7 +49,7 @@ def cancel_text(reason: str | None) -> str:
 
 async def cancel_occurrence(
     store: OccurrenceStore,
-    coordination: Coordination,
+    coordination: Signals,
     occurrence_id: UUID,
     *,
     reason: str | None,

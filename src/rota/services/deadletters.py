@@ -42,7 +42,7 @@ from rota.core.models import (
     StatusRecord,
     utcnow,
 )
-from rota.core.ports import Broker, Coordination, DeadLetterStore, FailedStore
+from rota.core.ports import Broker, DeadLetterStore, FailedStore, Signals
 from rota.core.records import (
     FAILURE_TEXT_LIMIT,
     Batch,
@@ -339,7 +339,7 @@ async def resolve_failed(
 
 async def retry_failed(
     store: FailedStore,
-    coordination: Coordination,
+    coordination: Signals,
     failed_id: UUID,
     *,
     by: str | None = None,
