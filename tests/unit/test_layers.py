@@ -36,6 +36,11 @@ RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
         ("rota.services", *ENTRY_POINTS, *ROOT, "rota.webhooks"),
         (),
     ),
+    "services take a store slice, not the whole Store": (
+        ("rota.services",),
+        ("rota.core.ports.Store", "rota.core.ports.store.Store"),
+        (),
+    ),
     "the sdk imports only core": (SDK, ("rota",), ("rota.core", *SDK)),
     "the dashboard imports no api route": (("rota.dashboard",), ("rota.api.routes*",), ()),
     "the worker runtime imports no wiring or server": (
