@@ -9,7 +9,7 @@ from typing import Any
 
 from rota.core.errors import BackendUnavailableError
 from rota.core.ids import new_id
-from rota.core.ports import Store
+from rota.core.ports import AuditStore
 from rota.core.records import Page
 from rota.core.security import AuditEntry, AuditQuery
 
@@ -20,7 +20,7 @@ class AuditService:
     """Writes and reads audit entries. The API calls :meth:`record` after each change, with
     the signed-in user as the actor."""
 
-    def __init__(self, store: Store, clock: Callable[[], datetime]) -> None:
+    def __init__(self, store: AuditStore, clock: Callable[[], datetime]) -> None:
         self._store = store
         self._clock = clock
 

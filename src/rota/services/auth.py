@@ -49,7 +49,7 @@ from rota.core.errors import (
     ValidationError,
 )
 from rota.core.ids import new_id
-from rota.core.ports import Store
+from rota.core.ports import SecurityStore
 from rota.core.records import Page
 from rota.core.security import (
     USERNAME_PATTERN,
@@ -137,7 +137,7 @@ class AuthService:
 
     def __init__(
         self,
-        store: Store,
+        store: SecurityStore,
         config: AuthConfig,
         clock: Callable[[], datetime],
         *,

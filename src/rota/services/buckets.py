@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from rota.core.errors import RotaError
-from rota.core.ports import Coordination, ScheduleIndex
+from rota.core.ports import BucketLeases, ScheduleIndex
 from rota.core.records import Lease
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def _state_of(lease: Lease | None, instances: Mapping[str, Mapping[str, str]]) -
 
 
 async def bucket_overview(
-    coordination: Coordination,
+    coordination: BucketLeases,
     index: ScheduleIndex,
     bucket_count: int,
     *,
@@ -123,7 +123,7 @@ class BucketOwner:
 
     def __init__(
         self,
-        coordination: Coordination,
+        coordination: BucketLeases,
         instance_id: str,
         *,
         bucket_count: int,

@@ -24,7 +24,7 @@ from uuid import UUID
 
 from rota.core.errors import BackendUnavailableError, ConflictError
 from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusRecord
-from rota.core.ports import Coordination, Store
+from rota.core.ports import OccurrenceStore, Signals
 from rota.services.events import EventPublisher
 
 S = OccurrenceStatus
@@ -48,8 +48,8 @@ def cancel_text(reason: str | None) -> str:
 
 
 async def cancel_occurrence(
-    store: Store,
-    coordination: Coordination,
+    store: OccurrenceStore,
+    coordination: Signals,
     occurrence_id: UUID,
     *,
     reason: str | None,

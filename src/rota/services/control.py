@@ -9,7 +9,7 @@ from datetime import datetime
 
 from rota.core.events import Event, EventType
 from rota.core.models import DispatcherState
-from rota.core.ports import Store
+from rota.core.ports import ControlStore
 from rota.services.events import EventPublisher
 
 FOLLOW_INTERVAL = 2.0
@@ -29,7 +29,7 @@ def dispatcher_changed(state: DispatcherState) -> Event:
 
 
 async def switch_dispatcher(
-    store: Store,
+    store: ControlStore,
     *,
     paused: bool,
     reason: str | None,

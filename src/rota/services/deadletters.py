@@ -42,7 +42,7 @@ from rota.core.models import (
     StatusRecord,
     utcnow,
 )
-from rota.core.ports import Broker, Coordination, Store
+from rota.core.ports import Broker, DeadLetterStore, FailedStore, Signals
 from rota.core.records import (
     FAILURE_TEXT_LIMIT,
     Batch,
@@ -184,7 +184,7 @@ class DeadLetterHandler:
 
     def __init__(
         self,
-        store: Store,
+        store: DeadLetterStore,
         broker: Broker,
         *,
         batch_size: int = 100,
@@ -314,7 +314,7 @@ async def _close(batches: AsyncIterator[Batch[ReceivedDeadLetter]]) -> None:
 
 
 async def resolve_failed(
-    store: Store,
+    store: FailedStore,
     failed_id: UUID,
     *,
     resolution_note: str | None = None,
@@ -338,8 +338,8 @@ async def resolve_failed(
 
 
 async def retry_failed(
-    store: Store,
-    coordination: Coordination,
+    store: FailedStore,
+    coordination: Signals,
     failed_id: UUID,
     *,
     by: str | None = None,

@@ -42,7 +42,7 @@ from rota.core.errors import (
 )
 from rota.core.jobspec import JobSpec
 from rota.core.models import Job, JobSource, JsonValue, Priority, WorkerInfo
-from rota.core.ports import Store
+from rota.core.ports import JobStore
 from rota.services.jobs import JobService
 from rota.services.workers import WorkerDirectory
 
@@ -166,7 +166,7 @@ class DeclaredSchedules:
     def __init__(
         self,
         jobs: JobService,
-        store: Store,
+        store: JobStore,
         directory: WorkerDirectory,
         *,
         interval_seconds: float = 2.0,

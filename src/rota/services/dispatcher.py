@@ -22,7 +22,7 @@ from uuid import UUID
 from rota.core.errors import RotaError
 from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, utcnow
 from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
-from rota.core.ports import Broker, ScheduleIndex, Store
+from rota.core.ports import Broker, DispatchStore, ScheduleIndex
 from rota.core.records import DispatchResult, DueEntry, IndexEntry
 from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
@@ -89,7 +89,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        store: Store,
+        store: DispatchStore,
         index: ScheduleIndex,
         broker: Broker,
         workers: WorkerDirectory,

@@ -25,7 +25,7 @@ from rota.core.events import (
     occurrence_updated,
 )
 from rota.core.models import LogRecord, Occurrence
-from rota.core.ports import Coordination
+from rota.core.ports import EventFeed
 from rota.core.records import StatusResult
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class EventStats:
 class EventPublisher:
     """Buffers events and publishes them in batches (see the module)."""
 
-    def __init__(self, coordination: Coordination, *, max_pending: int = MAX_PENDING) -> None:
+    def __init__(self, coordination: EventFeed, *, max_pending: int = MAX_PENDING) -> None:
         self._coordination = coordination
         self._pending: collections.deque[Event] = collections.deque()
         self._max_pending = max(1, max_pending)

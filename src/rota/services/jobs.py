@@ -57,7 +57,7 @@ from rota.core.planning import (
     new_occurrence,
     with_type_defaults,
 )
-from rota.core.ports import Coordination, ScheduleIndex, Store
+from rota.core.ports import Coordination, JobAdminStore, ScheduleIndex
 from rota.core.records import IndexEntry, JobQuery, OccurrenceQuery, Page
 from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
@@ -85,7 +85,7 @@ class JobService:
 
     def __init__(
         self,
-        store: Store,
+        store: JobAdminStore,
         index: ScheduleIndex,
         coordination: Coordination,
         settings: SchedulerSettings,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from rota.core.errors import RotaError
-from rota.core.ports import ScheduleIndex, Store
+from rota.core.ports import DispatchStore, ScheduleIndex
 from rota.core.records import IndexEntry
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ class Loader:
 
     def __init__(
         self,
-        store: Store,
+        store: DispatchStore,
         index: ScheduleIndex,
         buckets: Callable[[], Sequence[int]],
         *,

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 from rota.core.errors import RotaError
 from rota.core.models import OccurrenceStatus, utcnow
-from rota.core.ports import Store
+from rota.core.ports import RetentionStore
 from rota.core.records import PartitionUpkeep
 from rota.settings import RetentionSettings
 
@@ -111,7 +111,7 @@ class Maintenance:
 
     def __init__(
         self,
-        store: Store,
+        store: RetentionStore,
         policy: RetentionPolicy,
         *,
         clock: Callable[[], datetime] = utcnow,

@@ -8,7 +8,7 @@ import logging
 from datetime import datetime
 
 from rota.core.models import OccurrenceStatus, StatusRecord
-from rota.core.ports import Store
+from rota.core.ports import RecoveryStore
 from rota.core.records import OccurrenceQuery
 
 log = logging.getLogger(__name__)
@@ -16,7 +16,9 @@ log = logging.getLogger(__name__)
 RESTART_REASON = "scheduler process restarted while it ran"
 
 
-async def recover_embedded(store: Store, now: datetime, *, batch: int = 1000) -> tuple[int, int]:
+async def recover_embedded(
+    store: RecoveryStore, now: datetime, *, batch: int = 1000
+) -> tuple[int, int]:
     """Returns (requeued Running, redispatched Queued)."""
     requeued = 0
     while True:

@@ -27,7 +27,7 @@ import orjson
 from rota.core.cron import parse_cached
 from rota.core.errors import CronError, RotaError
 from rota.core.models import Job, utcnow
-from rota.core.ports import Store
+from rota.core.ports import SilenceReader
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class SilenceMonitor:
 
     def __init__(
         self,
-        store: Store,
+        store: SilenceReader,
         config: SilenceConfig,
         *,
         instance_id: str,

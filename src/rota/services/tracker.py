@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from rota.core.errors import RotaError
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
-from rota.core.ports import Broker, Store
+from rota.core.ports import Broker, StatusStore
 from rota.core.records import Batch, StatusResult
 from rota.services.events import EventPublisher
 
@@ -65,7 +65,7 @@ class StatusTracker:
 
     def __init__(
         self,
-        store: Store,
+        store: StatusStore,
         broker: Broker,
         *,
         batch_size: int,
@@ -115,7 +115,7 @@ class LogCollector:
 
     def __init__(
         self,
-        store: Store,
+        store: StatusStore,
         broker: Broker,
         *,
         batch_size: int,

@@ -10,13 +10,13 @@ from typing import Any
 
 from rota.core.events import Event, worker_changed
 from rota.core.models import WorkerInfo
-from rota.core.ports import Coordination
+from rota.core.ports import WorkerRegistry
 
 
 class WorkerDirectory:
     """A short-lived cache of the live workers' declared job types."""
 
-    def __init__(self, coordination: Coordination, *, max_age: float = 1.0) -> None:
+    def __init__(self, coordination: WorkerRegistry, *, max_age: float = 1.0) -> None:
         self._coordination = coordination
         self._max_age = max_age
         self._read_at = 0.0

@@ -48,7 +48,7 @@ from rota.core.models import (
     ZombiePolicy,
     utcnow,
 )
-from rota.core.ports import Store
+from rota.core.ports import StatusStore
 from rota.core.records import StaleOccurrence, StatusResult
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class ZombieDetector:
 
     def __init__(
         self,
-        store: Store,
+        store: StatusStore,
         *,
         threshold_seconds: float,
         interval_seconds: float,

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from uuid import UUID
 
 from rota.core.models import JobMessage
-from rota.core.ports import Coordination
+from rota.core.ports import ClaimMemory
 from rota.core.records import AttemptClaim, ClaimBatch, ClaimOutcome, ClaimRequest
 from rota.worker.localstore import LocalStore
 
@@ -65,7 +65,7 @@ class AttemptClaims:
 
     def __init__(
         self,
-        coordination: Coordination,
+        coordination: ClaimMemory,
         instance_id: str,
         *,
         ttl: float = DEFAULT_CLAIM_TTL,

@@ -1,0 +1,70 @@
+"""Ports: what the scheduler services need from the outside world, cut at Rota's own operations.
+
+Every port is an ABC whose docstrings are its contract. Each adapter (in-memory, SQLite,
+PostgreSQL, Redis, RabbitMQ) must pass the contract suite of its port in ``tests/contract``.
+Every datetime crossing a port is timezone-aware UTC.
+
+The store and the coordination are cut into slices, one per use case (``store.py``,
+``coordination.py``); a service takes the slice it uses, so the type checker proves what it
+touches. No port has more than 15 abstract methods; ``Store`` and ``Coordination`` are the
+composites their adapters implement.
+"""
+
+from rota.core.ports.broker import Broker, Delivery
+from rota.core.ports.coordination import (
+    BucketLeases,
+    ClaimMemory,
+    Coordination,
+    EventFeed,
+    Signals,
+    WorkerRegistry,
+)
+from rota.core.ports.index import ScheduleIndex
+from rota.core.ports.store import (
+    AuditStore,
+    ControlStore,
+    DeadLetterStore,
+    DispatchStore,
+    FailedStore,
+    JobAdminStore,
+    JobStore,
+    OccurrenceReader,
+    OccurrenceStore,
+    RecoveryStore,
+    RetentionStore,
+    SecurityStore,
+    SilenceReader,
+    StatsReader,
+    StatusStore,
+    Store,
+    UserStore,
+)
+
+__all__ = [
+    "AuditStore",
+    "Broker",
+    "BucketLeases",
+    "ClaimMemory",
+    "ControlStore",
+    "Coordination",
+    "DeadLetterStore",
+    "Delivery",
+    "DispatchStore",
+    "EventFeed",
+    "FailedStore",
+    "JobAdminStore",
+    "JobStore",
+    "OccurrenceReader",
+    "OccurrenceStore",
+    "RecoveryStore",
+    "RetentionStore",
+    "ScheduleIndex",
+    "SecurityStore",
+    "Signals",
+    "SilenceReader",
+    "StatsReader",
+    "StatusStore",
+    "Store",
+    "UserStore",
+    "WorkerRegistry",
+]
