@@ -62,7 +62,7 @@ from rota.brokers.rabbitmq.publish import (
     publish_confirmed,
     record_item,
 )
-from rota.brokers.rabbitmq.records import _BatchConsumer
+from rota.brokers.rabbitmq.records import _QueueConsumer, _RecordConsumer
 from rota.core.errors import BackendUnavailableError, ConfigurationError, ValidationError
 from rota.core.models import JobMessage, LogRecord, StatusRecord
 from rota.core.ports import Broker, Delivery
@@ -115,9 +115,9 @@ class RabbitMQBroker(Broker):
         self._bindings: dict[str, set[str]] = {}
         """Binding keys by worker group, declared or consumed through this broker."""
         self._job_consumers: set[_JobConsumer] = set()
-        self._batch_consumers: set[_BatchConsumer[StatusRecord] | _BatchConsumer[LogRecord]]
-        self._batch_consumers = set()
-        self._dead_letter_consumers: set[_DeadLetterConsumer] = set()  # (dead letters)
+        self._batch_consumers: set[_QueueConsumer[Any]] = set()
+        """The status and log consumers (closed first when the broker closes: they publish)."""
+        self._dead_letter_consumers: set[_QueueConsumer[Any]] = set()
         self._redeclaring: asyncio.Task[None] | None = None
         self._background: set[asyncio.Future[bool]] = set()
         self._start_lock = asyncio.Lock()
@@ -332,7 +332,7 @@ class RabbitMQBroker(Broker):
         self, queue: str, codec: Any, max_items: int, max_wait: float
     ) -> AsyncIterator[Batch[Any]]:
         self._open_connection()
-        consumer: _BatchConsumer[Any] = _BatchConsumer(self, queue, codec, max_items, max_wait)
+        consumer: _RecordConsumer[Any] = _RecordConsumer(self, queue, codec, max_items, max_wait)
         self._batch_consumers.add(consumer)
         return consumer
 
@@ -342,9 +342,15 @@ class RabbitMQBroker(Broker):
         self, max_items: int, max_wait: float
     ) -> AsyncIterator[Batch[ReceivedDeadLetter]]:
         self._open_connection()
-        consumer = _DeadLetterConsumer(self, max_items, max_wait)
+        queue = self.names.dead_letter_queue
+        consumer = _DeadLetterConsumer(self, queue, max_items, max_wait)
         self._dead_letter_consumers.add(consumer)
         return consumer
+
+    def _forget(self, consumer: _QueueConsumer[Any]) -> None:
+        """A status, log or dead-letter consumer has closed."""
+        self._batch_consumers.discard(consumer)
+        self._dead_letter_consumers.discard(consumer)
 
     def _stop_dead_letter_consumers(self) -> None:
         consumers, self._dead_letter_consumers = self._dead_letter_consumers, set()

@@ -1,11 +1,18 @@
-"""Status and log batches: the records of many messages gathered until ``max_items`` or
-``max_wait``; a batch may take part of a message, and a message only partly acknowledged when
-its consumer stops is replaced by one of the records left."""
+"""Batches from a queue: :class:`_QueueConsumer`, the one consumer base of the status, log and
+dead-letter queues, and :class:`_RecordConsumer`, the status and log consumer.
+
+The items of many messages are gathered until ``max_items`` or ``max_wait`` (from the oldest
+item's arrival); a batch may take part of a message. ``Batch.ack`` acknowledges the messages
+it completes (one ``multiple`` ack when they are the oldest open ones; the dead-letter
+consumer acknowledges each by itself). A message only partly
+acknowledged when its consumer stops is replaced by a message of the records left (published
+to the same queue, at its tail) before the rest is handed back."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +43,7 @@ T = TypeVar("T")
 
 @dataclass(eq=False, slots=True)
 class _Message(Generic[T]):
-    """One delivered status or log message and how far its records got."""
+    """One delivered message, its items (``records``) and how far they got."""
 
     channel: AbstractChannel
     tag: int
@@ -59,14 +66,15 @@ class _Message(Generic[T]):
 _Part = tuple[_Message[T], int, int]
 
 
-class _BatchConsumer(Generic[T]):
-    """Batches of records from the status or log queue; an async iterator."""
+class _QueueConsumer(ABC, Generic[T]):
+    """Batches of the items of one queue's messages; an async iterator (see the module
+    docstring). A subclass says what items a message holds (:meth:`_items`); when the consumer
+    stops, what was not acknowledged goes back (after :meth:`_hand_back`)."""
 
     def __init__(
         self,
         broker: RabbitMQBroker,
         queue: str,
-        codec: tuple[Callable[[bytes], list[T]], Callable[[Sequence[T]], bytes]],
         max_items: int,
         max_wait: float,
     ) -> None:
@@ -74,7 +82,6 @@ class _BatchConsumer(Generic[T]):
             raise ValueError("max_items must be at least 1")
         self._broker = broker
         self._queue_name = queue
-        self._decode, self._encode = codec
         self._max_items = max_items
         self._max_wait = max_wait
         self._channel: AbstractRobustChannel | None = None
@@ -90,7 +97,7 @@ class _BatchConsumer(Generic[T]):
         self._waiting = _Waiting()
         self.closed = False
 
-    def __aiter__(self) -> _BatchConsumer[T]:
+    def __aiter__(self) -> _QueueConsumer[T]:
         return self
 
     async def __anext__(self) -> Batch[T]:
@@ -130,26 +137,19 @@ class _BatchConsumer(Generic[T]):
             return  # the channel's close hands it back
         if channel is not self._current:  # a new channel (reconnected): the old is void
             self._reset(channel)
-        try:
-            records = self._decode(incoming.body)
-        except ValidationError as exc:
-            log.error(
-                "RabbitMQ: undecodable message on %s dropped: %s",
-                self._queue_name,
-                exc,
-                extra={"action": "poison", "field": exc.field},
-            )
-            await _quietly(_send_settle(incoming, ack=False), "reject")
-            return
-        if not records:
-            await _quietly(_send_settle(incoming, ack=True), "ack")
+        items = await self._items(incoming)
+        if not items:
             return
         now = asyncio.get_running_loop().time()
-        message = _Message(channel, incoming.delivery_tag, records, now)
+        message = _Message(channel, incoming.delivery_tag, items, now)
         self._open[message.tag] = message
         self._buffer.append(message)
-        self._buffered += len(records)
+        self._buffered += len(items)
         self._waiting.wake()
+
+    @abstractmethod
+    async def _items(self, incoming: AbstractIncomingMessage) -> list[T]:
+        """The items of a message; none if it was settled here (dropped) instead."""
 
     def _reset(self, channel: AbstractChannel) -> None:
         self._current = channel
@@ -178,7 +178,7 @@ class _BatchConsumer(Generic[T]):
         return Batch(items, partial(self._ack, key))
 
     async def _ack(self, key: int) -> None:
-        parts = self._pending.pop(key, None)
+        parts = self._pending.pop(key, None)  # a second ack of the same batch does nothing
         if parts is None:
             return
         done: list[_Message[T]] = []
@@ -189,12 +189,16 @@ class _BatchConsumer(Generic[T]):
             if complete and message.channel is self._current:  # else its channel is gone
                 del self._open[message.tag]
                 done.append(message)
-        if not done:
-            return
+        if done:
+            await self._acknowledge(done)
+
+    async def _acknowledge(self, done: list[_Message[T]]) -> None:
+        """Acknowledge completed messages: one ``multiple`` ack when every older message is
+        settled too."""
         channel = done[0].channel
         last = max(m.tag for m in done)
         oldest = next(iter(self._open), None)
-        if oldest is None or oldest > last:  # every older message is settled too
+        if oldest is None or oldest > last:
             await _quietly(channel.basic_ack(last, multiple=True, wait=False), "ack")
             return
         for message in done:
@@ -206,20 +210,64 @@ class _BatchConsumer(Generic[T]):
             return
         self.closed = True
         self._waiting.wake()
-        self._broker._batch_consumers.discard(self)
+        self._broker._forget(self)
         channel, self._channel = self._channel, None
         if channel is None:
             return
         if self._queue is not None and self._tag is not None:
             await _quietly(self._queue.cancel(self._tag), "cancel consumer")
-        await self._replace_partly_acked()
+        await self._hand_back()
+        self._clear()
+        await _quietly(channel.close(), "close channel")
+
+    async def _hand_back(self) -> None:
+        """Before the channel's close hands back every message not acknowledged."""
+
+    def stop(self) -> None:
+        """End iteration (the broker is closing: its connection's close hands back the
+        messages not acknowledged)."""
+        self.closed = True
+        self._clear()
+        self._waiting.wake()
+
+    def _clear(self) -> None:
         self._pending.clear()
         self._open.clear()
         self._buffer.clear()
         self._buffered = 0
-        await _quietly(channel.close(), "close channel")
 
-    async def _replace_partly_acked(self) -> None:
+
+class _RecordConsumer(_QueueConsumer[T]):
+    """Batches of records from the status or log queue (a message is a JSON array of them)."""
+
+    def __init__(
+        self,
+        broker: RabbitMQBroker,
+        queue: str,
+        codec: tuple[Callable[[bytes], list[T]], Callable[[Sequence[T]], bytes]],
+        max_items: int,
+        max_wait: float,
+    ) -> None:
+        super().__init__(broker, queue, max_items, max_wait)
+        self._decode, self._encode = codec
+
+    async def _items(self, incoming: AbstractIncomingMessage) -> list[T]:
+        try:
+            records = self._decode(incoming.body)
+        except ValidationError as exc:
+            log.error(
+                "RabbitMQ: undecodable message on %s dropped: %s",
+                self._queue_name,
+                exc,
+                extra={"action": "poison", "field": exc.field},
+            )
+            await _quietly(_send_settle(incoming, ack=False), "reject")
+            return []
+        if not records:
+            await _quietly(_send_settle(incoming, ack=True), "ack")
+        return records
+
+    async def _hand_back(self) -> None:
         """Republish the records left of messages that were only partly acknowledged, then
         acknowledge those messages (if the republish fails they come again whole)."""
         for message in list(self._open.values()):
