@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import orjson
 
-from rota.brokers.amqp_names import CONTENT_TYPE, PERSISTENT, AmqpNames
 from rota.brokers.rabbitmq import RabbitMQBroker
+from rota.brokers.rabbitmq.names import CONTENT_TYPE, PERSISTENT, AmqpNames
 from rota.core.models import JobMessage, Priority
 from rota.core.wire import encode_job_message, job_message_headers
 

@@ -11,7 +11,7 @@ from pamqp import commands, frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from rota.brokers.amqp_frames import encode_properties, encode_publish
+from rota.brokers.rabbitmq.publish import encode_properties, encode_publish
 
 short_text = st.text(max_size=40).filter(lambda t: len(t.encode()) <= 255)
 exchange_names = st.text("abcXYZ019-_.:", max_size=40)  # what AMQP allows in exchange names

@@ -148,11 +148,17 @@ def test_importing_rota_loads_no_server_part(heavy: str, loaded_by_import_rota: 
 
 
 MAX_LINES = 800
-SQL_PACKAGE_MAX_LINES = 500  # stores/sql/, once the SQL store is a package
+PACKAGE_MAX_LINES = 500  # the adapters split into packages by area
+SPLIT_PACKAGES = ("rota/stores/sql/", "rota/brokers/rabbitmq/")
+
+
+def _in_split_package(path: str) -> bool:
+    return path.startswith(SPLIT_PACKAGES)
+
+
 # Today's longer modules, each capped at its current length: none may grow, and each leaves
 # the list once it is within MAX_LINES.
 TOO_LONG = {
-    "rota/brokers/rabbitmq.py": 1208,
     "rota/worker/executor.py": 841,
 }
 
@@ -163,7 +169,7 @@ def test_no_module_grows_past_its_limit() -> None:
         for p in (SRC / "rota").rglob("*.py")
     }
     limits = {
-        path: TOO_LONG.get(path, SQL_PACKAGE_MAX_LINES if "/stores/sql/" in path else MAX_LINES)
+        path: TOO_LONG.get(path, PACKAGE_MAX_LINES if _in_split_package(path) else MAX_LINES)
         for path in lengths
     }
     assert {p: n for p, n in lengths.items() if n > limits[p]} == {}
