@@ -13,8 +13,9 @@ from rota.core.ids import new_id
 from rota.core.models import Job, OccurrenceStatus, WorkerInfo
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.settings import Settings
+from tests.api_runtime import MiniRuntime
 
-from .test_api import MiniRuntime, assert_problem, client, create, fields, runtime  # noqa: F401
+from .test_api import assert_problem, create, fields
 
 S = OccurrenceStatus
 
@@ -28,7 +29,7 @@ async def _ended(rt: MiniRuntime, status: S, ago: timedelta, duration: float | N
     )
 
 
-async def test_overview(runtime: MiniRuntime, client: httpx.AsyncClient) -> None:  # noqa: F811
+async def test_overview(runtime: MiniRuntime, client: httpx.AsyncClient) -> None:
     await create(client, tags=["a"])
     await create(client, isActive=False)
     await _ended(runtime, S.COMPLETED, timedelta(minutes=5), 100.0)
@@ -63,8 +64,8 @@ async def test_overview(runtime: MiniRuntime, client: httpx.AsyncClient) -> None
 
 
 async def test_throughput_windows_and_buckets(
-    runtime: MiniRuntime,  # noqa: F811
-    client: httpx.AsyncClient,  # noqa: F811
+    runtime: MiniRuntime,
+    client: httpx.AsyncClient,
 ) -> None:
     await _ended(runtime, S.COMPLETED, timedelta(seconds=1), 1.0)
     await _ended(runtime, S.TIMED_OUT, timedelta(seconds=1), None)
@@ -97,7 +98,7 @@ async def test_throughput_windows_and_buckets(
         assert fields(problem) == [field_name], query
 
 
-async def test_tags_with_counts_and_the_tag_filter(client: httpx.AsyncClient) -> None:  # noqa: F811
+async def test_tags_with_counts_and_the_tag_filter(client: httpx.AsyncClient) -> None:
     assert (await client.get("/api/v1/tags")).json() == {"items": []}
     first = await create(client, tags=["billing", "nightly"])
     await create(client, tags="nightly")
@@ -109,7 +110,7 @@ async def test_tags_with_counts_and_the_tag_filter(client: httpx.AsyncClient) ->
     assert len((await client.get("/api/v1/jobs?tag=nightly")).json()["items"]) == 2
 
 
-async def test_queue_depths(runtime: MiniRuntime, client: httpx.AsyncClient) -> None:  # noqa: F811
+async def test_queue_depths(runtime: MiniRuntime, client: httpx.AsyncClient) -> None:
     await runtime.broker.start()
     body = (await client.get("/api/v1/admin/queues")).json()
     names = [q["name"] for q in body["items"]]
@@ -119,8 +120,8 @@ async def test_queue_depths(runtime: MiniRuntime, client: httpx.AsyncClient) -> 
 
 
 async def test_dispatcher_stop_and_resume(
-    runtime: MiniRuntime,  # noqa: F811
-    client: httpx.AsyncClient,  # noqa: F811
+    runtime: MiniRuntime,
+    client: httpx.AsyncClient,
 ) -> None:
     state = (await client.get("/api/v1/admin/dispatcher")).json()
     assert state["paused"] is False
@@ -147,7 +148,7 @@ async def test_dispatcher_stop_and_resume(
     assert not (await runtime.store.dispatcher_state()).paused
 
 
-async def test_config_masks_secrets(runtime: MiniRuntime, client: httpx.AsyncClient) -> None:  # noqa: F811
+async def test_config_masks_secrets(runtime: MiniRuntime, client: httpx.AsyncClient) -> None:
     runtime.settings = Settings(
         environment="test",
         data_dir=runtime.settings.data_dir,
@@ -168,7 +169,7 @@ async def test_config_masks_secrets(runtime: MiniRuntime, client: httpx.AsyncCli
     assert body["scheduler"]["bucketCount"] == 16
 
 
-async def test_odd_input_is_never_a_server_error(client: httpx.AsyncClient) -> None:  # noqa: F811
+async def test_odd_input_is_never_a_server_error(client: httpx.AsyncClient) -> None:
     odd = ["", "0", "-1", "1e9", "9" * 30, "%00", "\u00e9", "1h1h", " 1 h ", "null", "[]"]
     for value in odd:
         for path, name in [

@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 import httpx
 
 from rota.core.models import WorkerInfo
-
-from .test_api import MiniRuntime, client, runtime  # noqa: F401  (fixtures)
+from tests.api_runtime import MiniRuntime
 
 
 def _info(instance: str, group: str, load: int, types: dict[str, dict[str, object]]) -> WorkerInfo:
@@ -27,15 +26,15 @@ def _info(instance: str, group: str, load: int, types: dict[str, dict[str, objec
     )
 
 
-async def test_no_workers_is_an_empty_list(client: httpx.AsyncClient) -> None:  # noqa: F811
+async def test_no_workers_is_an_empty_list(client: httpx.AsyncClient) -> None:
     response = await client.get("/api/v1/workers")
     assert response.status_code == 200
     assert response.json() == {"items": []}
 
 
 async def test_instances_are_grouped_with_capacity_load_and_job_types(
-    runtime: MiniRuntime,  # noqa: F811
-    client: httpx.AsyncClient,  # noqa: F811
+    runtime: MiniRuntime,
+    client: httpx.AsyncClient,
 ) -> None:
     reg = runtime.coordination
     await reg.register_worker(_info("reports-2", "reports", 3, {"Report": {"maxRetries": 2}}), 30)
@@ -59,8 +58,8 @@ async def test_instances_are_grouped_with_capacity_load_and_job_types(
 
 
 async def test_one_group_by_its_id(
-    runtime: MiniRuntime,  # noqa: F811
-    client: httpx.AsyncClient,  # noqa: F811
+    runtime: MiniRuntime,
+    client: httpx.AsyncClient,
 ) -> None:
     schema = {"type": "object", "properties": {"kind": {"type": "string"}}}
     reg = runtime.coordination
