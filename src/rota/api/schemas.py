@@ -38,8 +38,8 @@ from rota.core.models import (
     StatusChange,
     ZombiePolicy,
 )
+from rota.core.records import BucketStateName, InstanceStateName
 from rota.core.security import ExceptionText
-from rota.services.buckets import BucketStateName, InstanceStateName
 
 MAX_LIMIT = 1000
 """The largest page any list endpoint returns."""

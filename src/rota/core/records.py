@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 from uuid import UUID
 
 from rota.core.models import (
@@ -27,6 +27,12 @@ from rota.core.planning import FirePlan
 from rota.core.wire import DeadLetter
 
 T = TypeVar("T")
+
+
+BucketStateName = Literal["Active", "Completing", "Lost"]
+"""A bucket's life-cycle state as the API and dashboard show it."""
+InstanceStateName = Literal["Active", "Stopping"]
+"""A scheduler instance's state as the API and dashboard show it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,11 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
 from rota.core.errors import RotaError
 from rota.core.ports import BucketLeases, ScheduleIndex
-from rota.core.records import Lease
+from rota.core.records import BucketStateName, InstanceStateName, Lease
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,6 @@ STATE_KEY = "state"
 STOPPING = "stopping"
 """Its value while the instance stops gracefully (its buckets are Completing)."""
 
-BucketStateName = Literal["Active", "Completing", "Lost"]
-InstanceStateName = Literal["Active", "Stopping"]
 ACTIVE: Final = "Active"
 COMPLETING: Final = "Completing"
 LOST: Final = "Lost"
