@@ -54,9 +54,6 @@ RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
 PENDING = {
     # rota.services.{dispatcher,jobs,maintenance} -> rota.settings (Scheduler/RetentionSettings)
     "services import no settings or wiring",
-    # rota.dashboard.pages -> rota.api.routes_occurrences.parse_statuses,
-    #                         rota.api.routes_workers.group_workers
-    "the dashboard imports no api route",
     # rota.worker.process -> rota.runtime.new_instance_id, rota.settings.Settings,
     #                       rota.adapters.make_broker/make_coordination, rota.startup.wait_for
     "the worker runtime imports no wiring or server",

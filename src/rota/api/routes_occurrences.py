@@ -21,11 +21,10 @@ from rota.api.schemas import (
     OccurrenceOut,
     OccurrencePage,
     UtcDatetime,
-    status_name,
 )
 from rota.api.security import OperatorUser, ShownException, requires
-from rota.core.errors import ValidationError
-from rota.core.models import OccurrenceStatus, utcnow
+from rota.api.views import parse_statuses
+from rota.core.models import utcnow
 from rota.core.records import OccurrenceQuery
 from rota.core.security import Role
 from rota.services import cancellation
@@ -36,28 +35,6 @@ router = APIRouter(
 
 MAX_SEQ = 2**63 - 1
 """Log line numbers are 64-bit: a larger ``after`` is refused, not sent to the store."""
-_BY_NAME = {status_name(s).lower(): s for s in OccurrenceStatus} | {
-    s.name.lower(): s for s in OccurrenceStatus
-}
-
-
-def parse_statuses(values: list[str]) -> tuple[OccurrenceStatus, ...]:
-    """``["0,1", "failed"]`` -> Queued, Running, Failed: codes or names, repeated or
-    comma-separated."""
-    statuses: dict[OccurrenceStatus, None] = {}
-    for value in values:
-        for token in (t.strip() for t in value.split(",")):
-            if token:
-                statuses[_status(token)] = None
-    return tuple(statuses)
-
-
-def _status(token: str) -> OccurrenceStatus:
-    try:
-        return OccurrenceStatus(int(token)) if token.isdigit() else _BY_NAME[token.lower()]
-    except (ValueError, KeyError) as exc:
-        codes = ", ".join(f"{s.value} {status_name(s)}" for s in OccurrenceStatus)
-        raise ValidationError(f"unknown status {token!r} (one of {codes})", field="status") from exc
 
 
 @router.get("", responses=problem_responses(422, 503), summary="List occurrences, newest first")

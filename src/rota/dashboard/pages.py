@@ -21,10 +21,9 @@ from fastapi.templating import Jinja2Templates
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from rota.api.deps import ApiRuntime, get_runtime
-from rota.api.routes_occurrences import parse_statuses
-from rota.api.routes_workers import group_workers
 from rota.api.schemas import JobOut, status_name
 from rota.api.security import exception_view
+from rota.api.views import group_workers, parse_statuses
 from rota.core.errors import NotFoundError, RotaError
 from rota.core.jobfields import VERSIONED_FIELDS, api_name
 from rota.core.models import FailedOccurrence, FailureType, Job, Occurrence, OccurrenceStatus
