@@ -52,6 +52,7 @@ from rota.core.ids import new_id
 from rota.core.ports import SecurityStore
 from rota.core.records import Page
 from rota.core.security import (
+    MIN_SECRET_BYTES,
     USERNAME_PATTERN,
     LoginGate,
     LoginReservation,
@@ -69,7 +70,6 @@ from rota.services.ratelimit import Rate, RateLimiter
 log = logging.getLogger(__name__)
 
 ALGORITHM: Final = "HS256"
-MIN_SECRET_BYTES: Final = 32
 MAX_ACCESS_TTL: Final = timedelta(minutes=15)
 BAD_CREDENTIALS: Final = "invalid username or password"
 CLOCK_SKEW_SECONDS: Final = 10.0
