@@ -12,17 +12,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rota.app.runtime import auth_config
+from rota.app.settings import Settings
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
 from rota.core.errors import BackendUnavailableError
 from rota.core.ports import Coordination
 from rota.indexes.memory import MemoryScheduleIndex
-from rota.runtime import auth_config
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.events import EventPublisher
 from rota.services.jobs import JobService
-from rota.settings import Settings
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
 

@@ -17,8 +17,8 @@ from rota.stores.sql import SqlStore
 from tests.helpers import RuntimeFactory, settings_for
 
 if TYPE_CHECKING:  # the whole runtime is imported by the tests that build one, not by all
-    from rota.runtime import Runtime
-    from rota.tracing import Tracing
+    from rota.app.runtime import Runtime
+    from rota.observability.tracing import Tracing
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +61,7 @@ async def runtime_factory(tmp_path: Path) -> AsyncIterator[RuntimeFactory]:
         tracing: Tracing | None = None,
         grace: float = 2.0,
     ) -> Runtime:
-        from rota.serve import prepare
+        from rota.app.server import prepare
 
         settings = settings_for(tmp_path, settings_overrides)
         runtime = await prepare(settings, list(job_modules), tracing)

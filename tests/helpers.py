@@ -12,11 +12,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rota.settings import Settings
+from rota.app.settings import Settings
 
 if TYPE_CHECKING:
-    from rota.runtime import Runtime
-    from rota.tracing import Tracing
+    from rota.app.runtime import Runtime
+    from rota.observability.tracing import Tracing
 
 POLL = 0.02
 """Seconds between two looks at the state a test waits for."""

@@ -10,7 +10,7 @@ The SDK for job handlers (DESIGN.md §4)::
 
 from rota.client import ApiError, Client, SyncClient
 from rota.core.errors import PermanentError, RotaError
-from rota.worker.sdk import JobContext, JobData, JobDefinition, job
+from rota.sdk.job import JobContext, JobData, JobDefinition, job
 
 __all__ = [
     "ApiError",

@@ -13,8 +13,8 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from rota.redis_client import connect, delete_prefix
-from rota.redis_keys import RedisKeys
+from rota.redis.client import connect, delete_prefix
+from rota.redis.keys import RedisKeys
 
 REDIS_URL = os.environ.get("ROTA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from rota.api.app import create_app
-from rota.settings import Settings
+from rota.app.settings import Settings
 from rota.stores.sql import SqlStore
 from tests.api_client import api_client
 from tests.api_runtime import MiniRuntime, mini_runtime

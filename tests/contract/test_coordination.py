@@ -25,8 +25,8 @@ from rota.core.ids import new_id
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
 from rota.core.records import ClaimOutcome, ClaimRequest
-from rota.redis_client import delete_prefix
-from rota.redis_keys import RedisKeys
+from rota.redis.client import delete_prefix
+from rota.redis.keys import RedisKeys
 from tests.contract.redis_fixtures import redis_scope
 
 ADAPTERS = ["memory", "redis"]

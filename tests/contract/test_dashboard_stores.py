@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from rota.api.app import create_app
+from rota.app.settings import Settings
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
 from rota.core.planning import PlanSettings, new_occurrence
-from rota.settings import Settings
 from rota.stores.sql import SqlStore
 from tests.api_client import api_client
 from tests.api_runtime import mini_runtime

@@ -13,6 +13,7 @@ from uuid import UUID
 import pytest
 
 import rota
+from rota.app.settings import SchedulerSettings
 from rota.coordination.memory import MemoryCoordination
 from rota.coordination.redis import RedisCoordination
 from rota.core.errors import ConflictError
@@ -21,14 +22,13 @@ from rota.core.jobspec import JobSpec
 from rota.core.models import Job, JobSource, JsonValue, Priority, WorkerInfo
 from rota.core.ports import Coordination
 from rota.indexes.memory import MemoryScheduleIndex
+from rota.sdk.registry import JobRegistry
 from rota.services.declared import REMOVED_BY, DeclaredSchedules, SyncResult, declarations
 from rota.services.jobs import JobService
 from rota.services.workers import WorkerDirectory
-from rota.settings import SchedulerSettings
 from rota.stores.migrate import downgrade, upgrade
 from rota.stores.schema import jobs as jobs_table
 from rota.stores.sql import SqlStore, create_store_engine
-from rota.worker.discovery import JobRegistry
 from tests.contract.redis_fixtures import redis_scope
 
 T0 = datetime(2030, 1, 7, 12, 0, 30, tzinfo=UTC)  # a Monday, 30 s past noon

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
+from rota.app.settings import SchedulerSettings
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
 from rota.core.ids import bucket_of, new_id
@@ -21,7 +22,6 @@ from rota.core.records import IndexEntry, OccurrenceQuery
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.dispatcher import LOCKED_RETRY_SECONDS, Dispatcher
 from rota.services.workers import WorkerDirectory
-from rota.settings import SchedulerSettings
 from rota.stores.sql import SqlStore
 
 from .conftest import pg_database

@@ -8,7 +8,7 @@ import orjson
 
 from rota.coordination.redis import RedisCoordination
 from rota.core.models import WorkerInfo
-from rota.redis_keys import RedisKeys
+from rota.redis.keys import RedisKeys
 
 from .redis_fixtures import redis_scope
 

@@ -10,8 +10,8 @@ from contextlib import AsyncExitStack
 
 from rota.coordination.redis import RedisCoordination
 from rota.core.models import WorkerInfo
-from rota.redis_client import delete_prefix
-from rota.redis_keys import RedisKeys
+from rota.redis.client import delete_prefix
+from rota.redis.keys import RedisKeys
 
 from .redis_fixtures import redis_scope
 

@@ -11,6 +11,7 @@ from uuid import UUID
 
 import pytest
 
+from rota.app.settings import SchedulerSettings
 from rota.coordination.memory import MemoryCoordination
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.ids import new_id
@@ -26,7 +27,6 @@ from rota.core.planning import FirePlan, PlanSettings, new_occurrence, plan_fire
 from rota.core.records import DisabledJob, JobQuery, ProbeScan
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.jobs import JobService
-from rota.settings import SchedulerSettings
 from rota.stores.sql import SqlStore
 
 S = OccurrenceStatus

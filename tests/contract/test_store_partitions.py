@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from rota.app.settings import RetentionSettings
 from rota.core.ids import new_id
 from rota.core.models import FailedOccurrence, FailureType, LogRecord, Occurrence
 from rota.core.records import FailedQuery, PartitionUpkeep
 from rota.services.maintenance import Maintenance, RetentionPolicy
-from rota.settings import RetentionSettings
 from rota.stores.migrate import downgrade, upgrade
 from rota.stores.partitions import next_period, period_start, periods
 from rota.stores.sql import SqlStore

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
+from rota.app.runtime import Runtime
+from rota.app.server import prepare
 from rota.core.models import FailureType, OccurrenceStatus, StatusRecord, utcnow
 from rota.core.planning import PlanSettings, new_occurrence
-from rota.runtime import Runtime
-from rota.serve import prepare
 from tests.helpers import eventually, settings_for
 
 S = OccurrenceStatus

@@ -10,11 +10,11 @@ from uuid import UUID
 import httpx
 import pytest
 
+from rota.app.runtime import Runtime
 from rota.brokers.inprocess import InProcessBroker
 from rota.core.models import FailureType, JobMessage, OccurrenceStatus
 from rota.core.records import FAILURE_TEXT_LIMIT
 from rota.core.wire import DeadLetter, encode_dead_letter
-from rota.runtime import Runtime
 from tests.helpers import RuntimeFactory, eventually
 
 API = "/api/v1/failed-occurrences"

@@ -39,8 +39,8 @@ from schemathesis.checks import (
 from schemathesis.config import SchemathesisConfig
 
 from rota.api.app import create_app
-from rota.runtime import Runtime
-from rota.serve import prepare
+from rota.app.runtime import Runtime
+from rota.app.server import prepare
 from tests.api_client import api_client, ensure_user
 from tests.helpers import eventually, settings_for
 

@@ -21,10 +21,10 @@ from fastapi import FastAPI
 from rota.api.app import API_PREFIX, PUBLIC_PATHS, create_app
 from rota.api.security import ACCESS_COOKIE, REFRESH_COOKIE, route_role
 from rota.api.security import api_routes as served_routes
+from rota.app.runtime import Runtime
+from rota.app.server import prepare
 from rota.core.ids import new_id
 from rota.core.security import Role
-from rota.runtime import Runtime
-from rota.serve import prepare
 from tests.api_client import PASSWORD, access_token, api_client, ensure_user, username_of
 from tests.helpers import RuntimeFactory, settings_for
 

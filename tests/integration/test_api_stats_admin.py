@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
+from rota.app.settings import Settings
 from rota.core.ids import new_id
 from rota.core.models import Job, OccurrenceStatus, WorkerInfo
 from rota.core.planning import PlanSettings, new_occurrence
-from rota.settings import Settings
 from tests.api_runtime import MiniRuntime
 
 from .test_api import assert_problem, create, fields

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import rota
 from rota.api.app import create_app
+from rota.app.runtime import auth_config
 from rota.client import (
     ApiAuthError,
     ApiConflictError,
@@ -30,7 +31,6 @@ from rota.client import (
 from rota.core.events import Event
 from rota.core.ids import new_id
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord, WorkerInfo
-from rota.runtime import auth_config
 from rota.services.auth import AuthService
 from tests.api_client import PASSWORD, api_client, ensure_user, username_of
 from tests.api_runtime import MiniRuntime, sqlite_runtime

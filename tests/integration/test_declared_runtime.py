@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rota.app.server import prepare
 from rota.core.models import JobSource, OccurrenceStatus, Priority
 from rota.core.records import OccurrenceQuery
-from rota.serve import prepare
 from tests.helpers import eventually, settings_for
 
 

@@ -9,8 +9,8 @@ import pytest
 from pydantic import SecretStr
 
 from rota.api.app import create_app
+from rota.app.runtime import Runtime
 from rota.core.models import OccurrenceStatus
-from rota.runtime import Runtime
 from tests.api_client import api_client
 from tests.api_runtime import MiniRuntime
 from tests.helpers import RuntimeFactory

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rota.api.app import create_app
-from rota.runtime import Runtime
+from rota.app.runtime import Runtime
 from tests.api_client import api_client
 from tests.helpers import RuntimeFactory
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rota.logs import configure
-from rota.serve import prepare
+from rota.app.server import prepare
+from rota.observability.logs import configure
 from tests.helpers import settings_for
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from rota.app.settings import RetentionSettings
 from rota.cli import app
 from rota.core.errors import NotFoundError
 from rota.core.ids import new_id
@@ -17,7 +18,6 @@ from rota.core.models import Job, LogRecord, Occurrence, OccurrenceStatus, Statu
 from rota.core.planning import PlanSettings, plan_fires
 from rota.core.ports import Store
 from rota.services.maintenance import Maintenance, RetentionPolicy
-from rota.settings import RetentionSettings
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
 from tests.helpers import RuntimeFactory, eventually

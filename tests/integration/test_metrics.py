@@ -11,9 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rota.api.app import create_app
+from rota.app.runtime import Runtime
 from rota.core.models import OccurrenceStatus
 from rota.core.records import OccurrenceQuery
-from rota.runtime import Runtime
 from tests.api_client import api_client
 from tests.helpers import RuntimeFactory, eventually
 

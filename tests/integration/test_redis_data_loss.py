@@ -14,8 +14,8 @@ from rota.coordination.redis import RedisCoordination
 from rota.core.ids import bucket_of, new_id
 from rota.core.models import Job
 from rota.indexes.redis import RedisScheduleIndex
-from rota.redis_client import delete_prefix
-from rota.redis_keys import RedisKeys
+from rota.redis.client import delete_prefix
+from rota.redis.keys import RedisKeys
 from rota.services.buckets import BucketOwner
 from rota.services.loader import Loader
 from rota.stores.sql import SqlStore

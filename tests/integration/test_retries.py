@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
+from rota.app.runtime import Runtime
 from rota.core.models import OccurrenceStatus
 from rota.core.records import OccurrenceQuery
-from rota.runtime import Runtime
 from tests.helpers import RuntimeFactory, eventually
 
 S = OccurrenceStatus

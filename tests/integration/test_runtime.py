@@ -10,9 +10,9 @@ from uuid import UUID
 
 import pytest
 
+from rota.app.runtime import Runtime
 from rota.core.models import ConcurrencyPolicy, OccurrenceStatus
 from rota.core.records import OccurrenceQuery
-from rota.runtime import Runtime
 from tests.helpers import RuntimeFactory, eventually
 
 S = OccurrenceStatus

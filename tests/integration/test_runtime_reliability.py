@@ -11,8 +11,8 @@ from uuid import UUID
 import httpx
 import pytest
 
+from rota.app.runtime import Runtime
 from rota.core.models import OccurrenceStatus, StatusRecord
-from rota.runtime import Runtime
 from rota.services.zombies import zombie_records
 from tests.helpers import RuntimeFactory, eventually
 from tests.integration import reliability_jobs

@@ -12,10 +12,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from rota.app.runtime import Runtime
 from rota.core.models import Occurrence, OccurrenceStatus
 from rota.core.records import OccurrenceQuery
-from rota.runtime import Runtime
-from rota.tracing import Tracing
+from rota.observability.tracing import Tracing
 from tests.helpers import RuntimeFactory, eventually
 
 S = OccurrenceStatus

@@ -20,7 +20,7 @@ from rota.brokers.rabbitmq import RabbitMQBroker
 from rota.core.ids import new_id
 from rota.core.models import JobMessage, OccurrenceStatus, StatusRecord
 from rota.core.ports import Broker
-from rota.worker.discovery import AnyJobDefinition, JobRegistry
+from rota.sdk.registry import AnyJobDefinition, JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
 from tests.contract.rabbitmq_fixtures import rabbitmq_url  # noqa: F401 (session fixture)

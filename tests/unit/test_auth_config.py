@@ -13,11 +13,11 @@ from pydantic import SecretStr
 from rich.console import Console
 from typer.testing import CliRunner
 
+from rota.app.runtime import auth_config, auth_secret, build_runtime
+from rota.app.server import ensure_dev_admin, prepare
+from rota.app.settings import Settings
 from rota.cli import app
 from rota.core.errors import ConfigurationError
-from rota.runtime import auth_config, auth_secret, build_runtime
-from rota.serve import ensure_dev_admin, prepare
-from rota.settings import Settings
 
 
 def test_production_refuses_to_start_without_a_secret(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from rota.app.settings import SchedulerSettings
 from rota.coordination.memory import MemoryCoordination
 from rota.core.autodisable import (
     AutoDisableDefaults,
@@ -25,7 +26,6 @@ from rota.core.planning import PlanSettings, new_occurrence
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.jobs import JobService
 from rota.services.probes import ProbeReleaser
-from rota.settings import SchedulerSettings
 from rota.stores.sql import SqlStore
 
 S = OccurrenceStatus

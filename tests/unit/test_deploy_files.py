@@ -10,9 +10,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from rota.app.settings import Settings
 from rota.cli import app
-from rota.settings import Settings
-from rota.worker.discovery import load_jobs
+from rota.sdk.registry import load_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 

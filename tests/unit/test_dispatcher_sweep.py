@@ -10,6 +10,7 @@ from uuid import UUID
 
 import pytest
 
+from rota.app.settings import SchedulerSettings
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
 from rota.core.errors import BackendUnavailableError
@@ -19,7 +20,6 @@ from rota.core.planning import PlanSettings, new_occurrence
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.dispatcher import Dispatcher
 from rota.services.workers import WorkerDirectory
-from rota.settings import SchedulerSettings
 from rota.stores.sql import SqlStore
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

@@ -113,7 +113,7 @@ def test_roster_changes_report_joins_leaves_and_declarations_not_load() -> None:
 
 
 def test_config_masking_by_name_and_in_urls() -> None:
-    from rota.api.routes_admin import MASK, mask_secrets
+    from rota.api.routes.admin import MASK, mask_secrets
 
     settings = {
         "auth": {

@@ -32,8 +32,8 @@ from rota.core.models import (
 )
 from rota.core.ports import Broker
 from rota.core.wire import encode_status_records
+from rota.sdk.registry import AnyJobDefinition, JobRegistry
 from rota.worker import executor as executor_module
-from rota.worker.discovery import AnyJobDefinition, JobRegistry
 from rota.worker.executor import MAX_EXCEPTION_BYTES, Executor, format_exception, to_jsonable
 from rota.worker.localstore import LocalStore
 from rota.worker.presence import WorkerPresence

@@ -22,8 +22,8 @@ from rota.core.ids import new_id
 from rota.core.models import JobMessage, OccurrenceStatus
 from rota.core.ports import Broker
 from rota.core.records import ClaimBatch, ClaimOutcome, ClaimRequest
+from rota.sdk.registry import AnyJobDefinition, JobRegistry
 from rota.worker.claims import CLAIM_EPOCH, AttemptClaims
-from rota.worker.discovery import AnyJobDefinition, JobRegistry
 from rota.worker.executor import Executor
 from tests.helpers import eventually
 from tests.unit.test_executor import NOW, WORKER, Harness, Observer

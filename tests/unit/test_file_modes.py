@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from rota.settings import Settings
+from rota.app.settings import Settings
+from rota.cli.users import list_users
 from rota.stores.files import private_sqlite
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
-from rota.users import list_users
 from rota.worker.localstore import LocalStore
 
 

@@ -9,6 +9,7 @@ from uuid import UUID
 
 import pytest
 
+from rota.app.settings import SchedulerSettings
 from rota.coordination.memory import MemoryCoordination
 from rota.core.errors import (
     BackendUnavailableError,
@@ -30,7 +31,6 @@ from rota.core.planning import PlanSettings, new_occurrence
 from rota.core.records import IndexEntry, OccurrenceQuery
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.jobs import JobService
-from rota.settings import SchedulerSettings
 from rota.stores.sql import SqlStore
 
 T0 = datetime(2026, 1, 5, 12, 0, 30, tzinfo=UTC)  # a Monday, 30 s past noon

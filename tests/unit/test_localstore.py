@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from rota.app.settings import Settings, WorkerSettings
 from rota.core.errors import ConfigurationError
 from rota.core.ids import new_id
-from rota.settings import Settings, WorkerSettings
 from rota.worker import localstore
 from rota.worker.localstore import LOGS, STATUS, LocalStore
 

@@ -11,7 +11,7 @@ from uuid import uuid4
 
 import pytest
 
-from rota.logs import bind_context, configure, current_context, log_context
+from rota.observability.logs import bind_context, configure, current_context, log_context
 
 log = logging.getLogger("tests.logs")
 

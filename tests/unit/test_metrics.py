@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rota.core.models import OccurrenceStatus, StatusRecord, utcnow
 from rota.core.records import AppliedChange, IgnoredRecord, StatusResult
-from rota.metrics import LoopHistogram, RotaMetrics, scrape_allowed
+from rota.observability.metrics import LoopHistogram, RotaMetrics, scrape_allowed
 from rota.worker.metrics_server import MetricsServer
 
 S = OccurrenceStatus

@@ -19,8 +19,8 @@ import pytest
 import rota
 from rota.core.errors import ConfigurationError, CronError, JobCancelledError, ValidationError
 from rota.core.models import LogRecord, Priority
-from rota.worker.discovery import JobRegistry, load_jobs
-from rota.worker.sdk import JobOptions
+from rota.sdk.job import JobOptions
+from rota.sdk.registry import JobRegistry, load_jobs
 
 
 class Report(rota.JobData):
@@ -90,7 +90,7 @@ def test_rota_exports_the_sdk() -> None:
 def test_importing_rota_stays_light() -> None:
     code = (
         "import sys, rota; "
-        "heavy = ('fastapi', 'sqlalchemy', 'uvicorn', 'pydantic_settings', 'rota.settings'); "
+        "heavy = ('fastapi', 'sqlalchemy', 'uvicorn', 'pydantic_settings', 'rota.app.settings'); "
         "print(sorted(m for m in heavy if m in sys.modules))"
     )
     out = subprocess.run(

@@ -8,12 +8,12 @@ import pydantic
 import pytest
 from typer.testing import CliRunner
 
+from rota.app.notify import alert_webhook
+from rota.app.runtime import build_runtime
+from rota.app.server import http_config
+from rota.app.settings import Settings
 from rota.cli import app
 from rota.core.errors import ConfigurationError
-from rota.runtime import build_runtime
-from rota.serve import http_config
-from rota.settings import Settings
-from rota.webhooks import alert_webhook
 
 
 def test_defaults_are_embedded_sqlite_in_the_data_dir(

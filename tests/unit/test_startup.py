@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from rota.app.startup import redact_url, wait_for
 from rota.core.errors import BackendUnavailableError
-from rota.startup import redact_url, wait_for
 from rota.stores.sql import SqlStore
 
 
@@ -31,7 +31,7 @@ async def test_wait_for_retries_until_the_service_answers(caplog: pytest.LogCapt
         if tries < 3:
             raise BackendUnavailableError("connection refused")
 
-    with caplog.at_level(logging.INFO, logger="rota.startup"):
+    with caplog.at_level(logging.INFO, logger="rota.app.startup"):
         await wait_for("Redis", "redis://u:pw@cache:6379/0", attempt, within=10)
     assert tries == 3
     waits = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]

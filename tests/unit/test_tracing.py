@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from rota.core.ids import new_id
 from rota.core.models import JobMessage
 from rota.core.wire import decode_job_message, encode_job_message, job_message_headers
-from rota.tracing import tracing_from_env
+from rota.observability.tracing import tracing_from_env
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

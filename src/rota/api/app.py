@@ -7,21 +7,6 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from rota.api import (
-    routes_admin,
-    routes_alerts,
-    routes_audit,
-    routes_auth,
-    routes_events,
-    routes_failed,
-    routes_health,
-    routes_jobs,
-    routes_metrics,
-    routes_occurrences,
-    routes_stats,
-    routes_users,
-    routes_workers,
-)
 from rota.api.deps import ApiRuntime
 from rota.api.limits import InputLimitMiddleware, InputLimits
 from rota.api.problems import (
@@ -29,8 +14,23 @@ from rota.api.problems import (
     install_problem_handlers,
     problem_json_only,
 )
+from rota.api.routes import (
+    admin,
+    alerts,
+    audit,
+    auth,
+    events,
+    failed,
+    health,
+    jobs,
+    metrics,
+    occurrences,
+    stats,
+    users,
+    workers,
+)
 from rota.api.security import document_roles
-from rota.settings import ApiSettings
+from rota.app.settings import ApiSettings
 
 API_PREFIX = "/api/v1"
 PUBLIC_PATHS = frozenset(
@@ -71,23 +71,23 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
     app.add_middleware(InputLimitMiddleware, limits=limits)
     install_problem_handlers(app)
     for router in (
-        routes_auth.router,
-        routes_jobs.router,
-        routes_jobs.schedules,
-        routes_jobs.tags,
-        routes_occurrences.router,
-        routes_failed.router,
-        routes_workers.router,
-        routes_health.router,
-        routes_admin.router,
-        routes_alerts.router,
-        routes_users.router,
-        routes_audit.router,
-        routes_events.router,
-        routes_stats.router,
+        auth.router,
+        jobs.router,
+        jobs.schedules,
+        jobs.tags,
+        occurrences.router,
+        failed.router,
+        workers.router,
+        health.router,
+        admin.router,
+        alerts.router,
+        users.router,
+        audit.router,
+        events.router,
+        stats.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
-    app.include_router(routes_metrics.router)
+    app.include_router(metrics.router)
     if dashboard:
         from rota.dashboard import install_dashboard
 

@@ -1,6 +1,6 @@
 """How routes reach the runtime: ``app.state.runtime`` through an ``Annotated`` dependency.
 
-The API depends on this protocol, not on :mod:`rota.runtime`, so any object with these
+The API depends on this protocol, not on :mod:`rota.app.runtime`, so any object with these
 attributes (the composition root's runtime, or a test's) can serve it.
 """
 
@@ -10,11 +10,11 @@ from typing import Annotated, Protocol, cast
 
 from fastapi import Depends, Request
 
+from rota.app.settings import Settings
 from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.jobs import JobService
-from rota.settings import Settings
 
 
 class ApiRuntime(Protocol):

@@ -35,8 +35,8 @@ from rota.core.jsonlimits import MAX_JSON_DEPTH, value_too_deep
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
 from rota.core.records import AttemptClaim, ClaimBatch, ClaimOutcome, ClaimRequest, Lease
-from rota.redis_client import DEFAULT_SOCKET_TIMEOUT, connect, unavailable
-from rota.redis_keys import DEFAULT_PREFIX, RedisKeys
+from rota.redis.client import DEFAULT_SOCKET_TIMEOUT, connect, unavailable
+from rota.redis.keys import DEFAULT_PREFIX, RedisKeys
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -277,7 +277,7 @@ def _worker_from_json(raw: bytes) -> WorkerInfo:
 class RedisCoordination(Coordination):
     """:class:`~rota.core.ports.Coordination` shared through Redis by every instance.
 
-    ``redis`` is a client from :func:`rota.redis_client.connect` (bytes replies); it is closed
+    ``redis`` is a client from :func:`rota.redis.client.connect` (bytes replies); it is closed
     by :meth:`close` only with ``close_client=True`` (as :meth:`from_url` does). Wake-up
     iterators block on the server for at most ``block_seconds`` per read (keep it below the
     client's socket timeout).

@@ -3,7 +3,7 @@
 The dashboard holds no credentials of its own. Its login form is handed to
 ``POST /api/v1/auth/login`` (in process, through ASGI, with the browser's address so throttling
 and lockout apply per client); the tokens come back as two HttpOnly, SameSite=Strict cookies,
-``Secure`` by the API's own rule (:attr:`rota.settings.Settings.cookies_secure`):
+``Secure`` by the API's own rule (:attr:`rota.app.settings.Settings.cookies_secure`):
 
 - ``rota_access`` (path ``/``, for the access token's lifetime): the access JWT, which the API
   also accepts from the cookie, together with the ``X-Rota-CSRF`` header on changes;

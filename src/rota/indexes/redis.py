@@ -19,8 +19,8 @@ from uuid import UUID
 
 from rota.core.ports import ScheduleIndex
 from rota.core.records import IndexEntry
-from rota.redis_client import DEFAULT_SOCKET_TIMEOUT, connect, unavailable
-from rota.redis_keys import DEFAULT_PREFIX, RedisKeys
+from rota.redis.client import DEFAULT_SOCKET_TIMEOUT, connect, unavailable
+from rota.redis.keys import DEFAULT_PREFIX, RedisKeys
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -94,7 +94,7 @@ def _chunks(mapping: dict[bytes, float]) -> list[dict[bytes, float]]:
 class RedisScheduleIndex(ScheduleIndex):
     """:class:`~rota.core.ports.ScheduleIndex` as Redis sorted sets, one per bucket.
 
-    ``redis`` is a client from :func:`rota.redis_client.connect` (bytes replies); it is closed
+    ``redis`` is a client from :func:`rota.redis.client.connect` (bytes replies); it is closed
     by :meth:`close` only with ``close_client=True`` (as :meth:`from_url` does).
     """
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from rota.app.settings import SchedulerSettings
 from rota.core.errors import RotaError
 from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, utcnow
 from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
@@ -26,7 +27,6 @@ from rota.core.ports import Broker, DispatchStore, ScheduleIndex
 from rota.core.records import DispatchResult, DueEntry, IndexEntry
 from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
-from rota.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 

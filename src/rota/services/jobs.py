@@ -19,6 +19,7 @@ from uuid import UUID
 
 import orjson
 
+from rota.app.settings import SchedulerSettings
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.cron import CronSchedule, parse_cached
 from rota.core.errors import (
@@ -61,7 +62,6 @@ from rota.core.ports import Coordination, JobAdminStore, ScheduleIndex
 from rota.core.records import IndexEntry, JobQuery, OccurrenceQuery, Page
 from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
-from rota.settings import SchedulerSettings
 
 logger = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from rota.app.settings import RetentionSettings
 from rota.core.errors import RotaError
 from rota.core.models import OccurrenceStatus, utcnow
 from rota.core.ports import RetentionStore
 from rota.core.records import PartitionUpkeep
-from rota.settings import RetentionSettings
 
 log = logging.getLogger(__name__)
 

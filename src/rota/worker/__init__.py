@@ -1,15 +1,3 @@
-"""The worker side: the SDK handlers are written against, discovery of job types, and the
-executor that runs them (:mod:`rota.worker.executor`, imported on demand)."""
-
-from rota.worker.discovery import JobRegistry, load_jobs
-from rota.worker.sdk import JobContext, JobData, JobDefinition, PermanentError, job
-
-__all__ = [
-    "JobContext",
-    "JobData",
-    "JobDefinition",
-    "JobRegistry",
-    "PermanentError",
-    "job",
-    "load_jobs",
-]
+"""The worker runtime: the executor that runs handlers (:mod:`rota.worker.executor`), its
+reporter and offline outbox, presence and attempt claims. Job authors import :mod:`rota`
+(the SDK lives in :mod:`rota.sdk`); the worker process is built in :mod:`rota.app`."""

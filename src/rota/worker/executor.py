@@ -41,13 +41,13 @@ from rota.core.models import (
 )
 from rota.core.ports import Broker, Delivery
 from rota.core.retry import retry_at, retry_delay
-from rota.logs import set_job_context
-from rota.tracing import Tracing
+from rota.observability.logs import set_job_context
+from rota.observability.tracing import Tracing
+from rota.sdk.job import JobContext
+from rota.sdk.registry import AnyJobDefinition, JobRegistry
 from rota.worker.claims import AttemptClaims, ClaimVerdict
-from rota.worker.discovery import AnyJobDefinition, JobRegistry
 from rota.worker.localstore import LocalStore
 from rota.worker.reporter import Reporter
-from rota.worker.sdk import JobContext
 
 __all__ = ["Executor", "Reporter", "format_exception"]
 

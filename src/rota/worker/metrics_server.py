@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from rota.core.errors import ConfigurationError
-from rota.metrics import CONTENT_TYPE, RotaMetrics, scrape_allowed
+from rota.observability.metrics import CONTENT_TYPE, RotaMetrics, scrape_allowed
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from rota.core.models import WorkerInfo, utcnow
 from rota.core.ports import Coordination
-from rota.worker.discovery import JobRegistry
+from rota.sdk.registry import JobRegistry
 from rota.worker.executor import Executor
 
 log = logging.getLogger(__name__)

@@ -6,24 +6,23 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from rota.app.settings import Settings
 from rota.core.errors import NotFoundError
 from rota.core.models import utcnow
 from rota.core.security import Role, User
 from rota.services.auth import AuthConfig, AuthService
-from rota.settings import Settings
 
 
 @asynccontextmanager
 async def _auth(settings: Settings) -> AsyncIterator[AuthService]:
     """An :class:`AuthService` on the settings' store, migrated first if it is SQLite. It
     issues no tokens, so any key will do."""
-    from rota.stores.migrate import upgrade
-    from rota.stores.sql import SqlStore
+    from rota.app.adapters import make_store, upgrade_schema
 
     url = settings.effective_database_url
     if url.startswith("sqlite"):
-        await upgrade(url)  # creates the file (0600) and its directory (0700)
-    store = SqlStore(url)
+        await upgrade_schema(url)  # creates the file (0600) and its directory (0700)
+    store = make_store(url)
     await store.open()
     auth = AuthService(store, AuthConfig(secret=secrets.token_bytes(32)), utcnow)
     try:

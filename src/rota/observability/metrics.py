@@ -1,7 +1,7 @@
 """Prometheus metrics: every ``rota_*`` metric, defined here and nowhere else.
 
 A :class:`RotaMetrics` is built per :class:`~prometheus_client.CollectorRegistry` by a
-composition root (:mod:`rota.runtime`, :mod:`rota.worker.process`) and handed to what records
+composition root (:mod:`rota.app`) and handed to what records
 into it; nothing uses the library's global default registry.
 
 Recording stays off the hot path: counters move once per batch (a dispatch batch, a status

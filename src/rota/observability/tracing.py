@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from rota.core.models import JobMessage, Occurrence, OccurrenceStatus, StatusRecord
 from rota.core.planning import FirePlan
-from rota.logs import bind_context
+from rota.observability.logs import bind_context
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

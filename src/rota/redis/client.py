@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from rota.core.errors import BackendUnavailableError, ConfigurationError
-from rota.redis_keys import RedisKeys
+from rota.redis.keys import RedisKeys
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

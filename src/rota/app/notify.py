@@ -6,9 +6,9 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
+from rota.app.settings import http_url
 from rota.core.errors import BackendUnavailableError, ConfigurationError
 from rota.services.silence import Alert, alert_json
-from rota.settings import http_url
 
 
 def alert_webhook(url: str, timeout: float) -> Callable[[Alert], Awaitable[None]]:

@@ -1,5 +1,5 @@
 """Finding job types: import modules (by dotted name or file path) and collect the
-:class:`~rota.worker.sdk.JobDefinition` objects they hold. There is no global registry."""
+:class:`~rota.sdk.job.JobDefinition` objects they hold. There is no global registry."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from rota.core.errors import ConfigurationError
 from rota.core.models import JsonValue
-from rota.worker.sdk import JobDefinition
+from rota.sdk.job import JobDefinition
 
 __all__ = ["AnyJobDefinition", "JobRegistry", "load_jobs"]
 

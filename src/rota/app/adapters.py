@@ -1,11 +1,13 @@
 """Adapter selection by URL (DESIGN.md §1): nothing set means embedded. Imported only by the
-composition roots (``runtime.py``, ``worker/process.py``)."""
+composition root (:mod:`rota.app`) and the operator commands of :mod:`rota.cli`, which
+reach the store through :func:`make_store` and :func:`upgrade_schema`."""
 
 from __future__ import annotations
 
+from rota.app.settings import Settings
+from rota.core.autodisable import AutoDisableDefaults
 from rota.core.errors import ConfigurationError
-from rota.core.ports import Broker, Coordination, ScheduleIndex
-from rota.settings import Settings
+from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
 
 
 def check_mode(settings: Settings) -> None:
@@ -49,3 +51,17 @@ def make_broker(settings: Settings) -> Broker:
     from rota.brokers.inprocess import InProcessBroker
 
     return InProcessBroker(prefix=settings.name_prefix)
+
+
+def make_store(url: str, *, auto_disable: AutoDisableDefaults | None = None) -> Store:
+    """The SQL store (SQLite or PostgreSQL) at ``url``; not opened yet."""
+    from rota.stores.sql import SqlStore
+
+    return SqlStore(url, auto_disable=auto_disable)
+
+
+async def upgrade_schema(url: str) -> None:
+    """Bring the store's schema at ``url`` up to date (creates a SQLite file, 0600)."""
+    from rota.stores.migrate import upgrade
+
+    await upgrade(url)

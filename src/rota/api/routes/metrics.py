@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request, Response
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
 from rota.core.errors import AuthenticationError
-from rota.metrics import CONTENT_TYPE, RotaMetrics, scrape_allowed
+from rota.observability.metrics import CONTENT_TYPE, RotaMetrics, scrape_allowed
 
 router = APIRouter(tags=["monitoring"])
 

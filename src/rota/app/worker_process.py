@@ -15,16 +15,16 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from rota.adapters import make_broker, make_coordination
+from rota.app.adapters import make_broker, make_coordination
+from rota.app.runtime import new_instance_id
+from rota.app.settings import Settings
+from rota.app.startup import wait_for
 from rota.core.errors import ConfigurationError
 from rota.core.ports import Broker, Coordination
-from rota.metrics import RotaMetrics
-from rota.runtime import new_instance_id
-from rota.settings import Settings
-from rota.startup import wait_for
-from rota.tracing import tracing_from_env
+from rota.observability.metrics import RotaMetrics
+from rota.observability.tracing import tracing_from_env
+from rota.sdk.registry import JobRegistry, load_jobs
 from rota.worker.claims import AttemptClaims
-from rota.worker.discovery import JobRegistry, load_jobs
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
 from rota.worker.metrics_server import MetricsServer

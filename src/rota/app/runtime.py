@@ -19,13 +19,18 @@ from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 
-from rota.adapters import make_broker, make_coordination, make_index
+from rota.app.adapters import make_broker, make_coordination, make_index, make_store
+from rota.app.notify import alert_webhook
+from rota.app.settings import Settings
+from rota.app.startup import wait_for
 from rota.core.errors import ConfigurationError, RotaError, ValidationError
 from rota.core.models import DispatcherState, OccurrenceStatus, WorkerInfo, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
 from rota.core.records import StatusResult
 from rota.core.security import MIN_SECRET_BYTES, secret_weakness
-from rota.metrics import RotaMetrics
+from rota.observability.metrics import RotaMetrics
+from rota.observability.tracing import Tracing
+from rota.sdk.registry import JobRegistry
 from rota.services.audit import AuditService
 from rota.services.auth import AuthConfig, AuthService
 from rota.services.buckets import BucketOwner
@@ -45,13 +50,8 @@ from rota.services.silence import Alert, SilenceConfig, SilenceMonitor
 from rota.services.tracker import LogCollector, StatusTracker
 from rota.services.workers import WorkerDirectory, roster_changes
 from rota.services.zombies import ZombieDetector
-from rota.settings import Settings
-from rota.startup import wait_for
 from rota.stores.files import PRIVATE_FILE, private_dir
-from rota.tracing import Tracing
-from rota.webhooks import alert_webhook
 from rota.worker.claims import AttemptClaims
-from rota.worker.discovery import JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.presence import WorkerPresence
 
@@ -617,9 +617,9 @@ def build_runtime(
 ) -> Runtime:
     """Pick the adapters the settings name and wire a :class:`Runtime` (with its own metrics
     registry; ``tracing`` off unless given)."""
-    from rota.stores.sql import SqlStore
-
-    store = SqlStore(settings.effective_database_url, auto_disable=settings.scheduler.auto_disable)
+    store = make_store(
+        settings.effective_database_url, auto_disable=settings.scheduler.auto_disable
+    )
     broker = make_broker(settings)
     index = make_index(settings)
     coordination = make_coordination(settings)

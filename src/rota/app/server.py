@@ -12,9 +12,9 @@ import uvicorn
 from rich.console import Console
 from rich.panel import Panel
 
-from rota.runtime import Runtime, build_runtime, tune_gc
-from rota.settings import Settings
-from rota.tracing import Tracing, tracing_from_env
+from rota.app.runtime import Runtime, build_runtime, tune_gc
+from rota.app.settings import Settings
+from rota.observability.tracing import Tracing, tracing_from_env
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +23,8 @@ async def prepare(
     settings: Settings, modules: Sequence[str], tracing: Tracing | None = None
 ) -> Runtime:
     """Migrate the store (embedded/dev) and wire the runtime with the given job modules."""
+    from rota.sdk.registry import load_jobs
     from rota.stores.migrate import upgrade
-    from rota.worker.discovery import load_jobs
 
     url = settings.effective_database_url
     # SQLite: the migration creates the file (0600) and its directory (0700)

@@ -19,10 +19,10 @@ import pydantic
 import typer
 from rich.console import Console
 
+from rota.app.settings import Settings
+from rota.app.startup import redact_url
 from rota.core.errors import RotaError
 from rota.services.maintenance import MaintenanceReport, RetentionPolicy
-from rota.settings import Settings
-from rota.startup import redact_url
 
 T = TypeVar("T")
 
@@ -57,7 +57,7 @@ def load_settings(**overrides: Any) -> Settings:
 
 def configure_logging(level: str) -> None:
     """Readable lines on a terminal, JSON lines otherwise, with the log context."""
-    from rota.logs import configure
+    from rota.observability.logs import configure
 
     configure(level)
 
@@ -81,7 +81,7 @@ def dev(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run Rota embedded: API, scheduler and workers in one process, SQLite in the data dir."""
-    from rota.serve import serve
+    from rota.app.server import serve
 
     configure_logging(log_level)
     overrides: dict[str, object] = {"environment": "development"}
@@ -104,7 +104,7 @@ def server(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run a scheduler instance with the API (settings from ROTA_… variables / rota.toml)."""
-    from rota.serve import serve
+    from rota.app.server import serve
 
     configure_logging(log_level)
     settings = load_settings()
@@ -143,7 +143,7 @@ def worker(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run a worker process (distributed mode: ROTA_AMQP_URL and ROTA_REDIS_URL)."""
-    from rota.worker.process import run_worker
+    from rota.app.worker_process import run_worker
 
     configure_logging(log_level)
     settings = load_settings()
@@ -171,23 +171,23 @@ def migrate(
     ] = None,
 ) -> None:
     """Bring the store's schema up to date."""
-    from rota.stores.migrate import upgrade
+    from rota.app.adapters import upgrade_schema
 
     configure_logging("warning")
     settings = load_settings()
     url = database_url or settings.effective_database_url
     if not url.startswith("sqlite"):  # SQLite: upgrade creates the file (0600) and its dir
         _run(_reach_database(url, settings.startup_wait_seconds))
-    _run(upgrade(url))
+    _run(upgrade_schema(url))
     _console().print(f"[green]schema up to date[/green] ({redact_url(url)})")
 
 
 async def _reach_database(url: str, wait_seconds: float) -> None:
     """Wait for a database server to answer (``rota migrate`` often starts beside it)."""
-    from rota.startup import wait_for
-    from rota.stores.sql import SqlStore
+    from rota.app.adapters import make_store
+    from rota.app.startup import wait_for
 
-    store = SqlStore(url)
+    store = make_store(url)
     await wait_for("the database", url, store.open, within=wait_seconds)
     await store.close()
 
@@ -219,11 +219,11 @@ def maintenance(
 
 
 async def _retention(url: str, policy: RetentionPolicy, wait_seconds: float) -> MaintenanceReport:
+    from rota.app.adapters import make_store
+    from rota.app.startup import wait_for
     from rota.services.maintenance import Maintenance
-    from rota.startup import wait_for
-    from rota.stores.sql import SqlStore
 
-    store = SqlStore(url)
+    store = make_store(url)
     await wait_for("the database", url, store.open, within=wait_seconds)
     try:
         return await Maintenance(store, policy).run_once()
@@ -260,8 +260,8 @@ def user_create(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Create a user (the password is prompted for, or read with --password-stdin)."""
+    from rota.cli.users import create_user
     from rota.core.security import Role
-    from rota.users import create_user
 
     configure_logging("warning")
     settings = _user_settings(data_dir)
@@ -281,7 +281,7 @@ def user_password(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Set a user's password (a reset: it also unlocks the user and ends its logins)."""
-    from rota.users import reset_password
+    from rota.cli.users import reset_password
 
     configure_logging("warning")
     settings = _user_settings(data_dir)
@@ -293,7 +293,7 @@ def user_password(
 @user_app.command("list")
 def user_list(data_dir: DataDirOpt = None) -> None:
     """List the users with their roles."""
-    from rota.users import list_users
+    from rota.cli.users import list_users
 
     configure_logging("warning")
     for user in _run(list_users(_user_settings(data_dir))):
@@ -308,7 +308,7 @@ def bench_throughput(
     json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
 ) -> None:
     """No-op one-time jobs all due now, timed until every occurrence is Completed."""
-    from rota.bench import report, run_throughput
+    from rota.cli.bench import report, run_throughput
 
     configure_logging("warning")
     result = _run(run_throughput(mode, jobs))
@@ -323,7 +323,7 @@ def bench_latency(
     json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
 ) -> None:
     """One-time jobs due across a spread; start − scheduled percentiles in ms."""
-    from rota.bench import report, run_latency
+    from rota.cli.bench import report, run_latency
 
     configure_logging("warning")
     result = _run(run_latency(mode, jobs, spread))
@@ -346,7 +346,7 @@ def bench_login_flood(
 ) -> None:
     """Flood the login of a `rota server` (a process of its own) with wrong passwords while a
     normal authenticated call is timed; its latency, the 429s and the server's memory."""
-    from rota.bench import report, run_login_flood
+    from rota.cli.bench import report, run_login_flood
 
     configure_logging("warning")
     result = _run(run_login_flood(mode, clients, seconds, distinct_addresses=distinct_addresses))

@@ -31,11 +31,11 @@ from rich.console import Console
 from rich.table import Table
 
 import rota
+from rota.app.runtime import Runtime, tune_gc
+from rota.app.settings import Settings
 from rota.core.errors import ConfigurationError
 from rota.core.models import OccurrenceStatus
 from rota.core.records import OccurrenceQuery
-from rota.runtime import Runtime, tune_gc
-from rota.settings import Settings
 
 
 @rota.job("bench.noop")
@@ -45,7 +45,7 @@ async def noop(ctx: rota.JobContext) -> None:
 
 @asynccontextmanager
 async def _embedded_runtime(concurrency: int) -> AsyncIterator[tuple[Runtime, int | None]]:
-    from rota.serve import prepare
+    from rota.app.server import prepare
 
     with tempfile.TemporaryDirectory(prefix="rota-bench-") as tmp:
         settings = Settings(
@@ -56,7 +56,7 @@ async def _embedded_runtime(concurrency: int) -> AsyncIterator[tuple[Runtime, in
             amqp_url=None,
         )
         settings.worker.concurrency = concurrency
-        runtime = await prepare(settings, ["rota.bench"])
+        runtime = await prepare(settings, ["rota.cli.bench"])
         await runtime.start()
         tune_gc()
         try:
@@ -74,8 +74,8 @@ async def _distributed_runtime(concurrency: int) -> AsyncIterator[tuple[Runtime,
     """One server runtime in this process and one ``rota worker`` process, on the services
     named by ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL (under the ``rota-bench``
     name prefix, so a bench never touches a real installation's queues or keys)."""
-    from rota.serve import prepare
-    from rota.stores.migrate import upgrade
+    from rota.app.adapters import upgrade_schema
+    from rota.app.server import prepare
 
     settings = Settings(name_prefix=BENCH_PREFIX)
     if settings.is_embedded or not settings.database_url:
@@ -85,11 +85,11 @@ async def _distributed_runtime(concurrency: int) -> AsyncIterator[tuple[Runtime,
     settings.scheduler.dispatch_batch_size = 2000
     if settings.auth_secret is None:  # the bench serves no API: any key will do
         settings.auth_secret = SecretStr(secrets.token_urlsafe(48))
-    await upgrade(settings.effective_database_url)
+    await upgrade_schema(settings.effective_database_url)
     runtime = await prepare(settings, [])
     await runtime.start()
     env = {**os.environ, "ROTA_NAME_PREFIX": BENCH_PREFIX}
-    cmd = [sys.executable, "-m", "rota", "worker", "rota.bench", "--worker-id", BENCH_WORKER]
+    cmd = [sys.executable, "-m", "rota", "worker", "rota.cli.bench", "--worker-id", BENCH_WORKER]
     cmd += ["--concurrency", str(concurrency), "--log-level", "warning"]
     worker = await asyncio.to_thread(subprocess.Popen, cmd, env=env)
     try:
@@ -352,9 +352,9 @@ async def _server_process(
                     "bench --mode distributed needs ROTA_DATABASE_URL, ROTA_REDIS_URL and "
                     "ROTA_AMQP_URL"
                 )
-            from rota.stores.migrate import upgrade
+            from rota.app.adapters import upgrade_schema
 
-            await upgrade(settings.database_url)
+            await upgrade_schema(settings.database_url)
             env["ROTA_NAME_PREFIX"] = BENCH_PREFIX
             env.setdefault("ROTA_AUTH_SECRET", secrets.token_urlsafe(48))
         else:

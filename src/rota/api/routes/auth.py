@@ -12,7 +12,7 @@ from fastapi import APIRouter, Body, Request, Response, status
 
 from rota.api.deps import Audit, Auth, Runtime
 from rota.api.problems import problem_responses
-from rota.api.schemas_security import (
+from rota.api.schemas.security import (
     LoginRequest,
     PasswordChange,
     RefreshRequest,

@@ -14,7 +14,7 @@
         return "report ready"
 
 ``@rota.job`` returns a :class:`JobDefinition`; nothing is registered globally. Workers find
-definitions by scanning modules (:mod:`rota.worker.discovery`).
+definitions by scanning modules (:mod:`rota.sdk.registry`).
 """
 
 from __future__ import annotations

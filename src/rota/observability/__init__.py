@@ -1,0 +1,1 @@
+"""Observability: structured logs with context, Prometheus metrics, OpenTelemetry tracing."""

@@ -1,0 +1,1 @@
+"""Shared Redis adapter plumbing: the client factory and the key layout (DESIGN.md §6)."""
