@@ -14,7 +14,6 @@ Bucket states, as every instance sees them (:func:`bucket_overview`):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -25,6 +24,7 @@ from typing import Final
 from rota.core.errors import RotaError
 from rota.core.ports import BucketLeases, ScheduleIndex
 from rota.core.records import BucketStateName, InstanceStateName, Lease
+from rota.services._loop import run_periodically
 
 log = logging.getLogger(__name__)
 
@@ -200,15 +200,10 @@ class BucketOwner:
         return self.buckets
 
     async def run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                await self.tick()
-            except (RotaError, OSError) as exc:
-                log.warning("bucket lease renewal failed: %s", exc)
-            except Exception:
-                log.exception("unexpected bucket owner error")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=self._ttl / 3)
+        """Renew the leases every third of their time until :meth:`release`."""
+        await run_periodically(
+            "bucket lease renewal", self.tick, self._ttl / 3, self._stopping, log=log
+        )
 
     async def begin_release(self) -> None:
         """Graceful stop, first step: dispatch nothing more and tell the other instances

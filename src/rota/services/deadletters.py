@@ -50,6 +50,7 @@ from rota.core.records import (
     StatusResult,
     truncate_text,
 )
+from rota.services._loop import Backoff, run_periodically
 from rota.services.events import EventPublisher
 from rota.services.tracker import TrackerStats
 
@@ -252,30 +253,29 @@ class DeadLetterHandler:
     async def run(self) -> None:
         """Consume until :meth:`stop`. A store outage holds the batch and retries it; a broker
         outage (or anything unexpected) restarts the consumer after a backoff."""
-        backoff = 0.05
-        while not self._stopping.is_set():
-            batches = self._broker.consume_dead_letters(self._batch_size, self._max_wait)
-            try:
-                async for batch in batches:
-                    backoff = 0.05
-                    if not await self._store_batch(batch):
-                        return
-                    if self._stopping.is_set():
-                        return
-                if self._stopping.is_set():
+        restart = Backoff(0.05, self._max_backoff)
+        # The consumer ending on its own (its broker closed) waits the backoff too.
+        await run_periodically(
+            "dead-letter consumer",
+            lambda: self._consume(restart),
+            restart.next,
+            self._stopping,
+            log=log,
+            on_error=self._failed,
+        )
+
+    def _failed(self) -> None:
+        self.stats.errors += 1
+
+    async def _consume(self, restart: Backoff) -> None:
+        batches = self._broker.consume_dead_letters(self._batch_size, self._max_wait)
+        try:
+            async for batch in batches:
+                restart.reset()
+                if not await self._store_batch(batch) or self._stopping.is_set():
                     return
-                # The consumer ended on its own (its broker closed): wait, then again.
-            except (RotaError, OSError) as exc:
-                self.stats.errors += 1
-                log.warning("dead-letter handler: consuming failed, retrying: %s", exc)
-            except Exception:
-                self.stats.errors += 1
-                log.exception("dead-letter handler: unexpected error, retrying")
-            finally:
-                await _close(batches)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=backoff)
-            backoff = min(backoff * 2, self._max_backoff)
+        finally:
+            await _close(batches)
 
     async def _store_batch(self, batch: Batch[ReceivedDeadLetter]) -> bool:
         """Store and acknowledge one batch, retrying with backoff; ``False`` if stopped

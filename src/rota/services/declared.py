@@ -27,7 +27,6 @@ same declaration, so concurrent syncs end with one job at one new version.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from rota.core.errors import (
 from rota.core.jobspec import JobSpec
 from rota.core.models import Job, JobSource, JsonValue, Priority, WorkerInfo
 from rota.core.ports import JobStore
+from rota.services._loop import run_periodically
 from rota.services.jobs import JobService
 from rota.services.workers import WorkerDirectory
 
@@ -181,13 +181,14 @@ class DeclaredSchedules:
     async def run(self) -> None:
         """Check the registry every interval; sync when an instance came or went. Never
         raises: a failed sync is retried on the next check."""
-        while not self._stopping.is_set():
-            try:
-                await self.sync_if_changed()
-            except Exception:
-                logger.exception("syncing code-declared schedules failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._interval)
+        await run_periodically(
+            "code-declared schedules sync",
+            self.sync_if_changed,
+            self._interval,
+            self._stopping,
+            log=logger,
+            expected=(),
+        )
 
     def stop(self) -> None:
         self._stopping.set()

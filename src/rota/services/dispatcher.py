@@ -25,6 +25,7 @@ from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, utc
 from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
 from rota.core.ports import Broker, DispatchStore, ScheduleIndex
 from rota.core.records import DispatchResult, DueEntry, IndexEntry
+from rota.services._loop import Backoff, run_periodically
 from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
 
@@ -141,7 +142,7 @@ class Dispatcher:
         lasts, a finished occurrence wakes the pending sweep to release the next one."""
         self._target: float | None = None
         self._next_pending_check = 0.0
-        self._stopping = False
+        self._stopping = asyncio.Event()
         self._paused_reason: str | None = None
         self._busy = False
         """The last batch found due entries: look for more before asking for the earliest."""
@@ -158,7 +159,7 @@ class Dispatcher:
             self._wake.set()
 
     def stop(self) -> None:
-        self._stopping = True
+        self._stopping.set()
         self._wake.set()
 
     def pause(self, reason: str) -> None:
@@ -186,25 +187,24 @@ class Dispatcher:
 
     async def run(self) -> None:
         """Dispatch until :meth:`stop`. Errors are logged and retried; the loop never dies."""
-        backoff = 0.1
         try:
-            while not self._stopping:
-                try:
-                    await self._iteration()
-                    backoff = 0.1
-                except (RotaError, OSError) as exc:
-                    self.stats.errors += 1
-                    self._busy = False
-                    log.warning("dispatch failed, retrying in %.1fs: %s", backoff, exc)
-                    await self._sleep(time.time() + backoff)
-                    backoff = min(backoff * 2, 5.0)
-                except Exception:
-                    self.stats.errors += 1
-                    self._busy = False
-                    log.exception("unexpected dispatch error")
-                    await self._sleep(time.time() + 1.0)
+            await run_periodically(
+                "dispatch",
+                self._iteration,  # it sleeps as long as it wants: no interval after it
+                0.0,
+                self._stopping,
+                log=log,
+                backoff=Backoff(0.1, 5.0),
+                on_error=self._failed,
+                unexpected_delay=1.0,
+                sleep=lambda delay: self._sleep(time.time() + delay),
+            )
         finally:
             await self._settle_in_flight(0, quiet=True)
+
+    def _failed(self) -> None:
+        self.stats.errors += 1
+        self._busy = False
 
     async def _iteration(self) -> None:
         self.stats.last_tick = time.time()
@@ -242,7 +242,7 @@ class Dispatcher:
     async def _sleep(self, until: float) -> None:
         self._target = until
         delay = until - time.time()
-        if delay > 0 and not self._stopping:
+        if delay > 0 and not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
         self._target = None
@@ -299,7 +299,7 @@ class Dispatcher:
         self._next_pending_check = time.time() + self._settings.sweeper_interval_seconds
         total = 0
         batch = self._settings.dispatch_batch_size
-        while not self._stopping:
+        while not self._stopping.is_set():
             now = self._clock()
             created_before = now - self._pending_grace if self._pending_grace else None
             claim_until = now + self._claim_time
@@ -315,7 +315,7 @@ class Dispatcher:
             self.stats.republished += len(pending)
             if len(pending) < batch:
                 break
-        if not self._stopping:
+        if not self._stopping.is_set():
             await self._aim_next_sweep(created_before)
         return total
 

@@ -5,15 +5,14 @@ after a flush the next sync rebuilds it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from rota.core.errors import RotaError
 from rota.core.ports import DispatchStore, ScheduleIndex
 from rota.core.records import IndexEntry
+from rota.services._loop import run_periodically
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +79,9 @@ class Loader:
         self._kick.set()
 
     async def run(self) -> None:
-        while not self._stopping.is_set():
-            # Cleared before the sync, not after it: a kick that comes while the sync runs
-            # (buckets gained meanwhile, which this sync may not cover) starts the next one.
-            self._kick.clear()
-            try:
-                await self.sync()
-            except (RotaError, OSError) as exc:
-                log.warning("loader sync failed: %s", exc)
-            except Exception:
-                log.exception("unexpected loader error")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout=self._interval)
+        """Sync every interval, and at once after a :meth:`kick`. The kick is cleared before
+        the sync, not after it: a kick that comes while the sync runs (buckets gained
+        meanwhile, which this sync may not cover) starts the next one."""
+        await run_periodically(
+            "loader sync", self.sync, self._interval, self._stopping, self._kick, log=log
+        )

@@ -14,7 +14,6 @@ bucket 0 (one instance at a time, handed over with the bucket).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -26,6 +25,7 @@ from rota.core.errors import RotaError
 from rota.core.models import OccurrenceStatus, utcnow
 from rota.core.ports import RetentionStore
 from rota.core.records import PartitionUpkeep
+from rota.services._loop import run_periodically
 
 log = logging.getLogger(__name__)
 
@@ -191,22 +191,22 @@ class Maintenance:
         """Every interval, while this instance is the leader (owns bucket 0): retention, or
         (``retention`` off) only the upkeep of the time partitions."""
         await self.prepare_partitions()
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=self._interval)
-            if self._stopping.is_set():
-                return
-            if not self._is_leader():
-                continue
-            if not retention:
-                await self.prepare_partitions()
-                continue
-            try:
-                await self.run_once()
-            except (RotaError, OSError) as exc:
-                log.warning("retention run failed: %s", exc)
-            except Exception:
-                log.exception("unexpected retention error")
+        await run_periodically(
+            "retention run",
+            lambda: self._pass(retention=retention),
+            self._interval,
+            self._stopping,
+            log=log,
+            wait_first=True,
+        )
+
+    async def _pass(self, *, retention: bool) -> None:
+        if not self._is_leader():
+            return
+        if retention:
+            await self.run_once()
+        else:
+            await self.prepare_partitions()
 
     def _with_logs(self, status: OccurrenceStatus) -> bool:
         return not self._store.time_partitioned or self._policy.logs_go_with(status)

@@ -6,10 +6,9 @@ applies (and none over a change made since they read it)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
-from rota.core.errors import RotaError
+from rota.services._loop import run_periodically
 from rota.services.jobs import JobService
 
 log = logging.getLogger(__name__)
@@ -33,12 +32,6 @@ class ProbeReleaser:
 
     async def run(self) -> None:
         """Release due probes every interval until :meth:`stop`; the loop never dies."""
-        while not self._stopping.is_set():
-            try:
-                await self.release()
-            except (RotaError, OSError) as exc:
-                log.warning("auto-disable probe check failed: %s", exc)
-            except Exception:
-                log.exception("unexpected auto-disable probe error")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=self._interval)
+        await run_periodically(
+            "auto-disable probe check", self.release, self._interval, self._stopping, log=log
+        )

@@ -12,7 +12,6 @@ optionally, POSTed as JSON to a webhook.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -25,9 +24,10 @@ from uuid import UUID
 import orjson
 
 from rota.core.cron import parse_cached
-from rota.core.errors import CronError, RotaError
+from rota.core.errors import CronError
 from rota.core.models import Job, utcnow
 from rota.core.ports import SilenceReader
+from rota.services._loop import run_periodically
 
 log = logging.getLogger(__name__)
 
@@ -123,17 +123,14 @@ class SilenceMonitor:
         self._stopping.set()
 
     async def run(self) -> None:
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=self._config.interval_seconds)
-            if self._stopping.is_set():
-                break
-            try:
-                await self.check()
-            except (RotaError, OSError) as exc:
-                log.warning("silence check failed: %s", exc)
-            except Exception:
-                log.exception("unexpected silence check error")
+        await run_periodically(
+            "silence check",
+            self.check,
+            lambda: self._config.interval_seconds,
+            self._stopping,
+            log=log,
+            wait_first=True,
+        )
         for task in list(self._sending):
             task.cancel()
 

@@ -15,6 +15,7 @@ from rota.core.errors import RotaError
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
 from rota.core.ports import Broker, StatusStore
 from rota.core.records import Batch, StatusResult
+from rota.services._loop import Backoff, run_periodically
 from rota.services.events import EventPublisher
 
 log = logging.getLogger(__name__)
@@ -160,21 +161,16 @@ async def _run_consumer(
     """Consume until stopped. A consumer that cannot start or breaks (the broker away when it
     is declared, a channel closed under it) is started again with backoff: the loop never
     ends by itself while the server runs. Unacknowledged batches come back from the broker."""
-    backoff = MIN_RESTART_BACKOFF
+    restart = Backoff(MIN_RESTART_BACKOFF, MAX_RESTART_BACKOFF)
     loop = asyncio.get_running_loop()
-    while not stopping.is_set():
+
+    async def run_consumer() -> None:
         started = loop.time()
         batches = consume()
         try:
             await _consume(name, batches, write, stats, stopping)
-            if stopping.is_set():
-                return
-            log.warning("%s: the broker ended the consumer; starting it again", name)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # whatever broke the consumer: start it again
-            stats.errors += 1
-            log.warning("%s: consumer failed, restarting in %.1fs: %s", name, backoff, exc)
+            if not stopping.is_set():
+                log.warning("%s: the broker ended the consumer; starting it again", name)
         finally:
             # Cancel the broken consumer's subscription: left open, the broker would keep
             # handing it a share of the messages that nobody reads.
@@ -182,11 +178,22 @@ async def _run_consumer(
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
-        if loop.time() - started > HEALTHY_SECONDS:
-            backoff = MIN_RESTART_BACKOFF  # it ran well for a while: a fresh failure
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), timeout=backoff)
-        backoff = min(backoff * 2, MAX_RESTART_BACKOFF)
+            if loop.time() - started > HEALTHY_SECONDS:
+                restart.reset()  # it ran well for a while: a fresh failure
+
+    def failed() -> None:
+        stats.errors += 1
+
+    # Whatever broke the consumer (any exception) restarts it; so does its ending by itself.
+    await run_periodically(
+        f"{name} consumer",
+        run_consumer,
+        restart.next,
+        stopping,
+        log=log,
+        expected=(Exception,),
+        on_error=failed,
+    )
 
 
 async def _consume(

@@ -33,12 +33,10 @@ ignores a late report of the superseded attempt (counted by the status tracker a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 
-from rota.core.errors import RotaError
 from rota.core.models import (
     FailureType,
     Occurrence,
@@ -50,6 +48,7 @@ from rota.core.models import (
 )
 from rota.core.ports import StatusStore
 from rota.core.records import StaleOccurrence, StatusResult
+from rota.services._loop import run_periodically
 
 log = logging.getLogger(__name__)
 
@@ -245,12 +244,6 @@ class ZombieDetector:
 
     async def run(self) -> None:
         """Sweep every interval until :meth:`stop`; errors are logged, the loop never dies."""
-        while not self._stopping.is_set():
-            try:
-                await self.sweep()
-            except (RotaError, OSError) as exc:
-                log.warning("zombie detection failed: %s", exc)
-            except Exception:
-                log.exception("unexpected zombie detection error")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=self._interval)
+        await run_periodically(
+            "zombie detection", self.sweep, self._interval, self._stopping, log=log
+        )
