@@ -23,7 +23,7 @@ ENTRY_POINTS = ("rota.api", "rota.dashboard", "rota.client", "rota.cli", "rota.w
 ROOT = ("rota.app",)
 OBSERVABILITY = ("rota.observability",)
 SDK = ("rota.sdk",)
-OUTSIDE_THE_ROOT = ("rota.core", "rota.services", "rota.sdk", "rota.observability", "rota.cli.demo")
+OUTSIDE_THE_ROOT = ("rota.core", "rota.services", "rota.sdk", "rota.observability", "rota.demo")
 OUTSIDE_THE_ROOT += ENTRY_POINTS
 
 # name -> (the modules it governs, the imports they may not make, exceptions to those)

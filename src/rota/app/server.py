@@ -55,7 +55,7 @@ async def serve(
         if dev_admin:
             await ensure_dev_admin(runtime, console, url)
         if demo:
-            from rota.cli.demo import seed
+            from rota.demo import seed
 
             created = await seed(runtime.jobs)
             if created:

@@ -91,7 +91,7 @@ def dev(
     _apply_listen(settings, host, port)
     modules = list(jobs or [])
     if demo:
-        modules.insert(0, "rota.cli.demo")
+        modules.insert(0, "rota.demo")
     _run(serve(settings, modules, demo=demo, console=_console(), dev_admin=True))
     _exit_past_stuck_threads()
 
