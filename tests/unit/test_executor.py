@@ -32,11 +32,12 @@ from rota.core.models import (
 )
 from rota.core.ports import Broker
 from rota.core.wire import encode_status_records
-from rota.worker import executor as executor_module
+from rota.worker import finals as finals_module
 from rota.worker.discovery import AnyJobDefinition, JobRegistry
-from rota.worker.executor import MAX_EXCEPTION_BYTES, Executor, format_exception, to_jsonable
+from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
 from rota.worker.presence import WorkerPresence
+from rota.worker.run import MAX_EXCEPTION_BYTES, format_exception, to_jsonable
 from tests.helpers import eventually
 from tests.worker_broker import WAIT, FlakyBroker
 
@@ -997,7 +998,7 @@ async def test_a_delivery_of_a_finalized_attempt_is_acked_and_not_run(
     message = await harness.publish("once")
     await observer.wait_final(message.occurrence_id)
     await harness.broker.publish_jobs([message])  # the same message again (a republish)
-    await eventually(lambda: executor.duplicates_skipped == 1, WAIT, "the duplicate skipped")
+    await eventually(lambda: executor.stats.duplicates_skipped == 1, WAIT, "the duplicate skipped")
     await eventually(lambda: len(flaky.settles) == 2, WAIT, "both acked")
     assert flaky.settles == [("ack", message.occurrence_id)] * 2
     retry = replace(message, retry_count=1)  # the next attempt is another matter
@@ -1047,14 +1048,14 @@ async def test_finalized_attempts_are_remembered_across_a_restart(
     message, store = await _run_once_and_restart(harness, observer, tmp_path, counted)
     executor = await harness.executor(counted, store=store)
     await harness.broker.publish_jobs([message])
-    await eventually(lambda: executor.duplicates_skipped == 1, WAIT, "the duplicate skipped")
+    await eventually(lambda: executor.stats.duplicates_skipped == 1, WAIT, "the duplicate skipped")
     assert runs == 1
 
 
 async def test_a_redelivery_is_checked_against_the_store(
     harness: Harness, observer: Observer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(executor_module, "_MAX_REMEMBERED_FINALS", 0)  # memory forgets at once
+    monkeypatch.setattr(finals_module, "_MAX_REMEMBERED_FINALS", 0)  # memory forgets at once
     runs = 0
 
     @rota.job("counted-redelivered")
@@ -1068,7 +1069,7 @@ async def test_a_redelivery_is_checked_against_the_store(
     await (await anext(consumer)).reject(requeue=True)
     await consumer.aclose()
     executor = await harness.executor(counted, store=store)
-    await eventually(lambda: executor.duplicates_skipped == 1, WAIT, "the redelivery skipped")
+    await eventually(lambda: executor.stats.duplicates_skipped == 1, WAIT, "the redelivery skipped")
     assert runs == 1
 
 
@@ -1130,7 +1131,7 @@ async def test_a_delivery_held_too_long_goes_back_to_the_broker(
     await eventually(
         lambda: ("requeue", second.occurrence_id) in flaky.settles, WAIT, "a hand-back"
     )
-    assert executor.handed_back >= 1
+    assert executor.stats.handed_back >= 1
     release.set()
     for message in (first, second):
         assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
@@ -1158,7 +1159,7 @@ async def test_a_held_delivery_whose_channel_died_is_not_run(
     release.set()
     assert (await observer.wait_final(first.occurrence_id)).status is S.COMPLETED
     await eventually(lambda: executor.held == 0, WAIT, "the dead delivery dropped")
-    assert executor.dropped_dead == 1
+    assert executor.stats.dropped_dead == 1
     assert runs == {first.occurrence_id: 1}
     assert second.occurrence_id not in {oid for _, oid in flaky.settles}
 

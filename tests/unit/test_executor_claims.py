@@ -131,7 +131,7 @@ async def test_two_instances_given_the_same_attempt_run_it_once(
     for message in messages:
         await observer.wait_final(message.occurrence_id)
     await eventually(
-        lambda: a.claimed_elsewhere + b.claimed_elsewhere == 20, WAIT, "copies skipped"
+        lambda: a.stats.claimed_elsewhere + b.stats.claimed_elsewhere == 20, WAIT, "copies skipped"
     )
     assert runs == {(m.occurrence_id, 1): 1 for m in messages}
     for message in messages:  # not redelivered copies: nothing reported for them
@@ -159,7 +159,7 @@ async def test_a_redelivered_copy_claimed_elsewhere_reports_its_holder(
     (record,) = observer.of(message.occurrence_id)
     assert (record.instance_id, record.attempt) == ("gone", 1)
     assert record.timestamp == datetime.fromtimestamp(held.claims[0].claimed_at, UTC)
-    assert executor.claimed_elsewhere == 1
+    assert executor.stats.claimed_elsewhere == 1
     assert runs == {}
 
 
