@@ -93,7 +93,7 @@ async def test_a_cancelled_queued_occurrence_never_runs(
     await eventually(handed_to_the_worker, 10, "the second occurrence to be dispatched")
     executor = runtime.executor
     assert executor is not None
-    skipped_before = executor.cancelled_unstarted
+    skipped_before = executor.stats.cancelled_unstarted
     response = await client.post(f"/api/v1/occurrences/{second}/cancel", json={"reason": "dup"})
     assert response.status_code == 200, response.text
     assert response.json()["statusName"] == "Cancelled"
@@ -102,7 +102,7 @@ async def test_a_cancelled_queued_occurrence_never_runs(
     await eventually(lambda: _is(runtime, first, S.CANCELLED), 10, "the first one Cancelled")
 
     async def skipped() -> bool:
-        return executor.cancelled_unstarted == skipped_before + 1
+        return executor.stats.cancelled_unstarted == skipped_before + 1
 
     # The worker handled the second delivery by skipping it (its only delivery: the handler
     # can no longer start), not merely prefetched it.

@@ -214,7 +214,9 @@ async def test_a_redelivered_message_of_a_finalized_attempt_is_acked_and_not_run
 
         flaky = FlakyBroker(rabbit)
         second = await worker.start(once, broker=flaky)
-        await eventually(lambda: second.duplicates_skipped == 1, WAIT, "the redelivery skipped")
+        await eventually(
+            lambda: second.stats.duplicates_skipped == 1, WAIT, "the redelivery skipped"
+        )
         await eventually(lambda: flaky.acked(message.occurrence_id), WAIT, "its ack")
 
         async def settled() -> bool:

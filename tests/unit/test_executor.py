@@ -8,9 +8,9 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -26,164 +26,32 @@ from rota.core.ids import new_id
 from rota.core.models import (
     FailureType,
     JobMessage,
-    LogRecord,
     OccurrenceStatus,
     StatusRecord,
 )
-from rota.core.ports import Broker
 from rota.core.wire import encode_status_records
 from rota.sdk.registry import AnyJobDefinition, JobRegistry
-from rota.worker import executor as executor_module
-from rota.worker.executor import MAX_EXCEPTION_BYTES, Executor, format_exception, to_jsonable
+from rota.worker import finals as finals_module
+from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
 from rota.worker.presence import WorkerPresence
+from rota.worker.run import MAX_EXCEPTION_BYTES, format_exception, to_jsonable
 from tests.helpers import eventually
+from tests.unit import executor_harness
+from tests.unit.executor_harness import DEADLINE, NOW, WORKER, Harness, Observer
 from tests.worker_broker import WAIT, FlakyBroker
 
 S = OccurrenceStatus
-NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-WORKER = "test-worker"
-DEADLINE = 5.0
+
+# the shared fixtures, found by pytest under these names
+broker = executor_harness.broker
+observer = executor_harness.observer
+harness = executor_harness.harness
 
 
 class Report(rota.JobData):
     kind: str
     pages: int = 1
-
-
-class Observer:
-    """Collects what the executor published on the status and log channels."""
-
-    def __init__(self, broker: InProcessBroker) -> None:
-        self.broker = broker
-        self.status: list[StatusRecord] = []
-        self.logs: list[LogRecord] = []
-        self.status_messages = 0
-        self._changed = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._collect_status()),
-            asyncio.create_task(self._collect_logs()),
-        ]
-
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _collect_status(self) -> None:
-        async for batch in self.broker.consume_status(10_000, 0.001):
-            self.status.extend(batch.items)
-            await batch.ack()
-            self._changed.set()
-
-    async def _collect_logs(self) -> None:
-        async for batch in self.broker.consume_logs(10_000, 0.001):
-            self.logs.extend(batch.items)
-            await batch.ack()
-            self._changed.set()
-
-    async def until(self, predicate: Callable[[], bool]) -> None:
-        async with asyncio.timeout(DEADLINE):
-            while not predicate():
-                self._changed.clear()
-                await self._changed.wait()
-
-    def of(self, occurrence_id: UUID) -> list[StatusRecord]:
-        return [r for r in self.status if r.occurrence_id == occurrence_id]
-
-    def final(self, occurrence_id: UUID) -> StatusRecord | None:
-        for record in reversed(self.of(occurrence_id)):
-            if record.status.is_terminal or record.retry_at is not None:
-                return record
-        return None
-
-    async def wait_final(self, occurrence_id: UUID) -> StatusRecord:
-        await self.until(lambda: self.final(occurrence_id) is not None)
-        record = self.final(occurrence_id)
-        assert record is not None
-        return record
-
-    async def wait_status(self, occurrence_id: UUID, status: OccurrenceStatus) -> None:
-        await self.until(lambda: any(r.status is status for r in self.of(occurrence_id)))
-
-
-@pytest.fixture
-async def broker() -> AsyncIterator[InProcessBroker]:
-    broker = InProcessBroker()
-    await broker.start()
-    yield broker
-    await broker.close()
-
-
-@pytest.fixture
-async def observer(broker: InProcessBroker) -> AsyncIterator[Observer]:
-    observer = Observer(broker)
-    observer.start()
-    yield observer
-    await observer.stop()
-
-
-class Harness:
-    def __init__(self, broker: InProcessBroker) -> None:
-        self.broker = broker
-        self.executors: list[Executor] = []
-        self.stores: list[LocalStore] = []
-
-    async def store(self, path: Path) -> LocalStore:
-        store = await LocalStore.open(path)
-        self.stores.append(store)
-        return store
-
-    async def executor(
-        self,
-        *definitions: AnyJobDefinition,
-        concurrency: int = 4,
-        flush_interval: float = 0.005,
-        extra_types: Sequence[str] = (),
-        broker: Broker | None = None,
-        **kwargs: Any,
-    ) -> Executor:
-        if extra_types:
-            await self.broker.declare_worker_group(WORKER, list(extra_types))
-        executor = Executor(
-            broker or self.broker,
-            JobRegistry(definitions),
-            worker_id=WORKER,
-            instance_id="test-instance",
-            concurrency=concurrency,
-            sync_threads=2,
-            flush_interval=flush_interval,
-            **kwargs,
-        )
-        await executor.start()
-        self.executors.append(executor)
-        return executor
-
-    async def publish(self, job_type: str, data: Any = None, **fields: Any) -> JobMessage:
-        message = JobMessage(
-            occurrence_id=fields.pop("occurrence_id", None) or new_id(),
-            job_id=new_id(),
-            job_type=job_type,
-            job_data=data,
-            scheduled_for=NOW,
-            timestamp=NOW,
-            **fields,
-        )
-        await self.broker.publish_jobs([message])
-        return message
-
-
-@pytest.fixture
-async def harness(broker: InProcessBroker) -> AsyncIterator[Harness]:
-    harness = Harness(broker)
-    yield harness
-    for executor in harness.executors:
-        await executor.stop(0)
-    for store in harness.stores:
-        await store.close()
 
 
 @pytest.fixture
@@ -997,7 +865,7 @@ async def test_a_delivery_of_a_finalized_attempt_is_acked_and_not_run(
     message = await harness.publish("once")
     await observer.wait_final(message.occurrence_id)
     await harness.broker.publish_jobs([message])  # the same message again (a republish)
-    await eventually(lambda: executor.duplicates_skipped == 1, WAIT, "the duplicate skipped")
+    await eventually(lambda: executor.stats.duplicates_skipped == 1, WAIT, "the duplicate skipped")
     await eventually(lambda: len(flaky.settles) == 2, WAIT, "both acked")
     assert flaky.settles == [("ack", message.occurrence_id)] * 2
     retry = replace(message, retry_count=1)  # the next attempt is another matter
@@ -1047,14 +915,14 @@ async def test_finalized_attempts_are_remembered_across_a_restart(
     message, store = await _run_once_and_restart(harness, observer, tmp_path, counted)
     executor = await harness.executor(counted, store=store)
     await harness.broker.publish_jobs([message])
-    await eventually(lambda: executor.duplicates_skipped == 1, WAIT, "the duplicate skipped")
+    await eventually(lambda: executor.stats.duplicates_skipped == 1, WAIT, "the duplicate skipped")
     assert runs == 1
 
 
 async def test_a_redelivery_is_checked_against_the_store(
     harness: Harness, observer: Observer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(executor_module, "_MAX_REMEMBERED_FINALS", 0)  # memory forgets at once
+    monkeypatch.setattr(finals_module, "_MAX_REMEMBERED_FINALS", 0)  # memory forgets at once
     runs = 0
 
     @rota.job("counted-redelivered")
@@ -1068,7 +936,7 @@ async def test_a_redelivery_is_checked_against_the_store(
     await (await anext(consumer)).reject(requeue=True)
     await consumer.aclose()
     executor = await harness.executor(counted, store=store)
-    await eventually(lambda: executor.duplicates_skipped == 1, WAIT, "the redelivery skipped")
+    await eventually(lambda: executor.stats.duplicates_skipped == 1, WAIT, "the redelivery skipped")
     assert runs == 1
 
 
@@ -1130,7 +998,7 @@ async def test_a_delivery_held_too_long_goes_back_to_the_broker(
     await eventually(
         lambda: ("requeue", second.occurrence_id) in flaky.settles, WAIT, "a hand-back"
     )
-    assert executor.handed_back >= 1
+    assert executor.stats.handed_back >= 1
     release.set()
     for message in (first, second):
         assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
@@ -1158,7 +1026,7 @@ async def test_a_held_delivery_whose_channel_died_is_not_run(
     release.set()
     assert (await observer.wait_final(first.occurrence_id)).status is S.COMPLETED
     await eventually(lambda: executor.held == 0, WAIT, "the dead delivery dropped")
-    assert executor.dropped_dead == 1
+    assert executor.stats.dropped_dead == 1
     assert runs == {first.occurrence_id: 1}
     assert second.occurrence_id not in {oid for _, oid in flaky.settles}
 

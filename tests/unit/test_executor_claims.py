@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
-
-import pytest
 
 import rota
 from rota.brokers.inprocess import InProcessBroker
@@ -26,37 +24,17 @@ from rota.sdk.registry import AnyJobDefinition, JobRegistry
 from rota.worker.claims import CLAIM_EPOCH, AttemptClaims
 from rota.worker.executor import Executor
 from tests.helpers import eventually
-from tests.unit.test_executor import NOW, WORKER, Harness, Observer
+from tests.unit import executor_harness
+from tests.unit.executor_harness import NOW, WORKER, Harness, Observer
 from tests.worker_broker import WAIT, FlakyBroker
 
 S = OccurrenceStatus
 
 
-@pytest.fixture
-async def broker() -> AsyncIterator[InProcessBroker]:
-    broker = InProcessBroker()
-    await broker.start()
-    yield broker
-    await broker.close()
-
-
-@pytest.fixture
-async def observer(broker: InProcessBroker) -> AsyncIterator[Observer]:
-    observer = Observer(broker)
-    observer.start()
-    yield observer
-    await observer.stop()
-
-
-@pytest.fixture
-async def harness(broker: InProcessBroker) -> AsyncIterator[Harness]:
-    harness = Harness(broker)
-    yield harness
-    for executor in harness.executors:
-        await executor.stop(0)
-    for store in harness.stores:
-        await store.close()
-
+# the shared fixtures, found by pytest under these names
+broker = executor_harness.broker
+observer = executor_harness.observer
+harness = executor_harness.harness
 
 TTL = 3600.0
 
@@ -131,7 +109,7 @@ async def test_two_instances_given_the_same_attempt_run_it_once(
     for message in messages:
         await observer.wait_final(message.occurrence_id)
     await eventually(
-        lambda: a.claimed_elsewhere + b.claimed_elsewhere == 20, WAIT, "copies skipped"
+        lambda: a.stats.claimed_elsewhere + b.stats.claimed_elsewhere == 20, WAIT, "copies skipped"
     )
     assert runs == {(m.occurrence_id, 1): 1 for m in messages}
     for message in messages:  # not redelivered copies: nothing reported for them
@@ -159,7 +137,7 @@ async def test_a_redelivered_copy_claimed_elsewhere_reports_its_holder(
     (record,) = observer.of(message.occurrence_id)
     assert (record.instance_id, record.attempt) == ("gone", 1)
     assert record.timestamp == datetime.fromtimestamp(held.claims[0].claimed_at, UTC)
-    assert executor.claimed_elsewhere == 1
+    assert executor.stats.claimed_elsewhere == 1
     assert runs == {}
 
 

@@ -177,9 +177,7 @@ def _in_split_package(path: str) -> bool:
 
 # Today's longer modules, each capped at its current length: none may grow, and each leaves
 # the list once it is within MAX_LINES.
-TOO_LONG = {
-    "rota/worker/executor.py": 841,
-}
+TOO_LONG: dict[str, int] = {}
 
 
 def test_no_module_grows_past_its_limit() -> None:

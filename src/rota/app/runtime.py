@@ -494,8 +494,8 @@ class Runtime:
         watched.events = lambda: (self.events.stats.published, self.events.stats.dropped)
         executor = self.executor
         if executor is not None:
-            watched.duplicate_deliveries = lambda: executor.duplicates_skipped
-            watched.claimed_elsewhere = lambda: executor.claimed_elsewhere
+            watched.duplicate_deliveries = lambda: executor.stats.duplicates_skipped
+            watched.claimed_elsewhere = lambda: executor.stats.claimed_elsewhere
             watched.outbox_pending = lambda: executor.reporter.outbox_entries
             watched.jobs_running = lambda: executor.load
 

@@ -149,8 +149,8 @@ async def _run(
 def watch_worker(metrics: RotaMetrics, executor: Executor) -> None:
     """What a worker's metrics read when scraped."""
     watched = metrics.watched
-    watched.duplicate_deliveries = lambda: executor.duplicates_skipped
-    watched.claimed_elsewhere = lambda: executor.claimed_elsewhere
+    watched.duplicate_deliveries = lambda: executor.stats.duplicates_skipped
+    watched.claimed_elsewhere = lambda: executor.stats.claimed_elsewhere
     watched.outbox_pending = lambda: executor.reporter.outbox_entries
     watched.jobs_running = lambda: executor.load
 

@@ -1,0 +1,186 @@
+"""The executor's flow control: slots, per-job-type limits, held deliveries, hand-back.
+
+A :class:`Flow` admits the deliveries the executor takes from the broker (its prefetch is the
+executor's ``concurrency``). One starts at once when a slot is free and its job type is under
+its own ``concurrency``; else it is held here, and held ones start oldest first as handlers
+finish, a job type at its limit letting other types pass. A delivery held longer than
+``hand_back_after`` seconds (and every held one at stop) is given back to the broker, which
+delivers it again: none stays unsettled long enough to meet the broker's consumer timeout.
+The flow owns the tasks handling the deliveries it started; what a task does is the
+executor's ``handle`` (:mod:`rota.worker.executor`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+from rota.core.ports import Delivery
+from rota.sdk.registry import AnyJobDefinition
+from rota.worker.run import ExecutorStats
+
+__all__ = ["Flow"]
+
+log = logging.getLogger(__name__)
+
+
+class _Held:
+    """A delivery received but not started: no slot free, or its job type at its limit."""
+
+    __slots__ = ("delivery", "since")
+
+    def __init__(self, delivery: Delivery) -> None:
+        self.delivery = delivery
+        self.since = time.monotonic()
+
+
+class Flow:
+    """Starts deliveries as slots and job type limits allow (see the module).
+
+    ``handle(delivery)`` runs one started delivery; ``ack(delivery)`` acknowledges one
+    without running it (a held copy of the same occurrence). ``stopping`` (set by the
+    executor) stops held deliveries from starting.
+    """
+
+    def __init__(
+        self,
+        *,
+        concurrency: int,
+        definitions: Mapping[str, AnyJobDefinition],
+        hand_back_after: float,
+        stats: ExecutorStats,
+        handle: Callable[[Delivery], Coroutine[Any, Any, None]],
+        ack: Callable[[Delivery], None],
+    ) -> None:
+        self._free = concurrency
+        self._limits = {
+            name: limit
+            for name, d in definitions.items()
+            if (limit := d.options.concurrency) is not None and limit < concurrency
+        }
+        self._by_type: dict[str, int] = {}
+        """Handlers of each limited job type started and not finished."""
+        self._held: deque[_Held] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._hand_back_after = hand_back_after
+        self._stats = stats
+        self._handle = handle
+        self._ack = ack
+        self.stopping = False
+
+    @property
+    def held(self) -> int:
+        """Deliveries received and waiting for a slot or their job type's turn."""
+        return len(self._held)
+
+    @property
+    def tasks(self) -> set[asyncio.Task[None]]:
+        """The tasks handling started deliveries (a copy)."""
+        return set(self._tasks)
+
+    def admit(self, delivery: Delivery) -> None:
+        """Start the delivery if it fits now and none waits before it, else hold it."""
+        if not self._held and self._fits(delivery.message.job_type):
+            self._launch(delivery)
+        elif self._is_held_copy(delivery):
+            self._ack(delivery)
+        else:
+            self._held.append(_Held(delivery))
+            self._pump()
+
+    def _is_held_copy(self, delivery: Delivery) -> bool:
+        """Whether a held delivery of the same occurrence makes this one a copy to drop. Two
+        of one occurrence: a republish, or a redelivery after the channel of the held one was
+        lost (its settle reaches nobody). The later attempt, else the newer delivery, stays;
+        the other is acknowledged without running."""
+        message = delivery.message
+        for item in self._held:
+            held = item.delivery.message
+            if held.occurrence_id == message.occurrence_id:
+                if held.attempt > message.attempt:
+                    return True
+                self._held.remove(item)
+                self._ack(item.delivery)
+                return False
+        return False
+
+    def _fits(self, job_type: str) -> bool:
+        if not self._free:
+            return False
+        limit = self._limits.get(job_type)
+        return limit is None or self._by_type.get(job_type, 0) < limit
+
+    def _pump(self) -> None:
+        """Start held deliveries that fit now, oldest first."""
+        held = self._held
+        if self.stopping or not held or not self._free:
+            return
+        kept: deque[_Held] = deque()
+        while held and self._free:
+            item = held.popleft()
+            if not item.delivery.is_live:
+                # Its channel is gone: the broker delivers it again (maybe elsewhere); running
+                # it here as well would run it twice.
+                self._stats.dropped_dead += 1
+                continue
+            if self._fits(item.delivery.message.job_type):
+                self._launch(item.delivery)
+            else:
+                kept.append(item)
+        kept.extend(held)
+        self._held = kept
+
+    def _launch(self, delivery: Delivery) -> None:
+        job_type = delivery.message.job_type
+        self._free -= 1
+        if job_type in self._limits:
+            self._by_type[job_type] = self._by_type.get(job_type, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._handle(delivery))
+        self._tasks.add(task)
+        task.add_done_callback(functools.partial(self._done, job_type))
+
+    def _done(self, job_type: str, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._free += 1
+        if job_type in self._limits:
+            self._by_type[job_type] -= 1
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("job handling failed", exc_info=exc, extra={"action": "handle_delivery"})
+        self._pump()
+
+    # --- hand-back ----------------------------------------------------------------------
+
+    async def hand_back(self, delivery: Delivery) -> None:
+        """Give an unstarted delivery back to the broker (not reported: it runs later)."""
+        self._stats.handed_back += 1
+        try:
+            await delivery.reject(requeue=True)
+        except Exception:  # already handed back by the broker's close: it comes again
+            log.debug("hand-back failed", exc_info=True, extra={"action": "hand_back"})
+
+    async def hand_back_overdue(self) -> None:
+        """Give back the deliveries held longer than ``hand_back_after`` seconds."""
+        returned = await self.hand_back_held(time.monotonic() - self._hand_back_after)
+        if returned:
+            log.info(
+                "deliveries held too long given back to the broker",
+                extra={"action": "hand_back", "count": returned},
+            )
+
+    async def hand_back_held(self, cutoff: float) -> int:
+        """Give back the held deliveries waiting since ``cutoff`` (monotonic) or longer."""
+        chosen = [item.delivery for item in self._held if item.since <= cutoff]
+        if chosen:
+            self._held = deque(item for item in self._held if item.since > cutoff)
+            # out of held now: see them all settled even if the caller is cancelled
+            await asyncio.shield(self._hand_back_all(chosen))
+        return len(chosen)
+
+    async def _hand_back_all(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            await self.hand_back(delivery)
