@@ -9,7 +9,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from rota.core.errors import RotaError
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
@@ -61,8 +61,39 @@ async def _store_with_retry(
         backoff = min(backoff * 2, 5.0)
 
 
-class StatusTracker:
+class _BatchConsumer(Generic[T]):
+    """What the tracker and the collector share: one broker consumer of batches, restarted
+    with backoff, each batch written to the store (with retry) before it is acknowledged."""
+
+    name: ClassVar[str]
+
+    def __init__(
+        self, store: StatusStore, broker: Broker, *, batch_size: int, max_wait: float
+    ) -> None:
+        self._store = store
+        self._broker = broker
+        self._batch_size = batch_size
+        self._max_wait = max_wait
+        self._stopping = asyncio.Event()
+        self.stats = TrackerStats()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        await _run_consumer(self.name, self._batches, self._write, self.stats, self._stopping)
+
+    def _batches(self) -> AsyncIterator[Batch[T]]:
+        raise NotImplementedError
+
+    async def _write(self, batch: Batch[T]) -> None:
+        raise NotImplementedError
+
+
+class StatusTracker(_BatchConsumer[StatusRecord]):
     """Applies status records to the store in batches."""
+
+    name = "status tracker"
 
     def __init__(
         self,
@@ -73,16 +104,8 @@ class StatusTracker:
         max_wait: float,
         on_applied: Callable[[StatusResult], None] | None = None,
     ) -> None:
-        self._store = store
-        self._broker = broker
-        self._batch_size = batch_size
-        self._max_wait = max_wait
+        super().__init__(store, broker, batch_size=batch_size, max_wait=max_wait)
         self._on_applied = on_applied
-        self._stopping = asyncio.Event()
-        self.stats = TrackerStats()
-
-    def stop(self) -> None:
-        self._stopping.set()
 
     async def handle(self, records: Sequence[StatusRecord]) -> StatusResult:
         result = await self._store.apply_status(records)
@@ -98,21 +121,17 @@ class StatusTracker:
             self._on_applied(result)
         return result
 
-    async def run(self) -> None:
-        await _run_consumer(
-            "status tracker",
-            lambda: self._broker.consume_status(self._batch_size, self._max_wait),
-            self._write,
-            self.stats,
-            self._stopping,
-        )
+    def _batches(self) -> AsyncIterator[Batch[StatusRecord]]:
+        return self._broker.consume_status(self._batch_size, self._max_wait)
 
     async def _write(self, batch: Batch[StatusRecord]) -> None:
         await self.handle(batch.items)
 
 
-class LogCollector:
+class LogCollector(_BatchConsumer[LogRecord]):
     """Appends log lines to the store in batches."""
+
+    name = "log collector"
 
     def __init__(
         self,
@@ -123,25 +142,11 @@ class LogCollector:
         max_wait: float,
         events: EventPublisher | None = None,
     ) -> None:
+        super().__init__(store, broker, batch_size=batch_size, max_wait=max_wait)
         self._events = events
-        self._store = store
-        self._broker = broker
-        self._batch_size = batch_size
-        self._max_wait = max_wait
-        self._stopping = asyncio.Event()
-        self.stats = TrackerStats()
 
-    def stop(self) -> None:
-        self._stopping.set()
-
-    async def run(self) -> None:
-        await _run_consumer(
-            "log collector",
-            lambda: self._broker.consume_logs(self._batch_size, self._max_wait),
-            self._write,
-            self.stats,
-            self._stopping,
-        )
+    def _batches(self) -> AsyncIterator[Batch[LogRecord]]:
+        return self._broker.consume_logs(self._batch_size, self._max_wait)
 
     async def _write(self, batch: Batch[LogRecord]) -> None:
         await self._store.append_logs(batch.items)
