@@ -14,6 +14,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from rota.core.ports import Store
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
 
@@ -111,7 +112,7 @@ def empty_url(store_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -
 
 
 @pytest.fixture
-async def store(store_url: str) -> AsyncIterator[SqlStore]:
+async def store(store_url: str) -> AsyncIterator[Store]:
     """An open :class:`SqlStore` on a fresh database, for each store kind."""
     instance = SqlStore(store_url)
     await instance.open()
