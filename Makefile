@@ -48,7 +48,7 @@ test: install lint typecheck
 # The fast tier (docs/development.md): the unit tests and the contract suites on the adapters
 # that need no service (SQLite, memory, in-process); no PostgreSQL, Redis or RabbitMQ. In -k,
 # "unit" is the tests/unit folder: every unit test is kept, whatever its name.
-FAST := -m "not postgres" -k "unit or not (postgres or redis or rabbitmq or job_headers)"
+FAST := -m "not postgres" -k "unit or not (postgres or redis or rabbitmq)"
 test-fast: install
 	$(BIN)/pytest tests/unit tests/contract $(FAST) $(PYTEST_ARGS)
 

@@ -1,8 +1,9 @@
 """Contract of :class:`~rota.core.ports.Broker`, run against every adapter.
 
-To add an adapter: append its name to ``ADAPTERS`` and a factory to ``_FACTORIES`` returning a
-:class:`Harness` (a started broker on names of its own, and how to read its dead letters); the
-factory gets the test's request to ask for session fixtures (RabbitMQ: a vhost per test run).
+To add an adapter: add its name and factory to ``parametrize_adapters`` below (see
+``tests/contract/adapters.py``); the factory returns a :class:`Harness` (a started broker on
+names of its own, and how to read its dead letters), pushes the broker's close on the stack and
+may ask the test's request for session fixtures (RabbitMQ: a vhost per test run).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -22,9 +24,8 @@ from rota.core.errors import BackendUnavailableError
 from rota.core.models import JobMessage, LogRecord, OccurrenceStatus, Priority, StatusRecord
 from rota.core.ports import Broker, Delivery
 from rota.core.records import Batch
+from tests.contract.adapters import parametrize_adapters
 from tests.contract.rabbitmq_fixtures import rabbitmq_url  # noqa: F401 (session fixture)
-
-ADAPTERS = ["memory", "rabbitmq"]
 
 T = TypeVar("T")
 WAIT = 5.0
@@ -41,17 +42,18 @@ class Harness:
     """Occurrence ids of the dead-lettered job messages, oldest first."""
 
 
-async def _memory(request: pytest.FixtureRequest) -> Harness:
+async def _memory(stack: AsyncExitStack, request: pytest.FixtureRequest) -> Harness:
     broker = InProcessBroker(prefix="rota")
 
     async def dead() -> list[uuid.UUID]:
         return [m.occurrence_id for m in broker.dead_letters]
 
     await broker.start()
+    stack.push_async_callback(broker.close)
     return Harness(broker, "rota", dead)
 
 
-async def _rabbitmq(request: pytest.FixtureRequest) -> Harness:
+async def _rabbitmq(stack: AsyncExitStack, request: pytest.FixtureRequest) -> Harness:
     url = request.getfixturevalue("rabbitmq_url")  # one vhost per run, a prefix per test
     prefix = f"rota-{uuid.uuid4().hex[:8]}"
     broker = RabbitMQBroker(url, prefix=prefix, publish_timeout=WAIT, operation_timeout=WAIT)
@@ -60,25 +62,11 @@ async def _rabbitmq(request: pytest.FixtureRequest) -> Harness:
         return [letter.message.occurrence_id for letter in await broker.dead_letters()]
 
     await broker.start()
+    stack.push_async_callback(broker.close)
     return Harness(broker, prefix, dead)
 
 
-_FACTORIES: dict[str, Callable[[pytest.FixtureRequest], Awaitable[Harness]]] = {
-    "memory": _memory,
-    "rabbitmq": _rabbitmq,
-}
-
-
-@pytest.fixture(params=ADAPTERS)
-def adapter(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-async def harness(adapter: str, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    made = await _FACTORIES[adapter](request)
-    yield made
-    await made.broker.close()
+adapter, harness = parametrize_adapters({"memory": _memory, "rabbitmq": _rabbitmq})
 
 
 @pytest.fixture

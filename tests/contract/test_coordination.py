@@ -1,9 +1,10 @@
 """Contract of :class:`~rota.core.ports.Coordination`, run against every adapter.
 
-To add an adapter: append its name to ``ADAPTERS`` and a factory to ``_FACTORIES`` returning a
-:class:`Harness`: the adapter plus ``advance(seconds)``, which lets that much time pass (the
-memory adapter moves its clock; a server-side adapter sleeps, so TTLs here stay short). A
-factory may push clean-ups (run after the adapter is closed) on the exit stack it is given.
+To add an adapter: add its name and factory to ``parametrize_adapters`` below (see
+``tests/contract/adapters.py``); the factory returns a :class:`Harness`: the adapter plus
+``advance(seconds)``, which lets that much time pass (the memory adapter moves its clock; a
+server-side adapter sleeps, so TTLs here stay short), and pushes the adapter's close on the
+exit stack it is given after its other clean-ups (the close runs first).
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ from rota.core.ports import Coordination
 from rota.core.records import ClaimOutcome, ClaimRequest
 from rota.redis.client import delete_prefix
 from rota.redis.keys import RedisKeys
+from tests.contract.adapters import parametrize_adapters
 from tests.contract.redis_fixtures import redis_scope
-
-ADAPTERS = ["memory", "redis"]
 
 WAIT = 5.0
 QUIET = 0.2
@@ -52,39 +52,27 @@ class FakeClock:
         return self.value
 
 
-async def _memory(stack: AsyncExitStack) -> Harness:
+async def _memory(stack: AsyncExitStack, request: pytest.FixtureRequest) -> Harness:
     clock = FakeClock()
 
     async def advance(seconds: float) -> None:
         clock.value += seconds
 
-    return Harness(MemoryCoordination(clock=clock), advance, clock)
+    coordination = MemoryCoordination(clock=clock)
+    stack.push_async_callback(coordination.close)
+    return Harness(coordination, advance, clock)
 
 
-async def _redis(stack: AsyncExitStack) -> Harness:
+async def _redis(stack: AsyncExitStack, request: pytest.FixtureRequest) -> Harness:
     """Real time: ``advance`` sleeps (the server expires leases and keys by its own clock,
     which is this machine's)."""
     client, prefix = await redis_scope(stack)
-    return Harness(RedisCoordination(client, prefix=prefix), asyncio.sleep, time.time)
+    coordination = RedisCoordination(client, prefix=prefix)
+    stack.push_async_callback(coordination.close)  # before redis_scope's clean-ups
+    return Harness(coordination, asyncio.sleep, time.time)
 
 
-_FACTORIES: dict[str, Callable[[AsyncExitStack], Awaitable[Harness]]] = {
-    "memory": _memory,
-    "redis": _redis,
-}
-
-
-@pytest.fixture(params=ADAPTERS)
-def adapter(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-async def harness(adapter: str) -> AsyncIterator[Harness]:
-    async with AsyncExitStack() as stack:  # the factory's clean-ups run after close()
-        made = await _FACTORIES[adapter](stack)
-        yield made
-        await made.coordination.close()
+adapter, harness = parametrize_adapters({"memory": _memory, "redis": _redis})
 
 
 @pytest.fixture

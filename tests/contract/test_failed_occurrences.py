@@ -11,19 +11,19 @@ import pytest
 from rota.core.errors import ConflictError, NotFoundError, ValidationError
 from rota.core.ids import new_id
 from rota.core.models import FailedOccurrence, FailureType, Occurrence
+from rota.core.ports import Store
 from rota.core.records import FAILURE_TEXT_LIMIT, TRUNCATED_MARK, FailedQuery
-from rota.stores.sql import SqlStore
 from tests.contract.test_store import MINUTE, NOW, S, fired, make_job, minutely, status
 
 LATER = NOW + MINUTE
 
 
-async def failed_records(store: SqlStore, **filters: object) -> list[FailedOccurrence]:
+async def failed_records(store: Store, **filters: object) -> list[FailedOccurrence]:
     page = await store.list_failed(FailedQuery(limit=1000, **filters))  # type: ignore[arg-type]
     return page.items
 
 
-async def running(store: SqlStore, **job_fields: object) -> Occurrence:
+async def running(store: Store, **job_fields: object) -> Occurrence:
     occ = await fired(store, make_job(job_data={"to": "a@example.com"}, **job_fields))
     await store.apply_status([status(occ, S.RUNNING, instance_id="w-1")])
     return occ
@@ -49,7 +49,7 @@ def poison(occurrence_id: UUID | None = None, **fields: object) -> FailedOccurre
 # --- written by apply_status ----------------------------------------------------------------
 
 
-async def test_final_failure_records_one_failed_occurrence(store: SqlStore) -> None:
+async def test_final_failure_records_one_failed_occurrence(store: Store) -> None:
     occ = await running(store)
     result = await store.apply_status(
         [
@@ -90,7 +90,7 @@ async def test_final_failure_records_one_failed_occurrence(store: SqlStore) -> N
     ],
 )
 async def test_failure_type_comes_from_the_record_or_the_status(
-    store: SqlStore, final: S, failure_type: FailureType | None, expected: FailureType
+    store: Store, final: S, failure_type: FailureType | None, expected: FailureType
 ) -> None:
     occ = await running(store)
     await store.apply_status([status(occ, final, LATER, failure_type=failure_type)])
@@ -98,7 +98,7 @@ async def test_failure_type_comes_from_the_record_or_the_status(
     assert record.failure_type is expected
 
 
-async def test_unknown_then_failed_is_a_zombie_with_the_reason(store: SqlStore) -> None:
+async def test_unknown_then_failed_is_a_zombie_with_the_reason(store: Store) -> None:
     occ = await running(store)
     await store.apply_status(
         [
@@ -111,7 +111,7 @@ async def test_unknown_then_failed_is_a_zombie_with_the_reason(store: SqlStore) 
     assert record.exception == "no heartbeat from worker instance w-1"
 
 
-async def test_no_record_for_retries_success_cancel_or_requeued_zombie(store: SqlStore) -> None:
+async def test_no_record_for_retries_success_cancel_or_requeued_zombie(store: Store) -> None:
     job = make_job(execute_at=None, next_run_at=NOW - 3 * MINUTE)
     await store.create_jobs([job])
     a, b, c, d = (await store.dispatch_due([job.id], NOW, minutely)).queued
@@ -128,7 +128,7 @@ async def test_no_record_for_retries_success_cancel_or_requeued_zombie(store: Sq
     assert await failed_records(store) == []
 
 
-async def test_many_failures_in_one_batch_each_get_a_record(store: SqlStore) -> None:
+async def test_many_failures_in_one_batch_each_get_a_record(store: Store) -> None:
     job = make_job(execute_at=None, next_run_at=NOW - 4 * MINUTE)
     await store.create_jobs([job])
     occs = (await store.dispatch_due([job.id], NOW, minutely)).queued
@@ -140,7 +140,7 @@ async def test_many_failures_in_one_batch_each_get_a_record(store: SqlStore) -> 
     assert (await store.get_job(job.id)).failure_count == len(occs)
 
 
-async def test_long_exception_is_cut(store: SqlStore) -> None:
+async def test_long_exception_is_cut(store: Store) -> None:
     occ = await running(store)
     await store.apply_status([status(occ, S.FAILED, exception="x" * (FAILURE_TEXT_LIMIT * 3))])
     [record] = await failed_records(store)
@@ -151,7 +151,7 @@ async def test_long_exception_is_cut(store: SqlStore) -> None:
     assert len((await store.get_occurrence(occ.id)).exception or "") == FAILURE_TEXT_LIMIT * 3
 
 
-async def test_at_most_one_unresolved_record_per_occurrence(store: SqlStore) -> None:
+async def test_at_most_one_unresolved_record_per_occurrence(store: Store) -> None:
     occ = await running(store)
     assert await store.record_dead_letters([poison(occ.id)]) == 1
     await store.apply_status([status(occ, S.FAILED)])  # its own record would be a second
@@ -163,7 +163,7 @@ async def test_at_most_one_unresolved_record_per_occurrence(store: SqlStore) -> 
 # --- poison records -------------------------------------------------------------------------
 
 
-async def test_poison_records_name_no_occurrence_and_keep_the_raw_body(store: SqlStore) -> None:
+async def test_poison_records_name_no_occurrence_and_keep_the_raw_body(store: Store) -> None:
     first = poison(raw_message="\xff" * (FAILURE_TEXT_LIMIT + 5))
     second = poison(job_type="send-email", job_id=new_id())
     assert await store.record_dead_letters([first, second]) == 2
@@ -177,7 +177,7 @@ async def test_poison_records_name_no_occurrence_and_keep_the_raw_body(store: Sq
     assert await store.record_dead_letters([]) == 0
 
 
-async def test_dead_letters_for_one_unknown_occurrence_are_stored_once(store: SqlStore) -> None:
+async def test_dead_letters_for_one_unknown_occurrence_are_stored_once(store: Store) -> None:
     unknown = new_id()
     records = [poison(unknown), poison(unknown)]
     assert await store.record_dead_letters(records) == 1
@@ -188,7 +188,7 @@ async def test_dead_letters_for_one_unknown_occurrence_are_stored_once(store: Sq
 # --- reading --------------------------------------------------------------------------------
 
 
-async def test_list_filters_and_pages_newest_first(store: SqlStore) -> None:
+async def test_list_filters_and_pages_newest_first(store: Store) -> None:
     permanent = await running(store)
     timed_out = await running(store)
     await store.apply_status(
@@ -223,7 +223,7 @@ async def test_list_filters_and_pages_newest_first(store: SqlStore) -> None:
         await store.list_failed(FailedQuery(cursor="not-a-cursor"))
 
 
-async def test_missing_record_raises_not_found(store: SqlStore) -> None:
+async def test_missing_record_raises_not_found(store: Store) -> None:
     missing = new_id()
     with pytest.raises(NotFoundError):
         await store.get_failed(missing)
@@ -238,7 +238,7 @@ async def test_missing_record_raises_not_found(store: SqlStore) -> None:
 # --- resolution -----------------------------------------------------------------------------
 
 
-async def test_resolve_unresolve_and_delete(store: SqlStore) -> None:
+async def test_resolve_unresolve_and_delete(store: Store) -> None:
     occ = await running(store)
     await store.apply_status([status(occ, S.FAILED)])
     [record] = await failed_records(store)
@@ -268,7 +268,7 @@ async def test_resolve_unresolve_and_delete(store: SqlStore) -> None:
     assert (await store.get_occurrence(occ.id)).status is S.FAILED  # the occurrence stays
 
 
-async def test_reopening_a_second_record_of_one_occurrence_conflicts(store: SqlStore) -> None:
+async def test_reopening_a_second_record_of_one_occurrence_conflicts(store: Store) -> None:
     occ = await running(store)
     await store.apply_status([status(occ, S.FAILED)])
     [first] = await failed_records(store)
@@ -283,7 +283,7 @@ async def test_reopening_a_second_record_of_one_occurrence_conflicts(store: SqlS
 # --- retry ----------------------------------------------------------------------------------
 
 
-async def test_retry_queues_a_new_attempt_and_resolves_the_record(store: SqlStore) -> None:
+async def test_retry_queues_a_new_attempt_and_resolves_the_record(store: Store) -> None:
     occ = await running(store)
     await store.mark_dispatched([occ], NOW)
     await store.apply_status([status(occ, S.FAILED, exception="boom")])
@@ -315,7 +315,7 @@ async def test_retry_queues_a_new_attempt_and_resolves_the_record(store: SqlStor
     ]
 
 
-async def test_retry_of_a_timed_out_or_unknown_occurrence(store: SqlStore) -> None:
+async def test_retry_of_a_timed_out_or_unknown_occurrence(store: Store) -> None:
     timed_out = await running(store)
     await store.apply_status([status(timed_out, S.TIMED_OUT)])
     [record] = await failed_records(store)
@@ -332,7 +332,7 @@ async def test_retry_of_a_timed_out_or_unknown_occurrence(store: SqlStore) -> No
     assert retried.status_changes[-1].from_status is S.UNKNOWN
 
 
-async def test_retry_refuses_poison_gone_and_unfailed_occurrences(store: SqlStore) -> None:
+async def test_retry_refuses_poison_gone_and_unfailed_occurrences(store: Store) -> None:
     no_occurrence, gone = poison(), poison(new_id())
     completed = await running(store)
     await store.apply_status([status(completed, S.COMPLETED)])

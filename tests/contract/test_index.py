@@ -1,14 +1,14 @@
 """Contract of :class:`~rota.core.ports.ScheduleIndex`, run against every adapter.
 
-To add an adapter: append its name to ``ADAPTERS`` and a factory to ``_FACTORIES``; a factory
-may push clean-ups (run after the index is closed) on the exit stack it is given.
+To add an adapter: add its name and factory to ``parametrize_adapters`` below (see
+``tests/contract/adapters.py``); the factory pushes the index's close on the exit stack it is
+given after its other clean-ups (the close runs first).
 """
 
 from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 
 import pytest
@@ -17,37 +17,24 @@ from rota.core.ports import ScheduleIndex
 from rota.core.records import IndexEntry
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.indexes.redis import RedisScheduleIndex
+from tests.contract.adapters import parametrize_adapters
 from tests.contract.redis_fixtures import redis_scope
 
-ADAPTERS = ["memory", "redis"]
+
+async def _memory(stack: AsyncExitStack, request: pytest.FixtureRequest) -> ScheduleIndex:
+    index = MemoryScheduleIndex()
+    stack.push_async_callback(index.close)
+    return index
 
 
-async def _memory(stack: AsyncExitStack) -> ScheduleIndex:
-    return MemoryScheduleIndex()
-
-
-async def _redis(stack: AsyncExitStack) -> ScheduleIndex:
+async def _redis(stack: AsyncExitStack, request: pytest.FixtureRequest) -> ScheduleIndex:
     client, prefix = await redis_scope(stack)
-    return RedisScheduleIndex(client, prefix=prefix)
+    index = RedisScheduleIndex(client, prefix=prefix)
+    stack.push_async_callback(index.close)  # before redis_scope's clean-ups
+    return index
 
 
-_FACTORIES: dict[str, Callable[[AsyncExitStack], Awaitable[ScheduleIndex]]] = {
-    "memory": _memory,
-    "redis": _redis,
-}
-
-
-@pytest.fixture(params=ADAPTERS)
-def adapter(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-async def index(adapter: str) -> AsyncIterator[ScheduleIndex]:
-    async with AsyncExitStack() as stack:  # the factory's clean-ups run after close()
-        made = await _FACTORIES[adapter](stack)
-        yield made
-        await made.close()
+adapter, index = parametrize_adapters({"memory": _memory, "redis": _redis})
 
 
 def uid(n: int) -> uuid.UUID:

@@ -24,6 +24,7 @@ from rota.core.models import (
     StatusRecord,
 )
 from rota.core.planning import FirePlan, PlanSettings, new_occurrence, plan_fires
+from rota.core.ports import Store
 from rota.core.records import DueEntry, FirePlanner, JobQuery, OccurrenceQuery
 from rota.stores.sql import SqlStore
 
@@ -77,7 +78,7 @@ def status(occ: Occurrence | UUID, st: S, at: datetime = NOW, **fields: object) 
     return StatusRecord(occurrence_id=occurrence_id, status=st, timestamp=at, **fields)  # type: ignore[arg-type]
 
 
-async def fired(store: SqlStore, job: Job, planner: object = one_time) -> Occurrence:
+async def fired(store: Store, job: Job, planner: object = one_time) -> Occurrence:
     """Create ``job`` and dispatch it once; its single queued occurrence."""
     await store.create_jobs([job])
     result = await store.dispatch_due([job.id], NOW, planner)  # type: ignore[arg-type]
@@ -88,7 +89,7 @@ async def fired(store: SqlStore, job: Job, planner: object = one_time) -> Occurr
 # --- connection -------------------------------------------------------------------------------
 
 
-async def test_open_is_idempotent_and_ping_answers(store: SqlStore) -> None:
+async def test_open_is_idempotent_and_ping_answers(store: Store) -> None:
     await store.open()
     await store.ping()
     await store.close()
@@ -112,13 +113,13 @@ async def test_unreachable_database_raises_backend_unavailable(url: str) -> None
 
 
 @pytest.mark.parametrize("data", [42, 2.5, "text", True, None, [1, "a"], {"k": 1}])
-async def test_any_json_value_reads_back_equal(store: SqlStore, data: object) -> None:
+async def test_any_json_value_reads_back_equal(store: Store, data: object) -> None:
     job = make_job(job_data=data)
     await store.create_jobs([job])
     assert (await store.get_job(job.id)).job_data == data
 
 
-async def test_created_job_reads_back_equal(store: SqlStore) -> None:
+async def test_created_job_reads_back_equal(store: Store) -> None:
     job = make_job(
         worker_id="mailers",
         display_name="Nightly mail",
@@ -152,12 +153,12 @@ async def test_created_job_reads_back_equal(store: SqlStore) -> None:
     assert stored.next_run_at.tzinfo is UTC
 
 
-async def test_get_missing_job_raises_not_found(store: SqlStore) -> None:
+async def test_get_missing_job_raises_not_found(store: Store) -> None:
     with pytest.raises(NotFoundError):
         await store.get_job(new_id())
 
 
-async def test_duplicate_id_conflicts_and_inserts_nothing(store: SqlStore) -> None:
+async def test_duplicate_id_conflicts_and_inserts_nothing(store: Store) -> None:
     first = make_job()
     await store.create_jobs([first])
     other = make_job()
@@ -168,7 +169,7 @@ async def test_duplicate_id_conflicts_and_inserts_nothing(store: SqlStore) -> No
     assert (await store.get_job(first.id)).display_name == ""
 
 
-async def test_list_jobs_filters(store: SqlStore) -> None:
+async def test_list_jobs_filters(store: Store) -> None:
     a = make_job(display_name="Daily REPORT", tags=("reports", "daily"))
     b = make_job(job_type="cleanup", description="removes 100% of temp files", tags=("ops",))
     c = make_job(job_type="cleanup", is_active=False, tags=("ops", "daily"))
@@ -190,7 +191,7 @@ async def test_list_jobs_filters(store: SqlStore) -> None:
     assert await ids(tag="ops", is_active=True) == [b.id]
 
 
-async def test_list_jobs_pages_newest_first(store: SqlStore) -> None:
+async def test_list_jobs_pages_newest_first(store: Store) -> None:
     created = [make_job() for _ in range(5)]
     await store.create_jobs(created)
     seen: list[UUID] = []
@@ -209,7 +210,7 @@ async def test_list_jobs_pages_newest_first(store: SqlStore) -> None:
         await store.list_jobs(JobQuery(cursor="not-a-cursor"))
 
 
-async def test_update_replaces_definition_but_not_statistics(store: SqlStore) -> None:
+async def test_update_replaces_definition_but_not_statistics(store: Store) -> None:
     job = make_job(tags=("old",), total_executions=5, success_count=4, failure_count=1)
     await store.create_jobs([job])
     changed = replace(
@@ -231,7 +232,7 @@ async def test_update_replaces_definition_but_not_statistics(store: SqlStore) ->
     assert (await store.list_jobs(JobQuery(tag="old"))).items == []
 
 
-async def test_version_bump_keeps_snapshot_of_the_old_version(store: SqlStore) -> None:
+async def test_version_bump_keeps_snapshot_of_the_old_version(store: Store) -> None:
     job = make_job(job_data={"v": 1}, worker_id="w1")
     await store.create_jobs([job])
     v2 = await store.update_job(replace(job, job_data={"v": 2}, version=2), expected_version=1)
@@ -252,7 +253,7 @@ async def test_version_bump_keeps_snapshot_of_the_old_version(store: SqlStore) -
     assert versions[0].created_at.tzinfo is UTC
 
 
-async def test_update_with_stale_version_conflicts(store: SqlStore) -> None:
+async def test_update_with_stale_version_conflicts(store: Store) -> None:
     job = make_job()
     await store.create_jobs([job])
     await store.update_job(replace(job, version=2), expected_version=1)
@@ -263,12 +264,12 @@ async def test_update_with_stale_version_conflicts(store: SqlStore) -> None:
     assert stored.version == 2
 
 
-async def test_update_missing_job_raises_not_found(store: SqlStore) -> None:
+async def test_update_missing_job_raises_not_found(store: Store) -> None:
     with pytest.raises(NotFoundError):
         await store.update_job(make_job(), expected_version=1)
 
 
-async def test_delete_removes_job_and_versions_but_keeps_history(store: SqlStore) -> None:
+async def test_delete_removes_job_and_versions_but_keeps_history(store: Store) -> None:
     job = make_job(tags=("t",))
     occ = await fired(store, job)
     await store.update_job(replace(await store.get_job(job.id), version=2), expected_version=1)
@@ -289,7 +290,7 @@ async def test_delete_removes_job_and_versions_but_keeps_history(store: SqlStore
 # --- scheduling -------------------------------------------------------------------------------
 
 
-async def test_due_jobs_earliest_first_by_bucket_and_limit(store: SqlStore) -> None:
+async def test_due_jobs_earliest_first_by_bucket_and_limit(store: Store) -> None:
     late = make_job(next_run_at=T0 + timedelta(seconds=30), bucket=1)
     early = make_job(next_run_at=T0 - timedelta(seconds=30), bucket=2)
     mid = make_job(next_run_at=T0, bucket=1)
@@ -308,7 +309,7 @@ async def test_due_jobs_earliest_first_by_bucket_and_limit(store: SqlStore) -> N
     assert await store.due_jobs(until, [], 10) == []
 
 
-async def test_dispatch_fires_one_time_job_once(store: SqlStore) -> None:
+async def test_dispatch_fires_one_time_job_once(store: Store) -> None:
     job = make_job(bucket=3, priority=Priority.HIGH, job_data={"k": "v"}, max_retries=2)
     await store.create_jobs([job])
     result = await store.dispatch_due([job.id], NOW, one_time)
@@ -329,7 +330,7 @@ async def test_dispatch_fires_one_time_job_once(store: SqlStore) -> None:
     assert await store.count_occurrences((S.QUEUED,)) == {S.QUEUED: 1}
 
 
-async def test_dispatch_advances_recurring_job(store: SqlStore) -> None:
+async def test_dispatch_advances_recurring_job(store: Store) -> None:
     job = make_job(execute_at=None, next_run_at=T0 - 2 * MINUTE, bucket=5)
     await store.create_jobs([job])
     result = await store.dispatch_due([job.id], NOW, minutely)
@@ -340,7 +341,7 @@ async def test_dispatch_advances_recurring_job(store: SqlStore) -> None:
     assert stored.is_active
 
 
-async def test_duplicate_fire_is_never_inserted_twice(store: SqlStore) -> None:
+async def test_duplicate_fire_is_never_inserted_twice(store: Store) -> None:
     job = make_job()
     await store.create_jobs([job])
     first = await store.dispatch_due([job.id], NOW, same_fire)
@@ -354,7 +355,7 @@ async def test_duplicate_fire_is_never_inserted_twice(store: SqlStore) -> None:
     assert len((await store.get_occurrence(first.queued[0].id)).status_changes) == 1
 
 
-async def test_dispatch_passes_over_inactive_future_and_missing_jobs(store: SqlStore) -> None:
+async def test_dispatch_passes_over_inactive_future_and_missing_jobs(store: Store) -> None:
     inactive = make_job(is_active=False)
     future = make_job(next_run_at=T0 + timedelta(hours=1), bucket=2)
     missing = new_id()
@@ -370,7 +371,7 @@ async def test_dispatch_passes_over_inactive_future_and_missing_jobs(store: SqlS
     assert await store.count_occurrences() == dict.fromkeys(S, 0)
 
 
-async def test_dispatch_records_skipped_fires(store: SqlStore) -> None:
+async def test_dispatch_records_skipped_fires(store: Store) -> None:
     job = make_job()
     await store.create_jobs([job])
 
@@ -387,7 +388,7 @@ async def test_dispatch_records_skipped_fires(store: SqlStore) -> None:
     assert await store.undispatched(NOW + MINUTE, 10) == []
 
 
-async def test_planner_sees_active_occurrence_count(store: SqlStore) -> None:
+async def test_planner_sees_active_occurrence_count(store: Store) -> None:
     job = make_job(execute_at=None)
     await store.create_jobs([job])
     await store.insert_occurrences([occurrence(job, T0 - MINUTE), occurrence(job, T0 - 2 * MINUTE)])
@@ -401,7 +402,7 @@ async def test_planner_sees_active_occurrence_count(store: SqlStore) -> None:
     assert seen == [2]
 
 
-async def test_queue_policy_holds_later_occurrences(store: SqlStore) -> None:
+async def test_queue_policy_holds_later_occurrences(store: Store) -> None:
     job = make_job(
         execute_at=None, next_run_at=T0 - MINUTE, concurrency_policy=ConcurrencyPolicy.QUEUE
     )
@@ -422,7 +423,7 @@ async def test_queue_policy_holds_later_occurrences(store: SqlStore) -> None:
     assert [o.scheduled_for for o in later.held] == [T0 + MINUTE]
 
 
-async def test_skip_policy_never_holds(store: SqlStore) -> None:
+async def test_skip_policy_never_holds(store: Store) -> None:
     job = make_job(execute_at=None, next_run_at=T0 - MINUTE)
     await store.create_jobs([job])
     result = await store.dispatch_due([job.id], NOW, minutely)
@@ -431,7 +432,7 @@ async def test_skip_policy_never_holds(store: SqlStore) -> None:
     assert len(await store.undispatched(NOW, 10)) == 2
 
 
-async def test_insert_occurrences_with_history_and_duplicate_conflict(store: SqlStore) -> None:
+async def test_insert_occurrences_with_history_and_duplicate_conflict(store: Store) -> None:
     job = make_job(concurrency_policy=ConcurrencyPolicy.QUEUE)
     await store.create_jobs([job])
     manual = new_occurrence(job, T0, T0, SETTINGS, trigger_reason="manual")
@@ -447,7 +448,7 @@ async def test_insert_occurrences_with_history_and_duplicate_conflict(store: Sql
     assert [o.id for o in await store.undispatched(NOW + MINUTE, 10)] == [manual.id]
 
 
-async def test_undispatched_mark_and_reset(store: SqlStore) -> None:
+async def test_undispatched_mark_and_reset(store: Store) -> None:
     job = make_job()
     await store.create_jobs([job])
     a, b, c, d = (occurrence(job, T0 + i * MINUTE) for i in (2, 0, 1, 10))
@@ -464,7 +465,7 @@ async def test_undispatched_mark_and_reset(store: SqlStore) -> None:
 
 
 async def test_undispatched_leaves_out_what_is_younger_than_created_before(
-    store: SqlStore,
+    store: Store,
 ) -> None:
     job = make_job()
     await store.create_jobs([job])
@@ -481,7 +482,7 @@ async def test_undispatched_leaves_out_what_is_younger_than_created_before(
 # --- status -----------------------------------------------------------------------------------
 
 
-async def test_running_then_completed_in_one_batch(store: SqlStore) -> None:
+async def test_running_then_completed_in_one_batch(store: Store) -> None:
     job = make_job()
     occ = await fired(store, job)
     t1, t2 = NOW + timedelta(seconds=1), NOW + timedelta(seconds=3)
@@ -511,7 +512,7 @@ async def test_running_then_completed_in_one_batch(store: SqlStore) -> None:
     assert stats.average_duration_ms == 2000.0
 
 
-async def test_batch_of_many_occurrences_and_jobs(store: SqlStore) -> None:
+async def test_batch_of_many_occurrences_and_jobs(store: Store) -> None:
     """One batch over several occurrences and jobs, as the tracker writes them (on
     PostgreSQL one statement per table for the whole batch)."""
     job_a, job_b = make_job(), make_job()
@@ -545,13 +546,13 @@ async def test_batch_of_many_occurrences_and_jobs(store: SqlStore) -> None:
     assert (b.total_executions, b.success_count, b.average_duration_ms) == (1, 1, 50.0)
 
 
-async def _second_occurrence(store: SqlStore, job: Job) -> list[Occurrence]:
+async def _second_occurrence(store: Store, job: Job) -> list[Occurrence]:
     second = occurrence(job, T0 + MINUTE)
     await store.insert_occurrences([second])
     return [second]
 
 
-async def test_final_status_without_start_gets_end_minus_duration(store: SqlStore) -> None:
+async def test_final_status_without_start_gets_end_minus_duration(store: Store) -> None:
     occ = await fired(store, make_job())
     end = NOW + timedelta(seconds=10)
     await store.apply_status([status(occ, S.COMPLETED, end, duration_ms=1500.0)])
@@ -559,7 +560,7 @@ async def test_final_status_without_start_gets_end_minus_duration(store: SqlStor
     assert stored.start_time == end - timedelta(milliseconds=1500)
 
 
-async def test_ignored_records_late_transition_unknown(store: SqlStore) -> None:
+async def test_ignored_records_late_transition_unknown(store: Store) -> None:
     occ = await fired(store, make_job())
     await store.apply_status(
         [status(occ, S.RUNNING), status(occ, S.FAILED, retry_at=NOW + MINUTE, exception="boom")]
@@ -579,7 +580,7 @@ async def test_ignored_records_late_transition_unknown(store: SqlStore) -> None:
     assert (stored.status, stored.attempt) == (S.QUEUED, 2)
 
 
-async def test_final_status_is_final(store: SqlStore) -> None:
+async def test_final_status_is_final(store: Store) -> None:
     occ = await fired(store, make_job())
     await store.apply_status([status(occ, S.CANCELLED)])
     result = await store.apply_status([status(occ, S.RUNNING), status(occ, S.COMPLETED)])
@@ -589,7 +590,7 @@ async def test_final_status_is_final(store: SqlStore) -> None:
     assert len(stored.status_changes) == 2
 
 
-async def test_running_on_running_is_a_heartbeat(store: SqlStore) -> None:
+async def test_running_on_running_is_a_heartbeat(store: Store) -> None:
     occ = await fired(store, make_job())
     t1, t2 = NOW + timedelta(seconds=1), NOW + timedelta(seconds=9)
     await store.apply_status([status(occ, S.RUNNING, t1, instance_id="w-1")])
@@ -602,7 +603,7 @@ async def test_running_on_running_is_a_heartbeat(store: SqlStore) -> None:
     assert len(stored.status_changes) == 2
 
 
-async def test_failed_with_retry_at_requeues_next_attempt(store: SqlStore) -> None:
+async def test_failed_with_retry_at_requeues_next_attempt(store: Store) -> None:
     job = make_job()
     occ = await fired(store, job)
     await store.mark_dispatched([occ], NOW)
@@ -630,7 +631,7 @@ async def test_failed_with_retry_at_requeues_next_attempt(store: SqlStore) -> No
     assert (stored.status, stored.attempt) == (S.COMPLETED, 2)
 
 
-async def test_zombie_is_requeued_as_a_new_attempt(store: SqlStore) -> None:
+async def test_zombie_is_requeued_as_a_new_attempt(store: Store) -> None:
     occ = await fired(store, make_job())
     at = NOW + MINUTE
     await store.apply_status([status(occ, S.RUNNING)])
@@ -642,7 +643,7 @@ async def test_zombie_is_requeued_as_a_new_attempt(store: SqlStore) -> None:
     assert (stored.status, stored.attempt, stored.due_at) == (S.QUEUED, 2, at)
 
 
-async def test_job_statistics(store: SqlStore) -> None:
+async def test_job_statistics(store: Store) -> None:
     job = make_job(execute_at=None, next_run_at=T0 - 6 * MINUTE)
     await store.create_jobs([job])
     occs = (await store.dispatch_due([job.id], NOW, minutely)).queued
@@ -671,7 +672,7 @@ async def test_job_statistics(store: SqlStore) -> None:
 # --- logs, lists, counts ----------------------------------------------------------------------
 
 
-async def test_logs_in_order_with_sequence_numbers(store: SqlStore) -> None:
+async def test_logs_in_order_with_sequence_numbers(store: Store) -> None:
     a = await fired(store, make_job())
     b = await fired(store, make_job())
     lines = [
@@ -702,7 +703,7 @@ async def test_logs_in_order_with_sequence_numbers(store: SqlStore) -> None:
     assert [r.message for _, r in await store.occurrence_logs(b.id)] == ["other"]
 
 
-async def test_a_numbered_log_line_sent_twice_is_stored_once(store: SqlStore) -> None:
+async def test_a_numbered_log_line_sent_twice_is_stored_once(store: Store) -> None:
     occ = await fired(store, make_job())
 
     def line(attempt: int | None, number: int | None, message: str) -> LogRecord:
@@ -732,12 +733,12 @@ async def test_a_numbered_log_line_sent_twice_is_stored_once(store: SqlStore) ->
     ]
 
 
-async def test_get_missing_occurrence_raises_not_found(store: SqlStore) -> None:
+async def test_get_missing_occurrence_raises_not_found(store: Store) -> None:
     with pytest.raises(NotFoundError):
         await store.get_occurrence(new_id())
 
 
-async def test_list_occurrences_filters_and_pages(store: SqlStore) -> None:
+async def test_list_occurrences_filters_and_pages(store: Store) -> None:
     job, other = make_job(), make_job()
     await store.create_jobs([job, other])
     mine = [occurrence(job, T0 + i * MINUTE) for i in range(5)]
@@ -770,7 +771,7 @@ async def test_list_occurrences_filters_and_pages(store: SqlStore) -> None:
     assert rest.next_cursor is None
 
 
-async def test_count_occurrences(store: SqlStore) -> None:
+async def test_count_occurrences(store: Store) -> None:
     job, other = make_job(), make_job()
     await store.create_jobs([job, other])
     occs = [occurrence(job, T0 + i * MINUTE) for i in range(3)]
@@ -790,7 +791,7 @@ async def test_count_occurrences(store: SqlStore) -> None:
 
 @pytest.mark.parametrize("planner", [one_time, same_fire], ids=["one_time", "same_fire"])
 async def test_concurrent_dispatchers_fire_each_job_once(
-    store: SqlStore, store_url: str, planner: FirePlanner
+    store: Store, store_url: str, planner: FirePlanner
 ) -> None:
     jobs = [make_job() for _ in range(20)]
     await store.create_jobs(jobs)
@@ -820,7 +821,7 @@ async def test_concurrent_dispatchers_fire_each_job_once(
 CLAIM = T0 + 30 * MINUTE
 
 
-async def test_claim_hides_occurrences_until_finished_or_run_out(store: SqlStore) -> None:
+async def test_claim_hides_occurrences_until_finished_or_run_out(store: Store) -> None:
     job = make_job()
     await store.create_jobs([job])
     a, b, c, later = (occurrence(job, T0 + i * MINUTE) for i in (0, 1, 2, 10))
@@ -852,7 +853,7 @@ async def test_claim_hides_occurrences_until_finished_or_run_out(store: SqlStore
     assert await store.undispatched(CLAIM + MINUTE, 10) == []
 
 
-async def test_claim_respects_hold_and_creation_cutoff(store: SqlStore) -> None:
+async def test_claim_respects_hold_and_creation_cutoff(store: Store) -> None:
     job = make_job(concurrency_policy=ConcurrencyPolicy.QUEUE)
     await store.create_jobs([job])
     first = occurrence(job, T0, created_at=T0)
@@ -866,7 +867,7 @@ async def test_claim_respects_hold_and_creation_cutoff(store: SqlStore) -> None:
     assert [o.id for o in claimed] == [first.id]  # second is held, fresh too young
 
 
-async def test_finish_claim_leaves_an_occurrence_that_moved_on(store: SqlStore) -> None:
+async def test_finish_claim_leaves_an_occurrence_that_moved_on(store: Store) -> None:
     job = make_job()
     await store.create_jobs([job])
     retried, running = occurrence(job, T0), occurrence(job, T0 + MINUTE)
@@ -894,7 +895,7 @@ async def test_finish_claim_leaves_an_occurrence_that_moved_on(store: SqlStore) 
 
 
 async def test_concurrent_claimers_never_get_the_same_occurrence(
-    store: SqlStore, store_url: str
+    store: Store, store_url: str
 ) -> None:
     jobs = [make_job() for _ in range(4)]
     await store.create_jobs(jobs)
@@ -904,7 +905,7 @@ async def test_concurrent_claimers_never_get_the_same_occurrence(
     for other in others:
         await other.open()
 
-    async def drain(claimer: SqlStore) -> list[UUID]:
+    async def drain(claimer: Store) -> list[UUID]:
         got: list[UUID] = []
         while batch := await claimer.claim_undispatched(NOW + MINUTE, 4, claim_until=CLAIM):
             got.extend(o.id for o in batch)
@@ -923,7 +924,7 @@ async def test_concurrent_claimers_never_get_the_same_occurrence(
 # --- zombies ----------------------------------------------------------------------------------
 
 
-async def stale_running(store: SqlStore, before: datetime, limit: int) -> list[Occurrence]:
+async def stale_running(store: Store, before: datetime, limit: int) -> list[Occurrence]:
     """Running occurrences silent since before ``before`` (the Queued side kept out)."""
     found = await store.stale_occurrences(
         before, running_threshold=0.0, queued_threshold=1e9, limit=limit
@@ -931,7 +932,7 @@ async def stale_running(store: SqlStore, before: datetime, limit: int) -> list[O
     return [s.occurrence for s in found]
 
 
-async def test_stale_running_finds_silent_running_occurrences(store: SqlStore) -> None:
+async def test_stale_running_finds_silent_running_occurrences(store: Store) -> None:
     job = make_job()
     await store.create_jobs([job])
     silent, beating, queued, late_start, done = (occurrence(job, T0 + i * MINUTE) for i in range(5))

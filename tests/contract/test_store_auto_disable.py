@@ -24,6 +24,7 @@ from rota.core.models import (
     ZombiePolicy,
 )
 from rota.core.planning import FirePlan, PlanSettings, new_occurrence, plan_fires
+from rota.core.ports import Store
 from rota.core.records import DisabledJob, JobQuery, ProbeScan
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.jobs import JobService
@@ -36,7 +37,7 @@ HOUR = timedelta(hours=1)
 
 
 @pytest.fixture
-async def store(store_url: str) -> AsyncIterator[SqlStore]:
+async def store(store_url: str) -> AsyncIterator[Store]:
     """A store whose global defaults are 3 failures within 10 minutes."""
     instance = SqlStore(store_url, auto_disable=AutoDisableDefaults(3, 600.0, None))
     await instance.open()
@@ -60,7 +61,7 @@ def cron_job(**fields: object) -> Job:
 class Runs:
     """Occurrences of one job, ended as a test says."""
 
-    def __init__(self, store: SqlStore, job: Job) -> None:
+    def __init__(self, store: Store, job: Job) -> None:
         self.store = store
         self.job = job
         self.count = 0
@@ -93,7 +94,7 @@ class Runs:
         return list(result.disabled)
 
 
-async def test_failures_count_and_a_success_resets(store: SqlStore) -> None:
+async def test_failures_count_and_a_success_resets(store: Store) -> None:
     job = cron_job()
     await store.create_jobs([job])
     runs = Runs(store, job)
@@ -113,7 +114,7 @@ async def test_failures_count_and_a_success_resets(store: SqlStore) -> None:
     assert (stored.success_count, stored.failure_count) == (1, 2)
 
 
-async def test_a_failure_after_the_window_starts_a_new_count(store: SqlStore) -> None:
+async def test_a_failure_after_the_window_starts_a_new_count(store: Store) -> None:
     job = cron_job()
     await store.create_jobs([job])
     runs = Runs(store, job)
@@ -124,7 +125,7 @@ async def test_a_failure_after_the_window_starts_a_new_count(store: SqlStore) ->
     assert (stored.consecutive_failures, stored.is_active) == (1, True)
 
 
-async def test_the_threshold_disables_the_job_in_the_same_transaction(store: SqlStore) -> None:
+async def test_the_threshold_disables_the_job_in_the_same_transaction(store: Store) -> None:
     job = cron_job()
     other = cron_job()
     await store.create_jobs([job, other])
@@ -156,7 +157,7 @@ async def test_the_threshold_disables_the_job_in_the_same_transaction(store: Sql
     assert (stored.consecutive_failures, stored.disabled_at) == (4, T0 + 2 * MINUTE)
 
 
-async def test_one_batch_with_many_outcomes_is_folded_in_order(store: SqlStore) -> None:
+async def test_one_batch_with_many_outcomes_is_folded_in_order(store: Store) -> None:
     job, healthy = cron_job(), cron_job()
     await store.create_jobs([job, healthy])
     runs, ok = Runs(store, job), Runs(store, healthy)
@@ -173,7 +174,7 @@ async def test_one_batch_with_many_outcomes_is_folded_in_order(store: SqlStore) 
 
 
 async def test_job_threshold_overrides_the_default_and_zero_never_disables(
-    store: SqlStore,
+    store: Store,
 ) -> None:
     strict, never = cron_job(auto_disable_threshold=1), cron_job(auto_disable_threshold=0)
     wide = cron_job(auto_disable_window_seconds=7200.0)
@@ -195,7 +196,7 @@ async def test_job_threshold_overrides_the_default_and_zero_never_disables(
     assert "within 120 min" in stored.disabled_reason
 
 
-async def test_an_unknown_occurrence_failed_by_its_zombie_policy_counts(store: SqlStore) -> None:
+async def test_an_unknown_occurrence_failed_by_its_zombie_policy_counts(store: Store) -> None:
     job = cron_job(auto_disable_threshold=1)
     await store.create_jobs([job])
     occ = await Runs(store, job).new()
@@ -211,7 +212,7 @@ async def test_an_unknown_occurrence_failed_by_its_zombie_policy_counts(store: S
 
 
 async def test_a_probe_success_enables_the_job_and_a_failure_disables_it_again(
-    store: SqlStore,
+    store: Store,
 ) -> None:
     disabled_at = T0 - HOUR
     state = {
@@ -241,7 +242,7 @@ async def test_a_probe_success_enables_the_job_and_a_failure_disables_it_again(
 
 
 async def test_a_completion_while_disabled_resets_the_count_but_keeps_it_disabled(
-    store: SqlStore,
+    store: Store,
 ) -> None:
     job = cron_job(
         is_active=False,
@@ -257,7 +258,7 @@ async def test_a_completion_while_disabled_resets_the_count_but_keeps_it_disable
     assert stored.disabled_reason is not None
 
 
-async def test_update_job_writes_the_state_only_when_asked(store: SqlStore) -> None:
+async def test_update_job_writes_the_state_only_when_asked(store: Store) -> None:
     job = cron_job()
     await store.create_jobs([job])
     await Runs(store, job).apply(S.FAILED, T0)
@@ -269,7 +270,7 @@ async def test_update_job_writes_the_state_only_when_asked(store: SqlStore) -> N
     assert (stored.consecutive_failures, stored.last_failure_at, stored.probing) == (0, None, True)
 
 
-async def test_job_settings_round_trip(store: SqlStore) -> None:
+async def test_job_settings_round_trip(store: Store) -> None:
     job = cron_job(
         auto_disable_threshold=7,
         auto_disable_window_seconds=90.0,
@@ -294,7 +295,7 @@ async def test_job_settings_round_trip(store: SqlStore) -> None:
 # --- the zombie query -------------------------------------------------------------------------
 
 
-async def test_stale_occurrences_use_the_jobs_thresholds_and_policies(store: SqlStore) -> None:
+async def test_stale_occurrences_use_the_jobs_thresholds_and_policies(store: Store) -> None:
     default = cron_job()
     quick = cron_job(zombie_threshold_seconds=10.0, zombie_policy=ZombiePolicy.FAIL)
     patient = cron_job(zombie_threshold_seconds=600.0)
@@ -328,7 +329,7 @@ async def test_stale_occurrences_use_the_jobs_thresholds_and_policies(store: Sql
     assert len(found) == 2
 
 
-async def test_stale_occurrences_find_queued_ones_dispatched_long_ago(store: SqlStore) -> None:
+async def test_stale_occurrences_find_queued_ones_dispatched_long_ago(store: Store) -> None:
     job = cron_job()
     patient = cron_job(zombie_threshold_seconds=3600.0)
     await store.create_jobs([job, patient])
@@ -369,7 +370,7 @@ def disabled_job(disabled_at: datetime | None = T0, **fields: object) -> Job:
 
 
 async def test_due_probes_finds_every_job_past_its_cooldown_page_by_page(
-    store: SqlStore,
+    store: Store,
 ) -> None:
     ten_minutes = AutoDisableDefaults(3, 600.0, 600.0)
     due = [disabled_job(T0 - HOUR) for _ in range(5)]
@@ -402,7 +403,7 @@ async def test_due_probes_finds_every_job_past_its_cooldown_page_by_page(
     assert ([j.id for j in scan.due], scan.after) == ([own_cooldown.id], None)
 
 
-async def test_a_probe_release_applies_only_to_the_state_it_saw(store: SqlStore) -> None:
+async def test_a_probe_release_applies_only_to_the_state_it_saw(store: Store) -> None:
     job = disabled_job(T0 - HOUR, description="kept")
     await store.create_jobs([job])
     nxt = T0 + MINUTE
@@ -481,7 +482,7 @@ async def test_release_probes_leaves_a_job_disabled_by_hand_meanwhile(store_url:
 
 
 async def test_a_probing_job_runs_one_occurrence_at_a_time_whatever_its_policy(
-    store: SqlStore,
+    store: Store,
 ) -> None:
     """While its probe is Queued or Running, a probing job's fires are Skipped (overlap),
     even with the Queue policy that would otherwise hold them: one probe run, not several."""

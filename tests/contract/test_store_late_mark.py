@@ -15,13 +15,13 @@ undispatched (as ``finish_claim`` does).
 
 from __future__ import annotations
 
-from rota.stores.sql import SqlStore
+from rota.core.ports import Store
 
 from .test_store import MINUTE, NOW, S, fired, make_job, status
 
 
 async def test_a_late_mark_dispatched_does_not_hide_a_retry_from_the_sweeper(
-    store: SqlStore,
+    store: Store,
 ) -> None:
     occ = await fired(store, make_job())  # published, its mark not yet written
     retry_at = NOW + MINUTE

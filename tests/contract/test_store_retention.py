@@ -10,15 +10,15 @@ import pytest
 
 from rota.core.errors import NotFoundError
 from rota.core.models import LogRecord, Occurrence
+from rota.core.ports import Store
 from rota.core.records import FailedQuery
-from rota.stores.sql import SqlStore
 from tests.contract.test_store import NOW, S, make_job, one_time, status
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 
 
-async def finished(store: SqlStore, at: datetime, end: S = S.COMPLETED) -> Occurrence:
+async def finished(store: Store, at: datetime, end: S = S.COMPLETED) -> Occurrence:
     """A one-time job fired at ``at`` whose occurrence ran and ended ``end``, with a log line."""
     job = make_job(execute_at=at, next_run_at=at)
     await store.create_jobs([job])
@@ -31,7 +31,7 @@ async def finished(store: SqlStore, at: datetime, end: S = S.COMPLETED) -> Occur
     return occ
 
 
-async def exists(store: SqlStore, occ: Occurrence) -> bool:
+async def exists(store: Store, occ: Occurrence) -> bool:
     try:
         await store.get_occurrence(occ.id)
     except NotFoundError:
@@ -39,7 +39,7 @@ async def exists(store: SqlStore, occ: Occurrence) -> bool:
     return True
 
 
-async def test_old_final_occurrences_go_in_steps_with_history_and_logs(store: SqlStore) -> None:
+async def test_old_final_occurrences_go_in_steps_with_history_and_logs(store: Store) -> None:
     old = [await finished(store, NOW + i * HOUR) for i in range(5)]
     new = await finished(store, NOW + 10 * DAY)
     failed = await finished(store, NOW, S.CANCELLED)
@@ -64,7 +64,7 @@ async def test_old_final_occurrences_go_in_steps_with_history_and_logs(store: Sq
     assert (again.deleted, again.next_after) == (0, None)
 
 
-async def test_an_unresolved_dead_letter_keeps_its_occurrence(store: SqlStore) -> None:
+async def test_an_unresolved_dead_letter_keeps_its_occurrence(store: Store) -> None:
     kept = await finished(store, NOW, S.FAILED)
     later = await finished(store, NOW + HOUR, S.FAILED)
     [record] = [
@@ -90,14 +90,14 @@ async def test_an_unresolved_dead_letter_keeps_its_occurrence(store: SqlStore) -
     assert not await exists(store, kept)
 
 
-async def test_only_final_statuses_are_purged(store: SqlStore) -> None:
+async def test_only_final_statuses_are_purged(store: Store) -> None:
     with pytest.raises(ValueError, match="final"):
         await store.purge_occurrences(S.RUNNING, NOW, 10)
     with pytest.raises(ValueError, match="final"):
         await store.purge_occurrences(S.QUEUED, NOW, 10)
 
 
-async def test_old_log_lines_go_oldest_first_within_the_window(store: SqlStore) -> None:
+async def test_old_log_lines_go_oldest_first_within_the_window(store: Store) -> None:
     occ = await finished(store, NOW)
     await store.append_logs(
         [
@@ -114,7 +114,7 @@ async def test_old_log_lines_go_oldest_first_within_the_window(store: SqlStore) 
     assert await exists(store, occ)  # log retention leaves occurrences alone
 
 
-async def test_resolved_dead_letters_go_unresolved_stay(store: SqlStore) -> None:
+async def test_resolved_dead_letters_go_unresolved_stay(store: Store) -> None:
     for i in range(3):
         await finished(store, NOW + i * HOUR, S.FAILED)
     records = sorted(
@@ -130,7 +130,7 @@ async def test_resolved_dead_letters_go_unresolved_stay(store: SqlStore) -> None
     assert {r.id for r in (await store.list_failed(FailedQuery(limit=10))).items} == {records[2].id}
 
 
-async def test_jobs_with_fires_in_a_window(store: SqlStore) -> None:
+async def test_jobs_with_fires_in_a_window(store: Store) -> None:
     a = await finished(store, NOW)
     b = await finished(store, NOW + HOUR)
     silent = make_job()
@@ -142,7 +142,7 @@ async def test_jobs_with_fires_in_a_window(store: SqlStore) -> None:
     assert await store.jobs_with_fires([], NOW, NOW + DAY) == set()
 
 
-async def test_recurring_jobs_of_some_buckets_by_id(store: SqlStore) -> None:
+async def test_recurring_jobs_of_some_buckets_by_id(store: Store) -> None:
     cron = [make_job(cron_expression="* * * * *", bucket=b % 3) for b in range(6)]
     one_time = make_job(bucket=0)
     inactive = make_job(cron_expression="* * * * *", bucket=0, is_active=False)

@@ -11,6 +11,7 @@ import pytest
 
 from rota.core.errors import ConflictError, NotFoundError, ValidationError
 from rota.core.ids import new_id
+from rota.core.ports import Store
 from rota.core.security import (
     AuditEntry,
     AuditQuery,
@@ -21,7 +22,6 @@ from rota.core.security import (
     Role,
     User,
 )
-from rota.stores.sql import SqlStore
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -68,7 +68,7 @@ def successor(name: str) -> RefreshToken:
 # --- users -------------------------------------------------------------------------------------
 
 
-async def test_user_round_trip_and_lookup_by_name(store: SqlStore) -> None:
+async def test_user_round_trip_and_lookup_by_name(store: Store) -> None:
     user = make_user(locked_until=T0 + HOUR, failed_logins=2)
     await store.create_user(user)
     assert await store.get_user(user.id) == user
@@ -78,7 +78,7 @@ async def test_user_round_trip_and_lookup_by_name(store: SqlStore) -> None:
         await store.get_user(new_id())
 
 
-async def test_a_taken_username_is_a_conflict(store: SqlStore) -> None:
+async def test_a_taken_username_is_a_conflict(store: Store) -> None:
     await store.create_user(make_user())
     with pytest.raises(ConflictError, match="taken"):
         await store.create_user(make_user())
@@ -88,7 +88,7 @@ async def test_a_taken_username_is_a_conflict(store: SqlStore) -> None:
         await store.update_user(replace(bob, username="ada"))
 
 
-async def test_users_are_listed_oldest_first_with_cursor_pages(store: SqlStore) -> None:
+async def test_users_are_listed_oldest_first_with_cursor_pages(store: Store) -> None:
     users = [make_user(f"user{i}", Role.VIEWER) for i in range(5)]
     for user in users:
         await store.create_user(user)
@@ -102,7 +102,7 @@ async def test_users_are_listed_oldest_first_with_cursor_pages(store: SqlStore) 
         await store.list_users(cursor="not-a-cursor")
 
 
-async def test_update_user_stores_every_field(store: SqlStore) -> None:
+async def test_update_user_stores_every_field(store: Store) -> None:
     user = make_user("op", Role.OPERATOR)
     await store.create_user(user)
     changed = replace(
@@ -119,7 +119,7 @@ async def test_update_user_stores_every_field(store: SqlStore) -> None:
 
 
 async def test_the_last_active_admin_cannot_be_demoted_deactivated_or_deleted(
-    store: SqlStore,
+    store: Store,
 ) -> None:
     admin = make_user("root")
     await store.create_user(admin)
@@ -138,7 +138,7 @@ async def test_the_last_active_admin_cannot_be_demoted_deactivated_or_deleted(
         await store.delete_user(second.id)
 
 
-async def test_two_concurrent_demotions_leave_one_admin(store: SqlStore) -> None:
+async def test_two_concurrent_demotions_leave_one_admin(store: Store) -> None:
     a, b = make_user("a"), make_user("b")
     await store.create_user(a)
     await store.create_user(b)
@@ -151,7 +151,7 @@ async def test_two_concurrent_demotions_leave_one_admin(store: SqlStore) -> None
     assert await store.count_admins() == 1
 
 
-async def test_delete_user_removes_it_and_its_tokens(store: SqlStore) -> None:
+async def test_delete_user_removes_it_and_its_tokens(store: Store) -> None:
     await store.create_user(make_user("root"))
     viewer = make_user("v", Role.VIEWER)
     await store.create_user(viewer)
@@ -170,14 +170,14 @@ LEASE = timedelta(seconds=10)
 
 
 async def reserve(
-    store: SqlStore, name: str, now: datetime = T0, max_failures: int = 3
+    store: Store, name: str, now: datetime = T0, max_failures: int = 3
 ) -> LoginReservation:
     return await store.reserve_login(
         name, now=now, max_failures=max_failures, lock_until=now + HOUR, check_until=now + LEASE
     )
 
 
-async def fail(store: SqlStore, name: str, now: datetime = T0, max_failures: int = 3) -> bool:
+async def fail(store: Store, name: str, now: datetime = T0, max_failures: int = 3) -> bool:
     """One failed attempt: reserved, then its check ended. Whether it locked the name."""
     granted = await reserve(store, name, now, max_failures)
     assert granted.gate is LoginGate.GRANTED
@@ -187,7 +187,7 @@ async def fail(store: SqlStore, name: str, now: datetime = T0, max_failures: int
 
 @pytest.mark.parametrize("known", [True, False], ids=["user", "unknown-name"])
 async def test_attempts_are_counted_before_the_check_and_lock_at_the_limit(
-    store: SqlStore, known: bool
+    store: Store, known: bool
 ) -> None:
     if known:
         await store.create_user(make_user())
@@ -202,7 +202,7 @@ async def test_attempts_are_counted_before_the_check_and_lock_at_the_limit(
         assert (stored.failed_logins, stored.locked_until) == (0, T0 + 2 * HOUR)
 
 
-async def test_a_success_gives_the_count_back_and_clears_a_lock(store: SqlStore) -> None:
+async def test_a_success_gives_the_count_back_and_clears_a_lock(store: Store) -> None:
     user = make_user()
     await store.create_user(user)
     await fail(store, "ada")
@@ -224,7 +224,7 @@ async def test_a_success_gives_the_count_back_and_clears_a_lock(store: SqlStore)
 
 
 @pytest.mark.parametrize("known", [True, False], ids=["user", "unknown-name"])
-async def test_one_check_at_a_time_per_name(store: SqlStore, known: bool) -> None:
+async def test_one_check_at_a_time_per_name(store: Store, known: bool) -> None:
     if known:
         await store.create_user(make_user())
     assert (await reserve(store, "ada")).gate is LoginGate.GRANTED
@@ -241,7 +241,7 @@ async def test_one_check_at_a_time_per_name(store: SqlStore, known: bool) -> Non
 
 
 @pytest.mark.parametrize("known", [True, False], ids=["user", "unknown-name"])
-async def test_parallel_reservations_grant_at_most_the_limit(store: SqlStore, known: bool) -> None:
+async def test_parallel_reservations_grant_at_most_the_limit(store: Store, known: bool) -> None:
     """120 attempts at once, round after round: one check at a time is granted, and over
     all rounds exactly ``max_failures`` before the name is locked."""
     if known:
@@ -258,7 +258,7 @@ async def test_parallel_reservations_grant_at_most_the_limit(store: SqlStore, kn
     assert (await reserve(store, "ada")).gate is LoginGate.LOCKED
 
 
-async def test_idle_unknown_names_are_forgotten(store: SqlStore) -> None:
+async def test_idle_unknown_names_are_forgotten(store: Store) -> None:
     await fail(store, "ghost", max_failures=2)
     later = T0 + timedelta(days=2)
     await fail(store, "other", later, max_failures=2)  # prunes ghost's idle row
@@ -268,7 +268,7 @@ async def test_idle_unknown_names_are_forgotten(store: SqlStore) -> None:
 # --- refresh tokens ------------------------------------------------------------------------------
 
 
-async def test_rotation_uses_a_token_up_and_stores_its_successor(store: SqlStore) -> None:
+async def test_rotation_uses_a_token_up_and_stores_its_successor(store: Store) -> None:
     user = make_user()
     await store.create_user(user)
     family = new_id()
@@ -279,7 +279,7 @@ async def test_rotation_uses_a_token_up_and_stores_its_successor(store: SqlStore
     assert (second.status, second.user_id) == (RefreshStatus.ROTATED, user.id)
 
 
-async def test_reuse_revokes_the_whole_family_and_nothing_else(store: SqlStore) -> None:
+async def test_reuse_revokes_the_whole_family_and_nothing_else(store: Store) -> None:
     user = make_user()
     await store.create_user(user)
     await store.add_refresh_token(make_token(user, new_id(), "a1"))
@@ -294,7 +294,7 @@ async def test_reuse_revokes_the_whole_family_and_nothing_else(store: SqlStore) 
     assert other.status is RefreshStatus.ROTATED
 
 
-async def test_unknown_and_expired_tokens_are_invalid(store: SqlStore) -> None:
+async def test_unknown_and_expired_tokens_are_invalid(store: Store) -> None:
     user = make_user()
     await store.create_user(user)
     await store.add_refresh_token(make_token(user))
@@ -304,7 +304,7 @@ async def test_unknown_and_expired_tokens_are_invalid(store: SqlStore) -> None:
     assert expired.status is RefreshStatus.INVALID
 
 
-async def test_of_two_concurrent_rotations_exactly_one_wins(store: SqlStore) -> None:
+async def test_of_two_concurrent_rotations_exactly_one_wins(store: Store) -> None:
     user = make_user()
     await store.create_user(user)
     await store.add_refresh_token(make_token(user))
@@ -316,7 +316,7 @@ async def test_of_two_concurrent_rotations_exactly_one_wins(store: SqlStore) -> 
     assert statuses == [RefreshStatus.REUSED, RefreshStatus.ROTATED]
 
 
-async def test_revoke_by_family_and_by_user(store: SqlStore) -> None:
+async def test_revoke_by_family_and_by_user(store: Store) -> None:
     user, other = make_user(), make_user("bob", Role.VIEWER)
     await store.create_user(user)
     await store.create_user(other)
@@ -336,7 +336,7 @@ async def test_revoke_by_family_and_by_user(store: SqlStore) -> None:
     assert await store.revoke_refresh_tokens(T0, token_hash="unknown".ljust(64, "0")) == 0
 
 
-async def test_long_expired_tokens_are_deleted_on_revocation(store: SqlStore) -> None:
+async def test_long_expired_tokens_are_deleted_on_revocation(store: Store) -> None:
     user = make_user()
     await store.create_user(user)
     await store.add_refresh_token(make_token(user, new_id(), "old", expires_at=T0))
@@ -365,7 +365,7 @@ def entry(n: int, **fields: object) -> AuditEntry:
     return AuditEntry(**values)  # type: ignore[arg-type]
 
 
-async def test_audit_round_trip_newest_first_with_filters(store: SqlStore) -> None:
+async def test_audit_round_trip_newest_first_with_filters(store: Store) -> None:
     entries = [
         entry(0),
         entry(1, actor="bob", resource_id="j2"),
@@ -385,7 +385,7 @@ async def test_audit_round_trip_newest_first_with_filters(store: SqlStore) -> No
     assert (await store.list_audit(window)).items == [entries[2], entries[1]]
 
 
-async def test_audit_cursor_pages(store: SqlStore) -> None:
+async def test_audit_cursor_pages(store: Store) -> None:
     entries = [entry(i) for i in range(5)]
     await store.append_audit(entries)
     first = await store.list_audit(AuditQuery(limit=2))

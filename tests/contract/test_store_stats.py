@@ -11,6 +11,7 @@ from sqlalchemy import text
 from rota.core.ids import new_id
 from rota.core.models import DispatcherState, Job, Occurrence, OccurrenceStatus
 from rota.core.planning import PlanSettings, new_occurrence
+from rota.core.ports import Store
 from rota.core.records import StoreOverview, TagCount, ThroughputPoint
 from rota.stores.sql import SqlStore
 
@@ -37,7 +38,7 @@ def ended(owner: Job, status: S, at: datetime, duration: float | None = None) ->
     )
 
 
-async def test_overview_counts_by_status_jobs_and_the_window(store: SqlStore) -> None:
+async def test_overview_counts_by_status_jobs_and_the_window(store: Store) -> None:
     empty = await store.overview(T0)
     assert empty.jobs == 0
     assert empty.completed == empty.failed == empty.cancelled == 0
@@ -69,7 +70,7 @@ async def test_overview_counts_by_status_jobs_and_the_window(store: SqlStore) ->
     assert got.by_status[S.RUNNING] == 0
 
 
-async def test_throughput_counts_per_bucket_with_empty_buckets(store: SqlStore) -> None:
+async def test_throughput_counts_per_bucket_with_empty_buckets(store: Store) -> None:
     owner = job()
     await store.create_jobs([owner])
     minute = timedelta(minutes=1)
@@ -95,7 +96,7 @@ async def test_throughput_counts_per_bucket_with_empty_buckets(store: SqlStore) 
     ]
 
 
-async def test_throughput_uses_the_end_time_index(store: SqlStore) -> None:
+async def test_throughput_uses_the_end_time_index(store: SqlStore) -> None:  # the SQL plan
     owner = job()
     await store.create_jobs([owner])
     many = [ended(owner, S.COMPLETED, T0 - timedelta(minutes=n), 10.0) for n in range(0, 20_000, 1)]
@@ -123,7 +124,7 @@ async def test_throughput_uses_the_end_time_index(store: SqlStore) -> None:
     assert sum(p.completed for p in points) == 60
 
 
-async def test_tags_with_job_counts(store: SqlStore) -> None:
+async def test_tags_with_job_counts(store: Store) -> None:
     assert await store.tags() == []
     await store.create_jobs(
         [job(tags=("billing", "nightly")), job(tags=("nightly",)), job(tags=())]
@@ -131,7 +132,7 @@ async def test_tags_with_job_counts(store: SqlStore) -> None:
     assert await store.tags() == [TagCount("billing", 1), TagCount("nightly", 2)]
 
 
-async def test_dispatcher_state_round_trips(store: SqlStore) -> None:
+async def test_dispatcher_state_round_trips(store: Store) -> None:
     assert await store.dispatcher_state() == DispatcherState()
     stopped = DispatcherState(paused=True, reason="db maintenance", by="ops", changed_at=T0)
     await store.set_dispatcher_state(stopped)

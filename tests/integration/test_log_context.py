@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import pytest
 
 from rota.app.server import prepare
 from rota.observability.logs import configure
-from tests.helpers import settings_for
+from tests.helpers import eventually, settings_for
 
 
 @pytest.fixture
@@ -36,14 +34,16 @@ async def test_handler_log_lines_carry_the_occurrence(
     await rt.start()
     try:
         job = await rt.jobs.create_job({"job_type": "ops.fast", "execute_at": rt.jobs.now()})
-        deadline = time.monotonic() + 15
         found: dict[str, object] = {}
-        while time.monotonic() < deadline and not found:
+
+        def logged() -> bool:
             for line in json_logs.getvalue().splitlines():
                 record = json.loads(line)
                 if record["message"] == "ops.fast running":
-                    found = record
-            await asyncio.sleep(0.02)
+                    found.update(record)
+            return bool(found)
+
+        await eventually(logged, 15, "the handler's log line")
     finally:
         await rt.stop(grace=1)
     assert found, "the handler's log line"

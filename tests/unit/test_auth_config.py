@@ -112,9 +112,9 @@ def test_auth_settings_reach_the_service(monkeypatch: pytest.MonkeyPatch, tmp_pa
         Settings(environment="test", data_dir=tmp_path)
 
 
-def test_rota_user_commands(tmp_path: Path) -> None:
+def test_rota_user_commands(data_dir: Path) -> None:
     runner = CliRunner()
-    data = ["--data-dir", str(tmp_path)]
+    data = ["--data-dir", str(data_dir)]
     created = runner.invoke(
         app,
         ["user", "create", "Alice", "--role", "admin", "--password-stdin", *data],
@@ -141,8 +141,8 @@ def test_rota_user_commands(tmp_path: Path) -> None:
     assert listed.stdout.split() == ["alice", "Admin", "active"]
 
 
-async def test_rota_dev_prints_a_generated_admin_once(tmp_path: Path) -> None:
-    settings = Settings(environment="development", data_dir=tmp_path)
+async def test_rota_dev_prints_a_generated_admin_once(data_dir: Path) -> None:
+    settings = Settings(environment="development", data_dir=data_dir)
     runtime = await prepare(settings, [])
     await runtime.store.open()
     try:

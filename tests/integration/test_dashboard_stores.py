@@ -18,6 +18,7 @@ from rota.core.planning import PlanSettings, new_occurrence
 from rota.stores.sql import SqlStore
 from tests.api_client import api_client
 from tests.api_runtime import mini_runtime
+from tests.stores import store as store  # each store kind, over the conftest's SQLite one
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from rota.core.security import Role
 from rota.services.auth import AuthConfig, AuthService, Tokens
 from rota.services.ratelimit import Rate
 from rota.stores.sql import SqlStore
+from tests.stores import store as store  # each store kind, over the conftest's SQLite one
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 PASSWORD = "the one right passphrase"

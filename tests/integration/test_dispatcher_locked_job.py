@@ -23,8 +23,7 @@ from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.dispatcher import LOCKED_RETRY_SECONDS, Dispatcher
 from rota.services.workers import WorkerDirectory
 from rota.stores.sql import SqlStore
-
-from .conftest import pg_database
+from tests.stores import pg_database
 
 pytestmark = pytest.mark.postgres
 

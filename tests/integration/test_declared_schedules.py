@@ -30,6 +30,7 @@ from rota.stores.migrate import downgrade, upgrade
 from rota.stores.schema import jobs as jobs_table
 from rota.stores.sql import SqlStore, create_store_engine
 from tests.contract.redis_fixtures import redis_scope
+from tests.stores import store as store  # each store kind, over the conftest's SQLite one
 
 T0 = datetime(2030, 1, 7, 12, 0, 30, tzinfo=UTC)  # a Monday, 30 s past noon
 ALL_BUCKETS = list(range(16))

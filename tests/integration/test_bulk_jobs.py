@@ -17,6 +17,7 @@ from rota.app.settings import Settings
 from rota.stores.sql import SqlStore
 from tests.api_client import api_client
 from tests.api_runtime import MiniRuntime, mini_runtime
+from tests.stores import store as store  # each store kind, over the conftest's SQLite one
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,7 @@ from rota.coordination.redis import RedisCoordination
 from rota.core.models import WorkerInfo
 from rota.redis.client import delete_prefix
 from rota.redis.keys import RedisKeys
-
-from .redis_fixtures import redis_scope
+from tests.contract.redis_fixtures import redis_scope
 
 
 def _worker(instance_id: str) -> WorkerInfo:

@@ -9,8 +9,7 @@ import orjson
 from rota.coordination.redis import RedisCoordination
 from rota.core.models import WorkerInfo
 from rota.redis.keys import RedisKeys
-
-from .redis_fixtures import redis_scope
+from tests.contract.redis_fixtures import redis_scope
 
 
 async def test_a_malformed_registration_hides_no_other_worker() -> None:
