@@ -27,18 +27,11 @@ import httpx
 import orjson
 from pydantic import BaseModel
 
-from rota.api.schemas import (
-    FailedOccurrenceOut,
-    FailedOccurrencePage,
-    JobOut,
-    JobPage,
-    LogPage,
-    OccurrenceDetail,
-    OccurrencePage,
-    Overview,
-    Throughput,
-    WorkerList,
-)
+from rota.api.schemas.failed import FailedOccurrenceOut, FailedOccurrencePage
+from rota.api.schemas.jobs import JobOut, JobPage
+from rota.api.schemas.occurrences import LogPage, OccurrenceDetail, OccurrencePage
+from rota.api.schemas.stats import Overview, Throughput
+from rota.api.schemas.workers import WorkerList
 from rota.core.errors import RotaError
 
 API: Final = "/api/v1"
