@@ -10,7 +10,8 @@ The SDK for job handlers (DESIGN.md §4)::
 
 from rota.client import ApiError, Client, SyncClient
 from rota.core.errors import PermanentError, RotaError
-from rota.sdk.job import JobContext, JobData, JobDefinition, job
+from rota.sdk.context import JobContext
+from rota.sdk.job import JobData, JobDefinition, job
 
 __all__ = [
     "ApiError",
