@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rota.api.schemas import WorkerGroupOut, WorkerInstanceOut, status_name
+from rota.api.schemas.common import status_name
+from rota.api.schemas.workers import WorkerGroupOut, WorkerInstanceOut
 from rota.core.errors import ValidationError
 from rota.core.models import OccurrenceStatus, WorkerInfo
 

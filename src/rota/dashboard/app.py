@@ -14,7 +14,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 from starlette.responses import RedirectResponse, Response
 
-from rota.api.schemas import status_name
+from rota.api.schemas.common import status_name
 from rota.dashboard import pages
 from rota.dashboard.session import SESSION_PATH, LoginRequired
 

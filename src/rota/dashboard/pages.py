@@ -21,7 +21,8 @@ from fastapi.templating import Jinja2Templates
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from rota.api.deps import ApiRuntime, get_runtime
-from rota.api.schemas import JobOut, status_name
+from rota.api.schemas.common import status_name
+from rota.api.schemas.jobs import JobOut
 from rota.api.security import exception_view
 from rota.api.views import group_workers, parse_statuses
 from rota.core.errors import NotFoundError, RotaError

@@ -43,7 +43,7 @@ from rota.core.models import (
 from rota.core.ports import Broker, Delivery
 from rota.observability.logs import set_job_context
 from rota.observability.tracing import Tracing
-from rota.sdk.job import JobContext
+from rota.sdk.context import JobContext
 from rota.sdk.registry import AnyJobDefinition, JobRegistry
 from rota.worker.claims import AttemptClaims, ClaimVerdict
 from rota.worker.finals import FinalizedAttempts

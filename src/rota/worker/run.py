@@ -37,7 +37,7 @@ from rota.core.models import (
 )
 from rota.core.retry import retry_at, retry_delay
 from rota.observability.tracing import Tracing
-from rota.sdk.job import JobContext
+from rota.sdk.context import JobContext
 from rota.sdk.registry import AnyJobDefinition
 
 __all__ = [

@@ -15,15 +15,8 @@ from pydantic.alias_generators import to_camel
 
 from rota.api.deps import Audit, Runtime
 from rota.api.problems import problem_responses
-from rota.api.schemas import (
-    NO_NUL,
-    ApiModel,
-    BucketOut,
-    BucketsOut,
-    InputModel,
-    InstanceOut,
-    ReliabilityOut,
-)
+from rota.api.schemas.admin import BucketOut, BucketsOut, InstanceOut, ReliabilityOut
+from rota.api.schemas.common import NO_NUL, ApiModel, InputModel
 from rota.api.security import OperatorUser, requires
 from rota.core.models import DispatcherState, utcnow
 from rota.core.security import Role

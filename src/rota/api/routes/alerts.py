@@ -12,7 +12,7 @@ from pydantic import Field, ValidationError
 
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
-from rota.api.schemas import ApiModel
+from rota.api.schemas.common import ApiModel
 from rota.api.security import requires
 from rota.core.security import Role
 from rota.services.silence import Alert, SilenceMonitor, shared_alerts

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from rota.api.deps import Audit
 from rota.api.problems import problem_responses
-from rota.api.schemas import MAX_LIMIT, NO_NUL, UtcDatetime
+from rota.api.schemas.common import MAX_LIMIT, NO_NUL, UtcDatetime
 from rota.api.schemas.security import AuditOut, AuditPage
 from rota.api.security import requires
 from rota.core.security import AuditQuery, Role

@@ -19,7 +19,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
-from rota.api.schemas import NO_NUL
+from rota.api.schemas.common import NO_NUL
 from rota.api.security import requires
 from rota.core.errors import ValidationError
 from rota.core.events import Event, EventType, parse_event_id

@@ -9,16 +9,13 @@ from fastapi import APIRouter, Query, Response, status
 
 from rota.api.deps import Audit, Runtime, StoreDep
 from rota.api.problems import problem_responses
-from rota.api.schemas import (
-    MAX_FILTER_VALUES,
-    MAX_LIMIT,
+from rota.api.schemas.common import MAX_FILTER_VALUES, MAX_LIMIT, FilterToken, UtcDatetime
+from rota.api.schemas.failed import (
     FailedOccurrenceOut,
     FailedOccurrencePage,
     FailedOccurrenceUpdate,
-    FilterToken,
-    OccurrenceDetail,
-    UtcDatetime,
 )
+from rota.api.schemas.occurrences import OccurrenceDetail
 from rota.api.security import OperatorUser, ShownException, requires
 from rota.core.errors import ValidationError
 from rota.core.models import FailureType

@@ -7,7 +7,7 @@ import logging
 from fastapi import APIRouter, Response
 
 from rota.api.deps import Runtime
-from rota.api.schemas import Liveness, Readiness
+from rota.api.schemas.health import Liveness, Readiness
 
 logger = logging.getLogger(__name__)
 

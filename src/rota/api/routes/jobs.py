@@ -16,10 +16,8 @@ from pydantic import ValidationError as PydanticValidationError
 
 from rota.api.deps import Audit, Jobs, StoreDep
 from rota.api.problems import problem_responses
-from rota.api.schemas import (
-    MAX_LIMIT,
-    NO_NUL,
-    ApiModel,
+from rota.api.schemas.common import MAX_LIMIT, NO_NUL, ApiModel, UtcDatetime, unwrap_partial_updates
+from rota.api.schemas.jobs import (
     BulkCreate,
     JobCreate,
     JobList,
@@ -28,12 +26,10 @@ from rota.api.schemas import (
     JobPatch,
     JobVersionList,
     JobVersionOut,
-    OccurrenceDetail,
     Preview,
     TriggerRequest,
-    UtcDatetime,
-    unwrap_partial_updates,
 )
+from rota.api.schemas.occurrences import OccurrenceDetail
 from rota.api.security import OperatorUser, requires
 from rota.core.errors import ValidationError
 from rota.core.security import Role
@@ -98,10 +94,10 @@ async def create_job_reference(
 
 def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
     """``{"id": …, "isActive": {"value": true, "isUpdated": true}, "priority": 3}`` -> the job
-    id and the fields to change, by :func:`~rota.api.schemas.unwrap_partial_updates` (the same
-    rules as ``PUT /failed-occurrences/{id}``): a ``{value, isUpdated}`` wrapper counts only
-    when ``isUpdated`` is true; any other value (``jobData`` objects too) is a change as it
-    is."""
+    id and the fields to change, by :func:`~rota.api.schemas.common.unwrap_partial_updates`
+    (the same rules as ``PUT /failed-occurrences/{id}``): a ``{value, isUpdated}`` wrapper
+    counts only when ``isUpdated`` is true; any other value (``jobData`` objects too) is a
+    change as it is."""
     raw_id = body.get("id")
     if raw_id is None:
         raise ValidationError("id is required", field="id")

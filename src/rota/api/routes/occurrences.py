@@ -10,17 +10,14 @@ from fastapi import status as http
 
 from rota.api.deps import Audit, Runtime, StoreDep
 from rota.api.problems import problem_responses
-from rota.api.schemas import (
-    MAX_FILTER_VALUES,
-    MAX_LIMIT,
+from rota.api.schemas.common import MAX_FILTER_VALUES, MAX_LIMIT, FilterToken, UtcDatetime
+from rota.api.schemas.occurrences import (
     CancelRequest,
-    FilterToken,
     LogLine,
     LogPage,
     OccurrenceDetail,
     OccurrenceOut,
     OccurrencePage,
-    UtcDatetime,
 )
 from rota.api.security import OperatorUser, ShownException, requires
 from rota.api.views import parse_statuses

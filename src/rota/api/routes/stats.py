@@ -12,7 +12,8 @@ from fastapi import APIRouter, Query
 
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
-from rota.api.schemas import (
+from rota.api.schemas.common import status_name
+from rota.api.schemas.stats import (
     JobCounts,
     OccurrenceCounts,
     Overview,
@@ -20,7 +21,6 @@ from rota.api.schemas import (
     ThroughputPointOut,
     WindowStats,
     WorkerCounts,
-    status_name,
 )
 from rota.api.security import requires
 from rota.core.errors import ValidationError

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Response, status
 
 from rota.api.deps import Audit, Auth
 from rota.api.problems import problem_responses
-from rota.api.schemas import MAX_LIMIT, NO_NUL
+from rota.api.schemas.common import MAX_LIMIT, NO_NUL
 from rota.api.schemas.security import UserCreate, UserOut, UserPage, UserPatch
 from rota.api.security import AdminUser, requires
 from rota.core.security import Role

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Path
 
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
-from rota.api.schemas import WorkerGroupOut, WorkerList
+from rota.api.schemas.workers import WorkerGroupOut, WorkerList
 from rota.api.security import requires
 from rota.api.views import group_workers
 from rota.core.errors import NotFoundError

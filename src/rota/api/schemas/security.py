@@ -8,7 +8,7 @@ from uuid import UUID
 
 from pydantic import BeforeValidator, Field, StringConstraints
 
-from rota.api.schemas import ApiModel, InputModel
+from rota.api.schemas.common import ApiModel, InputModel
 from rota.core.errors import ValidationError
 from rota.core.security import MAX_PASSWORD_LENGTH, AuditEntry, Role, User
 

@@ -1,0 +1,245 @@
+"""Bodies of the job endpoints."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Final
+from uuid import UUID
+
+from pydantic import BaseModel, Field, StringConstraints
+from pydantic.alias_generators import to_snake
+
+from rota.api.schemas.common import (
+    MAX_BULK,
+    NO_NUL,
+    ApiModel,
+    InputModel,
+    JobData,
+    Seconds,
+    ShortText,
+    Tags,
+    UtcDatetime,
+)
+from rota.core.autodisable import AutoDisableDefaults, effective
+from rota.core.jobfields import BY_NAME, JOB_FIELDS
+from rota.core.jobspec import JobSpec
+from rota.core.models import (
+    ConcurrencyPolicy,
+    Job,
+    JobVersion,
+    MisfirePolicy,
+    Priority,
+    ZombiePolicy,
+)
+
+_ATTRIBUTES: Final = {to_snake(f.api): f.name for f in JOB_FIELDS if to_snake(f.api) != f.name}
+"""Body field -> job attribute, where the API names a field otherwise than the job does
+(``concurrentExecutionPolicy`` is the job's ``concurrency_policy``)."""
+
+
+def _job_attributes(body: BaseModel, *, exclude_unset: bool = False) -> dict[str, Any]:
+    """A job body's fields by job attribute name (``exclude_unset``: the fields sent only)."""
+    values = body.model_dump(exclude_unset=exclude_unset, by_alias=False)
+    return {_ATTRIBUTES.get(name, name): value for name, value in values.items()}
+
+
+class JobCreate(InputModel):
+    """A new job: ``jobType`` and exactly one of ``cronExpression`` / ``executeAt``."""
+
+    job_type: ShortText = Field(description="The job type a worker group declares.")
+    display_name: ShortText = Field("", description="Defaults to the job type.")
+    description: Annotated[str, StringConstraints(max_length=4000, pattern=NO_NUL)] = ""
+    tags: Tags = Field(default_factory=list)
+    worker_id: ShortText | None = Field(
+        None, description="The worker group; omitted: the one live group declaring the type."
+    )
+    job_data: JobData = Field(None, description="Any JSON, or a string holding JSON.")
+    cron_expression: ShortText | None = Field(
+        None, description="5 fields, or 6 with seconds first; macros like @daily."
+    )
+    time_zone: ShortText = Field("UTC", description="IANA time zone of the cron expression.")
+    execute_at: UtcDatetime | None = Field(None, description="One-time run (naive: UTC).")
+    is_active: bool = True
+    priority: Priority = Priority.MEDIUM
+    concurrent_execution_policy: ConcurrencyPolicy = Field(
+        ConcurrencyPolicy.SKIP, description="0 Skip (overlapping fire skipped), 1 Queue."
+    )
+    misfire_policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
+    timeout_seconds: Seconds | None = Field(None, gt=0)
+    max_retries: int | None = Field(None, ge=0, le=1000)
+    retry_delay_seconds: Seconds | None = Field(None, ge=0)
+    auto_disable_threshold: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description="Consecutive failures that disable the job; 0: "
+        "never; null: the server default.",
+    )
+    auto_disable_window_seconds: Seconds | None = Field(
+        None, gt=0, description="Failures further apart start a new count; null: the default."
+    )
+    auto_disable_cooldown_seconds: Seconds | None = Field(
+        None, gt=0, description="After this long disabled, one probe run; null: the default."
+    )
+    zombie_policy: ZombiePolicy | None = Field(
+        None, description="requeue (a new attempt) or fail; null: the server default."
+    )
+    zombie_threshold_seconds: Seconds | None = Field(
+        None,
+        gt=0,
+        description="Seconds without a heartbeat before a Running occurrence is a "
+        "zombie; null: the server default.",
+    )
+
+    def to_spec(self, created_by: str | None = None) -> JobSpec:
+        return JobSpec(**_job_attributes(self), created_by=created_by)
+
+
+class JobPatch(InputModel):
+    """A partial change: only the fields present are changed; ``null`` clears a nullable one
+    (switch a job from cron to one-time with ``{"cronExpression": null, "executeAt": …}``)."""
+
+    job_type: ShortText | None = None
+    display_name: ShortText | None = None
+    description: Annotated[str, StringConstraints(max_length=4000, pattern=NO_NUL)] | None = None
+    tags: Tags | None = None
+    worker_id: ShortText | None = None
+    job_data: JobData = None
+    cron_expression: ShortText | None = None
+    time_zone: ShortText | None = None
+    execute_at: UtcDatetime | None = None
+    is_active: bool | None = None
+    priority: Priority | None = None
+    concurrent_execution_policy: ConcurrencyPolicy | None = None
+    misfire_policy: MisfirePolicy | None = None
+    timeout_seconds: Seconds | None = Field(None, gt=0)
+    max_retries: int | None = Field(None, ge=0, le=1000)
+    retry_delay_seconds: Seconds | None = Field(None, ge=0)
+    auto_disable_threshold: int | None = Field(None, ge=0, le=1_000_000)
+    auto_disable_window_seconds: Seconds | None = Field(None, gt=0)
+    auto_disable_cooldown_seconds: Seconds | None = Field(None, gt=0)
+    zombie_policy: ZombiePolicy | None = None
+    zombie_threshold_seconds: Seconds | None = Field(None, gt=0)
+
+    def changes(self) -> dict[str, Any]:
+        """The fields sent, by job attribute name."""
+        return _job_attributes(self, exclude_unset=True)
+
+
+class BulkCreate(InputModel):
+    jobs: Annotated[list[JobCreate], Field(min_length=1, max_length=MAX_BULK)]
+
+
+class AutoDisableOut(ApiModel):
+    """A job's auto-disable settings in effect (its own, else the server's) and state."""
+
+    threshold: int = Field(description="Consecutive failures that disable it (0: never).")
+    window_seconds: float
+    cooldown_seconds: float | None = Field(description="null: no probe run; re-enable by hand.")
+    consecutive_failures: int
+    last_failure_at: datetime | None
+    disabled_reason: str | None = Field(description="Set while it is disabled automatically.")
+    disabled_at: datetime | None
+    probing: bool = Field(description="Its cooldown passed: the next run is a probe.")
+
+
+class JobOut(ApiModel):
+    id: UUID
+    display_name: str
+    description: str
+    tags: list[str]
+    worker_id: str | None
+    job_type: str
+    job_data: Any
+    cron_expression: str | None
+    time_zone: str
+    execute_at: datetime | None
+    is_active: bool
+    priority: Priority
+    concurrent_execution_policy: ConcurrencyPolicy
+    misfire_policy: MisfirePolicy
+    timeout_seconds: float | None
+    max_retries: int | None
+    retry_delay_seconds: float | None
+    next_run_at: datetime | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    created_by: str | None
+    updated_by: str | None
+    total_executions: int
+    success_rate: float | None = Field(description="Percent of finished runs that completed.")
+    average_duration: float | None = Field(description="Milliseconds, over completed runs.")
+    bucket: int
+    source: str = Field(
+        description="`api`, or `code` for a job declared by `@rota.job(…, cron=…)` (read-only)."
+    )
+    auto_disable_threshold: int | None = Field(description="The job's own; null: the default.")
+    auto_disable_window_seconds: float | None
+    auto_disable_cooldown_seconds: float | None
+    zombie_policy: ZombiePolicy | None = Field(description="The job's own; null: the default.")
+    zombie_threshold_seconds: float | None
+    auto_disable: AutoDisableOut
+
+    @classmethod
+    def of(cls, job: Job, defaults: AutoDisableDefaults | None = None) -> JobOut:
+        settings = effective(job, defaults or AutoDisableDefaults())
+        return cls(
+            **{name: getattr(job, attribute) for name, attribute in _JOB_OUT_FIELDS},
+            tags=list(job.tags),
+            success_rate=job.success_rate,
+            source=job.source.value,
+            auto_disable=AutoDisableOut(
+                threshold=settings.threshold,
+                window_seconds=settings.window_seconds,
+                cooldown_seconds=settings.cooldown_seconds,
+                consecutive_failures=job.consecutive_failures,
+                last_failure_at=job.last_failure_at,
+                disabled_reason=job.disabled_reason,
+                disabled_at=job.disabled_at,
+                probing=job.probing,
+            ),
+        )
+
+
+_JOB_OUT_FIELDS: Final = tuple(
+    (name, _ATTRIBUTES.get(name, name))
+    for name in JobOut.model_fields
+    if _ATTRIBUTES.get(name, name) in BY_NAME and name not in ("tags", "source")
+)
+"""The fields of :class:`JobOut` copied from the job's attribute of the same meaning."""
+
+
+class JobPage(ApiModel):
+    items: list[JobOut]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
+
+
+class JobList(ApiModel):
+    items: list[JobOut]
+
+
+class JobVersionOut(ApiModel):
+    version: int
+    snapshot: dict[str, Any] = Field(description="The versioned fields as they were.")
+    created_at: datetime
+
+    @classmethod
+    def of(cls, version: JobVersion) -> JobVersionOut:
+        return cls(
+            version=version.version, snapshot=dict(version.snapshot), created_at=version.created_at
+        )
+
+
+class JobVersionList(ApiModel):
+    items: list[JobVersionOut] = Field(description="Earlier versions, oldest first.")
+
+
+class TriggerRequest(InputModel):
+    reason: Annotated[str, StringConstraints(max_length=500)] | None = None
+    job_data: JobData = Field(None, description="Replaces the job's data for this run only.")
+    force: bool = Field(False, description="Run even if an occurrence is queued or running.")
+
+
+class Preview(ApiModel):
+    fires: list[datetime]

@@ -1,0 +1,141 @@
+"""Bodies of the occurrence endpoints: occurrences, their status history and logs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from pydantic import Field, StringConstraints
+
+from rota.api.schemas.common import NO_NUL, ApiModel, InputModel, status_name
+from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusChange
+from rota.core.security import ExceptionText
+
+
+class StatusChangeOut(ApiModel):
+    timestamp: datetime
+    from_: OccurrenceStatus | None = Field(alias="from")
+    to: OccurrenceStatus
+    attempt: int
+    reason: str | None
+
+    @classmethod
+    def of(cls, change: StatusChange) -> StatusChangeOut:
+        return cls(
+            timestamp=change.timestamp,
+            from_=change.from_status,
+            to=change.to_status,
+            attempt=change.attempt,
+            reason=change.reason,
+        )
+
+
+class OccurrenceOut(ApiModel):
+    id: UUID
+    job_id: UUID
+    job_type: str
+    correlation_id: UUID
+    worker_id: str | None
+    instance_id: str | None = Field(description="The worker instance that reported last.")
+    status: OccurrenceStatus
+    status_name: str
+    scheduled_for: datetime
+    due_at: datetime
+    start_time: datetime | None
+    end_time: datetime | None
+    duration_ms: float | None
+    result: Any
+    exception: str | None
+    retry_count: int
+    attempt: int
+    max_retries: int
+    skip_reason: str | None
+    trigger_reason: str | None
+    created_at: datetime
+    last_heartbeat: datetime | None
+    job_version: int
+
+    @classmethod
+    def fields_of(cls, occ: Occurrence, shown: ExceptionText | None = None) -> dict[str, Any]:
+        """``shown``: how the exception is shown to the caller (whole by default)."""
+        return {
+            "id": occ.id,
+            "job_id": occ.job_id,
+            "job_type": occ.job_type,
+            "correlation_id": occ.id,
+            "worker_id": occ.worker_id,
+            "instance_id": occ.instance_id,
+            "status": occ.status,
+            "status_name": status_name(occ.status),
+            "scheduled_for": occ.scheduled_for,
+            "due_at": occ.due_at,
+            "start_time": occ.start_time,
+            "end_time": occ.end_time,
+            "duration_ms": occ.duration_ms,
+            "result": occ.result,
+            "exception": shown(occ.exception) if shown else occ.exception,
+            "retry_count": occ.retry_count,
+            "attempt": occ.attempt,
+            "max_retries": occ.max_retries,
+            "skip_reason": occ.skip_reason,
+            "trigger_reason": occ.trigger_reason,
+            "created_at": occ.created_at,
+            "last_heartbeat": occ.last_heartbeat,
+            "job_version": occ.job_version,
+        }
+
+    @classmethod
+    def of(cls, occ: Occurrence, shown: ExceptionText | None = None) -> OccurrenceOut:
+        return cls(**cls.fields_of(occ, shown))
+
+
+class OccurrenceDetail(OccurrenceOut):
+    job_data: Any
+    dispatched_at: datetime | None
+    status_change_logs: list[StatusChangeOut] = Field(description="Oldest first.")
+
+    @classmethod
+    def of(cls, occ: Occurrence, shown: ExceptionText | None = None) -> OccurrenceDetail:
+        return cls(
+            **cls.fields_of(occ, shown),
+            job_data=occ.job_data,
+            dispatched_at=occ.dispatched_at,
+            status_change_logs=[StatusChangeOut.of(c) for c in occ.status_changes],
+        )
+
+
+class OccurrencePage(ApiModel):
+    items: list[OccurrenceOut]
+    next_cursor: str | None
+
+
+class CancelRequest(InputModel):
+    reason: Annotated[str, StringConstraints(max_length=500, pattern=NO_NUL)] | None = None
+
+
+class LogLine(ApiModel):
+    seq: int
+    timestamp: datetime
+    level: str
+    message: str
+    data: dict[str, Any] | None
+    category: str | None
+    attempt: int | None = Field(description="The attempt that wrote the line, if known.")
+
+    @classmethod
+    def of(cls, seq: int, record: LogRecord) -> LogLine:
+        return cls(
+            seq=seq,
+            timestamp=record.timestamp,
+            level=record.level,
+            message=record.message,
+            attempt=record.attempt,
+            data=None if record.data is None else dict(record.data),
+            category=record.category,
+        )
+
+
+class LogPage(ApiModel):
+    items: list[LogLine]
+    next_after: int = Field(description="Pass as ?after= to get the lines that follow.")

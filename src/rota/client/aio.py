@@ -1,0 +1,432 @@
+"""The async client of Rota's REST API, on httpx."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, TypeVar
+from uuid import UUID
+
+import httpx
+import orjson
+from pydantic import BaseModel
+
+from rota.api.schemas.failed import FailedOccurrenceOut, FailedOccurrencePage
+from rota.api.schemas.jobs import JobOut, JobPage
+from rota.api.schemas.occurrences import LogPage, OccurrenceDetail, OccurrencePage
+from rota.api.schemas.stats import Overview, Throughput
+from rota.api.schemas.workers import WorkerList
+from rota.client.errors import ApiAuthError, error_from_response
+from rota.client.events import SseParser, StreamEvent
+
+API: Final = "/api/v1"
+M = TypeVar("M", bound=BaseModel)
+
+
+def _params(**values: Any) -> dict[str, Any]:
+    """Query parameters, leaving out the ones not given; lists joined by commas."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, list | tuple):
+            out[key] = ",".join(str(v) for v in value)
+        else:
+            out[key] = str(value)
+    return out
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _body(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments (snake_case) as a JSON body (camelCase); UUIDs as text."""
+    return {_camel(k): (str(v) if isinstance(v, UUID) else v) for k, v in fields.items()}
+
+
+class Client:
+    """An async client of one Rota server.
+
+    Give either ``token`` (an access token) or ``username`` and ``password``: the client then
+    signs in (``POST /auth/login``) on its first request and, when the server answers 401 to
+    an expired token, renews it once with the refresh token (``POST /auth/refresh``), signing
+    in again if that fails. ``transport`` replaces the network (tests pass an ASGI transport);
+    ``timeout`` is per request, in seconds (event streams have no read timeout).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if token is not None and (username is not None or password is not None):
+            raise ValueError("give a token, or a username and password, not both")
+        if (username is None) != (password is None):
+            raise ValueError("give both username and password")
+        self._http = httpx.AsyncClient(
+            base_url=url.rstrip("/"),
+            transport=transport,
+            timeout=timeout,
+            headers=dict(headers or {}),
+        )
+        self._token = token
+        self._refresh_token: str | None = None
+        self._username = username
+        self._password = password
+        self._auth_lock = asyncio.Lock()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # --- authentication ----------------------------------------------------------------------
+
+    @property
+    def token(self) -> str | None:
+        """The access token in use (``None`` before signing in)."""
+        return self._token
+
+    async def login(self) -> None:
+        """Sign in with the username and password given (done by itself when needed)."""
+        if self._username is None or self._password is None:
+            raise ApiAuthError(401, {"title": "Unauthorized", "detail": "no credentials given"})
+        credentials = {"username": self._username, "password": self._password}
+        response = await self._http.post(f"{API}/auth/login", json=credentials)
+        self._take_tokens(response, await response.aread())
+
+    async def _refresh(self) -> bool:
+        """Renew the access token; ``False`` if that was not possible."""
+        if self._refresh_token is None:
+            return False
+        body = {"refreshToken": self._refresh_token}
+        response = await self._http.post(f"{API}/auth/refresh", json=body)
+        if response.status_code != 200:
+            self._refresh_token = None
+            return False
+        self._take_tokens(response, await response.aread())
+        return True
+
+    def _take_tokens(self, response: httpx.Response, body: bytes) -> None:
+        if response.status_code != 200:
+            raise error_from_response(response, body)
+        tokens = orjson.loads(body)
+        self._token = str(tokens["accessToken"])
+        refresh = tokens.get("refreshToken")
+        self._refresh_token = None if refresh is None else str(refresh)
+
+    async def _renew(self, stale: str | None) -> bool:
+        """After a 401 with token ``stale``: renew (refresh, else sign in again) unless another
+        request did already. ``False`` when no renewal is possible."""
+        async with self._auth_lock:
+            if self._token != stale:
+                return True
+            if await self._refresh():
+                return True
+            if self._username is None:
+                return False
+            await self.login()
+            return True
+
+    def _auth_headers(self) -> dict[str, str]:
+        return {} if self._token is None else {"Authorization": f"Bearer {self._token}"}
+
+    async def _ensure_signed_in(self) -> None:
+        if self._token is None and self._username is not None:
+            async with self._auth_lock:
+                if self._token is None:
+                    await self.login()
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Call ``/api/v1{path}``; the decoded JSON body (``None`` for 204), or an
+        :class:`~rota.client.errors.ApiError`."""
+        await self._ensure_signed_in()
+        for attempt in range(2):
+            token = self._token
+            response = await self._http.request(
+                method,
+                f"{API}{path}",
+                json=json,
+                params=params,
+                headers=self._auth_headers(),
+            )
+            body = await response.aread()
+            if response.status_code == 401 and attempt == 0 and await self._renew(token):
+                continue
+            if response.status_code >= 400:
+                raise error_from_response(response, body)
+            if response.status_code == 204 or not body:
+                return None
+            return orjson.loads(body)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _get(self, model: type[M], path: str, **params: Any) -> M:
+        return model.model_validate(await self.request("GET", path, params=_params(**params)))
+
+    # --- jobs --------------------------------------------------------------------------------
+
+    async def create_job(self, **fields: Any) -> JobOut:
+        """Create a job: ``job_type`` and one of ``cron_expression`` / ``execute_at``, and any
+        other job field (``job_data``, ``tags``, ``priority``, …) in snake_case."""
+        return JobOut.model_validate(await self.request("POST", "/jobs", json=_body(fields)))
+
+    async def create_jobs(self, jobs: Sequence[Mapping[str, Any]]) -> list[JobOut]:
+        """Create up to 10,000 jobs in one transaction (all or none); a refused batch raises
+        :class:`~rota.client.errors.ApiValidationError` naming every bad job
+        (``jobs[17].cronExpression``)."""
+        body = {"jobs": [_body(job) for job in jobs]}
+        created = await self.request("POST", "/jobs/bulk", json=body)
+        return [JobOut.model_validate(job) for job in created["items"]]
+
+    async def get_job(self, job_id: UUID | str) -> JobOut:
+        return await self._get(JobOut, f"/jobs/{job_id}")
+
+    async def list_jobs(
+        self,
+        *,
+        search: str | None = None,
+        tag: str | None = None,
+        job_type: str | None = None,
+        is_active: bool | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> JobPage:
+        """One page of jobs, newest first (``next_cursor`` gets the next)."""
+        return await self._get(
+            JobPage,
+            "/jobs",
+            search=search,
+            tag=tag,
+            jobType=job_type,
+            isActive=is_active,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def iter_jobs(self, **filters: Any) -> AsyncIterator[JobOut]:
+        """Every job matching the filters of :meth:`list_jobs`, page after page."""
+        cursor: str | None = None
+        while True:
+            page = await self.list_jobs(cursor=cursor, **filters)
+            for job in page.items:
+                yield job
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def update_job(self, job_id: UUID | str, **changes: Any) -> JobOut:
+        """Change some fields (snake_case names; ``None`` clears a nullable one)."""
+        body = _body(changes)
+        if "concurrencyPolicy" in body:
+            body["concurrentExecutionPolicy"] = body.pop("concurrencyPolicy")
+        return JobOut.model_validate(await self.request("PATCH", f"/jobs/{job_id}", json=body))
+
+    async def delete_job(self, job_id: UUID | str) -> None:
+        await self.request("DELETE", f"/jobs/{job_id}")
+
+    async def trigger(
+        self,
+        job_id: UUID | str,
+        *,
+        reason: str | None = None,
+        job_data: Any = None,
+        force: bool = False,
+    ) -> OccurrenceDetail:
+        """Run a job now; returns its new (Queued) occurrence."""
+        body: dict[str, Any] = {"force": force}
+        if reason is not None:
+            body["reason"] = reason
+        if job_data is not None:
+            body["jobData"] = job_data
+        answer = await self.request("POST", f"/jobs/{job_id}/trigger", json=body)
+        return OccurrenceDetail.model_validate(answer)
+
+    async def tags(self) -> dict[str, int]:
+        """Every tag in use -> how many jobs carry it."""
+        answer = await self.request("GET", "/tags")
+        return {item["tag"]: int(item["jobs"]) for item in answer["items"]}
+
+    # --- occurrences -------------------------------------------------------------------------
+
+    async def list_occurrences(
+        self,
+        *,
+        job_id: UUID | str | None = None,
+        status: Sequence[str | int] | str | int | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> OccurrencePage:
+        """One page of occurrences, newest first; ``status`` by name or code, one or many."""
+        statuses = [status] if isinstance(status, str | int) else status
+        return await self._get(
+            OccurrencePage,
+            "/occurrences",
+            jobId=job_id,
+            status=statuses,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def get_occurrence(self, occurrence_id: UUID | str) -> OccurrenceDetail:
+        """The occurrence with its status history."""
+        return await self._get(OccurrenceDetail, f"/occurrences/{occurrence_id}")
+
+    async def logs(
+        self, occurrence_id: UUID | str, *, after: int = 0, limit: int = 1000
+    ) -> LogPage:
+        """Log lines after sequence ``after`` (pass the page's ``next_after`` to follow)."""
+        return await self._get(
+            LogPage, f"/occurrences/{occurrence_id}/logs", after=after, limit=limit
+        )
+
+    async def cancel(
+        self, occurrence_id: UUID | str, *, reason: str | None = None
+    ) -> OccurrenceDetail:
+        """Cancel a Queued occurrence (at once) or a Running one (through its worker)."""
+        body = {} if reason is None else {"reason": reason}
+        answer = await self.request("POST", f"/occurrences/{occurrence_id}/cancel", json=body)
+        return OccurrenceDetail.model_validate(answer)
+
+    # --- failed occurrences ------------------------------------------------------------------
+
+    async def list_failed(
+        self,
+        *,
+        job_id: UUID | str | None = None,
+        failure_type: Sequence[str] | str | None = None,
+        resolved: bool | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> FailedOccurrencePage:
+        return await self._get(
+            FailedOccurrencePage,
+            "/failed-occurrences",
+            jobId=job_id,
+            failureType=failure_type,
+            resolved=resolved,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def get_failed(self, failed_id: UUID | str) -> FailedOccurrenceOut:
+        return await self._get(FailedOccurrenceOut, f"/failed-occurrences/{failed_id}")
+
+    async def resolve_failed(
+        self,
+        failed_id: UUID | str,
+        *,
+        note: str | None = None,
+        action: str | None = None,
+        resolved: bool | None = None,
+    ) -> FailedOccurrenceOut:
+        """Record a resolution (a note or an action resolves the record unless
+        ``resolved=False``)."""
+        body = _params(resolutionNote=note, resolutionAction=action)
+        if resolved is not None:
+            body["resolved"] = resolved
+        answer = await self.request("PUT", f"/failed-occurrences/{failed_id}", json=body)
+        return FailedOccurrenceOut.model_validate(answer)
+
+    async def retry_failed(self, failed_id: UUID | str) -> OccurrenceDetail:
+        """Run the failed occurrence again as a new attempt (resolves the record)."""
+        answer = await self.request("POST", f"/failed-occurrences/{failed_id}/retry")
+        return OccurrenceDetail.model_validate(answer)
+
+    async def delete_failed(self, failed_id: UUID | str) -> None:
+        await self.request("DELETE", f"/failed-occurrences/{failed_id}")
+
+    # --- workers and statistics ------------------------------------------------------------
+
+    async def workers(self) -> WorkerList:
+        """Live worker groups with their instances, job types (data schemas), load."""
+        return await self._get(WorkerList, "/workers")
+
+    async def overview(self) -> Overview:
+        return await self._get(Overview, "/stats/overview")
+
+    async def throughput(self, window: str = "24h", bucket: str | None = None) -> Throughput:
+        return await self._get(Throughput, "/stats/throughput", window=window, bucket=bucket)
+
+    # --- events ------------------------------------------------------------------------------
+
+    async def events(
+        self,
+        *,
+        types: Sequence[str] | None = None,
+        job_id: UUID | str | None = None,
+        occurrence_id: UUID | str | None = None,
+        last_event_id: str | None = None,
+        reconnect: bool = True,
+    ) -> AsyncIterator[StreamEvent]:
+        """Change events as they happen (server-sent events), forever. When the connection
+        drops it reconnects (after a second) and resumes after the last event it yielded, so
+        nothing kept by the server is missed; with ``reconnect=False`` it ends instead."""
+        params = _params(types=types, jobId=job_id, occurrenceId=occurrence_id)
+        last = last_event_id
+        while True:
+            try:
+                async for event in self._stream(params, last):
+                    if event.id:  # a gap message has none: the position stays
+                        last = event.id
+                    yield event
+            except httpx.TransportError:
+                if not reconnect:
+                    raise
+            if not reconnect:
+                return
+            await asyncio.sleep(1.0)
+
+    async def _stream(
+        self, params: Mapping[str, Any], last_event_id: str | None
+    ) -> AsyncIterator[StreamEvent]:
+        await self._ensure_signed_in()
+        for attempt in range(2):
+            token = self._token
+            headers = self._auth_headers()
+            if last_event_id is not None:
+                headers["Last-Event-ID"] = last_event_id
+            timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+            async with self._http.stream(
+                "GET", f"{API}/events", params=params, headers=headers, timeout=timeout
+            ) as response:
+                if response.status_code == 401 and attempt == 0:
+                    await response.aread()
+                    if await self._renew(token):
+                        continue
+                if response.status_code >= 400:
+                    raise error_from_response(response, await response.aread())
+                parser = SseParser()
+                async for line in response.aiter_lines():
+                    event = parser.feed(line)
+                    if event is not None:
+                        yield event
+                return

@@ -1,0 +1,161 @@
+"""The blocking facade of the client: :class:`SyncClient`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+from uuid import UUID
+
+from rota.api.schemas.failed import FailedOccurrenceOut, FailedOccurrencePage
+from rota.api.schemas.jobs import JobOut, JobPage
+from rota.api.schemas.occurrences import LogPage, OccurrenceDetail, OccurrencePage
+from rota.api.schemas.stats import Overview, Throughput
+from rota.api.schemas.workers import WorkerList
+from rota.client.aio import Client
+from rota.client.events import StreamEvent
+
+T = TypeVar("T")
+
+
+class SyncClient:
+    """:class:`Client` for code without an event loop: the same methods, blocking. It runs
+    its own event loop in a background thread; use it from one thread at a time."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="rota-sync-client", daemon=True
+        )
+        self._thread.start()
+        self._client: Client = self._run(self._make(url, options))
+
+    @staticmethod
+    async def _make(url: str, options: Mapping[str, Any]) -> Client:
+        return Client(url, **options)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            self._run(self._client.aclose())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    @property
+    def client(self) -> Client:
+        """The async client underneath (runs on this facade's own loop)."""
+        return self._client
+
+    def call(self, awaitable: Awaitable[T]) -> T:
+        """Run any coroutine of :attr:`client` and wait for it."""
+
+        async def wrap() -> T:
+            return await awaitable
+
+        return self._run(wrap())
+
+    def login(self) -> None:
+        self._run(self._client.login())
+
+    def create_job(self, **fields: Any) -> JobOut:
+        return self._run(self._client.create_job(**fields))
+
+    def create_jobs(self, jobs: Sequence[Mapping[str, Any]]) -> list[JobOut]:
+        return self._run(self._client.create_jobs(jobs))
+
+    def get_job(self, job_id: UUID | str) -> JobOut:
+        return self._run(self._client.get_job(job_id))
+
+    def list_jobs(self, **filters: Any) -> JobPage:
+        return self._run(self._client.list_jobs(**filters))
+
+    def update_job(self, job_id: UUID | str, **changes: Any) -> JobOut:
+        return self._run(self._client.update_job(job_id, **changes))
+
+    def delete_job(self, job_id: UUID | str) -> None:
+        self._run(self._client.delete_job(job_id))
+
+    def trigger(self, job_id: UUID | str, **options: Any) -> OccurrenceDetail:
+        return self._run(self._client.trigger(job_id, **options))
+
+    def tags(self) -> dict[str, int]:
+        return self._run(self._client.tags())
+
+    def list_occurrences(self, **filters: Any) -> OccurrencePage:
+        return self._run(self._client.list_occurrences(**filters))
+
+    def get_occurrence(self, occurrence_id: UUID | str) -> OccurrenceDetail:
+        return self._run(self._client.get_occurrence(occurrence_id))
+
+    def logs(self, occurrence_id: UUID | str, **options: Any) -> LogPage:
+        return self._run(self._client.logs(occurrence_id, **options))
+
+    def cancel(self, occurrence_id: UUID | str, reason: str | None = None) -> OccurrenceDetail:
+        return self._run(self._client.cancel(occurrence_id, reason=reason))
+
+    def list_failed(self, **filters: Any) -> FailedOccurrencePage:
+        return self._run(self._client.list_failed(**filters))
+
+    def get_failed(self, failed_id: UUID | str) -> FailedOccurrenceOut:
+        return self._run(self._client.get_failed(failed_id))
+
+    def resolve_failed(self, failed_id: UUID | str, **options: Any) -> FailedOccurrenceOut:
+        return self._run(self._client.resolve_failed(failed_id, **options))
+
+    def retry_failed(self, failed_id: UUID | str) -> OccurrenceDetail:
+        return self._run(self._client.retry_failed(failed_id))
+
+    def delete_failed(self, failed_id: UUID | str) -> None:
+        self._run(self._client.delete_failed(failed_id))
+
+    def workers(self) -> WorkerList:
+        return self._run(self._client.workers())
+
+    def overview(self) -> Overview:
+        return self._run(self._client.overview())
+
+    def throughput(self, window: str = "24h", bucket: str | None = None) -> Throughput:
+        return self._run(self._client.throughput(window, bucket))
+
+    def events(self, **options: Any) -> Iterator[StreamEvent]:
+        """Change events as they happen (see :meth:`Client.events`); blocks between them.
+        Closing the generator ends the stream."""
+        stream = self._client.events(**options)
+        try:
+            while True:
+                try:
+                    yield self._run(_next(stream))
+                except StopAsyncIteration:
+                    return
+        finally:
+            with contextlib.suppress(RuntimeError):
+                self._run(_close(stream))
+
+
+async def _next(stream: AsyncIterator[StreamEvent]) -> StreamEvent:
+    return await anext(stream)
+
+
+async def _close(stream: AsyncIterator[StreamEvent]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()
