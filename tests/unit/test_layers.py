@@ -137,8 +137,8 @@ def test_every_pending_rule_is_a_rule() -> None:
 
 
 # `import rota` (the SDK and the client) loads none of the server's parts. Its cost (issue 15:
-# under 0.2 s; about 0.4 s today, most of it pydantic for the client) is not checked here: a
-# time on two shared cores is noise.
+# under 0.2 s; about 0.15 s today, most of it pydantic for JobData, the client loading on first
+# use) is not checked here: a time on two shared cores is noise.
 HEAVY = ("fastapi", "sqlalchemy", "uvicorn", "pydantic_settings")
 HEAVY += ("rota.services", "rota.stores", "rota.app", "rota.api.routes", "rota.worker")
 # Parts still loaded by `import rota` (none today), each a strict xfail until it is not.
