@@ -137,6 +137,7 @@ def build_metadata(*, partitioned: bool = False) -> MetaData:
     _failed_occurrences(metadata)
     _security(metadata)
     _control(metadata)
+    _notifications(metadata)
     return metadata
 
 
@@ -423,6 +424,80 @@ def _security(metadata: MetaData) -> None:
     )
 
 
+PENDING_DELIVERIES = text("state = 'pending'")
+
+
+def _notifications(metadata: MetaData) -> None:
+    Table(
+        "notify_subscriptions",
+        metadata,
+        Column("id", Uuid(), primary_key=True),
+        Column("name", String(200), nullable=False),
+        Column("events", Json(), nullable=False),
+        Column("channel", String(20), nullable=False),
+        Column("job_id", Uuid()),
+        Column("tag", String(200)),
+        Column("url", Text()),
+        Column("secret", Text()),
+        Column("recipients", Json(), nullable=False),
+        Column("threshold", Integer(), nullable=False, server_default="0"),
+        Column("enabled", Boolean(), nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False),
+        Column("updated_at", UtcDateTime(), nullable=False),
+        Column("created_by", String(100)),
+    )
+    Table(
+        "notify_deliveries",
+        metadata,
+        Column("id", Uuid(), primary_key=True),
+        Column(
+            "subscription_id",
+            Uuid(),
+            ForeignKey("notify_subscriptions.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
+        Column("event", String(50), nullable=False),
+        Column("event_key", String(300), nullable=False),
+        Column("payload", Json(), nullable=False),
+        Column("state", String(20), nullable=False),
+        Column("attempts", Integer(), nullable=False, server_default="0"),
+        Column("next_attempt_at", UtcDateTime(), nullable=False),
+        Column("claimed_by", String(200)),
+        Column("claimed_until", UtcDateTime()),
+        Column("created_at", UtcDateTime(), nullable=False),
+        Column("finished_at", UtcDateTime()),
+        Column("last_error", Text()),
+        # The same notice made twice (two servers, a replayed report) is one delivery.
+        UniqueConstraint("subscription_id", "event_key"),
+        Index(
+            "ix_notify_deliveries_due",
+            "next_attempt_at",
+            sqlite_where=PENDING_DELIVERIES,
+            postgresql_where=PENDING_DELIVERIES,
+        ),
+        Index(None, "finished_at"),
+    )
+    Table(
+        "notify_attempts",
+        metadata,
+        Column("id", Uuid(), primary_key=True),
+        Column("delivery_id", Uuid(), nullable=False),
+        Column(
+            "subscription_id",
+            Uuid(),
+            ForeignKey("notify_subscriptions.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
+        Column("event", String(50), nullable=False),
+        Column("attempt", Integer(), nullable=False),
+        Column("at", UtcDateTime(), nullable=False),
+        Column("ok", Boolean(), nullable=False),
+        Column("status_code", Integer()),
+        Column("error", Text()),
+        Index(None, "subscription_id", "at"),
+    )
+
+
 metadata = build_metadata()
 """The store's tables: plain declarations, no connection or state."""
 
@@ -447,3 +522,6 @@ refresh_tokens = metadata.tables["refresh_tokens"]
 login_throttles = metadata.tables["login_throttles"]
 audit_entries = metadata.tables["audit_entries"]
 scheduler_control = metadata.tables["scheduler_control"]
+notification_subscriptions = metadata.tables["notify_subscriptions"]
+notification_deliveries = metadata.tables["notify_deliveries"]
+notification_attempts = metadata.tables["notify_attempts"]

@@ -23,6 +23,12 @@ from rota.core.models import (
     OccurrenceStatus,
     StatusRecord,
 )
+from rota.core.notifications import (
+    DeliveryAttempt,
+    DeliveryState,
+    NotificationDelivery,
+    Subscription,
+)
 from rota.core.records import (
     DispatchResult,
     DueEntry,
@@ -563,6 +569,91 @@ class AuditStore(abc.ABC):
         """Audit entries matching every filter, newest first, at most ``query.limit``."""
 
 
+class NotificationStore(abc.ABC):
+    """Notification subscriptions, their deliveries (a durable queue, claimed with a lease)
+    and the delivery log; and the two reads the notifier needs (dead letters, job tags)."""
+
+    @abc.abstractmethod
+    async def create_subscription(self, subscription: Subscription) -> None:
+        """Insert a subscription. A duplicate id raises ``ConflictError``."""
+
+    @abc.abstractmethod
+    async def get_subscription(self, subscription_id: UUID) -> Subscription:
+        """The subscription, or ``NotFoundError``."""
+
+    @abc.abstractmethod
+    async def list_subscriptions(self) -> list[Subscription]:
+        """Every subscription, oldest first (ties by id)."""
+
+    @abc.abstractmethod
+    async def update_subscription(self, subscription: Subscription) -> Subscription:
+        """Replace the stored subscription of ``subscription.id`` (``created_at`` and
+        ``created_by`` are kept) and return it as stored; ``NotFoundError`` if none."""
+
+    @abc.abstractmethod
+    async def delete_subscription(self, subscription_id: UUID) -> None:
+        """Delete the subscription with its deliveries and delivery log; ``NotFoundError`` if
+        it does not exist."""
+
+    @abc.abstractmethod
+    async def enqueue_deliveries(self, deliveries: Sequence[NotificationDelivery]) -> int:
+        """Insert pending deliveries in one transaction. A delivery whose
+        ``(subscription_id, key)`` is already stored (the same notice made twice, by another
+        server or a replay), or whose subscription no longer exists, is left out. Returns how
+        many were inserted."""
+
+    @abc.abstractmethod
+    async def claim_deliveries(
+        self, owner: str, now: datetime, lease_seconds: float, limit: int
+    ) -> list[NotificationDelivery]:
+        """Claim up to ``limit`` pending deliveries due at ``now`` (``next_attempt_at <= now``)
+        and not claimed by a live lease, earliest due first: each gets ``owner``'s lease until
+        ``now + lease_seconds``. Two claimers never get the same delivery while its lease
+        lasts (row locks skipped on PostgreSQL, the writer lock on SQLite)."""
+
+    @abc.abstractmethod
+    async def finish_delivery(
+        self,
+        attempt: DeliveryAttempt,
+        owner: str,
+        *,
+        state: DeliveryState,
+        retry_at: datetime | None = None,
+    ) -> bool:
+        """Record one attempt of a claimed delivery and settle it, in one transaction, if
+        ``owner`` still holds its claim (else change nothing and return ``False``):
+        the attempt joins the delivery log (trimmed to the newest
+        :data:`~rota.core.notifications.KEPT_ATTEMPTS` of its subscription); the delivery's
+        ``attempts`` becomes ``attempt.attempt`` and its claim is released. ``state``
+        ``delivered`` or ``failed`` ends it (``finished_at = attempt.at``); ``pending`` makes
+        it due again at ``retry_at``. ``last_error`` is the attempt's error."""
+
+    @abc.abstractmethod
+    async def list_deliveries(
+        self, subscription_id: UUID, limit: int, state: DeliveryState | None = None
+    ) -> list[NotificationDelivery]:
+        """The subscription's deliveries (of ``state`` if given), newest first."""
+
+    @abc.abstractmethod
+    async def list_delivery_attempts(
+        self, subscription_id: UUID, limit: int
+    ) -> list[DeliveryAttempt]:
+        """The subscription's delivery log: its newest attempts first."""
+
+    @abc.abstractmethod
+    async def purge_deliveries(self, finished_before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` deliveries that ended before ``finished_before`` (their
+        attempts stay in the log until trimmed). Returns how many."""
+
+    @abc.abstractmethod
+    async def unresolved_dead_letters(self) -> int:
+        """How many failed-occurrence records are not resolved."""
+
+    @abc.abstractmethod
+    async def job_tags(self, job_ids: Sequence[UUID]) -> dict[UUID, tuple[str, ...]]:
+        """The tags of each job that exists (sorted); a job without tags maps to ``()``."""
+
+
 class JobAdminStore(JobStore, OccurrenceReader, abc.ABC):
     """What the job service uses: jobs, and the occurrences it reads back."""
 
@@ -592,6 +683,7 @@ class Store(
     RetentionStore,
     SilenceReader,
     SecurityStore,
+    NotificationStore,
 ):
     """The source of truth: jobs, their versions, occurrences, status history, logs.
 

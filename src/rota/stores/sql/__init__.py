@@ -29,6 +29,7 @@ from rota.stores.sql.dispatch import DispatchQueries
 from rota.stores.sql.engine import create_store_engine, guard_errors
 from rota.stores.sql.failed import FailedQueries
 from rota.stores.sql.jobs import JobQueries
+from rota.stores.sql.notifications import NotificationQueries
 from rota.stores.sql.retention import RetentionQueries
 from rota.stores.sql.security import SecurityQueries
 from rota.stores.sql.stats import StatsQueries
@@ -45,6 +46,7 @@ class SqlStore(
     StatsQueries,
     RetentionQueries,
     SecurityQueries,
+    NotificationQueries,
     Store,
 ):
     """The :class:`~rota.core.ports.Store` on SQLite (embedded) or PostgreSQL (distributed).
