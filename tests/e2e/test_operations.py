@@ -63,7 +63,8 @@ def test_server_and_worker_metrics_health_and_logs(
 
         wait_until(three_completed, 40, f"no completed fires: {cluster.logs()}")
         served = scrape(f"http://127.0.0.1:{server.port}/metrics")
-        assert served[("rota_occurrences_completed_total", ())] >= 3
+        tick = (("job_type", "e2e.tick"),)
+        assert served[("rota_occurrences_completed_total", tick)] >= 3
         assert served[("rota_occurrences_created_total", (("source", "schedule"),))] >= 3
         assert served[("rota_workers_online", (("worker_id", "e2e"),))] == 1
         assert served[("rota_leases_held", ())] == 16
@@ -73,7 +74,7 @@ def test_server_and_worker_metrics_health_and_logs(
         at_worker = scrape(f"{worker_base}/metrics")
         assert at_worker[("rota_job_duration_seconds_count", (("job_type", "e2e.tick"),))] >= 3
         assert at_worker[("rota_outbox_pending", ())] == 0
-        assert ("rota_occurrences_completed_total", ()) not in at_worker  # server-only
+        assert ("rota_occurrences_completed_total", tick) not in at_worker  # server-only
         health = httpx.get(f"{worker_base}/health", timeout=5).json()
         assert health["workerId"] == "e2e"
         assert health["instanceId"].startswith("e2e-")

@@ -65,10 +65,15 @@ async def test_metrics_count_real_jobs(runtime: Runtime) -> None:
     samples, families = await scrape(runtime)
 
     completed = await runtime.store.count_occurrences([S.COMPLETED])
-    assert value(samples, "rota_occurrences_completed_total") >= completed[S.COMPLETED] >= 3
-    assert value(samples, "rota_occurrences_failed_total") == 1
-    assert value(samples, "rota_occurrences_retried_total") == 1  # broken's second attempt
-    assert value(samples, "rota_occurrences_started_total") >= 3 + 2
+    # the outcome counters, by job type
+    fast_done = value(samples, "rota_occurrences_completed_total", job_type="ops.fast")
+    assert fast_done >= completed[S.COMPLETED] >= 3
+    assert value(samples, "rota_occurrences_failed_total", job_type="ops.broken") == 1
+    assert value(samples, "rota_occurrences_failed_total", job_type="ops.fast") == 0
+    # broken's second attempt
+    assert value(samples, "rota_occurrences_retried_total", job_type="ops.broken") == 1
+    assert value(samples, "rota_occurrences_started_total", job_type="ops.fast") >= 3
+    assert value(samples, "rota_occurrences_started_total", job_type="ops.broken") == 2
     assert value(samples, "rota_occurrences_created_total", source="manual") == 1
     assert value(samples, "rota_occurrences_created_total", source="schedule") >= 3
     # every finished attempt was timed by the worker, by job type

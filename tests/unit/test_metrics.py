@@ -27,9 +27,16 @@ def parse(text: str) -> dict[str, float]:
     return out
 
 
-def change(before: OccurrenceStatus, after: OccurrenceStatus) -> AppliedChange:
+def change(
+    before: OccurrenceStatus, after: OccurrenceStatus, job_type: str = "report"
+) -> AppliedChange:
     return AppliedChange(
-        occurrence_id=uuid4(), job_id=uuid4(), from_status=before, to_status=after, attempt=1
+        occurrence_id=uuid4(),
+        job_id=uuid4(),
+        from_status=before,
+        to_status=after,
+        attempt=1,
+        job_type=job_type,
     )
 
 
@@ -61,17 +68,21 @@ def test_status_batches_move_the_counters_once_per_kind() -> None:
                 change(S.RUNNING, S.QUEUED),  # a retry
                 change(S.RUNNING, S.TIMED_OUT),
                 change(S.RUNNING, S.UNKNOWN),
+                change(S.RUNNING, S.COMPLETED, "email"),
             ],
             ignored=[IgnoredRecord(record=record, reason="late")],
         )
     )
     values = parse(metrics.exposition().decode())
-    assert values["rota_occurrences_started_total{}"] == 2
-    assert values["rota_occurrences_completed_total{}"] == 2
-    assert values["rota_occurrences_retried_total{}"] == 1
-    assert values["rota_occurrences_timed_out_total{}"] == 1
-    assert values["rota_occurrences_unknown_total{}"] == 1
-    assert values["rota_occurrences_failed_total{}"] == 0
+    # outcome counters are labelled by job type
+    assert values["rota_occurrences_started_total{job_type=report}"] == 2
+    assert values["rota_occurrences_completed_total{job_type=report}"] == 2
+    assert values["rota_occurrences_completed_total{job_type=email}"] == 1
+    assert "rota_occurrences_started_total{job_type=email}" not in values
+    assert values["rota_occurrences_retried_total{job_type=report}"] == 1
+    assert values["rota_occurrences_timed_out_total{job_type=report}"] == 1
+    assert values["rota_occurrences_unknown_total{job_type=report}"] == 1
+    assert "rota_occurrences_failed_total{job_type=report}" not in values
     assert values["rota_late_reports_ignored_total{}"] == 1
     assert values["rota_status_reports_ignored_total{reason=late}"] == 1
 

@@ -1,14 +1,42 @@
-"""Alert webhooks: POST an alert as JSON to a URL, bounded by a timeout."""
+"""Outbound notices: the silence alert webhook, and the channels (signed webhooks, email) and
+wiring of the notification service."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from email.message import EmailMessage
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
+import orjson
 
-from rota.app.settings import http_url
+from rota.app.settings import NotificationSettings, Settings, SmtpSettings, http_url
 from rota.core.errors import BackendUnavailableError, ConfigurationError
-from rota.services.silence import Alert, alert_json
+from rota.core.notifications import (
+    DELIVERY_HEADER,
+    EVENT_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    AddressPolicy,
+    Channel,
+    NotificationDelivery,
+    Subscription,
+    render_email,
+    sign,
+)
+from rota.core.ports import NotificationStore
+from rota.observability.metrics import RotaMetrics
+from rota.services.notifications import (
+    NotificationConfig,
+    NotificationService,
+    Send,
+    SendResult,
+)
+from rota.services.silence import Alert, Notify, alert_json
 
 
 def alert_webhook(url: str, timeout: float) -> Callable[[Alert], Awaitable[None]]:
@@ -31,3 +59,171 @@ def alert_webhook(url: str, timeout: float) -> Callable[[Alert], Awaitable[None]
             raise BackendUnavailableError(f"alert webhook answered {response.status_code}")
 
     return send
+
+
+# --- notifications to subscriptions ----------------------------------------------------------
+
+
+def webhook_sender(settings: NotificationSettings, user_agent: str = "rota-notify") -> Send:
+    """POST a delivery's JSON body, signed (``X-Rota-Signature``, ``X-Rota-Timestamp``), to
+    the subscription's URL: http/https only, to public addresses unless the settings allow
+    others (the host is resolved and every address checked before connecting), no redirects
+    followed, bounded by a timeout, the answer's body not read."""
+    policy = AddressPolicy.parse(settings.allow_networks, settings.allow_hosts)
+    timeout = settings.webhook_timeout_seconds
+
+    async def send(sub: Subscription, delivery: NotificationDelivery) -> SendResult:
+        if not sub.url or not sub.secret:
+            return SendResult(ok=False, error="the subscription has no URL or secret")
+        try:
+            url = http_url(sub.url)
+        except ValueError as exc:
+            return SendResult(ok=False, error=f"the URL {exc}")
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        refused = await _refusal(
+            policy, host, parts.port or (443 if parts.scheme == "https" else 80)
+        )
+        if refused is not None:
+            return SendResult(ok=False, error=f"refused: {refused}")
+        body = _bounded_body(delivery.payload, settings.max_body_bytes)
+        stamp = int(time.time())
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": user_agent,
+            EVENT_HEADER: delivery.event.value,
+            DELIVERY_HEADER: str(delivery.id),
+            TIMESTAMP_HEADER: str(stamp),
+            SIGNATURE_HEADER: sign(sub.secret, stamp, body),
+        }
+        try:
+            async with (
+                httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as http,
+                http.stream("POST", url, content=body, headers=headers) as response,
+            ):
+                code = response.status_code
+        except httpx.HTTPError as exc:
+            return SendResult(ok=False, error=f"{type(exc).__name__}: {exc}")
+        if 200 <= code < 300:
+            return SendResult(ok=True, status_code=code)
+        return SendResult(ok=False, status_code=code, error=f"answered {code}")
+
+    return send
+
+
+async def _refusal(policy: AddressPolicy, host: str, port: int) -> str | None:
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
+    except OSError as exc:
+        return f"{host} does not resolve: {exc}"
+    return policy.refusal(host, [str(info[4][0]) for info in infos])
+
+
+def _bounded_body(body: Mapping[str, Any], limit: int) -> bytes:
+    """The JSON body; if longer than ``limit`` bytes, its ``data`` is replaced by a note."""
+    raw = orjson.dumps(body)
+    if len(raw) <= limit:
+        return raw
+    return orjson.dumps({**body, "data": {"truncated": True, "bytes": len(raw)}})
+
+
+def email_sender(smtp: SmtpSettings) -> Send:
+    """Send a delivery as a plain-text email to the subscription's recipients through the SMTP
+    settings (``aiosmtplib``, the ``email`` extra)."""
+
+    async def send(sub: Subscription, delivery: NotificationDelivery) -> SendResult:
+        if not smtp.host or not smtp.from_address:
+            return SendResult(
+                ok=False, error="no SMTP server configured (ROTA_SMTP__HOST, __FROM_ADDRESS)"
+            )
+        try:
+            import aiosmtplib
+        except ImportError:
+            return SendResult(ok=False, error="aiosmtplib is missing: pip install 'rota[email]'")
+        subject, text = render_email(delivery.payload)
+        message = EmailMessage()
+        message["From"] = smtp.from_address
+        message["To"] = ", ".join(sub.recipients)
+        message["Subject"] = subject
+        message["X-Rota-Delivery"] = str(delivery.id)
+        message.set_content(text)
+        try:
+            await aiosmtplib.send(
+                message,
+                hostname=smtp.host,
+                port=smtp.effective_port,
+                username=smtp.username,
+                password=None if smtp.password is None else smtp.password.get_secret_value(),
+                use_tls=smtp.tls,
+                start_tls=smtp.starttls and not smtp.tls,
+                validate_certs=smtp.validate_certs,
+                timeout=smtp.timeout_seconds,
+            )
+        except (aiosmtplib.SMTPException, OSError) as exc:
+            return SendResult(ok=False, error=f"{type(exc).__name__}: {exc}")
+        return SendResult(ok=True)
+
+    return send
+
+
+def channel_sender(settings: Settings) -> Send:
+    """The sender of each channel."""
+    senders = {
+        Channel.WEBHOOK: webhook_sender(settings.notifications),
+        Channel.EMAIL: email_sender(settings.smtp),
+    }
+
+    async def send(sub: Subscription, delivery: NotificationDelivery) -> SendResult:
+        return await senders[sub.channel](sub, delivery)
+
+    return send
+
+
+def build_notifications(
+    settings: Settings,
+    store: NotificationStore,
+    metrics: RotaMetrics,
+    instance_id: str,
+    *,
+    is_leader: Callable[[], bool],
+    send: Send | None = None,
+) -> NotificationService:
+    """The notification service of a server, from ``ROTA_NOTIFICATIONS__…`` and ``ROTA_SMTP__…``
+    (``send``: the channels' sender, for tests)."""
+    n = settings.notifications
+    config = NotificationConfig(
+        interval_seconds=n.interval_seconds,
+        lease_seconds=n.lease_seconds,
+        batch_size=n.batch_size,
+        max_attempts=n.max_attempts,
+        backoff_base_seconds=n.backoff_base_seconds,
+        backoff_cap_seconds=n.backoff_cap_seconds,
+        dead_letter_interval_seconds=n.dead_letter_interval_seconds,
+        keep_finished_seconds=n.keep_finished_days * 86400,
+    )
+    return NotificationService(
+        store,
+        config,
+        instance_id=instance_id,
+        send=send or channel_sender(settings),
+        is_leader=is_leader,
+        on_sent=metrics.record_notification,
+        on_dead_letters=metrics.dead_letters_unresolved.set,
+    )
+
+
+def silence_notifier(settings: Settings, notifications: NotificationService) -> Notify:
+    """What the silence monitor calls with each new alert: the subscriptions to
+    ``silence.alert``, and the alert webhook (``ROTA_ALERT_WEBHOOK_URL``) if set."""
+    webhook = (
+        alert_webhook(settings.alert_webhook_url, settings.silence.webhook_timeout_seconds)
+        if settings.alert_webhook_url
+        else None
+    )
+
+    async def notify(alert: Alert) -> None:
+        notifications.silence_alert(alert)
+        if webhook is not None:
+            await webhook(alert)
+
+    return notify

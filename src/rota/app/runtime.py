@@ -20,7 +20,7 @@ from typing import Any, Final
 from prometheus_client import CollectorRegistry
 
 from rota.app.adapters import make_broker, make_coordination, make_index, make_store
-from rota.app.notify import alert_webhook
+from rota.app.notify import build_notifications, silence_notifier
 from rota.app.settings import Settings
 from rota.app.startup import wait_for
 from rota.core.errors import ConfigurationError, RotaError, ValidationError
@@ -180,6 +180,13 @@ class Runtime:
             on_deleted=self.metrics.record_deleted,
             on_run=lambda _report: self.metrics.maintenance_runs.inc(),
         )
+        self.notifications = build_notifications(
+            settings,
+            store,
+            self.metrics,
+            self.instance_id,
+            is_leader=lambda: 0 in self.owner.buckets,
+        )
         silence = settings.silence
         self.silence = SilenceMonitor(
             store,
@@ -194,11 +201,7 @@ class Runtime:
             last_tick=lambda: self.dispatcher.stats.last_tick,
             on_raised=self._alert_changed,
             on_resolved=self._alert_changed,
-            notify=(
-                alert_webhook(settings.alert_webhook_url, silence.webhook_timeout_seconds)
-                if settings.alert_webhook_url
-                else None
-            ),
+            notify=silence_notifier(settings, self.notifications),
         )
         self._background: set[asyncio.Task[None]] = set()
         self.declared = DeclaredSchedules(self.jobs, store, self.workers)
@@ -269,6 +272,8 @@ class Runtime:
         self._spawn(self.declared.run(), "declared-schedules")
         if self.settings.silence.enabled:
             self._spawn(self.silence.run(), "silence")
+        if self.settings.notifications.enabled:
+            self._spawn(self.notifications.run(), "notifications")
         retention = self.settings.retention.enabled
         self._spawn(self.maintenance.run(retention=retention), "maintenance")
         self._spawn(self._watch_workers(), "worker-watch")
@@ -303,6 +308,7 @@ class Runtime:
         self.probes.stop()
         self.maintenance.stop()
         self.silence.stop()
+        self.notifications.stop()
         if self.executor is not None and self.presence is not None:
             await self.executor.stop(grace)
             await self.presence.stop()
@@ -393,6 +399,7 @@ class Runtime:
     def _after_status(self, result: StatusResult) -> None:
         self.metrics.record_status(result)
         self.events.status_applied(result)
+        self.notifications.status_applied(result)
         if result.disabled:
             self._drop_disabled(result)
         # A retry (back to Queued) is pending now; a finished occurrence may release one held

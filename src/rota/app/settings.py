@@ -237,6 +237,87 @@ class SilenceSettings(BaseModel):
     webhook_timeout_seconds: float = Field(5.0, gt=0, description="Per webhook POST.")
 
 
+def _networks(value: str) -> str:
+    """Comma-separated CIDR networks (``ValueError`` naming one that is not)."""
+    import ipaddress
+
+    for item in (v.strip() for v in value.split(",")):
+        if item:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not a CIDR network") from None
+    return value
+
+
+class SmtpSettings(BaseModel):
+    """The SMTP server mail goes through (``ROTA_SMTP__…``): notification emails (and the
+    built-in ``email.send`` worker, which defines the same section)."""
+
+    host: str | None = Field(None, description="The SMTP server; unset: no email is sent.")
+    port: int | None = Field(
+        None, ge=1, le=65535, description="Default 465 with tls, else 587 (STARTTLS) or 25."
+    )
+    username: str | None = None
+    password: SecretStr | None = None
+    starttls: bool = Field(
+        True, description="Upgrade the connection with STARTTLS (refused if the server cannot)."
+    )
+    tls: bool = Field(False, description="Implicit TLS from the first byte (port 465).")
+    validate_certs: bool = Field(True, description="Check the server's TLS certificate.")
+    from_address: str | None = Field(None, description="The sender of every mail.")
+    timeout_seconds: float = Field(30.0, gt=0)
+
+    @property
+    def effective_port(self) -> int:
+        if self.port is not None:
+            return self.port
+        if self.tls:
+            return 465
+        return 587 if self.starttls else 25
+
+
+class NotificationSettings(BaseModel):
+    """Notifications to subscriptions (``ROTA_NOTIFICATIONS__…``): delivery and safety."""
+
+    enabled: bool = Field(True, description="Deliver notifications from `rota server`/`rota dev`.")
+    interval_seconds: float = Field(
+        2.0, gt=0, description="How often due deliveries (retries) are looked for."
+    )
+    max_attempts: int = Field(8, ge=1, le=50, description="Attempts of a delivery at most.")
+    backoff_base_seconds: float = Field(
+        10.0, gt=0, description="The wait after the first failed attempt; it doubles after each."
+    )
+    backoff_cap_seconds: float = Field(3600.0, gt=0, description="The longest wait.")
+    lease_seconds: float = Field(
+        60.0, gt=0, description="A server's claim on a delivery it sends (above the timeouts)."
+    )
+    batch_size: int = Field(50, ge=1, le=1000, description="Deliveries sent at once.")
+    dead_letter_interval_seconds: float = Field(
+        30.0, gt=0, description="How often unresolved dead letters are counted."
+    )
+    keep_finished_days: float = Field(
+        7.0, gt=0, description="Finished deliveries are deleted after this long."
+    )
+    webhook_timeout_seconds: float = Field(
+        10.0, gt=0, le=60, description="Per webhook POST (connect, send and answer)."
+    )
+    max_body_bytes: int = Field(
+        64 * 1024, ge=1024, description="The largest webhook body sent (data is cut to fit)."
+    )
+    allow_networks: Annotated[str, AfterValidator(_networks)] = Field(
+        "",
+        description="Comma-separated CIDRs webhooks may reach although not public (e.g. "
+        "'10.1.0.0/16'); loopback, private, link-local and other special addresses are "
+        "refused unless listed.",
+    )
+    allow_hosts: str = Field(
+        "",
+        description="Comma-separated host names webhooks may reach whatever they resolve to "
+        "('*.internal.example' for subdomains).",
+    )
+
+
 class AuthSettings(BaseModel):
     access_token_minutes: float = Field(
         15.0, gt=0, le=15, description="Lifetime of an access token (a JWT), at most 15 minutes."
@@ -376,6 +457,8 @@ class Settings(BaseSettings):
     api: ApiSettings = ApiSettings()
     retention: RetentionSettings = RetentionSettings()
     silence: SilenceSettings = SilenceSettings()
+    notifications: NotificationSettings = NotificationSettings()
+    smtp: SmtpSettings = SmtpSettings()
     alert_webhook_url: WebhookUrl | None = Field(
         None,
         description="POST each new silence alert here as JSON (ROTA_ALERT_WEBHOOK_URL): an "

@@ -18,7 +18,7 @@ import enum
 import hashlib
 import hmac
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -193,6 +193,66 @@ def retry_delay(attempt: int, base: float, cap: float) -> float:
     """Seconds before the next try after ``attempt`` (1-based) failed: ``base × 2^(attempt−1)``,
     at most ``cap``."""
     return float(min(cap, base * 2 ** max(0, attempt - 1)))
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddressPolicy:
+    """Where outbound notifications may go: public addresses, plus what an Admin allowed."""
+
+    allow_networks: tuple[Network, ...] = ()
+    """Networks reachable although not public (e.g. ``10.1.0.0/16``, ``127.0.0.1/32``)."""
+    allow_hosts: tuple[str, ...] = ()
+    """Host names reachable whatever they resolve to (``*.example`` for subdomains)."""
+
+    @classmethod
+    def parse(cls, networks: str, hosts: str) -> AddressPolicy:
+        """From comma-separated settings (``ValueError`` for a network that is not one)."""
+        return cls(
+            allow_networks=tuple(
+                ipaddress.ip_network(n.strip(), strict=False)
+                for n in networks.split(",")
+                if n.strip()
+            ),
+            allow_hosts=tuple(h.strip().lower() for h in hosts.split(",") if h.strip()),
+        )
+
+    def refusal(self, host: str, addresses: Sequence[str]) -> str | None:
+        """Why ``host`` (resolved to ``addresses``) may not be reached, or ``None``."""
+        name = host.lower().rstrip(".")
+        for allowed in self.allow_hosts:
+            if name == allowed or (allowed.startswith("*.") and name.endswith(allowed[1:])):
+                return None
+        if not addresses:
+            return f"{host} resolves to no address"
+        for address in addresses:
+            why = address_refusal(address)
+            if why is None:
+                continue
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+            if any(ip in network for network in self.allow_networks):
+                continue
+            return f"{host}: {why} (allow it in the notification settings)"
+        return None
+
+
+def render_email(body: Mapping[str, Any]) -> tuple[str, str]:
+    """The subject and plain text of a notification email from its JSON body."""
+    subject = f"[Rota] {body.get('event')}: {body.get('summary', '')}"
+    lines = [str(body.get("summary", "")), ""]
+    for label, key in (("Event", "event"), ("At", "at"), ("Job", "jobId"), ("Job type", "jobType")):
+        if body.get(key):
+            lines.append(f"{label}: {body[key]}")
+    tags = body.get("tags")
+    if tags:
+        lines.append(f"Tags: {', '.join(str(t) for t in tags)}")
+    data = body.get("data")
+    if isinstance(data, Mapping) and data:
+        lines.append("")
+        lines.extend(f"{key}: {value}" for key, value in data.items())
+    return subject[:250].replace("\n", " "), "\n".join(lines) + "\n"
 
 
 def address_refusal(address: str) -> str | None:

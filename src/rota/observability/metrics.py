@@ -169,23 +169,42 @@ class RotaMetrics:
             "rota_occurrences_created", "Occurrences created, by source (schedule or manual).",
             ["source"], registry=r,
         )  # fmt: skip
+        by_type = ["job_type"]
         self.started = Counter(
-            "rota_occurrences_started", "Occurrences (attempts) that started running.", registry=r
+            "rota_occurrences_started",
+            "Occurrences (attempts) that started running, by job type.",
+            by_type,
+            registry=r,
         )
-        self.completed = Counter("rota_occurrences_completed", "Occurrences Completed.", registry=r)
+        self.completed = Counter(
+            "rota_occurrences_completed", "Occurrences Completed, by job type.", by_type,
+            registry=r,
+        )  # fmt: skip
         self.failed = Counter(
-            "rota_occurrences_failed", "Occurrences Failed for good (no retry left).", registry=r
+            "rota_occurrences_failed",
+            "Occurrences Failed for good (no retry left), by job type.",
+            by_type,
+            registry=r,
         )
         self.retried = Counter(
             "rota_occurrences_retried",
-            "Occurrences put back to Queued for a new attempt (retry or zombie requeue).",
+            "Occurrences put back to Queued for a new attempt (retry or zombie requeue), by "
+            "job type.",
+            by_type,
             registry=r,
         )
-        self.cancelled = Counter("rota_occurrences_cancelled", "Occurrences Cancelled.", registry=r)
-        self.timed_out = Counter("rota_occurrences_timed_out", "Occurrences TimedOut.", registry=r)
+        self.cancelled = Counter(
+            "rota_occurrences_cancelled", "Occurrences Cancelled, by job type.", by_type,
+            registry=r,
+        )  # fmt: skip
+        self.timed_out = Counter(
+            "rota_occurrences_timed_out", "Occurrences TimedOut, by job type.", by_type,
+            registry=r,
+        )  # fmt: skip
         self.unknown = Counter(
-            "rota_occurrences_unknown", "Occurrences declared Unknown (zombies).", registry=r
-        )
+            "rota_occurrences_unknown", "Occurrences declared Unknown (zombies), by job type.",
+            by_type, registry=r,
+        )  # fmt: skip
         self.skipped = Counter(
             "rota_occurrences_skipped", "Fires recorded Skipped, by reason.", ["reason"], registry=r
         )
@@ -214,6 +233,18 @@ class RotaMetrics:
             "rota_silence_alerts_active", "Silence alerts open right now, by kind.", ["kind"],
             registry=r,
         )  # fmt: skip
+        self.dead_letters_unresolved = Gauge(
+            "rota_dead_letters_unresolved",
+            "Failed-occurrence records (dead letters) not resolved, as last counted.",
+            registry=r,
+        )
+        self.notifications = Counter(
+            "rota_notifications",
+            "Notification delivery attempts, by channel (webhook, email) and outcome "
+            "(delivered, retried, failed: given up).",
+            ["channel", "outcome"],
+            registry=r,
+        )
         self.maintenance_deleted = Counter(
             "rota_maintenance_deleted_rows",
             "Rows deleted by retention, by kind (occurrences, logs, dead_letters).",
@@ -282,16 +313,16 @@ class RotaMetrics:
                 self.late_reports.inc(reasons["late"])
         if not result.applied and not result.disabled:
             return
-        pairs: dict[tuple[OccurrenceStatus, OccurrenceStatus], int] = {}
+        pairs: dict[tuple[OccurrenceStatus, OccurrenceStatus, str], int] = {}
         for change in result.applied:  # the only per-record work: one dict update
-            key = (change.from_status, change.to_status)
+            key = (change.from_status, change.to_status, change.job_type)
             pairs[key] = pairs.get(key, 0) + 1
-        events: dict[str, int] = {}
-        for (before, after), n in pairs.items():
+        events: dict[tuple[str, str], int] = {}
+        for (before, after, job_type), n in pairs.items():
             for name in _events_of(before, after):
-                events[name] = events.get(name, 0) + n
-        for name, n in events.items():
-            self._events[name].inc(n)
+                events[name, job_type] = events.get((name, job_type), 0) + n
+        for (name, job_type), n in events.items():
+            self._events[name].labels(job_type).inc(n)
         if result.disabled:
             self.auto_disables.inc(len(result.disabled))
 
@@ -299,6 +330,10 @@ class RotaMetrics:
         """A worker finished an attempt of ``job_type`` after ``duration_ms``."""
         if duration_ms is not None:
             self.job_duration.observe(duration_ms / 1000.0, job_type)
+
+    def record_notification(self, channel: str, outcome: str) -> None:
+        """A notification attempt ended: ``delivered``, ``retried`` or ``failed``."""
+        self.notifications.labels(channel, outcome).inc()
 
     def record_deleted(self, kind: str, rows: int) -> None:
         """Retention deleted ``rows`` of ``kind`` (one step)."""
