@@ -23,6 +23,7 @@ from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.events import EventPublisher
 from rota.services.jobs import JobService
+from rota.services.notifications import NotificationConfig, NotificationService, SendResult
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
 
@@ -44,10 +45,15 @@ class MiniRuntime:
     """Component -> error that :meth:`health` reports (a backend made to look down)."""
     auth: AuthService = field(init=False)
     audit: AuditService = field(init=False)
+    notifications: NotificationService = field(init=False)
+    """Subscriptions for the API; its loop does not run here (nothing is sent)."""
 
     def __post_init__(self) -> None:
         self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
         self.audit = AuditService(self.store, self.jobs.now)
+        self.notifications = NotificationService(
+            self.store, NotificationConfig(), instance_id="mini", send=_not_sent
+        )
 
     async def health(self) -> dict[str, str]:
         components = {"store": "ok", "index": "ok", "broker": "ok"}
@@ -56,6 +62,10 @@ class MiniRuntime:
         except BackendUnavailableError as exc:
             components["store"] = str(exc)
         return components | self.failing
+
+
+async def _not_sent(*_: object) -> SendResult:
+    return SendResult(ok=False, error="the mini runtime sends nothing")
 
 
 def mini_runtime(
