@@ -345,6 +345,7 @@ class NotificationService:
         """Store one delivery per (waiting notice, subscription that wants it)."""
         if not self._pending:
             return 0
+        await self._load_subscriptions()
         notices, self._pending = self._pending, []
         try:
             return await self._enqueue(notices)
