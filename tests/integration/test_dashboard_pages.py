@@ -76,6 +76,7 @@ async def finished_occurrence(runtime: MiniRuntime, job_id: UUID, **final: Any) 
         ("/workers", "Workers"),
         ("/admin", "Admin"),
         ("/users", "Users"),
+        ("/notifications", "Notifications"),
     ],
 )
 async def test_every_page_renders(client: httpx.AsyncClient, path: str, heading: str) -> None:

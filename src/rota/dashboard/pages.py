@@ -759,3 +759,29 @@ async def users_page(request: Request, user: User) -> Response:
             error = f"The API answered {status}."
     context = {"users": users, "available": available, "error": error}
     return render(request, user, "users.html", context)
+
+
+NOTIFICATIONS = "/api/v1/notifications/subscriptions"
+EVENT_NAMES = ("occurrence.failed", "occurrence.timed_out", "job.auto_disabled",
+               "deadletters.over_threshold", "silence.alert")  # fmt: skip
+
+
+@router.get("/notifications")
+async def notifications_page(request: Request, user: User) -> Response:
+    """Admins: the subscriptions, each with its last delivery attempts, and a new one."""
+    available = has_route(request, NOTIFICATIONS)
+    subscriptions: list[dict[str, Any]] = []
+    attempts: dict[str, list[dict[str, Any]]] = {}
+    error = None
+    if available and user.is_admin:
+        status, body = await api_get(request, NOTIFICATIONS)
+        if status == 200 and isinstance(body, dict):
+            subscriptions = body.get("items", [])
+        else:
+            error = f"The API answered {status}."
+        for sub in subscriptions:
+            status, log = await api_get(request, f"{NOTIFICATIONS}/{sub['id']}/deliveries?limit=10")
+            attempts[sub["id"]] = log.get("attempts", []) if isinstance(log, dict) else []
+    context = {"subscriptions": subscriptions, "attempts": attempts, "available": available,
+               "error": error, "event_names": EVENT_NAMES}  # fmt: skip
+    return render(request, user, "notifications.html", context)
