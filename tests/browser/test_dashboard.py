@@ -230,6 +230,7 @@ def test_every_page_renders(admin_page: Page, server: Server, artifacts: Path) -
         ("/workers", "Workers"),
         ("/admin", "Admin"),
         ("/users", "Users"),
+        ("/notifications", "Notifications"),
     ):
         page.goto(f"{server.url}{path}")
         expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
@@ -352,3 +353,29 @@ def test_an_expired_session_is_renewed_once_for_parallel_pages_and_parts(
         expect(again).to_have_url(f"{server.url}/workers")
     finally:
         context.close()
+
+
+def test_an_admin_manages_notification_subscriptions(
+    admin_page: Page, server: Server, artifacts: Path
+) -> None:
+    page = admin_page
+    page.goto(f"{server.url}/notifications")
+    page.get_by_label("Name").fill("browser-hook")
+    page.get_by_label("Webhook URL").fill("ftp://nowhere.example/x")
+    page.get_by_test_id("create-subscription").click()
+    expect(page.locator("#form-error")).to_contain_text("http")
+    page.get_by_label("Webhook URL").fill("https://hooks.example.org/rota")
+    page.get_by_label("Only jobs tagged").fill("billing")
+    page.get_by_test_id("create-subscription").click()
+    card = page.locator('[data-testid=subscription][data-name="browser-hook"]')
+    expect(card).to_contain_text("tag billing")
+    expect(card).to_contain_text("enabled")
+    page.screenshot(path=artifacts / "notifications.png", full_page=True)
+    card.get_by_role("button", name="Disable").click()
+    expect(card).to_contain_text("disabled")
+    page.on("dialog", lambda dialog: dialog.accept())
+    card.get_by_role("button", name="Delete").click()
+    expect(card).to_have_count(0)
+    with server.api() as api:
+        names = [s["name"] for s in api.get("/notifications/subscriptions").json()["items"]]
+    assert "browser-hook" not in names
