@@ -22,8 +22,8 @@ from rota.core.notifications import (
     Subscription,
 )
 from rota.core.ports import Store
-from tests.contract.test_failed_occurrences import poison
-from tests.contract.test_store import make_job
+from tests.contract.test_failed_occurrences import LATER, poison, running
+from tests.contract.test_store import S, make_job, status
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -224,3 +224,12 @@ async def test_unresolved_dead_letters_and_job_tags(store: Store) -> None:
     tags = await store.job_tags([tagged.id, plain.id, missing])
     assert tags == {tagged.id: ("billing", "eu"), plain.id: ()}
     assert await store.job_tags([]) == {}
+
+
+async def test_occurrence_exceptions(store: Store) -> None:
+    failed, quiet = await running(store), await running(store)
+    await store.apply_status([status(failed, S.FAILED, LATER, exception="ValueError: no")])
+    await store.apply_status([status(quiet, S.COMPLETED, LATER)])
+    found = await store.occurrence_exceptions([failed.id, quiet.id, new_id()])
+    assert found == {failed.id: "ValueError: no"}
+    assert await store.occurrence_exceptions([]) == {}

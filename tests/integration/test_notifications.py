@@ -171,6 +171,7 @@ async def test_a_failed_job_is_told_by_signed_webhook_and_by_email(
         assert body["jobType"] == "it.notify.fails"
         assert body["tags"] == ["billing"]
         assert body["data"]["status"] == "Failed"
+        assert "ValueError: the report server said no" in body["data"]["exception"]
         assert got.headers["x-rota-delivery"] == body["id"]
         # tampered with, or replayed later: refused by the receiver's check
         assert not verify(SECRET, got.headers["x-rota-timestamp"], got.body + b" ",

@@ -106,6 +106,8 @@ class Notice:
     """JSON-ready details (camelCase keys)."""
     subscription_id: UUID | None = None
     """Only for this subscription (a threshold of its own)."""
+    occurrence_id: UUID | None = None
+    """The occurrence it is about (its exception is added to ``data`` when it has one)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 PENDING_LIMIT = 10_000
 """Notices waiting to be stored at most; more (a store down for long) are dropped, logged."""
 ERROR_TEXT = 500
+EXCEPTION_TEXT = 4000
+"""The end of an occurrence's exception (its last frames and message) sent with a notice."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,6 +144,7 @@ def status_notices(result: StatusResult, now: datetime) -> list[Notice]:
                 f"{change.occurrence_id}, attempt {change.attempt})",
                 job_id=change.job_id,
                 job_type=change.job_type or None,
+                occurrence_id=change.occurrence_id,
                 data={
                     "occurrenceId": str(change.occurrence_id),
                     "attempt": change.attempt,
@@ -359,11 +362,16 @@ class NotificationService:
             return 0
         job_ids = [n.job_id for n in notices if n.job_id is not None]
         tags = await self._store.job_tags(job_ids) if any(s.tag for s in subs) else {}
+        occurrence_ids = [n.occurrence_id for n in notices if n.occurrence_id is not None]
+        exceptions = await self._store.occurrence_exceptions(occurrence_ids)
         now = self._clock()
         deliveries: list[NotificationDelivery] = []
         for notice in notices:
             if notice.job_id is not None and notice.job_id in tags:
                 notice = replace(notice, tags=tags[notice.job_id])
+            if notice.occurrence_id in exceptions:
+                text = exceptions[notice.occurrence_id][-EXCEPTION_TEXT:]
+                notice = replace(notice, data={**notice.data, "exception": text})
             deliveries.extend(self._delivery(s, notice, now) for s in subs if matches(s, notice))
         if not deliveries:
             return 0

@@ -653,6 +653,11 @@ class NotificationStore(abc.ABC):
     async def job_tags(self, job_ids: Sequence[UUID]) -> dict[UUID, tuple[str, ...]]:
         """The tags of each job that exists (sorted); a job without tags maps to ``()``."""
 
+    @abc.abstractmethod
+    async def occurrence_exceptions(self, occurrence_ids: Sequence[UUID]) -> dict[UUID, str]:
+        """The exception text of each given occurrence that has one (occurrences without
+        one, or unknown, are left out)."""
+
 
 class JobAdminStore(JobStore, OccurrenceReader, abc.ABC):
     """What the job service uses: jobs, and the occurrences it reads back."""

@@ -23,7 +23,7 @@ from rota.core.notifications import (
     NotificationEvent,
     Subscription,
 )
-from rota.stores.schema import failed_occurrences, job_tags, jobs
+from rota.stores.schema import failed_occurrences, job_tags, jobs, occurrences
 from rota.stores.schema import notification_attempts as attempts_t
 from rota.stores.schema import notification_deliveries as deliveries_t
 from rota.stores.schema import notification_subscriptions as subs_t
@@ -360,3 +360,13 @@ class NotificationQueries(SqlParts):
             for job_id, tag in tagged:
                 out.setdefault(job_id, []).append(tag)
         return {job_id: tuple(sorted(tags)) for job_id, tags in out.items()}
+
+    async def occurrence_exceptions(self, occurrence_ids: Sequence[UUID]) -> dict[UUID, str]:
+        if not occurrence_ids:
+            return {}
+        o = occurrences.c
+        stmt = select(o.id, o.exception).where(
+            self._member(o.id, list(dict.fromkeys(occurrence_ids))), o.exception.is_not(None)
+        )
+        async with self._read() as conn:
+            return {row.id: row.exception for row in await conn.execute(stmt)}
