@@ -10,6 +10,7 @@ from rota.core.notifications import Channel, NotificationDelivery, NotificationE
 from rota.services.notifications import (
     NotificationConfig,
     NotificationService,
+    Send,
     SendResult,
     SubscriptionInput,
 )
@@ -24,7 +25,7 @@ async def test_two_servers_never_send_the_same_delivery(store_url: str) -> None:
     sent: Counter[str] = Counter()
     by: Counter[str] = Counter()
 
-    def sender(name: str):  # type: ignore[no-untyped-def]
+    def sender(name: str) -> Send:
         async def send(sub: Subscription, delivery: NotificationDelivery) -> SendResult:
             await asyncio.sleep(0.01)  # a send takes time: the other server works meanwhile
             sent[delivery.key] += 1
