@@ -13,7 +13,8 @@ from pydantic import SecretStr
 from rich.console import Console
 from typer.testing import CliRunner
 
-from rota.app.runtime import auth_config, auth_secret, build_runtime
+from rota.app.configs import auth_config, auth_secret
+from rota.app.runtime import build_runtime
 from rota.app.server import ensure_dev_admin, prepare
 from rota.app.settings import Settings
 from rota.cli import app

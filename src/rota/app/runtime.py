@@ -13,13 +13,19 @@ import os
 import secrets
 import socket
 from collections.abc import Coroutine, Sequence
-from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any, Final
+from datetime import datetime
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from rota.app.adapters import make_broker, make_coordination, make_index, make_store
+from rota.app.configs import (
+    auth_config,
+    dispatcher_config,
+    jobs_config,
+    retention_policy,
+    silence_config,
+)
 from rota.app.notify import alert_webhook
 from rota.app.settings import Settings
 from rota.app.startup import wait_for
@@ -27,7 +33,6 @@ from rota.core.errors import ConfigurationError, RotaError, ValidationError
 from rota.core.models import DispatcherState, OccurrenceStatus, WorkerInfo, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
 from rota.core.records import StatusResult
-from rota.core.security import MIN_SECRET_BYTES, secret_weakness
 from rota.observability.metrics import RotaMetrics
 from rota.observability.tracing import Tracing
 from rota.sdk.registry import JobRegistry
@@ -41,16 +46,14 @@ from rota.services.dispatcher import Dispatcher
 from rota.services.events import EventPublisher
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
-from rota.services.maintenance import Maintenance, RetentionPolicy
+from rota.services.maintenance import Maintenance
 from rota.services.probes import ProbeReleaser
-from rota.services.ratelimit import Rate
 from rota.services.recovery import recover_embedded
 from rota.services.silence import KINDS as SILENCE_KINDS
-from rota.services.silence import Alert, SilenceConfig, SilenceMonitor
+from rota.services.silence import Alert, SilenceMonitor
 from rota.services.tracker import LogCollector, StatusTracker
 from rota.services.workers import WorkerDirectory, roster_changes
 from rota.services.zombies import ZombieDetector
-from rota.stores.files import PRIVATE_FILE, private_dir
 from rota.worker.claims import AttemptClaims
 from rota.worker.executor import Executor
 from rota.worker.presence import WorkerPresence
@@ -106,7 +109,7 @@ class Runtime:
             index,
             broker,
             self.workers,
-            sched,
+            dispatcher_config(sched),
             lambda: self.owner.buckets,
             utcnow,
             mark_on_commit=settings.is_embedded,
@@ -159,7 +162,7 @@ class Runtime:
             store,
             index,
             coordination,
-            sched,
+            jobs_config(sched),
             utcnow,
             max_job_data_bytes=settings.api.max_job_data_bytes,
             max_json_depth=settings.api.max_json_depth,
@@ -174,7 +177,7 @@ class Runtime:
         )
         self.maintenance = Maintenance(
             store,
-            RetentionPolicy.from_settings(settings.retention),
+            retention_policy(settings.retention),
             interval_seconds=settings.retention.interval_seconds,
             is_leader=lambda: 0 in self.owner.buckets,
             on_deleted=self.metrics.record_deleted,
@@ -183,12 +186,7 @@ class Runtime:
         silence = settings.silence
         self.silence = SilenceMonitor(
             store,
-            SilenceConfig(
-                interval_seconds=silence.interval_seconds,
-                window_seconds=silence.window_seconds,
-                grace_seconds=silence.grace_seconds,
-                stall_seconds=silence.dispatcher_stall_seconds,
-            ),
+            silence_config(silence),
             instance_id=self.instance_id,
             buckets=lambda: self.owner.buckets,
             last_tick=lambda: self.dispatcher.stats.last_tick,
@@ -543,73 +541,6 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
-
-
-SECRET_FILE = "auth-secret"
-
-
-GENERATE_SECRET: Final = "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
-
-
-def auth_secret(settings: Settings) -> bytes:
-    """The key that signs access tokens: ROTA_AUTH_SECRET (at least 32 bytes; in production
-    also not guessable: see :func:`rota.core.security.secret_weakness`). Outside development
-    and test it is required; there a generated one is kept in the data dir (``auth-secret``,
-    readable by the owner only), so tokens survive restarts."""
-    if settings.auth_secret is not None:
-        secret = settings.auth_secret.get_secret_value().encode()
-        # Development and tests: the length only (their secrets are often fixed strings).
-        production = settings.environment == "production"
-        weakness = secret_weakness(secret, length_only=not production)
-        if weakness is not None:
-            raise ConfigurationError(
-                f"ROTA_AUTH_SECRET is too weak to sign tokens: {weakness}. Set it to at least "
-                f"{MIN_SECRET_BYTES} random bytes, the same on every server, e.g. the output "
-                f"of {GENERATE_SECRET} or openssl rand -base64 48"
-            )
-        return secret
-    if settings.environment == "production":
-        raise ConfigurationError(
-            "ROTA_AUTH_SECRET is not set: outside development it must be set to a random "
-            f"secret of at least {MIN_SECRET_BYTES} bytes, the same on every server (e.g. "
-            f"{GENERATE_SECRET})"
-        )
-    return _secret_file(settings.data_dir / SECRET_FILE)
-
-
-def _secret_file(path: Path) -> bytes:
-    try:
-        secret = path.read_bytes().strip()
-    except FileNotFoundError:
-        secret = b""
-    if len(secret) >= MIN_SECRET_BYTES:
-        return secret
-    private_dir(path.parent)
-    secret = secrets.token_urlsafe(48).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
-    with os.fdopen(fd, "wb") as file:
-        file.write(secret + b"\n")
-    return secret
-
-
-def auth_config(settings: Settings) -> AuthConfig:
-    """The token and lockout settings with the secret (``ConfigurationError`` without one)."""
-    auth = settings.auth
-    return AuthConfig(
-        secret=auth_secret(settings),
-        access_ttl=timedelta(minutes=auth.access_token_minutes),
-        refresh_ttl=timedelta(days=auth.refresh_token_days),
-        max_failed_logins=auth.max_failed_logins,
-        lockout=timedelta(minutes=auth.lockout_minutes),
-        issuer=auth.issuer,
-        audience=auth.audience,
-        login_per_client=Rate(auth.login_per_client_per_minute / 60, auth.login_client_burst),
-        login_overall=Rate(auth.login_per_second, auth.login_burst),
-        refresh_per_client=Rate(auth.refresh_per_client_per_minute / 60, auth.refresh_client_burst),
-        refresh_overall=Rate(auth.refresh_per_second, auth.refresh_burst),
-        hash_threads=auth.hash_threads,
-        hash_queue=auth.hash_queue,
-    )
 
 
 def build_runtime(
