@@ -14,9 +14,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from rota.app.configs import auth_config, auth_secret
-from rota.app.runtime import build_runtime
 from rota.app.server import ensure_dev_admin, prepare
 from rota.app.settings import Settings
+from rota.app.wiring import build_runtime
 from rota.cli import app
 from rota.core.errors import ConfigurationError
 
