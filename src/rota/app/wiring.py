@@ -1,6 +1,6 @@
 """The composition root: the one place that picks the adapters the settings name and builds
-every part, in dependency order (adapters, metrics, services, executor), each handed what it
-needs once it exists. The one cycle, the bucket owner that kicks the loader and carries the
+every part in dependency order (adapters and metrics first, then the services and the
+embedded executor), each built once what it needs exists. The one cycle, the bucket owner that kicks the loader and carries the
 silence monitor's alerts while both read the owner's buckets, is closed by
 :meth:`~rota.services.buckets.BucketOwner.connect` once all three are built.
 
