@@ -12,8 +12,9 @@ import uvicorn
 from rich.console import Console
 from rich.panel import Panel
 
-from rota.app.runtime import Runtime, build_runtime, tune_gc
+from rota.app.runtime import Runtime, tune_gc
 from rota.app.settings import Settings
+from rota.app.wiring import build_runtime
 from rota.observability.tracing import Tracing, tracing_from_env
 
 log = logging.getLogger(__name__)
@@ -23,13 +24,13 @@ async def prepare(
     settings: Settings, modules: Sequence[str], tracing: Tracing | None = None
 ) -> Runtime:
     """Migrate the store (embedded/dev) and wire the runtime with the given job modules."""
+    from rota.app.adapters import upgrade_schema
     from rota.sdk.registry import load_jobs
-    from rota.stores.migrate import upgrade
 
     url = settings.effective_database_url
     # SQLite: the migration creates the file (0600) and its directory (0700)
     if url.startswith("sqlite") or settings.environment == "development":
-        await upgrade(url)
+        await upgrade_schema(url)
     registry = load_jobs(modules) if modules else None
     return build_runtime(settings, registry, tracing)
 

@@ -205,7 +205,9 @@ def maintenance(
     configure_logging("warning")
     settings = load_settings()
     url = database_url or settings.effective_database_url
-    policy = RetentionPolicy.from_settings(settings.retention)
+    from rota.app.configs import retention_policy
+
+    policy = retention_policy(settings.retention)
     report: MaintenanceReport = _run(_retention(url, policy, settings.startup_wait_seconds))
     console = _console()
     for status, n in sorted(report.occurrences.items()):
