@@ -1,7 +1,8 @@
 """The composition root: the one place that picks the adapters the settings name and builds
 every part in dependency order (adapters and metrics first, then the services and the
-embedded executor), each built once what it needs exists. The one cycle, the bucket owner that kicks the loader and carries the
-silence monitor's alerts while both read the owner's buckets, is closed by
+embedded executor), each built once what it needs exists. The one cycle, the bucket owner
+that kicks the loader and carries the silence monitor's alerts while both read the owner's
+buckets, is closed by
 :meth:`~rota.services.buckets.BucketOwner.connect` once all three are built.
 
 :func:`build_runtime` builds a server's :class:`~rota.app.runtime.Runtime` (``rota dev`` /
