@@ -1,6 +1,8 @@
-"""The ``rota`` command: ``dev``, ``server``, ``migrate``, ``bench``.
+"""The ``rota`` command: ``dev``, ``server``, ``worker``, ``migrate``, ``maintenance``,
+``user`` and ``bench``.
 
-The only place that configures logging and reads settings from the environment.
+The entry point that configures logging and reads the settings from the environment; what
+each command runs is built by the composition root (:mod:`rota.app`).
 """
 
 from __future__ import annotations
