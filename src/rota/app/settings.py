@@ -17,6 +17,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from rota.builtin.config import HttpSettings, SmtpSettings, SqlSettings
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.jsonlimits import DEFAULT_JSON_DEPTH, MAX_JSON_DEPTH
 from rota.core.models import ZombiePolicy
@@ -392,6 +393,10 @@ class Settings(BaseSettings):
         None, description="With admin_password: the first Admin, created at start if none exists."
     )
     admin_password: SecretStr | None = Field(None, description="The first Admin's password.")
+    # The built-in workers' sections (rota.builtin.config; docs/builtin-workers.md).
+    http: HttpSettings = HttpSettings()
+    sql: SqlSettings = SqlSettings()
+    smtp: SmtpSettings = SmtpSettings()
 
     @classmethod
     def settings_customise_sources(

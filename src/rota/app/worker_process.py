@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rota.app.builtins import load_registry
 from rota.app.settings import Settings
 from rota.app.startup import wait_for
 from rota.app.wiring import build_worker
 from rota.core.errors import ConfigurationError
 from rota.core.ports import Broker, Coordination
-from rota.sdk.registry import JobRegistry, load_jobs
+from rota.sdk.registry import JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
 from rota.worker.metrics_server import MetricsServer
@@ -35,17 +36,19 @@ async def run_worker(
     grace: float,
     stop: asyncio.Event | None = None,
     state_dir: Path | None = None,
+    builtin: Sequence[str] = (),
 ) -> None:
     """Run until SIGTERM/SIGINT (or ``stop`` is set), then stop gracefully. ``state_dir``
-    wins over ``settings.worker.state_dir``."""
+    wins over ``settings.worker.state_dir``; ``builtin`` names built-in workers to run too."""
     if settings.is_embedded:
         raise ConfigurationError(
             "a separate `rota worker` process needs the distributed mode: set ROTA_AMQP_URL "
             "and ROTA_REDIS_URL (the embedded mode runs its workers inside `rota dev`)"
         )
-    registry = load_jobs(modules)
+    registry = load_registry(settings, modules, builtin)
     if not registry:
-        raise ConfigurationError(f"no @rota.job handlers found in {', '.join(modules)}")
+        where = ", ".join(modules) or "no module (give modules or --builtin)"
+        raise ConfigurationError(f"no @rota.job handlers found in {where}")
     ws = settings.worker
     store = await LocalStore.open(state_dir or ws.state_path(settings.data_dir, worker_id))
     try:
