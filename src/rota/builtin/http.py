@@ -29,6 +29,7 @@ __all__ = ["HttpRequest", "HttpStatusError", "definitions"]
 
 JOB_TYPE = "http.request"
 MAX_URL_LENGTH = 2048
+DEFAULT_TIMEOUT = 30.0
 MAX_HEADERS = 50
 MAX_HEADER_NAME = 256
 MAX_HEADER_VALUE = 8192
@@ -55,8 +56,12 @@ class HttpRequest(JobData):
     json_body: JsonValue | None = Field(
         None, alias="json", description="A JSON body (Content-Type application/json)."
     )
-    timeout_seconds: float = Field(
-        30.0, gt=0, le=3600, description="For the whole request, redirects included."
+    timeout_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description="For the whole request, redirects included (default 30 s, at most "
+        "ROTA_HTTP__MAX_TIMEOUT_SECONDS).",
     )
     expected_status: list[int] | None = Field(
         None, max_length=100, description="Statuses that count as success (default: any 2xx)."
@@ -175,18 +180,19 @@ class Fetcher:
 
     async def fetch(self, data: HttpRequest, log: Any) -> dict[str, JsonValue]:
         s = self.settings
-        if data.timeout_seconds > s.max_timeout_seconds:
+        seconds = data.timeout_seconds or min(DEFAULT_TIMEOUT, s.max_timeout_seconds)
+        if seconds > s.max_timeout_seconds:
             raise PermanentError(
-                f"timeoutSeconds {data.timeout_seconds} is over the limit of "
+                f"timeoutSeconds {seconds} is over the limit of "
                 f"{s.max_timeout_seconds} (ROTA_HTTP__MAX_TIMEOUT_SECONDS)"
             )
         content, headers = self._body(data)
         started = time.monotonic()
         try:
-            async with asyncio.timeout(data.timeout_seconds):
-                response, hops = await self._follow(data, content, headers, log)
+            async with asyncio.timeout(seconds):
+                response, hops = await self._follow(data, content, headers, seconds, log)
         except TimeoutError:
-            raise RotaError(f"no complete answer within {data.timeout_seconds} s") from None
+            raise RotaError(f"no complete answer within {seconds} s") from None
         elapsed = time.monotonic() - started
         log.info(
             "%s %s: %s %s in %.3f s", data.method, response.url, response.status,
@@ -214,12 +220,17 @@ class Fetcher:
         return content, headers
 
     async def _follow(
-        self, data: HttpRequest, content: bytes | None, headers: dict[str, str], log: Any
+        self,
+        data: HttpRequest,
+        content: bytes | None,
+        headers: dict[str, str],
+        seconds: float,
+        log: Any,
     ) -> tuple[_Response, list[str]]:
         method, url = data.method, check_url(data.url)
         hops: list[str] = []
         while True:
-            response = await self._send(method, url, content, headers, data.timeout_seconds)
+            response = await self._send(method, url, content, headers, seconds)
             location = response.headers.get("location")
             if not (data.follow_redirects and response.status in REDIRECTS and location):
                 return response, hops

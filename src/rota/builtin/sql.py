@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from datetime import date, datetime, time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -142,6 +143,11 @@ class SqlRunner:
             raise PermanentError(f"the statement failed: {_first_line(exc)}") from None
         except OSError as exc:  # the server cannot be reached: worth a retry
             raise RotaError(f"connection {data.connection!r}: {exc}") from None
+        except Exception as exc:
+            if not _is_driver_error(exc):
+                raise
+            # a driver's own error SQLAlchemy did not wrap (asyncpg's while streaming rows)
+            raise PermanentError(f"the statement failed: {_first_line(exc)}") from None
         finally:
             await engine.dispose()
         log.info(
@@ -158,25 +164,75 @@ class SqlRunner:
 
         async with engine.connect() as conn:
             postgres = conn.dialect.name == "postgresql"
+            stream = await _returns_rows(conn, data.statement) if postgres else True
             async with conn.begin():
                 if postgres:  # enforced by the server, whatever the client does
                     ms = max(1, int(seconds * 1000))
                     await conn.execute(text(f"SET LOCAL statement_timeout = {ms}"))
+                guard = (
+                    asyncio.timeout(seconds + 1.0) if postgres else _interrupt_after(conn, seconds)
+                )
                 try:
-                    async with asyncio.timeout(seconds + (1.0 if postgres else 0.0)):
-                        return await conn.run_sync(_execute, data, max_rows)
+                    async with guard:
+                        return await conn.run_sync(_execute, data, max_rows, stream)
                 except TimeoutError:
-                    await _interrupt(conn)
                     raise PermanentError(
                         f"the statement ran longer than its timeout of {seconds} s"
                     ) from None
 
 
-def _execute(conn: Connection, data: SqlExecute, max_rows: int) -> dict[str, JsonValue]:
+@asynccontextmanager
+async def _interrupt_after(conn: AsyncConnection, seconds: float) -> AsyncIterator[None]:
+    """SQLite: interrupt the statement running in aiosqlite's thread after ``seconds`` (a
+    cancelled await would leave it running, and the connection's close waiting for it);
+    ``TimeoutError`` when that is why it failed."""
+    from sqlalchemy.exc import DBAPIError
+
+    raw = await conn.get_raw_connection()
+    interrupt = getattr(raw.driver_connection, "interrupt", None)
+    fired = asyncio.Event()
+
+    async def watchdog() -> None:
+        await asyncio.sleep(seconds)
+        fired.set()
+        if interrupt is not None:
+            await interrupt()
+
+    task = asyncio.create_task(watchdog())
+    try:
+        yield
+    except DBAPIError:
+        if fired.is_set():
+            raise TimeoutError from None
+        raise
+    finally:
+        task.cancel()
+
+
+async def _returns_rows(conn: AsyncConnection, statement: str) -> bool:
+    """PostgreSQL: whether the statement returns rows, from the server's description of it
+    (prepared outside the transaction): asyncpg streams rows through a cursor, which would
+    lose the count of rows an UPDATE affected."""
+    from sqlalchemy import text
+
+    compiled = str(text(statement).compile(dialect=conn.dialect))
+    raw = await conn.get_raw_connection()
+    try:
+        prepared = await raw.driver_connection.prepare(compiled)  # type: ignore[union-attr]
+    except Exception as exc:  # asyncpg's errors: a bad statement, no such table, …
+        if isinstance(exc, OSError):
+            raise
+        raise PermanentError(f"the statement failed: {_first_line(exc)}") from None
+    return bool(prepared.get_attributes())
+
+
+def _execute(
+    conn: Connection, data: SqlExecute, max_rows: int, stream: bool
+) -> dict[str, JsonValue]:
     """Run the statement (rows streamed: only the first ``max_rows`` + 1 are fetched)."""
     from sqlalchemy import text
 
-    streamed = conn.execution_options(stream_results=True)
+    streamed = conn.execution_options(stream_results=True) if stream else conn
     result = streamed.execute(text(data.statement), data.parameters)
     try:
         if not result.returns_rows:
@@ -190,21 +246,13 @@ def _execute(conn: Connection, data: SqlExecute, max_rows: int) -> dict[str, Jso
     return {"columns": columns, "rows": rows, "rowCount": len(rows), "truncated": truncated}
 
 
-async def _interrupt(conn: AsyncConnection) -> None:
-    """Stop a SQLite statement still running in its thread (PostgreSQL's server-side timeout
-    ends its own)."""
-    if conn.dialect.name != "sqlite":
-        return
-    raw = await conn.get_raw_connection()
-    driver = raw.driver_connection
-    interrupt = getattr(driver, "interrupt", None)
-    if interrupt is not None:
-        await interrupt()
-
-
 def _is_connect_error(exc: Exception) -> bool:
     orig = getattr(exc, "orig", None)
     return isinstance(orig, OSError | ConnectionError)
+
+
+def _is_driver_error(exc: Exception) -> bool:
+    return type(exc).__module__.split(".")[0] in ("asyncpg", "sqlite3", "aiosqlite")
 
 
 def _first_line(exc: object) -> str:
