@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
+import subprocess
 import threading
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -122,9 +126,12 @@ class _Collect:
 
 
 @asynccontextmanager
-async def smtp_server(*, users: dict[str, str] | None = None) -> AsyncIterator[Mailbox]:
+async def smtp_server(
+    *, users: dict[str, str] | None = None, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[Mailbox]:
     """An SMTP server on loopback (aiosmtpd) in the running loop; with ``users``, AUTH is
-    required and checked (over plain TCP: a test server only)."""
+    required and checked (over plain TCP: a test server only); with ``tls``, STARTTLS is
+    offered and required."""
     from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
 
     box = Mailbox(port=0)
@@ -138,16 +145,24 @@ async def smtp_server(*, users: dict[str, str] | None = None) -> AsyncIterator[M
         )
         if ok:
             box.logins.append((data.login.decode(), mechanism))
-        return AuthResult(success=ok)
+        return AuthResult(success=ok, handled=False)
+
+    sessions: list[SMTP] = []
 
     def factory() -> SMTP:
-        return SMTP(
-            handler,
-            hostname="smtp.test",
-            authenticator=authenticator if users else None,
-            auth_required=bool(users),
-            auth_require_tls=False,
-        )
+        with warnings.catch_warnings():  # AUTH without TLS: fine for a test on loopback
+            warnings.simplefilter("ignore")
+            session = SMTP(
+                handler,
+                hostname="smtp.test",
+                authenticator=authenticator if users else None,
+                auth_required=bool(users),
+                auth_require_tls=False,
+                tls_context=tls,
+                require_starttls=tls is not None,
+            )
+        sessions.append(session)
+        return session
 
     server = await asyncio.get_running_loop().create_server(factory, "127.0.0.1", 0)
     box.port = server.sockets[0].getsockname()[1]
@@ -155,7 +170,11 @@ async def smtp_server(*, users: dict[str, str] | None = None) -> AsyncIterator[M
         yield box
     finally:
         server.close()
+        for session in sessions:
+            if session.transport is not None:
+                session.transport.close()
         await server.wait_closed()
+        await asyncio.sleep(0.01)  # the transports' close callbacks
 
 
 async def run_job(
@@ -188,3 +207,17 @@ async def wait_for_log(rt: Runtime, occ: Occurrence, *parts: str, within: float 
         return any(all(p in line for p in parts) for line in lines)
 
     await eventually(found, within, f"a log line with {parts}")
+
+
+def self_signed(directory: Path) -> ssl.SSLContext:
+    """A server TLS context with a certificate for 127.0.0.1 made by ``openssl`` now."""
+    key, cert = directory / "key.pem", directory / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context

@@ -8,6 +8,7 @@ permanent one (5xx, authentication, every recipient refused) fails for good."""
 from __future__ import annotations
 
 import re
+import ssl
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Any
@@ -160,7 +161,12 @@ class Mailer:
                 validate_certs=s.validate_certs,
                 timeout=s.timeout_seconds,
             )
-        except smtp.SMTPException as exc:
+        except ssl.SSLCertVerificationError as exc:
+            raise PermanentError(
+                f"SMTP: the server's certificate is not trusted: {exc.verify_message} "
+                "(ROTA_SMTP__VALIDATE_CERTS)"
+            ) from None
+        except (smtp.SMTPException, OSError) as exc:
             raise _classify(smtp, exc) from None
         log.info(
             "mail %s sent to %d recipients (%d refused)",
