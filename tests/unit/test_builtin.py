@@ -195,3 +195,17 @@ def test_sql_helpers() -> None:
     assert jsonable(date(2026, 1, 2)) == "2026-01-02"
     assert jsonable(b"\x00\x01") == "AAE="
     assert SqlSettings().connections == {}
+
+
+def test_rota_dev_refuses_an_unknown_builtin() -> None:
+    result = CliRunner().invoke(app, ["dev", "--builtin", "nope"])
+    assert result.exit_code == 2
+    assert "unknown built-in worker 'nope'" in result.output
+
+
+async def test_the_embedded_runtime_takes_builtin_names(tmp_path: Path) -> None:
+    from rota.app.server import prepare
+
+    runtime = await prepare(settings_for(tmp_path), ["rota.builtin.sql"], None, ["http"])
+    assert runtime.registry is not None
+    assert sorted(runtime.registry) == ["http.request", "sql.execute"]

@@ -100,6 +100,7 @@ def dev(
     """Run Rota embedded: API, scheduler and workers in one process, SQLite in the data dir."""
     from rota.app.server import serve
 
+    names = _builtin(builtin)
     configure_logging(log_level)
     overrides: dict[str, object] = {"environment": "development"}
     if data_dir is not None:
@@ -109,7 +110,6 @@ def dev(
     modules = list(jobs or [])
     if demo:
         modules.insert(0, "rota.demo")
-    names = _builtin(builtin)
     _run(serve(settings, modules, demo=demo, console=_console(), dev_admin=True, builtin=names))
     _exit_past_stuck_threads()
 
