@@ -109,6 +109,9 @@ async def test_starttls(tmp_path: Path) -> None:
             await send(box, data, starttls=False)
         await send(box, data, starttls=True, validate_certs=False)
     assert len(box.envelopes) == 1
+    async with smtp_server() as plain:
+        with pytest.raises(PermanentError, match="STARTTLS"):  # the server offers none
+            await send(plain, data, starttls=True)
 
 
 async def test_limits_and_refusals() -> None:

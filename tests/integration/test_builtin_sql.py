@@ -14,7 +14,7 @@ from pydantic import SecretStr
 
 from rota.builtin.config import SqlSettings
 from rota.builtin.sql import SqlExecute, SqlRunner
-from rota.core.errors import PermanentError
+from rota.core.errors import PermanentError, RotaError
 from rota.core.models import OccurrenceStatus
 from tests.helpers import RuntimeFactory
 from tests.integration.builtin_servers import run_job, wait_for_log
@@ -138,3 +138,14 @@ async def test_end_to_end_through_the_embedded_runtime(
     )
     assert with_url.status is S.FAILED
     assert "url" in (with_url.exception or "")
+
+
+async def test_a_connection_url_never_shows_in_a_failure(tmp_path: Path) -> None:
+    secret = "postgresql://reporter:hunter2@127.0.0.1:1/reports"
+    with pytest.raises(RotaError) as caught:
+        await execute(runner(secret), "SELECT 1")
+    assert "hunter2" not in str(caught.value)
+    bad = "nosuchdialect://reporter:hunter2@host/db"
+    with pytest.raises(PermanentError) as refused:
+        await execute(runner(bad), "SELECT 1")
+    assert "hunter2" not in str(refused.value)

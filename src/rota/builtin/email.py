@@ -188,6 +188,8 @@ def _classify(smtp: Any, exc: Exception) -> Exception:
     code = getattr(exc, "code", None)
     if isinstance(code, int) and 500 <= code < 600:
         return PermanentError(text)
+    if code is None and "STARTTLS" in str(exc):  # the server offers none: a setting to fix
+        return PermanentError(f"{text} (ROTA_SMTP__STARTTLS)")
     return RotaError(text)
 
 

@@ -125,6 +125,20 @@ class SqlRunner:
 
     async def execute(self, data: SqlExecute, log: Any) -> dict[str, JsonValue]:
         url, max_rows, timeout = self._check(data)
+        try:
+            result = await self._execute(url, data, max_rows, timeout)
+        except RotaError as exc:  # never the connection's URL (its password) in a message
+            raise type(exc)(exc.message.replace(url, "<connection URL>")) from None
+        log.info(
+            "%s on %s: %s", JOB_TYPE, data.connection,
+            f"{result['rowCount']} rows" if "rows" in result else
+            f"{result['rowsAffected']} rows affected",
+        )  # fmt: skip
+        return result
+
+    async def _execute(
+        self, url: str, data: SqlExecute, max_rows: int, seconds: float
+    ) -> dict[str, JsonValue]:
         from sqlalchemy.exc import DBAPIError, SQLAlchemyError
         from sqlalchemy.ext.asyncio import create_async_engine
         from sqlalchemy.pool import NullPool
@@ -134,7 +148,7 @@ class SqlRunner:
         except (SQLAlchemyError, ImportError, ValueError) as exc:
             raise PermanentError(f"connection {data.connection!r}: {exc}") from None
         try:
-            result = await self._run(engine, data, max_rows, timeout)
+            result = await self._run(engine, data, max_rows, seconds)
         except DBAPIError as exc:
             if exc.connection_invalidated or _is_connect_error(exc):
                 raise RotaError(f"connection {data.connection!r}: {exc.orig}") from None
@@ -150,11 +164,6 @@ class SqlRunner:
             raise PermanentError(f"the statement failed: {_first_line(exc)}") from None
         finally:
             await engine.dispose()
-        log.info(
-            "%s on %s: %s", JOB_TYPE, data.connection,
-            f"{result['rowCount']} rows" if "rows" in result else
-            f"{result['rowsAffected']} rows affected",
-        )  # fmt: skip
         return result
 
     async def _run(
