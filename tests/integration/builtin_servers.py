@@ -87,8 +87,11 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def http_server() -> Iterator[_Server]:
+def http_server(tls: ssl.SSLContext | None = None) -> Iterator[_Server]:
+    """The test's HTTP server on 127.0.0.1 (HTTPS with ``tls``) in a thread of its own."""
     server = _Server()
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -209,13 +212,14 @@ async def wait_for_log(rt: Runtime, occ: Occurrence, *parts: str, within: float 
     await eventually(found, within, f"a log line with {parts}")
 
 
-def self_signed(directory: Path) -> ssl.SSLContext:
-    """A server TLS context with a certificate for 127.0.0.1 made by ``openssl`` now."""
+def self_signed(directory: Path, name: str = "IP:127.0.0.1") -> ssl.SSLContext:
+    """A server TLS context with a certificate for ``name`` (a subjectAltName) made by
+    ``openssl`` now, in ``directory/cert.pem``."""
     key, cert = directory / "key.pem", directory / "cert.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=rota-test",
+         "-addext", f"subjectAltName={name}"],
         check=True, capture_output=True,
     )  # fmt: skip
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +19,14 @@ from rota.builtin.http import Fetcher, HttpRequest, HttpStatusError
 from rota.core.errors import PermanentError
 from rota.core.models import OccurrenceStatus
 from tests.helpers import RuntimeFactory
-from tests.integration.builtin_servers import BIG, _Server, http_server, run_job, wait_for_log
+from tests.integration.builtin_servers import (
+    BIG,
+    _Server,
+    http_server,
+    run_job,
+    self_signed,
+    wait_for_log,
+)
 
 S = OccurrenceStatus
 LOOPBACK = {"allow_networks": "127.0.0.1/32"}
@@ -199,3 +208,20 @@ async def test_the_default_settings_refuse_loopback_end_to_end(
     assert metadata.status is S.FAILED
     assert "169.254.169.254" in (metadata.exception or "")
     assert server.seen == []
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+async def test_https_checks_the_certificate_of_the_host_named(tmp_path: Path) -> None:
+    """The connection goes to the checked address, yet TLS (SNI and the certificate check)
+    is for the URL's host name."""
+    with http_server(tls=self_signed(tmp_path, "DNS:localhost")) as tls_server:
+        port = tls_server.server_address[1]
+        ca = str(tmp_path / "cert.pem")
+        settings = HttpSettings(allow_hosts="localhost", ca_file=ca)
+        result = await fetch(settings, url=f"https://localhost:{port}/echo")
+        assert json.loads(result["body"])["headers"]["Host"] == f"localhost:{port}"
+        by_address = HttpSettings(**LOOPBACK, ca_file=ca)  # the certificate names localhost
+        with pytest.raises(PermanentError, match=r"certificate of 127\.0\.0\.1 is not trusted"):
+            await fetch(by_address, url=f"https://127.0.0.1:{port}/echo")
+        with pytest.raises(PermanentError, match="CA_FILE"):  # not trusted without ca_file
+            await fetch(HttpSettings(allow_hosts="localhost"), url=f"https://localhost:{port}/")

@@ -54,6 +54,11 @@ class HttpSettings(BaseModel):
         description="Response body bytes kept in the result; the rest is not read (truncated).",
     )
     user_agent: str = Field("rota-http", description="The User-Agent header unless a job sets one.")
+    ca_file: str | None = Field(
+        None,
+        description="A PEM file of certificate authorities trusted besides the system's "
+        "(an internal CA).",
+    )
 
     @field_validator("allow_networks", "deny_networks")
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -148,6 +149,10 @@ class Fetcher:
         self.settings = settings
         self.policy = policy or AddressPolicy.from_settings(settings)
         self._transport = transport
+        self._verify: ssl.SSLContext | bool = True
+        if settings.ca_file:
+            self._verify = ssl.create_default_context()
+            self._verify.load_verify_locations(cafile=settings.ca_file)
 
     async def addresses(self, host: str, port: int) -> list[IPAddress]:
         """The addresses ``host`` resolves to, each checked (``PermanentError`` if one is
@@ -270,7 +275,7 @@ class Fetcher:
             extensions["sni_hostname"] = url.host
         last: httpx.ConnectError | None = None
         async with httpx.AsyncClient(
-            trust_env=False, timeout=seconds, transport=self._transport
+            trust_env=False, timeout=seconds, transport=self._transport, verify=self._verify
         ) as client:
             for address in addresses:
                 request = client.build_request(
@@ -283,6 +288,11 @@ class Fetcher:
                 try:
                     return await self._read(client, request, url)
                 except httpx.ConnectError as exc:
+                    if _bad_certificate(exc):  # the same for every address: a setting to fix
+                        raise PermanentError(
+                            f"the TLS certificate of {url.host} is not trusted: {exc} "
+                            "(ROTA_HTTP__CA_FILE)"
+                        ) from None
                     last = exc
         raise RotaError(f"cannot connect to {url.host}: {last}") from last
 
@@ -332,6 +342,15 @@ class Fetcher:
         if data.retry_on_5xx and (status >= 500 or status in RETRYABLE_STATUS):
             raise HttpStatusError(text)
         raise PermanentError(f"unexpected status: {text}")
+
+
+def _bad_certificate(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _text(body: bytes, encoding: str) -> str:
