@@ -209,3 +209,26 @@ async def test_the_embedded_runtime_takes_builtin_names(tmp_path: Path) -> None:
     runtime = await prepare(settings_for(tmp_path), ["rota.builtin.sql"], None, ["http"])
     assert runtime.registry is not None
     assert sorted(runtime.registry) == ["http.request", "sql.execute"]
+
+
+def test_email_without_its_extra_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from rota.builtin import email
+
+    monkeypatch.setitem(sys.modules, "aiosmtplib", None)  # import fails as if not installed
+    smtp = SmtpSettings(host="127.0.0.1", from_address="rota@example.com")
+    with pytest.raises(ConfigurationError, match=r"pip install 'rota\[email\]'"):
+        email.definitions(smtp)
+
+
+def test_connection_urls_and_passwords_are_secrets(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path)
+    settings.sql = SqlSettings.model_validate(
+        {"connections": {"reports": "postgresql://u:hunter2@db/reports"}}
+    )
+    settings.smtp = SmtpSettings.model_validate({"host": "h", "password": "hunter2"})
+    shown = settings.model_dump_json()
+    assert "hunter2" not in shown
+    assert "reports" in shown
+    assert "hunter2" not in repr(settings)
