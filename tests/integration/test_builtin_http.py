@@ -62,6 +62,11 @@ async def test_a_request_to_an_allowed_loopback_server(server: _Server) -> None:
     assert echoed["headers"]["Content-Type"] == "application/json"
     assert echoed["headers"]["Host"] == server.url.removeprefix("http://")
     assert echoed["headers"]["User-Agent"] == "rota-http"
+    own = await fetch(
+        HttpSettings(**LOOPBACK), url=f"{server.url}/echo", headers={"user-agent": "mine/1"}
+    )
+    sent = {k.lower(): v for k, v in json.loads(own["body"])["headers"].items()}
+    assert sent["user-agent"] == "mine/1"
 
 
 async def test_loopback_is_refused_by_default(server: _Server) -> None:

@@ -207,7 +207,9 @@ class Fetcher:
         return _result(response, hops, elapsed)
 
     def _body(self, data: HttpRequest) -> tuple[bytes | None, dict[str, str]]:
-        headers = {"User-Agent": self.settings.user_agent} | data.headers
+        headers = dict(data.headers)
+        if not any(k.lower() == "user-agent" for k in headers):
+            headers["User-Agent"] = self.settings.user_agent
         if data.json_body is not None:
             import orjson
 
@@ -235,9 +237,10 @@ class Fetcher:
         method, url = data.method, check_url(data.url)
         hops: list[str] = []
         while True:
-            response = await self._send(method, url, content, headers, seconds)
+            follow = data.follow_redirects
+            response = await self._send(method, url, content, headers, seconds, follow)
             location = response.headers.get("location")
-            if not (data.follow_redirects and response.status in REDIRECTS and location):
+            if not (follow and response.status in REDIRECTS and location):
                 return response, hops
             if len(hops) >= self.settings.max_redirects:
                 raise PermanentError(
@@ -265,6 +268,7 @@ class Fetcher:
         content: bytes | None,
         headers: dict[str, str],
         seconds: float,
+        follow: bool,
     ) -> _Response:
         """Send to the first checked address that accepts a connection."""
         port = url.port or (443 if url.scheme == "https" else 80)
@@ -286,7 +290,7 @@ class Fetcher:
                     extensions=extensions,
                 )
                 try:
-                    return await self._read(client, request, url)
+                    return await self._read(client, request, url, skip_redirect_body=follow)
                 except httpx.ConnectError as exc:
                     if _bad_certificate(exc):  # the same for every address: a setting to fix
                         raise PermanentError(
@@ -297,7 +301,12 @@ class Fetcher:
         raise RotaError(f"cannot connect to {url.host}: {last}") from last
 
     async def _read(
-        self, client: httpx.AsyncClient, request: httpx.Request, url: httpx.URL
+        self,
+        client: httpx.AsyncClient,
+        request: httpx.Request,
+        url: httpx.URL,
+        *,
+        skip_redirect_body: bool,
     ) -> _Response:
         limit = self.settings.max_response_bytes
         response = await client.send(request, stream=True)
@@ -305,7 +314,7 @@ class Fetcher:
             chunks: list[bytes] = []
             size = 0
             truncated = False
-            if response.status_code not in REDIRECTS:
+            if not (skip_redirect_body and response.status_code in REDIRECTS):
                 async for chunk in response.aiter_bytes():
                     chunks.append(chunk)
                     size += len(chunk)
