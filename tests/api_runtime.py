@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rota.app.runtime import auth_config
+from rota.app.configs import auth_config, jobs_config
 from rota.app.settings import Settings
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
@@ -78,7 +78,12 @@ def mini_runtime(
     index = MemoryScheduleIndex()
     coordination = coordination or MemoryCoordination()
     jobs = JobService(
-        store, index, coordination, settings.scheduler, lambda: datetime.now(UTC), events=events
+        store,
+        index,
+        coordination,
+        jobs_config(settings.scheduler),
+        lambda: datetime.now(UTC),
+        events=events,
     )
     return MiniRuntime(settings, store, index, InProcessBroker(), coordination, jobs, events)
 

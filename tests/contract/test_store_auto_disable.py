@@ -11,6 +11,7 @@ from uuid import UUID
 
 import pytest
 
+from rota.app.configs import jobs_config
 from rota.app.settings import SchedulerSettings
 from rota.coordination.memory import MemoryCoordination
 from rota.core.autodisable import AutoDisableDefaults
@@ -470,7 +471,11 @@ async def test_release_probes_leaves_a_job_disabled_by_hand_meanwhile(store_url:
         await racing.create_jobs([job, other])
         settings = SchedulerSettings(auto_disable_cooldown_seconds=60)
         jobs = JobService(
-            racing, MemoryScheduleIndex(), MemoryCoordination(), settings, lambda: datetime.now(UTC)
+            racing,
+            MemoryScheduleIndex(),
+            MemoryCoordination(),
+            jobs_config(settings),
+            lambda: datetime.now(UTC),
         )
         released = await jobs.release_probes()
         assert [j.id for j in released] == [other.id]

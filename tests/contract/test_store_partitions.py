@@ -9,11 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from rota.app.configs import retention_policy
 from rota.app.settings import RetentionSettings
 from rota.core.ids import new_id
 from rota.core.models import FailedOccurrence, FailureType, LogRecord, Occurrence
 from rota.core.records import FailedQuery, PartitionUpkeep
-from rota.services.maintenance import Maintenance, RetentionPolicy
+from rota.services.maintenance import Maintenance
 from rota.stores.migrate import downgrade, upgrade
 from rota.stores.partitions import next_period, period_start, periods
 from rota.stores.sql import SqlStore
@@ -183,7 +184,7 @@ async def test_the_service_drops_partitions_and_keeps_log_lines_to_their_partiti
     await store.maintain_partitions(MARCH, upkeep(drop=False))
     occ = await fired_at(store, MARCH)
     settings = RetentionSettings(completed_days=30, logs_days=30, failed_days=30)
-    policy = RetentionPolicy.from_settings(settings)
+    policy = retention_policy(settings)
     assert not policy.logs_go_with(S.COMPLETED)
     report = await Maintenance(store, policy, clock=lambda: JUNE).run_once()
     assert "occurrence_logs_p20310301" in report.partitions_dropped

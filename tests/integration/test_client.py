@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import rota
 from rota.api.app import create_app
-from rota.app.runtime import auth_config
+from rota.app.configs import auth_config
 from rota.client import (
     ApiAuthError,
     ApiConflictError,

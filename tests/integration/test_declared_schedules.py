@@ -13,6 +13,7 @@ from uuid import UUID
 import pytest
 
 import rota
+from rota.app.configs import jobs_config
 from rota.app.settings import SchedulerSettings
 from rota.coordination.memory import MemoryCoordination
 from rota.coordination.redis import RedisCoordination
@@ -74,13 +75,15 @@ class Harness:
         self.store = store
         self.coordination = coordination
         self.index = MemoryScheduleIndex()
-        self.jobs = JobService(store, self.index, coordination, SchedulerSettings(), lambda: T0)
+        self.jobs = JobService(
+            store, self.index, coordination, jobs_config(SchedulerSettings()), lambda: T0
+        )
         self.sync = self.server()
 
     def server(self) -> DeclaredSchedules:
         """The sync of one more server sharing the store, registry and index."""
         jobs = JobService(
-            self.store, self.index, self.coordination, SchedulerSettings(), lambda: T0
+            self.store, self.index, self.coordination, jobs_config(SchedulerSettings()), lambda: T0
         )
         return DeclaredSchedules(jobs, self.store, WorkerDirectory(self.coordination, max_age=0))
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
+from rota.app.configs import dispatcher_config
 from rota.app.settings import SchedulerSettings
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
@@ -64,7 +65,7 @@ async def test_a_locked_due_job_stays_in_the_index_and_fires_once_the_lock_is_go
         index,
         InProcessBroker(),
         WorkerDirectory(MemoryCoordination()),
-        SchedulerSettings(),
+        dispatcher_config(SchedulerSettings()),
         lambda: [job.bucket],
     )
 

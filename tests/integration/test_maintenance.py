@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from rota.app.configs import retention_policy
 from rota.app.settings import RetentionSettings
 from rota.cli import app
 from rota.core.errors import NotFoundError
@@ -17,7 +18,7 @@ from rota.core.ids import new_id
 from rota.core.models import Job, LogRecord, Occurrence, OccurrenceStatus, StatusRecord, utcnow
 from rota.core.planning import PlanSettings, plan_fires
 from rota.core.ports import Store
-from rota.services.maintenance import Maintenance, RetentionPolicy
+from rota.services.maintenance import Maintenance
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
 from tests.helpers import RuntimeFactory, eventually
@@ -69,7 +70,7 @@ async def test_retention_deletes_per_status_in_batches(store: SqlStore) -> None:
     old_failed = await ended(store, now - 40 * DAY, S.CANCELLED)
     recent = await ended(store, now - 2 * DAY)
     deleted: list[tuple[str, int]] = []
-    policy = RetentionPolicy.from_settings(
+    policy = retention_policy(
         RetentionSettings(completed_days=30, cancelled_days=60, logs_days=0, batch_size=2)
     )
     try:

@@ -13,9 +13,10 @@ from pydantic import SecretStr
 from rich.console import Console
 from typer.testing import CliRunner
 
-from rota.app.runtime import auth_config, auth_secret, build_runtime
+from rota.app.configs import auth_config, auth_secret
 from rota.app.server import ensure_dev_admin, prepare
 from rota.app.settings import Settings
+from rota.app.wiring import build_runtime
 from rota.cli import app
 from rota.core.errors import ConfigurationError
 

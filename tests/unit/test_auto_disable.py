@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from rota.app.configs import jobs_config
 from rota.app.settings import SchedulerSettings
 from rota.coordination.memory import MemoryCoordination
 from rota.core.autodisable import (
@@ -110,7 +111,7 @@ async def service(url: str, clock: Clock, index: MemoryScheduleIndex) -> AsyncIt
     )
     store = SqlStore(url, auto_disable=settings.auto_disable)
     await store.open()
-    yield JobService(store, index, MemoryCoordination(), settings, clock)
+    yield JobService(store, index, MemoryCoordination(), jobs_config(settings), clock)
     await store.close()
 
 

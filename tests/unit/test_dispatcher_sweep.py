@@ -10,6 +10,7 @@ from uuid import UUID
 
 import pytest
 
+from rota.app.configs import dispatcher_config
 from rota.app.settings import SchedulerSettings
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
@@ -61,7 +62,7 @@ def dispatcher(store: SqlStore, broker: RecordingBroker, batch: int = 7) -> Disp
         MemoryScheduleIndex(),
         broker,
         WorkerDirectory(MemoryCoordination()),
-        settings,
+        dispatcher_config(settings),
         lambda: [],
         lambda: NOW,
     )

@@ -9,6 +9,7 @@ from uuid import UUID
 
 import pytest
 
+from rota.app.configs import jobs_config
 from rota.app.settings import SchedulerSettings
 from rota.coordination.memory import MemoryCoordination
 from rota.core.errors import (
@@ -84,7 +85,7 @@ def coordination() -> RecordingCoordination:
 def service(
     store: SqlStore, index: MemoryScheduleIndex, coordination: RecordingCoordination, clock: Clock
 ) -> JobService:
-    return JobService(store, index, coordination, SchedulerSettings(), clock)
+    return JobService(store, index, coordination, jobs_config(SchedulerSettings()), clock)
 
 
 def every_minute(**kw: Any) -> JobSpec:
@@ -395,7 +396,9 @@ async def test_job_data_nested_too_deeply_is_refused_on_jobdata(
 ) -> None:
     """Job data from any caller (the API, a code declaration) is measured without recursion:
     even far past the interpreter's recursion limit it is a ValidationError, not a crash."""
-    service = JobService(store, index, coordination, SchedulerSettings(), clock, max_json_depth=3)
+    service = JobService(
+        store, index, coordination, jobs_config(SchedulerSettings()), clock, max_json_depth=3
+    )
     fits: Any = {"a": [[1]]}
     job = await service.create_job(every_minute(job_data=fits))
     over: Any = {"a": [[[1]]]}
@@ -423,7 +426,7 @@ async def test_job_data_over_the_limit_is_refused_on_jobdata(
     store: SqlStore, index: MemoryScheduleIndex, coordination: RecordingCoordination, clock: Clock
 ) -> None:
     service = JobService(
-        store, index, coordination, SchedulerSettings(), clock, max_job_data_bytes=100
+        store, index, coordination, jobs_config(SchedulerSettings()), clock, max_job_data_bytes=100
     )
     fits = {"text": "a" + "é" * 44}  # {"text":""} is 11 bytes, + 1 + 88: exactly 100
     over = {"text": "é" * 45}  # 101
@@ -542,7 +545,9 @@ def test_preview_refuses_bad_input(service: JobService) -> None:
 async def test_index_outage_does_not_fail_the_write(
     store: SqlStore, coordination: RecordingCoordination, clock: Clock
 ) -> None:
-    service = JobService(store, BrokenIndex(), coordination, SchedulerSettings(), clock)
+    service = JobService(
+        store, BrokenIndex(), coordination, jobs_config(SchedulerSettings()), clock
+    )
 
     job = await service.create_job(every_minute())
 

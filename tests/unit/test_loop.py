@@ -92,6 +92,25 @@ async def test_expected_chooses_which_errors_are_only_warnings(
     assert record.exc_info is not None
 
 
+async def test_expected_level_sets_the_level_expected_errors_are_logged_at(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="tests.loop")
+    steps = Steps(OSError("reset"), RuntimeError("boom"))
+    stopping = asyncio.Event()
+    task = asyncio.create_task(
+        run_periodically("thing", steps, 0.01, stopping, log=log, expected_level=logging.DEBUG)
+    )
+    await eventually(lambda: steps.calls >= 3, 10, "passes after the errors")
+    stopping.set()
+    await finish(task)
+    records = [r for r in caplog.records if r.name == "tests.loop"]
+    assert [r.levelno for r in records] == [logging.DEBUG, logging.ERROR]
+    assert records[0].exc_info is None
+    assert "thing failed" in records[0].getMessage()
+    assert "reset" in records[0].getMessage()
+
+
 async def test_a_kick_wakes_it_early_and_is_cleared_before_the_pass() -> None:
     stopping, kick = asyncio.Event(), asyncio.Event()
     seen: list[bool] = []

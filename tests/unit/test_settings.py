@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rota.app.notify import alert_webhook
-from rota.app.runtime import build_runtime
 from rota.app.server import http_config
 from rota.app.settings import Settings
+from rota.app.wiring import build_runtime
 from rota.cli import app
 from rota.core.errors import ConfigurationError
 

@@ -14,7 +14,9 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
-from rota.app.settings import NotificationSettings, Settings, SmtpSettings, http_url
+from rota.app.configs import notification_config
+from rota.app.settings import NotificationSettings, Settings, http_url
+from rota.builtin.config import SmtpSettings
 from rota.core.errors import BackendUnavailableError, ConfigurationError
 from rota.core.notifications import (
     DELIVERY_HEADER,
@@ -31,7 +33,6 @@ from rota.core.notifications import (
 from rota.core.ports import NotificationStore
 from rota.observability.metrics import RotaMetrics
 from rota.services.notifications import (
-    NotificationConfig,
     NotificationService,
     Send,
     SendResult,
@@ -186,26 +187,14 @@ def build_notifications(
     instance_id: str,
     *,
     is_leader: Callable[[], bool],
-    send: Send | None = None,
 ) -> NotificationService:
-    """The notification service of a server, from ``ROTA_NOTIFICATIONS__…`` and ``ROTA_SMTP__…``
-    (``send``: the channels' sender, for tests)."""
-    n = settings.notifications
-    config = NotificationConfig(
-        interval_seconds=n.interval_seconds,
-        lease_seconds=n.lease_seconds,
-        batch_size=n.batch_size,
-        max_attempts=n.max_attempts,
-        backoff_base_seconds=n.backoff_base_seconds,
-        backoff_cap_seconds=n.backoff_cap_seconds,
-        dead_letter_interval_seconds=n.dead_letter_interval_seconds,
-        keep_finished_seconds=n.keep_finished_days * 86400,
-    )
+    """The notification service of a server, from ``ROTA_NOTIFICATIONS__…`` and
+    ``ROTA_SMTP__…``."""
     return NotificationService(
         store,
-        config,
+        notification_config(settings.notifications),
         instance_id=instance_id,
-        send=send or channel_sender(settings),
+        send=channel_sender(settings),
         is_leader=is_leader,
         on_sent=metrics.record_notification,
         on_dead_letters=metrics.dead_letters_unresolved.set,

@@ -1,6 +1,6 @@
-"""The composition root: the one place that picks adapters from settings and wires services.
-
-Entry points (CLI, API app, bench, tests) call :func:`build_runtime` and then ``start``/``stop``.
+"""The server's running part: the parts :mod:`rota.app.wiring` built, started, watched and
+stopped together. Entry points (CLI, API app, bench, tests) get one from
+:func:`rota.app.wiring.build_runtime` and call ``start``/``stop``.
 """
 
 from __future__ import annotations
@@ -9,240 +9,84 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
-import secrets
-import socket
 from collections.abc import Coroutine, Sequence
-from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any, Final
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
-from prometheus_client import CollectorRegistry
-
-from rota.app.adapters import make_broker, make_coordination, make_index, make_store
-from rota.app.notify import build_notifications, silence_notifier
 from rota.app.settings import Settings
 from rota.app.startup import wait_for
-from rota.core.errors import ConfigurationError, RotaError, ValidationError
-from rota.core.models import DispatcherState, OccurrenceStatus, WorkerInfo, utcnow
+from rota.core.errors import ConfigurationError, ValidationError
+from rota.core.models import DispatcherState, utcnow
 from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
-from rota.core.records import StatusResult
-from rota.core.security import MIN_SECRET_BYTES, secret_weakness
 from rota.observability.metrics import RotaMetrics
 from rota.observability.tracing import Tracing
 from rota.sdk.registry import JobRegistry
 from rota.services.audit import AuditService
-from rota.services.auth import AuthConfig, AuthService
+from rota.services.auth import AuthService
 from rota.services.buckets import BucketOwner
-from rota.services.control import FOLLOW_INTERVAL
+from rota.services.control import DispatcherSwitchFollower
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
 from rota.services.dispatcher import Dispatcher
 from rota.services.events import EventPublisher
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
-from rota.services.maintenance import Maintenance, RetentionPolicy
+from rota.services.maintenance import Maintenance
+from rota.services.notifications import NotificationService
 from rota.services.probes import ProbeReleaser
-from rota.services.ratelimit import Rate
+from rota.services.reactions import StatusReactions
 from rota.services.recovery import recover_embedded
-from rota.services.silence import KINDS as SILENCE_KINDS
-from rota.services.silence import Alert, SilenceConfig, SilenceMonitor
+from rota.services.silence import SilenceMonitor
 from rota.services.tracker import LogCollector, StatusTracker
-from rota.services.workers import WorkerDirectory, roster_changes
+from rota.services.workers import RosterWatcher, WorkerDirectory
 from rota.services.zombies import ZombieDetector
-from rota.stores.files import PRIVATE_FILE, private_dir
-from rota.worker.claims import AttemptClaims
 from rota.worker.executor import Executor
 from rota.worker.presence import WorkerPresence
 
 log = logging.getLogger(__name__)
 
-EMBEDDED_WORKER_ID = "embedded"
 
-
-def new_instance_id(prefix: str) -> str:
-    return f"{prefix}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
+@dataclass(eq=False, kw_only=True)
 class Runtime:
-    """Everything one ``rota dev`` / ``rota server`` process runs, wired together."""
+    """Everything one ``rota dev`` / ``rota server`` process runs: the parts (built and
+    connected by :func:`rota.app.wiring.build_runtime`), and their life cycle."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        store: Store,
-        index: ScheduleIndex,
-        broker: Broker,
-        coordination: Coordination,
-        registry: JobRegistry | None = None,
-        metrics: RotaMetrics | None = None,
-        tracing: Tracing | None = None,
-        auth: AuthConfig | None = None,
-    ) -> None:
-        self.settings = settings
-        self.metrics = metrics or RotaMetrics(CollectorRegistry())
-        self.tracing = tracing or Tracing()
-        traced = self.tracing.enabled
-        self.store = store
-        self.index = index
-        self.broker = broker
-        self.coordination = coordination
-        self.registry = registry
-        self.instance_id = new_instance_id("rota")
-        sched = settings.scheduler
-        self.events = EventPublisher(coordination)
-        self.workers = WorkerDirectory(coordination)
-        self.owner = BucketOwner(
-            coordination,
-            self.instance_id,
-            bucket_count=sched.bucket_count,
-            lease_seconds=sched.lease_seconds,
-            on_gained=lambda _b: self.loader.kick(),
-            info=lambda: self.silence.shared_info(),
-        )
-        self.dispatcher = Dispatcher(
-            store,
-            index,
-            broker,
-            self.workers,
-            sched,
-            lambda: self.owner.buckets,
-            utcnow,
-            mark_on_commit=settings.is_embedded,
-            pending_grace=0.0 if settings.is_embedded else sched.sweeper_grace_seconds,
-            on_fired=self.metrics.record_dispatch,
-            stamp=self.tracing.stamp_plan if traced else None,
-            events=self.events,
-        )
-        self.loader = Loader(
-            store,
-            index,
-            lambda: self.owner.buckets,
-            window_seconds=sched.hot_window_seconds,
-            interval_seconds=sched.loader_interval_seconds,
-            on_loaded=self.dispatcher.wake,
-        )
-        self.tracker = StatusTracker(
-            store,
-            broker,
-            batch_size=settings.tracker.batch_size,
-            max_wait=settings.tracker.max_wait_seconds,
-            on_applied=self._after_status,
-        )
-        self.log_collector = LogCollector(
-            store,
-            broker,
-            batch_size=settings.tracker.batch_size,
-            max_wait=settings.tracker.max_wait_seconds,
-            events=self.events,
-        )
-        self.dead_letters = DeadLetterHandler(
-            store,
-            broker,
-            batch_size=settings.tracker.batch_size,
-            max_wait=settings.tracker.max_wait_seconds,
-            on_applied=self._after_status,
-        )
-        self.zombies = ZombieDetector(
-            store,
-            threshold_seconds=sched.zombie_threshold_seconds,
-            interval_seconds=sched.zombie_interval_seconds,
-            queued_threshold_seconds=sched.queued_zombie_threshold_seconds,
-            policy=sched.zombie_policy,
-            on_applied=self._after_status,
-            live_workers=self._live_workers,
-            live_threshold_seconds=sched.zombie_live_worker_threshold_seconds,
-            max_requeues=sched.zombie_max_requeues,
-        )
-        self.jobs = JobService(
-            store,
-            index,
-            coordination,
-            sched,
-            utcnow,
-            max_job_data_bytes=settings.api.max_job_data_bytes,
-            max_json_depth=settings.api.max_json_depth,
-            on_triggered=self.metrics.record_trigger,
-            stamp=self.tracing.stamp_trigger if traced else None,
-            events=self.events,
-        )
-        self.audit = AuditService(store, utcnow)
-        self.auth = AuthService(store, auth or auth_config(settings), utcnow, audit=self.audit)
-        self.probes = ProbeReleaser(
-            self.jobs, interval_seconds=sched.auto_disable_probe_interval_seconds
-        )
-        self.maintenance = Maintenance(
-            store,
-            RetentionPolicy.from_settings(settings.retention),
-            interval_seconds=settings.retention.interval_seconds,
-            is_leader=lambda: 0 in self.owner.buckets,
-            on_deleted=self.metrics.record_deleted,
-            on_run=lambda _report: self.metrics.maintenance_runs.inc(),
-        )
-        self.notifications = build_notifications(
-            settings,
-            store,
-            self.metrics,
-            self.instance_id,
-            is_leader=lambda: 0 in self.owner.buckets,
-        )
-        silence = settings.silence
-        self.silence = SilenceMonitor(
-            store,
-            SilenceConfig(
-                interval_seconds=silence.interval_seconds,
-                window_seconds=silence.window_seconds,
-                grace_seconds=silence.grace_seconds,
-                stall_seconds=silence.dispatcher_stall_seconds,
-            ),
-            instance_id=self.instance_id,
-            buckets=lambda: self.owner.buckets,
-            last_tick=lambda: self.dispatcher.stats.last_tick,
-            on_raised=self._alert_changed,
-            on_resolved=self._alert_changed,
-            notify=silence_notifier(settings, self.notifications),
-        )
-        self._background: set[asyncio.Task[None]] = set()
-        self.declared = DeclaredSchedules(self.jobs, store, self.workers)
-        self.executor: Executor | None = None
-        self.presence: WorkerPresence | None = None
-        if registry is not None and settings.is_embedded:
-            worker_instance = new_instance_id(EMBEDDED_WORKER_ID)
-            self.executor = Executor(
-                broker,
-                registry,
-                worker_id=EMBEDDED_WORKER_ID,
-                instance_id=worker_instance,
-                concurrency=settings.worker.concurrency,
-                sync_threads=settings.worker.sync_threads,
-                flush_interval=settings.worker.flush_interval_seconds,
-                default_timeout=settings.worker.default_timeout_seconds,
-                on_finished=self.metrics.record_finished,
-                tracing=self.tracing,
-                claims=AttemptClaims(
-                    coordination,
-                    worker_instance,
-                    ttl=settings.worker.claim_ttl_seconds,
-                    timeout=settings.worker.claim_timeout_seconds,
-                ),
-            )
-            self.presence = WorkerPresence(
-                coordination,
-                self.executor,
-                registry,
-                worker_id=EMBEDDED_WORKER_ID,
-                concurrency=settings.worker.concurrency,
-                heartbeat_seconds=settings.worker.heartbeat_seconds,
-            )
-        self._tasks: list[asyncio.Task[None]] = []
-        self._stopping = False
-        self._events_task: asyncio.Task[None] | None = None
-        self._switched_off = False
-        """The dispatcher is paused because the shared switch says so."""
-        self._roster: dict[str, WorkerInfo] | None = None
-        self.started_at: datetime | None = None
-        self._watch_metrics()
+    settings: Settings
+    instance_id: str
+    store: Store
+    index: ScheduleIndex
+    broker: Broker
+    coordination: Coordination
+    registry: JobRegistry | None
+    metrics: RotaMetrics
+    tracing: Tracing
+    events: EventPublisher
+    workers: WorkerDirectory
+    owner: BucketOwner
+    dispatcher: Dispatcher
+    loader: Loader
+    jobs: JobService
+    reactions: StatusReactions
+    tracker: StatusTracker
+    log_collector: LogCollector
+    dead_letters: DeadLetterHandler
+    zombies: ZombieDetector
+    audit: AuditService
+    auth: AuthService
+    probes: ProbeReleaser
+    maintenance: Maintenance
+    silence: SilenceMonitor
+    notifications: NotificationService
+    declared: DeclaredSchedules
+    switch: DispatcherSwitchFollower
+    roster: RosterWatcher
+    executor: Executor | None = None
+    presence: WorkerPresence | None = None
+    started_at: datetime | None = field(default=None, init=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False, repr=False)
+    _stopping: bool = field(default=False, init=False, repr=False)
+    _events_task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
     # --- life cycle -----------------------------------------------------------------------
 
@@ -255,7 +99,7 @@ class Runtime:
         if self.executor is not None and self.presence is not None:
             await self.presence.start()
             await self.executor.start()
-        await self.follow_dispatcher_state()
+        await self.switch.follow()
         await self.workers.refresh(force=True)
         await self.declared.sync_if_changed()
         await self.owner.tick()
@@ -276,8 +120,8 @@ class Runtime:
             self._spawn(self.notifications.run(), "notifications")
         retention = self.settings.retention.enabled
         self._spawn(self.maintenance.run(retention=retention), "maintenance")
-        self._spawn(self._watch_workers(), "worker-watch")
-        self._spawn(self._follow_dispatcher_switch(), "dispatcher-switch")
+        self._spawn(self.roster.run(), "worker-watch")
+        self._spawn(self.switch.run(), "dispatcher-switch")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
 
@@ -309,6 +153,8 @@ class Runtime:
         self.maintenance.stop()
         self.silence.stop()
         self.notifications.stop()
+        self.roster.stop()
+        self.switch.stop()
         if self.executor is not None and self.presence is not None:
             await self.executor.stop(grace)
             await self.presence.stop()
@@ -394,117 +240,18 @@ class Runtime:
             extra={"action": "loop_died", "loop": task.get_name()},
         )
 
-    # --- glue -----------------------------------------------------------------------------
-
-    def _after_status(self, result: StatusResult) -> None:
-        self.metrics.record_status(result)
-        self.events.status_applied(result)
-        self.notifications.status_applied(result)
-        if result.disabled:
-            self._drop_disabled(result)
-        # A retry (back to Queued) is pending now; a finished occurrence may release one held
-        # behind it (Queue policy). Otherwise there is nothing new for the dispatcher.
-        for change in result.applied:
-            if change.to_status is OccurrenceStatus.QUEUED or (
-                self.dispatcher.has_held and change.to_status.is_terminal
-            ):
-                self.dispatcher.wake(None)
-                return
-
-    def _drop_disabled(self, result: StatusResult) -> None:
-        """Auto-disabled jobs leave the schedule index (in the background: the dispatcher
-        skips inactive jobs anyway, this only spares it the visit)."""
-        for job in result.disabled:
-            log.warning(
-                "job auto-disabled: %s",
-                job.reason,
-                extra={"action": "auto_disable", "job_id": job.job_id},
-            )
-        entries = [(job.bucket, job.job_id) for job in result.disabled]
-        task = asyncio.create_task(self.jobs.drop_disabled(entries))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _live_workers(self) -> list[WorkerInfo]:
-        await self.workers.refresh()
-        return list(self.workers.workers)
-
-    async def _watch_workers(self, interval: float = 2.0) -> None:
-        """``worker.changed`` events when worker instances join, leave or change what they
-        declare. Every server sees the same registry: only the owner of bucket 0 reports."""
-        while True:
-            try:
-                await self.workers.refresh(force=True)
-                roster = {w.instance_id: w for w in self.workers.workers}
-                if self._roster is not None and 0 in self.owner.buckets:
-                    self.events.emit(roster_changes(self._roster, roster))
-                self._roster = roster
-            except (RotaError, OSError) as exc:
-                log.debug("worker watch: registry unavailable: %s", exc)
-            await asyncio.sleep(interval)
+    # --- the dispatcher switch (the admin route applies a change here at once) -------------
 
     async def follow_dispatcher_state(self) -> DispatcherState:
         """Read the dispatchers' stop switch from the store and apply it here."""
-        state = await self.store.dispatcher_state()
-        self.apply_dispatcher_state(state)
-        return state
+        return await self.switch.follow()
 
     def apply_dispatcher_state(self, state: DispatcherState) -> None:
-        """Pause or resume this server's dispatcher by the shared switch. Only a pause the
-        switch made is resumed by it (a pause made here by other means stays)."""
-        if state.paused:
-            if not self._switched_off:
-                log.warning(
-                    "dispatcher stopped: %s",
-                    state.reason,
-                    extra={"action": "dispatcher_stop", "by": state.by},
-                )
-            self._switched_off = True
-            self.dispatcher.pause(state.reason or "stopped")
-        elif self._switched_off:
-            log.warning("dispatcher resumed", extra={"action": "dispatcher_resume"})
-            self._switched_off = False
-            self.dispatcher.resume()
-
-    async def _follow_dispatcher_switch(self) -> None:
-        while True:
-            await asyncio.sleep(FOLLOW_INTERVAL)
-            try:
-                await self.follow_dispatcher_state()
-            except (RotaError, OSError) as exc:
-                log.warning("could not read the dispatcher switch: %s", exc)
+        self.switch.apply(state)
 
     async def _relay_wakeups(self) -> None:
         async for due in self.coordination.wakeups():
             self.dispatcher.wake(due)
-
-    def _alert_changed(self, alert: Alert) -> None:
-        if alert.resolved_at is None:
-            self.metrics.silence_alerts.labels(alert.kind).inc()
-        active = self.silence.active
-        for kind in SILENCE_KINDS:
-            self.metrics.silence_active.labels(kind).set(sum(1 for a in active if a.kind == kind))
-
-    def _watch_metrics(self) -> None:
-        """The values the metrics read when scraped."""
-        watched = self.metrics.watched
-        for kind in SILENCE_KINDS:
-            self.metrics.silence_active.labels(kind).set(0)
-        watched.zombies = lambda: {
-            "requeued": self.zombies.requeued,
-            "failed": self.zombies.failed,
-        }
-        watched.leases_held = lambda: len(self.owner.buckets)
-        watched.leases_taken_over = lambda: self.owner.taken_over
-        watched.dispatcher_last_tick = lambda: self.dispatcher.stats.last_tick
-        watched.dispatcher_paused = lambda: self.dispatcher.paused_reason is not None
-        watched.events = lambda: (self.events.stats.published, self.events.stats.dropped)
-        executor = self.executor
-        if executor is not None:
-            watched.duplicate_deliveries = lambda: executor.stats.duplicates_skipped
-            watched.claimed_elsewhere = lambda: executor.stats.claimed_elsewhere
-            watched.outbox_pending = lambda: executor.reporter.outbox_entries
-            watched.jobs_running = lambda: executor.load
 
     async def refresh_metrics(self) -> None:
         """Read what the metrics cannot count themselves (queue depths, live workers); called
@@ -552,93 +299,4 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-SECRET_FILE = "auth-secret"
-
-
-GENERATE_SECRET: Final = "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
-
-
-def auth_secret(settings: Settings) -> bytes:
-    """The key that signs access tokens: ROTA_AUTH_SECRET (at least 32 bytes; in production
-    also not guessable: see :func:`rota.core.security.secret_weakness`). Outside development
-    and test it is required; there a generated one is kept in the data dir (``auth-secret``,
-    readable by the owner only), so tokens survive restarts."""
-    if settings.auth_secret is not None:
-        secret = settings.auth_secret.get_secret_value().encode()
-        # Development and tests: the length only (their secrets are often fixed strings).
-        production = settings.environment == "production"
-        weakness = secret_weakness(secret, length_only=not production)
-        if weakness is not None:
-            raise ConfigurationError(
-                f"ROTA_AUTH_SECRET is too weak to sign tokens: {weakness}. Set it to at least "
-                f"{MIN_SECRET_BYTES} random bytes, the same on every server, e.g. the output "
-                f"of {GENERATE_SECRET} or openssl rand -base64 48"
-            )
-        return secret
-    if settings.environment == "production":
-        raise ConfigurationError(
-            "ROTA_AUTH_SECRET is not set: outside development it must be set to a random "
-            f"secret of at least {MIN_SECRET_BYTES} bytes, the same on every server (e.g. "
-            f"{GENERATE_SECRET})"
-        )
-    return _secret_file(settings.data_dir / SECRET_FILE)
-
-
-def _secret_file(path: Path) -> bytes:
-    try:
-        secret = path.read_bytes().strip()
-    except FileNotFoundError:
-        secret = b""
-    if len(secret) >= MIN_SECRET_BYTES:
-        return secret
-    private_dir(path.parent)
-    secret = secrets.token_urlsafe(48).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
-    with os.fdopen(fd, "wb") as file:
-        file.write(secret + b"\n")
-    return secret
-
-
-def auth_config(settings: Settings) -> AuthConfig:
-    """The token and lockout settings with the secret (``ConfigurationError`` without one)."""
-    auth = settings.auth
-    return AuthConfig(
-        secret=auth_secret(settings),
-        access_ttl=timedelta(minutes=auth.access_token_minutes),
-        refresh_ttl=timedelta(days=auth.refresh_token_days),
-        max_failed_logins=auth.max_failed_logins,
-        lockout=timedelta(minutes=auth.lockout_minutes),
-        issuer=auth.issuer,
-        audience=auth.audience,
-        login_per_client=Rate(auth.login_per_client_per_minute / 60, auth.login_client_burst),
-        login_overall=Rate(auth.login_per_second, auth.login_burst),
-        refresh_per_client=Rate(auth.refresh_per_client_per_minute / 60, auth.refresh_client_burst),
-        refresh_overall=Rate(auth.refresh_per_second, auth.refresh_burst),
-        hash_threads=auth.hash_threads,
-        hash_queue=auth.hash_queue,
-    )
-
-
-def build_runtime(
-    settings: Settings, registry: JobRegistry | None = None, tracing: Tracing | None = None
-) -> Runtime:
-    """Pick the adapters the settings name and wire a :class:`Runtime` (with its own metrics
-    registry; ``tracing`` off unless given)."""
-    store = make_store(
-        settings.effective_database_url, auto_disable=settings.scheduler.auto_disable
-    )
-    broker = make_broker(settings)
-    index = make_index(settings)
-    coordination = make_coordination(settings)
-    return Runtime(
-        settings,
-        store=store,
-        index=index,
-        broker=broker,
-        coordination=coordination,
-        registry=registry,
-        tracing=tracing,
-    )
-
-
-__all__: Sequence[str] = ("Runtime", "build_runtime")
+__all__: Sequence[str] = ("Runtime", "tune_gc")

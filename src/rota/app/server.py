@@ -12,25 +12,30 @@ import uvicorn
 from rich.console import Console
 from rich.panel import Panel
 
-from rota.app.runtime import Runtime, build_runtime, tune_gc
+from rota.app.runtime import Runtime, tune_gc
 from rota.app.settings import Settings
+from rota.app.wiring import build_runtime
 from rota.observability.tracing import Tracing, tracing_from_env
 
 log = logging.getLogger(__name__)
 
 
 async def prepare(
-    settings: Settings, modules: Sequence[str], tracing: Tracing | None = None
+    settings: Settings,
+    modules: Sequence[str],
+    tracing: Tracing | None = None,
+    builtin: Sequence[str] = (),
 ) -> Runtime:
-    """Migrate the store (embedded/dev) and wire the runtime with the given job modules."""
-    from rota.sdk.registry import load_jobs
-    from rota.stores.migrate import upgrade
+    """Migrate the store (embedded/dev) and wire the runtime with the given job modules and
+    built-in workers."""
+    from rota.app.adapters import upgrade_schema
+    from rota.app.builtins import load_registry
 
     url = settings.effective_database_url
     # SQLite: the migration creates the file (0600) and its directory (0700)
     if url.startswith("sqlite") or settings.environment == "development":
-        await upgrade(url)
-    registry = load_jobs(modules) if modules else None
+        await upgrade_schema(url)
+    registry = load_registry(settings, modules, builtin) if modules or builtin else None
     return build_runtime(settings, registry, tracing)
 
 
@@ -41,13 +46,14 @@ async def serve(
     demo: bool,
     console: Console,
     dev_admin: bool = False,
+    builtin: Sequence[str] = (),
 ) -> None:
     """``dev_admin`` (``rota dev``): with no Admin yet, create ``admin`` with a generated
     password and print the login."""
     from rota.api.app import create_app
 
     tracing = tracing_from_env("rota-server")
-    runtime = await prepare(settings, modules, tracing)
+    runtime = await prepare(settings, modules, tracing, builtin)
     await runtime.start()
     tune_gc()
     url = f"http://{settings.api.host}:{settings.api.port}"

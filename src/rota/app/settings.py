@@ -17,6 +17,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from rota.builtin.config import HttpSettings, SmtpSettings, SqlSettings
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.jsonlimits import DEFAULT_JSON_DEPTH, MAX_JSON_DEPTH
 from rota.core.models import ZombiePolicy
@@ -250,33 +251,6 @@ def _networks(value: str) -> str:
     return value
 
 
-class SmtpSettings(BaseModel):
-    """The SMTP server mail goes through (``ROTA_SMTP__…``): notification emails (and the
-    built-in ``email.send`` worker, which defines the same section)."""
-
-    host: str | None = Field(None, description="The SMTP server; unset: no email is sent.")
-    port: int | None = Field(
-        None, ge=1, le=65535, description="Default 465 with tls, else 587 (STARTTLS) or 25."
-    )
-    username: str | None = None
-    password: SecretStr | None = None
-    starttls: bool = Field(
-        True, description="Upgrade the connection with STARTTLS (refused if the server cannot)."
-    )
-    tls: bool = Field(False, description="Implicit TLS from the first byte (port 465).")
-    validate_certs: bool = Field(True, description="Check the server's TLS certificate.")
-    from_address: str | None = Field(None, description="The sender of every mail.")
-    timeout_seconds: float = Field(30.0, gt=0)
-
-    @property
-    def effective_port(self) -> int:
-        if self.port is not None:
-            return self.port
-        if self.tls:
-            return 465
-        return 587 if self.starttls else 25
-
-
 class NotificationSettings(BaseModel):
     """Notifications to subscriptions (``ROTA_NOTIFICATIONS__…``): delivery and safety."""
 
@@ -458,7 +432,6 @@ class Settings(BaseSettings):
     retention: RetentionSettings = RetentionSettings()
     silence: SilenceSettings = SilenceSettings()
     notifications: NotificationSettings = NotificationSettings()
-    smtp: SmtpSettings = SmtpSettings()
     alert_webhook_url: WebhookUrl | None = Field(
         None,
         description="POST each new silence alert here as JSON (ROTA_ALERT_WEBHOOK_URL): an "
@@ -475,6 +448,10 @@ class Settings(BaseSettings):
         None, description="With admin_password: the first Admin, created at start if none exists."
     )
     admin_password: SecretStr | None = Field(None, description="The first Admin's password.")
+    # The built-in workers' sections (rota.builtin.config; docs/builtin-workers.md).
+    http: HttpSettings = HttpSettings()
+    sql: SqlSettings = SqlSettings()
+    smtp: SmtpSettings = SmtpSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -13,22 +13,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
-from rota.app.adapters import make_broker, make_coordination
-from rota.app.runtime import new_instance_id
+from rota.app.builtins import load_registry
 from rota.app.settings import Settings
 from rota.app.startup import wait_for
+from rota.app.wiring import build_worker
 from rota.core.errors import ConfigurationError
 from rota.core.ports import Broker, Coordination
-from rota.observability.metrics import RotaMetrics
-from rota.observability.tracing import tracing_from_env
-from rota.sdk.registry import JobRegistry, load_jobs
-from rota.worker.claims import AttemptClaims
+from rota.sdk.registry import JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
 from rota.worker.metrics_server import MetricsServer
-from rota.worker.presence import WorkerPresence
 
 log = logging.getLogger(__name__)
 
@@ -42,17 +36,19 @@ async def run_worker(
     grace: float,
     stop: asyncio.Event | None = None,
     state_dir: Path | None = None,
+    builtin: Sequence[str] = (),
 ) -> None:
     """Run until SIGTERM/SIGINT (or ``stop`` is set), then stop gracefully. ``state_dir``
-    wins over ``settings.worker.state_dir``."""
+    wins over ``settings.worker.state_dir``; ``builtin`` names built-in workers to run too."""
     if settings.is_embedded:
         raise ConfigurationError(
             "a separate `rota worker` process needs the distributed mode: set ROTA_AMQP_URL "
             "and ROTA_REDIS_URL (the embedded mode runs its workers inside `rota dev`)"
         )
-    registry = load_jobs(modules)
+    registry = load_registry(settings, modules, builtin)
     if not registry:
-        raise ConfigurationError(f"no @rota.job handlers found in {', '.join(modules)}")
+        where = ", ".join(modules) or "no module (give modules or --builtin)"
+        raise ConfigurationError(f"no @rota.job handlers found in {where}")
     ws = settings.worker
     store = await LocalStore.open(state_dir or ws.state_path(settings.data_dir, worker_id))
     try:
@@ -71,51 +67,15 @@ async def _run(
     stop: asyncio.Event | None,
 ) -> None:
     ws = settings.worker
-    broker = make_broker(settings)
-    coordination = make_coordination(settings)
-    metrics = RotaMetrics(CollectorRegistry(), server=False)
-    tracing = tracing_from_env("rota-worker")
-    instance_id = new_instance_id(worker_id)
-    claims = AttemptClaims(
-        coordination,
-        instance_id,
-        ttl=ws.claim_ttl_seconds,
-        timeout=ws.claim_timeout_seconds,
-        store=store,
-    )
-    executor = Executor(
-        broker,
-        registry,
-        worker_id=worker_id,
-        instance_id=instance_id,
-        concurrency=concurrency,
-        sync_threads=max(ws.sync_threads, concurrency),
-        flush_interval=ws.flush_interval_seconds,
-        store=store,
-        hand_back_after=ws.hand_back_after_seconds,
-        finalized_retention=ws.finalized_retention_hours * 3600.0,
-        finalized_max_entries=ws.finalized_max_entries,
-        default_timeout=ws.default_timeout_seconds,
-        on_finished=metrics.record_finished,
-        tracing=tracing,
-        claims=claims,
-    )
-    watch_worker(metrics, executor)
-    presence = WorkerPresence(
-        coordination,
-        executor,
-        registry,
-        worker_id=worker_id,
-        concurrency=concurrency,
-        heartbeat_seconds=settings.worker.heartbeat_seconds,
-    )
+    parts = build_worker(settings, registry, store, worker_id=worker_id, concurrency=concurrency)
+    executor, presence = parts.executor, parts.presence
     stop = stop or asyncio.Event()
     _on_signals(stop)
     started = asyncio.Event()
     endpoint = None
     if ws.metrics_port is not None:
         endpoint = MetricsServer(
-            metrics,
+            parts.metrics,
             lambda: worker_health(executor, started, stop),
             host=ws.metrics_host,
             port=ws.metrics_port,
@@ -123,7 +83,7 @@ async def _run(
         )
         await endpoint.start()
     try:
-        await _connect(settings, broker, coordination)
+        await _connect(settings, parts.broker, parts.coordination)
         # Bind the queue before announcing the job types: a fire the scheduler routes to us
         # must find a queue.
         await executor.start()
@@ -139,20 +99,11 @@ async def _run(
         await executor.stop(grace)
     finally:
         await presence.stop()
-        await broker.close()
-        await coordination.close()
+        await parts.broker.close()
+        await parts.coordination.close()
         if endpoint is not None:
             await endpoint.close()
-        tracing.shutdown()
-
-
-def watch_worker(metrics: RotaMetrics, executor: Executor) -> None:
-    """What a worker's metrics read when scraped."""
-    watched = metrics.watched
-    watched.duplicate_deliveries = lambda: executor.stats.duplicates_skipped
-    watched.claimed_elsewhere = lambda: executor.stats.claimed_elsewhere
-    watched.outbox_pending = lambda: executor.reporter.outbox_entries
-    watched.jobs_running = lambda: executor.load
+        parts.tracing.shutdown()
 
 
 def worker_health(

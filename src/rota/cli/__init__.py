@@ -1,6 +1,8 @@
-"""The ``rota`` command: ``dev``, ``server``, ``migrate``, ``bench``.
+"""The ``rota`` command: ``dev``, ``server``, ``worker``, ``migrate``, ``maintenance``,
+``user`` and ``bench``.
 
-The only place that configures logging and reads settings from the environment.
+The entry point that configures logging and reads the settings from the environment; what
+each command runs is built by the composition root (:mod:`rota.app`).
 """
 
 from __future__ import annotations
@@ -69,6 +71,20 @@ JobsOpt = Annotated[
     typer.Option("--jobs", help="Module (dotted name or .py path) with @rota.job handlers."),
 ]
 LogLevelOpt = Annotated[str, typer.Option(help="Log level.")]
+BuiltinOpt = Annotated[
+    list[str] | None,
+    typer.Option(help="Built-in workers to run too: http,sql,email,maintenance (comma list)."),
+]
+
+
+def _builtin(values: list[str] | None) -> list[str]:
+    """The built-in worker names (an unknown one: a usage error naming the known)."""
+    from rota.builtin import parse_names
+
+    try:
+        return parse_names(values or [])
+    except RotaError as exc:
+        raise typer.BadParameter(exc.message, param_hint="--builtin") from None
 
 
 @app.command()
@@ -78,11 +94,13 @@ def dev(
     jobs: JobsOpt = None,
     data_dir: Annotated[Path | None, typer.Option(help="Where the SQLite store lives.")] = None,
     demo: Annotated[bool, typer.Option("--demo/--no-demo", help="Load the demo jobs.")] = True,
+    builtin: BuiltinOpt = None,
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run Rota embedded: API, scheduler and workers in one process, SQLite in the data dir."""
     from rota.app.server import serve
 
+    names = _builtin(builtin)
     configure_logging(log_level)
     overrides: dict[str, object] = {"environment": "development"}
     if data_dir is not None:
@@ -92,7 +110,7 @@ def dev(
     modules = list(jobs or [])
     if demo:
         modules.insert(0, "rota.demo")
-    _run(serve(settings, modules, demo=demo, console=_console(), dev_admin=True))
+    _run(serve(settings, modules, demo=demo, console=_console(), dev_admin=True, builtin=names))
     _exit_past_stuck_threads()
 
 
@@ -115,8 +133,10 @@ def server(
 
 @app.command()
 def worker(
-    modules: Annotated[list[str], typer.Argument(help="Modules with @rota.job handlers.")],
     worker_id: Annotated[str, typer.Option("--worker-id", help="The worker group.")],
+    modules: Annotated[
+        list[str] | None, typer.Argument(help="Modules with @rota.job handlers.")
+    ] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once.")] = 8,
     grace: Annotated[float, typer.Option(min=0, help="Seconds running jobs get at SIGTERM.")] = 30,
     state_dir: Annotated[
@@ -140,11 +160,13 @@ def worker(
             "ROTA_WORKER__METRICS_PORT); default: none.",
         ),
     ] = None,
+    builtin: BuiltinOpt = None,
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run a worker process (distributed mode: ROTA_AMQP_URL and ROTA_REDIS_URL)."""
     from rota.app.worker_process import run_worker
 
+    names = _builtin(builtin)
     configure_logging(log_level)
     settings = load_settings()
     if default_timeout is not None:
@@ -154,11 +176,12 @@ def worker(
     _run(
         run_worker(
             settings,
-            modules,
+            modules or [],
             worker_id=worker_id,
             concurrency=concurrency,
             grace=grace,
             state_dir=state_dir,
+            builtin=names,
         )
     )
     _exit_past_stuck_threads()
@@ -205,7 +228,9 @@ def maintenance(
     configure_logging("warning")
     settings = load_settings()
     url = database_url or settings.effective_database_url
-    policy = RetentionPolicy.from_settings(settings.retention)
+    from rota.app.configs import retention_policy
+
+    policy = retention_policy(settings.retention)
     report: MaintenanceReport = _run(_retention(url, policy, settings.startup_wait_seconds))
     console = _console()
     for status, n in sorted(report.occurrences.items()):

@@ -51,6 +51,7 @@ async def run_periodically(
     log: logging.Logger,
     backoff: Backoff | None = None,
     expected: tuple[type[Exception], ...] = EXPECTED,
+    expected_level: int = logging.WARNING,
     on_error: Callable[[], None] | None = None,
     unexpected_delay: float | None = None,
     wait_first: bool = False,
@@ -62,8 +63,10 @@ async def run_periodically(
 
     - ``kick``: setting it ends the current wait early; it is cleared just before each pass,
       so a kick that comes while a pass runs starts the next one at once.
-    - A step that raises an exception of ``expected`` is logged as a warning, any other as an
-      error with its traceback (``log``, under ``name``); ``on_error`` is called. The next pass
+    - A step that raises an exception of ``expected`` is logged as a warning (or at
+      ``expected_level``: a loop whose backend is often away on purpose logs it at debug),
+      any other as an error with its traceback (``log``, under ``name``); ``on_error`` is
+      called. The next pass
       comes after ``backoff.next()`` (reset by a pass that succeeds), or the interval without
       a backoff; an unexpected error waits ``unexpected_delay`` instead if given (the backoff
       left as it is).
@@ -91,7 +94,7 @@ async def run_periodically(
             await step()
         except expected as exc:
             delay = failed(unexpected=False)
-            log.warning("%s failed, retrying in %.1fs: %s", name, delay, exc)
+            log.log(expected_level, "%s failed, retrying in %.1fs: %s", name, delay, exc)
         except Exception:
             delay = failed(unexpected=True)
             log.exception("unexpected %s error, retrying in %.1fs", name, delay)

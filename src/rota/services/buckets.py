@@ -143,6 +143,20 @@ class BucketOwner:
         self.taken_over = 0
         """Buckets gained after the first claim (another instance lost or released them)."""
 
+    def connect(
+        self,
+        *,
+        on_gained: Callable[[list[int]], None] | None = None,
+        info: Callable[[], Mapping[str, str]] | None = None,
+    ) -> None:
+        """Attach what is built after the owner because it reads the owner's buckets: the
+        loader that ``on_gained`` kicks, the monitor whose ``info`` the heartbeat carries.
+        Before the first :meth:`tick`."""
+        if on_gained is not None:
+            self._on_gained = on_gained
+        if info is not None:
+            self._extra_info = info
+
     @property
     def buckets(self) -> list[int]:
         """The buckets this instance may dispatch right now (none once it is releasing)."""

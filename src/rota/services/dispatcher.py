@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from rota.app.settings import SchedulerSettings
 from rota.core.errors import RotaError
 from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, utcnow
 from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
@@ -36,6 +35,23 @@ MAX_IN_FLIGHT = 4
 already fires the next one."""
 
 Clock = Callable[[], datetime]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatcherConfig:
+    """What the dispatcher is told by the settings (built by the composition root)."""
+
+    plan: PlanSettings
+    """Misfires, catch-up and retries: how a due job's fires are planned."""
+    dispatch_batch_size: int
+    """Due entries (and pending occurrences) fired per store transaction."""
+    sweeper_interval_seconds: float
+    """How often the store is swept for pending occurrences."""
+    sweeper_claim_seconds: float
+    """How long a sweep's claim on a batch of pending occurrences lasts."""
+    hot_window_seconds: float
+    """How far ahead the schedule index holds (a job's next fire beyond it is not indexed)."""
+
 
 MIN_SWEEP_GAP = 0.05
 """Seconds at least between two sweeps brought forward for an upcoming due time."""
@@ -94,7 +110,7 @@ class Dispatcher:
         index: ScheduleIndex,
         broker: Broker,
         workers: WorkerDirectory,
-        settings: SchedulerSettings,
+        config: DispatcherConfig,
         buckets: Callable[[], Sequence[int]],
         clock: Clock = utcnow,
         *,
@@ -121,20 +137,15 @@ class Dispatcher:
         self._mark_on_commit = mark_on_commit
         self._events = events
         self._pending_grace = timedelta(seconds=pending_grace)
-        self._claim_time = timedelta(seconds=settings.sweeper_claim_seconds)
+        self._claim_time = timedelta(seconds=config.sweeper_claim_seconds)
         self._store = store
         self._index = index
         self._broker = broker
         self._workers = workers
-        self._settings = settings
+        self._config = config
         self._buckets = buckets
         self._clock = clock
-        self._plan_settings = PlanSettings(
-            misfire_threshold=timedelta(seconds=settings.misfire_threshold_seconds),
-            catch_up_cap=settings.catch_up_cap,
-            max_recorded_misses=settings.max_recorded_misses,
-            default_max_retries=settings.default_max_retries,
-        )
+        self._plan_settings = config.plan
         self._wake = asyncio.Event()
         self._pending_hint = True
         self._held_until = 0.0
@@ -234,7 +245,7 @@ class Dispatcher:
         # Publications still waiting for their confirms go on while the loop sleeps: a slow
         # confirm (the broker's disk) must not hold back the next fire.
         await self._settle_done_in_flight()
-        until = min(now_epoch + self._settings.sweeper_interval_seconds, self._next_pending_check)
+        until = min(now_epoch + self._config.sweeper_interval_seconds, self._next_pending_check)
         if earliest is not None:
             until = min(until, earliest)
         await self._sleep(until)
@@ -259,7 +270,7 @@ class Dispatcher:
     async def _fire(self, buckets: Sequence[int]) -> int:
         """Fire one batch of due index entries; their publication goes on in the background
         (at most :data:`MAX_IN_FLIGHT` batches). Returns how many occurrences were queued."""
-        entries = await self._index.due(buckets, time.time(), self._settings.dispatch_batch_size)
+        entries = await self._index.due(buckets, time.time(), self._config.dispatch_batch_size)
         self._busy = bool(entries)
         if not entries:
             return 0
@@ -296,9 +307,9 @@ class Dispatcher:
         sweep interval ends, so a retry is published when it is due, not up to an interval
         later."""
         self._pending_hint = False
-        self._next_pending_check = time.time() + self._settings.sweeper_interval_seconds
+        self._next_pending_check = time.time() + self._config.sweeper_interval_seconds
         total = 0
-        batch = self._settings.dispatch_batch_size
+        batch = self._config.dispatch_batch_size
         while not self._stopping.is_set():
             now = self._clock()
             created_before = now - self._pending_grace if self._pending_grace else None
@@ -323,7 +334,7 @@ class Dispatcher:
         """Bring the next sweep forward to the earliest occurrence that becomes due before it
         (a retry waiting for its due time)."""
         now = self._clock()
-        interval = timedelta(seconds=self._settings.sweeper_interval_seconds)
+        interval = timedelta(seconds=self._config.sweeper_interval_seconds)
         upcoming = await self._store.undispatched(now + interval, 1, created_before=created_before)
         if upcoming:
             # Due already but not claimed (another server holds it): look again shortly.
@@ -387,7 +398,7 @@ class Dispatcher:
         self, entries: Sequence[IndexEntry], next_runs: dict[UUID, DueEntry | None]
     ) -> None:
         at = time.time()
-        horizon = at + self._settings.hot_window_seconds
+        horizon = at + self._config.hot_window_seconds
         upserts: list[IndexEntry] = []
         removals: list[tuple[int, UUID]] = []
         for entry in entries:

@@ -12,14 +12,13 @@ import logging
 import math
 import zoneinfo
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 from uuid import UUID
 
 import orjson
 
-from rota.app.settings import SchedulerSettings
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.cron import CronSchedule, parse_cached
 from rota.core.errors import (
@@ -80,6 +79,20 @@ DEFAULT_MAX_JOB_DATA_BYTES: Final = 256 * 1024
 _SPEC_FIELDS: Final = frozenset(JobSpec.__dataclass_fields__)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobsConfig:
+    """What the job service is told by the settings (built by the composition root)."""
+
+    plan: PlanSettings
+    """Misfires, catch-up and retries: how a manual trigger's or a preview's fires are planned."""
+    bucket_count: int
+    """Buckets the schedule is split into (a new job's bucket)."""
+    hot_window_seconds: float
+    """How far ahead the schedule index holds."""
+    auto_disable: AutoDisableDefaults
+    """The global auto-disable settings a job's own fall back to."""
+
+
 class JobService:
     """Job use cases over the store, the schedule index and coordination."""
 
@@ -88,7 +101,7 @@ class JobService:
         store: JobAdminStore,
         index: ScheduleIndex,
         coordination: Coordination,
-        settings: SchedulerSettings,
+        config: JobsConfig,
         clock: Callable[[], datetime],
         *,
         max_job_data_bytes: int = DEFAULT_MAX_JOB_DATA_BYTES,
@@ -113,22 +126,17 @@ class JobService:
         self.max_json_depth = max_json_depth
         self._index = index
         self._coordination = coordination
-        self._settings = settings
+        self._config = config
         self._clock = clock
         self._workers = WorkerDirectory(coordination)
-        self._plan = PlanSettings(
-            misfire_threshold=timedelta(seconds=settings.misfire_threshold_seconds),
-            catch_up_cap=settings.catch_up_cap,
-            max_recorded_misses=settings.max_recorded_misses,
-            default_max_retries=settings.default_max_retries,
-        )
+        self._plan = config.plan
 
     # --- reading ----------------------------------------------------------------------------
 
     @property
     def auto_disable_defaults(self) -> AutoDisableDefaults:
         """The global auto-disable settings a job's own fall back to."""
-        return self._settings.auto_disable
+        return self._config.auto_disable
 
     async def get_job(self, job_id: UUID) -> Job:
         return await self._store.get_job(job_id)
@@ -413,7 +421,7 @@ class JobService:
             worker_id=worker_id,
             next_run_at=next_run_at,
             job_data=spec.job_data,
-            bucket=bucket_of(job_id, self._settings.bucket_count),
+            bucket=bucket_of(job_id, self._config.bucket_count),
             created_at=now,
             updated_at=now,
             created_by=spec.created_by,
@@ -472,7 +480,7 @@ class JobService:
 
     async def _sync_index(self, jobs: Sequence[Job], now: datetime, *, remove_cold: bool) -> None:
         """Put hot jobs into the index (and wake the dispatchers); drop the others' entries."""
-        until = now + timedelta(seconds=self._settings.hot_window_seconds)
+        until = now + timedelta(seconds=self._config.hot_window_seconds)
         hot: list[IndexEntry] = []
         cold: list[tuple[int, UUID]] = []
         for job in jobs:

@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from rota.app.settings import RetentionSettings
 from rota.core.errors import RotaError
 from rota.core.models import OccurrenceStatus, utcnow
 from rota.core.ports import RetentionStore
@@ -45,27 +44,6 @@ class RetentionPolicy:
     partition_period: str = "month"
     """A store partitioned by time: the range of one partition (``day``, ``week``, ``month``)."""
     partitions_ahead: int = 2
-
-    @classmethod
-    def from_settings(cls, settings: RetentionSettings) -> RetentionPolicy:
-        def keep(days: float) -> timedelta | None:
-            return timedelta(days=days) if days > 0 else None
-
-        failed = keep(settings.failed_days)
-        return cls(
-            occurrences={
-                S.COMPLETED: keep(settings.completed_days),
-                S.FAILED: failed,
-                S.TIMED_OUT: failed,
-                S.CANCELLED: keep(settings.cancelled_days),
-                S.SKIPPED: keep(settings.skipped_days),
-            },
-            logs=keep(settings.logs_days),
-            resolved_dead_letters=keep(settings.resolved_dead_letters_days),
-            batch_size=settings.batch_size,
-            partition_period=settings.partition_period,
-            partitions_ahead=settings.partitions_ahead,
-        )
 
     def upkeep(self, now: datetime, *, drop: bool = True) -> PartitionUpkeep:
         """What the store's time partitions need at ``now``."""

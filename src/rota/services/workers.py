@@ -3,14 +3,23 @@ briefly so the dispatcher does not ask for every batch."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from rota.core.events import Event, worker_changed
 from rota.core.models import WorkerInfo
 from rota.core.ports import WorkerRegistry
+from rota.services._loop import run_periodically
+from rota.services.events import EventPublisher
+
+log = logging.getLogger(__name__)
+
+ROSTER_INTERVAL = 2.0
+"""Seconds between two readings of the registry by the roster watcher."""
 
 
 class WorkerDirectory:
@@ -42,6 +51,11 @@ class WorkerDirectory:
             self._roster = roster
             self._generation += 1
         self._read_at = time.monotonic()
+
+    async def live(self) -> list[WorkerInfo]:
+        """The live worker instances (read again if the cache is old)."""
+        await self.refresh()
+        return self.workers
 
     def serves(self, job_type: str, worker_id: str | None) -> bool:
         """Whether a live worker (of group ``worker_id``, if given) declares ``job_type``."""
@@ -87,3 +101,46 @@ def roster_changes(
         elif _declaration(old) != _declaration(info):
             events.append(worker_changed("changed", info))
     return events
+
+
+class RosterWatcher:
+    """``worker.changed`` events when worker instances join, leave or change what they
+    declare. Every server sees the same registry: only the one ``reporting()`` says (the
+    owner of bucket 0) emits them. A registry that does not answer is logged at debug and read
+    again next time."""
+
+    def __init__(
+        self,
+        workers: WorkerDirectory,
+        events: EventPublisher,
+        reporting: Callable[[], bool],
+        *,
+        interval: float = ROSTER_INTERVAL,
+    ) -> None:
+        self._workers = workers
+        self._events = events
+        self._reporting = reporting
+        self._interval = interval
+        self._roster: dict[str, WorkerInfo] | None = None
+        self._stopping = asyncio.Event()
+
+    async def check(self) -> None:
+        """Read the registry; emit what changed since the last reading (if reporting)."""
+        await self._workers.refresh(force=True)
+        roster = {w.instance_id: w for w in self._workers.workers}
+        if self._roster is not None and self._reporting():
+            self._events.emit(roster_changes(self._roster, roster))
+        self._roster = roster
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        await run_periodically(
+            "worker watch",
+            self.check,
+            self._interval,
+            self._stopping,
+            log=log,
+            expected_level=logging.DEBUG,
+        )

@@ -63,6 +63,11 @@ _CANCEL_WAIT = 10.0
 
 S = OccurrenceStatus
 
+HAND_BACK_AFTER = 600.0
+FINALIZED_RETENTION = 7 * 24 * 3600.0
+FINALIZED_MAX_ENTRIES = 1_000_000
+"""The defaults of ``hand_back_after``, ``finalized_retention`` and ``finalized_max_entries``."""
+
 
 class Executor:
     """Runs the handlers of a worker group's job messages (DESIGN.md §3 step 5).
@@ -106,9 +111,9 @@ class Executor:
         clock: Clock = utcnow,
         heartbeat_interval: float = 5.0,
         store: LocalStore | None = None,
-        hand_back_after: float = 600.0,
-        finalized_retention: float = 7 * 24 * 3600.0,
-        finalized_max_entries: int = 1_000_000,
+        hand_back_after: float = HAND_BACK_AFTER,
+        finalized_retention: float = FINALIZED_RETENTION,
+        finalized_max_entries: int = FINALIZED_MAX_ENTRIES,
         default_timeout: float | None = None,
         rng: random.Random | None = None,
         on_finished: Callable[[str, float | None], None] | None = None,
