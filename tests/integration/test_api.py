@@ -53,7 +53,7 @@ JOB_KEYS = {
     "zombiePolicy",
     "zombieThresholdSeconds",
     "autoDisable",
-    # the reference's names of what is above (docs/api.md, "The reference's forms")
+    # the reference's names of what is above (docs/api.md, "The reference API's forms")
     "timeoutMinutes",
     "avarageDuration",
     "auditInfo",
