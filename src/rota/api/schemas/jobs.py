@@ -116,7 +116,8 @@ class ReferenceForms(InputModel):
 
 
 class JobCreate(ReferenceForms):
-    """A new job: ``jobType`` and exactly one of ``cronExpression`` / ``executeAt``."""
+    """A new job: ``jobType`` and ``cronExpression`` or ``executeAt`` (both: the cron's fires
+    from ``executeAt`` on)."""
 
     job_type: ShortText = Field(description="The job type a worker group declares.")
     display_name: ShortText = Field("", description="Defaults to the job type.")
@@ -130,7 +131,10 @@ class JobCreate(ReferenceForms):
         None, description="5 fields, or 6 with seconds first; macros like @daily."
     )
     time_zone: ShortText = Field("UTC", description="IANA time zone of the cron expression.")
-    execute_at: UtcDatetime | None = Field(None, description="One-time run (naive: UTC).")
+    execute_at: UtcDatetime | None = Field(
+        None,
+        description="One-time run (naive: UTC); with cronExpression, the start: no fire before it.",
+    )
     is_active: bool = True
     priority: Priority = Priority.MEDIUM
     concurrent_execution_policy: ConcurrencyPolicy = Field(
