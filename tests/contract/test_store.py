@@ -341,6 +341,19 @@ async def test_dispatch_advances_recurring_job(store: Store) -> None:
     assert stored.is_active
 
 
+async def test_dispatch_fires_no_cron_job_before_its_execute_at(store: Store) -> None:
+    """A cron job that starts at ``execute_at`` found due earlier (a stale ``next_run_at``):
+    the store hands ``execute_at`` to the planner, which moves the job on without a fire."""
+    start = T0 + 30 * MINUTE
+    job = make_job(cron_expression="* * * * *", execute_at=start, next_run_at=T0, bucket=3)
+    await store.create_jobs([job])
+    result = await store.dispatch_due([job.id], NOW, one_time)  # the real planner
+    assert (result.queued, result.skipped) == ([], [])
+    assert result.next_runs == {job.id: DueEntry(job.id, 3, start)}
+    assert (await store.get_job(job.id)).next_run_at == start
+    assert await store.count_occurrences((S.QUEUED, S.SKIPPED)) == {S.QUEUED: 0, S.SKIPPED: 0}
+
+
 async def test_duplicate_fire_is_never_inserted_twice(store: Store) -> None:
     job = make_job()
     await store.create_jobs([job])

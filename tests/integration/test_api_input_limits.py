@@ -61,6 +61,7 @@ BASE_BODIES: Final[dict[str, dict[str, Any]]] = {
     "POST /api/v1/jobs/bulk": {"jobs": [{"jobType": "t", "cronExpression": "@daily"}]},
     "PATCH /api/v1/jobs/{job_id}": {},
     "POST /api/v1/jobs/{job_id}/trigger": {},
+    "POST /api/v1/jobs/job/trigger": {"jobId": "{job_id}"},
     "POST /api/v1/occurrences/{occurrence_id}/cancel": {},
     "PUT /api/v1/failed-occurrences/{failed_id}": {},
     "POST /api/v1/admin/dispatcher/stop": {},

@@ -155,7 +155,6 @@ async def test_one_time_job_runs_at_its_time_even_if_past_and_naive_means_utc(
     ("spec", "field"),
     [
         (JobSpec(job_type="t"), "cronExpression"),
-        (JobSpec(job_type="t", cron_expression="* * * * *", execute_at=T0), "executeAt"),
         (JobSpec(job_type=" ", cron_expression="* * * * *"), "jobType"),
         (every_minute(priority=7), "priority"),
         (every_minute(concurrency_policy=5), "concurrentExecutionPolicy"),
@@ -319,13 +318,32 @@ async def test_one_time_job_switched_on_before_it_ran_is_due(service: JobService
     assert on.next_run_at == T0
 
 
-async def test_switch_from_cron_to_one_time(service: JobService) -> None:
+async def test_cron_with_execute_at_starts_at_execute_at(service: JobService) -> None:
+    """The reference's sample job: both fields; the cron is the schedule, from executeAt on."""
+    at = T0 + timedelta(hours=2)  # 14:00:30
+    job = await service.create_job(every_minute(execute_at=at))
+    assert (job.cron_expression, job.execute_at) == ("* * * * *", at)
+    assert job.next_run_at == datetime(2026, 1, 5, 14, 1, tzinfo=UTC)
+    on_a_fire = await service.create_job(every_minute(execute_at=at.replace(second=0)))
+    assert on_a_fire.next_run_at == at.replace(second=0)  # a fire at executeAt itself counts
+    past = await service.create_job(every_minute(execute_at=T0 - timedelta(days=1)))
+    assert past.next_run_at == datetime(2026, 1, 5, 12, 1, tzinfo=UTC)  # as without it
+
+
+async def test_execute_at_added_to_a_cron_job_delays_its_fires(service: JobService) -> None:
     job = await service.create_job(every_minute())
     at = T0 + timedelta(hours=1)
 
-    with pytest.raises(ValidationError) as both:
-        await service.update_job(job.id, {"execute_at": at})
-    assert both.value.field == "executeAt"
+    changed = await service.update_job(job.id, {"execute_at": at})
+
+    assert changed.cron_expression == "* * * * *"
+    assert changed.next_run_at == datetime(2026, 1, 5, 13, 1, tzinfo=UTC)
+    assert changed.version == 2
+
+
+async def test_switch_from_cron_to_one_time(service: JobService) -> None:
+    job = await service.create_job(every_minute())
+    at = T0 + timedelta(hours=1)
 
     changed = await service.update_job(job.id, {"execute_at": at, "cron_expression": None})
     assert (changed.cron_expression, changed.execute_at, changed.next_run_at) == (None, at, at)

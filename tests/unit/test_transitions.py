@@ -444,3 +444,78 @@ def test_a_retried_attempt_and_a_cancellation_leave_the_streak_alone() -> None:
     )
     assert batch.stats[JOB].outcomes == []
     assert batch.failing_jobs == []
+
+
+# --- a Running report folded into the final one -----------------------------------------------
+
+
+def history(batch: StatusBatch) -> list[tuple[int | None, int, datetime, int]]:
+    return [(c["from_status"], c["to_status"], c["timestamp"], c["attempt"]) for c in batch.changes]
+
+
+@pytest.mark.parametrize("final", [S.COMPLETED, S.FAILED, S.TIMED_OUT])
+def test_a_folded_run_shows_queued_running_and_the_end_each_at_its_time(final: S) -> None:
+    occ = current()
+    end = T0 + 10 * SECOND
+    batch = one(occ, [record(OCC, final, end, duration_ms=2500.0, instance_id="w-1")])
+    start = end - timedelta(milliseconds=2500)
+    assert history(batch) == [
+        (int(S.QUEUED), int(S.RUNNING), start, 1),
+        (int(S.RUNNING), int(final), end, 1),
+    ]
+    assert (occ.changed["start_time"], occ.changed["end_time"]) == (start, end)
+    # what was applied is still the one record (events, metrics, statistics)
+    assert [(c.from_status, c.to_status) for c in batch.applied] == [(S.QUEUED, final)]
+    assert batch.stats[JOB].total == 1
+
+
+def test_a_folded_failed_attempt_with_a_retry_shows_its_run() -> None:
+    occ = current()
+    end = T0 + 3 * SECOND
+    batch = one(
+        occ,
+        [record(OCC, S.FAILED, end, duration_ms=1000.0, instance_id="w-1", retry_at=T0 + MINUTE)],
+    )
+    assert history(batch) == [
+        (int(S.QUEUED), int(S.RUNNING), end - SECOND, 1),
+        (int(S.RUNNING), int(S.QUEUED), end, 2),
+    ]
+    assert batch.changes[-1]["reason"] == "retry"
+    assert (occ.status, occ.attempt) == (S.QUEUED, 2)
+
+
+def test_reports_of_no_run_add_no_running_step() -> None:
+    unrun, cancelled, server, running = (new_id() for _ in range(4))
+    batch = apply_records(
+        {
+            unrun: current(),
+            cancelled: current(),
+            server: current(),
+            running: current(S.RUNNING, start_time=T0),
+        },
+        [
+            # the worker could not run it: no duration
+            record(unrun, S.FAILED, instance_id="w-1", failure_type=FailureType.UNKNOWN_JOB_TYPE),
+            # cancelled before it started
+            record(cancelled, S.CANCELLED, duration_ms=0.0, instance_id="w-1", exception="x"),
+            # the scheduler's own record (no instance)
+            record(server, S.TIMED_OUT, duration_ms=5.0),
+            # Running was applied earlier: nothing implied
+            record(running, S.COMPLETED, T0 + SECOND, duration_ms=1000.0, instance_id="w-1"),
+        ],
+    )
+    assert [(c["from_status"], c["to_status"]) for c in batch.changes] == [
+        (int(S.QUEUED), int(S.FAILED)),
+        (int(S.QUEUED), int(S.CANCELLED)),
+        (int(S.QUEUED), int(S.TIMED_OUT)),
+        (int(S.RUNNING), int(S.COMPLETED)),
+    ]
+
+
+def test_the_final_failure_of_a_folded_run_keeps_its_failure_type() -> None:
+    occ = current()
+    batch = one(
+        occ,
+        [record(OCC, S.FAILED, T0, duration_ms=10.0, instance_id="w-1")],
+    )
+    assert final_failures(batch.changes) == {OCC: (FailureType.RETRIES_EXHAUSTED, 1, T0)}

@@ -195,8 +195,9 @@ class Client:
     # --- jobs --------------------------------------------------------------------------------
 
     async def create_job(self, **fields: Any) -> JobOut:
-        """Create a job: ``job_type`` and one of ``cron_expression`` / ``execute_at``, and any
-        other job field (``job_data``, ``tags``, ``priority``, …) in snake_case."""
+        """Create a job: ``job_type`` and ``cron_expression`` or ``execute_at`` (both: a cron job
+        that starts at ``execute_at``), and any other job field (``job_data``, ``tags``,
+        ``priority``, …) in snake_case."""
         return JobOut.model_validate(await self.request("POST", "/jobs", json=_body(fields)))
 
     async def create_jobs(self, jobs: Sequence[Mapping[str, Any]]) -> list[JobOut]:

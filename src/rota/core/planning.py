@@ -47,13 +47,19 @@ class FirePlan:
 
 def enumerate_fires(job: Job, now: datetime, limit: int) -> tuple[list[datetime], datetime | None]:
     """Fires from ``job.next_run_at`` up to ``now`` (at most ``limit``) and the next fire after
-    them. One-time jobs fire once and have no next fire."""
+    them. One-time jobs fire once and have no next fire; a cron job with an ``execute_at``
+    has no fire before it."""
     first = job.next_run_at
     if first is None or first > now:
         return [], first
     if job.cron_expression is None:
         return [first], None
     schedule = parse_cached(job.cron_expression, job.time_zone)
+    if job.execute_at is not None and first < job.execute_at:
+        # A cron job that starts at execute_at never fires before it, whatever next_run_at says.
+        first = schedule.next_after(job.execute_at - _TICK)
+        if first > now:
+            return [], first
     fires = [first]
     nxt = schedule.next_after(first)
     while nxt <= now:
@@ -183,14 +189,21 @@ def with_type_defaults(job: Job, description: Mapping[str, Any] | None) -> Job:
 
 def first_run_at(job: Job, now: datetime) -> datetime | None:
     """The first fire of a new (or rescheduled) job: ``execute_at`` for a one-time job (even if
-    past: it runs at once), else the first cron fire after ``now``."""
+    past: it runs at once), else the first cron fire after ``now`` and, when the job has both
+    (a cron job that starts at ``execute_at``), not before ``execute_at``."""
     return first_fire(job.cron_expression, job.time_zone, job.execute_at, now)
+
+
+_TICK = timedelta(microseconds=1)
 
 
 def first_fire(
     cron_expression: str | None, time_zone: str, execute_at: datetime | None, now: datetime
 ) -> datetime | None:
-    """:func:`first_run_at` of a schedule given by its fields."""
+    """:func:`first_run_at` of a schedule given by its fields: with a cron expression, its
+    first fire after ``now`` that is at or after ``execute_at`` (if given); else
+    ``execute_at``."""
     if cron_expression is not None:
-        return parse_cached(cron_expression, time_zone).next_after(now)
+        after = now if execute_at is None or execute_at <= now else execute_at - _TICK
+        return parse_cached(cron_expression, time_zone).next_after(after)
     return execute_at

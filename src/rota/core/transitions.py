@@ -15,7 +15,10 @@ The rules (DESIGN.md §2, the store's contract in ``tests/contract/test_store*.p
 - Failed with a ``retry_at`` requeues the occurrence as the next attempt, due at ``retry_at``;
   Queued of a newer attempt (a zombie requeued) does the same, due at the record's time;
 - a final status counts in the job's statistics; Completed and final failures (Failed,
-  TimedOut) fold into its consecutive-failure streak in order (auto-disable).
+  TimedOut) fold into its consecutive-failure streak in order (auto-disable);
+- a worker's report of a run that arrives for a Queued occurrence (the worker folded
+  ``Running`` into it) adds the implied Queued -> Running step to the history, at the run's
+  start (:func:`folded_start`); the change applied is still the one record.
 """
 
 from __future__ import annotations
@@ -198,6 +201,31 @@ def apply_change(
             current.start_time = changed["start_time"] = start
 
 
+_RAN = frozenset({OccurrenceStatus.COMPLETED, _FAILED, OccurrenceStatus.TIMED_OUT, _QUEUED})
+"""What a worker's report after running an attempt takes a Queued occurrence to (Queued: the
+failed attempt's retry)."""
+
+
+def folded_start(current: Current, record: StatusRecord, to: OccurrenceStatus) -> datetime | None:
+    """When a worker folded ``Running`` into its final report (a short run: both went out in
+    one flush, the Running one dropped), the start of the run it implies, so the history shows
+    Queued -> Running -> the end, each at its own time; else ``None``.
+
+    That is a report with a duration from a worker instance (a run it measured) taking a
+    Queued occurrence to Completed, Failed, TimedOut, or Queued again for a retry; the start
+    is the report's time less the duration. Cancelled is left out: a worker cancels a
+    Queued occurrence before it starts it."""
+    if (
+        current.status is not _QUEUED
+        or to not in _RAN
+        or (to is _QUEUED and record.status is not _FAILED)
+        or record.duration_ms is None
+        or record.instance_id is None
+    ):
+        return None
+    return record.timestamp - timedelta(milliseconds=record.duration_ms)
+
+
 def change_reason(record: StatusRecord, to: OccurrenceStatus) -> str | None:
     """The reason the status history records for an applied change."""
     if record.status is _FAILED and to is _QUEUED:
@@ -239,6 +267,18 @@ class StatusBatch:
             return
         to, attempt = outcome
         before = current.status
+        started = folded_start(current, record, to)
+        if started is not None:
+            self.changes.append(
+                {
+                    "occurrence_id": record.occurrence_id,
+                    "timestamp": started,
+                    "from_status": int(_QUEUED),
+                    "to_status": int(_RUNNING),
+                    "attempt": record.attempt,
+                    "reason": None,
+                }
+            )
         apply_change(current, record, to, attempt)
         self.applied.append(
             AppliedChange(
@@ -256,7 +296,7 @@ class StatusBatch:
             {
                 "occurrence_id": record.occurrence_id,
                 "timestamp": record.timestamp,
-                "from_status": int(before),
+                "from_status": int(_RUNNING if started is not None else before),
                 "to_status": int(to),
                 "attempt": attempt,
                 "reason": change_reason(record, to),

@@ -437,7 +437,7 @@ class JobService:
         rescheduled = any(getattr(old, f) != getattr(new, f) for f in SCHEDULE_FIELDS)
         if not rescheduled and old.is_active:
             return old.next_run_at
-        if not rescheduled and new.execute_at is not None and await self._fired(new):
+        if not rescheduled and not new.is_recurring and await self._fired(new):
             return None  # a one-time job switched back on after it ran: nothing left to fire
         return first_run_at(new, now)
 
@@ -608,13 +608,13 @@ def _checked_schedule(
 ) -> dict[str, Any]:
     cron = _text(cron_expression, "cron_expression").strip() or None
     zone = _text(time_zone, "time_zone").strip() or "UTC"
-    if (cron is None) == (execute_at is None):
-        field = "cronExpression" if cron is None else "executeAt"
-        raise ValidationError("give exactly one of cronExpression or executeAt", field=field)
-    if cron is not None:
+    if cron is None and execute_at is None:
+        raise ValidationError("give cronExpression or executeAt", field="cronExpression")
+    if cron is not None:  # with executeAt too: the cron's fires from executeAt on
         parse_cached(cron, zone)
     else:
         _check_zone(zone)
+    if execute_at is not None:
         if not isinstance(execute_at, datetime):
             raise ValidationError("executeAt must be a date and time", field="executeAt")
         execute_at = as_utc(execute_at)

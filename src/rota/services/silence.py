@@ -23,9 +23,9 @@ from uuid import UUID
 
 import orjson
 
-from rota.core.cron import parse_cached
 from rota.core.errors import CronError
 from rota.core.models import Job, utcnow
+from rota.core.planning import first_fire
 from rota.core.ports import SilenceReader
 from rota.services._loop import run_periodically
 
@@ -246,15 +246,16 @@ class SilenceMonitor:
 
 
 def _first_expected(job: Job, start: datetime, end: datetime) -> datetime | None:
-    """The first fire ``job``'s cron expects in ``(max(start, since it changed), end]``."""
+    """The first fire ``job``'s cron expects in ``(max(start, since it changed), end]`` (none
+    before its ``execute_at``, if it has one)."""
     since = max(start, job.created_at, job.updated_at)
     if since >= end or job.cron_expression is None:
         return None
     try:
-        fire = parse_cached(job.cron_expression, job.time_zone).next_after(since)
+        fire = first_fire(job.cron_expression, job.time_zone, job.execute_at, since)
     except CronError:
         return None
-    return fire if fire <= end else None
+    return fire if fire is not None and fire <= end else None
 
 
 def shared_alerts(instances: Mapping[str, Mapping[str, str]]) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from rota.api.schemas.jobs import (
     JobVersionList,
     JobVersionOut,
     Preview,
+    ReferenceTriggerRequest,
     TriggerRequest,
 )
 from rota.api.schemas.occurrences import OccurrenceDetail
@@ -243,6 +244,21 @@ async def delete_job(
     await jobs.delete_job(job_id, if_match=if_match)
     await audit.record(user.username, "job.deleted", "job", job_id, before=_audit_view(before))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/job/trigger",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=problem_responses(404, 409, 413, 422, 503),
+    summary="Run a job now (the reference's path: the job id in the body)",
+)
+async def trigger_job_reference(
+    body: ReferenceTriggerRequest, jobs: Jobs, user: OperatorUser, audit: Audit
+) -> OccurrenceDetail:
+    """``{"jobId": …, "reason": …}``: the same as ``POST /jobs/{jobId}/trigger``. Declared
+    before it, so ``job`` is not read as a job id."""
+    request = TriggerRequest(reason=body.reason, job_data=body.job_data, force=body.force)
+    return await trigger_job(body.job_id, jobs, user, audit, request)
 
 
 @router.post(

@@ -12,6 +12,7 @@ from rota.api.deps import Audit, Runtime, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas.common import MAX_FILTER_VALUES, MAX_LIMIT, FilterToken, UtcDatetime
 from rota.api.schemas.occurrences import (
+    DETAIL_LOG_LINES,
     CancelRequest,
     LogLine,
     LogPage,
@@ -73,7 +74,10 @@ async def list_occurrences(
 async def get_occurrence(
     occurrence_id: UUID, store: StoreDep, shown: ShownException
 ) -> OccurrenceDetail:
-    return OccurrenceDetail.of(await store.get_occurrence(occurrence_id), shown)
+    occurrence = await store.get_occurrence(occurrence_id)
+    lines = await store.occurrence_logs(occurrence_id, after=0, limit=DETAIL_LOG_LINES)
+    logs = [LogLine.of(seq, record) for seq, record in lines]
+    return OccurrenceDetail.of(occurrence, shown, logs)
 
 
 @router.get(

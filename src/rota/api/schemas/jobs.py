@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any, Final
 from uuid import UUID
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_snake
 
 from rota.api.schemas.common import (
@@ -22,7 +22,7 @@ from rota.api.schemas.common import (
 )
 from rota.core.autodisable import AutoDisableDefaults, effective
 from rota.core.jobfields import BY_NAME, JOB_FIELDS
-from rota.core.jobspec import JobSpec
+from rota.core.jobspec import MAX_SECONDS, JobSpec
 from rota.core.models import (
     ConcurrencyPolicy,
     Job,
@@ -35,16 +35,89 @@ from rota.core.models import (
 _ATTRIBUTES: Final = {to_snake(f.api): f.name for f in JOB_FIELDS if to_snake(f.api) != f.name}
 """Body field -> job attribute, where the API names a field otherwise than the job does
 (``concurrentExecutionPolicy`` is the job's ``concurrency_policy``)."""
+_ALIASES: Final = {
+    "timeout_seconds": "timeoutSeconds",
+    "auto_disable_threshold": "autoDisableThreshold",
+    "auto_disable_window_seconds": "autoDisableWindowSeconds",
+    "auto_disable_cooldown_seconds": "autoDisableCooldownSeconds",
+}
+
+
+_REFERENCE_FIELDS: Final = frozenset({"timeout_minutes", "auto_disable_settings"})
+"""The reference's forms of Rota's fields, folded into them on input (:class:`ReferenceForms`)."""
 
 
 def _job_attributes(body: BaseModel, *, exclude_unset: bool = False) -> dict[str, Any]:
     """A job body's fields by job attribute name (``exclude_unset``: the fields sent only)."""
-    values = body.model_dump(exclude_unset=exclude_unset, by_alias=False)
+    values = body.model_dump(
+        exclude_unset=exclude_unset, by_alias=False, exclude=set(_REFERENCE_FIELDS)
+    )
     return {_ATTRIBUTES.get(name, name): value for name, value in values.items()}
 
 
-class JobCreate(InputModel):
-    """A new job: ``jobType`` and exactly one of ``cronExpression`` / ``executeAt``."""
+Minutes = Annotated[float, Field(allow_inf_nan=False, gt=0, le=MAX_SECONDS / 60)]
+
+
+class AutoDisableSettingsIn(InputModel):
+    """The reference's per-job auto-disable form, ``{"enabled": true, "threshold": 10}``:
+    ``enabled`` false is ``autoDisableThreshold`` 0 (never); ``threshold`` is
+    ``autoDisableThreshold``; ``failureWindowMinutes`` and ``autoReEnableCooldownMinutes`` are
+    ``autoDisableWindowSeconds`` and ``autoDisableCooldownSeconds`` in minutes."""
+
+    enabled: bool | None = None
+    threshold: int | None = Field(None, ge=1, le=1_000_000)
+    failure_window_minutes: Minutes | None = None
+    auto_re_enable_cooldown_minutes: Minutes | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The Rota fields (attribute names) it sets."""
+        out: dict[str, Any] = {}
+        if self.enabled is False:
+            out["auto_disable_threshold"] = 0
+        elif self.threshold is not None:
+            out["auto_disable_threshold"] = self.threshold
+        if self.failure_window_minutes is not None:
+            out["auto_disable_window_seconds"] = self.failure_window_minutes * 60
+        if self.auto_re_enable_cooldown_minutes is not None:
+            out["auto_disable_cooldown_seconds"] = self.auto_re_enable_cooldown_minutes * 60
+        return out
+
+
+class ReferenceForms(InputModel):
+    """The reference's ``timeoutMinutes`` and ``autoDisableSettings``, accepted beside Rota's
+    ``timeoutSeconds`` and ``autoDisable…`` fields and folded into them; a setting given both
+    ways is refused."""
+
+    timeout_minutes: Minutes | None = Field(
+        None, description="The reference's form of timeoutSeconds (minutes)."
+    )
+    auto_disable_settings: AutoDisableSettingsIn | None = Field(
+        None,
+        description='The reference\'s form, {"enabled": true, "threshold": 10}: enabled false '
+        "is autoDisableThreshold 0; failureWindowMinutes, autoReEnableCooldownMinutes.",
+    )
+
+    @model_validator(mode="after")
+    def _fold_reference_forms(self) -> ReferenceForms:
+        sent = self.model_fields_set
+        folded: dict[str, Any] = {}
+        if "timeout_minutes" in sent:
+            minutes = self.timeout_minutes
+            folded["timeout_seconds"] = None if minutes is None else minutes * 60
+        if self.auto_disable_settings is not None:
+            folded.update(self.auto_disable_settings.settings())
+        for name, value in folded.items():
+            if name in sent and getattr(self, name) != value:
+                alias = _ALIASES[name]
+                raise ValueError(f"{alias} is given twice (once in the reference's form)")
+            setattr(self, name, value)
+            sent.add(name)
+        return self
+
+
+class JobCreate(ReferenceForms):
+    """A new job: ``jobType`` and ``cronExpression`` or ``executeAt`` (both: the cron's fires
+    from ``executeAt`` on)."""
 
     job_type: ShortText = Field(description="The job type a worker group declares.")
     display_name: ShortText = Field("", description="Defaults to the job type.")
@@ -58,7 +131,10 @@ class JobCreate(InputModel):
         None, description="5 fields, or 6 with seconds first; macros like @daily."
     )
     time_zone: ShortText = Field("UTC", description="IANA time zone of the cron expression.")
-    execute_at: UtcDatetime | None = Field(None, description="One-time run (naive: UTC).")
+    execute_at: UtcDatetime | None = Field(
+        None,
+        description="One-time run (naive: UTC); with cronExpression, the start: no fire before it.",
+    )
     is_active: bool = True
     priority: Priority = Priority.MEDIUM
     concurrent_execution_policy: ConcurrencyPolicy = Field(
@@ -95,7 +171,7 @@ class JobCreate(InputModel):
         return JobSpec(**_job_attributes(self), created_by=created_by)
 
 
-class JobPatch(InputModel):
+class JobPatch(ReferenceForms):
     """A partial change: only the fields present are changed; ``null`` clears a nullable one
     (switch a job from cron to one-time with ``{"cronExpression": null, "executeAt": …}``)."""
 
@@ -143,6 +219,25 @@ class AutoDisableOut(ApiModel):
     probing: bool = Field(description="Its cooldown passed: the next run is a probe.")
 
 
+class AuditInfoOut(ApiModel):
+    """Who created and last changed a job, when: the reference's ``auditInfo``."""
+
+    creation_date: datetime
+    creator_user_name: str | None
+    last_modification_date: datetime | None = Field(description="null: never changed.")
+    last_modifier_user_name: str | None
+
+    @classmethod
+    def of(cls, job: Job) -> AuditInfoOut:
+        changed = job.updated_at != job.created_at
+        return cls(
+            creation_date=job.created_at,
+            creator_user_name=job.created_by,
+            last_modification_date=job.updated_at if changed else None,
+            last_modifier_user_name=job.updated_by if changed else None,
+        )
+
+
 class JobOut(ApiModel):
     id: UUID
     display_name: str
@@ -159,6 +254,9 @@ class JobOut(ApiModel):
     concurrent_execution_policy: ConcurrencyPolicy
     misfire_policy: MisfirePolicy
     timeout_seconds: float | None
+    timeout_minutes: float | None = Field(
+        description="timeoutSeconds in minutes (the reference's)."
+    )
     max_retries: int | None
     retry_delay_seconds: float | None
     next_run_at: datetime | None
@@ -170,6 +268,12 @@ class JobOut(ApiModel):
     total_executions: int
     success_rate: float | None = Field(description="Percent of finished runs that completed.")
     average_duration: float | None = Field(description="Milliseconds, over completed runs.")
+    avarage_duration: float | None = Field(
+        description="averageDuration again, under the reference's name (spelled as it spells it)."
+    )
+    audit_info: AuditInfoOut = Field(
+        description="createdAt, createdBy, updatedAt, updatedBy again, in the reference's form."
+    )
     bucket: int
     source: str = Field(
         description="`api`, or `code` for a job declared by `@rota.job(…, cron=…)` (read-only)."
@@ -187,7 +291,10 @@ class JobOut(ApiModel):
         return cls(
             **{name: getattr(job, attribute) for name, attribute in _JOB_OUT_FIELDS},
             tags=list(job.tags),
+            timeout_minutes=None if job.timeout_seconds is None else job.timeout_seconds / 60,
             success_rate=job.success_rate,
+            avarage_duration=job.average_duration_ms,
+            audit_info=AuditInfoOut.of(job),
             source=job.source.value,
             auto_disable=AutoDisableOut(
                 threshold=settings.threshold,
@@ -239,6 +346,12 @@ class TriggerRequest(InputModel):
     reason: Annotated[str, StringConstraints(max_length=500)] | None = None
     job_data: JobData = Field(None, description="Replaces the job's data for this run only.")
     force: bool = Field(False, description="Run even if an occurrence is queued or running.")
+
+
+class ReferenceTriggerRequest(TriggerRequest):
+    """The reference's manual trigger, ``POST /jobs/job/trigger``: the job id in the body."""
+
+    job_id: UUID = Field(description="The job to run.")
 
 
 class Preview(ApiModel):

@@ -12,6 +12,31 @@ from rota.api.schemas.common import NO_NUL, ApiModel, InputModel, status_name
 from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusChange
 from rota.core.security import ExceptionText
 
+DETAIL_LOG_LINES = 100
+"""How many log lines ``GET /occurrences/{id}`` shows in ``logs``."""
+
+
+class LogLine(ApiModel):
+    seq: int
+    timestamp: datetime
+    level: str
+    message: str
+    data: dict[str, Any] | None
+    category: str | None
+    attempt: int | None = Field(description="The attempt that wrote the line, if known.")
+
+    @classmethod
+    def of(cls, seq: int, record: LogRecord) -> LogLine:
+        return cls(
+            seq=seq,
+            timestamp=record.timestamp,
+            level=record.level,
+            message=record.message,
+            attempt=record.attempt,
+            data=None if record.data is None else dict(record.data),
+            category=record.category,
+        )
+
 
 class StatusChangeOut(ApiModel):
     timestamp: datetime
@@ -35,6 +60,7 @@ class OccurrenceOut(ApiModel):
     id: UUID
     job_id: UUID
     job_type: str
+    job_name: str = Field(description="The job type again, under the reference's name.")
     correlation_id: UUID
     worker_id: str | None
     instance_id: str | None = Field(description="The worker instance that reported last.")
@@ -63,6 +89,7 @@ class OccurrenceOut(ApiModel):
             "id": occ.id,
             "job_id": occ.job_id,
             "job_type": occ.job_type,
+            "job_name": occ.job_type,
             "correlation_id": occ.id,
             "worker_id": occ.worker_id,
             "instance_id": occ.instance_id,
@@ -94,14 +121,25 @@ class OccurrenceDetail(OccurrenceOut):
     job_data: Any
     dispatched_at: datetime | None
     status_change_logs: list[StatusChangeOut] = Field(description="Oldest first.")
+    logs: list[LogLine] | None = Field(
+        None,
+        description=f"GET /occurrences/{{id}}: its first {DETAIL_LOG_LINES} log lines (the "
+        "reference's field; all of them: GET /occurrences/{id}/logs); elsewhere null.",
+    )
 
     @classmethod
-    def of(cls, occ: Occurrence, shown: ExceptionText | None = None) -> OccurrenceDetail:
+    def of(
+        cls,
+        occ: Occurrence,
+        shown: ExceptionText | None = None,
+        logs: list[LogLine] | None = None,
+    ) -> OccurrenceDetail:
         return cls(
             **cls.fields_of(occ, shown),
             job_data=occ.job_data,
             dispatched_at=occ.dispatched_at,
             status_change_logs=[StatusChangeOut.of(c) for c in occ.status_changes],
+            logs=logs,
         )
 
 
@@ -112,28 +150,6 @@ class OccurrencePage(ApiModel):
 
 class CancelRequest(InputModel):
     reason: Annotated[str, StringConstraints(max_length=500, pattern=NO_NUL)] | None = None
-
-
-class LogLine(ApiModel):
-    seq: int
-    timestamp: datetime
-    level: str
-    message: str
-    data: dict[str, Any] | None
-    category: str | None
-    attempt: int | None = Field(description="The attempt that wrote the line, if known.")
-
-    @classmethod
-    def of(cls, seq: int, record: LogRecord) -> LogLine:
-        return cls(
-            seq=seq,
-            timestamp=record.timestamp,
-            level=record.level,
-            message=record.message,
-            attempt=record.attempt,
-            data=None if record.data is None else dict(record.data),
-            category=record.category,
-        )
 
 
 class LogPage(ApiModel):

@@ -190,7 +190,8 @@
       if (name.startsWith("_") || name === "select" || input.type === "radio" || input.hasAttribute("data-skip")) return;
       const group = input.closest("[data-kind-group]");
       if (group && scheduleKind && group.dataset.kindGroup !== scheduleKind) {
-        if (nullEmpty) body[name] = null;
+        // a field of the other kind (executeAt is in both: a cron's start, a one-time run)
+        if (nullEmpty && !(name in body)) body[name] = null;
         return;
       }
       const v = value(input);
