@@ -11,8 +11,9 @@ from uuid import uuid4
 
 import pytest
 
-from rota.app.notify import webhook_sender
+from rota.app.notify import email_sender, webhook_sender
 from rota.app.settings import NotificationSettings
+from rota.builtin.config import SmtpSettings
 from rota.core.errors import ValidationError
 from rota.core.ids import new_id
 from rota.core.models import OccurrenceStatus
@@ -348,3 +349,21 @@ async def test_subscriptions_are_checked(store: SqlStore) -> None:
         with pytest.raises(ValidationError):
             await notifier.create_subscription(given, "ada")
     assert await notifier.list_subscriptions() == []
+
+
+async def test_email_goes_only_to_the_allowed_domains_and_needs_a_server() -> None:
+    delivery = NotificationDelivery(
+        id=new_id(), subscription_id=new_id(), event=E.OCCURRENCE_FAILED, key="k",
+        payload={"event": "occurrence.failed", "summary": "x"}, next_attempt_at=T0,
+        created_at=T0,
+    )  # fmt: skip
+    mail = sub(channel=Channel.EMAIL, url=None, secret=None, recipients=("a@ok.org", "b@evil.org"))
+    unconfigured = await email_sender(SmtpSettings())(mail, delivery)
+    assert not unconfigured.ok
+    assert "no SMTP server configured" in (unconfigured.error or "")
+    limited = SmtpSettings(
+        host="127.0.0.1", port=9, from_address="rota@ok.org", allowed_recipient_domains="ok.org"
+    )
+    refused = await email_sender(limited)(mail, delivery)
+    assert not refused.ok
+    assert refused.error == "recipients outside ROTA_SMTP__ALLOWED_RECIPIENT_DOMAINS: b@evil.org"

@@ -141,6 +141,16 @@ def email_sender(smtp: SmtpSettings) -> Send:
             import aiosmtplib
         except ImportError:
             return SendResult(ok=False, error="aiosmtplib is missing: pip install 'rota[email]'")
+        domains = {
+            d.strip().lower() for d in smtp.allowed_recipient_domains.split(",") if d.strip()
+        }
+        outside = [r for r in sub.recipients if r.rsplit("@", 1)[-1].lower() not in domains]
+        if domains and outside:
+            return SendResult(
+                ok=False,
+                error="recipients outside ROTA_SMTP__ALLOWED_RECIPIENT_DOMAINS: "
+                + ", ".join(outside),
+            )
         subject, text = render_email(delivery.payload)
         message = EmailMessage()
         message["From"] = smtp.from_address
