@@ -120,7 +120,8 @@ def test_retries_back_off_exponentially_up_to_a_cap() -> None:
 @pytest.mark.parametrize(
     "address",
     ["127.0.0.1", "10.1.2.3", "192.168.0.9", "172.16.5.5", "169.254.169.254", "::1",
-     "::ffff:127.0.0.1", "fe80::1", "0.0.0.0", "224.0.0.1", "100.64.0.1", "fd00::5"],
+     "::ffff:127.0.0.1", "fe80::1", "0.0.0.0", "224.0.0.1", "100.64.0.1", "fd00::5",
+     "2002:a9fe:a9fe::1", "64:ff9b::a9fe:a9fe", "fec0::1", "[::1]", "not-an-ip"],
 )  # fmt: skip
 def test_special_addresses_are_refused(address: str) -> None:
     assert address_refusal(address) is not None

@@ -4,12 +4,12 @@ wiring of the notification service."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from email.message import EmailMessage
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -68,8 +68,12 @@ def alert_webhook(url: str, timeout: float) -> Callable[[Alert], Awaitable[None]
 def webhook_sender(settings: NotificationSettings, user_agent: str = "rota-notify") -> Send:
     """POST a delivery's JSON body, signed (``X-Rota-Signature``, ``X-Rota-Timestamp``), to
     the subscription's URL: http/https only, to public addresses unless the settings allow
-    others (the host is resolved and every address checked before connecting), no redirects
-    followed, bounded by a timeout, the answer's body not read."""
+    others (the host is resolved, every address checked, and the connection made to a checked
+    address), no redirects followed, bounded by a timeout, the answer's body not read.
+
+    The address rules (:class:`rota.core.notifications.AddressPolicy`) are the notifications'
+    own; :mod:`rota.builtin.addresses` holds ``http.request``'s (with deny lists), to be
+    unified."""
     policy = AddressPolicy.parse(settings.allow_networks, settings.allow_hosts)
     timeout = settings.webhook_timeout_seconds
 
@@ -80,16 +84,16 @@ def webhook_sender(settings: NotificationSettings, user_agent: str = "rota-notif
             url = http_url(sub.url)
         except ValueError as exc:
             return SendResult(ok=False, error=f"the URL {exc}")
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        refused = await _refusal(
-            policy, host, parts.port or (443 if parts.scheme == "https" else 80)
-        )
+        target = httpx.URL(url)
+        host = target.host
+        port = target.port or (443 if target.scheme == "https" else 80)
+        addresses, refused = await _checked_addresses(policy, host, port)
         if refused is not None:
             return SendResult(ok=False, error=f"refused: {refused}")
         body = _bounded_body(delivery.payload, settings.max_body_bytes)
         stamp = int(time.time())
         headers = {
+            "Host": target.netloc.decode("ascii"),
             "Content-Type": "application/json",
             "User-Agent": user_agent,
             EVENT_HEADER: delivery.event.value,
@@ -97,14 +101,29 @@ def webhook_sender(settings: NotificationSettings, user_agent: str = "rota-notif
             TIMESTAMP_HEADER: str(stamp),
             SIGNATURE_HEADER: sign(sub.secret, stamp, body),
         }
-        try:
-            async with (
-                httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as http,
-                http.stream("POST", url, content=body, headers=headers) as response,
-            ):
-                code = response.status_code
-        except httpx.HTTPError as exc:
-            return SendResult(ok=False, error=f"{type(exc).__name__}: {exc}")
+        # The connection goes to a checked address (no second look-up that a DNS rebinding
+        # could answer differently); TLS still checks the URL's host name (SNI).
+        extensions = {"sni_hostname": host} if target.scheme == "https" else {}
+        error = "no address accepted the connection"
+        async with httpx.AsyncClient(
+            timeout=timeout, follow_redirects=False, trust_env=False
+        ) as http:
+            for address in addresses:
+                pinned = target.copy_with(host=address)
+                request = http.build_request(
+                    "POST", pinned, content=body, headers=headers, extensions=extensions
+                )
+                try:
+                    response = await http.send(request, stream=True)
+                    code = response.status_code
+                    await response.aclose()
+                    break
+                except httpx.ConnectError as exc:
+                    error = f"ConnectError: {exc}"
+                except httpx.HTTPError as exc:
+                    return SendResult(ok=False, error=f"{type(exc).__name__}: {exc}")
+            else:
+                return SendResult(ok=False, error=error)
         if 200 <= code < 300:
             return SendResult(ok=True, status_code=code)
         return SendResult(ok=False, status_code=code, error=f"answered {code}")
@@ -112,12 +131,23 @@ def webhook_sender(settings: NotificationSettings, user_agent: str = "rota-notif
     return send
 
 
-async def _refusal(policy: AddressPolicy, host: str, port: int) -> str | None:
+async def _checked_addresses(
+    policy: AddressPolicy, host: str, port: int
+) -> tuple[list[str], str | None]:
+    """The addresses ``host`` resolves to, and why they are refused (every one must pass)."""
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
-    except OSError as exc:
-        return f"{host} does not resolve: {exc}"
-    return policy.refusal(host, [str(info[4][0]) for info in infos])
+        ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM
+            )
+        except OSError as exc:
+            return [], f"{host} does not resolve: {exc}"
+        found = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    else:
+        found = [host]
+    return found, policy.refusal(host, found)
 
 
 def _bounded_body(body: Mapping[str, Any], limit: int) -> bytes:

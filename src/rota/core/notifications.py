@@ -233,8 +233,8 @@ class AddressPolicy:
             why = address_refusal(address)
             if why is None:
                 continue
-            ip = ipaddress.ip_address(address.split("%", 1)[0])
-            if any(ip in network for network in self.allow_networks):
+            ip = _parse(address)
+            if ip is not None and any(ip in network for network in self.allow_networks):
                 continue
             return f"{host}: {why} (allow it in the notification settings)"
         return None
@@ -262,15 +262,44 @@ def address_refusal(address: str) -> str | None:
     is a public (globally routable) one: loopback, private, link-local (e.g. the cloud
     metadata address 169.254.169.254), multicast, reserved and unspecified addresses are
     refused unless the settings allow them."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
+    ip = _parse(address)
+    if ip is None:
         return f"{address!r} is not an IP address"
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.is_site_local:
+            return f"{ip} is a site-local address"
+        inner = _embedded_ipv4(ip)
+        if inner is not None:
+            ip = inner
     for kind in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
         if getattr(ip, f"is_{kind}"):
             return f"{ip} is a {kind.replace('_', '-')} address"
     if not ip.is_global:
         return f"{ip} is not a public address"
     return None
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries (mapped, 6to4, Teredo, NAT64, compatible): it is
+    checked instead (as :mod:`rota.builtin.addresses` does for ``http.request``)."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in _NAT64 or (ip in _COMPATIBLE and int(ip) > 1):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def _parse(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An IP address (brackets and an IPv6 zone dropped), or ``None``."""
+    try:
+        return ipaddress.ip_address(address.strip().strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
