@@ -229,6 +229,44 @@ def test_worker_sigterm_under_load_loses_nothing(cluster: Cluster) -> None:  # n
     )
 
 
+def test_worker_sigterm_interrupts_a_job_past_its_grace_and_it_runs_again(
+    cluster: Cluster,  # noqa: F811
+) -> None:
+    """SIGTERM with ``--grace 1`` while an 8 s job runs: the attempt is reported interrupted
+    (Unknown, not Cancelled) and the occurrence's next attempt runs on the other worker to
+    completion, counted as no failure of the job."""
+    c = cluster
+    c.server("server-a")
+    w1, w2 = start_workers(c, grace=1)
+    job = c.api("POST", "/jobs", json={"jobType": "e2e.long", "workerId": "e2e",
+                                       "cronExpression": "0 0 1 1 *"})  # fmt: skip
+    occ = c.api("POST", f"/jobs/{job['id']}/trigger", json={"reason": "e2e"})
+
+    def running() -> dict[str, Any] | None:
+        o: dict[str, Any] = c.api("GET", f"/occurrences/{occ['id']}")
+        return o if o["status"] == RUNNING and o["instanceId"] else None
+
+    wait_until(lambda: running() is not None, 20, f"never ran: {c.logs()}")
+    first = running()
+    assert first is not None
+    victim = w1 if instance_pid(first["instanceId"]) == w1.proc.pid else w2
+    survivor = w2 if victim is w1 else w1
+    assert victim.terminate(timeout=30) == 0, victim.tail()
+
+    def completed() -> bool:
+        return bool(c.api("GET", f"/occurrences/{occ['id']}")["status"] == COMPLETED)
+
+    wait_until(completed, 60, f"the interrupted job did not run again: {c.logs()}")
+    done = c.api("GET", f"/occurrences/{occ['id']}")
+    assert done["attempt"] == 2
+    assert instance_pid(done["instanceId"]) == survivor.proc.pid
+    changes = [(s["to"], s["attempt"], s["reason"]) for s in done["statusChangeLogs"]]
+    assert (UNKNOWN, 1, "zombie") in changes, changes
+    assert CANCELLED not in [to for to, _, _ in changes], changes
+    stats = c.api("GET", f"/jobs/{job['id']}")
+    assert stats["autoDisable"]["consecutiveFailures"] == 0, stats
+
+
 def _rabbit(*args: str) -> None:
     subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=120)
 
