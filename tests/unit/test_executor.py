@@ -726,6 +726,31 @@ async def test_stop_cancels_sync_handlers_too(broker: InProcessBroker, observer:
     assert (await observer.wait_final(message.occurrence_id)).status is S.UNKNOWN
 
 
+async def test_a_cancel_asked_before_the_stop_stays_cancelled(
+    broker: InProcessBroker, observer: Observer
+) -> None:
+    """Only an attempt the stop cuts short is interrupted; one whose cancellation was asked
+    (and that has not ended yet) ends Cancelled, final, as asked."""
+    started = threading.Event()
+    release = threading.Event()
+
+    @rota.job("deaf")
+    def deaf(ctx: rota.JobContext) -> None:
+        started.set()
+        release.wait(DEADLINE)  # does not look at ctx.cancelled
+
+    executor = await Harness(broker).executor(deaf)
+    message = await Harness(broker).publish("deaf")
+    assert await asyncio.to_thread(started.wait, DEADLINE)
+    assert executor.cancel(message.occurrence_id)
+    try:
+        await executor.stop(grace=0.05)
+    finally:
+        release.set()
+    final = await observer.wait_final(message.occurrence_id)
+    assert (final.status, final.exception) == (S.CANCELLED, "cancelled")
+
+
 async def test_start_twice_is_refused(harness: Harness) -> None:
     executor = await harness.executor(async_plain)
     with pytest.raises(RuntimeError):
