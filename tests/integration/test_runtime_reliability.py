@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -14,7 +15,7 @@ import pytest
 from rota.app.runtime import Runtime
 from rota.core.models import OccurrenceStatus, StatusRecord
 from rota.services.zombies import zombie_records
-from tests.helpers import RuntimeFactory, eventually
+from tests.helpers import RuntimeFactory, eventually, settings_for
 from tests.integration import reliability_jobs
 
 S = OccurrenceStatus
@@ -169,3 +170,39 @@ async def test_a_late_report_of_a_superseded_attempt_is_ignored_and_counted(
 
 async def _is(runtime: Runtime, occurrence_id: str, status: S) -> bool:
     return await status_of(runtime, occurrence_id) is status
+
+
+async def test_a_job_past_the_stop_grace_is_interrupted_and_run_again_after_a_restart(
+    tmp_path: Path, runtime_factory: RuntimeFactory
+) -> None:
+    """Embedded: the process stops (SIGTERM) while a job runs past its grace. The attempt is
+    stored as interrupted (Unknown, not Cancelled); the restarted process gives the occurrence
+    its next attempt at once (the dead-worker sweep), which runs."""
+    from rota.app.server import prepare
+
+    overrides = {"worker.concurrency": 1}
+    first = await prepare(settings_for(tmp_path, overrides), ["tests.integration.reliability_jobs"])
+    await first.start()
+    job = await first.jobs.create_job(
+        {"job_type": "rel.async_block", "cron_expression": "0 0 1 1 *"}
+    )
+    occurrence = await first.jobs.trigger(job.id, force=True)
+    oid = str(occurrence.id)
+    await eventually(lambda: started(oid), 10, "the job to start")
+    await first.stop(grace=0.1)
+    assert oid in reliability_jobs.saw_cancel  # the handler was cut short
+
+    second = await runtime_factory(overrides, ["tests.integration.reliability_jobs"])
+
+    async def second_attempt_runs() -> bool:
+        stored = await second.store.get_occurrence(occurrence.id)
+        return stored.attempt == 2 and stored.status is S.RUNNING
+
+    await eventually(second_attempt_runs, 10, "attempt 2 to run")
+    stored = await second.store.get_occurrence(occurrence.id)
+    changes = [(c.to_status, c.attempt, c.reason) for c in stored.status_changes]
+    assert (S.UNKNOWN, 1, "zombie") in changes, changes
+    assert all(to is not S.CANCELLED for to, _, _ in changes), changes
+    interrupted = [c for c in stored.status_changes if c.to_status is S.UNKNOWN]
+    assert len(interrupted) == 1
+    assert (await second.store.get_job(job.id)).consecutive_failures == 0

@@ -90,7 +90,9 @@ class Collector:
 
     async def final(self, occurrence_id: UUID) -> S:
         await eventually(
-            lambda: any(s.is_terminal for s in self.of(occurrence_id)), WAIT, "a final"
+            lambda: any(s.is_terminal or s is S.UNKNOWN for s in self.of(occurrence_id)),
+            WAIT,
+            "a final (or interrupted)",
         )
         return self.of(occurrence_id)[-1]
 
@@ -275,7 +277,7 @@ async def test_stop_gives_back_prefetched_messages(
         await eventually(lambda: flaky.acked(messages[0].occurrence_id), WAIT, "the first acked")
         await ready_is(rabbit, 1)  # the second is prefetched: held, unacked, not started
         await worker.stop(executor, grace=0.05)
-        assert await collector.final(messages[0].occurrence_id) is S.CANCELLED
+        assert await collector.final(messages[0].occurrence_id) is S.UNKNOWN  # interrupted
         await ready_is(rabbit, 2)
         assert await queue_counts(vhost, rabbit.names.job_queue(GROUP)) == (2, 0)
         assert collector.of(messages[1].occurrence_id) == []
@@ -302,7 +304,7 @@ async def test_stop_gives_back_messages_held_for_their_job_type(
         await worker.stop(executor, grace=0.05)
         requeued = {oid for kind, oid in flaky.settles if kind == "requeue"}
         assert requeued == {m.occurrence_id for m in messages[1:3]}
-        assert await collector.final(messages[0].occurrence_id) is S.CANCELLED
+        assert await collector.final(messages[0].occurrence_id) is S.UNKNOWN  # interrupted
         await ready_is(rabbit, 3)
         assert await queue_counts(vhost, rabbit.names.job_queue(GROUP)) == (3, 0)
         assert all(collector.of(m.occurrence_id) == [] for m in messages[1:])

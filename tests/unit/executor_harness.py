@@ -71,7 +71,12 @@ class Observer:
 
     def final(self, occurrence_id: UUID) -> StatusRecord | None:
         for record in reversed(self.of(occurrence_id)):
-            if record.status.is_terminal or record.retry_at is not None:
+            # Unknown: an attempt interrupted by the worker's stop (its last record)
+            if (
+                record.status.is_terminal
+                or record.retry_at is not None
+                or record.status is OccurrenceStatus.UNKNOWN
+            ):
                 return record
         return None
 

@@ -703,8 +703,12 @@ async def test_stop_lets_short_jobs_finish_and_cancels_long_ones(
     assert quick_final.status is S.COMPLETED
     assert quick_final.result == "done"
     slow_final = await observer.wait_final(slow.occurrence_id)
-    assert slow_final.status is S.CANCELLED
-    assert "stopping" in (slow_final.exception or "")
+    # interrupted, not cancelled: the scheduler gives it its next attempt
+    assert slow_final.status is S.UNKNOWN
+    assert slow_final.failure_type is FailureType.ZOMBIE
+    assert slow_final.exception == (
+        "interrupted: worker stopped; still running after its grace of 0.3 s"
+    )
 
 
 async def test_stop_cancels_sync_handlers_too(broker: InProcessBroker, observer: Observer) -> None:
@@ -719,7 +723,32 @@ async def test_stop_cancels_sync_handlers_too(broker: InProcessBroker, observer:
     message = await Harness(broker).publish("stuck")
     assert await asyncio.to_thread(started.wait, DEADLINE)
     await executor.stop(grace=0.05)
-    assert (await observer.wait_final(message.occurrence_id)).status is S.CANCELLED
+    assert (await observer.wait_final(message.occurrence_id)).status is S.UNKNOWN
+
+
+async def test_a_cancel_asked_before_the_stop_stays_cancelled(
+    broker: InProcessBroker, observer: Observer
+) -> None:
+    """Only an attempt the stop cuts short is interrupted; one whose cancellation was asked
+    (and that has not ended yet) ends Cancelled, final, as asked."""
+    started = threading.Event()
+    release = threading.Event()
+
+    @rota.job("deaf")
+    def deaf(ctx: rota.JobContext) -> None:
+        started.set()
+        release.wait(DEADLINE)  # does not look at ctx.cancelled
+
+    executor = await Harness(broker).executor(deaf)
+    message = await Harness(broker).publish("deaf")
+    assert await asyncio.to_thread(started.wait, DEADLINE)
+    assert executor.cancel(message.occurrence_id)
+    try:
+        await executor.stop(grace=0.05)
+    finally:
+        release.set()
+    final = await observer.wait_final(message.occurrence_id)
+    assert (final.status, final.exception) == (S.CANCELLED, "cancelled")
 
 
 async def test_start_twice_is_refused(harness: Harness) -> None:
@@ -1050,7 +1079,7 @@ async def test_stop_hands_back_what_did_not_start(
     await eventually(lambda: executor.held == 2, WAIT, "two held (the prefetch is full)")
     assert (await broker.queue_depths())["rota.jobs.test-worker"] == 1
     await executor.stop(grace=0.05)
-    assert (await observer.wait_final(messages[0].occurrence_id)).status is S.CANCELLED
+    assert (await observer.wait_final(messages[0].occurrence_id)).status is S.UNKNOWN
     assert sorted(flaky.settles) == sorted(
         [("ack", messages[0].occurrence_id)] + [("requeue", m.occurrence_id) for m in messages[1:3]]
     )

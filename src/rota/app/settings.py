@@ -75,6 +75,21 @@ class SchedulerSettings(BaseModel):
     zombie_interval_seconds: float = Field(
         10.0, gt=0, description="How often each server looks for zombies."
     )
+    dead_worker_interval_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="How often the server owning bucket 0 looks for the Running occurrences "
+        "of worker instances whose registration expired (and for attempts interrupted at a "
+        "worker's stop): they get their next attempt at once, without the zombie threshold.",
+    )
+    dead_worker_silence_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="An occurrence of an unregistered worker instance is taken as lost only "
+        "once it is also this silent in the store (its Running re-reports stopped too). Keep "
+        "it above the workers' heartbeat: a worker cut off from Redis alone still reports "
+        "through the broker.",
+    )
     queued_zombie_threshold_seconds: float = Field(
         1800.0,
         gt=0,
@@ -130,7 +145,13 @@ class WorkerSettings(BaseModel):
     concurrency: int = Field(32, ge=1, description="Jobs run at once by the embedded worker.")
     sync_threads: int = Field(16, ge=1, description="Threads for plain-def handlers.")
     flush_interval_seconds: float = Field(0.02, gt=0, description="Status/log packing interval.")
-    heartbeat_seconds: float = Field(5.0, gt=0)
+    heartbeat_seconds: float = Field(
+        2.0,
+        gt=0,
+        description="How often a worker instance refreshes its registration (it expires after "
+        "3 missed ones: a killed worker's work gets its next attempt then) and re-reports its "
+        "running occurrences.",
+    )
     default_timeout_seconds: float | None = Field(
         None,
         gt=0,

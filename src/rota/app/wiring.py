@@ -224,6 +224,9 @@ def build_runtime(
             live_workers=workers.live,
             live_threshold_seconds=sched.zombie_live_worker_threshold_seconds,
             max_requeues=sched.zombie_max_requeues,
+            dead_interval_seconds=sched.dead_worker_interval_seconds,
+            dead_silence_seconds=sched.dead_worker_silence_seconds,
+            is_leader=lambda: 0 in owner.buckets,
         ),
         audit=audit,
         auth=AuthService(store, auth_config(settings), utcnow, audit=audit),
@@ -279,6 +282,7 @@ def build_executor(
         concurrency=slots,
         sync_threads=max(ws.sync_threads, slots) if standalone else ws.sync_threads,
         flush_interval=ws.flush_interval_seconds,
+        heartbeat_interval=ws.heartbeat_seconds,
         store=local_store,
         hand_back_after=ws.hand_back_after_seconds if standalone else HAND_BACK_AFTER,
         finalized_retention=(

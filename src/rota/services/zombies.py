@@ -22,6 +22,16 @@ Two kinds:
   worker instance able to run it has been up for that whole threshold: while its workers are
   down the message waits safely in the queue.
 
+**A dead worker** is not waited for: every ``dead_interval`` seconds the detector asks the store
+for the Running occurrences of worker instances that are no longer registered (their
+registration expired: three missed heartbeats of the instance, 6 s by default) and that are
+also silent in the store for ``dead_silence`` seconds (their Running re-reports stopped too: a
+worker cut off from the registry alone still reports through the broker), and for the Unknown
+ones (an attempt its worker reported interrupted at a stop, :mod:`rota.worker.run`): each gets
+its next attempt at once, by the same policy, without the per-occurrence threshold, which stays
+as the backstop for a live worker that lost a job. Only the server that ``is_leader()`` (the
+owner of bucket 0, as for maintenance) does this; without a registry it is not done.
+
 A requeue is bounded (``max_requeues`` attempts beyond the occurrence's retries), so a handler
 that kills its worker every time ends Failed (``zombie``) with a dead-letter record.
 
@@ -34,8 +44,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from uuid import UUID
 
 from rota.core.models import (
     FailureType,
@@ -57,6 +68,11 @@ LiveWorkers = Callable[[], Awaitable[Sequence[WorkerInfo]]]
 """The worker instances registered now (raises when the registry cannot say)."""
 
 DEFAULT_MAX_REQUEUES = 3
+DEAD_INTERVAL = 1.0
+"""Seconds between two looks for the occurrences of dead worker instances."""
+DEAD_SILENCE = 5.0
+"""Seconds an occurrence of an unregistered worker instance must also be silent in the store
+(above the workers' Running re-report interval, 2 s by default, and the tracker's lag)."""
 
 S = OccurrenceStatus
 
@@ -77,6 +93,7 @@ def zombie_records(
     policy: ZombiePolicy = ZombiePolicy.REQUEUE,
     *,
     max_requeues: int = DEFAULT_MAX_REQUEUES,
+    reason: str | None = None,
 ) -> list[StatusRecord]:
     """What becomes of a zombie: Unknown with the reason, then a new attempt due now
     (``requeue``) or Failed with failure type ``zombie`` (``fail``).
@@ -84,8 +101,11 @@ def zombie_records(
     ``requeue`` is bounded: an occurrence gets at most ``max_requeues`` attempts beyond its
     retries (attempt ``max_retries + 1 + max_requeues`` is the last); a zombie past that fails.
     A handler that takes its worker down every time (a crash, the OOM killer) thus ends in a
-    dead letter instead of felling worker after worker forever."""
-    reason = zombie_reason(occurrence, now)
+    dead letter instead of felling worker after worker forever.
+
+    ``reason``: why (default :func:`zombie_reason`). An occurrence already Unknown (an
+    interrupted attempt) gets only the second record."""
+    reason = reason or zombie_reason(occurrence, now)
     if (
         policy is ZombiePolicy.REQUEUE
         and occurrence.attempt > occurrence.max_retries + max_requeues
@@ -117,7 +137,21 @@ def zombie_records(
             attempt=occurrence.attempt + 1,
             retry_at=now,
         )
+    if occurrence.status is S.UNKNOWN:
+        return [end]
     return [unknown, end]
+
+
+def orphan_reason(occurrence: Occurrence, now: datetime) -> str:
+    """Why an occurrence of a dead worker gets its next attempt."""
+    if occurrence.status is S.UNKNOWN:
+        return occurrence.exception or "interrupted"
+    last = occurrence.last_heartbeat or occurrence.start_time or occurrence.created_at
+    silent = max(0, round((now - last).total_seconds()))
+    return (
+        f"worker instance {occurrence.instance_id} is gone (its registration expired); "
+        f"no heartbeat for {silent} s"
+    )
 
 
 class ZombieDetector:
@@ -138,8 +172,14 @@ class ZombieDetector:
         live_workers: LiveWorkers | None = None,
         live_threshold_seconds: float = 600.0,
         max_requeues: int = DEFAULT_MAX_REQUEUES,
+        dead_interval_seconds: float = DEAD_INTERVAL,
+        dead_silence_seconds: float = DEAD_SILENCE,
+        is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
         self._store = store
+        self._dead_interval = dead_interval_seconds
+        self._dead_silence = dead_silence_seconds
+        self._is_leader = is_leader
         self._threshold = threshold_seconds
         self._queued_threshold = queued_threshold_seconds
         self._policy = policy
@@ -197,15 +237,71 @@ class ZombieDetector:
                     zombie_reason(occ, now),
                     extra={"action": "zombie", "occurrence_id": occ.id, "job_id": occ.job_id},
                 )
-            requeued = sum(1 for status in ended.values() if status is S.QUEUED)
-            self.requeued += requeued
-            self.failed += len(ended) - requeued
-            total += len(ended)
-            if result.applied and self._on_applied is not None:
-                self._on_applied(result)
+            total += self._count(result, ended)
             if len(stale) < self._batch or not ended:
                 break  # done, or what is left is being handled by another server
         return total
+
+    async def sweep_dead(self) -> int:
+        """One look for the occurrences of dead worker instances (and interrupted attempts):
+        each gets its next attempt (or fails) at once, by policy. Only on the leader, and only
+        with a registry; returns how many this call handled."""
+        if self._live_workers is None or not self._is_leader():
+            return 0
+        live = [w.instance_id for w in await self._live_workers()]
+        total = 0
+        while not self._stopping.is_set():
+            now = self._clock()
+            orphans = await self._store.orphaned_occurrences(
+                now, live_instances=live, silent_for=self._dead_silence, limit=self._batch
+            )
+            if not orphans:
+                break
+            reasons = {s.occurrence.id: orphan_reason(s.occurrence, now) for s in orphans}
+            records = [
+                r
+                for s in orphans
+                for r in zombie_records(
+                    s.occurrence,
+                    now,
+                    s.zombie_policy or self._policy,
+                    max_requeues=self._max_requeues,
+                    reason=reasons[s.occurrence.id],
+                )
+            ]
+            result = await self._store.apply_status(records)
+            ended = {
+                c.occurrence_id: c.to_status
+                for c in result.applied
+                if c.to_status in (S.QUEUED, S.FAILED)
+            }
+            for s in orphans:
+                status = ended.get(s.occurrence.id)
+                if status is not None:
+                    occ = s.occurrence
+                    log.warning(
+                        "occurrence of a dead worker %s: %s",
+                        "requeued" if status is S.QUEUED else "failed",
+                        reasons[occ.id],
+                        extra={
+                            "action": "dead_worker",
+                            "occurrence_id": occ.id,
+                            "job_id": occ.job_id,
+                            "instance_id": occ.instance_id,
+                        },
+                    )
+            total += self._count(result, ended)
+            if len(orphans) < self._batch or not ended:
+                break
+        return total
+
+    def _count(self, result: StatusResult, ended: Mapping[UUID, OccurrenceStatus]) -> int:
+        requeued = sum(1 for status in ended.values() if status is S.QUEUED)
+        self.requeued += requeued
+        self.failed += len(ended) - requeued
+        if result.applied and self._on_applied is not None:
+            self._on_applied(result)
+        return len(ended)
 
     def _still_alive(
         self, stale: StaleOccurrence, live: list[WorkerInfo] | None, now: datetime
@@ -243,7 +339,17 @@ class ZombieDetector:
         self._stopping.set()
 
     async def run(self) -> None:
-        """Sweep every interval until :meth:`stop`; errors are logged, the loop never dies."""
-        await run_periodically(
-            "zombie detection", self.sweep, self._interval, self._stopping, log=log
+        """Sweep every interval, and look for dead workers' occurrences every dead interval,
+        until :meth:`stop`; errors are logged, the loops never die."""
+        await asyncio.gather(
+            run_periodically(
+                "zombie detection", self.sweep, self._interval, self._stopping, log=log
+            ),
+            run_periodically(
+                "dead worker detection",
+                self.sweep_dead,
+                self._dead_interval,
+                self._stopping,
+                log=log,
+            ),
         )

@@ -208,8 +208,9 @@ class Executor:
 
     async def stop(self, grace: float) -> None:
         """Stop intake and give back every delivery not started; let running handlers finish
-        for up to ``grace`` seconds, cancel the rest (reported Cancelled), and hand over the
-        reports (to the outbox if publishing fails)."""
+        for up to ``grace`` seconds, cut the rest short (reported interrupted: Unknown, and
+        the scheduler gives each its next attempt at once), and hand over the reports (to the
+        outbox if publishing fails)."""
         self._flow.stopping = True
         for task in (self._intake, self._housekeeping):
             if task is not None:
@@ -220,7 +221,7 @@ class Executor:
         await self._flow.hand_back_held(math.inf)
         if self._flow.tasks and grace > 0:
             await asyncio.wait(self._flow.tasks, timeout=grace)
-        self._runner.cancel_all("worker stopping")
+        self._runner.cancel_all(f"worker stopped; still running after its grace of {grace:g} s")
         if tasks := self._flow.tasks:
             _, stuck = await asyncio.wait(tasks, timeout=_CANCEL_WAIT)
             if stuck:

@@ -4,8 +4,9 @@ The executor (:mod:`rota.worker.executor`) decides whether a delivery runs and r
 comes back; a :class:`Runner` runs it. It keeps the handlers running here as cancellable
 entries, runs async handlers on the loop and sync ones in its thread pool, applies the
 attempt's timeout, and turns what the handler returned or raised into Completed, Failed
-(with its ``retry_at``), Timed out or Cancelled. :class:`ExecutorStats` holds the executor's
-counters, which its collaborators (this runner, :mod:`rota.worker.flow`) add to.
+(with its ``retry_at``), Timed out, Cancelled, or Unknown (interrupted by the worker's
+stop). :class:`ExecutorStats` holds the executor's counters, which its collaborators (this
+runner, :mod:`rota.worker.flow`) add to.
 """
 
 from __future__ import annotations
@@ -109,7 +110,15 @@ def to_jsonable(result: object) -> JsonValue:
 class RunningHandler:
     """An occurrence whose handler is running here."""
 
-    __slots__ = ("cancel_reason", "ctx", "is_async", "started", "task", "task_cancelled")
+    __slots__ = (
+        "cancel_reason",
+        "ctx",
+        "interrupted",
+        "is_async",
+        "started",
+        "task",
+        "task_cancelled",
+    )
 
     def __init__(self, ctx: JobContext, task: asyncio.Task[Any] | None, is_async: bool) -> None:
         self.ctx = ctx
@@ -118,6 +127,8 @@ class RunningHandler:
         self.started = time.monotonic()
         self.cancel_reason: str | None = None
         self.task_cancelled = False
+        self.interrupted = False
+        """Cut short by the worker's stop (not a cancel asked for it): reported Unknown."""
 
 
 class _TimedOut(Exception):
@@ -185,8 +196,13 @@ class Runner:
         return True
 
     def cancel_all(self, reason: str) -> None:
-        """Cancel every running handler, a sync one's thread's task too (at stop)."""
+        """Cut every running handler short, a sync one's thread's task too (at stop). An
+        attempt not already being cancelled is *interrupted*: reported Unknown with
+        ``reason``, and the scheduler gives its occurrence the next attempt at once (by its
+        zombie policy), counting no failure; one being cancelled stays Cancelled."""
         for entry in list(self._running.values()):
+            if entry.cancel_reason is None:
+                entry.interrupted = True
             self._cancel_entry(entry, reason, force=True)
 
     def _cancel_entry(self, entry: RunningHandler, reason: str, *, force: bool) -> None:
@@ -262,6 +278,8 @@ class Runner:
         except asyncio.CancelledError:
             if not entry.task_cancelled:
                 raise
+            if entry.interrupted:
+                return self._interrupted(entry, started)
             return self._cancelled(ctx, entry.cancel_reason or "cancelled", started)
         except _TimedOut as exc:
             ctx.request_cancel()
@@ -274,6 +292,8 @@ class Runner:
                 failure_type=FailureType.TIMED_OUT,
             )
         except JobCancelledError as exc:
+            if entry.interrupted:
+                return self._interrupted(entry, started)
             return self._cancelled(ctx, str(exc) or "cancelled", started)
         except Exception as exc:
             return self._failed(ctx, definition, message, exc, started)
@@ -331,6 +351,16 @@ class Runner:
     def _cancelled(self, ctx: JobContext, reason: str, started: float) -> StatusRecord:
         return self.record(
             ctx, S.CANCELLED, self._clock(), exception=reason, duration_ms=_ms_since(started)
+        )
+
+    def _interrupted(self, entry: RunningHandler, started: float) -> StatusRecord:
+        return self.record(
+            entry.ctx,
+            S.UNKNOWN,
+            self._clock(),
+            exception=f"interrupted: {entry.cancel_reason or 'worker stopped'}",
+            duration_ms=_ms_since(started),
+            failure_type=FailureType.ZOMBIE,
         )
 
     def _failed(

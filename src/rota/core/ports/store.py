@@ -227,6 +227,23 @@ class StatusStore(abc.ABC):
         broker (``dispatched_at`` set) but not started: dispatched longer ago than
         ``queued_threshold`` and than the job's own threshold (whichever is longer)."""
 
+    @abc.abstractmethod
+    async def orphaned_occurrences(
+        self,
+        now: datetime,
+        *,
+        live_instances: Sequence[str],
+        silent_for: float,
+        limit: int,
+    ) -> list[StaleOccurrence]:
+        """The dead-worker query: occurrences whose worker is gone, longest silent first, at
+        most ``limit``; without status changes.
+
+        Running on a worker instance (``instance_id`` set) that is not among
+        ``live_instances`` and silent (``last_heartbeat``, else ``start_time``) for longer than
+        ``silent_for`` seconds, whatever the job's own zombie threshold; and Unknown (an
+        attempt its worker reported interrupted at stop)."""
+
 
 class DispatchStore(abc.ABC):
     """Filling the schedule index, firing due jobs and handing occurrences to the broker

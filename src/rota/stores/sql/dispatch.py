@@ -13,6 +13,7 @@ from sqlalchemy import (
     ColumnElement,
     Integer,
     Uuid,
+    and_,
     bindparam,
     func,
     insert,
@@ -356,6 +357,46 @@ class DispatchQueries(SqlParts):
         ]
         found.sort(key=lambda s: (_last_sign(s.occurrence), s.occurrence.id))
         return found[:limit]
+
+    async def orphaned_occurrences(
+        self,
+        now: datetime,
+        *,
+        live_instances: Sequence[str],
+        silent_for: float,
+        limit: int,
+    ) -> list[StaleOccurrence]:
+        occ, j = occurrences.c, jobs.c
+        joined = occurrences.outerjoin(jobs, j.id == occ.job_id)
+        last_sign = func.coalesce(occ.last_heartbeat, occ.start_time, occ.created_at)
+        gone = and_(
+            occ.status == int(OccurrenceStatus.RUNNING),
+            occ.instance_id.is_not(None),
+            self._silence(last_sign, now) > silent_for,
+        )
+        if live_instances:
+            gone = and_(gone, occ.instance_id.not_in(sorted(set(live_instances))))
+        stmt = (
+            select(occurrences, j.zombie_policy, j.zombie_threshold_seconds)
+            .select_from(joined)
+            .where(
+                # the (status, id) index: Running and Unknown rows are few (workers' slots)
+                occ.status.in_([int(OccurrenceStatus.RUNNING), int(OccurrenceStatus.UNKNOWN)]),
+                or_(occ.status == int(OccurrenceStatus.UNKNOWN), gone),
+            )
+            .order_by(last_sign, occ.id)
+            .limit(max(0, limit))
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            StaleOccurrence(
+                occurrence=_to_occurrence(r),
+                zombie_policy=None if r.zombie_policy is None else ZombiePolicy(r.zombie_policy),
+                zombie_threshold_seconds=r.zombie_threshold_seconds,
+            )
+            for r in rows
+        ]
 
     def _silence(self, since: ColumnElement[Any], now: datetime) -> ColumnElement[Any]:
         """Seconds from ``since`` (a UTC datetime column) to ``now``, in SQL."""
