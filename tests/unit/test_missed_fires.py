@@ -6,7 +6,7 @@ monitor's alerts; recorded fires (run or Skipped) resolve it; disabled, new, edi
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
@@ -112,10 +112,10 @@ class Setup:
 
 
 @pytest.fixture
-async def counting(url: str) -> Counting:
+async def counting(url: str) -> AsyncIterator[Counting]:
     store = Counting(url)
     await store.open()
-    yield store  # type: ignore[misc]
+    yield store
     await store.close()
 
 
@@ -257,6 +257,17 @@ async def test_only_the_jobs_of_its_buckets(setup: Setup) -> None:
     setup.buckets = []
     assert await setup.watch.check() == []
     assert setup.overdue() == {}
+
+
+async def test_two_servers_share_the_jobs_by_bucket(setup: Setup, counting: Counting) -> None:
+    jobs = [await setup.job(bucket=b % 4) for b in range(8)]
+    other = Setup(counting, setup.clock)
+    setup.buckets, other.buckets = [0, 2], [1, 3]
+    setup.clock.now = T0 + 10 * SECOND
+    mine = {a.job_id for a in await setup.watch.check()}
+    theirs = {a.job_id for a in await other.watch.check()}
+    assert mine == {j.id for j in jobs if j.bucket in (0, 2)}
+    assert theirs == {j.id for j in jobs if j.bucket in (1, 3)}  # each job once, by one server
 
 
 async def test_one_store_read_per_round_whatever_the_number_of_jobs(
