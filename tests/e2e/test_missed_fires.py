@@ -6,6 +6,7 @@ the alerts."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from .distributed import (
     cluster,  # noqa: F401  (fixture)
     distributed_env,  # noqa: F401  (fixture)
 )
+from .recovery import Recorder
 
 pytestmark = pytest.mark.slow
 
@@ -43,6 +45,7 @@ def _get(c: Cluster, base: str, path: str) -> Any:
 
 def test_a_stopped_dispatcher_is_reported_per_job_by_the_owner_of_its_bucket(
     cluster: Cluster,  # noqa: F811
+    recovery: Recorder,
 ) -> None:
     c = cluster
     a = c.server("server-a")
@@ -71,15 +74,22 @@ def test_a_stopped_dispatcher_is_reported_per_job_by_the_owner_of_its_bucket(
     for base in (a.base, b.base):  # every server lists every server's alerts
         wait_until(lambda base=base: len(overdue(c, base)) == len(jobs), 30, "shared alerts")
     alerts = overdue(c)
+    lates: list[float] = []
     for job in jobs:
         alert = alerts[job["id"]]
         assert alert["instanceId"] == owners[job["bucket"]]
         expected = parse(alert["expectedAt"])
         late = parse(alert["raisedAt"]) - expected
+        lates.append(late.total_seconds())
         assert timedelta(seconds=GRACE) <= late <= timedelta(seconds=GRACE + SLACK), alert
         fired = {parse(o["scheduledFor"]) for o in c.occurrences(job["id"])}
         assert expected not in fired  # the fire it names was not recorded
         assert "the dispatcher is paused: drill" in alert["message"]
 
+    recovery("dispatcher stopped: fire_overdue raised after the due fire (slowest job)", max(lates))
+    recovery("dispatcher stopped: fire_overdue raised after the due fire (fastest job)", min(lates))
+
+    resumed = time.monotonic()
     c.api("POST", "/admin/dispatcher/resume")
     wait_until(lambda: overdue(c) == {}, 60, f"the alerts resolved: {c.logs()}")
+    recovery("dispatcher resumed: every fire_overdue alert cleared", time.monotonic() - resumed)
