@@ -66,6 +66,7 @@ async def test_a_paused_dispatcher_makes_a_cron_job_raise_an_alert(
             "silence.interval_seconds": 0.2,
             "silence.window_seconds": 60,
             "silence.grace_seconds": 1.0,
+            "silence.fire_check_enabled": False,  # its fire_overdue: tests/.../test_missed_fires
             "alert_webhook_url": receiver.url,
         },
         ["tests.integration.ops_jobs"],

@@ -24,6 +24,7 @@ from rota.services.auth import AuthConfig
 from rota.services.dispatcher import DispatcherConfig
 from rota.services.jobs import JobsConfig
 from rota.services.maintenance import RetentionPolicy
+from rota.services.missed import FireWatchConfig
 from rota.services.notifications import NotificationConfig
 from rota.services.ratelimit import Rate
 from rota.services.silence import SilenceConfig
@@ -100,6 +101,14 @@ def notification_config(settings: NotificationSettings) -> NotificationConfig:
         backoff_cap_seconds=settings.backoff_cap_seconds,
         dead_letter_interval_seconds=settings.dead_letter_interval_seconds,
         keep_finished_seconds=settings.keep_finished_days * 86400,
+    )
+
+
+def fire_watch_config(settings: SilenceSettings) -> FireWatchConfig:
+    return FireWatchConfig(
+        interval_seconds=settings.fire_check_interval_seconds,
+        grace_seconds=settings.fire_grace_seconds,
+        lookback_seconds=settings.fire_lookback_seconds,
     )
 
 

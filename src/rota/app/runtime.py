@@ -33,6 +33,7 @@ from rota.services.events import EventPublisher
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
 from rota.services.maintenance import Maintenance
+from rota.services.missed import FireWatch
 from rota.services.notifications import NotificationService
 from rota.services.probes import ProbeReleaser
 from rota.services.reactions import StatusReactions
@@ -78,6 +79,7 @@ class Runtime:
     maintenance: Maintenance
     silence: SilenceMonitor
     notifications: NotificationService
+    fires: FireWatch
     declared: DeclaredSchedules
     switch: DispatcherSwitchFollower
     roster: RosterWatcher
@@ -116,6 +118,8 @@ class Runtime:
         self._spawn(self.declared.run(), "declared-schedules")
         if self.settings.silence.enabled:
             self._spawn(self.silence.run(), "silence")
+            if self.settings.silence.fire_check_enabled:
+                self._spawn(self.fires.run(), "missed-fires")
         if self.settings.notifications.enabled:
             self._spawn(self.notifications.run(), "notifications")
         retention = self.settings.retention.enabled
@@ -153,6 +157,7 @@ class Runtime:
         self.maintenance.stop()
         self.silence.stop()
         self.notifications.stop()
+        self.fires.stop()
         self.roster.stop()
         self.switch.stop()
         if self.executor is not None and self.presence is not None:

@@ -257,6 +257,20 @@ class SilenceSettings(BaseModel):
         60.0, gt=0, description="A dispatcher whose loop has not ticked for this long alerts."
     )
     webhook_timeout_seconds: float = Field(5.0, gt=0, description="Per webhook POST.")
+    fire_check_enabled: bool = Field(
+        True, description="Compare each cron job's expected fires with the recorded ones."
+    )
+    fire_check_interval_seconds: float = Field(
+        1.0, gt=0, description="How often each server compares them (fire_overdue alerts)."
+    )
+    fire_grace_seconds: float = Field(
+        5.0,
+        ge=0,
+        description="A fire not recorded this long after its due time raises fire_overdue.",
+    )
+    fire_lookback_seconds: float = Field(
+        3600.0, gt=0, description="How far back recorded fires are read."
+    )
 
 
 def _networks(value: str) -> str:

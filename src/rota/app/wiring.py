@@ -24,6 +24,7 @@ from rota.app.adapters import make_broker, make_coordination, make_index, make_s
 from rota.app.configs import (
     auth_config,
     dispatcher_config,
+    fire_watch_config,
     jobs_config,
     retention_policy,
     silence_config,
@@ -47,6 +48,7 @@ from rota.services.events import EventPublisher
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
 from rota.services.maintenance import Maintenance
+from rota.services.missed import FireWatch
 from rota.services.probes import ProbeReleaser
 from rota.services.reactions import StatusReactions
 from rota.services.silence import KINDS as SILENCE_KINDS
@@ -241,6 +243,14 @@ def build_runtime(
         ),
         silence=monitor,
         notifications=notifications,
+        fires=FireWatch(
+            store,
+            fire_watch_config(silence),
+            monitor,
+            instance_id=instance_id,
+            buckets=lambda: owner.buckets,
+            paused=lambda: dispatcher.paused_reason,
+        ),
         declared=DeclaredSchedules(jobs, store, workers),
         switch=DispatcherSwitchFollower(store, dispatcher),
         roster=RosterWatcher(workers, events, lambda: 0 in owner.buckets),
@@ -393,6 +403,7 @@ def _watch_runtime(runtime: Runtime) -> None:
     watched.leases_taken_over = lambda: owner.taken_over
     watched.dispatcher_last_tick = lambda: dispatcher.stats.last_tick
     watched.dispatcher_paused = lambda: dispatcher.paused_reason is not None
+    watched.fires_overdue = lambda: runtime.fires.overdue
     watched.events = lambda: (events.stats.published, events.stats.dropped)
 
 

@@ -212,6 +212,24 @@ class ProbeScan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WatchedSchedule:
+    """An active cron job as the missed-fire check reads it
+    (:meth:`SilenceReader.watched_schedules`): its schedule and the latest fire recorded."""
+
+    job_id: UUID
+    job_type: str
+    display_name: str
+    cron_expression: str
+    time_zone: str
+    execute_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    last_fire: datetime | None
+    """The latest ``scheduled_for`` of its scheduled occurrences (run, queued or Skipped; manual
+    runs left out) in the window asked for; ``None``: none there."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PurgeBatch:
     """One step of :meth:`Store.purge_occurrences`."""
 

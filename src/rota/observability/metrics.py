@@ -145,6 +145,8 @@ class Watched:
     leases_taken_over: Callable[[], int] | None = None
     dispatcher_last_tick: Callable[[], float] | None = None
     dispatcher_paused: Callable[[], bool] | None = None
+    fires_overdue: Callable[[], int] | None = None
+    """Jobs whose due fire is not recorded within the grace, at the last missed-fire check."""
     duplicate_deliveries: Callable[[], int] | None = None
     claimed_elsewhere: Callable[[], int] | None = None
     outbox_pending: Callable[[], int] | None = None
@@ -225,7 +227,8 @@ class RotaMetrics:
         self.silence_alerts = Counter(
             "rota_silence_alerts",
             "Silence alerts raised: a job with no occurrence where its cron expected one "
-            "(kind=missed_fire) or a dispatcher that stopped ticking (kind=dispatcher_stalled).",
+            "(kind=missed_fire), a fire not recorded within seconds of its due time "
+            "(kind=fire_overdue) or a dispatcher that stopped ticking (kind=dispatcher_stalled).",
             ["kind"],
             registry=r,
         )
@@ -395,6 +398,13 @@ class _Collector(Collector):
                 "rota_dispatcher_paused", "1 while the dispatcher is paused.",
                 float(w.dispatcher_paused()),
             )  # fmt: skip
+        if w.fires_overdue is not None:
+            yield _gauge(
+                "rota_fires_overdue",
+                "Cron jobs of this server whose due fire is not recorded within the grace "
+                "(ROTA_SILENCE__FIRE_GRACE_SECONDS), at the last missed-fire check.",
+                w.fires_overdue(),
+            )
         yield from _skipped_deliveries(w)
         if w.outbox_pending is not None:
             yield _gauge(

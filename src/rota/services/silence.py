@@ -31,10 +31,12 @@ from rota.services._loop import run_periodically
 
 log = logging.getLogger(__name__)
 
-AlertKind = Literal["missed_fire", "dispatcher_stalled"]
+AlertKind = Literal["missed_fire", "dispatcher_stalled", "fire_overdue"]
 MISSED_FIRE: AlertKind = "missed_fire"
 DISPATCHER_STALLED: AlertKind = "dispatcher_stalled"
-KINDS: tuple[AlertKind, ...] = (MISSED_FIRE, DISPATCHER_STALLED)
+FIRE_OVERDUE: AlertKind = "fire_overdue"
+"""A fire not recorded within seconds of its due time (:mod:`rota.services.missed`)."""
+KINDS: tuple[AlertKind, ...] = (MISSED_FIRE, DISPATCHER_STALLED, FIRE_OVERDUE)
 
 RECENT = 200
 """Resolved alerts remembered for the API."""
@@ -48,14 +50,15 @@ INFO_KEY = "alerts"
 class Alert:
     kind: AlertKind
     key: str
-    """What the alert is about: ``job:<id>`` or ``dispatcher:<instance id>``."""
+    """What the alert is about: ``job:<id>``, ``fire:<job id>`` or ``dispatcher:<instance id>``."""
     message: str
     raised_at: datetime
     instance_id: str
     job_id: UUID | None = None
     job_type: str | None = None
     expected_at: datetime | None = None
-    """missed_fire: the first fire the cron expected in the window."""
+    """missed_fire: the first fire the cron expected in the window; fire_overdue: the first
+    fire not recorded."""
     resolved_at: datetime | None = None
 
 
@@ -206,6 +209,15 @@ class SilenceMonitor:
                 self._resolve(key, now)
 
     # --- alert life cycle ------------------------------------------------------------------
+
+    def settle(self, kind: AlertKind, alerts: Sequence[Alert], now: datetime) -> None:
+        """Another check's findings of ``kind``: each alert not active yet is raised, each
+        active one of that kind no longer found is resolved."""
+        found = {a.key for a in alerts}
+        for alert in alerts:
+            self._raise(alert)
+        for key in [k for k, a in self._active.items() if a.kind == kind and k not in found]:
+            self._resolve(key, now)
 
     def _raise(self, alert: Alert) -> None:
         if alert.key in self._active:

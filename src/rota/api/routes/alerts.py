@@ -21,7 +21,7 @@ router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[requires(Role.
 
 
 class AlertOut(ApiModel):
-    kind: str = Field(description="missed_fire or dispatcher_stalled.")
+    kind: str = Field(description="missed_fire, fire_overdue or dispatcher_stalled.")
     key: str = Field(description="job:<id> or dispatcher:<instance id>.")
     message: str
     raised_at: datetime
@@ -30,7 +30,9 @@ class AlertOut(ApiModel):
     job_id: UUID | None = None
     job_type: str | None = None
     expected_at: datetime | None = Field(
-        None, description="missed_fire: the first fire the job's cron expected in the window."
+        None,
+        description="missed_fire: the first fire the job's cron expected in the window; "
+        "fire_overdue: the first fire not recorded.",
     )
 
 

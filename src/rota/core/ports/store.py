@@ -46,6 +46,7 @@ from rota.core.records import (
     StoreOverview,
     TagCount,
     ThroughputPoint,
+    WatchedSchedule,
 )
 from rota.core.security import (
     AuditEntry,
@@ -477,6 +478,21 @@ class SilenceReader(abc.ABC):
     ) -> set[UUID]:
         """Of ``job_ids``, those with at least one occurrence (any status, Skipped included)
         scheduled for a time in ``[start, end]``."""
+
+    @abc.abstractmethod
+    async def watched_schedules(
+        self,
+        buckets: Sequence[int],
+        since: datetime,
+        until: datetime,
+        limit: int,
+        after: UUID | None = None,
+    ) -> list[WatchedSchedule]:
+        """Active jobs with a cron expression in ``buckets``, by id, the first ``limit`` after
+        ``after``, each with its latest fire recorded in ``[since, until]``: the greatest
+        ``scheduled_for`` of its occurrences of any status (Skipped included) that the schedule
+        made (manual runs, which have a trigger reason, left out). One statement per page,
+        whatever the number of jobs."""
 
 
 class UserStore(abc.ABC):

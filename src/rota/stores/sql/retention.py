@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy import BigInteger, column, delete, exists, select
+from sqlalchemy import BigInteger, column, delete, exists, func, select
 from sqlalchemy import table as sa_table
 
 from rota.core.models import Job, OccurrenceStatus
-from rota.core.records import PartitionReport, PartitionUpkeep, PurgeBatch
+from rota.core.records import PartitionReport, PartitionUpkeep, PurgeBatch, WatchedSchedule
 from rota.stores import partitions
 from rota.stores.schema import (
     PARTITIONED_BY,
@@ -156,3 +156,56 @@ class RetentionQueries(SqlParts):
                 )
                 found.update((await conn.execute(stmt)).scalars())
         return found
+
+    async def watched_schedules(
+        self,
+        buckets: Sequence[int],
+        since: datetime,
+        until: datetime,
+        limit: int,
+        after: UUID | None = None,
+    ) -> list[WatchedSchedule]:
+        if not buckets:
+            return []
+        j = jobs.c
+        o = occurrences.c
+        # Per job, a backward walk of the (job_id, scheduled_for) unique index.
+        last_fire = (
+            select(func.max(o.scheduled_for))
+            .where(
+                o.job_id == j.id,
+                o.scheduled_for >= since,
+                o.scheduled_for <= until,
+                o.trigger_reason.is_(None),
+            )
+            .scalar_subquery()
+        )
+        stmt = select(
+            j.id,
+            j.job_type,
+            j.display_name,
+            j.cron_expression,
+            j.time_zone,
+            j.execute_at,
+            j.created_at,
+            j.updated_at,
+            last_fire.label("last_fire"),
+        ).where(j.bucket.in_(list(buckets)), j.cron_expression.is_not(None), j.is_active)
+        if after is not None:
+            stmt = stmt.where(j.id > after)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt.order_by(j.id).limit(limit))).all()
+        return [
+            WatchedSchedule(
+                job_id=r.id,
+                job_type=r.job_type,
+                display_name=r.display_name,
+                cron_expression=r.cron_expression,
+                time_zone=r.time_zone,
+                execute_at=r.execute_at,
+                created_at=r.created_at,
+                updated_at=r.updated_at,
+                last_fire=r.last_fire,
+            )
+            for r in rows
+        ]
