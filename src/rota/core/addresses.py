@@ -111,16 +111,11 @@ class AddressSettings(Protocol):
     env_prefix: ClassVar[str]
     """How its settings are named in the environment (``ROTA_HTTP__``), for messages."""
 
-    @property
-    def allow_public(self) -> bool: ...
-    @property
-    def allow_networks(self) -> str: ...
-    @property
-    def allow_hosts(self) -> str: ...
-    @property
-    def deny_networks(self) -> str: ...
-    @property
-    def deny_hosts(self) -> str: ...
+    allow_public: bool
+    allow_networks: str
+    allow_hosts: str
+    deny_networks: str
+    deny_hosts: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
