@@ -177,7 +177,7 @@ class AddressPolicy:
         self, host: str, addresses: IPAddress | str | Sequence[IPAddress | str]
     ) -> str | None:
         """Why connecting to ``host``, resolved to ``addresses`` (one or several: every one
-        must pass, and there must be one), is refused, or ``None``."""
+        must pass; none at all passes only for an allowed host name), is refused, or ``None``."""
         if isinstance(addresses, (str, ipaddress.IPv4Address, ipaddress.IPv6Address)):
             addresses = [addresses]
         refusal = self.host_refusal(host)
