@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 
 from rota.app.builtins import load_registry
 from rota.builtin import parse_names, split_modules
-from rota.builtin.addresses import AddressPolicy, embedded_ipv4, is_public, parse_address
 from rota.builtin.config import HttpSettings, SmtpSettings, SqlSettings
 from rota.builtin.email import EmailSend
 from rota.builtin.http import HttpRequest
 from rota.builtin.sql import SqlExecute, engine_url, jsonable
 from rota.cli import app
+from rota.core.addresses import AddressPolicy, embedded_ipv4, is_public, parse_address
 from rota.core.errors import ConfigurationError
 from tests.helpers import settings_for
 

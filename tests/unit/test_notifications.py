@@ -14,18 +14,17 @@ import pytest
 from rota.app.notify import email_sender, webhook_sender
 from rota.app.settings import NotificationSettings
 from rota.builtin.config import SmtpSettings
+from rota.core.addresses import AddressPolicy, address_refusal
 from rota.core.errors import ValidationError
 from rota.core.ids import new_id
 from rota.core.models import OccurrenceStatus
 from rota.core.notifications import (
-    AddressPolicy,
     Channel,
     DeliveryState,
     Notice,
     NotificationDelivery,
     NotificationEvent,
     Subscription,
-    address_refusal,
     matches,
     render_email,
     retry_delay,

@@ -3,9 +3,6 @@ wiring of the notification service."""
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
-import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from email.message import EmailMessage
@@ -17,13 +14,19 @@ import orjson
 from rota.app.configs import notification_config
 from rota.app.settings import NotificationSettings, Settings, http_url
 from rota.builtin.config import SmtpSettings
+from rota.builtin.outbound import (
+    AddressRefusedError,
+    UnresolvedError,
+    checked_addresses,
+    send_pinned,
+)
+from rota.core.addresses import AddressPolicy
 from rota.core.errors import BackendUnavailableError, ConfigurationError
 from rota.core.notifications import (
     DELIVERY_HEADER,
     EVENT_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
-    AddressPolicy,
     Channel,
     NotificationDelivery,
     Subscription,
@@ -67,14 +70,12 @@ def alert_webhook(url: str, timeout: float) -> Callable[[Alert], Awaitable[None]
 
 def webhook_sender(settings: NotificationSettings, user_agent: str = "rota-notify") -> Send:
     """POST a delivery's JSON body, signed (``X-Rota-Signature``, ``X-Rota-Timestamp``), to
-    the subscription's URL: http/https only, to public addresses unless the settings allow
-    others (the host is resolved, every address checked, and the connection made to a checked
-    address), no redirects followed, bounded by a timeout, the answer's body not read.
-
-    The address rules (:class:`rota.core.notifications.AddressPolicy`) are the notifications'
-    own; :mod:`rota.builtin.addresses` holds ``http.request``'s (with deny lists), to be
-    unified."""
-    policy = AddressPolicy.parse(settings.allow_networks, settings.allow_hosts)
+    the subscription's URL: http/https only, to the addresses the policy of
+    ``ROTA_NOTIFICATIONS__…`` allows (:class:`rota.core.addresses.AddressPolicy`, the same
+    rules as ``http.request``'s; the host is resolved, every address checked, and the
+    connection made to a checked address: :mod:`rota.builtin.outbound`), no redirects
+    followed, bounded by a timeout, the answer's body not read."""
+    policy = AddressPolicy.from_settings(settings)
     timeout = settings.webhook_timeout_seconds
 
     async def send(sub: Subscription, delivery: NotificationDelivery) -> SendResult:
@@ -85,15 +86,14 @@ def webhook_sender(settings: NotificationSettings, user_agent: str = "rota-notif
         except ValueError as exc:
             return SendResult(ok=False, error=f"the URL {exc}")
         target = httpx.URL(url)
-        host = target.host
         port = target.port or (443 if target.scheme == "https" else 80)
-        addresses, refused = await _checked_addresses(policy, host, port)
-        if refused is not None:
-            return SendResult(ok=False, error=f"refused: {refused}")
+        try:
+            addresses = await checked_addresses(policy, target.host, port)
+        except (AddressRefusedError, UnresolvedError) as exc:
+            return SendResult(ok=False, error=f"refused: {exc}")
         body = _bounded_body(delivery.payload, settings.max_body_bytes)
         stamp = int(time.time())
         headers = {
-            "Host": target.netloc.decode("ascii"),
             "Content-Type": "application/json",
             "User-Agent": user_agent,
             EVENT_HEADER: delivery.event.value,
@@ -101,53 +101,22 @@ def webhook_sender(settings: NotificationSettings, user_agent: str = "rota-notif
             TIMESTAMP_HEADER: str(stamp),
             SIGNATURE_HEADER: sign(sub.secret, stamp, body),
         }
-        # The connection goes to a checked address (no second look-up that a DNS rebinding
-        # could answer differently); TLS still checks the URL's host name (SNI).
-        extensions = {"sni_hostname": host} if target.scheme == "https" else {}
-        error = "no address accepted the connection"
         async with httpx.AsyncClient(
             timeout=timeout, follow_redirects=False, trust_env=False
         ) as http:
-            for address in addresses:
-                pinned = target.copy_with(host=address)
-                request = http.build_request(
-                    "POST", pinned, content=body, headers=headers, extensions=extensions
+            try:
+                response = await send_pinned(
+                    http, "POST", target, addresses, headers=headers, content=body
                 )
-                try:
-                    response = await http.send(request, stream=True)
-                    code = response.status_code
-                    await response.aclose()
-                    break
-                except httpx.ConnectError as exc:
-                    error = f"ConnectError: {exc}"
-                except httpx.HTTPError as exc:
-                    return SendResult(ok=False, error=f"{type(exc).__name__}: {exc}")
-            else:
-                return SendResult(ok=False, error=error)
+                await response.aclose()
+            except httpx.HTTPError as exc:
+                return SendResult(ok=False, error=f"{type(exc).__name__}: {exc}")
+        code = response.status_code
         if 200 <= code < 300:
             return SendResult(ok=True, status_code=code)
         return SendResult(ok=False, status_code=code, error=f"answered {code}")
 
     return send
-
-
-async def _checked_addresses(
-    policy: AddressPolicy, host: str, port: int
-) -> tuple[list[str], str | None]:
-    """The addresses ``host`` resolves to, and why they are refused (every one must pass)."""
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host, port, type=socket.SOCK_STREAM
-            )
-        except OSError as exc:
-            return [], f"{host} does not resolve: {exc}"
-        found = list(dict.fromkeys(str(info[4][0]) for info in infos))
-    else:
-        found = [host]
-    return found, policy.refusal(host, found)
 
 
 def _bounded_body(body: Mapping[str, Any], limit: int) -> bytes:

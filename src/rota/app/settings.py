@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, Field, SecretStr
@@ -18,6 +18,7 @@ from pydantic_settings import (
 )
 
 from rota.builtin.config import HttpSettings, SmtpSettings, SqlSettings
+from rota.core.addresses import check_networks
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.jsonlimits import DEFAULT_JSON_DEPTH, MAX_JSON_DEPTH
 from rota.core.models import ZombiePolicy
@@ -273,21 +274,11 @@ class SilenceSettings(BaseModel):
     )
 
 
-def _networks(value: str) -> str:
-    """Comma-separated CIDR networks (``ValueError`` naming one that is not)."""
-    import ipaddress
-
-    for item in (v.strip() for v in value.split(",")):
-        if item:
-            try:
-                ipaddress.ip_network(item, strict=False)
-            except ValueError:
-                raise ValueError(f"{item!r} is not a CIDR network") from None
-    return value
-
-
 class NotificationSettings(BaseModel):
-    """Notifications to subscriptions (``ROTA_NOTIFICATIONS__…``): delivery and safety."""
+    """Notifications to subscriptions (``ROTA_NOTIFICATIONS__…``): delivery and safety (where
+    webhooks may go: :class:`rota.core.addresses.AddressPolicy`, as for ``http.request``)."""
+
+    env_prefix: ClassVar[str] = "ROTA_NOTIFICATIONS__"
 
     enabled: bool = Field(True, description="Deliver notifications from `rota server`/`rota dev`.")
     interval_seconds: float = Field(
@@ -314,7 +305,7 @@ class NotificationSettings(BaseModel):
     max_body_bytes: int = Field(
         64 * 1024, ge=1024, description="The largest webhook body sent (data is cut to fit)."
     )
-    allow_networks: Annotated[str, AfterValidator(_networks)] = Field(
+    allow_networks: Annotated[str, AfterValidator(check_networks)] = Field(
         "",
         description="Comma-separated CIDRs webhooks may reach although not public (e.g. "
         "'10.1.0.0/16'); loopback, private, link-local and other special addresses are "
@@ -324,6 +315,17 @@ class NotificationSettings(BaseModel):
         "",
         description="Comma-separated host names webhooks may reach whatever they resolve to "
         "('*.internal.example' for subdomains).",
+    )
+    allow_public: bool = Field(
+        True,
+        description="Webhooks may reach public addresses. False: only what allow_networks or "
+        "allow_hosts name.",
+    )
+    deny_networks: Annotated[str, AfterValidator(check_networks)] = Field(
+        "", description="Comma-separated CIDRs webhooks never reach (wins over the allow lists)."
+    )
+    deny_hosts: str = Field(
+        "", description="Comma-separated host names webhooks never reach ('*.example' too)."
     )
 
 

@@ -8,16 +8,18 @@ knows no connection and ``email.send`` no SMTP server until an Admin configures 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
-
-def split_list(value: str) -> list[str]:
-    """The non-empty items of a comma-separated setting."""
-    return [item.strip() for item in value.split(",") if item.strip()]
+from rota.core.addresses import check_networks
 
 
 class HttpSettings(BaseModel):
-    """``http.request``: where it may connect, and its limits."""
+    """``http.request``: where it may connect (:class:`rota.core.addresses.AddressPolicy`), and
+    its limits."""
+
+    env_prefix: ClassVar[str] = "ROTA_HTTP__"
 
     allow_public: bool = Field(
         True,
@@ -63,14 +65,7 @@ class HttpSettings(BaseModel):
     @field_validator("allow_networks", "deny_networks")
     @classmethod
     def _networks(cls, value: str) -> str:
-        import ipaddress
-
-        for item in split_list(value):
-            try:
-                ipaddress.ip_network(item, strict=False)
-            except ValueError:
-                raise ValueError(f"{item!r} is not a CIDR network") from None
-        return value
+        return check_networks(value)
 
 
 class SqlSettings(BaseModel):

@@ -16,7 +16,8 @@ from typing import Any
 from pydantic import ConfigDict, Field, JsonValue, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from rota.builtin.config import SmtpSettings, split_list
+from rota.builtin.config import SmtpSettings
+from rota.core.addresses import split_list
 from rota.core.errors import ConfigurationError, PermanentError, RotaError
 from rota.sdk.job import JobContext, JobData, JobDefinition, job
 

@@ -1,7 +1,8 @@
 """``http.request``: one HTTP request (redirects followed one hop at a time), its response as the
 result. Only http and https; every address of every hop is checked against the
-:class:`~rota.builtin.addresses.AddressPolicy` of ``ROTA_HTTP__…`` and the connection goes to
-the checked address (the host name still in ``Host`` and TLS SNI / certificate checks).
+:class:`~rota.core.addresses.AddressPolicy` of ``ROTA_HTTP__…`` and the connection goes to
+the checked address (the host name still in ``Host`` and TLS SNI / certificate checks;
+:mod:`rota.builtin.outbound`).
 
 An unexpected 5xx, 408 or 429 answer, a timeout or a connection failure is retried (the job's
 retries); another unexpected status, a refused address or a bad request fails for good."""
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import ssl
 import time
 from collections.abc import Sequence
@@ -21,8 +21,15 @@ import httpx
 from pydantic import ConfigDict, Field, JsonValue, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from rota.builtin.addresses import AddressPolicy, IPAddress, parse_address
 from rota.builtin.config import HttpSettings
+from rota.builtin.outbound import (
+    AddressRefusedError,
+    UnresolvedError,
+    bad_certificate,
+    checked_addresses,
+    send_pinned,
+)
+from rota.core.addresses import AddressPolicy, IPAddress
 from rota.core.errors import PermanentError, RotaError
 from rota.sdk.job import JobContext, JobData, JobDefinition, job
 
@@ -157,31 +164,12 @@ class Fetcher:
     async def addresses(self, host: str, port: int) -> list[IPAddress]:
         """The addresses ``host`` resolves to, each checked (``PermanentError`` if one is
         refused: a name that also points inside is refused whole)."""
-        refusal = self.policy.host_refusal(host)
-        if refusal:
-            raise PermanentError(refusal)
-        literal = parse_address(host)
-        if literal is not None:
-            found = [literal]
-        else:
-            try:
-                infos = await asyncio.get_running_loop().getaddrinfo(
-                    host, port, type=socket.SOCK_STREAM
-                )
-            except socket.gaierror as exc:
-                raise RotaError(f"cannot resolve {host}: {exc.strerror or exc}") from exc
-            found = []
-            for info in infos:
-                address = parse_address(str(info[4][0]))
-                if address is not None and address not in found:
-                    found.append(address)
-        for address in found:
-            refusal = self.policy.refusal(host, address)
-            if refusal:
-                raise PermanentError(f"refused: {refusal}")
-        if not found:
-            raise RotaError(f"{host} resolved to no address")
-        return found
+        try:
+            return await checked_addresses(self.policy, host, port)
+        except AddressRefusedError as exc:
+            raise PermanentError(f"refused: {exc}") from None
+        except UnresolvedError as exc:
+            raise RotaError(str(exc)) from exc
 
     async def fetch(self, data: HttpRequest, log: Any) -> dict[str, JsonValue]:
         s = self.settings
@@ -273,43 +261,26 @@ class Fetcher:
         """Send to the first checked address that accepts a connection."""
         port = url.port or (443 if url.scheme == "https" else 80)
         addresses = await self.addresses(url.host, port)
-        host_header = url.netloc.decode("ascii")
-        extensions: dict[str, Any] = {}
-        if url.scheme == "https" and parse_address(url.host) is None:
-            extensions["sni_hostname"] = url.host
-        last: httpx.ConnectError | None = None
         async with httpx.AsyncClient(
             trust_env=False, timeout=seconds, transport=self._transport, verify=self._verify
         ) as client:
-            for address in addresses:
-                request = client.build_request(
-                    method,
-                    url.copy_with(host=str(address)),
-                    headers=headers | {"Host": host_header},
-                    content=content,
-                    extensions=extensions,
+            try:
+                response = await send_pinned(
+                    client, method, url, addresses, headers=headers, content=content
                 )
-                try:
-                    return await self._read(client, request, url, skip_redirect_body=follow)
-                except httpx.ConnectError as exc:
-                    if _bad_certificate(exc):  # the same for every address: a setting to fix
-                        raise PermanentError(
-                            f"the TLS certificate of {url.host} is not trusted: {exc} "
-                            "(ROTA_HTTP__CA_FILE)"
-                        ) from None
-                    last = exc
-        raise RotaError(f"cannot connect to {url.host}: {last}") from last
+            except httpx.ConnectError as exc:
+                if bad_certificate(exc):  # the same for every address: a setting to fix
+                    raise PermanentError(
+                        f"the TLS certificate of {url.host} is not trusted: {exc} "
+                        "(ROTA_HTTP__CA_FILE)"
+                    ) from None
+                raise RotaError(f"cannot connect to {url.host}: {exc}") from exc
+            return await self._read(response, url, skip_redirect_body=follow)
 
     async def _read(
-        self,
-        client: httpx.AsyncClient,
-        request: httpx.Request,
-        url: httpx.URL,
-        *,
-        skip_redirect_body: bool,
+        self, response: httpx.Response, url: httpx.URL, *, skip_redirect_body: bool
     ) -> _Response:
         limit = self.settings.max_response_bytes
-        response = await client.send(request, stream=True)
         try:
             chunks: list[bytes] = []
             size = 0
@@ -351,15 +322,6 @@ class Fetcher:
         if data.retry_on_5xx and (status >= 500 or status in RETRYABLE_STATUS):
             raise HttpStatusError(text)
         raise PermanentError(f"unexpected status: {text}")
-
-
-def _bad_certificate(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def _text(body: bytes, encoding: str) -> str:

@@ -17,8 +17,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
-import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -197,49 +196,6 @@ def retry_delay(attempt: int, base: float, cap: float) -> float:
     return float(min(cap, base * 2 ** max(0, attempt - 1)))
 
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AddressPolicy:
-    """Where outbound notifications may go: public addresses, plus what an Admin allowed."""
-
-    allow_networks: tuple[Network, ...] = ()
-    """Networks reachable although not public (e.g. ``10.1.0.0/16``, ``127.0.0.1/32``)."""
-    allow_hosts: tuple[str, ...] = ()
-    """Host names reachable whatever they resolve to (``*.example`` for subdomains)."""
-
-    @classmethod
-    def parse(cls, networks: str, hosts: str) -> AddressPolicy:
-        """From comma-separated settings (``ValueError`` for a network that is not one)."""
-        return cls(
-            allow_networks=tuple(
-                ipaddress.ip_network(n.strip(), strict=False)
-                for n in networks.split(",")
-                if n.strip()
-            ),
-            allow_hosts=tuple(h.strip().lower() for h in hosts.split(",") if h.strip()),
-        )
-
-    def refusal(self, host: str, addresses: Sequence[str]) -> str | None:
-        """Why ``host`` (resolved to ``addresses``) may not be reached, or ``None``."""
-        name = host.lower().rstrip(".")
-        for allowed in self.allow_hosts:
-            if name == allowed or (allowed.startswith("*.") and name.endswith(allowed[1:])):
-                return None
-        if not addresses:
-            return f"{host} resolves to no address"
-        for address in addresses:
-            why = address_refusal(address)
-            if why is None:
-                continue
-            ip = _parse(address)
-            if ip is not None and any(ip in network for network in self.allow_networks):
-                continue
-            return f"{host}: {why} (allow it in the notification settings)"
-        return None
-
-
 def render_email(body: Mapping[str, Any]) -> tuple[str, str]:
     """The subject and plain text of a notification email from its JSON body."""
     subject = f"[Rota] {body.get('event')}: {body.get('summary', '')}"
@@ -255,51 +211,3 @@ def render_email(body: Mapping[str, Any]) -> tuple[str, str]:
         lines.append("")
         lines.extend(f"{key}: {value}" for key, value in data.items())
     return subject[:250].replace("\n", " "), "\n".join(lines) + "\n"
-
-
-def address_refusal(address: str) -> str | None:
-    """Why an outbound request may not go to this IP address by default, or ``None`` when it
-    is a public (globally routable) one: loopback, private, link-local (e.g. the cloud
-    metadata address 169.254.169.254), multicast, reserved and unspecified addresses are
-    refused unless the settings allow them."""
-    ip = _parse(address)
-    if ip is None:
-        return f"{address!r} is not an IP address"
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.is_site_local:
-            return f"{ip} is a site-local address"
-        inner = _embedded_ipv4(ip)
-        if inner is not None:
-            ip = inner
-    for kind in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
-        if getattr(ip, f"is_{kind}"):
-            return f"{ip} is a {kind.replace('_', '-')} address"
-    if not ip.is_global:
-        return f"{ip} is not a public address"
-    return None
-
-
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-_COMPATIBLE = ipaddress.IPv6Network("::/96")
-
-
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one carries (mapped, 6to4, Teredo, NAT64, compatible): it is
-    checked instead (as :mod:`rota.builtin.addresses` does for ``http.request``)."""
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip.sixtofour is not None:
-        return ip.sixtofour
-    if ip.teredo is not None:
-        return ip.teredo[1]
-    if ip in _NAT64 or (ip in _COMPATIBLE and int(ip) > 1):
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return None
-
-
-def _parse(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """An IP address (brackets and an IPv6 zone dropped), or ``None``."""
-    try:
-        return ipaddress.ip_address(address.strip().strip("[]").split("%", 1)[0])
-    except ValueError:
-        return None

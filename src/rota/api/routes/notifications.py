@@ -3,7 +3,6 @@ log, and a test delivery. Every change is audited (without the secret)."""
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 from typing import Annotated, Any, Protocol, cast
 from urllib.parse import urlsplit
@@ -23,8 +22,9 @@ from rota.api.schemas.notifications import (
     SubscriptionPatch,
 )
 from rota.api.security import AdminUser, requires
+from rota.core.addresses import AddressPolicy, parse_address
 from rota.core.errors import ValidationError
-from rota.core.notifications import AddressPolicy, Channel
+from rota.core.notifications import Channel
 from rota.core.security import Role
 from rota.services.notifications import NotificationService, SubscriptionInput
 
@@ -49,12 +49,10 @@ def _check_url(runtime: Runtime, url: str | None) -> None:
     if url is None:
         return
     host = urlsplit(url).hostname or ""
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
+    address = parse_address(host)
+    if address is None:
         return
-    n = runtime.settings.notifications
-    why = AddressPolicy.parse(n.allow_networks, n.allow_hosts).refusal(host, [host])
+    why = AddressPolicy.from_settings(runtime.settings.notifications).refusal(host, address)
     if why is not None:
         raise ValidationError(f"url: {why}", field="url")
 
