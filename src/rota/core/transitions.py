@@ -179,8 +179,8 @@ def apply_change(
     changed["status"] = int(to)
     if record.instance_id is not None:
         changed["instance_id"] = record.instance_id
-    if record.exception is not None:
-        changed["exception"] = record.exception
+    if record.exception is not None or to is OccurrenceStatus.COMPLETED:
+        changed["exception"] = record.exception  # a completed run clears an earlier attempt's
     if to is _QUEUED:  # a new attempt, due at its retry time
         changed["due_at"] = record.retry_at or record.timestamp
         changed["dispatched_at"] = changed["end_time"] = None
@@ -231,6 +231,8 @@ def change_reason(record: StatusRecord, to: OccurrenceStatus) -> str | None:
     if record.status is _FAILED and to is _QUEUED:
         return "retry"
     if record.failure_type is not None:
+        if to is OccurrenceStatus.UNKNOWN and record.exception:  # a zombie: why, kept here
+            return f"{record.failure_type.value}: {record.exception}"
         return record.failure_type.value
     if to is OccurrenceStatus.CANCELLED:
         return record.exception  # why it was cancelled (the API's reason, or the worker's)
