@@ -1130,8 +1130,9 @@ async def test_a_cancellation_sent_through_coordination_stops_the_running_job(
     try:
         message = await harness.publish("cancel-me")
         await asyncio.wait_for(started.wait(), DEADLINE)
-        await coordination.cancel([message.occurrence_id])
-        assert (await observer.wait_final(message.occurrence_id)).status is S.CANCELLED
+        await coordination.cancel([message.occurrence_id], "cancelled: by hand")
+        final = await observer.wait_final(message.occurrence_id)
+        assert (final.status, final.exception) == (S.CANCELLED, "cancelled: by hand")
         # One sent before its message arrives is remembered: it never runs.
         early = new_id()
         await coordination.cancel([early])

@@ -130,6 +130,15 @@ class TagCount:
 
 
 @dataclass(frozen=True, slots=True)
+class Cancellation:
+    """A request on the cancellation channel: stop this occurrence; ``reason`` is what the
+    worker records as the Cancelled attempt's ``exception`` (``None``: ``cancelled``)."""
+
+    occurrence_id: UUID
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DueEntry:
     """A job's next fire time as the schedule index holds it."""
 

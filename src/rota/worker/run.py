@@ -172,7 +172,7 @@ class Runner:
 
     # --- cancellation -------------------------------------------------------------------
 
-    def cancel(self, occurrence_id: UUID) -> bool:
+    def cancel(self, occurrence_id: UUID, reason: str | None = None) -> bool:
         """Cancel a running occurrence (see :meth:`rota.worker.executor.Executor.cancel`);
         ``False`` if it is not running here, and it is then remembered for :meth:`run`."""
         entry = self._running.get(occurrence_id)
@@ -181,7 +181,7 @@ class Runner:
             if len(self._early_cancels) > _MAX_REMEMBERED_CANCELS:
                 self._early_cancels.popitem(last=False)
             return False
-        self._cancel_entry(entry, "cancelled", force=False)
+        self._cancel_entry(entry, reason or "cancelled", force=False)
         return True
 
     def cancel_all(self, reason: str) -> None:
@@ -273,8 +273,8 @@ class Runner:
                 duration_ms=_ms_since(started),
                 failure_type=FailureType.TIMED_OUT,
             )
-        except JobCancelledError as exc:
-            return self._cancelled(ctx, str(exc) or "cancelled", started)
+        except JobCancelledError as exc:  # asked (the reason given), or its own doing
+            return self._cancelled(ctx, entry.cancel_reason or str(exc) or "cancelled", started)
         except Exception as exc:
             return self._failed(ctx, definition, message, exc, started)
         return self.record(
