@@ -242,6 +242,14 @@ def test_a_retried_occurrence_that_completes_drops_the_failed_attempt_s_exceptio
     assert occ.changed["exception"] is None
 
 
+def test_an_applied_change_says_whether_its_job_queues_its_occurrences() -> None:
+    queue = Current(JOB, "sync", None, int(S.RUNNING), 1, None, None, None, T0, 1)
+    [ended] = one(queue, [record(OCC, S.COMPLETED)]).applied
+    assert ended.queue_policy  # its end may release the next one
+    [other] = one(current(S.RUNNING), [record(OCC, S.COMPLETED)]).applied
+    assert not other.queue_policy
+
+
 def test_queued_of_the_same_attempt_is_a_transition() -> None:
     assert decide(current(S.UNKNOWN), record(OCC, S.QUEUED, attempt=1)) == "transition"
 

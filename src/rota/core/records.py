@@ -182,6 +182,9 @@ class AppliedChange:
     """The worker group the occurrence's job names."""
     instance_id: str | None = None
     """The worker instance whose report made the change (``None``: not a worker's)."""
+    queue_policy: bool = False
+    """Its job's concurrency policy is Queue: once it ends, an occurrence held behind it may
+    go (the dispatcher's pending sweep releases it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
