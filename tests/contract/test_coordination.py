@@ -25,7 +25,7 @@ from rota.core.events import Event, parse_event_id
 from rota.core.ids import new_id
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
-from rota.core.records import ClaimOutcome, ClaimRequest
+from rota.core.records import Cancellation, ClaimOutcome, ClaimRequest
 from rota.redis.client import delete_prefix
 from rota.redis.keys import RedisKeys
 from tests.contract.adapters import parametrize_adapters
@@ -269,10 +269,13 @@ async def test_cancellations_reach_every_subscriber_and_only_them(coord: Coordin
     first, second = new_id(), new_id()
     workers = [coord.cancellations(), coord.cancellations()]
     wakeups = coord.wakeups()
-    await coord.cancel([first, second])
+    await coord.cancel([first, second], "cancelled: wrong data")
     late = coord.cancellations()
     for sub in workers:
-        assert [await _next(sub), await _next(sub)] == [first, second]
+        assert [await _next(sub), await _next(sub)] == [
+            Cancellation(first, "cancelled: wrong data"),
+            Cancellation(second, "cancelled: wrong data"),
+        ]
     await _quiet(late)  # subscribed after that cancel
     await _quiet(wakeups)  # cancellations are not wake-ups ...
     await coord.wake(1_800_000_000.0)
@@ -281,7 +284,7 @@ async def test_cancellations_reach_every_subscriber_and_only_them(coord: Coordin
         await _quiet(sub)  # ... nor the other way round
     third = new_id()
     await coord.cancel([third])
-    assert await _next(late) == third
+    assert await _next(late) == Cancellation(third)  # no reason given
     await coord.cancel([])  # nothing to send is fine
     for sub in [*workers, late, wakeups]:
         await _close(sub)

@@ -656,6 +656,21 @@ async def test_zombie_is_requeued_as_a_new_attempt(store: Store) -> None:
     assert (stored.status, stored.attempt, stored.due_at) == (S.QUEUED, 2, at)
 
 
+async def test_a_requeued_zombie_that_completes_shows_no_zombie_exception(store: Store) -> None:
+    occ = await fired(store, make_job())
+    at = NOW + MINUTE
+    await store.apply_status([status(occ, S.RUNNING)])
+    lost = status(occ, S.UNKNOWN, at, exception="lost", failure_type=FailureType.ZOMBIE)
+    await store.apply_status([lost, status(occ, S.QUEUED, at, attempt=2)])
+    await store.apply_status(
+        [status(occ, S.RUNNING, at, attempt=2), status(occ, S.COMPLETED, at, attempt=2)]
+    )
+    stored = await store.get_occurrence(occ.id)
+    assert (stored.status, stored.exception) == (S.COMPLETED, None)
+    unknown = [c for c in stored.status_changes if c.to_status is S.UNKNOWN]
+    assert [c.reason for c in unknown] == ["zombie: lost"]
+
+
 async def test_job_statistics(store: Store) -> None:
     job = make_job(execute_at=None, next_run_at=T0 - 6 * MINUTE)
     await store.create_jobs([job])

@@ -39,3 +39,9 @@ def sync_block(ctx: rota.JobContext) -> str:
 @rota.job("rel.fail")
 async def always_fails(ctx: rota.JobContext) -> None:
     raise RuntimeError("upstream down")
+
+
+@rota.job("rel.short")
+async def short(ctx: rota.JobContext) -> str:
+    await asyncio.sleep(0.2)
+    return "done"

@@ -15,6 +15,7 @@ import pytest
 from rota.coordination.memory import MemoryCoordination
 from rota.core.errors import BackendUnavailableError
 from rota.core.models import OccurrenceStatus, StatusRecord
+from rota.core.records import Cancellation
 from tests.api_runtime import MiniRuntime
 from tests.integration.test_api import assert_problem, create
 
@@ -258,7 +259,9 @@ async def test_cancel_a_queued_occurrence_at_once(
     last = body["statusChangeLogs"][-1]
     assert (last["from"], last["to"], last["reason"]) == (0, 4, "cancelled: wrong data")
     # The workers hear it too: one already holding the message skips it.
-    assert await asyncio.wait_for(heard, 5) == UUID(occurrence["id"])
+    assert await asyncio.wait_for(heard, 5) == Cancellation(
+        UUID(occurrence["id"]), "cancelled: wrong data"
+    )
     again = await client.post(f"/api/v1/occurrences/{occurrence['id']}/cancel")
     assert "Cancelled" in assert_problem(again, 409)["detail"]
 
@@ -266,7 +269,7 @@ async def test_cancel_a_queued_occurrence_at_once(
 class UnreachableCancels(MemoryCoordination):
     """A coordination whose cancellation channel cannot be reached (Redis down)."""
 
-    async def cancel(self, occurrence_ids: Sequence[UUID]) -> None:
+    async def cancel(self, occurrence_ids: Sequence[UUID], reason: str | None = None) -> None:
         raise BackendUnavailableError("coordination unreachable")
 
 
@@ -310,7 +313,7 @@ async def test_cancel_a_running_occurrence_goes_to_its_worker(
     response = await client.post(f"/api/v1/occurrences/{occurrence_id}/cancel")
     assert response.status_code == 202, response.text
     assert response.json()["statusName"] == "Running"
-    assert await asyncio.wait_for(heard, 5) == occurrence_id
+    assert await asyncio.wait_for(heard, 5) == Cancellation(occurrence_id, "cancelled")
     logs = (await client.get(f"/api/v1/occurrences/{occurrence_id}/logs")).json()["items"]
     assert logs[-1]["message"] == "cancel requested: no reason given"
     # The worker's report ends it.

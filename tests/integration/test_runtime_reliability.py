@@ -76,6 +76,9 @@ async def test_cancel_a_running_occurrence_through_its_worker(
     stored = await runtime.store.get_occurrence(UUID(occurrence_id))
     assert stored.end_time is not None
     assert stored.result is None
+    # The reason given is kept, as for a Queued one: in exception and the status change.
+    assert stored.exception == "cancelled: operator"
+    assert stored.status_changes[-1].reason == "cancelled: operator"
     again = await client.post(f"/api/v1/occurrences/{occurrence_id}/cancel")
     assert again.status_code == 409
 

@@ -25,6 +25,7 @@ from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
 from tests.contract.rabbitmq_fixtures import rabbitmq_url  # noqa: F401 (session fixture)
 from tests.helpers import eventually
+from tests.priority_order import held_deliveries_start_by_priority
 from tests.worker_broker import FlakyBroker
 
 S = OccurrenceStatus
@@ -357,3 +358,9 @@ async def test_a_delivery_is_not_live_once_its_channel_is_gone(
     assert again.is_live
     await again.ack()
     await consumer.aclose()  # type: ignore[attr-defined]
+
+
+async def test_held_deliveries_start_highest_priority_first(
+    rabbit: RabbitMQBroker, worker: Worker
+) -> None:
+    await held_deliveries_start_by_priority(rabbit, worker.start)

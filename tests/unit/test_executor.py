@@ -37,6 +37,7 @@ from rota.worker.localstore import LocalStore
 from rota.worker.presence import WorkerPresence
 from rota.worker.run import MAX_EXCEPTION_BYTES, format_exception, to_jsonable
 from tests.helpers import eventually
+from tests.priority_order import held_deliveries_start_by_priority
 from tests.unit import executor_harness
 from tests.unit.executor_harness import DEADLINE, NOW, WORKER, Harness, Observer
 from tests.worker_broker import WAIT, FlakyBroker
@@ -1159,8 +1160,9 @@ async def test_a_cancellation_sent_through_coordination_stops_the_running_job(
     try:
         message = await harness.publish("cancel-me")
         await asyncio.wait_for(started.wait(), DEADLINE)
-        await coordination.cancel([message.occurrence_id])
-        assert (await observer.wait_final(message.occurrence_id)).status is S.CANCELLED
+        await coordination.cancel([message.occurrence_id], "cancelled: by hand")
+        final = await observer.wait_final(message.occurrence_id)
+        assert (final.status, final.exception) == (S.CANCELLED, "cancelled: by hand")
         # One sent before its message arrives is remembered: it never runs.
         early = new_id()
         await coordination.cancel([early])
@@ -1168,3 +1170,7 @@ async def test_a_cancellation_sent_through_coordination_stops_the_running_job(
         assert (await observer.wait_final(late.occurrence_id)).status is S.CANCELLED
     finally:
         await presence.stop()
+
+
+async def test_held_deliveries_start_highest_priority_first(harness: Harness) -> None:
+    await held_deliveries_start_by_priority(harness.broker, harness.executor)

@@ -28,8 +28,7 @@ S = OccurrenceStatus
 
 
 class Dispatcher:
-    def __init__(self, *, has_held: bool = False) -> None:
-        self.has_held = has_held
+    def __init__(self) -> None:
         self.woken: list[float | None] = []
         self.paused: str | None = None
 
@@ -51,9 +50,16 @@ class Jobs:
         self.dropped.extend(entries)
 
 
-def change(to: OccurrenceStatus, source: OccurrenceStatus = S.RUNNING) -> AppliedChange:
+def change(
+    to: OccurrenceStatus, source: OccurrenceStatus = S.RUNNING, *, queue_policy: bool = False
+) -> AppliedChange:
     return AppliedChange(
-        occurrence_id=new_id(), job_id=new_id(), from_status=source, to_status=to, attempt=1
+        occurrence_id=new_id(),
+        job_id=new_id(),
+        from_status=source,
+        to_status=to,
+        attempt=1,
+        queue_policy=queue_policy,
     )
 
 
@@ -76,11 +82,12 @@ async def test_a_retry_wakes_the_dispatcher_and_the_batch_is_counted() -> None:
     assert events.stats.published == 0  # emitted, published later by the publisher's loop
 
 
-async def test_a_final_status_wakes_the_dispatcher_only_while_it_holds_occurrences() -> None:
-    idle, holding = Dispatcher(), Dispatcher(has_held=True)
-    reactions(idle, Jobs(), [])[0](StatusResult(applied=[change(S.COMPLETED)]))
-    reactions(holding, Jobs(), [])[0](StatusResult(applied=[change(S.COMPLETED)]))
-    assert (idle.woken, holding.woken) == ([], [None])
+async def test_a_final_status_wakes_the_dispatcher_only_for_a_queue_policy_job() -> None:
+    skip, queue = Dispatcher(), Dispatcher()
+    reactions(skip, Jobs(), [])[0](StatusResult(applied=[change(S.COMPLETED)]))
+    ended = [change(S.RUNNING, S.QUEUED, queue_policy=True), change(S.FAILED, queue_policy=True)]
+    reactions(queue, Jobs(), [])[0](StatusResult(applied=ended))
+    assert (skip.woken, queue.woken) == ([], [None])  # its start wakes nothing; its end does
 
 
 async def test_auto_disabled_jobs_leave_the_index_in_the_background(

@@ -95,6 +95,7 @@ def test_running_then_completed_in_one_batch() -> None:
         "end_time": t2,
         "result": {"sent": 3},
         "duration_ms": 2000.0,
+        "exception": None,  # a completed run shows no earlier attempt's exception
     }
     assert [(c["to_status"], c["timestamp"], c["reason"]) for c in batch.changes] == [
         (int(S.RUNNING), t1, None),
@@ -221,6 +222,32 @@ def test_a_zombie_is_requeued_as_a_new_attempt_due_at_the_record_time() -> None:
     )
     assert [c.to_status for c in batch.applied] == [S.UNKNOWN, S.QUEUED]
     assert (occ.status, occ.attempt, occ.changed["due_at"]) == (S.QUEUED, 2, at)
+
+
+def test_a_requeued_zombie_that_completes_drops_the_zombie_message() -> None:
+    at = T0 + MINUTE
+    occ = current(S.RUNNING)
+    lost = record(OCC, S.UNKNOWN, at, exception="no heartbeat", failure_type=FailureType.ZOMBIE)
+    batch = one(occ, [lost, record(OCC, S.QUEUED, at, attempt=2)])
+    assert occ.changed["exception"] == "no heartbeat"  # while it waits: why attempt 2
+    assert batch.changes[0]["reason"] == "zombie: no heartbeat"  # the history keeps why
+    one(occ, [record(OCC, S.RUNNING, at, attempt=2), record(OCC, S.COMPLETED, at, attempt=2)])
+    assert (occ.status, occ.changed["exception"]) == (S.COMPLETED, None)
+
+
+def test_a_retried_occurrence_that_completes_drops_the_failed_attempt_s_exception() -> None:
+    occ = current(S.RUNNING)
+    one(occ, [record(OCC, S.FAILED, retry_at=T0 + MINUTE, exception="boom")])
+    one(occ, [record(OCC, S.COMPLETED, T0 + MINUTE, attempt=2)])
+    assert occ.changed["exception"] is None
+
+
+def test_an_applied_change_says_whether_its_job_queues_its_occurrences() -> None:
+    queue = Current(JOB, "sync", None, int(S.RUNNING), 1, None, None, None, T0, 1)
+    [ended] = one(queue, [record(OCC, S.COMPLETED)]).applied
+    assert ended.queue_policy  # its end may release the next one
+    [other] = one(current(S.RUNNING), [record(OCC, S.COMPLETED)]).applied
+    assert not other.queue_policy
 
 
 def test_queued_of_the_same_attempt_is_a_transition() -> None:

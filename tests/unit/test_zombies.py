@@ -109,7 +109,7 @@ async def test_silent_running_becomes_unknown_then_a_new_attempt(
     assert (unknown.from_status, unknown.to_status, unknown.reason) == (
         S.RUNNING,
         S.UNKNOWN,
-        FailureType.ZOMBIE.value,
+        f"{FailureType.ZOMBIE.value}: no heartbeat from worker instance w-1 for 31 s",
     )
     assert (queued.to_status, queued.attempt) == (S.QUEUED, 2)
     assert [c.to_status for c in seen[0].applied] == [S.UNKNOWN, S.QUEUED]
@@ -258,7 +258,7 @@ async def test_fail_policy_fails_the_zombie_instead_of_requeueing(
     assert (stored.status, stored.attempt) == (S.FAILED, 1)
     assert stored.exception == "zombie: no heartbeat from worker instance w-1 for 31 s"
     assert [(c.to_status, c.reason) for c in stored.status_changes[-2:]] == [
-        (S.UNKNOWN, FailureType.ZOMBIE.value),
+        (S.UNKNOWN, "zombie: no heartbeat from worker instance w-1 for 31 s"),
         (S.FAILED, FailureType.ZOMBIE.value),
     ]
     assert (await store.get_occurrence(other.id)).status is S.QUEUED

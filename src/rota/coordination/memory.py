@@ -19,7 +19,14 @@ from uuid import UUID, uuid4
 from rota.core.events import Event, EventId, format_event_id, parse_event_id
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
-from rota.core.records import AttemptClaim, ClaimBatch, ClaimOutcome, ClaimRequest, Lease
+from rota.core.records import (
+    AttemptClaim,
+    Cancellation,
+    ClaimBatch,
+    ClaimOutcome,
+    ClaimRequest,
+    Lease,
+)
 
 T = TypeVar("T")
 
@@ -211,13 +218,13 @@ class MemoryCoordination(Coordination):
 
     # --- cancellation channel -------------------------------------------------------------
 
-    async def cancel(self, occurrence_ids: Sequence[UUID]) -> None:
+    async def cancel(self, occurrence_ids: Sequence[UUID], reason: str | None = None) -> None:
         for subscriber in list(self._subscribers):
             if subscriber.kind == "cancel":
                 for occurrence_id in occurrence_ids:
-                    subscriber.deliver(occurrence_id)
+                    subscriber.deliver(Cancellation(occurrence_id, reason))
 
-    def cancellations(self) -> _Wakeups[UUID]:
+    def cancellations(self) -> _Wakeups[Cancellation]:
         return _Wakeups(self, "cancel")
 
     # --- change events --------------------------------------------------------------------

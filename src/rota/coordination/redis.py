@@ -11,10 +11,10 @@
   ``lastHeartbeat``) so workers written in other languages can register too.
 - **Wake-ups** and **cancellations** go through capped streams (``XADD MAXLEN ~``):
   ``{prefix}:wakeups`` (field ``due``, epoch seconds) and ``{prefix}:cancellations`` (field
-  ``occurrence``, an occurrence id). Each iterator starts at its stream's last id as of its
-  creation and reads it with short blocking ``XREAD`` calls on its own connection, resuming
-  from the last id it saw after a cancelled read or a lost connection (pub/sub would lose what
-  was sent meanwhile).
+  ``occurrence``, an occurrence id, and ``reason`` when one was given). Each iterator starts
+  at its stream's last id as of its creation and reads it with short blocking ``XREAD`` calls
+  on its own connection, resuming from the last id it saw after a cancelled read or a lost
+  connection (pub/sub would lose what was sent meanwhile).
 """
 
 from __future__ import annotations
@@ -34,7 +34,14 @@ from rota.core.events import Event, EventId, format_event_id, parse_event_id
 from rota.core.jsonlimits import MAX_JSON_DEPTH, value_too_deep
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
-from rota.core.records import AttemptClaim, ClaimBatch, ClaimOutcome, ClaimRequest, Lease
+from rota.core.records import (
+    AttemptClaim,
+    Cancellation,
+    ClaimBatch,
+    ClaimOutcome,
+    ClaimRequest,
+    Lease,
+)
 from rota.redis.client import DEFAULT_SOCKET_TIMEOUT, connect, unavailable
 from rota.redis.keys import DEFAULT_PREFIX, RedisKeys
 
@@ -227,6 +234,11 @@ _EVENTS_FIELD = b"e"
 
 def _uuid(raw: bytes) -> UUID:
     return UUID(raw.decode())
+
+
+def _unpack_cancellation(_entry_id: bytes, fields: Any) -> list[Cancellation]:
+    reason = fields.get(b"reason")
+    return [Cancellation(_uuid(fields[b"occurrence"]), None if reason is None else reason.decode())]
 
 
 def _ttl_ms(ttl: float) -> int:
@@ -528,7 +540,7 @@ class RedisCoordination(Coordination):
 
     # --- cancellation channel -------------------------------------------------------------
 
-    async def cancel(self, occurrence_ids: Sequence[UUID]) -> None:
+    async def cancel(self, occurrence_ids: Sequence[UUID], reason: str | None = None) -> None:
         if not occurrence_ids:
             return
         starting = [s.start for s in self._subscribers if s.start is not None]
@@ -537,18 +549,19 @@ class RedisCoordination(Coordination):
         with unavailable("send cancellations"):
             async with self._redis.pipeline(transaction=False) as pipe:
                 for occurrence_id in occurrence_ids:
+                    fields = {b"occurrence": str(occurrence_id).encode()}
+                    if reason is not None:
+                        fields[b"reason"] = reason.encode()
                     pipe.xadd(
                         self._keys.cancellations,
-                        {b"occurrence": str(occurrence_id).encode()},
+                        fields,  # type: ignore[arg-type]  # (dict invariance)
                         maxlen=self._wakeup_cap,
                         approximate=True,
                     )
                 await pipe.execute()
 
-    def cancellations(self) -> _StreamWakeups[UUID]:
-        subscriber = _StreamWakeups(
-            self, self._keys.cancellations, _one_field(b"occurrence", _uuid)
-        )
+    def cancellations(self) -> _StreamWakeups[Cancellation]:
+        subscriber = _StreamWakeups(self, self._keys.cancellations, _unpack_cancellation)
         self._subscribers.add(subscriber)
         return subscriber
 

@@ -130,6 +130,15 @@ class TagCount:
 
 
 @dataclass(frozen=True, slots=True)
+class Cancellation:
+    """A request on the cancellation channel: stop this occurrence; ``reason`` is what the
+    worker records as the Cancelled attempt's ``exception`` (``None``: ``cancelled``)."""
+
+    occurrence_id: UUID
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DueEntry:
     """A job's next fire time as the schedule index holds it."""
 
@@ -173,6 +182,9 @@ class AppliedChange:
     """The worker group the occurrence's job names."""
     instance_id: str | None = None
     """The worker instance whose report made the change (``None``: not a worker's)."""
+    queue_policy: bool = False
+    """Its job's concurrency policy is Queue: once it ends, an occurrence held behind it may
+    go (the dispatcher's pending sweep releases it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

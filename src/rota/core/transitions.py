@@ -36,7 +36,13 @@ from rota.core.autodisable import (
     next_count,
     probe_failed_reason,
 )
-from rota.core.models import FailureType, OccurrenceStatus, StatusRecord, can_transition
+from rota.core.models import (
+    ConcurrencyPolicy,
+    FailureType,
+    OccurrenceStatus,
+    StatusRecord,
+    can_transition,
+)
 from rota.core.records import AppliedChange, IgnoredRecord
 
 HEARTBEAT = "heartbeat"
@@ -55,6 +61,7 @@ CURRENT_FIELDS = (
     "duration_ms",
     "last_heartbeat",
     "scheduled_for",
+    "concurrency_policy",
 )
 """The occurrence fields :class:`Current` is built from, in its constructor's order."""
 
@@ -73,6 +80,7 @@ class Current:
     __slots__ = (
         "attempt",
         "changed",
+        "concurrency_policy",
         "duration_ms",
         "job_id",
         "job_type",
@@ -94,6 +102,7 @@ class Current:
         duration_ms: float | None,
         last_heartbeat: datetime | None,
         scheduled_for: datetime,
+        concurrency_policy: int = int(ConcurrencyPolicy.SKIP),
     ) -> None:
         self.job_id = job_id
         self.job_type = job_type
@@ -105,6 +114,8 @@ class Current:
         self.last_heartbeat = last_heartbeat
         self.scheduled_for = scheduled_for
         """Part of the key: on PostgreSQL it names the time partition the row is in."""
+        self.concurrency_policy = concurrency_policy
+        """Its job's, as of its creation (Queue: its end may release the next one)."""
         self.changed: dict[str, Any] = {}
 
 
@@ -179,8 +190,8 @@ def apply_change(
     changed["status"] = int(to)
     if record.instance_id is not None:
         changed["instance_id"] = record.instance_id
-    if record.exception is not None:
-        changed["exception"] = record.exception
+    if record.exception is not None or to is OccurrenceStatus.COMPLETED:
+        changed["exception"] = record.exception  # a completed run clears an earlier attempt's
     if to is _QUEUED:  # a new attempt, due at its retry time
         changed["due_at"] = record.retry_at or record.timestamp
         changed["dispatched_at"] = changed["end_time"] = None
@@ -231,6 +242,8 @@ def change_reason(record: StatusRecord, to: OccurrenceStatus) -> str | None:
     if record.status is _FAILED and to is _QUEUED:
         return "retry"
     if record.failure_type is not None:
+        if to is OccurrenceStatus.UNKNOWN and record.exception:  # a zombie: why, kept here
+            return f"{record.failure_type.value}: {record.exception}"
         return record.failure_type.value
     if to is OccurrenceStatus.CANCELLED:
         return record.exception  # why it was cancelled (the API's reason, or the worker's)
@@ -290,6 +303,7 @@ class StatusBatch:
                 job_type=current.job_type,
                 worker_id=current.worker_id,
                 instance_id=record.instance_id,
+                queue_policy=current.concurrency_policy == ConcurrencyPolicy.QUEUE,
             )
         )
         self.changes.append(

@@ -80,7 +80,7 @@ async def cancel_occurrence(
             # cannot be reached does not undo it (nor may the caller see a failure and retry
             # into a 409); only a message already out may then run (its reports ignored).
             try:
-                await coordination.cancel([occurrence_id])
+                await coordination.cancel([occurrence_id], text)
             except BackendUnavailableError as exc:
                 log.warning(
                     "occurrence %s cancelled, but the workers could not be told: %s",
@@ -89,8 +89,8 @@ async def cancel_occurrence(
                     extra={"action": "cancel_notify_failed", "occurrence_id": occurrence_id},
                 )
             return CancelOutcome(await store.get_occurrence(occurrence_id), requested=False)
-        if status is S.RUNNING:
-            await coordination.cancel([occurrence_id])
+        if status is S.RUNNING:  # its worker reports it Cancelled with ``text``
+            await coordination.cancel([occurrence_id], text)
             await store.append_logs(
                 [
                     LogRecord(

@@ -62,10 +62,6 @@ or another server dispatching it while a bucket changes hands) is tried again th
 If the other transaction fired it, the store then says so and the entry moves to the next fire.
 """
 
-HELD_MEMORY_SECONDS = 60.0
-"""How long after the last held occurrence (or release) finished occurrences still wake the
-pending sweep; after it, held ones are released by the periodic sweep."""
-
 
 def to_message(occurrence: Occurrence, now: datetime) -> JobMessage:
     """The wire message for an occurrence's current attempt."""
@@ -148,9 +144,6 @@ class Dispatcher:
         self._plan_settings = config.plan
         self._wake = asyncio.Event()
         self._pending_hint = True
-        self._held_until = 0.0
-        """Monotonic time until which occurrences may be held here (Queue policy): while it
-        lasts, a finished occurrence wakes the pending sweep to release the next one."""
         self._target: float | None = None
         self._next_pending_check = 0.0
         self._stopping = asyncio.Event()
@@ -179,16 +172,6 @@ class Dispatcher:
     def resume(self) -> None:
         self._paused_reason = None
         self._wake.set()
-
-    @property
-    def has_held(self) -> bool:
-        """Whether occurrences may be held behind earlier ones (Queue policy)."""
-        return time.monotonic() < self._held_until
-
-    def _remember_held(self) -> None:
-        # A backlog drains one occurrence at a time; each release (or new held one) renews
-        # the memory, which lapses once nothing has moved for a while.
-        self._held_until = time.monotonic() + HELD_MEMORY_SECONDS
 
     @property
     def paused_reason(self) -> str | None:
@@ -291,8 +274,6 @@ class Dispatcher:
         self.stats.dispatched += len(result.queued)
         self.stats.skipped += len(result.skipped)
         self.stats.held += len(result.held)
-        if result.held:
-            self._remember_held()
         if self._on_fired is not None:
             self._on_fired(result, now)
         return len(result.queued)
@@ -320,8 +301,6 @@ class Dispatcher:
             if not pending:
                 break
             await self._publish_claimed(pending, now, claim_until)
-            if self.has_held:
-                self._remember_held()
             total += len(pending)
             self.stats.republished += len(pending)
             if len(pending) < batch:

@@ -20,9 +20,6 @@ log = logging.getLogger(__name__)
 class Waking(Protocol):
     """The part of the dispatcher the reactions use."""
 
-    @property
-    def has_held(self) -> bool: ...
-
     def wake(self, due: float | None) -> None: ...
 
 
@@ -61,11 +58,13 @@ class StatusReactions:
             self._notify(result)
         if result.disabled:
             self._drop_disabled(result)
-        # A retry (back to Queued) is pending now; a finished occurrence may release one held
-        # behind it (Queue policy). Otherwise there is nothing new for the dispatcher.
+        # A retry (back to Queued) is pending now; a finished occurrence of a Queue-policy job
+        # may release one held behind it: this server's sweep publishes it at once, whichever
+        # server fired it (the store knows the policy, so no server needs to remember what it
+        # holds). Otherwise there is nothing new for the dispatcher.
         for change in result.applied:
             if change.to_status is OccurrenceStatus.QUEUED or (
-                self._dispatcher.has_held and change.to_status.is_terminal
+                change.queue_policy and change.to_status.is_terminal
             ):
                 self._dispatcher.wake(None)
                 return

@@ -232,11 +232,12 @@ class Executor:
         await self.reporter.stop()
         self._runner.close()
 
-    def cancel(self, occurrence_id: UUID) -> bool:
+    def cancel(self, occurrence_id: UUID, reason: str | None = None) -> bool:
         """Cancel a running occurrence: an async handler's task is cancelled, a sync handler's
-        ``ctx.cancelled`` is set. ``False`` if it is not running here; it is then remembered,
-        so a message for it arriving later is reported Cancelled without running."""
-        return self._runner.cancel(occurrence_id)
+        ``ctx.cancelled`` is set; it is reported Cancelled with ``reason`` (else
+        ``cancelled``). ``False`` if it is not running here; it is then remembered, so a
+        message for it arriving later is reported Cancelled without running."""
+        return self._runner.cancel(occurrence_id, reason)
 
     # --- intake -------------------------------------------------------------------------
 

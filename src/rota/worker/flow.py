@@ -2,10 +2,12 @@
 
 A :class:`Flow` admits the deliveries the executor takes from the broker (its prefetch is the
 executor's ``concurrency``). One starts at once when a slot is free and its job type is under
-its own ``concurrency``; else it is held here, and held ones start oldest first as handlers
-finish, a job type at its limit letting other types pass. A delivery held longer than
-``hand_back_after`` seconds (and every held one at stop) is given back to the broker, which
-delivers it again: none stays unsettled long enough to meet the broker's consumer timeout.
+its own ``concurrency``; else it is held here, and held ones start highest priority first
+(then oldest first) as handlers finish, a job type at its limit letting other types pass: a
+low-priority delivery that came first never starts before a higher one waiting with it. A
+delivery held longer than ``hand_back_after`` seconds (and every held one at stop) is given
+back to the broker, which delivers it again: none stays unsettled long enough to meet the
+broker's consumer timeout.
 The flow owns the tasks handling the deliveries it started; what a task does is the
 executor's ``handle`` (:mod:`rota.worker.executor`).
 """
@@ -90,8 +92,16 @@ class Flow:
         elif self._is_held_copy(delivery):
             self._ack(delivery)
         else:
-            self._held.append(_Held(delivery))
+            self._hold(delivery)
             self._pump()
+
+    def _hold(self, delivery: Delivery) -> None:
+        """Hold it after every held delivery of its priority or higher (the order to start)."""
+        held, priority = self._held, delivery.message.priority
+        at = len(held)
+        while at and held[at - 1].delivery.message.priority < priority:
+            at -= 1
+        held.insert(at, _Held(delivery))
 
     def _is_held_copy(self, delivery: Delivery) -> bool:
         """Whether a held delivery of the same occurrence makes this one a copy to drop. Two
@@ -116,7 +126,7 @@ class Flow:
         return limit is None or self._by_type.get(job_type, 0) < limit
 
     def _pump(self) -> None:
-        """Start held deliveries that fit now, oldest first."""
+        """Start held deliveries that fit now, in the order held (priority, then age)."""
         held = self._held
         if self.stopping or not held or not self._free:
             return

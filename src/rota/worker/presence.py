@@ -11,10 +11,10 @@ import os
 import socket
 from collections.abc import AsyncIterator
 from importlib.metadata import PackageNotFoundError, version
-from uuid import UUID
 
 from rota.core.models import WorkerInfo, utcnow
 from rota.core.ports import Coordination
+from rota.core.records import Cancellation
 from rota.sdk.registry import JobRegistry
 from rota.worker.executor import Executor
 
@@ -50,7 +50,7 @@ class WorkerPresence:
         self._started_at = utcnow()
         self._task: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
-        self._cancels: AsyncIterator[UUID] | None = None
+        self._cancels: AsyncIterator[Cancellation] | None = None
 
     @property
     def ttl(self) -> float:
@@ -89,9 +89,11 @@ class WorkerPresence:
         assert self._cancels is not None
         while True:
             try:
-                async for occurrence_id in self._cancels:
-                    if self._executor.cancel(occurrence_id):
-                        log.info("occurrence cancelled", extra={"occurrence_id": occurrence_id})
+                async for asked in self._cancels:
+                    if self._executor.cancel(asked.occurrence_id, asked.reason):
+                        log.info(
+                            "occurrence cancelled", extra={"occurrence_id": asked.occurrence_id}
+                        )
                 return
             except asyncio.CancelledError:
                 raise

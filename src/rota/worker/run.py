@@ -183,7 +183,7 @@ class Runner:
 
     # --- cancellation -------------------------------------------------------------------
 
-    def cancel(self, occurrence_id: UUID) -> bool:
+    def cancel(self, occurrence_id: UUID, reason: str | None = None) -> bool:
         """Cancel a running occurrence (see :meth:`rota.worker.executor.Executor.cancel`);
         ``False`` if it is not running here, and it is then remembered for :meth:`run`."""
         entry = self._running.get(occurrence_id)
@@ -192,7 +192,7 @@ class Runner:
             if len(self._early_cancels) > _MAX_REMEMBERED_CANCELS:
                 self._early_cancels.popitem(last=False)
             return False
-        self._cancel_entry(entry, "cancelled", force=False)
+        self._cancel_entry(entry, reason or "cancelled", force=False)
         return True
 
     def cancel_all(self, reason: str) -> None:
@@ -291,10 +291,10 @@ class Runner:
                 duration_ms=_ms_since(started),
                 failure_type=FailureType.TIMED_OUT,
             )
-        except JobCancelledError as exc:
+        except JobCancelledError as exc:  # asked (the reason given), or its own doing
             if entry.interrupted:
                 return self._interrupted(entry, started)
-            return self._cancelled(ctx, str(exc) or "cancelled", started)
+            return self._cancelled(ctx, entry.cancel_reason or str(exc) or "cancelled", started)
         except Exception as exc:
             return self._failed(ctx, definition, message, exc, started)
         return self.record(

@@ -13,6 +13,7 @@ from rota.core.models import (
     WorkerInfo,
 )
 from rota.core.records import (
+    Cancellation,
     ClaimBatch,
     ClaimRequest,
     Lease,
@@ -78,13 +79,15 @@ class Signals(abc.ABC):
         """Due times announced by :meth:`wake` (from any instance) after subscribing."""
 
     @abc.abstractmethod
-    async def cancel(self, occurrence_ids: Sequence[UUID]) -> None:
+    async def cancel(self, occurrence_ids: Sequence[UUID], reason: str | None = None) -> None:
         """Ask the workers running these occurrences to cancel them (the cancellation
-        channel: every worker instance hears it; the one running the occurrence acts)."""
+        channel: every worker instance hears it; the one running the occurrence acts and
+        records ``reason`` as the Cancelled attempt's exception)."""
 
     @abc.abstractmethod
-    def cancellations(self) -> AsyncIterator[UUID]:
-        """Occurrence ids sent to :meth:`cancel` (from any process) after subscribing."""
+    def cancellations(self) -> AsyncIterator[Cancellation]:
+        """Each occurrence sent to :meth:`cancel` (from any process) after subscribing, with
+        the reason sent with it."""
 
 
 class ClaimMemory(abc.ABC):

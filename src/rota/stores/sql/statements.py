@@ -187,7 +187,16 @@ def _undispatched_stmt(
         .limit(max(0, limit))
     )
     if created_before is not None:
-        stmt = stmt.where(occ.c.created_at <= created_before)
+        # The grace spares what another server's dispatcher may be publishing right now. An
+        # occurrence held behind an earlier one (Queue policy: that one ended after it was
+        # created) was never published: released, it goes at once.
+        released = exists().where(
+            earlier.c.job_id == occ.c.job_id,
+            earlier.c.id < occ.c.id,
+            earlier.c.end_time >= occ.c.created_at,
+        )
+        held = and_(occ.c.concurrency_policy == int(ConcurrencyPolicy.QUEUE), released)
+        stmt = stmt.where(or_(occ.c.created_at <= created_before, held))
     return stmt
 
 
