@@ -68,6 +68,13 @@ BASE_BODIES: Final[dict[str, dict[str, Any]]] = {
     "POST /api/v1/admin/dispatcher/resume": {},
     "POST /api/v1/users": {"username": "someone", "password": "p" * 12, "role": "Viewer"},
     "PATCH /api/v1/users/{user_id}": {},
+    "POST /api/v1/notifications/subscriptions": {
+        "name": "ops",
+        "events": ["occurrence.failed"],
+        "channel": "email",
+        "recipients": ["ops@example.com"],
+    },
+    "PATCH /api/v1/notifications/subscriptions/{subscription_id}": {},
 }
 """A valid body per body-taking API operation (``{name}``: a seeded id). A new operation must
 get one here (a test says so): the field cases need the rest of the body to be valid."""
@@ -225,7 +232,13 @@ async def fuzz(runtime: MiniRuntime) -> AsyncIterator[tuple[Fuzz, list[Operation
         occurrence = await http.post(f"/api/v1/jobs/{job.json()['id']}/trigger", json={})
         assert occurrence.status_code == 202, occurrence.text
         me = await http.get("/api/v1/auth/me")
+        subscription = await http.post(
+            "/api/v1/notifications/subscriptions",
+            json=BASE_BODIES["POST /api/v1/notifications/subscriptions"],
+        )
+        assert subscription.status_code == 201, subscription.text
         seeds = {
+            "subscription_id": subscription.json()["id"],
             "job_id": job.json()["id"],
             "occurrence_id": occurrence.json()["id"],
             "failed_id": str(new_id()),
