@@ -75,13 +75,13 @@ async def test_one_bad_job_refuses_all_and_every_bad_one_is_named(
 ) -> None:
     jobs = [spec(n) for n in range(COUNT)]
     jobs[17] = jobs[17] | {"cronExpression": "61 * * * *"}
-    jobs[9_999] = {"jobType": "x", "cronExpression": "@daily", "executeAt": "2031-01-01T00:00Z"}
+    jobs[9_999] = {"jobType": "x", "executeAt": "2031-01-01T00:00Z", "timeZone": "Mars/Olympus"}
     response = await client.post("/api/v1/jobs/bulk", json={"jobs": jobs})
     assert response.status_code == 422, response.text[:500]
     problem = response.json()
     assert [e["field"] for e in problem["errors"]] == [
         "jobs[17].cronExpression",
-        "jobs[9999].executeAt",
+        "jobs[9999].timeZone",
     ]
     assert problem["errors"][0]["part"] == "minute"
     assert (await store.overview(datetime.now(UTC))).jobs == 0
