@@ -93,11 +93,16 @@ def plan_fires(
     *,
     has_worker: bool = True,
     dispatched_at: datetime | None = None,
+    horizon: datetime | None = None,
 ) -> FirePlan:
     """Plan the fires of a due job. ``active``: its occurrences Queued or Running now.
     The Skip policy, and a job that is ``probing``, run a fire only when none is active.
-    ``dispatched_at``: record the Queued occurrences as handed to the broker at that time."""
-    fires, next_run = enumerate_fires(job, now, settings.max_recorded_misses)
+    ``dispatched_at``: record the Queued occurrences as handed to the broker at that time.
+    ``horizon`` (default ``now``): plan the fires up to it, those after ``now`` ahead of
+    their due time (the dispatch lead); each keeps its own fire time as ``scheduled_for``,
+    and a fire not yet due is never missed."""
+    until = now if horizon is None else max(now, horizon)
+    fires, next_run = enumerate_fires(job, until, settings.max_recorded_misses)
     runs = _choose_runs(fires, now, job, settings)
     occurrences: list[Occurrence] = []
     running_now = active
