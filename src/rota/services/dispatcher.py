@@ -195,6 +195,11 @@ class Dispatcher:
         self._held_until = time.monotonic() + HELD_MEMORY_SECONDS
 
     @property
+    def lead_seconds(self) -> float:
+        """How long before their due time fires are committed and sent."""
+        return self._lead
+
+    @property
     def paused_reason(self) -> str | None:
         return self._paused_reason
 

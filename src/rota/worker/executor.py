@@ -162,6 +162,8 @@ class Executor:
             ack=self.reporter.ack_after_flush,
         )
         self._hold = Hold(release=self._release, drop=self.reporter.ack_after_flush)
+        self._released: dict[UUID, bool] = {}
+        """Occurrences released by the hold and not started yet."""
         self._finals = FinalizedAttempts(
             store, retention=finalized_retention, max_entries=finalized_max_entries
         )
@@ -294,6 +296,7 @@ class Executor:
             # Its channel is gone: the broker delivers it again (maybe elsewhere).
             self.stats.dropped_dead += 1
         else:  # at stop, the flow's handling gives it back unstarted
+            self._released[delivery.message.occurrence_id] = True
             self._flow.admit(delivery)
 
     # --- upkeep: heartbeats, claims, held deliveries, pruning ---------------------------
@@ -319,6 +322,7 @@ class Executor:
 
     async def _handle(self, delivery: Delivery) -> None:
         message = delivery.message
+        released = self._released.pop(message.occurrence_id, False)
         if await self._finals.finalized_here(delivery):
             self._skip(delivery)
             return
@@ -343,6 +347,11 @@ class Executor:
         set_job_context(message.occurrence_id, message.job_id, message.job_type, message.attempt)
         self.reporter.add_status(self._runner.record(ctx, S.RUNNING, self._clock()))
         self.reporter.ack_after_flush(delivery)
+        if released:
+            # One turn of the loop before the handler: deliveries released together by the
+            # hold (a cron second's fires) are each started at that instant, not after the
+            # handlers of those before them have run.
+            await asyncio.sleep(0)
         self._report_final(await self._runner.run(ctx, definition, data, message))
 
     def _claim(self, message: JobMessage) -> tuple[AnyJobDefinition, Any] | None:
