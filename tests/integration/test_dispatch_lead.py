@@ -121,3 +121,25 @@ async def test_cancelling_the_occurrence_during_the_hold_prevents_the_start(
     )
     assert not outcome.requested
     await cancelled_unrun(runtime, occ, "changed my mind")
+
+
+async def test_a_skip_policy_fire_is_not_skipped_for_a_run_that_ends_before_it(
+    runtime: Runtime,
+) -> None:
+    # it.slow runs 1 s; every 3 s with a 3 s lead, the next fire is planned while the one
+    # before still runs. Its overlap is decided at its due time, when that one has ended.
+    job = await runtime.jobs.create_job(
+        {
+            "job_type": "it.slow",
+            "cron_expression": "*/3 * * * * *",
+            "execute_at": in_a_while(runtime),
+        }
+    )
+
+    async def two_completed() -> bool:
+        page = await runtime.store.list_occurrences(OccurrenceQuery(job_id=job.id, limit=100))
+        return sum(o.status is S.COMPLETED for o in page.items) >= 2
+
+    await eventually(two_completed, 30, "two fires completed")
+    page = await runtime.store.list_occurrences(OccurrenceQuery(job_id=job.id, limit=100))
+    assert [o.skip_reason for o in page.items if o.status is S.SKIPPED] == []

@@ -65,6 +65,10 @@ or another server dispatching it while a bucket changes hands) is tried again th
 If the other transaction fired it, the store then says so and the entry moves to the next fire.
 """
 
+DEFERRED_TOLERANCE = 1e-6
+"""Seconds within which a job's next fire after a dispatch is the fire it was dispatched for
+(not advanced: left for its due time)."""
+
 HELD_MEMORY_SECONDS = 60.0
 """How long after the last held occurrence (or release) finished occurrences still wake the
 pending sweep; after it, held ones are released by the periodic sweep."""
@@ -431,6 +435,10 @@ class Dispatcher:
             nxt = next_runs[entry.job_id]
             due = None if nxt is None else nxt.due_at.timestamp()
             if nxt is not None and due is not None and due <= horizon:
+                if abs(due - entry.due) < DEFERRED_TOLERANCE and due > at:
+                    # Fired ahead but left for its due time (a Skip-policy fire whose
+                    # overlap is decided then): entered so that it is fired at its due time.
+                    due += self._lead
                 upserts.append(IndexEntry(entry.job_id, nxt.bucket, due))
             else:
                 # Gone, finished, or beyond the window: the loader puts it back when it comes
