@@ -332,6 +332,8 @@ async def run_cron(
         wait = (end + timedelta(seconds=2) - runtime.jobs.now()).total_seconds()
         await asyncio.sleep(max(wait, 0.0))
         fires = await _fires(runtime, ids, start, end, time.monotonic() + 120, expected)
+        for job in created:  # a database kept for the next run must not go on firing them
+            await runtime.jobs.delete_job(job.id)
     started = [late for late in fires.values() if late is not None]
     counts = _fire_counts(fires)
     return {
