@@ -28,3 +28,12 @@ def sync_job(ctx: rota.JobContext) -> int:
 @rota.job("it.defaults", max_retries=2, timeout=5)
 async def with_defaults(ctx: rota.JobContext) -> int:
     return ctx.max_retries
+
+
+RAN_AHEAD: list[str] = []
+"""Occurrence ids of ``it.ahead`` runs (the dispatch lead tests)."""
+
+
+@rota.job("it.ahead")
+async def ahead(ctx: rota.JobContext) -> None:
+    RAN_AHEAD.append(str(ctx.occurrence_id))

@@ -35,8 +35,23 @@ def test_throughput_scenario(tmp_path: Path) -> None:
 def test_latency_scenario(tmp_path: Path) -> None:
     result = bench(tmp_path, "latency", "--jobs", "50", "--spread", "1")
     assert result["completed"] == 50
-    p50, p99, top = (float(result[k]) for k in ("p50Ms", "p99Ms", "maxMs"))  # type: ignore[arg-type]
-    assert 0 <= p50 <= p99 <= top
+    keys = ("p50Ms", "p90Ms", "p99Ms", "p999Ms", "maxMs")
+    p50, p90, p99, p999, top = (float(result[k]) for k in keys)  # type: ignore[arg-type]
+    assert 0 <= p50 <= p90 <= p99 <= p999 <= top
+    assert result["leadSeconds"] == 0.5
+
+
+def test_cron_scenario(tmp_path: Path) -> None:
+    result = bench(tmp_path, "cron", "--jobs", "5", "--seconds", "2", "--lead", "0.25")
+    assert result["scenario"] == "cron"
+    assert result["leadSeconds"] == 0.25
+    assert result["expectedFires"] == 10
+    assert result["started"] == 10
+    assert result["firesMissing"] == 0
+    assert result["firesDoubled"] == 0
+    keys = ("p50Ms", "p90Ms", "p99Ms", "p999Ms", "maxMs")
+    p50, p90, p99, p999, top = (float(result[k]) for k in keys)  # type: ignore[arg-type]
+    assert 0 <= p50 <= p90 <= p99 <= p999 <= top  # started at, never before, the fire
 
 
 def test_unknown_mode_is_refused(tmp_path: Path) -> None:

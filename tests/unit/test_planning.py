@@ -139,3 +139,51 @@ def test_first_run() -> None:
     assert first_run_at(job, T0) == T0 + timedelta(hours=1)
     once = Job(id=new_id(), job_type="t", execute_at=T0 - timedelta(hours=1))
     assert first_run_at(once, T0) == T0 - timedelta(hours=1)
+
+
+# --- the dispatch lead: fires planned ahead of their due time ---------------------------------
+
+
+def test_a_fire_within_the_horizon_is_planned_ahead_with_its_own_time() -> None:
+    now = T0 - timedelta(milliseconds=500)
+    job = every_minute()
+    assert plan_fires(job, 0, now, SETTINGS).occurrences == ()
+    plan = plan_fires(job, 0, now, SETTINGS, horizon=T0)
+    assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)]
+    assert plan.occurrences[0].scheduled_for == T0  # the true due time, not now
+    assert plan.occurrences[0].due_at == T0
+    assert plan.occurrences[0].created_at == now
+    assert plan.next_run_at == T0 + timedelta(minutes=1)
+
+
+def test_a_horizon_never_makes_a_due_fire_missed() -> None:
+    # judged by now, not by the horizon: 29 s late is on time with a 30 s threshold
+    now = T0 + timedelta(seconds=29)
+    plan = plan_fires(every_minute(), 0, now, SETTINGS, horizon=now + timedelta(seconds=5))
+    assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)]
+
+
+def test_a_horizon_before_now_plans_up_to_now() -> None:
+    plan = plan_fires(every_minute(), 0, T0, SETTINGS, horizon=T0 - timedelta(seconds=1))
+    assert [o.scheduled_for for o in plan.occurrences] == [T0]
+
+
+def test_an_overlap_ahead_of_its_fire_is_left_for_its_due_time() -> None:
+    # Skip policy, an occurrence still active: a fire not yet due is not Skipped ahead of
+    # time (the active one may end before it); it stays the job's next fire.
+    now = T0 - timedelta(milliseconds=500)
+    job = every_minute(concurrency_policy=ConcurrencyPolicy.SKIP)
+    plan = plan_fires(job, 1, now, SETTINGS, horizon=T0)
+    assert plan.occurrences == ()
+    assert plan.next_run_at == T0
+    # at its due time the overlap decides as ever
+    plan = plan_fires(job, 1, T0, SETTINGS, horizon=T0 + timedelta(milliseconds=500))
+    assert statuses(plan) == [(OccurrenceStatus.SKIPPED, "overlap")]
+    assert plan.next_run_at == T0 + timedelta(minutes=1)
+
+
+def test_a_queue_policy_fire_ahead_is_planned_while_one_is_active() -> None:
+    now = T0 - timedelta(milliseconds=500)
+    job = every_minute(concurrency_policy=ConcurrencyPolicy.QUEUE)
+    plan = plan_fires(job, 1, now, SETTINGS, horizon=T0)
+    assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)]

@@ -49,6 +49,7 @@ def dispatcher_config(settings: SchedulerSettings) -> DispatcherConfig:
         sweeper_interval_seconds=settings.sweeper_interval_seconds,
         sweeper_claim_seconds=settings.sweeper_claim_seconds,
         hot_window_seconds=settings.hot_window_seconds,
+        dispatch_lead_seconds=settings.dispatch_lead_seconds,
     )
 
 

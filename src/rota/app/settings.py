@@ -42,6 +42,13 @@ class SchedulerSettings(BaseModel):
     hot_window_seconds: float = Field(120.0, gt=0, description="How far ahead the index holds.")
     loader_interval_seconds: float = Field(15.0, gt=0, description="How often the loader syncs.")
     dispatch_batch_size: int = Field(1000, ge=1, le=50_000)
+    dispatch_lead_seconds: float = Field(
+        0.5,
+        ge=0,
+        le=30,
+        description="Occurrences are committed and sent this long before their due time; the "
+        "worker holds each on a timer and starts it at its due instant (0: sent when due).",
+    )
     misfire_threshold_seconds: float = Field(60.0, ge=0)
     catch_up_cap: int = Field(100, ge=1)
     max_recorded_misses: int = Field(1000, ge=1)
@@ -185,6 +192,13 @@ class WorkerSettings(BaseModel):
         gt=0,
         description="A message received but waiting this long to start goes back to the "
         "broker (keep it below RabbitMQ's consumer_timeout).",
+    )
+    hold_capacity: int = Field(
+        1000,
+        ge=0,
+        le=60_000,
+        description="Messages sent ahead of their due time that a worker may hold on its "
+        "timer beyond its concurrency (added to its broker prefetch).",
     )
     claim_ttl_seconds: float = Field(
         10800.0,

@@ -40,6 +40,7 @@ from rota.sdk.registry import JobRegistry
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.buckets import BucketOwner
+from rota.services.cancellation import cancel_ahead
 from rota.services.control import DispatcherSwitchFollower
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
@@ -133,6 +134,9 @@ def build_runtime(
         on_triggered=metrics.record_trigger,
         stamp=tracing.stamp_trigger if traced else None,
         events=events,
+        cancel_ahead=lambda job_id, reason: cancel_ahead(
+            store, coordination, job_id, reason=reason, now=utcnow(), events=events
+        ),
     )
     notifications = build_notifications(
         settings, store, metrics, instance_id, is_leader=lambda: 0 in owner.buckets
@@ -300,6 +304,7 @@ def build_executor(
         ),
         finalized_max_entries=ws.finalized_max_entries if standalone else FINALIZED_MAX_ENTRIES,
         default_timeout=ws.default_timeout_seconds,
+        hold_capacity=ws.hold_capacity,
         on_finished=metrics.record_finished,
         tracing=tracing,
         claims=AttemptClaims(

@@ -326,6 +326,12 @@ def user_list(data_dir: DataDirOpt = None) -> None:
         print(f"{user.username}\t{user.role.value}\t{state}")
 
 
+_LEAD = typer.Option(
+    min=0,
+    help="Dispatch lead in seconds (default: scheduler.dispatch_lead_seconds; 0: sent when due).",
+)
+
+
 @bench_app.command("throughput")
 def bench_throughput(
     mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",
@@ -345,13 +351,31 @@ def bench_latency(
     mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",
     jobs: Annotated[int, typer.Option(help="How many one-time jobs.")] = 1000,
     spread: Annotated[float, typer.Option(help="Seconds the due times spread over.")] = 10.0,
+    lead: Annotated[float | None, _LEAD] = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
 ) -> None:
     """One-time jobs due across a spread; start − scheduled percentiles in ms."""
     from rota.cli.bench import report, run_latency
 
     configure_logging("warning")
-    result = _run(run_latency(mode, jobs, spread))
+    result = _run(run_latency(mode, jobs, spread, lead))
+    report(result, json_file, _console())
+
+
+@bench_app.command("cron")
+def bench_cron(
+    mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",
+    jobs: Annotated[int, typer.Option(min=1, help="How many cron jobs (every second).")] = 200,
+    seconds: Annotated[int, typer.Option(min=1, help="How many seconds they fire for.")] = 30,
+    lead: Annotated[float | None, _LEAD] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+) -> None:
+    """Cron jobs firing every second; start − scheduled percentiles in ms, fires missing and
+    doubled."""
+    from rota.cli.bench import report, run_cron
+
+    configure_logging("warning")
+    result = _run(run_cron(mode, jobs, seconds, lead))
     report(result, json_file, _console())
 
 

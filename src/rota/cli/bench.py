@@ -44,7 +44,9 @@ async def noop(ctx: rota.JobContext) -> None:
 
 
 @asynccontextmanager
-async def _embedded_runtime(concurrency: int) -> AsyncIterator[tuple[Runtime, int | None]]:
+async def _embedded_runtime(
+    concurrency: int, lead: float | None = None
+) -> AsyncIterator[tuple[Runtime, int | None]]:
     from rota.app.server import prepare
 
     with tempfile.TemporaryDirectory(prefix="rota-bench-") as tmp:
@@ -56,6 +58,8 @@ async def _embedded_runtime(concurrency: int) -> AsyncIterator[tuple[Runtime, in
             amqp_url=None,
         )
         settings.worker.concurrency = concurrency
+        if lead is not None:
+            settings.scheduler.dispatch_lead_seconds = lead
         runtime = await prepare(settings, ["rota.cli.bench"])
         await runtime.start()
         tune_gc()
@@ -70,7 +74,9 @@ BENCH_WORKER = "bench"
 
 
 @asynccontextmanager
-async def _distributed_runtime(concurrency: int) -> AsyncIterator[tuple[Runtime, int | None]]:
+async def _distributed_runtime(
+    concurrency: int, lead: float | None = None
+) -> AsyncIterator[tuple[Runtime, int | None]]:
     """One server runtime in this process and one ``rota worker`` process, on the services
     named by ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL (under the ``rota-bench``
     name prefix, so a bench never touches a real installation's queues or keys)."""
@@ -83,6 +89,8 @@ async def _distributed_runtime(concurrency: int) -> AsyncIterator[tuple[Runtime,
             "bench --mode distributed needs ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL"
         )
     settings.scheduler.dispatch_batch_size = 2000
+    if lead is not None:
+        settings.scheduler.dispatch_lead_seconds = lead
     if settings.auth_secret is None:  # the bench serves no API: any key will do
         settings.auth_secret = SecretStr(secrets.token_urlsafe(48))
     await upgrade_schema(settings.effective_database_url)
@@ -114,11 +122,12 @@ async def _wait_for_worker(runtime: Runtime, worker: subprocess.Popen[bytes]) ->
     raise RuntimeError("the bench worker did not register within 60 s")
 
 
-def _runtime_for(mode: str, concurrency: int) -> Any:
+def _runtime_for(mode: str, concurrency: int, lead: float | None = None) -> Any:
+    """The runtime of a scenario; ``lead``: its dispatch lead (``None``: the setting's)."""
     if mode == "embedded":
-        return _embedded_runtime(concurrency)
+        return _embedded_runtime(concurrency, lead)
     if mode == "distributed":
-        return _distributed_runtime(concurrency)
+        return _distributed_runtime(concurrency, lead)
     raise ConfigurationError(f"unknown bench mode {mode!r}: use 'embedded' or 'distributed'")
 
 
@@ -236,9 +245,12 @@ async def _warm_up(runtime: Runtime) -> None:
         raise RuntimeError("the warm-up jobs did not complete within 60 s")
 
 
-async def run_latency(mode: str, jobs: int, spread: float) -> dict[str, Any]:
+async def run_latency(
+    mode: str, jobs: int, spread: float, lead: float | None = None
+) -> dict[str, Any]:
     process = psutil.Process()
-    async with _runtime_for(mode, 64) as (runtime, _worker_pid):
+    async with _runtime_for(mode, 64, lead) as (runtime, _worker_pid):
+        lead_seconds = runtime.dispatcher.lead_seconds
         await _warm_up(runtime)
         baseline = await _completed_in_store(runtime)
         target = runtime.tracker.stats.completed + jobs
@@ -254,25 +266,135 @@ async def run_latency(mode: str, jobs: int, spread: float) -> dict[str, Any]:
         created = await runtime.jobs.create_jobs(specs)
         done = await _wait_completed(runtime, target, time.monotonic() + spread + 120, baseline)
         lateness = await _lateness(runtime, {job.id for job in created})
-    ordered = sorted(lateness)
-
-    def pct(p: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 2)
-
     return {
         "scenario": "latency",
         "mode": mode,
         "jobs": jobs,
         "completed": done,
         "spreadSeconds": spread,
-        "p50Ms": pct(0.50),
-        "p90Ms": pct(0.90),
-        "p99Ms": pct(0.99),
-        "maxMs": round(ordered[-1], 2),
-        "meanMs": round(statistics.fmean(ordered), 2),
+        "leadSeconds": lead_seconds,
+        **_lateness_percentiles(lateness),
         "peakRssMiB": round(process.memory_info().rss / 2**20, 1),
         "environment": _environment(),
     }
+
+
+def _lateness_percentiles(lateness: list[float]) -> dict[str, float | None]:
+    """p50, p90, p99, p99.9, max and mean of lateness samples (ms)."""
+    if not lateness:
+        keys = ("p50Ms", "p90Ms", "p99Ms", "p999Ms", "maxMs", "meanMs")
+        return dict.fromkeys(keys)
+    ordered = sorted(lateness)
+
+    def pct(p: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 2)
+
+    return {
+        "p50Ms": pct(0.50),
+        "p90Ms": pct(0.90),
+        "p99Ms": pct(0.99),
+        "p999Ms": pct(0.999),
+        "maxMs": round(ordered[-1], 2),
+        "meanMs": round(statistics.fmean(ordered), 2),
+    }
+
+
+CRON_START_SECONDS = 3.0
+"""Seconds from the creation of the cron jobs to their first fire (a whole second)."""
+
+
+async def run_cron(
+    mode: str, jobs: int, seconds: int, lead: float | None = None, concurrency: int = 256
+) -> dict[str, Any]:
+    """``jobs`` cron jobs firing every second for ``seconds`` seconds; the lateness of their
+    starts, and the fires missing (an expected fire instant with no occurrence) or doubled
+    (more than one occurrence for one fire)."""
+    process = psutil.Process()
+    async with _runtime_for(mode, concurrency, lead) as (runtime, _worker_pid):
+        lead_seconds = runtime.dispatcher.lead_seconds
+        await _warm_up(runtime)
+        now = runtime.jobs.now()
+        start = (now + timedelta(seconds=CRON_START_SECONDS)).replace(microsecond=0)
+        end = start + timedelta(seconds=seconds)
+        specs = [
+            {
+                "display_name": f"cron {i}",
+                "job_type": "bench.noop",
+                "cron_expression": "* * * * * *",
+                "execute_at": start,
+            }
+            for i in range(jobs)
+        ]
+        created = await runtime.jobs.create_jobs(specs)
+        ids = {job.id for job in created}
+        expected = jobs * seconds
+        # Every fire before the end has come and gone (and had its chance to be recorded).
+        wait = (end + timedelta(seconds=2) - runtime.jobs.now()).total_seconds()
+        await asyncio.sleep(max(wait, 0.0))
+        fires = await _fires(runtime, ids, start, end, time.monotonic() + 120, expected)
+        for job in created:  # a database kept for the next run must not go on firing them
+            await runtime.jobs.delete_job(job.id)
+    started = [late for late in fires.values() if late is not None]
+    counts = _fire_counts(fires)
+    return {
+        "scenario": "cron",
+        "mode": mode,
+        "jobs": jobs,
+        "seconds": seconds,
+        "leadSeconds": lead_seconds,
+        "expectedFires": expected,
+        "recordedFires": counts["recorded"],
+        "started": len(started),
+        "firesMissing": expected - counts["distinct"],
+        "firesDoubled": counts["doubled"],
+        **_lateness_percentiles(started),
+        "peakRssMiB": round(process.memory_info().rss / 2**20, 1),
+        "environment": _environment(),
+    }
+
+
+_Fires = dict[tuple[UUID, datetime, int], float | None]
+"""Occurrences by (job, fire, n-th of that fire): their lateness in ms (``None``: unstarted)."""
+
+
+def _fire_counts(fires: _Fires) -> dict[str, int]:
+    per_fire: dict[tuple[UUID, datetime], int] = {}
+    for job_id, fire, _ in fires:
+        per_fire[job_id, fire] = per_fire.get((job_id, fire), 0) + 1
+    return {
+        "recorded": len(fires),
+        "distinct": len(per_fire),
+        "doubled": sum(n - 1 for n in per_fire.values()),
+    }
+
+
+async def _fires(
+    runtime: Runtime,
+    job_ids: set[UUID],
+    start: datetime,
+    end: datetime,
+    deadline: float,
+    expected: int,
+) -> _Fires:
+    """The occurrences of these jobs for fires in [start, end), once all expected ones have
+    started (or the deadline passed)."""
+    while True:
+        fires: _Fires = {}
+        seen: dict[tuple[UUID, datetime], int] = {}
+        for job_id in job_ids:
+            query = OccurrenceQuery(
+                job_id=job_id, scheduled_after=start, scheduled_before=end, limit=1000
+            )
+            for occ in (await runtime.store.list_occurrences(query)).items:
+                n = seen[job_id, occ.scheduled_for] = seen.get((job_id, occ.scheduled_for), -1) + 1
+                late = None
+                if occ.start_time is not None:
+                    late = (occ.start_time - occ.scheduled_for).total_seconds() * 1000
+                fires[job_id, occ.scheduled_for, n] = late
+        done = sum(1 for late in fires.values() if late is not None)
+        if done >= expected or time.monotonic() > deadline:
+            return fires
+        await asyncio.sleep(0.5)
 
 
 async def _lateness(runtime: Runtime, job_ids: set[UUID]) -> list[float]:

@@ -93,11 +93,17 @@ def plan_fires(
     *,
     has_worker: bool = True,
     dispatched_at: datetime | None = None,
+    horizon: datetime | None = None,
 ) -> FirePlan:
     """Plan the fires of a due job. ``active``: its occurrences Queued or Running now.
     The Skip policy, and a job that is ``probing``, run a fire only when none is active.
-    ``dispatched_at``: record the Queued occurrences as handed to the broker at that time."""
-    fires, next_run = enumerate_fires(job, now, settings.max_recorded_misses)
+    ``dispatched_at``: record the Queued occurrences as handed to the broker at that time.
+    ``horizon`` (default ``now``): plan the fires up to it, those after ``now`` ahead of
+    their due time (the dispatch lead); each keeps its own fire time as ``scheduled_for``,
+    and a fire not yet due is never missed, nor skipped as overlapping: it is left for
+    when it is due (the job's next fire)."""
+    until = now if horizon is None else max(now, horizon)
+    fires, next_run = enumerate_fires(job, until, settings.max_recorded_misses)
     runs = _choose_runs(fires, now, job, settings)
     occurrences: list[Occurrence] = []
     running_now = active
@@ -108,6 +114,11 @@ def plan_fires(
         elif not has_worker:
             reason = SkipReason.NO_WORKER
         elif running_now > 0 and (job.concurrency_policy is ConcurrencyPolicy.SKIP or job.probing):
+            if fire > now:
+                # Not due yet (planned ahead by the dispatch lead): whether it overlaps is
+                # decided when it is due, not now. It stays the job's next fire.
+                next_run = fire
+                break
             # A probing job (auto-disabled, let through after its cooldown) runs one probe at
             # a time whatever its policy: the first to end decides, so later fires meanwhile
             # are Skipped as overlapping.

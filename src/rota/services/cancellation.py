@@ -25,6 +25,7 @@ from uuid import UUID
 from rota.core.errors import BackendUnavailableError, ConflictError
 from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusRecord
 from rota.core.ports import OccurrenceStore, Signals
+from rota.core.records import OccurrenceQuery
 from rota.services.events import EventPublisher
 
 S = OccurrenceStatus
@@ -63,31 +64,8 @@ async def cancel_occurrence(
         occurrence = await store.get_occurrence(occurrence_id)
         status = occurrence.status
         if status is S.QUEUED:
-            record = StatusRecord(
-                occurrence_id=occurrence_id,
-                status=S.CANCELLED,
-                timestamp=now,
-                attempt=occurrence.attempt,
-                exception=text,
-            )
-            result = await store.apply_status([record])
-            if not result.applied:
+            if not await _cancel_queued(store, coordination, occurrence, text, now, events):
                 continue  # it moved on meanwhile (started, or ended): look again
-            if events is not None:
-                events.status_applied(result)
-            # Its message may be out (or being published right now): a worker holding it, or
-            # receiving it later, skips it. The cancel is stored already: a coordination that
-            # cannot be reached does not undo it (nor may the caller see a failure and retry
-            # into a 409); only a message already out may then run (its reports ignored).
-            try:
-                await coordination.cancel([occurrence_id], text)
-            except BackendUnavailableError as exc:
-                log.warning(
-                    "occurrence %s cancelled, but the workers could not be told: %s",
-                    occurrence_id,
-                    exc,
-                    extra={"action": "cancel_notify_failed", "occurrence_id": occurrence_id},
-                )
             return CancelOutcome(await store.get_occurrence(occurrence_id), requested=False)
         if status is S.RUNNING:  # its worker reports it Cancelled with ``text``
             await coordination.cancel([occurrence_id], text)
@@ -110,3 +88,70 @@ async def cancel_occurrence(
             )
         raise ConflictError(f"occurrence {occurrence_id} has ended ({name}): nothing to cancel")
     raise ConflictError(f"occurrence {occurrence_id} keeps changing; try again")
+
+
+async def _cancel_queued(
+    store: OccurrenceStore,
+    coordination: Signals,
+    occurrence: Occurrence,
+    text: str,
+    now: datetime,
+    events: EventPublisher | None,
+) -> bool:
+    """Cancel a Queued occurrence; ``False`` if it moved on meanwhile (started, or ended)."""
+    record = StatusRecord(
+        occurrence_id=occurrence.id,
+        status=S.CANCELLED,
+        timestamp=now,
+        attempt=occurrence.attempt,
+        exception=text,
+    )
+    result = await store.apply_status([record])
+    if not result.applied:
+        return False
+    if events is not None:
+        events.status_applied(result)
+    # Its message may be out (or being published right now): a worker holding it, or
+    # receiving it later, skips it. The cancel is stored already: a coordination that
+    # cannot be reached does not undo it (nor may the caller see a failure and retry
+    # into a 409); only a message already out may then run (its reports ignored).
+    try:
+        await coordination.cancel([occurrence.id], text)
+    except BackendUnavailableError as exc:
+        log.warning(
+            "occurrence %s cancelled, but the workers could not be told: %s",
+            occurrence.id,
+            exc,
+            extra={"action": "cancel_notify_failed", "occurrence_id": occurrence.id},
+        )
+    return True
+
+
+AHEAD_PAGE = 1000
+"""Occurrences sent ahead looked at per call (a job has a lead's worth of fires at most)."""
+
+
+async def cancel_ahead(
+    store: OccurrenceStore,
+    coordination: Signals,
+    job_id: UUID,
+    *,
+    reason: str,
+    now: datetime,
+    events: EventPublisher | None = None,
+) -> int:
+    """Cancel the job's occurrences that were sent ahead of their due time (the dispatch
+    lead) and are still Queued, due after ``now``: the job was disabled or deleted before
+    they came due, so they must not start. A worker holding one reports it Cancelled
+    without running it. One that has started meanwhile (its due time passed) is left
+    alone. Returns how many were cancelled."""
+    query = OccurrenceQuery(
+        job_id=job_id, statuses=(S.QUEUED,), scheduled_after=now, limit=AHEAD_PAGE
+    )
+    page = await store.list_occurrences(query)
+    text = cancel_text(reason)
+    cancelled = 0
+    for occurrence in page.items:
+        if await _cancel_queued(store, coordination, occurrence, text, now, events):
+            cancelled += 1
+    return cancelled

@@ -51,6 +51,9 @@ class DispatcherConfig:
     """How long a sweep's claim on a batch of pending occurrences lasts."""
     hot_window_seconds: float
     """How far ahead the schedule index holds (a job's next fire beyond it is not indexed)."""
+    dispatch_lead_seconds: float = 0.0
+    """How long before its due time an occurrence is committed and sent: the worker holds it
+    on a timer and starts it at its ``scheduledFor`` (0: sent when due)."""
 
 
 MIN_SWEEP_GAP = 0.05
@@ -61,6 +64,10 @@ LOCKED_RETRY_SECONDS = 0.2
 or another server dispatching it while a bucket changes hands) is tried again this much later.
 If the other transaction fired it, the store then says so and the entry moves to the next fire.
 """
+
+DEFERRED_TOLERANCE = 1e-6
+"""Seconds within which a job's next fire after a dispatch is the fire it was dispatched for
+(not advanced: left for its due time)."""
 
 
 def to_message(occurrence: Occurrence, now: datetime) -> JobMessage:
@@ -142,6 +149,7 @@ class Dispatcher:
         self._buckets = buckets
         self._clock = clock
         self._plan_settings = config.plan
+        self._lead = config.dispatch_lead_seconds
         self._wake = asyncio.Event()
         self._pending_hint = True
         self._target: float | None = None
@@ -159,7 +167,7 @@ class Dispatcher:
         """Something is due at ``due`` (epoch seconds; ``None``: now or unknown). Wakes the loop
         if that is earlier than what it sleeps towards; also looks for pending occurrences."""
         self._pending_hint = True
-        if due is None or self._target is None or due < self._target:
+        if due is None or self._target is None or due - self._lead < self._target:
             self._wake.set()
 
     def stop(self) -> None:
@@ -172,6 +180,11 @@ class Dispatcher:
     def resume(self) -> None:
         self._paused_reason = None
         self._wake.set()
+
+    @property
+    def lead_seconds(self) -> float:
+        """How long before their due time fires are committed and sent."""
+        return self._lead
 
     @property
     def paused_reason(self) -> str | None:
@@ -222,7 +235,7 @@ class Dispatcher:
             if self._busy:
                 return
         earliest = await self._index.earliest(buckets)
-        if earliest is not None and earliest <= time.time():
+        if earliest is not None and earliest - self._lead <= time.time():
             await self._fire(buckets)
             return
         # Publications still waiting for their confirms go on while the loop sleeps: a slow
@@ -230,7 +243,7 @@ class Dispatcher:
         await self._settle_done_in_flight()
         until = min(now_epoch + self._config.sweeper_interval_seconds, self._next_pending_check)
         if earliest is not None:
-            until = min(until, earliest)
+            until = min(until, earliest - self._lead)
         await self._sleep(until)
 
     async def _sleep(self, until: float) -> None:
@@ -253,7 +266,9 @@ class Dispatcher:
     async def _fire(self, buckets: Sequence[int]) -> int:
         """Fire one batch of due index entries; their publication goes on in the background
         (at most :data:`MAX_IN_FLIGHT` batches). Returns how many occurrences were queued."""
-        entries = await self._index.due(buckets, time.time(), self._config.dispatch_batch_size)
+        lead = self._lead
+        until = time.time() + lead
+        entries = await self._index.due(buckets, until, self._config.dispatch_batch_size)
         self._busy = bool(entries)
         if not entries:
             return 0
@@ -262,7 +277,16 @@ class Dispatcher:
         # fires): a fire due just after a worker registered must not be skipped as having
         # no worker because a cached registry is a second old.
         await self._workers.refresh(force=True)
-        result = await self._store.dispatch_due([e.job_id for e in entries], now, self._plan)
+        # Fires due up to ``lead`` from now are committed and sent now: the worker holds each
+        # until its due instant. The store takes the horizon as its "due" bound; the plan
+        # keeps the real now (misfires, creation time) and each fire's own time.
+        horizon = now + timedelta(seconds=lead)
+
+        def planner(job: Job, active: int, _horizon: datetime) -> FirePlan:
+            return self._plan(job, active, now, horizon)
+
+        ids = [e.job_id for e in entries]
+        result = await self._store.dispatch_due(ids, horizon, planner)
         if self._events is not None:
             self._events.occurrences_created([*result.queued, *result.held, *result.skipped])
         await self._settle_in_flight(MAX_IN_FLIGHT - 1)
@@ -352,7 +376,7 @@ class Dispatcher:
                     raise
                 log.warning("publishing a dispatched batch failed: %s", exc)
 
-    def _plan(self, job: Job, active: int, now: datetime) -> FirePlan:
+    def _plan(self, job: Job, active: int, now: datetime, horizon: datetime) -> FirePlan:
         job = with_type_defaults(job, self._workers.type_description(job.job_type))
         mark = self._mark_on_commit and job.concurrency_policy is ConcurrencyPolicy.SKIP
         plan = plan_fires(
@@ -362,6 +386,7 @@ class Dispatcher:
             self._plan_settings,
             has_worker=self._workers.serves(job.job_type, job.worker_id),
             dispatched_at=now if mark else None,
+            horizon=horizon,
         )
         return plan if self._stamp is None else self._stamp(plan)
 
@@ -389,6 +414,10 @@ class Dispatcher:
             nxt = next_runs[entry.job_id]
             due = None if nxt is None else nxt.due_at.timestamp()
             if nxt is not None and due is not None and due <= horizon:
+                if abs(due - entry.due) < DEFERRED_TOLERANCE and due > at:
+                    # Fired ahead but left for its due time (a Skip-policy fire whose
+                    # overlap is decided then): entered so that it is fired at its due time.
+                    due += self._lead
                 upserts.append(IndexEntry(entry.job_id, nxt.bucket, due))
             else:
                 # Gone, finished, or beyond the window: the loader puts it back when it comes

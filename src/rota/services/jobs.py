@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import zoneinfo
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
@@ -109,8 +109,11 @@ class JobService:
         on_triggered: Callable[[Occurrence], None] | None = None,
         stamp: Callable[[Occurrence], Occurrence] | None = None,
         events: EventPublisher | None = None,
+        cancel_ahead: Callable[[UUID, str], Awaitable[object]] | None = None,
     ) -> None:
-        """``max_job_data_bytes``: the largest job data a create, update or trigger takes
+        """``cancel_ahead(job_id, reason)``: cancels the job's occurrences sent ahead of their
+        due time (the dispatch lead), after the job was disabled or deleted.
+        ``max_job_data_bytes``: the largest job data a create, update or trigger takes
         (as compact UTF-8 JSON); larger is a ``ValidationError`` on ``jobData``.
         ``max_json_depth``: how deeply that job data may nest; deeper is the same error.
         ``on_triggered(occurrence)``: called after a manual trigger stored its occurrence;
@@ -119,6 +122,7 @@ class JobService:
         publisher); without one they gather in a publisher of the service's own that nothing
         publishes (tests)."""
         self._on_triggered = on_triggered
+        self._cancel_ahead = cancel_ahead
         self._stamp = stamp
         self._store = store
         self.events = events or EventPublisher(coordination)
@@ -273,6 +277,8 @@ class JobService:
         )
         self.events.emit(job_changed(EventType.JOB_UPDATED, [stored.id]))
         await self._sync_index([stored], now, remove_cold=True)
+        if current.is_active and not stored.is_active and self._cancel_ahead is not None:
+            await self._cancel_ahead(stored.id, "job disabled before its due time")
         return stored
 
     async def release_probes(self, page_size: int = 500) -> list[Job]:
@@ -331,6 +337,8 @@ class JobService:
         await self._store.delete_job(job_id)
         self.events.emit(job_changed(EventType.JOB_DELETED, [job_id]))
         await self._guarded(self._index.remove([(job.bucket, job.id)]))
+        if self._cancel_ahead is not None:
+            await self._cancel_ahead(job_id, "job deleted before its due time")
 
     async def trigger(
         self,

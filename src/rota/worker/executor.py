@@ -48,6 +48,7 @@ from rota.sdk.registry import AnyJobDefinition, JobRegistry
 from rota.worker.claims import AttemptClaims, ClaimVerdict
 from rota.worker.finals import FinalizedAttempts
 from rota.worker.flow import Flow
+from rota.worker.hold import Hold
 from rota.worker.localstore import LocalStore
 from rota.worker.reporter import Reporter
 from rota.worker.run import ExecutorStats, Runner, format_exception
@@ -95,6 +96,13 @@ class Executor:
     delivery of an attempt another instance holds is acknowledged and not run
     (:mod:`rota.worker.claims`).
 
+    A delivery received before its ``scheduledFor`` (the dispatcher sends fires ahead by its
+    lead) is held on a timer (:mod:`rota.worker.hold`), unstarted and unacknowledged, and
+    starts at its due instant; it takes no slot. ``hold_capacity``: how many may be held
+    beyond ``concurrency`` (the consumer's prefetch is their sum; 0, the default, leaves the
+    prefetch at ``concurrency``, so held deliveries then narrow what can be received). A held
+    delivery whose occurrence is cancelled is reported Cancelled and not run.
+
     ``stats`` counts the deliveries skipped, handed back, dropped or cancelled unstarted.
     """
 
@@ -119,12 +127,16 @@ class Executor:
         on_finished: Callable[[str, float | None], None] | None = None,
         tracing: Tracing | None = None,
         claims: AttemptClaims | None = None,
+        hold_capacity: int = 0,
     ) -> None:
         if concurrency < 1 or sync_threads < 1:
             raise ValueError("concurrency and sync_threads must be >= 1")
         if default_timeout is not None and not default_timeout > 0:
             raise ValueError("default_timeout must be > 0 (or None)")
+        if hold_capacity < 0:
+            raise ValueError("hold_capacity must be >= 0")
         self._claims = claims
+        self._hold_capacity = hold_capacity
         self.worker_id = worker_id
         self.instance_id = instance_id
         self.concurrency = concurrency
@@ -149,6 +161,9 @@ class Executor:
             handle=self._handle,
             ack=self.reporter.ack_after_flush,
         )
+        self._hold = Hold(release=self._release, drop=self.reporter.ack_after_flush)
+        self._released: dict[UUID, bool] = {}
+        """Occurrences released by the hold and not started yet."""
         self._finals = FinalizedAttempts(
             store, retention=finalized_retention, max_entries=finalized_max_entries
         )
@@ -180,6 +195,11 @@ class Executor:
     def held(self) -> int:
         """Deliveries received and waiting for a slot or their job type's turn."""
         return self._flow.held
+
+    @property
+    def early(self) -> int:
+        """Deliveries received before their due time, held until it."""
+        return len(self._hold)
 
     def retry_delay(self, definition: AnyJobDefinition, message: JobMessage) -> float:
         """Seconds before the retry that follows the failure of ``message``'s attempt
@@ -218,6 +238,8 @@ class Executor:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._intake = self._housekeeping = None
+        for delivery in self._hold.take_all():
+            await self._flow.hand_back(delivery)
         await self._flow.hand_back_held(math.inf)
         if self._flow.tasks and grace > 0:
             await asyncio.wait(self._flow.tasks, timeout=grace)
@@ -236,16 +258,26 @@ class Executor:
         """Cancel a running occurrence: an async handler's task is cancelled, a sync handler's
         ``ctx.cancelled`` is set; it is reported Cancelled with ``reason`` (else
         ``cancelled``). ``False`` if it is not running here; it is then remembered, so a
-        message for it arriving later is reported Cancelled without running."""
+        message for it arriving later is reported Cancelled without running. A held delivery
+        of it (not due yet) is reported Cancelled and acknowledged at once."""
+        delivery = self._hold.take(occurrence_id)
+        if delivery is not None:
+            self.stats.cancelled_unstarted += 1
+            text = reason or "cancelled before it started"
+            self._report_unrun(delivery.message, S.CANCELLED, None, text)
+            self.reporter.ack_after_flush(delivery)
+            return True
         return self._runner.cancel(occurrence_id, reason)
 
     # --- intake -------------------------------------------------------------------------
 
     async def _consume(self) -> None:
-        """Take every delivery the broker's prefetch (``concurrency``) lets through; those
-        that cannot start yet are held by the flow, where their wait is watched (none sits
+        """Take every delivery the broker's prefetch (``concurrency`` + ``hold_capacity``)
+        lets through; those not due yet wait on the hold's timer, those that cannot start yet
+        are held by the flow, where their wait is watched (none sits
         unseen in the consumer's buffer until the broker's consumer timeout)."""
-        deliveries = self._broker.consume_jobs(self.worker_id, self.concurrency)
+        prefetch = self.concurrency + self._hold_capacity
+        deliveries = self._broker.consume_jobs(self.worker_id, prefetch)
         try:
             async for delivery in deliveries:
                 self._accept(delivery)
@@ -258,7 +290,16 @@ class Executor:
     def _accept(self, delivery: Delivery) -> None:
         if self._finals.known(delivery.message):
             self._skip(delivery)
-        else:
+        elif not self._hold.hold(delivery):
+            self._flow.admit(delivery)
+
+    def _release(self, delivery: Delivery) -> None:
+        """A held delivery's due instant has come: start it (as if it arrived now)."""
+        if not delivery.is_live:
+            # Its channel is gone: the broker delivers it again (maybe elsewhere).
+            self.stats.dropped_dead += 1
+        else:  # at stop, the flow's handling gives it back unstarted
+            self._released[delivery.message.occurrence_id] = True
             self._flow.admit(delivery)
 
     # --- upkeep: heartbeats, claims, held deliveries, pruning ---------------------------
@@ -284,6 +325,7 @@ class Executor:
 
     async def _handle(self, delivery: Delivery) -> None:
         message = delivery.message
+        released = self._released.pop(message.occurrence_id, False)
         if await self._finals.finalized_here(delivery):
             self._skip(delivery)
             return
@@ -308,6 +350,11 @@ class Executor:
         set_job_context(message.occurrence_id, message.job_id, message.job_type, message.attempt)
         self.reporter.add_status(self._runner.record(ctx, S.RUNNING, self._clock()))
         self.reporter.ack_after_flush(delivery)
+        if released:
+            # One turn of the loop before the handler: deliveries released together by the
+            # hold (a cron second's fires) are each started at that instant, not after the
+            # handlers of those before them have run.
+            await asyncio.sleep(0)
         self._report_final(await self._runner.run(ctx, definition, data, message))
 
     def _claim(self, message: JobMessage) -> tuple[AnyJobDefinition, Any] | None:

@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
+from uuid import UUID
 
 from rota.core.ports import Delivery
 from rota.sdk.registry import AnyJobDefinition
@@ -68,6 +69,8 @@ class Flow:
         self._by_type: dict[str, int] = {}
         """Handlers of each limited job type started and not finished."""
         self._held: deque[_Held] = deque()
+        self._held_ids: dict[UUID, int] = {}
+        """How many held deliveries each occurrence has (a copy is looked for only then)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._hand_back_after = hand_back_after
         self._stats = stats
@@ -92,16 +95,8 @@ class Flow:
         elif self._is_held_copy(delivery):
             self._ack(delivery)
         else:
-            self._hold(delivery)
+            self._hold(_Held(delivery))
             self._pump()
-
-    def _hold(self, delivery: Delivery) -> None:
-        """Hold it after every held delivery of its priority or higher (the order to start)."""
-        held, priority = self._held, delivery.message.priority
-        at = len(held)
-        while at and held[at - 1].delivery.message.priority < priority:
-            at -= 1
-        held.insert(at, _Held(delivery))
 
     def _is_held_copy(self, delivery: Delivery) -> bool:
         """Whether a held delivery of the same occurrence makes this one a copy to drop. Two
@@ -109,15 +104,39 @@ class Flow:
         lost (its settle reaches nobody). The later attempt, else the newer delivery, stays;
         the other is acknowledged without running."""
         message = delivery.message
+        if message.occurrence_id not in self._held_ids:
+            return False
         for item in self._held:
             held = item.delivery.message
             if held.occurrence_id == message.occurrence_id:
                 if held.attempt > message.attempt:
                     return True
                 self._held.remove(item)
+                self._forget(item)
                 self._ack(item.delivery)
                 return False
         return False
+
+    def _hold(self, item: _Held) -> None:
+        """Hold it after every held delivery of its priority or higher (the order to start)."""
+        held, priority = self._held, item.delivery.message.priority
+        at = len(held)
+        while at and held[at - 1].delivery.message.priority < priority:
+            at -= 1
+        held.insert(at, item)
+        self._remember(item)
+
+    def _remember(self, item: _Held) -> None:
+        oid = item.delivery.message.occurrence_id
+        self._held_ids[oid] = self._held_ids.get(oid, 0) + 1
+
+    def _forget(self, item: _Held) -> None:
+        oid = item.delivery.message.occurrence_id
+        left = self._held_ids.get(oid, 0) - 1
+        if left > 0:
+            self._held_ids[oid] = left
+        else:
+            self._held_ids.pop(oid, None)
 
     def _fits(self, job_type: str) -> bool:
         if not self._free:
@@ -133,6 +152,7 @@ class Flow:
         kept: deque[_Held] = deque()
         while held and self._free:
             item = held.popleft()
+            self._forget(item)
             if not item.delivery.is_live:
                 # Its channel is gone: the broker delivers it again (maybe elsewhere); running
                 # it here as well would run it twice.
@@ -141,6 +161,7 @@ class Flow:
             if self._fits(item.delivery.message.job_type):
                 self._launch(item.delivery)
             else:
+                self._remember(item)
                 kept.append(item)
         kept.extend(held)
         self._held = kept
@@ -185,6 +206,9 @@ class Flow:
     async def hand_back_held(self, cutoff: float) -> int:
         """Give back the held deliveries waiting since ``cutoff`` (monotonic) or longer."""
         chosen = [item.delivery for item in self._held if item.since <= cutoff]
+        for item in self._held:
+            if item.since <= cutoff:
+                self._forget(item)
         if chosen:
             self._held = deque(item for item in self._held if item.since > cutoff)
             # out of held now: see them all settled even if the caller is cancelled

@@ -1,0 +1,144 @@
+"""Deliveries that arrive before their due time, held on a timer until it (the dispatch lead).
+
+The dispatcher commits and sends an occurrence up to ``dispatch_lead_seconds`` before its
+``scheduledFor``; the worker keeps it here, unstarted and unacknowledged, and releases it to
+the flow (:mod:`rota.worker.flow`) at its due instant. A held delivery takes no slot: slots
+stay free for work that is due. Deliveries due at the same instant (every fire of a cron
+second) share one timer.
+
+The loop's timers wake up to a millisecond late (``epoll`` waits in whole milliseconds), so a
+timer is armed :data:`SPIN` early and the last stretch is spun on the loop (each turn lets
+every other callback run); a delivery is never released before its due instant by the wall
+clock. A delivery whose due time is further than :data:`MAX_HOLD` ahead (a clock far off) is
+not held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Protocol
+from uuid import UUID
+
+from rota.core.ports import Delivery
+
+__all__ = ["MAX_HOLD", "SPIN", "Hold"]
+
+SPIN = 0.002
+"""Seconds before a due instant at which its timer fires; the rest is spun on the loop."""
+
+MAX_HOLD = 60.0
+"""A delivery due further ahead than this is not held (released at once)."""
+
+
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+Timer = Callable[[float, Callable[[], None]], TimerHandle]
+"""``timer(delay, callback)``: call ``callback`` after ``delay`` seconds (0: on the next turn
+of the loop); the handle cancels it."""
+
+
+def _loop_timer(delay: float, callback: Callable[[], None]) -> TimerHandle:
+    loop = asyncio.get_running_loop()
+    if delay <= 0:
+        return loop.call_soon(callback)
+    return loop.call_later(delay, callback)
+
+
+class Hold:
+    """Holds early deliveries until their due instant (see the module).
+
+    ``release(delivery)`` is called at the due instant; ``drop(delivery)`` for a copy that
+    another held delivery of the same occurrence (the later attempt, else the newer one)
+    supersedes. ``wall`` is the wall clock (epoch seconds), ``timer`` schedules a callback
+    (both injectable for tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        release: Callable[[Delivery], None],
+        drop: Callable[[Delivery], None],
+        wall: Callable[[], float] = time.time,
+        timer: Timer = _loop_timer,
+    ) -> None:
+        self._release = release
+        self._drop = drop
+        self._wall = wall
+        self._timer = timer
+        self._groups: dict[float, dict[UUID, Delivery]] = {}
+        """Held deliveries by due instant (epoch seconds), then occurrence id."""
+        self._due: dict[UUID, float] = {}
+        self._timers: dict[float, TimerHandle] = {}
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def hold(self, delivery: Delivery) -> bool:
+        """Hold the delivery if it is not due yet; ``False``: it is due, start it now."""
+        message = delivery.message
+        due = message.scheduled_for.timestamp()
+        ahead = due - self._wall()
+        if ahead <= 0 or ahead > MAX_HOLD:
+            return False
+        oid = message.occurrence_id
+        if oid in self._due:
+            other = self._groups[self._due[oid]][oid]
+            if other.message.attempt > message.attempt:
+                self._drop(delivery)
+                return True
+            self._take(oid)
+            self._drop(other)
+        group = self._groups.get(due)
+        if group is None:
+            group = self._groups[due] = {}
+            self._arm(due, ahead)
+        group[oid] = delivery
+        self._due[oid] = due
+        return True
+
+    def take(self, occurrence_id: UUID) -> Delivery | None:
+        """Take a held delivery out (its occurrence was cancelled); ``None`` if none is."""
+        return self._take(occurrence_id)
+
+    def take_all(self) -> list[Delivery]:
+        """Take every held delivery out (at stop), their timers cancelled."""
+        for handle in self._timers.values():
+            handle.cancel()
+        taken = [d for group in self._groups.values() for d in group.values()]
+        self._groups.clear()
+        self._due.clear()
+        self._timers.clear()
+        return taken
+
+    def _take(self, oid: UUID) -> Delivery | None:
+        due = self._due.pop(oid, None)
+        if due is None:
+            return None
+        group = self._groups[due]
+        delivery = group.pop(oid)
+        if not group:
+            del self._groups[due]
+            handle = self._timers.pop(due, None)
+            if handle is not None:
+                handle.cancel()
+        return delivery
+
+    def _arm(self, due: float, ahead: float) -> None:
+        self._timers[due] = self._timer(max(ahead - SPIN, 0.0), lambda: self._fire(due))
+
+    def _fire(self, due: float) -> None:
+        if due not in self._groups:
+            return
+        ahead = due - self._wall()
+        if ahead > 0:  # early (timer resolution, or the spin's last stretch): not yet
+            self._arm(due, ahead)
+            return
+        self._timers.pop(due, None)
+        group = self._groups.pop(due)
+        for oid, delivery in group.items():
+            del self._due[oid]
+            self._release(delivery)

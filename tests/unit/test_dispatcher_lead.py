@@ -1,0 +1,53 @@
+"""The dispatcher's lead: fires due within it are committed (and sent) ahead, each with its
+own fire time; on a real SQLite store with the in-process broker."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from rota.app.configs import dispatcher_config
+from rota.app.settings import SchedulerSettings
+from rota.brokers.inprocess import InProcessBroker
+from rota.coordination.memory import MemoryCoordination
+from rota.core.ids import new_id
+from rota.core.models import Job, utcnow
+from rota.core.records import IndexEntry, OccurrenceQuery
+from rota.indexes.memory import MemoryScheduleIndex
+from rota.services.dispatcher import Dispatcher
+from rota.services.workers import WorkerDirectory
+from rota.stores.sql import SqlStore
+
+AHEAD = timedelta(seconds=10)
+"""How far ahead the job is due: far more than any stall of a loaded machine."""
+
+
+@pytest.mark.parametrize("lead", [0.0, 30.0])
+async def test_a_fire_within_the_lead_is_dispatched_ahead(store: SqlStore, lead: float) -> None:
+    due = (utcnow() + AHEAD).replace(microsecond=0)
+    job = Job(id=new_id(), job_type="report", execute_at=due, next_run_at=due)
+    await store.create_jobs([job])
+    index = MemoryScheduleIndex()
+    await index.upsert([IndexEntry(job.id, job.bucket, due.timestamp())])
+    settings = SchedulerSettings(dispatch_lead_seconds=lead)
+    dispatcher = Dispatcher(
+        store,
+        index,
+        InProcessBroker(),
+        WorkerDirectory(MemoryCoordination()),
+        dispatcher_config(settings),
+        lambda: [job.bucket],
+    )
+    assert dispatcher.lead_seconds == lead
+    before = utcnow()
+    await dispatcher.dispatch_due([job.bucket])
+    page = await store.list_occurrences(OccurrenceQuery(job_id=job.id))
+    if lead == 0:
+        assert page.items == []  # not due: nothing fired
+        assert await index.earliest([job.bucket]) == due.timestamp()
+        return
+    [occ] = page.items
+    assert occ.scheduled_for == due  # its own fire time, not the dispatch time
+    assert before <= occ.created_at < due  # recorded ahead of it
+    assert (await store.get_job(job.id)).next_run_at is None  # a one-time job: fired

@@ -1,0 +1,172 @@
+"""The worker's hold: deliveries sent ahead of their due time wait on a timer until it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from rota.core.ids import new_id
+from rota.core.models import JobMessage
+from rota.worker.hold import MAX_HOLD, SPIN, Hold
+
+DUE = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
+
+
+@dataclass
+class FakeDelivery:
+    message: JobMessage
+    is_live: bool = True
+    redelivered: bool = False
+
+
+@dataclass
+class FakeTimer:
+    """Records what is armed; the test fires it by hand."""
+
+    armed: list[tuple[float, Callable[[], None], list[bool]]] = field(default_factory=list)
+
+    def __call__(self, delay: float, callback: Callable[[], None]) -> Any:
+        cancelled = [False]
+        self.armed.append((delay, callback, cancelled))
+
+        class Handle:
+            def cancel(self) -> None:
+                cancelled[0] = True
+
+        return Handle()
+
+    def fire_last(self) -> float:
+        delay, callback, cancelled = self.armed[-1]
+        assert not cancelled[0]
+        callback()
+        return delay
+
+
+class Clock:
+    def __init__(self, at: datetime) -> None:
+        self.now = at.timestamp()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def message(at: datetime = DUE, attempt: int = 1, oid: Any = None) -> JobMessage:
+    return JobMessage(
+        occurrence_id=oid or new_id(),
+        job_id=new_id(),
+        job_type="t",
+        job_data=None,
+        scheduled_for=at,
+        timestamp=at,
+        retry_count=attempt - 1,
+    )
+
+
+def make(clock: Clock, timer: FakeTimer) -> tuple[Hold, list[Any], list[Any]]:
+    released: list[Any] = []
+    dropped: list[Any] = []
+    hold = Hold(release=released.append, drop=dropped.append, wall=clock, timer=timer)
+    return hold, released, dropped
+
+
+def test_a_due_delivery_is_not_held() -> None:
+    clock, timer = Clock(DUE), FakeTimer()
+    hold, _, _ = make(clock, timer)
+    assert not hold.hold(FakeDelivery(message()))  # type: ignore[arg-type]
+    assert not hold.hold(FakeDelivery(message(DUE - timedelta(seconds=3))))  # type: ignore[arg-type]
+    assert len(hold) == 0
+    assert timer.armed == []
+
+
+def test_an_early_delivery_starts_at_its_due_instant_not_before() -> None:
+    clock, timer = Clock(DUE - timedelta(milliseconds=500)), FakeTimer()
+    hold, released, _ = make(clock, timer)
+    delivery = FakeDelivery(message())
+    assert hold.hold(delivery)  # type: ignore[arg-type]
+    assert len(hold) == 1
+    assert abs(timer.armed[-1][0] - (0.5 - SPIN)) < 1e-6  # armed a spin early
+    clock.now = DUE.timestamp() - SPIN
+    timer.fire_last()
+    assert released == []  # still early: re-armed for the rest, on the next turn
+    assert timer.armed[-1][0] < 1e-6
+    clock.now = DUE.timestamp() - 0.0001
+    timer.fire_last()
+    assert released == []
+    clock.now = DUE.timestamp()
+    timer.fire_last()
+    assert released == [delivery]
+    assert len(hold) == 0
+
+
+def test_deliveries_due_together_share_one_timer() -> None:
+    clock, timer = Clock(DUE - timedelta(seconds=1)), FakeTimer()
+    hold, released, _ = make(clock, timer)
+    deliveries = [FakeDelivery(message()) for _ in range(5)]
+    for d in deliveries:
+        assert hold.hold(d)  # type: ignore[arg-type]
+    assert len(timer.armed) == 1
+    clock.now = DUE.timestamp() + 0.0001
+    timer.fire_last()
+    assert released == deliveries
+
+
+def test_a_taken_delivery_is_not_released() -> None:
+    clock, timer = Clock(DUE - timedelta(seconds=1)), FakeTimer()
+    hold, released, _ = make(clock, timer)
+    kept, cancelled = FakeDelivery(message()), FakeDelivery(message())
+    hold.hold(kept)  # type: ignore[arg-type]
+    hold.hold(cancelled)  # type: ignore[arg-type]
+    assert hold.take(cancelled.message.occurrence_id) is cancelled
+    assert hold.take(cancelled.message.occurrence_id) is None
+    clock.now = DUE.timestamp()
+    timer.fire_last()
+    assert released == [kept]
+
+
+def test_the_last_taken_delivery_cancels_its_timer() -> None:
+    clock, timer = Clock(DUE - timedelta(seconds=1)), FakeTimer()
+    hold, _, _ = make(clock, timer)
+    d = FakeDelivery(message())
+    hold.hold(d)  # type: ignore[arg-type]
+    hold.take(d.message.occurrence_id)
+    assert timer.armed[-1][2] == [True]
+
+
+def test_take_all_empties_the_hold() -> None:
+    clock, timer = Clock(DUE - timedelta(seconds=1)), FakeTimer()
+    hold, released, _ = make(clock, timer)
+    ds = [FakeDelivery(message(DUE + timedelta(seconds=i))) for i in range(3)]
+    for d in ds:
+        hold.hold(d)  # type: ignore[arg-type]
+    assert hold.take_all() == ds
+    assert len(hold) == 0
+    assert all(c == [True] for _, _, c in timer.armed)
+    assert released == []
+
+
+def test_a_copy_of_a_held_occurrence_keeps_the_later_attempt() -> None:
+    clock, timer = Clock(DUE - timedelta(seconds=1)), FakeTimer()
+    hold, released, dropped = make(clock, timer)
+    oid = new_id()
+    first = FakeDelivery(message(oid=oid))
+    copy = FakeDelivery(message(oid=oid))
+    older = FakeDelivery(message(oid=oid, attempt=0 + 1))
+    hold.hold(first)  # type: ignore[arg-type]
+    hold.hold(copy)  # type: ignore[arg-type]
+    assert dropped == [first]
+    assert len(hold) == 1
+    later = FakeDelivery(message(oid=oid, attempt=2))
+    hold.hold(later)  # type: ignore[arg-type]
+    hold.hold(older)  # type: ignore[arg-type]
+    assert dropped == [first, copy, older]
+    clock.now = DUE.timestamp()
+    timer.fire_last()
+    assert released == [later]
+
+
+def test_a_delivery_due_too_far_ahead_is_not_held() -> None:
+    clock, timer = Clock(DUE - timedelta(seconds=MAX_HOLD + 1)), FakeTimer()
+    hold, _, _ = make(clock, timer)
+    assert not hold.hold(FakeDelivery(message()))  # type: ignore[arg-type]
