@@ -129,7 +129,7 @@ async def test_a_dead_instances_occurrence_gets_its_next_attempt_when_its_regist
         "worker instance w-dead is gone (its registration expired); no heartbeat for 6 s"
     )
     assert [(c.to_status, c.reason) for c in stored.status_changes[-2:]] == [
-        (S.UNKNOWN, FailureType.ZOMBIE.value),
+        (S.UNKNOWN, f"{FailureType.ZOMBIE.value}: {stored.exception}"),
         (S.QUEUED, None),
     ]
     assert (await store.get_occurrence(live.id)).status is S.RUNNING
