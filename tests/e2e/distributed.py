@@ -30,6 +30,16 @@ AMQP = "amqp://guest:guest@127.0.0.1:5672/{vhost}"
 
 QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED, TIMED_OUT, UNKNOWN, SKIPPED = range(8)
 
+CANCELLED_AHEAD = frozenset(
+    f"cancelled: job {what} before its due time" for what in ("disabled", "deleted")
+)
+
+
+def cancelled_ahead(status: int, exception: str | None) -> bool:
+    """A fire sent ahead of its due time (the dispatch lead) and cancelled because the test
+    disabled or deleted its job before it came due: never started, recorded, not lost."""
+    return status == CANCELLED and exception in CANCELLED_AHEAD
+
 
 def service_missing(reason: str) -> None:
     if os.environ.get("CI") == "true":

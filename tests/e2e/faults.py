@@ -35,6 +35,7 @@ from .distributed import (
     UNKNOWN,
     Cluster,
     Proc,
+    cancelled_ahead,
     service_missing,
 )
 
@@ -610,6 +611,9 @@ def check_runs(
                     )
                 elif len(ran) > 1:
                     problems.append(f"{what}: run {len(ran)}x, in processes {ran}")
+            elif cancelled_ahead(r["status"], r["exception"]):
+                if ran:
+                    problems.append(f"{what}: cancelled ahead but run {len(ran)}x")
             elif r["status"] == SKIPPED and r["skip_reason"] and allowed(job, r["skip_reason"]):
                 skipped[r["skip_reason"]] += 1
                 if ran:

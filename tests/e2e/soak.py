@@ -59,6 +59,7 @@ from .distributed import (
     Cluster,
     Proc,
     Server,
+    cancelled_ahead,
     fresh_deployment,
     service_missing,
 )
@@ -704,7 +705,9 @@ def evaluate(
             unexplained.append(f"{what}: left {STATUS_NAMES[status]}, attempt {o['attempt']}")
         elif status == SKIPPED and not o["skip_reason"]:
             unexplained.append(f"{what}: Skipped without a reason")
-        elif status == CANCELLED and kind != "cancel":
+        elif (
+            status == CANCELLED and kind != "cancel" and not cancelled_ahead(status, o["exception"])
+        ):
             unexplained.append(f"{what}: Cancelled, but no cancel was asked")
         elif status == FAILED and o["failure_type"] != "zombie":
             unexplained.append(f"{what}: Failed ({o['failure_type']}): {o['exception']!r:.200}")
