@@ -23,6 +23,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from rota.core.retry import retry_delay as job_retry_delay
+
 
 class NotificationEvent(enum.StrEnum):
     OCCURRENCE_FAILED = "occurrence.failed"
@@ -192,8 +194,9 @@ def verify(
 
 def retry_delay(attempt: int, base: float, cap: float) -> float:
     """Seconds before the next try after ``attempt`` (1-based) failed: ``base × 2^(attempt−1)``,
-    at most ``cap``."""
-    return float(min(cap, base * 2 ** max(0, attempt - 1)))
+    at most ``cap`` — the jobs' retry policy (:func:`rota.core.retry.retry_delay`) without
+    jitter."""
+    return job_retry_delay(max(1, attempt), job_delay=base, max_delay=cap)
 
 
 def render_email(body: Mapping[str, Any]) -> tuple[str, str]:
