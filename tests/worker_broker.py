@@ -27,6 +27,9 @@ class FlakyBroker(Broker):
         """When set to an unset event, status and log publishes wait for it."""
         self.settles: list[tuple[str, UUID]] = []
         """``("ack" | "requeue" | "reject", occurrence id)`` in the order they happened."""
+        self.lost = 0
+        """This many status/log publishes raise ``CancelledError`` (not a cancellation of the
+        caller: aiormq's word for a connection it found stuck), each taking one from it."""
         self.failed_publishes = 0
         self.status_published: list[list[StatusRecord]] = []
         self.dead: set[UUID] = set()
@@ -44,6 +47,10 @@ class FlakyBroker(Broker):
         if self.away:
             self.failed_publishes += 1
             raise BackendUnavailableError("the broker is away (test)")
+        if self.lost:
+            self.lost -= 1
+            self.failed_publishes += 1
+            raise asyncio.CancelledError("connection stuck (test)")
 
     async def start(self) -> None:
         await self.inner.start()

@@ -804,6 +804,24 @@ async def test_without_a_store_the_ack_waits_for_a_successful_publish(
     await eventually(lambda: flaky.acked(message.occurrence_id), WAIT, "the ack")
 
 
+async def test_a_publish_cut_short_by_a_lost_connection_does_not_end_the_reporter(
+    harness: Harness, observer: Observer, flaky: FlakyBroker
+) -> None:
+    """aiormq ends the confirmations of a connection it found stuck with ``CancelledError``;
+    the reporter keeps the records, goes on, and publishes them once the broker is back (the
+    worker used to go silent for good: its reporter's task ended cancelled)."""
+    flaky.lost = 2
+    executor = await harness.executor(async_plain, broker=flaky)
+    message = await harness.publish("async-plain")
+    assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+    assert flaky.lost == 0
+    assert flaky.failed_publishes == 2
+    await eventually(lambda: flaky.acked(message.occurrence_id), WAIT, "the ack")
+    later = await harness.publish("async-plain")
+    assert (await observer.wait_final(later.occurrence_id)).status is S.COMPLETED
+    assert executor.reporter.pending == 0
+
+
 # --- the outbox ------------------------------------------------------------------------------
 
 

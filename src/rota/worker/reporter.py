@@ -289,7 +289,13 @@ class Reporter:
     ) -> bool:
         try:
             await self._send(kind, records)
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            # A CancelledError that is not this task's own cancellation is a client library's
+            # word for a lost connection (aiormq's, for a stuck one): a failed publish, whose
+            # records are kept, and not the end of the reporter's loop.
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and (task is None or task.cancelling()):
+                raise
             log.warning(
                 "publishing %s records failed (%s); %s",
                 kind,

@@ -33,11 +33,26 @@ def _table(values: Mapping[str, str | int]) -> FieldTable:
     return dict(values)
 
 
+def _lost_connection(exc: asyncio.CancelledError) -> bool:
+    """Whether a ``CancelledError`` is aiormq's word for a lost connection rather than a
+    cancellation of the current task: when it finds a connection stuck (no frame within the
+    heartbeat grace), aiormq closes it with ``CancelledError`` and sets that exception on
+    every future waiting on it (publish confirmations included). Such an error must not end
+    the loop that awaited it: the connection comes back and the loop goes on."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() == 0
+
+
 @contextlib.contextmanager
 def _translated(what: str) -> Iterator[None]:
-    """Raise broker and network errors as Rota's own."""
+    """Raise broker and network errors as Rota's own (a lost connection's ``CancelledError``
+    too, see :func:`_lost_connection`)."""
     try:
         yield
+    except asyncio.CancelledError as exc:
+        if not _lost_connection(exc):
+            raise
+        raise BackendUnavailableError(f"RabbitMQ: cannot {what}: the connection was lost") from exc
     except ChannelPreconditionFailed as exc:
         raise ConfigurationError(
             f"RabbitMQ refused to {what}: an exchange or queue exists with other arguments "
@@ -56,6 +71,11 @@ async def _quietly(operation: Awaitable[object], what: str) -> bool:
         await operation
     except _BROKER_ERRORS as exc:
         log.debug("RabbitMQ: %s failed: %r", what, exc, extra={"action": what})
+        return False
+    except asyncio.CancelledError as exc:
+        if not _lost_connection(exc):
+            raise
+        log.debug("RabbitMQ: %s failed: connection lost", what, extra={"action": what})
         return False
     return True
 
