@@ -465,6 +465,24 @@ async def test_the_owner_renews_its_claim_and_others_keep_seeing_it(
     ]
 
 
+async def test_released_claims_of_the_owner_can_be_claimed_by_another(
+    coord: Coordination, harness: Harness
+) -> None:
+    mine, theirs, nobodys = _attempt(), _attempt(), _attempt()
+    await coord.claim_attempts("a", [mine], CLAIM_TTL)
+    await coord.claim_attempts("b", [theirs], CLAIM_TTL)
+    await coord.release_attempts("a", [])  # nothing to give up: no call needed
+    await coord.release_attempts(
+        "a", [(r.occurrence_id, r.attempt) for r in (mine, theirs, nobodys)]
+    )
+    after = await coord.claim_attempts("c", [mine, theirs, nobodys], CLAIM_TTL)
+    assert [(c.outcome, c.owner) for c in after.claims] == [
+        (ClaimOutcome.CLAIMED, "c"),  # a's claim given up
+        (ClaimOutcome.TAKEN, "b"),  # another's claim left alone
+        (ClaimOutcome.CLAIMED, "c"),
+    ]
+
+
 async def test_a_claim_expires_after_its_ttl(coord: Coordination, harness: Harness) -> None:
     request = _attempt()
     await coord.claim_attempts("a", [request], TTL)

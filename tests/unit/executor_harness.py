@@ -148,7 +148,7 @@ class Harness:
             job_id=new_id(),
             job_type=job_type,
             job_data=data,
-            scheduled_for=NOW,
+            scheduled_for=fields.pop("scheduled_for", NOW),
             timestamp=NOW,
             **fields,
         )

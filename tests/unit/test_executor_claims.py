@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -262,3 +262,70 @@ async def test_claims_of_one_burst_go_in_one_call() -> None:
     again = await asyncio.gather(*(claims.claim(m, careful=True) for m in messages[:3]))
     assert [(v.run, v.outcome) for v in again] == [(True, "owned")] * 3
     assert claims.calls == 2
+
+
+# --- claimed ahead: a held delivery (sent before its due time) ------------------------------
+
+
+class Recording(MemoryCoordination):
+    """The in-memory claim memory, noting the attempts claimed (renewals of nothing aside)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[UUID] = []
+
+    async def claim_attempts(
+        self, owner: str, requests: Sequence[ClaimRequest], ttl: float, **kw: Any
+    ) -> ClaimBatch:
+        self.asked += [r.occurrence_id for r in requests]
+        return await super().claim_attempts(owner, requests, ttl, **kw)
+
+
+async def test_a_held_delivery_is_claimed_while_it_waits_and_starts_at_its_due_instant(
+    harness: Harness, observer: Observer
+) -> None:
+    runs.clear()
+    coordination = Recording()
+    claims = AttemptClaims(coordination, "a", ttl=TTL)
+    executor = _executor(harness.broker, claimed, claims)
+    harness.executors.append(executor)
+    await executor.start()
+    due = datetime.now(UTC) + timedelta(seconds=1)
+    message = await harness.publish("claimed", scheduled_for=due)
+    oid = message.occurrence_id
+    await eventually(lambda: oid in coordination.asked, WAIT, "the claim made while held")
+    assert datetime.now(UTC) < due
+    assert executor.early == 1
+    other = await coordination.claim_attempts(
+        "b", [ClaimRequest(message.occurrence_id, message.attempt, False)], TTL
+    )
+    assert (other.claims[0].outcome, other.claims[0].owner) == (ClaimOutcome.TAKEN, "a")
+    assert other.claims[0].claimed_at < due.timestamp()
+    final = await observer.wait_final(message.occurrence_id)
+    assert final.status is S.COMPLETED
+    running = next(r for r in observer.of(message.occurrence_id) if r.status is S.RUNNING)
+    assert running.timestamp >= due  # started at its due instant, not before
+    assert runs[message.occurrence_id, 1] == 1
+
+
+async def test_the_claims_made_ahead_are_given_up_when_held_deliveries_go_back_at_stop(
+    harness: Harness, observer: Observer
+) -> None:
+    """Stopped before their due instant, the worker gives its held deliveries back to the
+    broker and gives up their claims: the instance they go to next claims and runs them at
+    once, instead of finding them taken by a worker that is gone."""
+    coordination = Recording()
+    claims = AttemptClaims(coordination, "a", ttl=TTL)
+    executor = _executor(harness.broker, claimed, claims)
+    await executor.start()
+    due = datetime.now(UTC) + timedelta(seconds=60)
+    messages = [await harness.publish("claimed", scheduled_for=due) for _ in range(2)]
+    await eventually(lambda: executor.early == 2, WAIT, "both held (the prefetch)")
+    ids = {m.occurrence_id for m in messages}
+    await eventually(lambda: ids <= set(coordination.asked), WAIT, "their claims made")
+    await executor.stop(0)
+    assert executor.stats.handed_back == 2
+    requests = [ClaimRequest(m.occurrence_id, m.attempt, False) for m in messages]
+    after = await coordination.claim_attempts("b", requests, TTL)
+    assert [c.outcome for c in after.claims] == [ClaimOutcome.CLAIMED] * 2
+    assert observer.status == []  # nothing reported: they run elsewhere

@@ -43,13 +43,11 @@ class SchedulerSettings(BaseModel):
     loader_interval_seconds: float = Field(15.0, gt=0, description="How often the loader syncs.")
     dispatch_batch_size: int = Field(1000, ge=1, le=50_000)
     dispatch_lead_seconds: float = Field(
-        0.0,
+        0.5,
         ge=0,
         le=30,
         description="Occurrences are committed and sent this long before their due time; the "
-        "worker holds each on a timer and starts it at its due instant (0, the default: sent "
-        "when due; the lead is off by default until a worker's recovery from a silently dead "
-        "broker connection is fixed with it, see docs/reliability.md).",
+        "worker holds each on a timer and starts it at its due instant (0: sent when due).",
     )
     misfire_threshold_seconds: float = Field(60.0, ge=0)
     catch_up_cap: int = Field(100, ge=1)

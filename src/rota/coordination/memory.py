@@ -199,6 +199,12 @@ class MemoryCoordination(Coordination):
                 out.append(AttemptClaim(ClaimOutcome.CLAIMED, owner, now))
         return ClaimBatch(self._epoch, out, uncertain_until)
 
+    async def release_attempts(self, owner: str, attempts: Sequence[tuple[UUID, int]]) -> None:
+        for key in attempts:
+            held = self._claims.get(key)
+            if held is not None and held[0] == owner:
+                del self._claims[key]
+
     def _purge_claims(self, now: float) -> None:
         """Forget expired claims, at most once a minute (memory stays bounded by the TTL)."""
         if now < self._next_claim_purge:

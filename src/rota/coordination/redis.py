@@ -29,6 +29,7 @@ from uuid import UUID, uuid4
 
 import orjson
 
+from rota.coordination.claim_scripts import CLAIM_SCRIPT, RELEASE_CLAIMS_SCRIPT
 from rota.core.errors import BackendUnavailableError
 from rota.core.events import Event, EventId, format_event_id, parse_event_id
 from rota.core.jsonlimits import MAX_JSON_DEPTH, value_too_deep
@@ -172,55 +173,6 @@ end
 return out
 """
 
-# KEYS: the claim epoch hash, then one claim key per attempt. ARGV: owner, ttl (ms), the epoch
-# token the caller knew ('' if none), a new token (used if the epoch is missing), then one
-# careful flag ('1'/'0') per attempt. A claim is ``{claimed at ms}:{owner}`` (owner '' when
-# unknown). Returns the epoch token, the end of the uncertain window in ms (-1: none), then
-# (outcome, owner, claimed at ms) per attempt.
-_CLAIM_SCRIPT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local owner, ttl, known = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local epoch = redis.call('HMGET', KEYS[1], 'token', 'since', 'lost')
-local token, since, lost = epoch[1], tonumber(epoch[2]), epoch[3] == '1'
-if not token then
-  token, since, lost = ARGV[4], now, false
-  redis.call('HSET', KEYS[1], 'token', token, 'since', string.format('%.0f', now), 'lost', '0')
-end
-if known ~= '' and known ~= token and not lost then
-  lost = true
-  redis.call('HSET', KEYS[1], 'lost', '1')
-end
-local uncertain = lost and now < since + ttl
-local out = {token, -1}
-if lost then out[2] = since + ttl end
-for i = 2, #KEYS do
-  local value = redis.call('GET', KEYS[i])
-  if value then
-    local at, holder = string.match(value, '^(%d+):(.*)$')
-    if holder == owner then
-      redis.call('PEXPIRE', KEYS[i], ttl)
-      out[#out + 1] = 'owned'
-    else
-      out[#out + 1] = 'taken'
-    end
-    out[#out + 1] = holder
-    out[#out + 1] = tonumber(at)
-  elseif uncertain and ARGV[i + 3] == '1' then
-    redis.call('SET', KEYS[i], string.format('%.0f:', now), 'PX', ttl)
-    out[#out + 1] = 'uncertain'
-    out[#out + 1] = ''
-    out[#out + 1] = now
-  else
-    redis.call('SET', KEYS[i], string.format('%.0f:', now) .. owner, 'PX', ttl)
-    out[#out + 1] = 'claimed'
-    out[#out + 1] = owner
-    out[#out + 1] = now
-  end
-end
-return out
-"""
-
 _WAKEUP_CAP = 1000
 """Approximate number of wake-ups the stream keeps (``MAXLEN ~``)."""
 
@@ -318,7 +270,8 @@ class RedisCoordination(Coordination):
         self._list_leases = redis.register_script(_LEASES_SCRIPT)
         self._live = redis.register_script(_LIVE_SCRIPT)
         self._live_workers = redis.register_script(_WORKERS_SCRIPT)
-        self._claim = redis.register_script(_CLAIM_SCRIPT)
+        self._claim = redis.register_script(CLAIM_SCRIPT)
+        self._release_claims = redis.register_script(RELEASE_CLAIMS_SCRIPT)
         self._generation_key = self._keys.registry
         self._generation: bytes | None = None
         self._seen: dict[str, tuple[WorkerInfo, float]] = {}
@@ -516,6 +469,14 @@ class RedisCoordination(Coordination):
                 AttemptClaim(ClaimOutcome(bytes(flat[i]).decode()), holder, int(flat[i + 2]) / 1e3)
             )
         return ClaimBatch(bytes(flat[0]).decode(), claims, None if until < 0 else until / 1e3)
+
+    async def release_attempts(self, owner: str, attempts: Sequence[tuple[UUID, int]]) -> None:
+        """One script per call (:data:`~rota.coordination.claim_scripts.RELEASE_CLAIMS_SCRIPT`)."""
+        if not attempts:
+            return
+        keys = [self._keys.claim(oid, attempt) for oid, attempt in attempts]
+        with unavailable("release attempt claims"):
+            await self._release_claims(keys=keys, args=[owner])
 
     # --- wake-ups -------------------------------------------------------------------------
 

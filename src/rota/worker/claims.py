@@ -183,6 +183,29 @@ class AttemptClaims:
                     },
                 )
 
+    async def release(self, attempts: Sequence[tuple[UUID, int]]) -> None:
+        """Give up this instance's claims on attempts it claimed ahead and will not start
+        (given back to the broker, or their delivery lost): the instance that gets them next
+        claims them at once instead of finding them taken. Never raises; a claim not given up
+        (Redis unreachable) makes that instance skip the copy, and the occurrence gets its
+        next attempt from the dead-worker sweep or the zombie threshold."""
+        unconfirmed = self._unconfirmed
+        for key in attempts:
+            unconfirmed.pop(key, None)
+        if not attempts:
+            return
+        self.calls += 1
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._coordination.release_attempts(self.instance_id, attempts)
+        except Exception as exc:
+            self.unavailable += 1
+            log.warning(
+                "giving up attempt claims failed: %s",
+                exc or type(exc).__name__,
+                extra={"action": "claim_release_failed", "count": len(attempts)},
+            )
+
     async def _call(self, requests: list[ClaimRequest], ttl: float) -> ClaimBatch | None:
         """The coordination's answer, or ``None`` (logged) when it gives none in time."""
         self.calls += 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import random
@@ -64,10 +65,35 @@ _CANCEL_WAIT = 10.0
 
 S = OccurrenceStatus
 
+_INTAKE_SLICE = 0.0005
+"""Seconds of intake after which it lets the loop run other work (a due start's timer)."""
+
 HAND_BACK_AFTER = 600.0
 FINALIZED_RETENTION = 7 * 24 * 3600.0
 FINALIZED_MAX_ENTRIES = 1_000_000
 """The defaults of ``hand_back_after``, ``finalized_retention`` and ``finalized_max_entries``."""
+
+
+class _Early:
+    """What was done for a held delivery before its due instant."""
+
+    __slots__ = ("attempt", "claim", "ctx", "parsed")
+
+    def __init__(
+        self,
+        attempt: int,
+        claim: asyncio.Task[ClaimVerdict] | None,
+        parsed: _Parsed,
+        ctx: JobContext,
+    ) -> None:
+        self.attempt = attempt
+        self.claim = claim
+        self.parsed = parsed
+        self.ctx = ctx
+
+
+_Parsed = tuple[AnyJobDefinition, Any] | tuple[None, tuple[FailureType, str]]
+"""The definition and parsed data of a message, or ``None`` and why it cannot run."""
 
 
 class Executor:
@@ -101,7 +127,10 @@ class Executor:
     starts at its due instant; it takes no slot. ``hold_capacity``: how many may be held
     beyond ``concurrency`` (the consumer's prefetch is their sum; 0, the default, leaves the
     prefetch at ``concurrency``, so held deliveries then narrow what can be received). A held
-    delivery whose occurrence is cancelled is reported Cancelled and not run.
+    delivery whose occurrence is cancelled is reported Cancelled and not run. What can be
+    done for a held delivery before its due instant is done while it waits (its attempt
+    claimed, its data parsed, its context built), so that its start is only its start; a
+    claim made ahead for a delivery that then does not start here is given up.
 
     ``stats`` counts the deliveries skipped, handed back, dropped or cancelled unstarted.
     """
@@ -160,10 +189,16 @@ class Executor:
             stats=self.stats,
             handle=self._handle,
             ack=self.reporter.ack_after_flush,
+            unstarted=self._unstarted,
         )
         self._hold = Hold(release=self._release, drop=self.reporter.ack_after_flush)
         self._released: dict[UUID, bool] = {}
         """Occurrences released by the hold and not started yet."""
+        self._early: dict[UUID, _Early] = {}
+        """What was done ahead for the held (or released, not started) deliveries."""
+        self._give_up: list[tuple[UUID, int]] = []
+        """Attempts claimed ahead that will not start here: their claims to give up."""
+        self._giving_up: asyncio.Task[None] | None = None
         self._finals = FinalizedAttempts(
             store, retention=finalized_retention, max_entries=finalized_max_entries
         )
@@ -241,6 +276,7 @@ class Executor:
         for delivery in self._hold.take_all():
             await self._flow.hand_back(delivery)
         await self._flow.hand_back_held(math.inf)
+        await self._give_up_claims()
         if self._flow.tasks and grace > 0:
             await asyncio.wait(self._flow.tasks, timeout=grace)
         self._runner.cancel_all(f"worker stopped; still running after its grace of {grace:g} s")
@@ -262,6 +298,7 @@ class Executor:
         of it (not due yet) is reported Cancelled and acknowledged at once."""
         delivery = self._hold.take(occurrence_id)
         if delivery is not None:
+            self._early.pop(occurrence_id, None)  # final here: its claim may stay
             self.stats.cancelled_unstarted += 1
             text = reason or "cancelled before it started"
             self._report_unrun(delivery.message, S.CANCELLED, None, text)
@@ -278,9 +315,16 @@ class Executor:
         unseen in the consumer's buffer until the broker's consumer timeout)."""
         prefetch = self.concurrency + self._hold_capacity
         deliveries = self._broker.consume_jobs(self.worker_id, prefetch)
+        clock = time.perf_counter
+        since = clock()
         try:
             async for delivery in deliveries:
                 self._accept(delivery)
+                if clock() - since > _INTAKE_SLICE:
+                    # A burst of deliveries (a batch sent ahead) is taken in slices: the hold's
+                    # timers and the handlers get the loop in between.
+                    await asyncio.sleep(0)
+                    since = clock()
         finally:
             aclose = getattr(deliveries, "aclose", None)
             if aclose is not None:
@@ -290,14 +334,65 @@ class Executor:
     def _accept(self, delivery: Delivery) -> None:
         if self._finals.known(delivery.message):
             self._skip(delivery)
-        elif not self._hold.hold(delivery):
+        elif self._hold.hold(delivery):
+            self._prepare(delivery)
+        else:
             self._flow.admit(delivery)
+
+    def _prepare(self, delivery: Delivery) -> None:
+        """While a delivery is held: claim its attempt (one call for the deliveries of this
+        turn), parse its data, build its context."""
+        message = delivery.message
+        oid = message.occurrence_id
+        current = self._early.get(oid)
+        if current is not None and current.attempt > message.attempt:
+            return  # a copy of an earlier attempt, dropped by the hold
+        claim = None
+        if self._claims is not None and oid not in self._runner.running:
+            claim = asyncio.get_running_loop().create_task(
+                self._claims.claim(message, careful=delivery.redelivered)
+            )
+        self._early[oid] = _Early(
+            message.attempt, claim, self._parse(message), self._context(message)
+        )
+
+    def _unstarted(self, delivery: Delivery) -> None:
+        """A delivery will not start here (given back, or lost with its channel): give up
+        the claim made ahead for it, once it is known."""
+        message = delivery.message
+        early = self._early.get(message.occurrence_id)
+        if early is None or early.attempt != message.attempt:
+            return
+        del self._early[message.occurrence_id]
+        claim = early.claim
+        if claim is None:
+            return
+        key = (message.occurrence_id, message.attempt)
+        if claim.done():
+            self._give_up_claim(key, claim)
+        else:
+            claim.add_done_callback(functools.partial(self._give_up_claim, key))
+
+    def _give_up_claim(self, key: tuple[UUID, int], claim: asyncio.Task[ClaimVerdict]) -> None:
+        if claim.cancelled() or claim.exception() is not None or not claim.result().run:
+            return
+        self._give_up.append(key)
+        if self._giving_up is None or self._giving_up.done():
+            self._giving_up = asyncio.get_running_loop().create_task(self._give_up_claims())
+
+    async def _give_up_claims(self) -> None:
+        """Give up the claims queued so far, in one call (each turn's, batched)."""
+        await asyncio.sleep(0)
+        while self._give_up and self._claims is not None:
+            batch, self._give_up = self._give_up, []
+            await self._claims.release(batch)
 
     def _release(self, delivery: Delivery) -> None:
         """A held delivery's due instant has come: start it (as if it arrived now)."""
         if not delivery.is_live:
             # Its channel is gone: the broker delivers it again (maybe elsewhere).
             self.stats.dropped_dead += 1
+            self._unstarted(delivery)
         else:  # at stop, the flow's handling gives it back unstarted
             self._released[delivery.message.occurrence_id] = True
             self._flow.admit(delivery)
@@ -325,27 +420,40 @@ class Executor:
 
     async def _handle(self, delivery: Delivery) -> None:
         message = delivery.message
-        released = self._released.pop(message.occurrence_id, False)
+        oid = message.occurrence_id
+        released = self._released.pop(oid, False)
+        early = self._early.get(oid)
+        if early is not None and early.attempt != message.attempt:
+            early = None  # another attempt's (a copy's); left for it
         if await self._finals.finalized_here(delivery):
+            self._forget_early(oid, early)
             self._skip(delivery)
             return
         if self._flow.stopping:  # not started yet: someone runs it later
-            await self._flow.hand_back(delivery)
+            await self._flow.hand_back(delivery)  # (its claim made ahead given up)
             return
-        if self._claims is not None and message.occurrence_id not in self._runner.running:
-            verdict = await self._claims.claim(message, careful=delivery.redelivered)
+        self._forget_early(oid, early)
+        if self._claims is not None and oid not in self._runner.running:
+            if early is not None and early.claim is not None:
+                verdict = await early.claim
+            else:
+                verdict = await self._claims.claim(message, careful=delivery.redelivered)
             if self._finals.known(message):  # finished here while claiming (a copy raced it)
                 self._skip(delivery)
                 return
             if not verdict.run:
                 self._skip_claimed(delivery, verdict)
                 return
-        claimed = self._claim(message)
-        if claimed is None:
+        if oid in self._runner.running:
+            self.reporter.ack_after_flush(delivery)  # a redelivery of what runs here already
+            return
+        definition, data = early.parsed if early is not None else self._parse(message)
+        if definition is None:
+            failure_type, text = data
+            self._report_unrun(message, S.FAILED, failure_type, text)
             self.reporter.ack_after_flush(delivery)
             return
-        definition, data = claimed
-        ctx = self._context(message)
+        ctx = early.ctx if early is not None else self._context(message)
         # this task's own log context: its log lines (the handler's too) carry the ids
         set_job_context(message.occurrence_id, message.job_id, message.job_type, message.attempt)
         self.reporter.add_status(self._runner.record(ctx, S.RUNNING, self._clock()))
@@ -357,20 +465,20 @@ class Executor:
             await asyncio.sleep(0)
         self._report_final(await self._runner.run(ctx, definition, data, message))
 
-    def _claim(self, message: JobMessage) -> tuple[AnyJobDefinition, Any] | None:
-        """The definition and parsed data, or ``None`` after reporting why it cannot run."""
-        if message.occurrence_id in self._runner.running:
-            return None  # a redelivery of what runs here already
+    def _forget_early(self, oid: UUID, early: _Early | None) -> None:
+        if early is not None:
+            del self._early[oid]
+
+    def _parse(self, message: JobMessage) -> _Parsed:
+        """The definition and parsed data, or ``None`` and why it cannot run."""
         definition = self._definitions.get(message.job_type)
         if definition is None:
             text = f"no handler for job type {message.job_type!r} in worker {self.worker_id!r}"
-            self._report_unrun(message, S.FAILED, FailureType.UNKNOWN_JOB_TYPE, text)
-            return None
+            return None, (FailureType.UNKNOWN_JOB_TYPE, text)
         try:
             data = definition.parse_data(message.job_data) if definition.takes_data else None
         except ValidationError as exc:
-            self._report_unrun(message, S.FAILED, FailureType.INVALID_DATA, exc.message)
-            return None
+            return None, (FailureType.INVALID_DATA, exc.message)
         return definition, data
 
     def _report_unrun(

@@ -46,8 +46,9 @@ class Flow:
     """Starts deliveries as slots and job type limits allow (see the module).
 
     ``handle(delivery)`` runs one started delivery; ``ack(delivery)`` acknowledges one
-    without running it (a held copy of the same occurrence). ``stopping`` (set by the
-    executor) stops held deliveries from starting.
+    without running it (a held copy of the same occurrence); ``unstarted(delivery)`` is told
+    of one that will not start here (given back to the broker, or dropped with its lost
+    channel). ``stopping`` (set by the executor) stops held deliveries from starting.
     """
 
     def __init__(
@@ -59,6 +60,7 @@ class Flow:
         stats: ExecutorStats,
         handle: Callable[[Delivery], Coroutine[Any, Any, None]],
         ack: Callable[[Delivery], None],
+        unstarted: Callable[[Delivery], None] = lambda _: None,
     ) -> None:
         self._free = concurrency
         self._limits = {
@@ -76,6 +78,7 @@ class Flow:
         self._stats = stats
         self._handle = handle
         self._ack = ack
+        self._unstarted = unstarted
         self.stopping = False
 
     @property
@@ -157,6 +160,7 @@ class Flow:
                 # Its channel is gone: the broker delivers it again (maybe elsewhere); running
                 # it here as well would run it twice.
                 self._stats.dropped_dead += 1
+                self._unstarted(item.delivery)
                 continue
             if self._fits(item.delivery.message.job_type):
                 self._launch(item.delivery)
@@ -189,6 +193,7 @@ class Flow:
     async def hand_back(self, delivery: Delivery) -> None:
         """Give an unstarted delivery back to the broker (not reported: it runs later)."""
         self._stats.handed_back += 1
+        self._unstarted(delivery)
         try:
             await delivery.reject(requeue=True)
         except Exception:  # already handed back by the broker's close: it comes again

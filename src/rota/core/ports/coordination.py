@@ -114,6 +114,14 @@ class ClaimMemory(abc.ABC):
         but marked taken by an unknown owner (``UNCERTAIN``). A memory that was never lost,
         or whose loss nobody knew about, grants every request."""
 
+    @abc.abstractmethod
+    async def release_attempts(self, owner: str, attempts: Sequence[tuple[UUID, int]]) -> None:
+        """Give up the claims ``owner`` holds on these ``(occurrence id, attempt)`` (claimed
+        ahead, they will not start here after all: given back to the broker, or their
+        delivery lost with its channel), so that the instance the broker delivers them to
+        next can claim them. A claim another instance holds, or none, is left alone; one
+        round trip."""
+
 
 class EventFeed(abc.ABC):
     """Change events (the SSE feed)."""

@@ -1,0 +1,70 @@
+"""The Lua scripts of the Redis claim memory (:class:`~rota.coordination.redis.RedisCoordination`'s
+attempt claims; ``docs/protocol.md``): claiming a batch of attempts, and giving claims up."""
+
+__all__ = ["CLAIM_SCRIPT", "RELEASE_CLAIMS_SCRIPT"]
+
+# KEYS: the claim epoch hash, then one claim key per attempt. ARGV: owner, ttl (ms), the epoch
+# token the caller knew ('' if none), a new token (used if the epoch is missing), then one
+# careful flag ('1'/'0') per attempt. A claim is ``{claimed at ms}:{owner}`` (owner '' when
+# unknown). Returns the epoch token, the end of the uncertain window in ms (-1: none), then
+# (outcome, owner, claimed at ms) per attempt.
+CLAIM_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local owner, ttl, known = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local epoch = redis.call('HMGET', KEYS[1], 'token', 'since', 'lost')
+local token, since, lost = epoch[1], tonumber(epoch[2]), epoch[3] == '1'
+if not token then
+  token, since, lost = ARGV[4], now, false
+  redis.call('HSET', KEYS[1], 'token', token, 'since', string.format('%.0f', now), 'lost', '0')
+end
+if known ~= '' and known ~= token and not lost then
+  lost = true
+  redis.call('HSET', KEYS[1], 'lost', '1')
+end
+local uncertain = lost and now < since + ttl
+local out = {token, -1}
+if lost then out[2] = since + ttl end
+for i = 2, #KEYS do
+  local value = redis.call('GET', KEYS[i])
+  if value then
+    local at, holder = string.match(value, '^(%d+):(.*)$')
+    if holder == owner then
+      redis.call('PEXPIRE', KEYS[i], ttl)
+      out[#out + 1] = 'owned'
+    else
+      out[#out + 1] = 'taken'
+    end
+    out[#out + 1] = holder
+    out[#out + 1] = tonumber(at)
+  elseif uncertain and ARGV[i + 3] == '1' then
+    redis.call('SET', KEYS[i], string.format('%.0f:', now), 'PX', ttl)
+    out[#out + 1] = 'uncertain'
+    out[#out + 1] = ''
+    out[#out + 1] = now
+  else
+    redis.call('SET', KEYS[i], string.format('%.0f:', now) .. owner, 'PX', ttl)
+    out[#out + 1] = 'claimed'
+    out[#out + 1] = owner
+    out[#out + 1] = now
+  end
+end
+return out
+"""
+
+# KEYS: one claim key per attempt. ARGV: the owner. Deletes each claim the owner holds; a claim
+# another holds (or none) is left alone. Returns how many were deleted.
+RELEASE_CLAIMS_SCRIPT = """
+local owner, n = ARGV[1], 0
+for i = 1, #KEYS do
+  local value = redis.call('GET', KEYS[i])
+  if value then
+    local holder = string.match(value, '^%d+:(.*)$')
+    if holder == owner then
+      redis.call('DEL', KEYS[i])
+      n = n + 1
+    end
+  end
+end
+return n
+"""
