@@ -285,6 +285,9 @@ async def test_cancellations_reach_every_subscriber_and_only_them(coord: Coordin
     third = new_id()
     await coord.cancel([third])
     assert await _next(late) == Cancellation(third)  # no reason given
+    fourth = new_id()
+    await coord.cancel([fourth], "edited", superseded_below=3)  # a superseded copy
+    assert await _next(late) == Cancellation(fourth, "edited", 3)
     await coord.cancel([])  # nothing to send is fine
     for sub in [*workers, late, wakeups]:
         await _close(sub)

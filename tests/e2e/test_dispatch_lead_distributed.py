@@ -1,7 +1,7 @@
 """The dispatch lead in the distributed mode (PostgreSQL, Redis, RabbitMQ; a `rota server` and
 a `rota worker` process): an occurrence is committed and sent ahead of its due time, the
 worker holds it and starts it at (not before) its due instant; a job disabled during the
-hold never starts."""
+hold never starts; a job edited during the hold runs its new version at the due instant."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def test_a_worker_holds_an_occurrence_sent_ahead_and_starts_it_when_due(
     cluster.worker("worker")
     wait_until(cluster.worker_instances, 30, "the worker did not register")
 
-    def one_time_job() -> tuple[dict[str, Any], datetime]:
+    def one_time_job(**fields: Any) -> tuple[dict[str, Any], datetime]:
         due = datetime.now(UTC) + timedelta(seconds=LEAD + 2)
-        body = {"jobType": "e2e.tick", "workerId": "e2e", "executeAt": due.isoformat()}
+        body = {"jobType": "e2e.tick", "workerId": "e2e", "executeAt": due.isoformat(), **fields}
         return cluster.api("POST", "/jobs", json=body), due
 
     def final(occ_id: str) -> dict[str, Any]:
@@ -73,3 +73,14 @@ def test_a_worker_holds_an_occurrence_sent_ahead_and_starts_it_when_due(
     assert cancelled["status"] == 4
     assert cancelled["startTime"] is None
     assert cancelled["exception"] == "cancelled: job disabled before its due time"
+
+    # Edited during the hold: sent again as edited; the new version runs at the due instant.
+    steps = {"seconds": 0.1, "step": 0.1}
+    job, due = one_time_job(jobType="e2e.long", jobData=steps)
+    occ = sent_ahead(job)
+    cluster.api("PATCH", f"/jobs/{job['id']}", json={"jobData": {**steps, "seconds": 0.3}})
+    wait_until(lambda: final(occ["id"])["status"] == 2, 30, f"not completed; {cluster.logs()}")
+    edited = final(occ["id"])
+    assert edited["result"] == 3  # the edited data: 3 steps, not 1
+    assert edited["jobVersion"] == job["version"] + 1
+    assert _time(edited["startTime"]) >= _time(edited["scheduledFor"])

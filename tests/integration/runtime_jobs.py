@@ -37,3 +37,14 @@ RAN_AHEAD: list[str] = []
 @rota.job("it.ahead")
 async def ahead(ctx: rota.JobContext) -> None:
     RAN_AHEAD.append(str(ctx.occurrence_id))
+
+
+class Word(rota.JobData):
+    word: str
+
+
+@rota.job("it.echo")
+async def echo(ctx: rota.JobContext, data: Word) -> str:
+    """Returns the word it was given (which version of the job data ran)."""
+    RAN_AHEAD.append(str(ctx.occurrence_id))
+    return data.word

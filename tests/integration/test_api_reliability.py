@@ -269,7 +269,13 @@ async def test_cancel_a_queued_occurrence_at_once(
 class UnreachableCancels(MemoryCoordination):
     """A coordination whose cancellation channel cannot be reached (Redis down)."""
 
-    async def cancel(self, occurrence_ids: Sequence[UUID], reason: str | None = None) -> None:
+    async def cancel(
+        self,
+        occurrence_ids: Sequence[UUID],
+        reason: str | None = None,
+        *,
+        superseded_below: int | None = None,
+    ) -> None:
         raise BackendUnavailableError("coordination unreachable")
 
 

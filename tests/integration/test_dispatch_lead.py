@@ -1,6 +1,8 @@
 """The dispatch lead, end to end in the embedded runtime: an occurrence is committed and sent
 ahead of its due time, the worker holds it and starts it at (not before) its due instant, and
-disabling, deleting or cancelling the job during the hold keeps it from starting."""
+disabling, deleting or cancelling the job during the hold keeps it from starting, and an edit
+during the hold is honoured (the new version runs at the due instant, or a fire the new
+schedule no longer has is cancelled)."""
 
 from __future__ import annotations
 
@@ -105,6 +107,50 @@ async def test_deleting_the_job_during_the_hold_prevents_the_start(runtime: Runt
     occ = await held_occurrence(runtime, job.id)
     await runtime.jobs.delete_job(job.id)
     await cancelled_unrun(runtime, occ, "job deleted before its due time")
+
+
+async def test_an_edit_during_the_hold_runs_the_new_version_at_the_due_instant(
+    runtime: Runtime,
+) -> None:
+    due = in_a_while(runtime)
+    job = await runtime.jobs.create_job(
+        {"job_type": "it.echo", "execute_at": due, "job_data": {"word": "old"}}
+    )
+    occ = await held_occurrence(runtime, job.id)
+    assert occ.job_version == job.version
+    edited = await runtime.jobs.update_job(job.id, {"job_data": {"word": "new"}})
+    assert edited.version == job.version + 1
+    executor = runtime.executor
+    assert executor is not None
+    assert executor.early == 1  # the new copy replaced the old one in the hold
+
+    async def done() -> bool:
+        return (await runtime.store.get_occurrence(occ.id)).status is S.COMPLETED
+
+    await eventually(done, 15, "the occurrence completed")
+    ran = await runtime.store.get_occurrence(occ.id)
+    assert ran.result == "new"
+    assert ran.job_version == edited.version
+    assert ran.start_time is not None
+    assert ran.start_time >= due  # still at its due instant, not before
+    assert RAN_AHEAD.count(str(occ.id)) == 1
+
+
+async def test_a_new_schedule_during_the_hold_cancels_the_fire_it_no_longer_has(
+    runtime: Runtime,
+) -> None:
+    job = await runtime.jobs.create_job(
+        {
+            "job_type": "it.ahead",
+            "cron_expression": "* * * * * *",
+            "execute_at": in_a_while(runtime),
+        }
+    )
+    occ = await held_occurrence(runtime, job.id)
+    await runtime.jobs.update_job(job.id, {"cron_expression": "0 0 1 1 *"})  # yearly
+    await cancelled_unrun(
+        runtime, occ, "job edited before its due time (no longer one of its fires)"
+    )
 
 
 async def test_cancelling_the_occurrence_during_the_hold_prevents_the_start(

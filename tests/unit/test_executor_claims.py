@@ -329,3 +329,41 @@ async def test_the_claims_made_ahead_are_given_up_when_held_deliveries_go_back_a
     after = await coordination.claim_attempts("b", requests, TTL)
     assert [c.outcome for c in after.claims] == [ClaimOutcome.CLAIMED] * 2
     assert observer.status == []  # nothing reported: they run elsewhere
+
+
+async def test_a_held_copy_superseded_by_an_edit_is_dropped_and_its_claim_given_up(
+    harness: Harness, observer: Observer
+) -> None:
+    """The job was edited before the due time and its message sent again (a newer job
+    version): the instance holding the old copy drops it without a report and gives up its
+    claim, so whichever instance holds the new copy claims and runs it; an old copy that
+    arrives later is dropped on arrival."""
+    runs.clear()
+    coordination = Recording()
+    claims = AttemptClaims(coordination, "a", ttl=TTL)
+    executor = _executor(harness.broker, claimed, claims)
+    harness.executors.append(executor)
+    await executor.start()
+    due = datetime.now(UTC) + timedelta(seconds=60)
+    old = await harness.publish("claimed", scheduled_for=due, job_version=1)
+    oid = old.occurrence_id
+    await eventually(lambda: oid in coordination.asked, WAIT, "the old copy claimed ahead")
+    executor.supersede(oid, 2)
+    assert executor.stats.superseded == 1
+    assert executor.early == 0
+    request = ClaimRequest(oid, old.attempt, False)
+
+    async def given_up() -> bool:
+        batch = await coordination.claim_attempts("b", [request], TTL)
+        return batch.claims[0].outcome is ClaimOutcome.CLAIMED
+
+    await eventually(given_up, WAIT, "the claim given up (another instance claims it)")
+    await coordination.release_attempts("b", [(oid, old.attempt)])
+    await harness.broker.publish_jobs([old])  # an old copy arriving late: dropped on arrival
+    await eventually(lambda: executor.stats.superseded == 2, WAIT, "the late old copy dropped")
+    assert executor.early == 0
+    assert observer.status == []  # nothing reported for the dropped copies
+    soon = datetime.now(UTC) + timedelta(seconds=0.3)
+    new = await harness.publish("claimed", scheduled_for=soon, job_version=2, occurrence_id=oid)
+    assert (await observer.wait_final(new.occurrence_id)).status is S.COMPLETED
+    assert runs == {(oid, 1): 1}

@@ -52,8 +52,9 @@ class Clock:
         return self.now
 
 
-def message(at: datetime = DUE, attempt: int = 1, oid: Any = None) -> JobMessage:
+def message(at: datetime = DUE, attempt: int = 1, oid: Any = None, version: int = 1) -> JobMessage:
     return JobMessage(
+        job_version=version,
         occurrence_id=oid or new_id(),
         job_id=new_id(),
         job_type="t",
@@ -164,6 +165,26 @@ def test_a_copy_of_a_held_occurrence_keeps_the_later_attempt() -> None:
     clock.now = DUE.timestamp()
     timer.fire_last()
     assert released == [later]
+
+
+def test_a_copy_of_a_later_job_version_supersedes_the_held_one() -> None:
+    """The job was edited before the due time and its message sent again: the copy of the
+    new version is the one held, whichever of the two comes first."""
+    clock, timer = Clock(DUE - timedelta(seconds=1)), FakeTimer()
+    hold, released, dropped = make(clock, timer)
+    oid = new_id()
+    old = FakeDelivery(message(oid=oid, version=1))
+    new = FakeDelivery(message(oid=oid, version=2))
+    hold.hold(old)  # type: ignore[arg-type]
+    hold.hold(new)  # type: ignore[arg-type]
+    late_old = FakeDelivery(message(oid=oid, version=1))
+    hold.hold(late_old)  # type: ignore[arg-type]
+    assert dropped == [old, late_old]
+    assert hold.get(oid) is new
+    clock.now = DUE.timestamp()
+    timer.fire_last()
+    assert released == [new]
+    assert hold.get(oid) is None
 
 
 def test_a_delivery_due_too_far_ahead_is_not_held() -> None:

@@ -40,7 +40,7 @@ from rota.sdk.registry import JobRegistry
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.buckets import BucketOwner
-from rota.services.cancellation import cancel_ahead
+from rota.services.cancellation import cancel_ahead, supersede_ahead
 from rota.services.control import DispatcherSwitchFollower
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
@@ -136,6 +136,15 @@ def build_runtime(
         events=events,
         cancel_ahead=lambda job_id, reason: cancel_ahead(
             store, coordination, job_id, reason=reason, now=utcnow(), events=events
+        ),
+        supersede_ahead=lambda job: supersede_ahead(
+            store,
+            coordination,
+            broker.publish_jobs,
+            job,
+            max_retries=sched.default_max_retries if job.max_retries is None else job.max_retries,
+            now=utcnow(),
+            events=events,
         ),
     )
     notifications = build_notifications(

@@ -224,11 +224,17 @@ class MemoryCoordination(Coordination):
 
     # --- cancellation channel -------------------------------------------------------------
 
-    async def cancel(self, occurrence_ids: Sequence[UUID], reason: str | None = None) -> None:
+    async def cancel(
+        self,
+        occurrence_ids: Sequence[UUID],
+        reason: str | None = None,
+        *,
+        superseded_below: int | None = None,
+    ) -> None:
         for subscriber in list(self._subscribers):
             if subscriber.kind == "cancel":
                 for occurrence_id in occurrence_ids:
-                    subscriber.deliver(Cancellation(occurrence_id, reason))
+                    subscriber.deliver(Cancellation(occurrence_id, reason, superseded_below))
 
     def cancellations(self) -> _Wakeups[Cancellation]:
         return _Wakeups(self, "cancel")

@@ -190,7 +190,14 @@ def _uuid(raw: bytes) -> UUID:
 
 def _unpack_cancellation(_entry_id: bytes, fields: Any) -> list[Cancellation]:
     reason = fields.get(b"reason")
-    return [Cancellation(_uuid(fields[b"occurrence"]), None if reason is None else reason.decode())]
+    below = fields.get(b"below")
+    return [
+        Cancellation(
+            _uuid(fields[b"occurrence"]),
+            None if reason is None else reason.decode(),
+            None if below is None else int(below),
+        )
+    ]
 
 
 def _ttl_ms(ttl: float) -> int:
@@ -501,7 +508,13 @@ class RedisCoordination(Coordination):
 
     # --- cancellation channel -------------------------------------------------------------
 
-    async def cancel(self, occurrence_ids: Sequence[UUID], reason: str | None = None) -> None:
+    async def cancel(
+        self,
+        occurrence_ids: Sequence[UUID],
+        reason: str | None = None,
+        *,
+        superseded_below: int | None = None,
+    ) -> None:
         if not occurrence_ids:
             return
         starting = [s.start for s in self._subscribers if s.start is not None]
@@ -513,6 +526,8 @@ class RedisCoordination(Coordination):
                     fields = {b"occurrence": str(occurrence_id).encode()}
                     if reason is not None:
                         fields[b"reason"] = reason.encode()
+                    if superseded_below is not None:
+                        fields[b"below"] = str(superseded_below).encode()
                     pipe.xadd(
                         self._keys.cancellations,
                         fields,  # type: ignore[arg-type]  # (dict invariance)

@@ -208,6 +208,11 @@ def first_run_at(job: Job, now: datetime) -> datetime | None:
 _TICK = timedelta(microseconds=1)
 
 
+def is_fire(job: Job, at: datetime) -> bool:
+    """Whether ``at`` is one of ``job``'s fires, by its schedule as it is now."""
+    return first_fire(job.cron_expression, job.time_zone, job.execute_at, at - _TICK) == at
+
+
 def first_fire(
     cron_expression: str | None, time_zone: str, execute_at: datetime | None, now: datetime
 ) -> datetime | None:

@@ -132,10 +132,16 @@ class TagCount:
 @dataclass(frozen=True, slots=True)
 class Cancellation:
     """A request on the cancellation channel: stop this occurrence; ``reason`` is what the
-    worker records as the Cancelled attempt's ``exception`` (``None``: ``cancelled``)."""
+    worker records as the Cancelled attempt's ``exception`` (``None``: ``cancelled``).
+
+    With ``superseded_below``, it is not a cancel: the occurrence's job was edited before its
+    due time and its message sent again with the new version; a worker holding a copy of a
+    job version below this drops it unreported (a copy of the new version runs instead), and
+    one running it lets it run."""
 
     occurrence_id: UUID
     reason: str | None = None
+    superseded_below: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

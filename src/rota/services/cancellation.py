@@ -18,14 +18,17 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 from rota.core.errors import BackendUnavailableError, ConflictError
-from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusRecord
-from rota.core.ports import OccurrenceStore, Signals
+from rota.core.models import Job, JobMessage, LogRecord, Occurrence, OccurrenceStatus, StatusRecord
+from rota.core.planning import is_fire
+from rota.core.ports import AheadStore, OccurrenceStore, Signals
 from rota.core.records import OccurrenceQuery
+from rota.services.dispatcher import to_message
 from rota.services.events import EventPublisher
 
 S = OccurrenceStatus
@@ -155,3 +158,51 @@ async def cancel_ahead(
         if await _cancel_queued(store, coordination, occurrence, text, now, events):
             cancelled += 1
     return cancelled
+
+
+EDITED = "job edited before its due time"
+
+
+async def supersede_ahead(
+    store: AheadStore,
+    coordination: Signals,
+    publish: Callable[[Sequence[JobMessage]], Awaitable[None]],
+    job: Job,
+    *,
+    max_retries: int,
+    now: datetime,
+    events: EventPublisher | None = None,
+) -> tuple[int, int]:
+    """Honour an edit of ``job`` (a new version) in its occurrences sent ahead of their due
+    time (the dispatch lead), still Queued, due after ``now``: one whose fire is still a fire
+    of the job as it is now takes the new version (type, data, priority, timeout…) in the
+    store and is sent again; the workers are told, and one holding the older copy drops it
+    unreported (the new copy runs, at the same due instant). One whose fire is no longer a
+    fire of the job (a new schedule) is cancelled. One that has started meanwhile is left
+    alone. Returns ``(sent again, cancelled)``."""
+    query = OccurrenceQuery(
+        job_id=job.id, statuses=(S.QUEUED,), scheduled_after=now, limit=AHEAD_PAGE
+    )
+    ahead = [o for o in (await store.list_occurrences(query)).items if o.job_version < job.version]
+    if not ahead:
+        return 0, 0
+    text = cancel_text(f"{EDITED} (no longer one of its fires)")
+    cancelled = 0
+    keep: list[UUID] = []
+    for occurrence in ahead:
+        if is_fire(job, occurrence.scheduled_for):
+            keep.append(occurrence.id)
+        elif await _cancel_queued(store, coordination, occurrence, text, now, events):
+            cancelled += 1
+    renewed = await store.supersede_queued(job, keep, max_retries)
+    if renewed:
+        await publish([to_message(o, now) for o in renewed])
+        try:
+            await coordination.cancel([o.id for o in renewed], EDITED, superseded_below=job.version)
+        except BackendUnavailableError as exc:  # a worker holding an old copy on its own
+            log.warning(  # keeps the newer copy it receives (the hold's version rule)
+                "occurrences sent again after an edit, but the workers could not be told: %s",
+                exc,
+                extra={"action": "supersede_notify_failed", "job_id": job.id},
+            )
+    return len(renewed), cancelled

@@ -110,9 +110,12 @@ class JobService:
         stamp: Callable[[Occurrence], Occurrence] | None = None,
         events: EventPublisher | None = None,
         cancel_ahead: Callable[[UUID, str], Awaitable[object]] | None = None,
+        supersede_ahead: Callable[[Job], Awaitable[object]] | None = None,
     ) -> None:
         """``cancel_ahead(job_id, reason)``: cancels the job's occurrences sent ahead of their
-        due time (the dispatch lead), after the job was disabled or deleted.
+        due time (the dispatch lead), after the job was disabled or deleted;
+        ``supersede_ahead(job)`` sends them again as the job is now, after an edit
+        (:func:`rota.services.cancellation.supersede_ahead`).
         ``max_job_data_bytes``: the largest job data a create, update or trigger takes
         (as compact UTF-8 JSON); larger is a ``ValidationError`` on ``jobData``.
         ``max_json_depth``: how deeply that job data may nest; deeper is the same error.
@@ -123,6 +126,7 @@ class JobService:
         publishes (tests)."""
         self._on_triggered = on_triggered
         self._cancel_ahead = cancel_ahead
+        self._supersede_ahead = supersede_ahead
         self._stamp = stamp
         self._store = store
         self.events = events or EventPublisher(coordination)
@@ -279,6 +283,8 @@ class JobService:
         await self._sync_index([stored], now, remove_cold=True)
         if current.is_active and not stored.is_active and self._cancel_ahead is not None:
             await self._cancel_ahead(stored.id, "job disabled before its due time")
+        elif versioned and stored.is_active and self._supersede_ahead is not None:
+            await self._supersede_ahead(stored)
         return stored
 
     async def release_probes(self, page_size: int = 500) -> list[Job]:

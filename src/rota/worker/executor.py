@@ -28,6 +28,7 @@ import logging
 import math
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -65,6 +66,7 @@ _CANCEL_WAIT = 10.0
 
 S = OccurrenceStatus
 
+_MAX_SUPERSEDED = 10_000
 _INTAKE_SLICE = 0.0005
 """Seconds of intake after which it lets the loop run other work (a due start's timer)."""
 
@@ -199,6 +201,9 @@ class Executor:
         self._give_up: list[tuple[UUID, int]] = []
         """Attempts claimed ahead that will not start here: their claims to give up."""
         self._giving_up: asyncio.Task[None] | None = None
+        self._superseded: OrderedDict[UUID, int] = OrderedDict()
+        """Occurrences sent again for a newer job version -> that version (copies of older
+        versions are dropped), the latest few thousand."""
         self._finals = FinalizedAttempts(
             store, retention=finalized_retention, max_entries=finalized_max_entries
         )
@@ -306,6 +311,26 @@ class Executor:
             return True
         return self._runner.cancel(occurrence_id, reason)
 
+    def supersede(self, occurrence_id: UUID, below: int) -> None:
+        """The occurrence's message was sent again for job version ``below`` (its job edited
+        before its due time): a held copy of an older version is acknowledged without
+        running or a report, its claim given up (the newer copy runs, here or on another
+        instance); one arriving later is dropped on arrival. One that started runs on."""
+        superseded = self._superseded
+        superseded[occurrence_id] = max(below, superseded.get(occurrence_id, 0))
+        superseded.move_to_end(occurrence_id)
+        if len(superseded) > _MAX_SUPERSEDED:
+            superseded.popitem(last=False)
+        delivery = self._hold.get(occurrence_id)
+        if delivery is not None and delivery.message.job_version < below:
+            self._hold.take(occurrence_id)
+            self._drop_superseded(delivery)
+
+    def _drop_superseded(self, delivery: Delivery) -> None:
+        self.stats.superseded += 1
+        self._unstarted(delivery)
+        self.reporter.ack_after_flush(delivery)
+
     # --- intake -------------------------------------------------------------------------
 
     async def _consume(self) -> None:
@@ -332,8 +357,13 @@ class Executor:
                     await aclose()
 
     def _accept(self, delivery: Delivery) -> None:
-        if self._finals.known(delivery.message):
+        message = delivery.message
+        if self._finals.known(message):
             self._skip(delivery)
+        elif self._superseded and message.job_version < self._superseded.get(
+            message.occurrence_id, 0
+        ):
+            self._drop_superseded(delivery)
         elif self._hold.hold(delivery):
             self._prepare(delivery)
         else:
@@ -434,9 +464,12 @@ class Executor:
             return
         self._forget_early(oid, early)
         if self._claims is not None and oid not in self._runner.running:
+            verdict = None
             if early is not None and early.claim is not None:
                 verdict = await early.claim
-            else:
+            if verdict is None or not verdict.run:
+                # Not claimed ahead, or taken then: ask again now (a copy another instance
+                # held has been given up since, if that instance was told it is superseded).
                 verdict = await self._claims.claim(message, careful=delivery.redelivered)
             if self._finals.known(message):  # finished here while claiming (a copy raced it)
                 self._skip(delivery)

@@ -104,15 +104,15 @@ class Flow:
     def _is_held_copy(self, delivery: Delivery) -> bool:
         """Whether a held delivery of the same occurrence makes this one a copy to drop. Two
         of one occurrence: a republish, or a redelivery after the channel of the held one was
-        lost (its settle reaches nobody). The later attempt, else the newer delivery, stays;
-        the other is acknowledged without running."""
+        lost (its settle reaches nobody). The later attempt, else the later job version, else
+        the newer delivery, stays; the other is acknowledged without running."""
         message = delivery.message
         if message.occurrence_id not in self._held_ids:
             return False
         for item in self._held:
             held = item.delivery.message
             if held.occurrence_id == message.occurrence_id:
-                if held.attempt > message.attempt:
+                if (held.attempt, held.job_version) > (message.attempt, message.job_version):
                     return True
                 self._held.remove(item)
                 self._forget(item)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Protocol
 from uuid import UUID
 
+from rota.core.models import JobMessage
 from rota.core.ports import Delivery
 
 __all__ = ["MAX_HOLD", "SPIN", "Hold"]
@@ -30,6 +31,11 @@ SPIN = 0.002
 
 MAX_HOLD = 60.0
 """A delivery due further ahead than this is not held (released at once)."""
+
+
+def _rank(message: JobMessage) -> tuple[int, int]:
+    """Of two copies of an occurrence's message, the higher rank supersedes."""
+    return message.attempt, message.job_version
 
 
 class TimerHandle(Protocol):
@@ -52,9 +58,10 @@ class Hold:
     """Holds early deliveries until their due instant (see the module).
 
     ``release(delivery)`` is called at the due instant; ``drop(delivery)`` for a copy that
-    another held delivery of the same occurrence (the later attempt, else the newer one)
-    supersedes. ``wall`` is the wall clock (epoch seconds), ``timer`` schedules a callback
-    (both injectable for tests).
+    another held delivery of the same occurrence supersedes: the later attempt, else the
+    later job version (the job edited before its due time), else the newer delivery.
+    ``wall`` is the wall clock (epoch seconds), ``timer`` schedules a callback (both
+    injectable for tests).
     """
 
     def __init__(
@@ -87,7 +94,7 @@ class Hold:
         oid = message.occurrence_id
         if oid in self._due:
             other = self._groups[self._due[oid]][oid]
-            if other.message.attempt > message.attempt:
+            if _rank(other.message) > _rank(message):
                 self._drop(delivery)
                 return True
             self._take(oid)
@@ -99,6 +106,11 @@ class Hold:
         group[oid] = delivery
         self._due[oid] = due
         return True
+
+    def get(self, occurrence_id: UUID) -> Delivery | None:
+        """The held delivery of an occurrence, left held; ``None`` if none is."""
+        due = self._due.get(occurrence_id)
+        return None if due is None else self._groups[due][occurrence_id]
 
     def take(self, occurrence_id: UUID) -> Delivery | None:
         """Take a held delivery out (its occurrence was cancelled); ``None`` if none is."""

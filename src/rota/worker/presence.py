@@ -90,7 +90,9 @@ class WorkerPresence:
         while True:
             try:
                 async for asked in self._cancels:
-                    if self._executor.cancel(asked.occurrence_id, asked.reason):
+                    if asked.superseded_below is not None:
+                        self._executor.supersede(asked.occurrence_id, asked.superseded_below)
+                    elif self._executor.cancel(asked.occurrence_id, asked.reason):
                         log.info(
                             "occurrence cancelled", extra={"occurrence_id": asked.occurrence_id}
                         )

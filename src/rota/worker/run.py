@@ -74,6 +74,9 @@ class ExecutorStats:
     claimed_elsewhere: int = 0
     """Deliveries of attempts claimed by another instance of the group (or whose claim
     could not be known for a redelivered message), acknowledged without running."""
+    superseded: int = 0
+    """Deliveries of an older job version than one sent again after an edit of the job
+    before its due time: acknowledged without running or reporting (the newer copy runs)."""
     cancelled_unstarted: int = 0
     """Deliveries of occurrences cancelled before they started: reported Cancelled, the
     handler not run."""

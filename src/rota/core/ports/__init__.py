@@ -21,6 +21,7 @@ from rota.core.ports.coordination import (
 )
 from rota.core.ports.index import ScheduleIndex
 from rota.core.ports.store import (
+    AheadStore,
     AuditStore,
     ControlStore,
     DeadLetterStore,
@@ -38,10 +39,12 @@ from rota.core.ports.store import (
     StatsReader,
     StatusStore,
     Store,
+    SupersedeStore,
     UserStore,
 )
 
 __all__ = [
+    "AheadStore",
     "AuditStore",
     "Broker",
     "BucketLeases",
@@ -67,6 +70,7 @@ __all__ = [
     "StatsReader",
     "StatusStore",
     "Store",
+    "SupersedeStore",
     "UserStore",
     "WorkerRegistry",
 ]

@@ -79,15 +79,23 @@ class Signals(abc.ABC):
         """Due times announced by :meth:`wake` (from any instance) after subscribing."""
 
     @abc.abstractmethod
-    async def cancel(self, occurrence_ids: Sequence[UUID], reason: str | None = None) -> None:
+    async def cancel(
+        self,
+        occurrence_ids: Sequence[UUID],
+        reason: str | None = None,
+        *,
+        superseded_below: int | None = None,
+    ) -> None:
         """Ask the workers running these occurrences to cancel them (the cancellation
         channel: every worker instance hears it; the one running the occurrence acts and
-        records ``reason`` as the Cancelled attempt's exception)."""
+        records ``reason`` as the Cancelled attempt's exception). With ``superseded_below``:
+        their messages were sent again for a newer job version; a held copy of an older
+        version is dropped (:class:`~rota.core.records.Cancellation`)."""
 
     @abc.abstractmethod
     def cancellations(self) -> AsyncIterator[Cancellation]:
         """Each occurrence sent to :meth:`cancel` (from any process) after subscribing, with
-        the reason sent with it."""
+        the reason (and ``superseded_below``) sent with it."""
 
 
 class ClaimMemory(abc.ABC):

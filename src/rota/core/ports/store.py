@@ -700,6 +700,24 @@ class OccurrenceStore(StatusStore, OccurrenceReader, abc.ABC):
     """Occurrences read and written (cancellation)."""
 
 
+class SupersedeStore(abc.ABC):
+    """Occurrences sent ahead of their due time given their job's new version (an edit)."""
+
+    @abc.abstractmethod
+    async def supersede_queued(
+        self, job: Job, occurrence_ids: Sequence[UUID], max_retries: int
+    ) -> list[Occurrence]:
+        """Give these occurrences of ``job`` its current version (type, worker group, data,
+        priority, timeout, retry delay, ``max_retries``, version): those still ``Queued`` and
+        of an older version, in one statement. Returns them as they are now (sent ahead of
+        their due time, their job was edited meanwhile: they are sent again as they are
+        now)."""
+
+
+class AheadStore(OccurrenceStore, SupersedeStore, abc.ABC):
+    """What honouring an edit in the occurrences sent ahead uses: read, cancel, supersede."""
+
+
 class RecoveryStore(OccurrenceStore, DispatchStore, abc.ABC):
     """What embedded recovery uses after a restart."""
 
@@ -715,6 +733,7 @@ class SecurityStore(UserStore, AuditStore, abc.ABC):
 class Store(
     JobAdminStore,
     RecoveryStore,
+    AheadStore,
     DeadLetterStore,
     StatsReader,
     ControlStore,

@@ -9,12 +9,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import Row, func, select
+from sqlalchemy import Row, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.errors import NotFoundError
-from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusRecord
+from rota.core.models import Job, LogRecord, Occurrence, OccurrenceStatus, StatusRecord
 from rota.core.records import DisabledJob, OccurrenceQuery, Page, StatusResult
 from rota.core.transitions import CURRENT_FIELDS, Current, StatusBatch, Streak, apply_records
 from rota.stores.schema import jobs, occurrence_logs, occurrences, status_changes
@@ -194,6 +194,36 @@ class StatusQueries(SqlParts):
             if lines:
                 make = partial(_insert_logs_stmt, self._dialect)
                 await self._fast.execute(conn, "insert_logs", make, lines)
+
+    async def supersede_queued(
+        self, job: Job, occurrence_ids: Sequence[UUID], max_retries: int
+    ) -> list[Occurrence]:
+        if not occurrence_ids:
+            return []
+        occ = occurrences.c
+        stmt = (
+            update(occurrences)
+            .where(
+                occ.id.in_(list(occurrence_ids)),
+                occ.job_id == job.id,
+                occ.status == int(OccurrenceStatus.QUEUED),
+                occ.job_version < job.version,
+            )
+            .values(
+                job_type=job.job_type,
+                worker_id=job.worker_id,
+                job_data=job.job_data,
+                priority=int(job.priority),
+                timeout_seconds=job.timeout_seconds,
+                retry_delay_seconds=job.retry_delay_seconds,
+                max_retries=max_retries,
+                job_version=job.version,
+            )
+            .returning(*occurrences.c)
+        )
+        async with self._write() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return sorted((_to_occurrence(r) for r in rows), key=lambda o: o.scheduled_for)
 
     async def get_occurrence(self, occurrence_id: UUID) -> Occurrence:
         async with self._read() as conn:
