@@ -21,9 +21,11 @@ from rota.core.models import OccurrenceStatus
 app = typer.Typer(help="Runs (occurrences) of jobs: list, show, logs, cancel.")
 
 RunArg = Annotated[UUID, typer.Argument(help="The run's (occurrence's) id.")]
-POLL = 1.0
+POLL = 0.5
 """Seconds between two looks at a run that is followed or waited for."""
 LOG_PAGE = 1000
+QUIET_LOOKS = 4
+"""Looks (every half :data:`POLL`) without a new line after a followed run ended: then stop."""
 
 
 def ended(run: OccurrenceOut) -> bool:
@@ -170,19 +172,28 @@ def logs(
             client.get_occurrence(run)  # a run that does not exist: exit 4, not an empty log
             _drain(client, run, 0, json)
             return
-        after = 0
-        quiet_after_end = 0
-        while True:
-            state = client.get_occurrence(run)
-            after, printed = _drain(client, run, after, json)
-            if ended(state):
-                # The last lines may be stored just after the final status: two quiet looks.
-                quiet_after_end = 0 if printed else quiet_after_end + 1
-                if quiet_after_end >= 2:
-                    return
-                time.sleep(POLL / 2)
-                continue
-            time.sleep(POLL)
+        try:
+            _follow(client, run, json)
+        except KeyboardInterrupt:  # Ctrl-C ends a follow: what the user asked for
+            return
+
+
+def _follow(client: SyncClient, run: UUID, json: bool) -> None:
+    """Print the run's lines as they come until it has ended (and its last lines are in)."""
+    after = 0
+    quiet_after_end = 0
+    while True:
+        state = client.get_occurrence(run)
+        after, printed = _drain(client, run, after, json)
+        if ended(state):
+            # The last lines may be stored just after the final status (they travel apart):
+            # stop after a second without new ones.
+            quiet_after_end = 0 if printed else quiet_after_end + 1
+            if quiet_after_end >= QUIET_LOOKS:
+                return
+            time.sleep(POLL / 2)
+            continue
+        time.sleep(POLL)
 
 
 @app.command("cancel")
