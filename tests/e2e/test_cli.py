@@ -107,6 +107,30 @@ def test_an_expired_access_token_is_renewed_with_the_refresh_token(
     assert user.run("jobs", "list").exit_code == AUTH
 
 
+def test_a_viewer_reads_but_may_not_change(cli: Cli, server: RotaProcess, tmp_path: Path) -> None:
+    password = "viewer passphrase 42"
+    server.api("POST", "/users", json={"username": "cli-viewer", "password": password})
+    viewer = Cli(server.base, tmp_path)
+    viewer.ok("login", "--url", server.base, "-u", "cli-viewer", "--password-stdin", input=password)
+    assert viewer.json("whoami")["role"] == "Viewer"
+    viewer.ok("jobs", "list")
+    refused = viewer.run("jobs", "create", "--type", "cli.ok", "--cron", FAR)
+    assert refused.exit_code == AUTH
+    assert "not allowed" in refused.stderr
+
+
+def test_names_are_shown_as_written_and_edit_takes_a_json_file(cli: Cli, tmp_path: Path) -> None:
+    name = "[bold]odd[/] name [/x]"  # would be rich markup (or break it) if read as such
+    job = create(cli, "--type", "cli.ok", "--name", name, "--cron", FAR, "--timeout", "30")
+    assert job["timeoutSeconds"] == 30
+    assert name in cli.ok("jobs", "show", job["id"]).stdout
+    assert name in cli.ok("jobs", "list", "--search", "odd").stdout
+    patch = tmp_path / "patch.json"
+    patch.write_text('{"timeoutSeconds": null, "description": "from a file"}')
+    edited = cli.json("jobs", "edit", job["id"], "-f", str(patch), "--description", "option")
+    assert (edited["timeoutSeconds"], edited["description"]) == (None, "option")
+
+
 def test_jobs_from_create_to_delete(cli: Cli) -> None:
     job = create(
         cli, "--type", "cli.ok", "--name", "cli-life", "--cron", FAR, "--tag", "cli", "--tag", "x"

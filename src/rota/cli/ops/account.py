@@ -43,8 +43,8 @@ def login(
     signed = Login.from_tokens(url, str(me.get("username", user)), tokens)
     session.save(signed)
     output.err_print(
-        f"[green]signed in[/green] to {url} as {signed.username} ({me.get('role', '?')}); "
-        f"tokens kept in {session.credentials_path()}"
+        f"[green]signed in[/green] to {output.esc(url)} as {output.esc(signed.username)} "
+        f"({me.get('role', '?')}); tokens kept in {output.esc(session.credentials_path())}"
     )
 
 
@@ -54,6 +54,7 @@ def logout(
     ] = None,
 ) -> None:
     """Sign out: end the login on the server and forget its tokens here."""
+    url = url or os.environ.get("ROTA_URL") or None
     login_ = session.stored(session.normalise_url(url) if url else None)
     if login_ is None:
         output.err_print("not signed in")
@@ -63,9 +64,9 @@ def logout(
             body = {"refreshToken": login_.refresh_token} if login_.refresh_token else {}
             client.call(client.client.request("POST", "/auth/logout", json=body))
     except Exception as exc:  # the server gone or the token expired: forget it all the same
-        output.err_print(f"[yellow]the server did not end the login[/yellow] ({exc})")
+        output.err_print(f"[yellow]the server did not end the login[/yellow] ({output.esc(exc)})")
     session.forget(login_.url)
-    output.err_print(f"signed out of {login_.url}")
+    output.err_print(f"signed out of {output.esc(login_.url)}")
 
 
 def whoami(json: JsonOpt = False) -> None:

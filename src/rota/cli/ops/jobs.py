@@ -9,6 +9,7 @@ from uuid import UUID
 
 import orjson
 import typer
+from rich.text import Text
 
 from rota.api.schemas.jobs import JobOut
 from rota.cli.ops import output
@@ -60,12 +61,12 @@ def _schedule(job: JobOut) -> str:
     return f"at {output.when(job.execute_at)}"
 
 
-def _state(job: JobOut) -> str:
+def _state(job: JobOut) -> Text:
     if job.is_active:
-        return "[green]active[/green]"
+        return Text("active", style="green")
     if job.auto_disable.disabled_reason:
-        return "[red]auto-disabled[/red]"
-    return "[yellow]paused[/yellow]"
+        return Text("auto-disabled", style="red")
+    return Text("paused", style="yellow")
 
 
 def _rate(job: JobOut) -> str:
@@ -269,6 +270,15 @@ def _fields(
     return {key: value for key, value in out.items() if value is not None}
 
 
+def _file_body(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    loaded = _json_value(f"@{path}", "--file")
+    if not isinstance(loaded, dict):
+        raise typer.BadParameter("a JSON object", param_hint="--file")
+    return loaded
+
+
 @app.command("create")
 def create(
     job_type: Annotated[
@@ -298,12 +308,7 @@ def create(
     json: JsonOpt = False,
 ) -> None:
     """Create a job: --type and --cron (recurring) or --at (once); or a JSON body with -f."""
-    body: dict[str, Any] = {}
-    if from_file is not None:
-        loaded = _json_value(f"@{from_file}", "--file")
-        if not isinstance(loaded, dict):
-            raise typer.BadParameter("a JSON object", param_hint="--file")
-        body.update(loaded)
+    body = _file_body(from_file)
     changes = _fields(
         name=name,
         description=description,
@@ -332,7 +337,7 @@ def create(
     if json:
         output.print_json(created)
         return
-    output.err_print(f"[green]created job {created.display_name}[/green] {created.id}")
+    output.err_print(f"[green]created job {output.esc(created.display_name)}[/green] {created.id}")
     show_job(created, json=False)
 
 
@@ -354,10 +359,20 @@ def edit(
     timeout: TimeoutOpt = None,
     max_retries: RetriesOpt = None,
     retry_delay: DelayOpt = None,
+    from_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            "-f",
+            help="A JSON object of fields to change as the API takes them (null clears a "
+            "field); the options win over it.",
+        ),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Change some fields of a job (only the options given)."""
-    changes = _fields(
+    changes = _file_body(from_file)
+    changes |= _fields(
         name=name,
         description=description,
         tags=tags,
@@ -384,7 +399,7 @@ def edit(
         output.print_json(updated)
         return
     output.err_print(
-        f"[green]updated job {updated.display_name}[/green] (version {updated.version})"
+        f"[green]updated job {output.esc(updated.display_name)}[/green] (version {updated.version})"
     )
     show_job(updated, json=False)
 
@@ -404,7 +419,7 @@ def delete(
     if json:
         output.print_json({"id": str(found.id), "deleted": True})
         return
-    output.err_print(f"[green]deleted job {found.display_name}[/green] {found.id}")
+    output.err_print(f"[green]deleted job {output.esc(found.display_name)}[/green] {found.id}")
 
 
 def _set_active(job: str, active: bool, json: bool) -> None:
@@ -415,7 +430,7 @@ def _set_active(job: str, active: bool, json: bool) -> None:
         output.print_json(updated)
         return
     word = "resumed" if active else "paused"
-    output.err_print(f"[green]{word} job {updated.display_name}[/green] {updated.id}")
+    output.err_print(f"[green]{word} job {output.esc(updated.display_name)}[/green] {updated.id}")
 
 
 @app.command("pause")
@@ -458,9 +473,9 @@ def trigger(
     if json:
         output.print_json(run)
     else:
-        output.err_print(f"[green]triggered {found.display_name}[/green]: run {run.id}")
+        output.err_print(f"[green]triggered {output.esc(found.display_name)}[/green]: run {run.id}")
         print(run.id)
         if wait:
-            output.err_print(f"run ended {output.status(run.status_name)}")
+            output.err_print(f"run ended {run.status_name}")
     if wait and run.status_name != "Completed":
         raise typer.Exit(API_ERROR)

@@ -12,7 +12,9 @@ import orjson
 import typer
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print the API's JSON (stable, for scripts), not a table.")
@@ -73,27 +75,41 @@ def duration(ms: float | None) -> str:
     return f"{ms / 60_000:.1f} min"
 
 
-def status(name: str) -> str:
-    style = STATUS_STYLES.get(name)
-    return f"[{style}]{name}[/{style}]" if style else name
+def status(name: str) -> Text:
+    return Text(name, style=STATUS_STYLES.get(name, ""))
+
+
+def cell(value: Any) -> Text:
+    """A table cell: our own styled text as it is, anything else as plain text (a job's name
+    or an exception is never read as rich markup)."""
+    if isinstance(value, Text):
+        return value
+    return Text("-" if value is None or value == "" else str(value))
+
+
+def esc(value: Any) -> str:
+    """``value`` as text to put into a markup message."""
+    return escape(str(value))
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    out = Table(title=title, title_justify="left", header_style="bold")
+    out = Table(
+        title=None if title is None else Text(title), title_justify="left", header_style="bold"
+    )
     for column in columns:
         out.add_column(column, overflow="fold")
     for row in rows:
-        out.add_row(*("-" if cell is None else str(cell) for cell in row))
+        out.add_row(*(cell(value) for value in row))
     return out
 
 
 def fields(title: str, pairs: Iterable[tuple[str, Any]]) -> Table:
     """One record as a two-column table."""
-    out = Table(title=title, title_justify="left", show_header=False, box=None)
+    out = Table(title=Text(title), title_justify="left", show_header=False, box=None)
     out.add_column(style="bold")
     out.add_column(overflow="fold")
     for name, value in pairs:
-        out.add_row(name, "-" if value is None or value == "" else str(value))
+        out.add_row(name, cell(value))
     return out
 
 

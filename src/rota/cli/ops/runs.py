@@ -208,4 +208,4 @@ def cancel(
     if json:
         output.print_json(detail)
         return
-    output.err_print(f"run {detail.id}: {output.status(detail.status_name)}")
+    output.err_print(f"run {detail.id}: {detail.status_name}")

@@ -24,6 +24,7 @@ import httpx
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from rota.client import (
     ApiAuthError,
@@ -47,7 +48,7 @@ def err_console() -> Console:
 
 def fail(message: str, code: int) -> NoReturn:
     """End the command: ``message`` on stderr, exit code ``code``."""
-    err_console().print(f"[red]error:[/red] {message}", markup=True)
+    err_console().print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(code)
 
 
