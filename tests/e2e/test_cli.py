@@ -14,6 +14,9 @@ from typing import Any
 
 import orjson
 import pytest
+from typer.testing import CliRunner
+
+from rota.cli import app
 
 from .cli import Cli
 from .conftest import ADMIN_USER, HERE, RotaProcess, free_port, wait_until
@@ -259,6 +262,23 @@ def test_workers_and_cron_preview(cli: Cli) -> None:
     bad = cli.run("cron", "preview", "bad")
     assert bad.exit_code == API_ERROR
     assert "5 fields" in bad.stderr
+
+
+def test_shell_completion_offers_the_job_names(cli: Cli, tmp_path: Path) -> None:
+    create(cli, "--type", "cli.ok", "--name", "cli-complete-me", "--cron", FAR)
+
+    def complete(user: Cli, words: str) -> list[str]:
+        result = CliRunner().invoke(
+            app,
+            [],
+            prog_name="rota",
+            env=user.env(_ROTA_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD="3"),
+        )
+        assert result.exit_code == 0, result.stderr
+        return result.stdout.split()
+
+    assert complete(cli, "rota jobs trigger cli-comp") == ["cli-complete-me"]
+    assert complete(Cli(cli.url, tmp_path), "rota jobs trigger cli-comp") == []  # signed out
 
 
 def test_the_installed_command_prints_its_version_and_completion() -> None:

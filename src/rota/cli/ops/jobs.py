@@ -14,7 +14,7 @@ from rich.text import Text
 from rota.api.schemas.jobs import JobOut
 from rota.cli.ops import output
 from rota.cli.ops.output import JsonOpt
-from rota.cli.ops.session import API_ERROR, NOT_FOUND, USAGE, connect, fail
+from rota.cli.ops.session import API_ERROR, NOT_FOUND, USAGE, connect, fail, quiet_target
 from rota.client import SyncClient
 
 app = typer.Typer(help="Jobs: list, show, create, edit, delete, trigger, pause, resume.")
@@ -25,7 +25,30 @@ PRIORITY_NAMES = {v: k for k, v in PRIORITIES.items()}
 POLICY_NAMES = {v: k for k, v in POLICIES.items()}
 NAME_PAGE = 500
 
-JobArg = Annotated[str, typer.Argument(help="The job's id, or its display name if unique.")]
+COMPLETE_TIMEOUT = 3.0
+
+
+def complete_job(incomplete: str) -> list[str]:
+    """Shell completion of a job argument: the names of the jobs whose name starts with what
+    is typed (none when not signed in or the server does not answer in time)."""
+    where = quiet_target()
+    if where is None:
+        return []
+    try:
+        with SyncClient(where.url, token=where.token, timeout=COMPLETE_TIMEOUT) as client:
+            page = client.list_jobs(search=incomplete or None, limit=100)
+    except Exception:  # completion must never print an error into the shell
+        return []
+    names = {job.display_name for job in page.items}
+    return sorted(n for n in names if n.lower().startswith(incomplete.lower()))
+
+
+JobArg = Annotated[
+    str,
+    typer.Argument(
+        help="The job's id, or its display name if unique.", autocompletion=complete_job
+    ),
+]
 
 
 def resolve(client: SyncClient, ref: str) -> JobOut:

@@ -236,6 +236,24 @@ def target() -> Target:
     return Target(login.url, login.access_token, login.username)
 
 
+def quiet_target() -> Target | None:
+    """:func:`target` for shell completion: nothing printed, nothing renewed (``None`` when
+    there is no usable token)."""
+    env_url = os.environ.get("ROTA_URL") or None
+    env_token = os.environ.get("ROTA_TOKEN") or None
+    url = normalise_url(env_url) if env_url else None
+    try:
+        login = stored(url)
+    except (typer.Exit, OSError):
+        return None
+    if env_token:
+        base = url or (login.url if login is not None else None)
+        return None if base is None else Target(base, env_token, None)
+    if login is None or login.expires_at <= time.time():
+        return None
+    return Target(login.url, login.access_token, login.username)
+
+
 def bare_client(url: str) -> SyncClient:
     """A client without a token (signing in, renewing)."""
     return SyncClient(url, timeout=TIMEOUT)
