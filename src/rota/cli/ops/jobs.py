@@ -492,7 +492,8 @@ def trigger(
         if wait:
             from rota.cli.ops.runs import wait_until_ended
 
-            run = wait_until_ended(client, run.id)
+            with output.progress(f"waiting for run {run.id} to end"):
+                run = wait_until_ended(client, run.id)
     if json:
         output.print_json(run)
     else:

@@ -4,7 +4,8 @@ own JSON (camelCase, the REST API's shapes) for scripts, one document on stdout.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -136,3 +137,14 @@ def more(next_cursor: str | None) -> None:
 def err_print(message: str) -> None:
     """A note for a person (stderr), so stdout holds only what a script reads."""
     Console(stderr=True, highlight=False, soft_wrap=True).print(message)
+
+
+@contextmanager
+def progress(what: str) -> Iterator[None]:
+    """A spinner on stderr while something long goes on (only on a terminal)."""
+    err = Console(stderr=True, highlight=False)
+    if not err.is_terminal:
+        yield
+        return
+    with err.status(escape(what)):
+        yield
