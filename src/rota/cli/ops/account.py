@@ -33,7 +33,7 @@ def login(
         password = sys.stdin.readline().rstrip("\r\n")
     else:
         password = typer.prompt("Password", hide_input=True)
-    with guarded(), bare_client(url) as client:
+    with guarded("check the username and password"), bare_client(url) as client:
         credentials = {"username": user, "password": password}
         tokens: dict[str, Any] = client.call(
             client.client.request("POST", "/auth/login", json=credentials)

@@ -264,7 +264,8 @@ def connect(where: Target | None = None) -> Iterator[SyncClient]:
     """A client of the target server (default: :func:`target`), signed in; any failure inside
     ends the command with its exit code."""
     where = where or target()
-    with guarded(), SyncClient(where.url, token=where.token, timeout=TIMEOUT) as client:
+    hint = "run `rota login`" if where.username is not None else "check ROTA_TOKEN"
+    with guarded(hint), SyncClient(where.url, token=where.token, timeout=TIMEOUT) as client:
         yield client
 
 
@@ -283,14 +284,15 @@ def problem_message(exc: ApiError) -> str:
 
 
 @contextlib.contextmanager
-def guarded() -> Iterator[None]:
-    """Turn the client's errors into messages and exit codes."""
+def guarded(hint: str = "run `rota login`") -> Iterator[None]:
+    """Turn the client's errors into messages and exit codes (``hint``: what to do about a
+    401)."""
     try:
         yield
     except ApiAuthError as exc:
         if exc.status == 403:
             fail(f"not allowed: {problem_message(exc)}", AUTH)
-        fail(f"not signed in ({problem_message(exc)}): run `rota login`", AUTH)
+        fail(f"not signed in ({problem_message(exc)}): {hint}", AUTH)
     except ApiNotFoundError as exc:
         fail(problem_message(exc), NOT_FOUND)
     except ApiUnavailableError as exc:
