@@ -80,8 +80,9 @@ def all_occurrences(api: Callable[..., Any], job_id: str) -> list[dict[str, Any]
 class RotaProcess:
     """A ``rota dev`` process on a data dir; start, kill -9, restart."""
 
-    def __init__(self, data_dir: Path, log_dir: Path) -> None:
+    def __init__(self, data_dir: Path, log_dir: Path, jobs: Path = HERE / "jobs.py") -> None:
         self.data_dir = data_dir
+        self.jobs = jobs
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_dir = log_dir
@@ -94,7 +95,7 @@ class RotaProcess:
         log = (self.log_dir / f"rota-{self.starts}.log").open("wb")
         cmd = [
             sys.executable, "-m", "rota", "dev", "--no-demo",
-            "--jobs", str(HERE / "jobs.py"),
+            "--jobs", str(self.jobs),
             "--data-dir", str(self.data_dir), "--port", str(self.port),
         ]  # fmt: skip
         env = {

@@ -191,9 +191,15 @@ class Cluster:
         return server
 
     def worker(
-        self, name: str, *, worker_id: str = "e2e", concurrency: int = 4, grace: float | None = None
+        self,
+        name: str,
+        *,
+        worker_id: str = "e2e",
+        concurrency: int = 4,
+        grace: float | None = None,
+        jobs: Path = HERE / "jobs.py",
     ) -> Proc:
-        args = ["worker", str(HERE / "jobs.py"), "--worker-id", worker_id]
+        args = ["worker", str(jobs), "--worker-id", worker_id]
         args += ["--concurrency", str(concurrency)]
         if grace is not None:
             args += ["--grace", str(grace)]

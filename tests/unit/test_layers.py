@@ -70,6 +70,12 @@ RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
         ("rota",),
         ("rota.core", "rota.client", "rota.api.schemas"),
     ),
+    # The operator's commands are a client of a server: no settings, service or store.
+    "the operator's CLI commands talk to a server only through the client": (
+        ("rota.cli.ops",),
+        ("rota",),
+        ("rota.client", "rota.cli.ops", "rota.api.schemas", "rota.core"),
+    ),
     "the dashboard imports no api route": (("rota.dashboard",), ("rota.api.routes*",), ()),
     "the worker runtime imports no wiring or server": (
         ("rota.worker",),

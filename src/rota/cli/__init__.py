@@ -1,5 +1,6 @@
 """The ``rota`` command: ``dev``, ``server``, ``worker``, ``migrate``, ``maintenance``,
-``user`` and ``bench``.
+``user`` and ``bench``; and the operator's commands over the REST API (:mod:`rota.cli.ops`:
+``login``, ``jobs``, ``runs``, ``failed``, ``workers``, ``cron``).
 
 The entry point that configures logging and reads the settings from the environment; what
 each command runs is built by the composition root (:mod:`rota.app`).
@@ -23,6 +24,7 @@ from rich.console import Console
 
 from rota.app.settings import Settings
 from rota.app.startup import redact_url
+from rota.cli.ops import register as register_operator_commands
 from rota.core.errors import RotaError
 from rota.services.maintenance import MaintenanceReport, RetentionPolicy
 
@@ -32,12 +34,34 @@ app = typer.Typer(
     name="rota",
     help="Rota, a job scheduler: cron and one-time jobs, a REST API, workers, full history.",
     no_args_is_help=True,
-    add_completion=False,
 )
 bench_app = typer.Typer(help="Measure throughput and latency; results as JSON.")
 app.add_typer(bench_app, name="bench")
 user_app = typer.Typer(help="Users of the API and dashboard (roles Admin, Operator, Viewer).")
 app.add_typer(user_app, name="user")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"rota {version('rota')}")
+        except PackageNotFoundError:  # pragma: no cover - a source tree not installed
+            print("rota dev")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Rota, a job scheduler: cron and one-time jobs, a REST API, workers, full history."""
 
 
 def _console() -> Console:
@@ -449,6 +473,9 @@ def _apply_listen(settings: Settings, host: str | None, port: int | None) -> Non
         settings.api.host = host
     if port is not None:
         settings.api.port = port
+
+
+register_operator_commands(app)
 
 
 def main() -> None:

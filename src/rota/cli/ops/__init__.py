@@ -1,0 +1,21 @@
+"""The operator's commands over the REST API (``login``, ``jobs``, ``runs``, ``failed``,
+``workers``, ``cron preview``; docs/cli.md). They talk to a server only through
+:class:`rota.client.SyncClient`: no settings, service or store is imported here."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the operator's commands to the ``rota`` command."""
+    from rota.cli.ops import account, failed, jobs, misc, runs
+
+    app.command("login")(account.login)
+    app.command("logout")(account.logout)
+    app.command("whoami")(account.whoami)
+    app.add_typer(jobs.app, name="jobs")
+    app.add_typer(runs.app, name="runs")
+    app.add_typer(failed.app, name="failed")
+    app.command("workers")(misc.workers)
+    app.add_typer(misc.cron_app, name="cron")

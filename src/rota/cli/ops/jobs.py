@@ -1,0 +1,505 @@
+"""``rota jobs``: list, show, create, edit, delete, trigger, pause, resume. A job is named by
+its id or by its display name when that is unique."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+from uuid import UUID
+
+import orjson
+import typer
+from rich.text import Text
+
+from rota.api.schemas.jobs import JobOut
+from rota.cli.ops import output
+from rota.cli.ops.output import JsonOpt
+from rota.cli.ops.session import API_ERROR, NOT_FOUND, USAGE, connect, fail, quiet_target
+from rota.client import SyncClient
+
+app = typer.Typer(help="Jobs: list, show, create, edit, delete, trigger, pause, resume.")
+
+PRIORITIES = {"very_low": 0, "low": 1, "medium": 2, "high": 3, "critical": 4}
+POLICIES = {"skip": 0, "queue": 1}
+PRIORITY_NAMES = {v: k for k, v in PRIORITIES.items()}
+POLICY_NAMES = {v: k for k, v in POLICIES.items()}
+NAME_PAGE = 500
+
+COMPLETE_TIMEOUT = 3.0
+
+
+def complete_job(incomplete: str) -> list[str]:
+    """Shell completion of a job argument: the names of the jobs whose name starts with what
+    is typed (none when not signed in or the server does not answer in time)."""
+    where = quiet_target()
+    if where is None:
+        return []
+    try:
+        with SyncClient(where.url, token=where.token, timeout=COMPLETE_TIMEOUT) as client:
+            page = client.list_jobs(search=incomplete or None, limit=100)
+    except Exception:  # completion must never print an error into the shell
+        return []
+    names = {job.display_name for job in page.items}
+    return sorted(n for n in names if n.lower().startswith(incomplete.lower()))
+
+
+JobArg = Annotated[
+    str,
+    typer.Argument(
+        help="The job's id, or its display name if unique.", autocompletion=complete_job
+    ),
+]
+
+
+def resolve(client: SyncClient, ref: str) -> JobOut:
+    """The job ``ref`` names: an id, else the one job whose display name is ``ref`` (exactly;
+    else ignoring case). None: exit 4; several: exit 1 naming their ids."""
+    try:
+        job_id = UUID(ref)
+    except ValueError:
+        pass
+    else:
+        return client.get_job(job_id)
+    found: list[JobOut] = []
+    cursor: str | None = None
+    while True:
+        page = client.list_jobs(search=ref, limit=NAME_PAGE, cursor=cursor)
+        found += [job for job in page.items if job.display_name.lower() == ref.lower()]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    exact = [job for job in found if job.display_name == ref] or found
+    if not exact:
+        fail(f"no job has the id or name {ref!r}", NOT_FOUND)
+    if len(exact) > 1:
+        ids = ", ".join(str(job.id) for job in exact)
+        fail(f"{len(exact)} jobs are named {ref!r} ({ids}): name one by its id", API_ERROR)
+    return exact[0]
+
+
+def _schedule(job: JobOut) -> str:
+    if job.cron_expression:
+        zone = "" if job.time_zone == "UTC" else f" ({job.time_zone})"
+        return f"{job.cron_expression}{zone}"
+    return f"at {output.when(job.execute_at)}"
+
+
+def _state(job: JobOut) -> Text:
+    if job.is_active:
+        return Text("active", style="green")
+    if job.auto_disable.disabled_reason:
+        return Text("auto-disabled", style="red")
+    return Text("paused", style="yellow")
+
+
+def _rate(job: JobOut) -> str:
+    return "-" if job.success_rate is None else f"{job.success_rate:.0f}%"
+
+
+def show_job(job: JobOut, json: bool) -> None:
+    if json:
+        output.print_json(job)
+        return
+    priority = PRIORITY_NAMES.get(int(job.priority), str(job.priority))
+    policy = POLICY_NAMES.get(int(job.concurrent_execution_policy), "?")
+    output.show(
+        output.fields(
+            f"job {job.display_name}",
+            [
+                ("id", job.id),
+                ("name", job.display_name),
+                ("type", job.job_type),
+                ("worker group", job.worker_id),
+                ("state", _state(job)),
+                ("schedule", _schedule(job)),
+                ("next run (UTC)", output.when(job.next_run_at)),
+                ("tags", ", ".join(job.tags)),
+                ("priority", priority),
+                ("concurrency policy", policy),
+                ("misfire policy", job.misfire_policy.value),
+                ("timeout (s)", job.timeout_seconds),
+                ("max retries", job.max_retries),
+                ("retry delay (s)", job.retry_delay_seconds),
+                ("data", output.compact(job.job_data, 2000)),
+                ("description", job.description),
+                ("runs", job.total_executions),
+                ("success rate", _rate(job)),
+                ("average duration", output.duration(job.average_duration)),
+                ("disabled reason", job.auto_disable.disabled_reason),
+                ("version", job.version),
+                ("created (UTC)", f"{output.when(job.created_at)} by {job.created_by or '-'}"),
+                ("updated (UTC)", f"{output.when(job.updated_at)} by {job.updated_by or '-'}"),
+            ],
+        )
+    )
+
+
+def _page_limit(limit: int, every: bool) -> int:
+    return NAME_PAGE if every else limit
+
+
+LimitOpt = Annotated[int, typer.Option(min=1, max=1000, help="At most this many (one page).")]
+CursorOpt = Annotated[str | None, typer.Option(help="The page after this cursor.")]
+AllOpt = Annotated[bool, typer.Option("--all", help="Every page.")]
+
+
+@app.command("list")
+def list_jobs(
+    search: Annotated[str | None, typer.Option(help="In the name, type or description.")] = None,
+    tag: Annotated[str | None, typer.Option(help="Only jobs with this tag.")] = None,
+    job_type: Annotated[str | None, typer.Option("--type", help="Only this job type.")] = None,
+    active: Annotated[
+        bool | None, typer.Option("--active/--paused", help="Only active / only paused jobs.")
+    ] = None,
+    limit: LimitOpt = 50,
+    cursor: CursorOpt = None,
+    every: AllOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """List jobs, newest first."""
+    items: list[JobOut] = []
+    with connect() as client:
+        while True:
+            page = client.list_jobs(
+                search=search,
+                tag=tag,
+                job_type=job_type,
+                is_active=active,
+                limit=_page_limit(limit, every),
+                cursor=cursor,
+            )
+            items += page.items
+            cursor = page.next_cursor
+            if not every or cursor is None:
+                break
+    if json:
+        output.print_json({"items": items, "nextCursor": cursor})
+        return
+    rows = [
+        (
+            job.id,
+            job.display_name,
+            job.job_type,
+            _schedule(job),
+            _state(job),
+            output.when(job.next_run_at),
+            job.total_executions,
+            _rate(job),
+        )
+        for job in items
+    ]
+    columns = ["id", "name", "type", "schedule", "state", "next run (UTC)", "runs", "ok"]
+    output.show(output.table(None, columns, rows))
+    output.more(cursor)
+
+
+@app.command("show")
+def show(job: JobArg, json: JsonOpt = False) -> None:
+    """One job with its settings and statistics."""
+    with connect() as client:
+        found = resolve(client, job)
+    show_job(found, json)
+
+
+# --- create and edit -------------------------------------------------------------------------
+
+
+def _json_value(text: str, option: str) -> Any:
+    """A JSON option: the JSON itself, or ``@path`` to a file holding it."""
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as exc:
+            raise typer.BadParameter(str(exc), param_hint=option) from None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint=option) from None
+
+
+def _choice(value: str, names: dict[str, int], option: str) -> int:
+    key = value.strip().lower().replace("-", "_")
+    if key in names:
+        return names[key]
+    if key.isdigit() and int(key) in names.values():
+        return int(key)
+    raise typer.BadParameter(f"one of {', '.join(names)}", param_hint=option)
+
+
+NameOpt = Annotated[str | None, typer.Option("--name", help="The display name.")]
+DescriptionOpt = Annotated[str | None, typer.Option(help="A description.")]
+TagsOpt = Annotated[
+    list[str] | None, typer.Option("--tag", help="A tag (repeat for more; replaces the tags).")
+]
+CronOpt = Annotated[str | None, typer.Option("--cron", help="Cron expression (5 or 6 fields).")]
+AtOpt = Annotated[
+    str | None, typer.Option("--at", help="ISO time of a one-time run (with --cron: the start).")
+]
+TzOpt = Annotated[str | None, typer.Option("--tz", help="IANA time zone of the cron expression.")]
+DataOpt = Annotated[
+    str | None, typer.Option("--data", help="The job's data: JSON, or @file holding JSON.")
+]
+WorkerOpt = Annotated[str | None, typer.Option("--worker", help="The worker group.")]
+PriorityOpt = Annotated[str | None, typer.Option(help="very_low, low, medium, high or critical.")]
+PolicyOpt = Annotated[
+    str | None,
+    typer.Option("--concurrency", help="While a run is on: skip or queue the next."),
+]
+MisfireOpt = Annotated[str | None, typer.Option("--misfire", help="fire_once, catch_up or skip.")]
+TimeoutOpt = Annotated[float | None, typer.Option("--timeout", help="Seconds a run may take.")]
+RetriesOpt = Annotated[int | None, typer.Option("--max-retries", help="Retries after a failure.")]
+DelayOpt = Annotated[
+    float | None, typer.Option("--retry-delay", help="Seconds before the first retry.")
+]
+
+
+def _fields(
+    *,
+    name: str | None,
+    description: str | None,
+    tags: list[str] | None,
+    cron: str | None,
+    at: str | None,
+    tz: str | None,
+    data: str | None,
+    worker: str | None,
+    priority: str | None,
+    concurrency: str | None,
+    misfire: str | None,
+    timeout: float | None,
+    max_retries: int | None,
+    retry_delay: float | None,
+) -> dict[str, Any]:
+    """The fields the options give, in the client's snake_case."""
+    out: dict[str, Any] = {
+        "display_name": name,
+        "description": description,
+        "tags": tags or None,
+        "cron_expression": cron,
+        "execute_at": at,
+        "time_zone": tz,
+        "worker_id": worker,
+        "misfire_policy": misfire,
+        "timeout_seconds": timeout,
+        "max_retries": max_retries,
+        "retry_delay_seconds": retry_delay,
+    }
+    if data is not None:
+        out["job_data"] = _json_value(data, "--data")
+    if priority is not None:
+        out["priority"] = _choice(priority, PRIORITIES, "--priority")
+    if concurrency is not None:
+        out["concurrent_execution_policy"] = _choice(concurrency, POLICIES, "--concurrency")
+    return {key: value for key, value in out.items() if value is not None}
+
+
+def _file_body(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    loaded = _json_value(f"@{path}", "--file")
+    if not isinstance(loaded, dict):
+        raise typer.BadParameter("a JSON object", param_hint="--file")
+    return loaded
+
+
+@app.command("create")
+def create(
+    job_type: Annotated[
+        str | None, typer.Option("--type", help="The job type (a worker declares it).")
+    ] = None,
+    name: NameOpt = None,
+    description: DescriptionOpt = None,
+    tags: TagsOpt = None,
+    cron: CronOpt = None,
+    at: AtOpt = None,
+    tz: TzOpt = None,
+    data: DataOpt = None,
+    worker: WorkerOpt = None,
+    priority: PriorityOpt = None,
+    concurrency: PolicyOpt = None,
+    misfire: MisfireOpt = None,
+    timeout: TimeoutOpt = None,
+    max_retries: RetriesOpt = None,
+    retry_delay: DelayOpt = None,
+    paused: Annotated[bool, typer.Option("--paused", help="Create it paused.")] = False,
+    from_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file", "-f", help="A JSON job body as the API takes it; the options win over it."
+        ),
+    ] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Create a job: --type and --cron (recurring) or --at (once); or a JSON body with -f."""
+    body = _file_body(from_file)
+    changes = _fields(
+        name=name,
+        description=description,
+        tags=tags,
+        cron=cron,
+        at=at,
+        tz=tz,
+        data=data,
+        worker=worker,
+        priority=priority,
+        concurrency=concurrency,
+        misfire=misfire,
+        timeout=timeout,
+        max_retries=max_retries,
+        retry_delay=retry_delay,
+    )
+    if job_type is not None:
+        changes["job_type"] = job_type
+    if paused:
+        changes["is_active"] = False
+    body.update(changes)
+    if "job_type" not in body and "jobType" not in body:
+        fail("give the job type: --type (or jobType in --file)", USAGE)
+    with connect() as client:
+        created = client.create_job(**body)
+    if json:
+        output.print_json(created)
+        return
+    output.err_print(f"[green]created job {output.esc(created.display_name)}[/green] {created.id}")
+    show_job(created, json=False)
+
+
+@app.command("edit")
+def edit(
+    job: JobArg,
+    job_type: Annotated[str | None, typer.Option("--type", help="The job type.")] = None,
+    name: NameOpt = None,
+    description: DescriptionOpt = None,
+    tags: TagsOpt = None,
+    cron: CronOpt = None,
+    at: AtOpt = None,
+    tz: TzOpt = None,
+    data: DataOpt = None,
+    worker: WorkerOpt = None,
+    priority: PriorityOpt = None,
+    concurrency: PolicyOpt = None,
+    misfire: MisfireOpt = None,
+    timeout: TimeoutOpt = None,
+    max_retries: RetriesOpt = None,
+    retry_delay: DelayOpt = None,
+    from_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            "-f",
+            help="A JSON object of fields to change as the API takes them (null clears a "
+            "field); the options win over it.",
+        ),
+    ] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Change some fields of a job (only the options given)."""
+    changes = _file_body(from_file)
+    changes |= _fields(
+        name=name,
+        description=description,
+        tags=tags,
+        cron=cron,
+        at=at,
+        tz=tz,
+        data=data,
+        worker=worker,
+        priority=priority,
+        concurrency=concurrency,
+        misfire=misfire,
+        timeout=timeout,
+        max_retries=max_retries,
+        retry_delay=retry_delay,
+    )
+    if job_type is not None:
+        changes["job_type"] = job_type
+    if not changes:
+        fail("nothing to change: give at least one option (see --help)", USAGE)
+    with connect() as client:
+        found = resolve(client, job)
+        updated = client.update_job(found.id, **changes)
+    if json:
+        output.print_json(updated)
+        return
+    output.err_print(
+        f"[green]updated job {output.esc(updated.display_name)}[/green] (version {updated.version})"
+    )
+    show_job(updated, json=False)
+
+
+@app.command("delete")
+def delete(
+    job: JobArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Delete a job (its runs are kept). Asks first unless --yes."""
+    with connect() as client:
+        found = resolve(client, job)
+        if not yes:
+            typer.confirm(f"Delete job {found.display_name} ({found.id})?", abort=True)
+        client.delete_job(found.id)
+    if json:
+        output.print_json({"id": str(found.id), "deleted": True})
+        return
+    output.err_print(f"[green]deleted job {output.esc(found.display_name)}[/green] {found.id}")
+
+
+def _set_active(job: str, active: bool, json: bool) -> None:
+    with connect() as client:
+        found = resolve(client, job)
+        updated = client.update_job(found.id, is_active=active)
+    if json:
+        output.print_json(updated)
+        return
+    word = "resumed" if active else "paused"
+    output.err_print(f"[green]{word} job {output.esc(updated.display_name)}[/green] {updated.id}")
+
+
+@app.command("pause")
+def pause(job: JobArg, json: JsonOpt = False) -> None:
+    """Pause a job: no more fires until resumed (runs already queued go on)."""
+    _set_active(job, False, json)
+
+
+@app.command("resume")
+def resume(job: JobArg, json: JsonOpt = False) -> None:
+    """Resume a paused (or auto-disabled) job."""
+    _set_active(job, True, json)
+
+
+@app.command("trigger")
+def trigger(
+    job: JobArg,
+    reason: Annotated[str | None, typer.Option(help="Why (kept with the run).")] = None,
+    data: Annotated[
+        str | None, typer.Option("--data", help="Data for this run only: JSON or @file.")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Run even if its policy would skip it.")
+    ] = False,
+    wait: Annotated[
+        bool,
+        typer.Option("--wait", help="Wait for the run to end; exit 1 unless it Completed."),
+    ] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Run a job now; prints the new run (occurrence)."""
+    job_data = None if data is None else _json_value(data, "--data")
+    with connect() as client:
+        found = resolve(client, job)
+        run = client.trigger(found.id, reason=reason, job_data=job_data, force=force)
+        if wait:
+            from rota.cli.ops.runs import wait_until_ended
+
+            with output.progress(f"waiting for run {run.id} to end"):
+                run = wait_until_ended(client, run.id)
+    if json:
+        output.print_json(run)
+    else:
+        output.err_print(f"[green]triggered {output.esc(found.display_name)}[/green]: run {run.id}")
+        print(run.id)
+        if wait:
+            output.err_print(f"run ended {run.status_name}")
+    if wait and run.status_name != "Completed":
+        raise typer.Exit(API_ERROR)

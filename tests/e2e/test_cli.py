@@ -1,0 +1,298 @@
+"""The operator's CLI (``rota login``, ``jobs``, ``runs``, ``failed``, ``workers``, ``cron``)
+against one real ``rota dev`` server for the module: what it prints (tables, ``--json``), the
+sign-in it keeps, and the exit codes docs/cli.md promises."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from rota.cli import app
+
+from .cli import Cli
+from .conftest import ADMIN_USER, HERE, RotaProcess, free_port, wait_until
+
+pytestmark = pytest.mark.slow
+
+OK, API_ERROR, USAGE, AUTH, NOT_FOUND, UNREACHABLE = 0, 1, 2, 3, 4, 5
+FAR = "0 0 1 1 *"
+"""A schedule that does not fire during the test: its jobs run when triggered."""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RotaProcess]:
+    root = tmp_path_factory.mktemp("cli-server")
+    (root / "logs").mkdir()
+    proc = RotaProcess(root / "data", root / "logs", jobs=HERE / "cli_jobs.py")
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def cli(server: RotaProcess, tmp_path_factory: pytest.TempPathFactory) -> Cli:
+    """Signed in as the admin (once for the module)."""
+    made = Cli(server.base, tmp_path_factory.mktemp("cli-config"))
+    made.login()
+    return made
+
+
+def create(cli: Cli, *args: str) -> dict[str, Any]:
+    job: dict[str, Any] = cli.json("jobs", "create", *args)
+    return job
+
+
+def test_login_keeps_a_private_token_that_env_variables_override(
+    cli: Cli, server: RotaProcess, tmp_path: Path
+) -> None:
+    path = cli.config / "rota" / "credentials.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    entry = cli.credentials()["servers"][server.base]
+    assert entry["username"] == ADMIN_USER
+    assert entry["refreshToken"]
+    me = cli.json("whoami")
+    assert (me["username"], me["role"], me["url"]) == (ADMIN_USER, "Admin", server.base)
+
+    stranger = Cli(server.base, tmp_path / "empty")
+    result = stranger.run("jobs", "list")
+    assert result.exit_code == AUTH
+    assert "rota login" in result.stderr
+    # ROTA_URL and ROTA_TOKEN need no file, and win over one.
+    token = entry["accessToken"]
+    listed = stranger.run("jobs", "list", "--json", ROTA_URL=server.base, ROTA_TOKEN=token)
+    assert listed.exit_code == OK, listed.stderr
+    assert "items" in orjson.loads(listed.stdout)
+    bad = cli.run("jobs", "list", ROTA_TOKEN="not-a-token")
+    assert bad.exit_code == AUTH
+    wrong = stranger.run(
+        "login", "--url", server.base, "-u", ADMIN_USER, "--password-stdin", input="wrong\n"
+    )
+    assert wrong.exit_code == AUTH
+    assert not (stranger.config / "rota" / "credentials.json").exists()
+
+
+def test_an_expired_access_token_is_renewed_with_the_refresh_token(
+    server: RotaProcess, tmp_path: Path
+) -> None:
+    user = Cli(server.base, tmp_path)
+    user.login()
+    path = tmp_path / "rota" / "credentials.json"
+    data = user.credentials()
+    before = data["servers"][server.base]
+    before["expiresAt"] = 0  # as if 15 minutes had passed
+    path.write_bytes(orjson.dumps(data))
+    user.ok("jobs", "list")
+    after = user.credentials()["servers"][server.base]
+    assert after["refreshToken"] != before["refreshToken"]
+    assert after["expiresAt"] > 0
+    # A refresh token that no longer works (used up): "sign in again", exit 3.
+    after["expiresAt"] = 0
+    after["refreshToken"] = before["refreshToken"]
+    path.write_bytes(orjson.dumps({"current": server.base, "servers": {server.base: after}}))
+    result = user.run("jobs", "list")
+    assert result.exit_code == AUTH
+    assert "rota login" in result.stderr
+    user.login()
+    user.ok("logout")
+    assert server.base not in user.credentials()["servers"]
+    assert user.run("jobs", "list").exit_code == AUTH
+
+
+def test_a_viewer_reads_but_may_not_change(cli: Cli, server: RotaProcess, tmp_path: Path) -> None:
+    password = "viewer passphrase 42"
+    server.api("POST", "/users", json={"username": "cli-viewer", "password": password})
+    viewer = Cli(server.base, tmp_path)
+    viewer.ok("login", "--url", server.base, "-u", "cli-viewer", "--password-stdin", input=password)
+    assert viewer.json("whoami")["role"] == "Viewer"
+    viewer.ok("jobs", "list")
+    refused = viewer.run("jobs", "create", "--type", "cli.ok", "--cron", FAR)
+    assert refused.exit_code == AUTH
+    assert "not allowed" in refused.stderr
+
+
+def test_names_are_shown_as_written_and_edit_takes_a_json_file(cli: Cli, tmp_path: Path) -> None:
+    name = "[bold]odd[/] name [/x]"  # would be rich markup (or break it) if read as such
+    job = create(cli, "--type", "cli.ok", "--name", name, "--cron", FAR, "--timeout", "30")
+    assert job["timeoutSeconds"] == 30
+    assert name in cli.ok("jobs", "show", job["id"]).stdout
+    assert name in cli.ok("jobs", "list", "--search", "odd").stdout
+    patch = tmp_path / "patch.json"
+    patch.write_text('{"timeoutSeconds": null, "description": "from a file"}')
+    edited = cli.json("jobs", "edit", job["id"], "-f", str(patch), "--description", "option")
+    assert (edited["timeoutSeconds"], edited["description"]) == (None, "option")
+
+
+def test_jobs_from_create_to_delete(cli: Cli) -> None:
+    job = create(
+        cli, "--type", "cli.ok", "--name", "cli-life", "--cron", FAR, "--tag", "cli", "--tag", "x"
+    )
+    assert (job["displayName"], job["tags"], job["isActive"]) == ("cli-life", ["cli", "x"], True)
+    listed = cli.json("jobs", "list", "--tag", "cli")
+    assert job["id"] in [j["id"] for j in listed["items"]]
+    table = cli.ok("jobs", "list", "--search", "cli-life").stdout
+    assert "cli-life" in table
+    assert job["id"] in table
+    assert "0 0 1 1 *" in table
+    assert cli.json("jobs", "show", "cli-life")["id"] == job["id"]  # by name
+    assert "cli.ok" in cli.ok("jobs", "show", job["id"]).stdout  # by id
+
+    edited = cli.json("jobs", "edit", "cli-life", "--priority", "high", "--data", '{"n": 1}')
+    assert (edited["priority"], edited["jobData"], edited["version"]) == (3, {"n": 1}, 2)
+    assert cli.json("jobs", "pause", "cli-life")["isActive"] is False
+    assert "paused" in cli.ok("jobs", "list", "--paused").stdout
+    assert cli.json("jobs", "resume", "cli-life")["isActive"] is True
+
+    run = cli.json("jobs", "trigger", "cli-life", "--reason", "from the cli", "--wait")
+    assert (run["statusName"], run["triggerReason"]) == ("Completed", "from the cli")
+    runs = cli.json("runs", "list", "--job", "cli-life")
+    assert [r["id"] for r in runs["items"]] == [run["id"]]
+    shown = cli.ok("runs", "show", run["id"]).stdout
+    assert "Completed" in shown
+    assert "Running" in shown
+    logs = cli.ok("runs", "logs", run["id"]).stdout
+    assert "cli ok attempt 1" in logs
+    lines = [
+        orjson.loads(line)
+        for line in cli.ok("runs", "logs", run["id"], "--json").stdout.splitlines()
+    ]
+    assert [line["message"] for line in lines] == ["cli ok attempt 1"]
+
+    assert cli.run("jobs", "delete", "cli-life", input="n\n").exit_code != OK  # asked: no
+    cli.ok("jobs", "delete", "cli-life", "--yes")
+    missing = cli.run("jobs", "show", job["id"])
+    assert missing.exit_code == NOT_FOUND
+
+
+def test_exit_codes_and_problem_messages(cli: Cli, server: RotaProcess) -> None:
+    bad = cli.run("jobs", "create", "--type", "cli.ok", "--cron", "61 * * * *")
+    assert bad.exit_code == API_ERROR
+    assert "cronExpression" in bad.stderr  # the field at fault, from the problem details
+    assert cli.run("jobs", "show", "no-such-job").exit_code == NOT_FOUND
+    assert cli.run("runs", "show", "01a21173-0000-7000-8000-000000000000").exit_code == NOT_FOUND
+    assert cli.run("runs", "show", "not-a-uuid").exit_code == USAGE
+    assert cli.run("jobs", "frobnicate").exit_code == USAGE
+    assert cli.run("jobs", "create", "--type", "cli.ok", "--priority", "urgent").exit_code == USAGE
+
+    for _ in range(2):
+        create(cli, "--type", "cli.ok", "--name", "cli-twin", "--cron", FAR)
+    twins = cli.run("jobs", "show", "cli-twin")
+    assert twins.exit_code == API_ERROR
+    assert "2 jobs are named" in twins.stderr
+
+    down = cli.run("jobs", "list", ROTA_URL=f"http://127.0.0.1:{free_port()}", ROTA_TOKEN="x")
+    assert down.exit_code == UNREACHABLE
+    assert "cannot reach" in down.stderr
+
+
+def test_failed_runs_list_show_retry_resolve(cli: Cli) -> None:
+    job = create(cli, "--type", "cli.fail", "--name", "cli-failing", "--cron", FAR)
+    failed_run = cli.run("jobs", "trigger", "cli-failing", "--wait", "--json")
+    assert failed_run.exit_code == API_ERROR  # --wait: the run did not complete
+    assert orjson.loads(failed_run.stdout)["statusName"] == "Failed"
+
+    def records(*args: str) -> list[dict[str, Any]]:
+        return list(cli.json("failed", "list", "--job", job["id"], *args)["items"])
+
+    wait_until(lambda: len(records()) == 1, 15, "the dead-letter record")
+    record = records()[0]
+    assert record["failureType"] == "permanent"
+    assert "fails on purpose" in cli.ok("failed", "show", record["id"]).stdout
+    assert "cli.fail" in cli.ok("failed", "list", "--job", "cli-failing").stdout
+
+    retried = cli.json("failed", "retry", record["id"])
+    assert retried["attempt"] == 2
+    assert records("--state", "resolved")[0]["id"] == record["id"]  # a retry resolves it
+    wait_until(lambda: len(records()) == 1, 15, "the retry's dead-letter record")
+    second = records()[0]
+    resolved = cli.json("failed", "resolve", second["id"], "--note", "known", "--action", "ignored")
+    assert (resolved["resolved"], resolved["resolutionNote"]) == (True, "known")
+    assert records() == []
+    assert len(records("--state", "all")) == 2
+    reopened = cli.json("failed", "resolve", second["id"], "--reopen")
+    assert reopened["resolved"] is False
+
+
+def test_logs_follow_a_run_to_its_end_and_cancel_stops_one(cli: Cli) -> None:
+    create(cli, "--type", "cli.steps", "--name", "cli-steps", "--cron", FAR)
+    run = cli.json("jobs", "trigger", "cli-steps", "--data", '{"lines": 3, "step": 0.3}')
+    followed = cli.ok("runs", "logs", run["id"], "--follow").stdout
+    assert [line.split("INFO", 1)[1].strip() for line in followed.splitlines()] == [
+        f"step {n} of 3" for n in (1, 2, 3)
+    ]
+    assert cli.json("runs", "show", run["id"])["statusName"] == "Completed"
+
+    long = cli.json("jobs", "trigger", "cli-steps", "--data", '{"lines": 200, "step": 0.2}')
+    wait_until(
+        lambda: cli.json("runs", "show", long["id"])["statusName"] == "Running", 15, "Running"
+    )
+    cli.ok("runs", "cancel", long["id"], "--reason", "enough")
+    wait_until(
+        lambda: cli.json("runs", "show", long["id"])["statusName"] == "Cancelled",
+        15,
+        "the run cancelled",
+    )
+    ended = cli.run("runs", "cancel", long["id"])
+    assert ended.exit_code == API_ERROR  # an ended run: 409
+
+
+def test_workers_and_cron_preview(cli: Cli) -> None:
+    groups = cli.json("workers")["items"]
+    assert "cli.fail" in groups[0]["instances"][0]["jobTypes"]
+    assert "cli.steps" in cli.ok("workers").stdout
+
+    fires = cli.json(
+        "cron", "preview", "0 6 * * 1-5", "--tz", "Europe/Berlin", "--count", "2",
+        "--from", "2026-01-02T00:00:00Z",
+    )["fires"]  # fmt: skip
+    assert fires == ["2026-01-02T05:00:00+00:00", "2026-01-05T05:00:00+00:00"]
+    table = cli.ok("cron", "preview", "*/15 * * * *", "--from", "2026-01-01T00:00:00").stdout
+    assert "2026-01-01 00:15:00" in table
+    bad = cli.run("cron", "preview", "bad")
+    assert bad.exit_code == API_ERROR
+    assert "5 fields" in bad.stderr
+
+
+def test_shell_completion_offers_the_job_names(cli: Cli, tmp_path: Path) -> None:
+    create(cli, "--type", "cli.ok", "--name", "cli-complete-me", "--cron", FAR)
+
+    def complete(user: Cli, words: str) -> list[str]:
+        result = CliRunner().invoke(
+            app,
+            [],
+            prog_name="rota",
+            env=user.env(_ROTA_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD="3"),
+        )
+        assert result.exit_code == 0, result.stderr
+        return result.stdout.split()
+
+    assert complete(cli, "rota jobs trigger cli-comp") == ["cli-complete-me"]
+    assert complete(Cli(cli.url, tmp_path), "rota jobs trigger cli-comp") == []  # signed out
+
+
+def test_the_installed_command_prints_its_version_and_completion() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    version = subprocess.run(
+        [sys.executable, "-m", "rota", "--version"], capture_output=True, text=True, env=env
+    )
+    assert version.returncode == 0
+    assert version.stdout.startswith("rota ")
+    completion = subprocess.run(
+        [sys.executable, "-m", "rota", "--show-completion", "bash"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert completion.returncode == 0
+    assert "complete" in completion.stdout
