@@ -125,7 +125,8 @@ async def test_versions_show_every_setting(client: httpx.AsyncClient) -> None:
     assert changed.json()["version"] == 2
     page = await client.get(f"/jobs/{job['id']}")
     assert "version 1 → 2" in page.text
-    assert '<th scope="row">priority</th><td class="del"><code>2</code></td>' in page.text
+    assert '<th scope="row">priority</th><td class="del"><code>medium</code></td>' in page.text
+    assert '<td class="ins"><code>critical</code></td>' in page.text
     assert '<th scope="row">timeoutSeconds</th>' in page.text
     assert "critical" in page.text  # the priority in words
     assert ">fire_once<" not in page.text

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 from uuid import UUID
 
+from rota.core.jobfields import JOB_FIELDS
 from rota.core.models import Job
 from rota.core.ports import JobStore
 from rota.core.records import JobQuery
@@ -42,6 +43,10 @@ _WORDS: Final[dict[str, dict[str, str]]] = {
     "ZombiePolicy": {"requeue": "run it again", "fail": "fail it"},
     "resolution": {"wont_fix": "won't fix"},
 }
+
+
+CHOICES: Final = {f.api: f.enum.__name__ for f in JOB_FIELDS if f.versioned and f.enum is not None}
+"""The versioned job fields whose values are enum members (API name -> the enum's name)."""
 
 
 def human(value: Any, kind: str | None = None) -> str:

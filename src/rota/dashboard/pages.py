@@ -28,7 +28,7 @@ from rota.core.jobfields import version_snapshot
 from rota.core.models import Job, Occurrence, OccurrenceStatus
 from rota.core.records import OccurrenceQuery
 from rota.dashboard import session
-from rota.dashboard.display import name_of
+from rota.dashboard.display import CHOICES, human
 from rota.dashboard.session import DashboardUser
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(session.require_csrf)])
@@ -377,7 +377,6 @@ async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID)
     context = {
         "job": out,
         "occurrences": occurrences.items,
-        "names": {job.id: name_of(job)},
         "more_url": f"/executions?jobId={job_id}" if occurrences.next_cursor else None,
         "durations": json.dumps({"x": [p[0] for p in points], "y": [p[1] for p in points]}),
         "counts": {status_name(s): counts.get(s, 0) for s in OccurrenceStatus},
@@ -403,6 +402,9 @@ def _diff(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str,
     for key in (k for k in after if k in before):
         old, new = text(before.get(key)), text(after.get(key))
         if old != new:
+            kind = CHOICES.get(key)
+            if kind is not None:  # an enum's value in words
+                old, new = human(before.get(key), kind), human(after.get(key), kind)
             changes.append((key, old, new))
     return changes
 

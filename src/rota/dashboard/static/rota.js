@@ -496,11 +496,13 @@
       legend: { show: false },
       padding: [10, 18, 0, 4],  // room for the last time label at the right edge
       scales: {
-        // One point (or one time): a range around it, not an empty one (nothing was drawn).
+        // One point (or one time): a range around it, not uPlot's 1000 days after it.
         x: { time: true, range: function (u, min, max) {
-          if (min == null) return [0, 1];
-          const pad = min === max ? (step || 60) : 0;
-          return [min - pad, max + pad];
+          const xs = u.data[0];
+          if (!xs || !xs.length) return [min, max];
+          const lo = xs[0], hi = xs[xs.length - 1];
+          if (lo === hi) return [lo - (step || 300), hi + (step || 300)];
+          return [lo, hi];
         } },
         y: { range: function (u, min, max) { return [0, Math.max(1, Math.ceil((max || 0) * 1.1))]; } },
       },
