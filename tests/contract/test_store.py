@@ -11,6 +11,7 @@ import pytest
 
 from rota.core.errors import BackendUnavailableError, ConflictError, NotFoundError, ValidationError
 from rota.core.ids import new_id
+from rota.core.jobfields import version_snapshot
 from rota.core.models import (
     ConcurrencyPolicy,
     FailureType,
@@ -189,6 +190,8 @@ async def test_list_jobs_filters(store: Store) -> None:
     assert await ids(job_type="cleanup") == [c.id, b.id]
     assert await ids(is_active=False) == [c.id]
     assert await ids(tag="ops", is_active=True) == [b.id]
+    assert await ids(ids=(a.id, c.id, new_id())) == [c.id, a.id]  # an unknown id is left out
+    assert await ids(ids=(b.id,), is_active=False) == []
 
 
 async def test_list_jobs_pages_newest_first(store: Store) -> None:
@@ -241,13 +244,11 @@ async def test_version_bump_keeps_snapshot_of_the_old_version(store: Store) -> N
     await store.update_job(replace(v2, job_type="other", version=3), expected_version=2)
     versions = await store.job_versions(job.id)
     assert [v.version for v in versions] == [1, 2]
-    assert versions[0].snapshot == {
-        "jobType": "send-email",
-        "workerId": "w1",
+    assert versions[0].snapshot == version_snapshot(job)
+    assert {k: versions[0].snapshot[k] for k in ("jobData", "executeAt", "priority")} == {
         "jobData": {"v": 1},
-        "cronExpression": None,
-        "timeZone": "UTC",
         "executeAt": T0.isoformat(),
+        "priority": 2,
     }
     assert versions[1].snapshot["jobData"] == {"v": 2}
     assert versions[0].created_at.tzinfo is UTC

@@ -96,7 +96,7 @@ async def test_jobs_round_trip(client: rota.Client) -> None:
     assert (await client.get_job(job.id)).id == job.id
     changed = await client.update_job(job.id, priority=3, concurrency_policy=1)
     assert (changed.priority, changed.concurrent_execution_policy) == (3, 1)
-    assert changed.version == job.version  # no versioned field changed
+    assert changed.version == job.version + 1  # settings are versioned
     more = await client.create_jobs(
         [{"job_type": "cleanup", "execute_at": "2031-01-01T00:00:00Z"} for _ in range(4)]
     )

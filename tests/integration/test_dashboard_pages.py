@@ -77,6 +77,7 @@ async def finished_occurrence(runtime: MiniRuntime, job_id: UUID, **final: Any) 
         ("/admin", "Admin"),
         ("/users", "Users"),
         ("/notifications", "Notifications"),
+        ("/audit", "Audit log"),
     ],
 )
 async def test_every_page_renders(client: httpx.AsyncClient, path: str, heading: str) -> None:
@@ -161,7 +162,7 @@ async def test_execution_page_and_log_tail(client: httpx.AsyncClient, runtime: M
     assert "Unknown status" in bad.text
     odd = await client.get("/executions", params={"after": "soon"})
     assert odd.status_code == 200
-    assert "Unknown status, job id or time" in odd.text
+    assert "Unknown status or time" in odd.text
 
 
 async def test_cron_preview_fragment(client: httpx.AsyncClient) -> None:
@@ -181,10 +182,14 @@ async def test_cron_preview_fragment(client: httpx.AsyncClient) -> None:
 async def test_series_counts_finished_executions_per_minute(
     client: httpx.AsyncClient, runtime: MiniRuntime
 ) -> None:
-    answer = await client.get("/ui/series.json", params={"minutes": 10})
-    series = answer.json()
-    assert len(series["x"]) == len(series["completed"]) == len(series["failed"]) == 10
-    assert sum(series["completed"]) == 0
+    for key, points, bucket in (("1h", 60, 60), ("24h", 96, 900), ("7d", 168, 3600)):
+        series = (await client.get("/ui/series.json", params={"range": key})).json()
+        assert len(series["x"]) == len(series["completed"]) == len(series["failed"]) == points
+        assert series["bucket"] == bucket
+        assert series["x"][1] - series["x"][0] == bucket
+        assert sum(series["completed"]) == 0
+    default = (await client.get("/ui/series.json", params={"range": "nonsense"})).json()
+    assert default["bucket"] == 900
 
 
 def cookies_of(answer: httpx.Response) -> dict[str, str]:

@@ -239,12 +239,11 @@ async def test_non_versioned_change_keeps_version_and_schedule(
     clock.advance(600)
 
     changed = await service.update_job(
-        job.id, {"display_name": "Daily", "priority": 4, "tags": ["x"]}, by="ann"
+        job.id, {"display_name": "Daily", "description": "d", "tags": ["x"]}, by="ann"
     )
 
     assert changed.version == 1
     assert changed.display_name == "Daily"
-    assert changed.priority is Priority.CRITICAL
     assert changed.tags == ("x",)
     assert changed.next_run_at == job.next_run_at
     assert changed.updated_at == clock.now
@@ -262,6 +261,22 @@ async def test_versioned_change_bumps_version_and_keeps_snapshot(service: JobSer
     versions = await service.job_versions(job.id)
     assert [v.version for v in versions] == [1]
     assert versions[0].snapshot["jobData"] == {"v": 1}
+
+
+async def test_a_change_of_any_setting_is_a_new_version(service: JobService) -> None:
+    job = await service.create_job(every_minute())
+
+    changed = await service.update_job(
+        job.id, {"priority": 4, "timeout_seconds": 12.5, "max_retries": 3}
+    )
+
+    assert changed.version == 2
+    assert changed.priority is Priority.CRITICAL
+    (old,) = await service.job_versions(job.id)
+    assert (old.snapshot["priority"], old.snapshot["timeoutSeconds"]) == (2, None)
+    assert old.snapshot["maxRetries"] == job.max_retries
+    again = await service.update_job(job.id, {"misfire_policy": "skip"})
+    assert again.version == 3
 
 
 async def test_schedule_change_recomputes_next_fire_and_index(

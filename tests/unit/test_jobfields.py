@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import types
 import typing
 from collections.abc import Mapping
@@ -197,4 +198,22 @@ def test_a_version_snapshot_holds_the_versioned_fields_by_api_name() -> None:
         "cronExpression": None,
         "timeZone": "Europe/Paris",
         "executeAt": "2030-01-02T03:04:05.000006+00:00",
+        "priority": 3,
+        "concurrentExecutionPolicy": 1,
+        "misfirePolicy": "catch_up",
+        "timeoutSeconds": 30.0,
+        "maxRetries": 4,
+        "retryDelaySeconds": 2.5,
+        "autoDisableThreshold": 5,
+        "autoDisableWindowSeconds": 60.0,
+        "autoDisableCooldownSeconds": 600.0,
+        "zombiePolicy": "fail",
+        "zombieThresholdSeconds": 45.0,
     }
+    assert json.loads(json.dumps(sql_rows._snapshot(job))) == sql_rows._snapshot(job)
+
+
+def test_every_setting_is_versioned_and_no_label_or_state_is() -> None:
+    settings = {f.name for f in JOB_FIELDS if f.part is Part.DEFINITION and f.updatable}
+    labels = {"display_name", "description", "tags", "is_active", "declared_spec"}
+    assert set(VERSIONED_FIELDS) == settings - labels

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
 
 from rota.core.models import ConcurrencyPolicy, JobSource, MisfirePolicy, Priority, ZombiePolicy
@@ -112,9 +113,10 @@ def _setting(
 def _choice(
     name: str, kind: type[enum.Enum], *, nullable: bool = False, planned: bool = True
 ) -> JobField:
-    """A definition field a change may set, whose values are the members of ``kind``."""
+    """A definition field a change may set, whose values are the members of ``kind``
+    (versioned: a setting)."""
     return JobField(
-        name, _DEF, updatable=True, nullable=nullable, planned=planned,
+        name, _DEF, updatable=True, nullable=nullable, versioned=True, planned=planned,
         shape=Shape.ENUM, enum=kind,
     )  # fmt: skip
 
@@ -134,9 +136,9 @@ JOB_FIELDS: Final[tuple[JobField, ...]] = (
     _choice("priority", Priority),
     _choice("concurrency_policy", ConcurrencyPolicy),
     _choice("misfire_policy", MisfirePolicy),
-    _setting("timeout_seconds", planned=True),
-    _setting("max_retries", planned=True),
-    _setting("retry_delay_seconds", planned=True),
+    _setting("timeout_seconds", versioned=True, planned=True),
+    _setting("max_retries", versioned=True, planned=True),
+    _setting("retry_delay_seconds", versioned=True, planned=True),
     JobField("next_run_at", _DEF, nullable=True, planned=True),
     JobField("bucket", _DEF, planned=True),
     JobField("version", _DEF, planned=True),
@@ -150,16 +152,16 @@ JOB_FIELDS: Final[tuple[JobField, ...]] = (
     JobField("average_duration_ms", _STATS, nullable=True),
     JobField("source", _ID, shape=Shape.ENUM, enum=JobSource),
     JobField("declared_spec", _DEF, updatable=True, nullable=True, shape=Shape.MAPPING),
-    _setting("auto_disable_threshold"),
-    _setting("auto_disable_window_seconds"),
-    _setting("auto_disable_cooldown_seconds"),
+    _setting("auto_disable_threshold", versioned=True),
+    _setting("auto_disable_window_seconds", versioned=True),
+    _setting("auto_disable_cooldown_seconds", versioned=True),
     JobField("consecutive_failures", _AUTO),
     JobField("last_failure_at", _AUTO, nullable=True),
     JobField("disabled_reason", _AUTO, nullable=True),
     JobField("disabled_at", _AUTO, nullable=True),
     JobField("probing", _AUTO, planned=True),
     _choice("zombie_policy", ZombiePolicy, nullable=True, planned=False),
-    _setting("zombie_threshold_seconds"),
+    _setting("zombie_threshold_seconds", versioned=True),
 )
 """Every field of :class:`~rota.core.models.Job`, in its order."""
 
@@ -170,6 +172,27 @@ UPDATABLE_FIELDS: Final = frozenset(f.name for f in JOB_FIELDS if f.updatable)
 NULLABLE_FIELDS: Final = frozenset(f.name for f in JOB_FIELDS if f.updatable and f.nullable)
 """The updatable fields a change may set to ``None``."""
 VERSIONED_FIELDS: Final = tuple(f.name for f in JOB_FIELDS if f.versioned)
-"""A change of any of these bumps a job's version and keeps a snapshot of the old one."""
+"""A change of any of these bumps a job's version and keeps a snapshot of the old one: every
+setting of what runs, when and how (type, group, data, schedule, priority, overlap and misfire
+policies, timeout, retries, auto-disable and zombie settings). The labels (name, description,
+tags) and the state (``is_active``, statistics, auto-disable state) are not versioned."""
 SCHEDULE_FIELDS: Final = tuple(f.name for f in JOB_FIELDS if f.schedule)
 """A change of any of these recomputes the job's next fire."""
+
+
+def version_snapshot(job: object) -> dict[str, object]:
+    """The versioned fields of a job under their API names, as JSON values (an enum by its
+    value, a date-time as ISO text, a tuple as a list): what a job version keeps."""
+    snapshot: dict[str, object] = {}
+    for field in JOB_FIELDS:
+        if not field.versioned:
+            continue
+        value = getattr(job, field.name)
+        if isinstance(value, enum.Enum):
+            value = value.value
+        elif isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, tuple):
+            value = list(value)
+        snapshot[field.api] = value
+    return snapshot

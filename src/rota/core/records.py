@@ -52,6 +52,9 @@ class JobQuery:
     auto_disabled: bool | None = None
     """``True``: only jobs disabled by auto-disable (with a ``disabled_reason``); ``False``:
     only the others."""
+    ids: tuple[UUID, ...] = ()
+    """Only these jobs (empty: any): one read for the names of the jobs a page of occurrences
+    or failures shows. An id of no job is left out."""
     limit: int = 50
     cursor: str | None = None
     """Jobs are ordered newest first (by id, a UUIDv7)."""

@@ -15,7 +15,8 @@ from markupsafe import Markup
 from starlette.responses import RedirectResponse, Response
 
 from rota.api.schemas.common import status_name
-from rota.dashboard import pages
+from rota.dashboard import audit, lists, overview, pages
+from rota.dashboard.display import human, relative
 from rota.dashboard.session import SESSION_PATH, LoginRequired
 
 STATIC_PREFIX = "/static"
@@ -35,9 +36,13 @@ def install_dashboard(app: FastAPI) -> None:
     env.globals["status_class"] = status_class
     env.globals["status_name"] = status_name
     env.globals["live_trigger"] = live_trigger
+    env.globals["human"] = human
     app.state.dashboard_templates = templates
     app.mount(STATIC_PREFIX, StaticFiles(directory=_package_dir("static")), name="static")
+    app.include_router(overview.router)
+    app.include_router(lists.router)
     app.include_router(pages.router)
+    app.include_router(audit.router)
     app.add_exception_handler(LoginRequired, _to_login)
 
 
@@ -59,15 +64,19 @@ async def _to_login(request: Request, exc: Exception) -> Response:
 
 def render_time(value: datetime | None, empty: str = "—", fmt: str = "full") -> Markup:
     """``<time>`` in UTC; the page's script shows it in the browser's zone, UTC on hover
-    (``fmt="time"``: the time of day only, with milliseconds)."""
+    (``fmt="time"``: the time of day only, with milliseconds). A full time has how long ago
+    (or how soon) beside it, which the script keeps current (``fmt="plain"``: without)."""
     if value is None:
         return Markup(empty)
     utc = value.astimezone(UTC)
     iso = utc.isoformat().replace("+00:00", "Z")
     text = utc.strftime("%Y-%m-%d %H:%M:%S UTC")
-    return Markup('<time datetime="{0}" title="{1}" data-fmt="{2}">{1}</time>').format(
-        iso, text, fmt
+    shown = Markup('<time datetime="{0}" title="{1}" data-fmt="{2}">{1}</time>').format(
+        iso, text, "time" if fmt == "time" else "full"
     )
+    if fmt == "full":
+        shown += Markup(' <span class="ago" data-ago="{0}">{1}</span>').format(iso, relative(utc))
+    return shown
 
 
 def render_duration(ms: float | None) -> str:

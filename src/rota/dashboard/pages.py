@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections import Counter
 from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -18,20 +17,18 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.templating import Jinja2Templates
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 
 from rota.api.deps import ApiRuntime, get_runtime
 from rota.api.schemas.common import status_name
 from rota.api.schemas.jobs import JobOut
-from rota.api.security import exception_view
-from rota.api.views import group_workers, parse_statuses
+from rota.api.views import group_workers
 from rota.core.errors import NotFoundError, RotaError
-from rota.core.jobfields import VERSIONED_FIELDS, api_name
-from rota.core.models import FailedOccurrence, FailureType, Job, Occurrence, OccurrenceStatus
-from rota.core.records import FailedQuery, OccurrenceQuery
-from rota.core.security import ExceptionText
-from rota.core.security import Role as CoreRole
+from rota.core.jobfields import version_snapshot
+from rota.core.models import Job, Occurrence, OccurrenceStatus
+from rota.core.records import OccurrenceQuery
 from rota.dashboard import session
+from rota.dashboard.display import CHOICES, human
 from rota.dashboard.session import DashboardUser
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(session.require_csrf)])
@@ -223,102 +220,6 @@ async def refresh_session(request: Request) -> Response:
     return response
 
 
-# --- overview ---------------------------------------------------------------------------------
-
-
-@router.get("/")
-async def overview(request: Request, user: User, runtime: Runtime) -> Response:
-    counts = await runtime.store.count_occurrences()
-    by_name = {status_name(s): counts.get(s, 0) for s in OccurrenceStatus}
-    finished = sum(by_name[n] for n in ("Completed", "Failed", "TimedOut"))
-    recent = await runtime.store.list_occurrences(
-        OccurrenceQuery(statuses=(OccurrenceStatus.COMPLETED,), limit=200)
-    )
-    durations = [o.duration_ms for o in recent.items if o.duration_ms is not None]
-    workers = await runtime.coordination.workers()
-    try:
-        health = await runtime.health()
-    except Exception as exc:
-        health = {"runtime": f"error: {exc}"}
-    unresolved = await runtime.store.list_failed(FailedQuery(resolved=False, limit=100))
-    context = {
-        "counts": by_name,
-        "total": sum(by_name.values()),
-        "success_rate": None if not finished else 100.0 * by_name["Completed"] / finished,
-        "rate_note": "of all finished executions",
-        "average_ms": sum(durations) / len(durations) if durations else None,
-        "average_note": f"over the last {len(durations)} completed executions",
-        "instances": len(workers),
-        "capacity": sum(w.concurrency for w in workers),
-        "load": sum(w.current_load for w in workers),
-        "health": health,
-        "unresolved": len(unresolved.items),
-        "unresolved_more": unresolved.next_cursor is not None,
-        "live": live(request, types="occurrence.created,occurrence.updated,worker.changed"),
-    }
-    context.update(await _last_day(request))
-    return render(request, user, "overview.html", context, fragments=("overview_stats",))
-
-
-async def _last_day(request: Request) -> dict[str, Any]:
-    """The exact success rate and average duration of the last 24 hours, where the API has
-    them (``/stats/overview``: store aggregates); nothing otherwise."""
-    if not has_route(request, "/api/v1/stats/overview"):
-        return {}
-    status, body = await api_get(request, "/api/v1/stats/overview")
-    day = body.get("last24h") if status == 200 and isinstance(body, dict) else None
-    if not isinstance(day, dict):
-        return {}
-    return {
-        "success_rate": day.get("successRate"),
-        "rate_note": "of the executions that ended in the last 24 hours",
-        "average_ms": day.get("averageDurationMs"),
-        "average_note": "over the executions completed in the last 24 hours",
-    }
-
-
-@router.get("/ui/series.json")
-async def series(
-    request: Request,
-    _user: User,
-    runtime: Runtime,
-    minutes: Annotated[int, Query(ge=5, le=180)] = 30,
-) -> Response:
-    """Executions per minute over the last ``minutes`` (completed / failed): the API's
-    ``/stats/throughput`` where it has it, else counted from the last 2,000 occurrences."""
-    if has_route(request, "/api/v1/stats/throughput"):
-        path = f"/api/v1/stats/throughput?window={minutes}m&bucket=1m"
-        status, body = await api_get(request, path)
-        if status == 200 and isinstance(body, dict):
-            points = body.get("points", [])
-            data = {
-                "x": [int(datetime.fromisoformat(p["start"]).timestamp()) for p in points],
-                "completed": [p["completed"] for p in points],
-                "failed": [p["failed"] for p in points],
-            }
-            return JSONResponse(data)
-    now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
-    start = now - timedelta(minutes=minutes)
-    page = await runtime.store.list_occurrences(OccurrenceQuery(scheduled_after=start, limit=1000))
-    items = list(page.items)
-    if page.next_cursor:
-        more = await runtime.store.list_occurrences(
-            OccurrenceQuery(scheduled_after=start, limit=1000, cursor=page.next_cursor)
-        )
-        items += more.items
-    ok: Counter[int] = Counter()
-    bad: Counter[int] = Counter()
-    for occ in items:
-        minute = int(occ.scheduled_for.timestamp()) // 60 * 60
-        if occ.status is OccurrenceStatus.COMPLETED:
-            ok[minute] += 1
-        elif occ.status in (OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT):
-            bad[minute] += 1
-    xs = [int(start.timestamp()) + 60 * i for i in range(minutes)]
-    data = {"x": xs, "completed": [ok[x] for x in xs], "failed": [bad[x] for x in xs]}
-    return JSONResponse(data)
-
-
 # --- jobs -------------------------------------------------------------------------------------
 
 
@@ -463,7 +364,7 @@ async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID)
     versions = await runtime.jobs.job_versions(job_id)
     counts = await runtime.store.count_occurrences(job_id=job_id)
     out = JobOut.of(job, runtime.jobs.auto_disable_defaults)
-    current = {k: getattr(out, _attr(k)) for k in _VERSIONED_API}
+    current = version_snapshot(job)
     snapshots = [dict(v.snapshot) for v in versions] + [current]
     diffs = [
         {
@@ -487,13 +388,6 @@ async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID)
     return render(request, user, "job.html", context, fragments=("job_summary", "job_occurrences"))
 
 
-_VERSIONED_API = tuple(api_name(name) for name in VERSIONED_FIELDS)
-
-
-def _attr(api_name: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in api_name)
-
-
 def _diff(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str, str]]:
     def text(value: Any) -> str:
         if isinstance(value, str) and value[:4].isdigit():
@@ -504,168 +398,15 @@ def _diff(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str,
         return json.dumps(value, default=str, sort_keys=True)
 
     changes = []
-    for key in _VERSIONED_API:
+    # a snapshot made before a field was versioned does not know its value then: not a change
+    for key in (k for k in after if k in before):
         old, new = text(before.get(key)), text(after.get(key))
         if old != new:
+            kind = CHOICES.get(key)
+            if kind is not None:  # an enum's value in words
+                old, new = human(before.get(key), kind), human(after.get(key), kind)
             changes.append((key, old, new))
     return changes
-
-
-# --- executions -------------------------------------------------------------------------------
-
-
-@router.get("/executions")
-async def executions_page(
-    request: Request,
-    user: User,
-    runtime: Runtime,
-    status: Annotated[str, Query(max_length=100)] = "",
-    job_id: Annotated[str, Query(alias="jobId", max_length=40)] = "",
-    after: Annotated[str, Query(max_length=30)] = "",
-    before: Annotated[str, Query(max_length=30)] = "",
-    cursor: Cursor = None,
-) -> Response:
-    """Executions newest first, by status, job and scheduled time (``after``/``before``: UTC,
-    as a ``datetime-local`` field sends them)."""
-    error = None
-    try:
-        statuses = parse_statuses([status]) if status else ()
-        job = UUID(job_id) if job_id.strip() else None
-        since, until = _utc_or_none(after), _utc_or_none(before)
-    except (RotaError, ValueError):
-        statuses, job, since, until = (), None, None, None
-        error = "Unknown status, job id or time: showing everything."
-    page = await runtime.store.list_occurrences(
-        OccurrenceQuery(
-            job_id=job,
-            statuses=statuses,
-            scheduled_after=since,
-            scheduled_before=until,
-            limit=PAGE_SIZE,
-            cursor=cursor or None,
-        )
-    )
-    context = {
-        "occurrences": page.items,
-        **paging(request, cursor, page.next_cursor),
-        "filters": {"status": status, "jobId": job_id, "after": after, "before": before},
-        "statuses": STATUS_NAMES,
-        "error": error,
-        "live": live(
-            request,
-            types="occurrence.created,occurrence.updated",
-            jobId=str(job) if job else "",
-        ),
-    }
-    return render(request, user, "executions.html", context, fragments=("occurrences_table",))
-
-
-def _utc_or_none(text: str) -> datetime | None:
-    """``2026-01-02T03:04`` (naive: UTC) -> an aware datetime; empty -> ``None``."""
-    if not text.strip():
-        return None
-    value = datetime.fromisoformat(text.strip())
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-@router.get("/executions/{occurrence_id}")
-async def occurrence_page(
-    request: Request, user: User, runtime: Runtime, occurrence_id: UUID
-) -> Response:
-    try:
-        occurrence = await runtime.store.get_occurrence(occurrence_id)
-    except NotFoundError:
-        return not_found(request, user, "execution")
-    lines = await runtime.store.occurrence_logs(occurrence_id, after=0, limit=1000)
-    record = await _failed_record(runtime, occurrence)
-    context = {
-        "occ": occurrence,
-        "exception_text": _exception_text(user, runtime),
-        "status": status_name(occurrence.status),
-        "lines": lines,
-        "last_seq": lines[-1][0] if lines else 0,
-        "failed_record": record,
-        "job_data": json.dumps(occurrence.job_data, indent=2, default=str),
-        "result": None
-        if occurrence.result is None
-        else json.dumps(occurrence.result, indent=2, default=str),
-        "live": live(request, occurrenceId=str(occurrence_id)),
-    }
-    return render(request, user, "occurrence.html", context, fragments=("occurrence_summary",))
-
-
-def _exception_text(user: DashboardUser, runtime: ApiRuntime) -> ExceptionText:
-    """The API's rule: a Viewer sees no traceback when ``api.viewer_tracebacks`` is off."""
-    return exception_view(CoreRole.parse(user.role.label), runtime.settings.api.viewer_tracebacks)
-
-
-async def _failed_record(runtime: ApiRuntime, occurrence: Occurrence) -> FailedOccurrence | None:
-    """The dead-letter record of a finished occurrence: among its job's records from around
-    the time it ended."""
-    if not occurrence.status.is_terminal or occurrence.status is OccurrenceStatus.COMPLETED:
-        return None
-    ended = occurrence.end_time or occurrence.created_at
-    page = await runtime.store.list_failed(
-        FailedQuery(
-            job_id=occurrence.job_id,
-            failed_after=ended - timedelta(minutes=5),
-            failed_before=ended + timedelta(minutes=5),
-            limit=500,
-        )
-    )
-    return next((r for r in page.items if r.occurrence_id == occurrence.id), None)
-
-
-@router.get("/ui/occurrences/{occurrence_id}/logs")
-async def occurrence_log_lines(
-    request: Request,
-    user: User,
-    runtime: Runtime,
-    occurrence_id: UUID,
-    after: Annotated[int, Query(ge=0)] = 0,
-) -> Response:
-    """Log lines after ``after`` (appended to the tail by htmx)."""
-    lines = await runtime.store.occurrence_logs(occurrence_id, after=after, limit=1000)
-    return render(request, user, "_log_lines.html", {"lines": lines})
-
-
-# --- failed executions ------------------------------------------------------------------------
-
-
-@router.get("/failed")
-async def failed_page(
-    request: Request,
-    user: User,
-    runtime: Runtime,
-    resolved: Annotated[str, Query(max_length=10)] = "no",
-    failure_type: Annotated[str, Query(alias="failureType", max_length=40)] = "",
-    job_id: Annotated[str, Query(alias="jobId", max_length=40)] = "",
-    cursor: Cursor = None,
-) -> Response:
-    try:
-        types = (FailureType(failure_type),) if failure_type else ()
-        job = UUID(job_id) if job_id.strip() else None
-    except ValueError:
-        types, job = (), None
-    page = await runtime.store.list_failed(
-        FailedQuery(
-            job_id=job,
-            failure_types=types,
-            resolved={"yes": True, "no": False}.get(resolved),
-            limit=PAGE_SIZE,
-            cursor=cursor or None,
-        )
-    )
-    context = {
-        "records": page.items,
-        "exception_text": _exception_text(user, runtime),
-        **paging(request, cursor, page.next_cursor),
-        "filters": {"resolved": resolved, "failureType": failure_type, "jobId": job_id},
-        "failure_types": [t.value for t in FailureType],
-        "actions": RESOLUTION_ACTIONS,
-        "live": live(request, types="occurrence.updated"),
-    }
-    return render(request, user, "failed.html", context, fragments=("failed_table",))
 
 
 # --- workers, admin, users --------------------------------------------------------------------

@@ -23,13 +23,47 @@
       el.textContent = (el.dataset.fmt === "time" ? timeOfDay : fmt).format(when);
       el.dataset.local = "1";
     });
+    agoTimes(root);
+  }
+
+  // How long ago (or how soon): the server's words (dashboard/display.py), kept current.
+  const UNITS = [[86400 * 365, "year"], [86400 * 30, "month"], [86400, "day"], [3600, "h"], [60, "min"], [1, "s"]];
+
+  function ago(when, now) {
+    const seconds = (now - when) / 1000;
+    const size = Math.abs(seconds);
+    if (size < 5) return "just now";
+    for (const [unit, name] of UNITS) {
+      if (size >= unit) {
+        const count = Math.floor(size / unit);
+        const label = count + " " + name + ((name === "year" || name === "month" || name === "day") && count > 1 ? "s" : "");
+        return seconds > 0 ? label + " ago" : "in " + label;
+      }
+    }
+    return "just now";
+  }
+
+  function agoTimes(root) {
+    const now = Date.now();
+    (root.querySelectorAll ? root : document).querySelectorAll(".ago[data-ago]").forEach(function (el) {
+      const when = new Date(el.dataset.ago);
+      if (!isNaN(when)) el.textContent = ago(when, now);
+    });
   }
 
   // --- messages ------------------------------------------------------------------------------
-  function flash(text, kind) {
+  // A message; ``link`` ({href, label}): what the action created, one click away.
+  function flash(text, kind, link) {
     const box = document.getElementById("flash");
     if (!box) return;
     box.textContent = text;
+    if (link && link.href) {
+      const a = document.createElement("a");
+      a.href = link.href;
+      a.textContent = link.label || "Open it";
+      a.dataset.testid = "flash-link";
+      box.appendChild(a);
+    }
     box.className = kind || "";
     clearTimeout(flash.timer);
     flash.timer = setTimeout(function () { box.textContent = ""; box.className = ""; }, 8000);
@@ -139,11 +173,18 @@
     }
     let body = null;
     try { body = await response.json(); } catch (e) { body = null; }
-    flash("Done.", "ok");
+    const id = body && body.id ? body.id : "";
+    const link = el.dataset.created && id
+      ? { href: el.dataset.created.replace("{id}", id), label: el.dataset.createdLabel } : null;
+    const message = el.dataset.done || "Done.";
     if (el.dataset.next) {
-      const id = body && body.id ? body.id : "";
+      // the message outlives the move to the next page
+      try { sessionStorage.setItem("rota-flash", JSON.stringify({ text: message, link: link })); } catch (e) { /* private mode */ }
       window.location = el.dataset.next.replace("{id}", id);
-    } else if (el.hasAttribute("data-refresh-page")) {
+      return true;
+    }
+    flash(message, "ok", link);
+    if (el.hasAttribute("data-refresh-page")) {
       refresh("page");
     } else if (el.dataset.refresh) {
       refresh(el.dataset.refresh);
@@ -195,6 +236,9 @@
         return;
       }
       const v = value(input);
+      // an edit sends a field marked so only when it changed (the Active box of an
+      // auto-disabled job: sending false would make it a manual disable, losing the reason)
+      if (input.dataset.initial !== undefined && String(v) === input.dataset.initial) return;
       if (v === undefined) {
         if (nullEmpty && name !== "jobType" && name !== "timeZone") body[name] = null;
       } else {
@@ -357,6 +401,31 @@
     });
   }
 
+  // --- the job picker: the id of the job whose name was picked from the list -----------------
+  function pickJob(input) {
+    const form = input.form;
+    const hidden = form && form.querySelector("input[data-job-id]");
+    if (!hidden) return;
+    const list = input.list;
+    let id = "";
+    if (list) {
+      for (const option of list.options) {
+        if (option.value === input.value) { id = option.dataset.id || ""; break; }
+      }
+    }
+    hidden.value = id;
+  }
+  document.addEventListener("input", function (event) {
+    if (event.target.matches && event.target.matches("input[data-job-picker]")) pickJob(event.target);
+  });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    const list = event.detail.target;
+    if (list && list.id === "job-options") {
+      const input = document.querySelector("input[data-job-picker]");
+      if (input && input.value) pickJob(input);
+    }
+  });
+
   document.addEventListener("input", function (event) {
     const form = event.target.closest("#job-form");
     if (!form) return;
@@ -405,15 +474,43 @@
   }
 
   // --- charts --------------------------------------------------------------------------------
-  function drawChart(el, xs, ys) {
+  const AXIS_FONT = "12px system-ui, sans-serif";
+
+  // The y axis as wide as its longest label (uPlot's fixed 50 px cut "12,500" short).
+  function axisSize(u, values) {
+    if (!values) return 40;
+    const ctx = u.ctx;
+    ctx.save();
+    ctx.font = AXIS_FONT;
+    const widest = values.reduce(function (w, v) { return Math.max(w, ctx.measureText(String(v)).width); }, 0);
+    ctx.restore();
+    return Math.ceil(widest) + 18;
+  }
+
+  function drawChart(el, xs, ys, step) {
     if (!window.uPlot) return;
     const width = Math.max(240, el.clientWidth || 320);
+    const few = xs.length < 3;
     const opts = {
       width: width, height: 160,
       legend: { show: false },
-      scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(1, Math.ceil(max * 1.1))]; } } },
-      series: [{}, { label: el.dataset.label || "", stroke: el.dataset.color || "#2b6cb0", fill: (el.dataset.color || "#2b6cb0") + "33", width: 2 }],
-      axes: [{}, { size: 40 }],
+      padding: [10, 18, 0, 4],  // room for the last time label at the right edge
+      scales: {
+        // One point (or one time): a range around it, not uPlot's 1000 days after it.
+        x: { time: true, range: function (u, min, max) {
+          const xs = u.data[0];
+          if (!xs || !xs.length) return [min, max];
+          const lo = xs[0], hi = xs[xs.length - 1];
+          if (lo === hi) return [lo - (step || 300), hi + (step || 300)];
+          return [lo, hi];
+        } },
+        y: { range: function (u, min, max) { return [0, Math.max(1, Math.ceil((max || 0) * 1.1))]; } },
+      },
+      series: [{}, Object.assign({
+        label: el.dataset.label || "", stroke: el.dataset.color || "#2b6cb0",
+        fill: (el.dataset.color || "#2b6cb0") + "33", width: 2,
+      }, few ? { points: { show: true, size: 7 } } : {})],
+      axes: [{ font: AXIS_FONT }, { font: AXIS_FONT, size: axisSize }],
     };
     if (el._plot) { el._plot.setData([xs, ys]); return; }
     el.innerHTML = "";
@@ -428,7 +525,7 @@
       const response = await fetch(url, { credentials: "same-origin" });
       if (!response.ok) return;
       const data = await response.json();
-      els.forEach(function (el) { drawChart(el, data.x, data[el.dataset.series]); });
+      els.forEach(function (el) { drawChart(el, data.x, data[el.dataset.series], data.bucket); });
     } catch (e) { /* next tick */ }
   }
 
@@ -459,6 +556,10 @@
     const resuming = document.querySelector("[data-session-resume]");
     if (resuming) { resume(resuming); return; }
     localTimes(document);
+    setInterval(function () { agoTimes(document); }, 30000);
+    let kept = null;
+    try { kept = JSON.parse(sessionStorage.getItem("rota-flash") || "null"); sessionStorage.removeItem("rota-flash"); } catch (e) { kept = null; }
+    if (kept) flash(kept.text, "ok", kept.link);
     const form = document.getElementById("job-form");
     if (form) { formKinds(form); checkJobData(form); }
     charts();

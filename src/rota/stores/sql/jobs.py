@@ -75,6 +75,8 @@ class JobQueries(SqlParts):
             stmt = stmt.where(jobs.c.job_type == query.job_type)
         if query.is_active is not None:
             stmt = stmt.where(jobs.c.is_active == query.is_active)
+        if query.ids:
+            stmt = stmt.where(jobs.c.id.in_(query.ids))
         if query.auto_disabled is not None:
             reason = jobs.c.disabled_reason
             stmt = stmt.where(reason.is_not(None) if query.auto_disabled else reason.is_(None))

@@ -4,7 +4,6 @@ status changes and failed occurrences; cursors, pages and id chunks."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
 from operator import attrgetter
 from typing import Any, TypeVar
 from uuid import UUID
@@ -12,7 +11,7 @@ from uuid import UUID
 from sqlalchemy import Row
 
 from rota.core.errors import ValidationError
-from rota.core.jobfields import JOB_FIELDS, JobField, Part, Shape
+from rota.core.jobfields import JOB_FIELDS, JobField, Part, Shape, version_snapshot
 from rota.core.models import (
     ConcurrencyPolicy,
     FailedOccurrence,
@@ -138,16 +137,9 @@ def _to_planning_job(row: Row[Any]) -> Job:
     )
 
 
-_VERSIONED = tuple(f for f in JOB_FIELDS if f.versioned)
-
-
 def _snapshot(job: Job) -> dict[str, Any]:
-    """The versioned fields of a job under their API names (a date-time as ISO text)."""
-    snapshot: dict[str, Any] = {}
-    for versioned in _VERSIONED:
-        value = getattr(job, versioned.name)
-        snapshot[versioned.api] = value.isoformat() if isinstance(value, datetime) else value
-    return snapshot
+    """The versioned fields of a job under their API names (JSON values)."""
+    return version_snapshot(job)
 
 
 def _occurrence_row(occ: Occurrence, policy: ConcurrencyPolicy) -> dict[str, Any]:
