@@ -367,3 +367,33 @@ async def test_a_held_copy_superseded_by_an_edit_is_dropped_and_its_claim_given_
     new = await harness.publish("claimed", scheduled_for=soon, job_version=2, occurrence_id=oid)
     assert (await observer.wait_final(new.occurrence_id)).status is S.COMPLETED
     assert runs == {(oid, 1): 1}
+
+
+async def test_a_held_delivery_whose_channel_died_has_its_claim_given_up_long_before_due(
+    harness: Harness, observer: Observer
+) -> None:
+    """The broker connection is lost while a delivery is held: the broker delivers it again,
+    maybe to another instance, which must find the claim made ahead given up within a
+    heartbeat, not at the due time."""
+    coordination = Recording()
+    claims = AttemptClaims(coordination, "a", ttl=TTL)
+    flaky = FlakyBroker(harness.broker)
+    executor = _executor(flaky, claimed, claims)
+    harness.executors.append(executor)
+    await executor.start()
+    due = datetime.now(UTC) + timedelta(seconds=60)
+    message = await harness.publish("claimed", scheduled_for=due)
+    oid = message.occurrence_id
+    await eventually(lambda: oid in coordination.asked, WAIT, "the claim made ahead")
+    flaky.dead.add(oid)
+    await eventually(lambda: executor.early == 0, WAIT, "the dead delivery dropped")
+    assert executor.stats.dropped_dead == 1
+    request = ClaimRequest(oid, message.attempt, False)
+
+    async def given_up() -> bool:
+        batch = await coordination.claim_attempts("b", [request], TTL)
+        return batch.claims[0].outcome is ClaimOutcome.CLAIMED
+
+    await eventually(given_up, WAIT, "the claim given up")
+    assert datetime.now(UTC) < due
+    assert observer.status == []

@@ -436,8 +436,18 @@ class Executor:
             if self._claims is not None:
                 running = [(oid, e.ctx.attempt) for oid, e in self._runner.running.items()]
                 await self._claims.renew(running)
+            self._drop_dead()
             await self._flow.hand_back_overdue()
             await self._finals.prune_if_due()
+
+    def _drop_dead(self) -> None:
+        """Drop the received, unstarted deliveries whose channel is gone (a lost broker
+        connection): the broker delivers them again, maybe to another instance, which must
+        find their claims made ahead given up by now, not at their due time."""
+        for delivery in self._hold.take_dead():
+            self.stats.dropped_dead += 1
+            self._unstarted(delivery)
+        self._flow.drop_dead()
 
     def _beat(self) -> None:
         now = self._clock()

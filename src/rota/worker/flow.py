@@ -188,6 +188,18 @@ class Flow:
             log.error("job handling failed", exc_info=exc, extra={"action": "handle_delivery"})
         self._pump()
 
+    def drop_dead(self) -> int:
+        """Drop the held deliveries whose channel is gone (the broker delivers them again,
+        maybe elsewhere); each is told to ``unstarted``. Returns how many."""
+        dead = [item for item in self._held if not item.delivery.is_live]
+        if dead:
+            self._held = deque(item for item in self._held if item.delivery.is_live)
+            for item in dead:
+                self._forget(item)
+                self._stats.dropped_dead += 1
+                self._unstarted(item.delivery)
+        return len(dead)
+
     # --- hand-back ----------------------------------------------------------------------
 
     async def hand_back(self, delivery: Delivery) -> None:

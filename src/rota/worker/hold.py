@@ -116,6 +116,14 @@ class Hold:
         """Take a held delivery out (its occurrence was cancelled); ``None`` if none is."""
         return self._take(occurrence_id)
 
+    def take_dead(self) -> list[Delivery]:
+        """Take out the held deliveries whose channel is gone (the broker delivers them
+        again, maybe elsewhere)."""
+        dead = [d for group in self._groups.values() for d in group.values() if not d.is_live]
+        for delivery in dead:
+            self._take(delivery.message.occurrence_id)
+        return dead
+
     def take_all(self) -> list[Delivery]:
         """Take every held delivery out (at stop), their timers cancelled."""
         for handle in self._timers.values():
