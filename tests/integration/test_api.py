@@ -53,6 +53,7 @@ JOB_KEYS = {
     "zombiePolicy",
     "zombieThresholdSeconds",
     "autoDisable",
+    "warnings",
     # the reference's names of what is above (docs/api.md, "The reference API's forms")
     "timeoutMinutes",
     "avarageDuration",

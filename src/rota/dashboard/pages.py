@@ -24,7 +24,7 @@ from rota.api.deps import ApiRuntime, get_runtime
 from rota.api.schemas.common import status_name
 from rota.api.schemas.jobs import JobOut
 from rota.api.security import exception_view
-from rota.api.views import group_workers, parse_statuses
+from rota.api.views import group_workers, job_out, parse_statuses
 from rota.core.errors import NotFoundError, RotaError
 from rota.core.jobfields import VERSIONED_FIELDS, api_name
 from rota.core.models import FailedOccurrence, FailureType, Job, Occurrence, OccurrenceStatus
@@ -462,7 +462,8 @@ async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID)
     ]
     versions = await runtime.jobs.job_versions(job_id)
     counts = await runtime.store.count_occurrences(job_id=job_id)
-    out = JobOut.of(job, runtime.jobs.auto_disable_defaults)
+    await runtime.jobs.refresh_workers()
+    out = job_out(job, runtime.jobs)
     current = {k: getattr(out, _attr(k)) for k in _VERSIONED_API}
     snapshots = [dict(v.snapshot) for v in versions] + [current]
     diffs = [
