@@ -5,7 +5,7 @@ them, in this process).
 
 - Job data that does not fit the data schema a worker published for its type is a 422 that
   names the field (``jobData.kind``) on every write path: ``POST /jobs``, ``POST /jobs/job``,
-  ``PATCH /jobs/{id}``, ``PUT /jobs/job`` and ``POST /jobs/bulk``.
+  ``PATCH /jobs/{id}``, ``PUT /jobs/job``, ``POST /jobs/bulk`` and a trigger's own data.
 - A job of a type no worker ever declared is accepted with an ``unknown_job_type`` warning
   (the API and the dashboard's job page); its fires are recorded Skipped ``no_worker`` until
   a worker declaring the type registers, and then they run.
@@ -177,6 +177,8 @@ async def test_data_that_does_not_fit_the_schema_is_a_422_naming_the_field(
     assert refused(await c.post(f"{API}/bulk", json={"jobs": [good, bad]}))[0] == (
         "jobs[1].jobData.kind"
     )
+    trigger = {"jobId": job_id, "jobData": {"kind": ["pdf"]}}  # a run with other data
+    assert refused(await c.post(f"{API}/job/trigger", json=trigger)) == ["jobData.kind"]
     assert (await c.get(f"{API}/{job_id}")).json()["jobData"] == {"kind": "pdf"}  # unchanged
     answer = await c.patch(f"{API}/{job_id}", json={"jobData": {"kind": "csv", "copies": 3}})
     assert answer.status_code == 200, answer.text
