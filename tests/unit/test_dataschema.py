@@ -51,6 +51,8 @@ def test_each_misfit_names_its_place_in_the_data() -> None:
     ]
     assert misfits({"copies": "two"}) == ["jobData.kind", "jobData.copies"]
     assert misfits([1]) == ["jobData"]
+    closed = {"schema": {"type": "object", "properties": {"a": {}}, "additionalProperties": False}}
+    assert misfits({"a": 1, "url": "x"}, closed) == ["jobData.url"]  # not allowed: named
     assert misfits({"kind": "a"}) == []
     assert field_of("jobs[3].jobData", ["a", 0, "b"]) == "jobs[3].jobData.a[0].b"
 

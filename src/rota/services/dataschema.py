@@ -153,12 +153,26 @@ class DataSchemas:
         raise ValidationError(message, field=first.field, errors=misfits)
 
 
+_UNEXPECTED: Final = (
+    jsonschema_rs.ValidationErrorKind.AdditionalProperties,
+    jsonschema_rs.ValidationErrorKind.UnevaluatedProperties,
+)
+
+
 def _misfit(job_type: str, error: jsonschema_rs.ValidationError, base: str) -> ValidationError:
+    """One misfit, named where the data should change: a missing property by its own name
+    (``jobData.kind``), a property not allowed by its name too (the first one)."""
     path = list(error.instance_path)
     kind = error.kind
     if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
         field = field_of(base, [*path, kind.property])
         return ValidationError(f"{field} is required by the data schema of {job_type}", field=field)
+    if isinstance(kind, _UNEXPECTED) and kind.unexpected:
+        field = field_of(base, [*path, kind.unexpected[0]])
+        return ValidationError(
+            f"{field} is not allowed by the data schema of {job_type}: {error.message}",
+            field=field,
+        )
     field = field_of(base, path)
     return ValidationError(
         f"{field} does not fit the data schema of {job_type}: {error.message}", field=field

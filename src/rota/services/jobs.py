@@ -48,6 +48,7 @@ from rota.core.models import (
     Occurrence,
     OccurrenceStatus,
     Priority,
+    SkipReason,
     ZombiePolicy,
 )
 from rota.core.planning import (
@@ -381,6 +382,8 @@ class JobService:
         With the Skip policy and an occurrence of the job still Queued or Running, refuse with
         ``ConflictError`` unless ``force``. ``job_data`` (when given) replaces the job's data
         for this run only. An inactive job can be triggered too (a manual run is explicit).
+        A job whose type no worker has ever declared gets its occurrence recorded Skipped
+        (``no_worker``), as its fires are: nothing would ever run it.
         """
         if job_data is not None:
             self.check_job_data(job_data)
@@ -393,8 +396,16 @@ class JobService:
         now = self.now()
         description = None if directory is None else directory.type_description(job.job_type)
         job = with_type_defaults(job, description)
+        # A type no worker ever declared would wait for good: Skipped, as its fires are.
+        unknown = self._workers.complete and not self._workers.declared(job.job_type, job.worker_id)
         occurrence = new_occurrence(
-            job, now, now, self._plan, trigger_reason=reason or "manual", job_data=job_data
+            job,
+            now,
+            now,
+            self._plan,
+            skip_reason=SkipReason.NO_WORKER if unknown else None,
+            trigger_reason=reason or "manual",
+            job_data=job_data,
         )
         if self._stamp is not None:
             occurrence = self._stamp(occurrence)
