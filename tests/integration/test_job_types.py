@@ -211,6 +211,8 @@ async def test_an_unknown_type_warns_is_skipped_no_worker_and_runs_once_declared
         return any(o.skip_reason == "no_worker" for o in await occurrences(env, job_id))
 
     await eventually(skipped, WAIT, "a fire recorded Skipped no_worker")
+    run = (await c.post(f"{API}/{job_id}/trigger", json={"reason": "now"})).json()
+    assert (run["statusName"], run["skipReason"]) == ("Skipped", "no_worker")  # a manual run too
     assert all(o.status is OccurrenceStatus.SKIPPED for o in await occurrences(env, job_id))
 
     await env.start_worker("tests.integration.late_jobs", "late")
