@@ -17,6 +17,7 @@ from rota.app.settings import Settings
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
 from rota.core.errors import BackendUnavailableError
+from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.audit import AuditService
@@ -54,6 +55,20 @@ class MiniRuntime:
         self.notifications = NotificationService(
             self.store, NotificationConfig(), instance_id="mini", send=_not_sent
         )
+
+    async def declare(self, *job_types: str, group: str = "mini") -> None:
+        """A live worker instance of ``group`` declaring ``job_types`` in the registry, as a
+        worker registers (nothing runs their jobs here): a manual run of them is Queued, not
+        Skipped ``no_worker`` as for a type no worker ever declared."""
+        info = WorkerInfo(
+            instance_id=f"{group}-{'-'.join(job_types)}",
+            worker_id=group,
+            host="mini",
+            pid=1,
+            job_types={job_type: {} for job_type in job_types},
+            concurrency=1,
+        )
+        await self.coordination.register_worker(info, ttl=3600)
 
     async def health(self) -> dict[str, str]:
         components = {"store": "ok", "index": "ok", "broker": "ok"}

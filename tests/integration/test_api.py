@@ -53,6 +53,7 @@ JOB_KEYS = {
     "zombiePolicy",
     "zombieThresholdSeconds",
     "autoDisable",
+    "warnings",
     # the reference's names of what is above (docs/api.md, "The reference API's forms")
     "timeoutMinutes",
     "avarageDuration",
@@ -271,6 +272,7 @@ async def test_versions(client: httpx.AsyncClient) -> None:
 
 
 async def test_trigger(client: httpx.AsyncClient, runtime: MiniRuntime) -> None:
+    await runtime.declare("report")
     job = await create(client, jobData={"d": 1})
     url = f"/api/v1/jobs/{job['id']}/trigger"
 

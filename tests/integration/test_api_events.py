@@ -131,8 +131,9 @@ async def create(client: httpx.AsyncClient, **extra: Any) -> dict[str, Any]:
 
 
 async def test_job_and_occurrence_changes_arrive_live(
-    app: FastAPI, client: httpx.AsyncClient
+    app: FastAPI, client: httpx.AsyncClient, runtime: MiniRuntime
 ) -> None:
+    await runtime.declare("report")  # a manual run of it is Queued (not Skipped no_worker)
     async with subscribe(app, client) as events:
         job = await create(client)
         created = await events.next_event()

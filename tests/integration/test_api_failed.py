@@ -12,7 +12,7 @@ import pytest
 
 from rota.app.runtime import Runtime
 from rota.brokers.inprocess import InProcessBroker
-from rota.core.models import FailureType, JobMessage, OccurrenceStatus
+from rota.core.models import FailureType, JobMessage, OccurrenceStatus, WorkerInfo
 from rota.core.records import FAILURE_TEXT_LIMIT
 from rota.core.wire import DeadLetter, encode_dead_letter
 from tests.helpers import RuntimeFactory, eventually
@@ -212,8 +212,18 @@ async def test_poison_and_readable_dead_letters_become_records(
 async def test_rejected_job_message_fails_its_occurrence(
     runtime: Runtime, client: httpx.AsyncClient
 ) -> None:
-    # A triggered occurrence of a type no worker runs stays Queued; its job message, found in
-    # the dead-letter channel, fails it (failure type poison) with a record.
+    # A triggered occurrence of a type no worker runs now (declared, nothing consumes here)
+    # stays Queued; its job message, found in the dead-letter channel, fails it (failure type
+    # poison) with a record.
+    nobody = WorkerInfo(
+        instance_id="nobody-1",
+        worker_id="nobody",
+        host="h",
+        pid=1,
+        job_types={"it.nobody": {}},
+        concurrency=1,
+    )
+    await runtime.coordination.register_worker(nobody, ttl=60)
     job = await runtime.jobs.create_job(
         {"job_type": "it.nobody", "execute_at": runtime.jobs.now() + timedelta(days=1)}
     )

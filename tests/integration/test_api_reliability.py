@@ -19,6 +19,14 @@ from rota.core.records import Cancellation
 from tests.api_runtime import MiniRuntime
 from tests.integration.test_api import assert_problem, create
 
+
+@pytest.fixture(autouse=True)
+async def declared(runtime: MiniRuntime) -> None:
+    """The job type of these jobs (``report``) is declared by a worker (live, idle): their
+    manual runs are Queued, not Skipped ``no_worker``."""
+    await runtime.declare("report")
+
+
 S = OccurrenceStatus
 
 

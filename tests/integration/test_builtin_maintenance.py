@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
+from rota.core.errors import ValidationError
 from rota.core.models import OccurrenceStatus, utcnow
 from tests.helpers import RuntimeFactory
 from tests.integration.builtin_servers import run_job, wait_for_log
@@ -28,5 +31,14 @@ async def test_the_retention_sweep_as_a_job(runtime_factory: RuntimeFactory) -> 
     await wait_for_log(rt, occ, "retention deleted 3 occurrences")
     again = await run_job(rt, "rota.maintenance", {})
     assert again.result["occurrencesDeleted"] == {}
-    refused = await run_job(rt, "rota.maintenance", {"completedDays": 0})
-    assert refused.status is S.FAILED  # no policy from job data: the Admin's settings only
+    # No policy from job data (the Admin's settings only): the server refuses it against the
+    # job type's data schema (the worker would too, see tests/unit/test_builtin.py).
+    with pytest.raises(ValidationError) as refused:
+        await rt.jobs.create_job(
+            {
+                "job_type": "rota.maintenance",
+                "execute_at": rt.jobs.now(),
+                "job_data": {"completedDays": 0},
+            }
+        )
+    assert refused.value.field == "jobData.completedDays"

@@ -14,7 +14,7 @@ from pydantic import SecretStr
 
 from rota.builtin.config import SqlSettings
 from rota.builtin.sql import SqlExecute, SqlRunner
-from rota.core.errors import PermanentError, RotaError
+from rota.core.errors import PermanentError, RotaError, ValidationError
 from rota.core.models import OccurrenceStatus
 from tests.helpers import RuntimeFactory
 from tests.integration.builtin_servers import run_job, wait_for_log
@@ -133,11 +133,16 @@ async def test_end_to_end_through_the_embedded_runtime(
     assert unknown.status is S.FAILED
     assert unknown.attempt == 1
     assert "unknown SQL connection 'nope'" in (unknown.exception or "")
-    with_url = await run_job(
-        rt, "sql.execute", {"connection": "reports", "statement": "SELECT 1", "url": sqlite_url}
-    )
-    assert with_url.status is S.FAILED
-    assert "url" in (with_url.exception or "")
+    # A URL in job data is refused by the server, against the job type's data schema (the
+    # worker refuses it too: the model forbids extra fields).
+    data = {"connection": "reports", "statement": "SELECT 1", "url": sqlite_url}
+    with pytest.raises(ValidationError) as with_url:
+        await rt.jobs.create_job({"job_type": "sql.execute", "job_data": data, **now(rt)})
+    assert with_url.value.field == "jobData.url"
+
+
+def now(rt: Any) -> dict[str, Any]:
+    return {"execute_at": rt.jobs.now()}
 
 
 async def test_a_connection_url_never_shows_in_a_failure(tmp_path: Path) -> None:

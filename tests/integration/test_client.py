@@ -66,6 +66,7 @@ async def client(app: FastAPI) -> AsyncIterator[rota.Client]:
 
 async def _failed_occurrence(rt: MiniRuntime, client: rota.Client) -> tuple[UUID, UUID]:
     """A job whose triggered occurrence failed for good: (occurrence id, failed record id)."""
+    await rt.declare("flaky")
     job = await client.create_job(job_type="flaky", cron_expression="0 0 1 1 *")
     occurrence = await client.trigger(job.id)
     now = datetime.now(UTC)
@@ -117,6 +118,7 @@ async def test_jobs_round_trip(client: rota.Client) -> None:
 async def test_occurrences_trigger_logs_and_cancel(
     runtime: MiniRuntime, client: rota.Client
 ) -> None:
+    await runtime.declare("report")
     job = await client.create_job(job_type="report", cron_expression="0 0 1 1 *")
     occurrence = await client.trigger(job.id, reason="by hand", job_data={"x": 1})
     assert occurrence.status == S.QUEUED
@@ -339,6 +341,7 @@ def test_sync_client(tmp_path: Path) -> None:
         stack = AsyncExitStack()
         rt = client.call(stack.enter_async_context(sqlite_runtime(tmp_path, with_events=True)))
         client.call(ensure_user(rt.auth, "operator"))
+        client.call(rt.declare("report"))
         holder["app"] = create_app(rt)
         try:
             job = client.create_job(job_type="report", cron_expression="@hourly")

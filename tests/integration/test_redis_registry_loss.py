@@ -1,7 +1,7 @@
 """The Redis worker registry when Redis loses its data (FLUSHALL, a restart without
 persistence): registrations read before the loss stay live until their own TTL runs out, so
-that the dispatcher does not skip the fires of every group (``no_worker``) until the workers'
-next heartbeats. A graceful unregistration, with no loss, removes a worker at once."""
+that every group does not look gone (its running work taken for a dead worker's) until the
+workers' next heartbeats. A graceful unregistration, with no loss, removes a worker at once."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from rota.app.runtime import Runtime
-from rota.core.models import OccurrenceStatus, StatusRecord
+from rota.core.models import OccurrenceStatus, StatusRecord, WorkerInfo
 from rota.services.zombies import zombie_records
 from tests.helpers import RuntimeFactory, eventually, settings_for
 from tests.integration import reliability_jobs
@@ -147,7 +147,17 @@ async def test_a_late_report_of_a_superseded_attempt_is_ignored_and_counted(
     runtime: Runtime, client: httpx.AsyncClient
 ) -> None:
     before = (await client.get("/api/v1/admin/reliability")).json()
-    job = await create(client, jobType="rel.nobody")  # no worker runs it
+    # Declared by a worker group (a registration; nothing runs it here): the run waits Queued.
+    nobody = WorkerInfo(
+        instance_id="nobody-1",
+        worker_id="nobody",
+        host="h",
+        pid=1,
+        job_types={"rel.nobody": {}},
+        concurrency=1,
+    )
+    await runtime.coordination.register_worker(nobody, ttl=60)
+    job = await create(client, jobType="rel.nobody")
     occurrence_id = UUID(await trigger(client, job["id"]))
     now = datetime.now(UTC)
     running = StatusRecord(

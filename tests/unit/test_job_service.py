@@ -492,6 +492,7 @@ async def test_job_data_over_the_limit_is_refused_on_jobdata(
 async def test_trigger_inserts_an_undispatched_queued_occurrence_and_wakes(
     service: JobService, store: SqlStore, coordination: RecordingCoordination, clock: Clock
 ) -> None:
+    await coordination.register_worker(worker("w-1", "tests", "t"), 60)
     job = await service.create_job(JobSpec(job_type="t", cron_expression="0 0 1 1 *", job_data=[1]))
 
     occurrence = await service.trigger(job.id, reason="by hand", job_data={"once": True})
@@ -518,8 +519,9 @@ async def test_trigger_uses_job_data_and_a_default_reason(
 
 
 async def test_trigger_with_skip_policy_refuses_overlap_unless_forced(
-    service: JobService, store: SqlStore, clock: Clock
+    service: JobService, store: SqlStore, clock: Clock, coordination: RecordingCoordination
 ) -> None:
+    await coordination.register_worker(worker("w-1", "reports", "report"), 60)
     job = await service.create_job(every_minute())
     first = await service.trigger(job.id)
     clock.advance(1)
@@ -538,12 +540,33 @@ async def test_trigger_with_skip_policy_refuses_overlap_unless_forced(
     assert (await service.trigger(job.id)).status is OccurrenceStatus.QUEUED
 
 
-async def test_trigger_with_queue_policy_queues_behind(service: JobService, clock: Clock) -> None:
+async def test_trigger_with_queue_policy_queues_behind(
+    service: JobService, clock: Clock, coordination: RecordingCoordination
+) -> None:
+    await coordination.register_worker(worker("w-1", "reports", "report"), 60)
     job = await service.create_job(every_minute(concurrency_policy=ConcurrencyPolicy.QUEUE))
     await service.trigger(job.id)
     clock.advance(1)
     second = await service.trigger(job.id)
     assert second.status is OccurrenceStatus.QUEUED
+
+
+async def test_a_trigger_of_a_type_no_worker_ever_declared_is_skipped_no_worker(
+    service: JobService, store: SqlStore, coordination: RecordingCoordination, clock: Clock
+) -> None:
+    job = await service.create_job(every_minute(concurrency_policy=ConcurrencyPolicy.QUEUE))
+    assert [w.code for w in service.job_warnings(job)] == ["unknown_job_type"]
+    skipped = await store.get_occurrence((await service.trigger(job.id, reason="by hand")).id)
+    assert (skipped.status, skipped.skip_reason) == (OccurrenceStatus.SKIPPED, "no_worker")
+    assert skipped.trigger_reason == "by hand"
+
+    await coordination.register_worker(worker("w-1", "reports", "report"), 60)
+    clock.advance(1)
+    assert (await service.trigger(job.id)).status is OccurrenceStatus.QUEUED
+    await coordination.unregister_worker("w-1")  # declared before, down now: it waits
+    clock.advance(1)
+    assert (await service.trigger(job.id)).status is OccurrenceStatus.QUEUED
+    assert service.job_warnings(job) == []
 
 
 async def test_trigger_of_missing_job_is_not_found(service: JobService) -> None:

@@ -1,6 +1,6 @@
 """Presentation helpers shared by the API routes and the dashboard's pages (so the
-dashboard needs no route module): status filters read from query values, and the worker
-registry grouped by worker group."""
+dashboard needs no route module): status filters read from query values, the worker
+registry grouped by worker group, and a job as the API shows it (with its warnings)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from rota.api.schemas.common import status_name
+from rota.api.schemas.jobs import JobOut, JobWarningOut
 from rota.api.schemas.workers import WorkerGroupOut, WorkerInstanceOut
 from rota.core.errors import ValidationError
-from rota.core.models import OccurrenceStatus, WorkerInfo
+from rota.core.models import Job, OccurrenceStatus, WorkerInfo
+from rota.services.jobs import JobService
 
 _BY_NAME = {status_name(s).lower(): s for s in OccurrenceStatus} | {
     s.name.lower(): s for s in OccurrenceStatus
@@ -72,3 +74,10 @@ def group_workers(workers: list[WorkerInfo]) -> list[WorkerGroupOut]:
             )
         )
     return out
+
+
+def job_out(job: Job, jobs: JobService) -> JobOut:
+    """The job as the API shows it, with its warnings (from the worker registry as the job
+    service last read it)."""
+    warnings = [JobWarningOut(code=w.code, message=w.message) for w in jobs.job_warnings(job)]
+    return JobOut.of(job, jobs.auto_disable_defaults, warnings)

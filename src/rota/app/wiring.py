@@ -94,7 +94,7 @@ def build_runtime(
     batching = settings.tracker
 
     events = EventPublisher(coordination)
-    workers = WorkerDirectory(coordination)
+    workers = WorkerDirectory(coordination, history=store)
     owner = BucketOwner(
         coordination,
         instance_id,
@@ -146,6 +146,7 @@ def build_runtime(
             now=utcnow(),
             events=events,
         ),
+        workers=workers,
     )
     notifications = build_notifications(
         settings, store, metrics, instance_id, is_leader=lambda: 0 in owner.buckets

@@ -375,8 +375,8 @@ class RedisCoordination(Coordination):
         got the format wrong) is logged and left out instead of hiding every other worker.
 
         Redis may lose the registry (``FLUSHALL``, a restart without persistence, a failover to
-        an empty replica): until the workers' next heartbeats every group would look gone, and
-        the dispatcher would skip their fires (``no_worker``). The registry therefore carries a
+        an empty replica): until the workers' next heartbeats every group would look gone (their
+        running occurrences taken for a dead worker's). The registry therefore carries a
         generation token; when it changes, the registrations this instance read last before the
         loss (and those still kept from an earlier loss) stay live for one more TTL of theirs
         from then (they could not refresh while Redis was away), unless they register again

@@ -97,6 +97,8 @@ def plan_fires(
 ) -> FirePlan:
     """Plan the fires of a due job. ``active``: its occurrences Queued or Running now.
     The Skip policy, and a job that is ``probing``, run a fire only when none is active.
+    ``has_worker``: whether any worker has ever declared the job's type (of its group, if it
+    names one); if not, every fire is recorded Skipped ``no_worker``.
     ``dispatched_at``: record the Queued occurrences as handed to the broker at that time.
     ``horizon`` (default ``now``): plan the fires up to it, those after ``now`` ahead of
     their due time (the dispatch lead); each keeps its own fire time as ``scheduled_for``,

@@ -22,7 +22,7 @@ from starlette.responses import RedirectResponse, Response
 from rota.api.deps import ApiRuntime, get_runtime
 from rota.api.schemas.common import status_name
 from rota.api.schemas.jobs import JobOut
-from rota.api.views import group_workers
+from rota.api.views import group_workers, job_out
 from rota.core.errors import NotFoundError, RotaError
 from rota.core.jobfields import version_snapshot
 from rota.core.models import Job, Occurrence, OccurrenceStatus
@@ -363,7 +363,8 @@ async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID)
     ]
     versions = await runtime.jobs.job_versions(job_id)
     counts = await runtime.store.count_occurrences(job_id=job_id)
-    out = JobOut.of(job, runtime.jobs.auto_disable_defaults)
+    await runtime.jobs.refresh_workers()
+    out = job_out(job, runtime.jobs)
     current = version_snapshot(job)
     snapshots = [dict(v.snapshot) for v in versions] + [current]
     diffs = [

@@ -274,8 +274,9 @@ class Dispatcher:
             return 0
         now = self._clock()
         # Read afresh for every batch (one registry read, a batch holds up to a thousand
-        # fires): a fire due just after a worker registered must not be skipped as having
-        # no worker because a cached registry is a second old.
+        # fires): a fire of a type first declared by a worker that registered just now must
+        # not be skipped as having no worker because a cached registry is a second old. (The
+        # types declared earlier come from the directory's history, read once.)
         await self._workers.refresh(force=True)
         # Fires due up to ``lead`` from now are committed and sent now: the worker holds each
         # until its due instant. The store takes the horizon as its "due" bound; the plan
@@ -384,7 +385,9 @@ class Dispatcher:
             active,
             now,
             self._plan_settings,
-            has_worker=self._workers.serves(job.job_type, job.worker_id),
+            # ``no_worker`` only for a type no worker ever declared (of the job's group, if
+            # it names one): a type whose workers are merely down waits for them.
+            has_worker=self._workers.declared(job.job_type, job.worker_id),
             dispatched_at=now if mark else None,
             horizon=horizon,
         )

@@ -48,6 +48,7 @@ from rota.core.models import (
     Occurrence,
     OccurrenceStatus,
     Priority,
+    SkipReason,
     ZombiePolicy,
 )
 from rota.core.planning import (
@@ -57,8 +58,9 @@ from rota.core.planning import (
     new_occurrence,
     with_type_defaults,
 )
-from rota.core.ports import Coordination, JobAdminStore, ScheduleIndex
+from rota.core.ports import Coordination, JobAdminStore, JobTypeHistory, ScheduleIndex
 from rota.core.records import IndexEntry, JobQuery, OccurrenceQuery, Page
+from rota.services.dataschema import DataSchemas
 from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
 
@@ -77,6 +79,18 @@ DEFAULT_MAX_JOB_DATA_BYTES: Final = 256 * 1024
 """The default limit of a job's data (and a trigger's), as compact UTF-8 JSON."""
 
 _SPEC_FIELDS: Final = frozenset(JobSpec.__dataclass_fields__)
+
+UNKNOWN_JOB_TYPE: Final = "unknown_job_type"
+"""The warning code of a job whose type no worker has ever declared."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobWarning:
+    """Something about an accepted job its author should know (``code``: stable, for
+    scripts; ``message``: for people)."""
+
+    code: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,6 +125,8 @@ class JobService:
         events: EventPublisher | None = None,
         cancel_ahead: Callable[[UUID, str], Awaitable[object]] | None = None,
         supersede_ahead: Callable[[Job], Awaitable[object]] | None = None,
+        workers: WorkerDirectory | None = None,
+        schemas: DataSchemas | None = None,
     ) -> None:
         """``cancel_ahead(job_id, reason)``: cancels the job's occurrences sent ahead of their
         due time (the dispatch lead), after the job was disabled or deleted;
@@ -123,7 +139,9 @@ class JobService:
         ``stamp(occurrence)``: marks a manual trigger's occurrence before it is stored (its
         trace context; tracing on). ``events``: where change events go (the runtime's
         publisher); without one they gather in a publisher of the service's own that nothing
-        publishes (tests)."""
+        publishes (tests). ``workers``: the runtime's worker directory (the job types live
+        and ever declared, their data schemas); default: one of the service's own, with the
+        store as its history if the store keeps one. ``schemas``: the data schema checker."""
         self._on_triggered = on_triggered
         self._cancel_ahead = cancel_ahead
         self._supersede_ahead = supersede_ahead
@@ -136,7 +154,9 @@ class JobService:
         self._coordination = coordination
         self._config = config
         self._clock = clock
-        self._workers = WorkerDirectory(coordination)
+        history = store if isinstance(store, JobTypeHistory) else None
+        self._workers = workers or WorkerDirectory(coordination, history=history)
+        self.schemas = schemas or DataSchemas()
         self._plan = config.plan
 
     # --- reading ----------------------------------------------------------------------------
@@ -205,13 +225,14 @@ class JobService:
         now = self.now()
         jobs: list[Job] = []
         refused: list[ValidationError] = []
-        workers: GroupLookup | None = None
+        # One registry read for the whole batch: the groups declaring each type, and the
+        # data schemas the jobs' data must fit.
+        directory = await self._fresh_directory() if specs else None
+        workers = _no_groups if directory is None else directory.groups_for
         for position, raw in enumerate(specs):
             try:
                 spec = _as_spec(raw)
-                if workers is None and not (spec.worker_id or "").strip():
-                    workers = await self._declared_groups()
-                jobs.append(self._new_job(spec, now, workers or _no_groups))
+                jobs.append(self._new_job(spec, now, workers, directory))
             except ValidationError as exc:
                 if len(specs) == 1 and not field_prefix:
                     raise
@@ -262,12 +283,20 @@ class JobService:
             candidate = replace(candidate, disabled_reason=None, disabled_at=None, probing=False)
             if changes["is_active"] is True:
                 candidate = replace(candidate, consecutive_failures=0, last_failure_at=None)
+        directory: WorkerDirectory | None = None
+        if {"worker_id", "job_type", "job_data"} & set(changes):
+            directory = await self._fresh_directory()
         if "worker_id" in changes or "job_type" in changes:
-            workers = _no_groups if candidate.worker_id else await self._declared_groups()
-            candidate = replace(candidate, worker_id=_resolve(candidate, workers))
+            groups = _no_groups if directory is None else directory.groups_for
+            candidate = replace(
+                candidate,
+                worker_id=_resolve(candidate, _no_groups if candidate.worker_id else groups),
+            )
         changed = _normalise(candidate)
         if "job_data" in changes:
             self.check_job_data(changed.job_data)
+        if directory is not None:
+            self._check_schema(changed.job_type, changed.worker_id, changed.job_data, directory)
         versioned = any(getattr(current, f) != getattr(changed, f) for f in VERSIONED_FIELDS)
         changed = replace(
             changed,
@@ -359,18 +388,30 @@ class JobService:
         With the Skip policy and an occurrence of the job still Queued or Running, refuse with
         ``ConflictError`` unless ``force``. ``job_data`` (when given) replaces the job's data
         for this run only. An inactive job can be triggered too (a manual run is explicit).
+        A job whose type no worker has ever declared gets its occurrence recorded Skipped
+        (``no_worker``), as its fires are: nothing would ever run it.
         """
         if job_data is not None:
             self.check_job_data(job_data)
         job = await self._store.get_job(job_id)
+        directory = await self._fresh_directory()
+        if job_data is not None and directory is not None:
+            self._check_schema(job.job_type, job.worker_id, job_data, directory)
         if job.concurrency_policy is ConcurrencyPolicy.SKIP and not force:
             await self._refuse_overlap(job)
         now = self.now()
-        directory = await self._fresh_directory()
         description = None if directory is None else directory.type_description(job.job_type)
         job = with_type_defaults(job, description)
+        # A type no worker ever declared would wait for good: Skipped, as its fires are.
+        unknown = self._workers.complete and not self._workers.declared(job.job_type, job.worker_id)
         occurrence = new_occurrence(
-            job, now, now, self._plan, trigger_reason=reason or "manual", job_data=job_data
+            job,
+            now,
+            now,
+            self._plan,
+            skip_reason=SkipReason.NO_WORKER if unknown else None,
+            trigger_reason=reason or "manual",
+            job_data=job_data,
         )
         if self._stamp is not None:
             occurrence = self._stamp(occurrence)
@@ -388,7 +429,46 @@ class JobService:
             return worker_id.strip()
         return _pick_group(job_type, await self._declared_groups())
 
+    async def refresh_workers(self) -> None:
+        """Read the worker registry if the copy :meth:`job_warnings` uses is over a second
+        old (a registry that does not answer leaves the copy as it is)."""
+        try:
+            await self._workers.refresh()
+        except BackendUnavailableError as exc:
+            logger.debug("worker registry unavailable: %s", exc)
+
+    def job_warnings(self, job: Job) -> list[JobWarning]:
+        """What its author should know about an accepted job: ``unknown_job_type`` when no
+        worker has ever declared its type (of its group, if it names one): its fires are
+        recorded Skipped ``no_worker`` until one does. Nothing while the registry or the
+        history could not be read."""
+        workers = self._workers
+        if not workers.complete or workers.declared(job.job_type, job.worker_id):
+            return []
+        group = f" in worker group {job.worker_id!r}" if job.worker_id else ""
+        return [
+            JobWarning(
+                UNKNOWN_JOB_TYPE,
+                f"no worker has declared job type {job.job_type!r}{group}: its runs are "
+                "recorded Skipped (no_worker) until a worker declaring it registers",
+            )
+        ]
+
     # --- helpers ----------------------------------------------------------------------------
+
+    def _check_schema(
+        self,
+        job_type: str,
+        worker_id: str | None,
+        data: JsonValue,
+        directory: WorkerDirectory,
+        field: str = "jobData",
+    ) -> None:
+        """``ValidationError`` (field ``jobData.<path>``) when ``data`` does not fit the data
+        schema a live worker published for ``job_type`` (of ``worker_id``'s group if one of
+        it is live); no check when none did."""
+        description = directory.type_description(job_type.strip(), worker_id)
+        self.schemas.check(job_type, description, data, field)
 
     def check_job_data(self, data: JsonValue, field: str = "jobData") -> None:
         """``ValidationError`` when ``data`` nests deeper than the limit
@@ -419,13 +499,22 @@ class JobService:
         """The service clock's current time (aware UTC)."""
         return as_utc(self._clock())
 
-    def _new_job(self, spec: JobSpec, now: datetime, workers: GroupLookup) -> Job:
+    def _new_job(
+        self,
+        spec: JobSpec,
+        now: datetime,
+        workers: GroupLookup,
+        directory: WorkerDirectory | None = None,
+    ) -> Job:
         fields = _normalised(spec)
         self.check_job_data(spec.job_data)
         job_id = new_id()
         worker_id = spec.worker_id
         if spec.source is not JobSource.CODE:  # a code job runs on any group declaring its type
             worker_id = _resolve_group(fields["job_type"], worker_id, workers)
+        if directory is not None and spec.source is not JobSource.CODE:
+            # (a code job's data is its worker's own business: declared with it)
+            self._check_schema(fields["job_type"], worker_id, spec.job_data, directory)
         next_run_at = None
         if fields["is_active"]:
             schedule = (fields["cron_expression"], fields["time_zone"], fields["execute_at"])

@@ -1,5 +1,7 @@
 """Which worker groups serve which job types, read from the coordination registry and cached
-briefly so the dispatcher does not ask for every batch."""
+briefly so the dispatcher does not ask for every batch; and which job types any worker has
+ever declared (kept in the store), so that a fire of a type whose workers are merely down is
+not taken for one of a type nothing runs."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from rota.core.errors import BackendUnavailableError
 from rota.core.events import Event, worker_changed
-from rota.core.models import WorkerInfo
-from rota.core.ports import WorkerRegistry
+from rota.core.models import WorkerInfo, utcnow
+from rota.core.ports import JobTypeHistory, WorkerRegistry
 from rota.services._loop import run_periodically
 from rota.services.events import EventPublisher
 
@@ -23,11 +26,27 @@ ROSTER_INTERVAL = 2.0
 
 
 class WorkerDirectory:
-    """A short-lived cache of the live workers' declared job types."""
+    """A short-lived cache of the live workers' declared job types, and the job types ever
+    declared.
 
-    def __init__(self, coordination: WorkerRegistry, *, max_age: float = 1.0) -> None:
+    ``history``: where the ``(job type, worker group)`` pairs ever declared are kept. The
+    first refresh reads them (once, retried on the next refresh if the store does not
+    answer); a pair first seen live is added to it (one insert, only for new pairs). Without
+    a history, "ever declared" is what this directory has seen since it was made."""
+
+    def __init__(
+        self,
+        coordination: WorkerRegistry,
+        *,
+        max_age: float = 1.0,
+        history: JobTypeHistory | None = None,
+    ) -> None:
         self._coordination = coordination
         self._max_age = max_age
+        self._history = history
+        self._history_read = history is None
+        self._declared: dict[str, set[str]] = {}
+        self._unrecorded: set[tuple[str, str]] = set()
         self._read_at = 0.0
         self._by_type: dict[str, set[str]] = {}
         self._workers: list[WorkerInfo] = []
@@ -51,6 +70,32 @@ class WorkerDirectory:
             self._roster = roster
             self._generation += 1
         self._read_at = time.monotonic()
+        for job_type, groups in by_type.items():
+            known = self._declared.setdefault(job_type, set())
+            if not groups <= known:
+                self._unrecorded.update((job_type, group) for group in groups - known)
+                known.update(groups)
+        if self._history is not None and (self._unrecorded or not self._history_read):
+            await self._sync_history(self._history)
+
+    async def _sync_history(self, history: JobTypeHistory) -> None:
+        """Read the job types ever declared (once) and record the ones first seen live; a
+        store that does not answer is logged and tried again on the next refresh."""
+        try:
+            if not self._history_read:
+                for job_type, group in await history.declared_job_types():
+                    self._declared.setdefault(job_type, set()).add(group)
+                self._history_read = True
+            if self._unrecorded:
+                pairs = sorted(self._unrecorded)
+                self._unrecorded.clear()
+                try:
+                    await history.record_job_types(pairs, utcnow())
+                except BackendUnavailableError:
+                    self._unrecorded.update(pairs)
+                    raise
+        except BackendUnavailableError as exc:
+            log.warning("job type history unavailable: %s", exc)
 
     async def live(self) -> list[WorkerInfo]:
         """The live worker instances (read again if the cache is old)."""
@@ -64,8 +109,29 @@ class WorkerDirectory:
             return False
         return worker_id is None or worker_id in groups
 
-    def type_description(self, job_type: str) -> Mapping[str, Any] | None:
-        """What a live worker declared about ``job_type`` (defaults, data schema), if any."""
+    @property
+    def complete(self) -> bool:
+        """Whether :meth:`declared` knows the whole story: the registry was read and the
+        history (if any) too."""
+        return self._read_at > 0 and self._history_read
+
+    def declared(self, job_type: str, worker_id: str | None = None) -> bool:
+        """Whether any worker (of group ``worker_id``, if given) has ever declared
+        ``job_type``: live now, seen live before, or in the history."""
+        groups = self._declared.get(job_type)
+        if not groups:
+            return False
+        return worker_id is None or worker_id in groups
+
+    def type_description(
+        self, job_type: str, worker_id: str | None = None
+    ) -> Mapping[str, Any] | None:
+        """What a live worker (of group ``worker_id`` if given and one of it is live, else
+        any) declared about ``job_type`` (defaults, data schema), if any."""
+        if worker_id is not None:
+            for worker in self._workers:
+                if worker.worker_id == worker_id and job_type in worker.job_types:
+                    return worker.job_types[job_type]
         return self._defaults.get(job_type)
 
     def groups_for(self, job_type: str) -> set[str]:

@@ -327,6 +327,14 @@ def _control(metadata: MetaData) -> None:
         Column("value", Json(), nullable=False),
         Column("updated_at", UtcDateTime(), nullable=False),
     )
+    Table(
+        "declared_job_types",
+        metadata,
+        Column("job_type", String(200), nullable=False),
+        Column("worker_id", String(200), nullable=False),
+        Column("first_declared_at", UtcDateTime(), nullable=False),
+        PrimaryKeyConstraint("job_type", "worker_id"),
+    )
 
 
 def _failed_occurrences(metadata: MetaData) -> None:
@@ -522,6 +530,7 @@ refresh_tokens = metadata.tables["refresh_tokens"]
 login_throttles = metadata.tables["login_throttles"]
 audit_entries = metadata.tables["audit_entries"]
 scheduler_control = metadata.tables["scheduler_control"]
+declared_job_types = metadata.tables["declared_job_types"]
 notification_subscriptions = metadata.tables["notify_subscriptions"]
 notification_deliveries = metadata.tables["notify_deliveries"]
 notification_attempts = metadata.tables["notify_attempts"]

@@ -32,6 +32,7 @@ from rota.api.schemas.jobs import (
 )
 from rota.api.schemas.occurrences import OccurrenceDetail
 from rota.api.security import OperatorUser, requires
+from rota.api.views import job_out
 from rota.core.errors import ValidationError
 from rota.core.security import Role
 from rota.services.jobs import MAX_PREVIEW, JobService
@@ -44,7 +45,7 @@ AUDITED_IDS = 1000
 
 
 def _audit_view(job: JobOut) -> dict[str, Any]:
-    return job.model_dump(mode="json", by_alias=True)
+    return job.model_dump(mode="json", by_alias=True, exclude={"warnings"})
 
 
 @router.post(
@@ -64,10 +65,11 @@ async def create_job(
 
 
 def out(job: Any, jobs: JobService, response: Response | None = None) -> JobOut:
-    """The job as the API shows it; with ``response``, its entity tag as the ``ETag``."""
+    """The job as the API shows it, with its warnings (from the worker registry as last
+    read); with ``response``, its entity tag as the ``ETag``."""
     if response is not None:
         response.headers["ETag"] = job.etag
-    return JobOut.of(job, jobs.auto_disable_defaults)
+    return job_out(job, jobs)
 
 
 IfMatch = Annotated[
@@ -197,6 +199,7 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     cursor: Annotated[str | None, Query(max_length=500, pattern=NO_NUL)] = None,
 ) -> JobPage:
+    await jobs.refresh_workers()
     page = await jobs.list_jobs(
         search=search,
         tag=tag,
@@ -211,7 +214,9 @@ async def list_jobs(
 
 @router.get("/{job_id}", responses=problem_responses(404, 422, 503), summary="Read a job")
 async def get_job(job_id: UUID, jobs: Jobs, response: Response) -> JobOut:
-    return out(await jobs.get_job(job_id), jobs, response)
+    job = await jobs.get_job(job_id)
+    await jobs.refresh_workers()
+    return out(job, jobs, response)
 
 
 @router.patch(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Final
 from uuid import UUID
@@ -238,6 +239,17 @@ class AuditInfoOut(ApiModel):
         )
 
 
+class JobWarningOut(ApiModel):
+    """Something about an accepted job its author should know."""
+
+    code: str = Field(
+        description="Stable, for scripts. `unknown_job_type`: no worker has ever declared the "
+        "job's type (in its workerId group, if it names one); its runs are recorded Skipped "
+        "with skipReason `no_worker` until a worker declaring it registers."
+    )
+    message: str = Field(description="For people.")
+
+
 class JobOut(ApiModel):
     id: UUID
     display_name: str
@@ -284,11 +296,22 @@ class JobOut(ApiModel):
     zombie_policy: ZombiePolicy | None = Field(description="The job's own; null: the default.")
     zombie_threshold_seconds: float | None
     auto_disable: AutoDisableOut
+    warnings: list[JobWarningOut] = Field(
+        default_factory=list,
+        description="What its author should know about the job (empty: nothing); see "
+        "JobWarningOut. Not part of the job: not versioned, not in its ETag.",
+    )
 
     @classmethod
-    def of(cls, job: Job, defaults: AutoDisableDefaults | None = None) -> JobOut:
+    def of(
+        cls,
+        job: Job,
+        defaults: AutoDisableDefaults | None = None,
+        warnings: Sequence[JobWarningOut] = (),
+    ) -> JobOut:
         settings = effective(job, defaults or AutoDisableDefaults())
         return cls(
+            warnings=list(warnings),
             **{name: getattr(job, attribute) for name, attribute in _JOB_OUT_FIELDS},
             tags=list(job.tags),
             timeout_minutes=None if job.timeout_seconds is None else job.timeout_seconds / 60,
@@ -312,7 +335,7 @@ class JobOut(ApiModel):
 _JOB_OUT_FIELDS: Final = tuple(
     (name, _ATTRIBUTES.get(name, name))
     for name in JobOut.model_fields
-    if _ATTRIBUTES.get(name, name) in BY_NAME and name not in ("tags", "source")
+    if _ATTRIBUTES.get(name, name) in BY_NAME and name not in ("tags", "source", "warnings")
 )
 """The fields of :class:`JobOut` copied from the job's attribute of the same meaning."""
 

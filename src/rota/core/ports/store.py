@@ -414,6 +414,22 @@ class ControlStore(abc.ABC):
         """Store the dispatchers' stop switch (every server reads it)."""
 
 
+class JobTypeHistory(abc.ABC):
+    """The job types workers have ever declared, and by which group: what tells a fire of a
+    type whose workers are merely down (it waits for them) from one of a type no worker ever
+    declared (recorded Skipped, ``no_worker``)."""
+
+    @abc.abstractmethod
+    async def record_job_types(self, declared: Sequence[tuple[str, str]], at: datetime) -> int:
+        """Remember ``(job type, worker group)`` pairs as declared at ``at``; a pair already
+        known keeps its first time. Pairs with a name longer than 200 characters are left
+        out. Returns how many pairs were new."""
+
+    @abc.abstractmethod
+    async def declared_job_types(self) -> set[tuple[str, str]]:
+        """Every ``(job type, worker group)`` pair ever recorded."""
+
+
 class RetentionStore(abc.ABC):
     """Deleting what retention lets go, and time partitions (maintenance)."""
 
@@ -737,6 +753,7 @@ class Store(
     DeadLetterStore,
     StatsReader,
     ControlStore,
+    JobTypeHistory,
     RetentionStore,
     SilenceReader,
     SecurityStore,

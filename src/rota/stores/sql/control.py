@@ -1,20 +1,57 @@
-"""The SQL store's control state: the dispatcher's pause switch."""
+"""The SQL store's control state: the dispatcher's pause switch, and the job types workers
+have ever declared (what the dispatcher's ``no_worker`` rule reads)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from rota.core.models import DispatcherState, utcnow
-from rota.stores.schema import scheduler_control
+from rota.stores.schema import declared_job_types, scheduler_control
 from rota.stores.sql.engine import SqlParts
+
+MAX_NAME = 200
+"""The longest job type and worker group name the history keeps (its columns' width)."""
+_CHUNK = 500
 
 _DISPATCHER_KEY = "dispatcher"
 
 
 class ControlQueries(SqlParts):
-    """The dispatcher state of the :class:`~rota.core.ports.Store` port."""
+    """The dispatcher state and the job type history of the :class:`~rota.core.ports.Store`
+    port."""
+
+    # --- job types ever declared -------------------------------------------------------------
+
+    async def record_job_types(self, declared: Sequence[tuple[str, str]], at: datetime) -> int:
+        rows = [
+            {"job_type": job_type, "worker_id": worker_id, "first_declared_at": at}
+            for job_type, worker_id in sorted(set(declared))
+            if 0 < len(job_type) <= MAX_NAME and 0 < len(worker_id) <= MAX_NAME
+        ]
+        if not rows:
+            return 0
+        dialect = postgresql if self._dialect == "postgresql" else sqlite
+        new = 0
+        async with self._write() as conn:
+            for start in range(0, len(rows), _CHUNK):
+                stmt = (
+                    dialect.insert(declared_job_types)
+                    .values(rows[start : start + _CHUNK])
+                    .on_conflict_do_nothing()
+                    .returning(declared_job_types.c.job_type)
+                )
+                new += len((await conn.execute(stmt)).all())
+        return new
+
+    async def declared_job_types(self) -> set[tuple[str, str]]:
+        t = declared_job_types.c
+        async with self._read() as conn:
+            rows = (await conn.execute(select(t.job_type, t.worker_id))).all()
+        return {(row.job_type, row.worker_id) for row in rows}
 
     # --- control --------------------------------------------------------------------------
 
