@@ -38,7 +38,7 @@ def test_latency_scenario(tmp_path: Path) -> None:
     keys = ("p50Ms", "p90Ms", "p99Ms", "p999Ms", "maxMs")
     p50, p90, p99, p999, top = (float(result[k]) for k in keys)  # type: ignore[arg-type]
     assert 0 <= p50 <= p90 <= p99 <= p999 <= top
-    assert result["leadSeconds"] == 0.0  # the setting's default: the lead is opt-in for now
+    assert result["leadSeconds"] == 0.5  # the setting's default
 
 
 def test_cron_scenario(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from rota.core.errors import BackendUnavailableError, ConflictError
@@ -133,6 +133,12 @@ async def _cancel_queued(
 AHEAD_PAGE = 1000
 """Occurrences sent ahead looked at per call (a job has a lead's worth of fires at most)."""
 
+AHEAD_MARGIN = timedelta(seconds=0.25)
+"""An occurrence sent ahead that is due sooner than this is left to start: the cancel (or the
+new version) could reach its worker after its due instant, when it has started, and the store
+would then say it never ran. Such a fire runs as it was sent, as if the disable, delete or
+edit had come just after it."""
+
 
 async def cancel_ahead(
     store: OccurrenceStore,
@@ -144,12 +150,12 @@ async def cancel_ahead(
     events: EventPublisher | None = None,
 ) -> int:
     """Cancel the job's occurrences that were sent ahead of their due time (the dispatch
-    lead) and are still Queued, due after ``now``: the job was disabled or deleted before
-    they came due, so they must not start. A worker holding one reports it Cancelled
-    without running it. One that has started meanwhile (its due time passed) is left
-    alone. Returns how many were cancelled."""
+    lead) and are still Queued, due after ``now`` (and :data:`AHEAD_MARGIN`): the job was
+    disabled or deleted before they came due, so they must not start. A worker holding one
+    reports it Cancelled without running it. One that has started meanwhile (its due time
+    passed) is left alone. Returns how many were cancelled."""
     query = OccurrenceQuery(
-        job_id=job_id, statuses=(S.QUEUED,), scheduled_after=now, limit=AHEAD_PAGE
+        job_id=job_id, statuses=(S.QUEUED,), scheduled_after=now + AHEAD_MARGIN, limit=AHEAD_PAGE
     )
     page = await store.list_occurrences(query)
     text = cancel_text(reason)
@@ -174,14 +180,14 @@ async def supersede_ahead(
     events: EventPublisher | None = None,
 ) -> tuple[int, int]:
     """Honour an edit of ``job`` (a new version) in its occurrences sent ahead of their due
-    time (the dispatch lead), still Queued, due after ``now``: one whose fire is still a fire
-    of the job as it is now takes the new version (type, data, priority, timeout…) in the
-    store and is sent again; the workers are told, and one holding the older copy drops it
-    unreported (the new copy runs, at the same due instant). One whose fire is no longer a
-    fire of the job (a new schedule) is cancelled. One that has started meanwhile is left
-    alone. Returns ``(sent again, cancelled)``."""
+    time (the dispatch lead), still Queued, due after ``now`` (and :data:`AHEAD_MARGIN`): one
+    whose fire is still a fire of the job as it is now takes the new version (type, data,
+    priority, timeout…) in the store and is sent again; the workers are told, and one
+    holding the older copy drops it unreported (the new copy runs, at the same due
+    instant). One whose fire is no longer a fire of the job (a new schedule) is cancelled.
+    One that has started meanwhile is left alone. Returns ``(sent again, cancelled)``."""
     query = OccurrenceQuery(
-        job_id=job.id, statuses=(S.QUEUED,), scheduled_after=now, limit=AHEAD_PAGE
+        job_id=job.id, statuses=(S.QUEUED,), scheduled_after=now + AHEAD_MARGIN, limit=AHEAD_PAGE
     )
     ahead = [o for o in (await store.list_occurrences(query)).items if o.job_version < job.version]
     if not ahead:

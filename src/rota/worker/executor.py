@@ -474,13 +474,7 @@ class Executor:
             return
         self._forget_early(oid, early)
         if self._claims is not None and oid not in self._runner.running:
-            verdict = None
-            if early is not None and early.claim is not None:
-                verdict = await early.claim
-            if verdict is None or not verdict.run:
-                # Not claimed ahead, or taken then: ask again now (a copy another instance
-                # held has been given up since, if that instance was told it is superseded).
-                verdict = await self._claims.claim(message, careful=delivery.redelivered)
+            verdict = await self._claimed(self._claims, delivery, early)
             if self._finals.known(message):  # finished here while claiming (a copy raced it)
                 self._skip(delivery)
                 return
@@ -507,6 +501,27 @@ class Executor:
             # handlers of those before them have run.
             await asyncio.sleep(0)
         self._report_final(await self._runner.run(ctx, definition, data, message))
+
+    async def _claimed(
+        self, claims: AttemptClaims, delivery: Delivery, early: _Early | None
+    ) -> ClaimVerdict:
+        """The claim of the delivery's attempt: the one made ahead if it was granted, else
+        asked now."""
+        message = delivery.message
+        if early is not None and early.claim is not None:
+            verdict = await early.claim
+            if verdict.run:
+                return verdict
+        # Not claimed ahead, or taken then: ask now (a copy another instance held may have
+        # been given up since: superseded, or lost with its channel).
+        verdict = await claims.claim(message, careful=delivery.redelivered)
+        if delivery.redelivered and verdict.outcome == "taken" and not self._flow.stopping:
+            # Its holder may have claimed it ahead and lost its delivery with a broker
+            # connection: it gives the claim up at its next heartbeat. Ask once more after
+            # that, before taking it for a run of that holder's.
+            await asyncio.sleep(self._heartbeat_interval * 1.5 + 0.2)
+            verdict = await claims.claim(message, careful=True)
+        return verdict
 
     def _forget_early(self, oid: UUID, early: _Early | None) -> None:
         if early is not None:
