@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from .conftest import AUTH_ENV, HERE, free_port, wait_until
 
@@ -51,6 +52,7 @@ def test_a_taken_port_is_a_clear_error_before_anything_runs(tmp_path: Path) -> N
     assert not data.exists()  # nothing migrated, no admin made
 
 
+@pytest.mark.slow
 def test_the_console_shows_readable_lines_finished_executions_and_api_calls(
     tmp_path: Path,
 ) -> None:
