@@ -117,7 +117,7 @@ def bind_listen_sockets(host: str, port: int) -> list[socket.socket]:
     except socket.gaierror as exc:
         raise ConfigurationError(
             f"cannot listen on {host!r}: {exc.strerror}; choose the interface with --host "
-            "(or ROTA_API__HOST)"
+            "or ROTA_API__HOST"
         ) from None
     sockets: list[socket.socket] = []
     try:
