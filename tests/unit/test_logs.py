@@ -9,10 +9,12 @@ import json
 import logging
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from uuid import uuid4
 
 import pytest
 
+from rota.core.models import FailureType, OccurrenceStatus, StatusRecord
 from rota.observability.logs import (
     ApiAccessFilter,
     LogFormat,
@@ -21,6 +23,7 @@ from rota.observability.logs import (
     current_context,
     log_context,
 )
+from rota.worker.run import log_finished
 
 log = logging.getLogger("tests.logs")
 
@@ -185,3 +188,54 @@ async def test_each_task_keeps_its_own_context() -> None:
 def test_none_values_are_left_out() -> None:
     with log_context(occurrence_id="o", trace_id=None):
         assert current_context() == {"occurrence_id": "o"}
+
+
+def _final(status: OccurrenceStatus, **fields: object) -> StatusRecord:
+    return StatusRecord(
+        occurrence_id=uuid4(), status=status, timestamp=datetime.now(UTC), attempt=1, **fields
+    )
+
+
+@pytest.mark.parametrize(
+    ("record", "level", "message"),
+    [
+        (
+            _final(OccurrenceStatus.COMPLETED, duration_ms=12.3, result="ok"),
+            "INFO",
+            "Completed in 12 ms",
+        ),
+        (
+            _final(
+                OccurrenceStatus.TIMED_OUT,
+                duration_ms=1500.0,
+                exception="TimeoutError: the job exceeded its timeout of 1.5 s",
+                failure_type=FailureType.TIMED_OUT,
+            ),
+            "WARNING",
+            "TimedOut in 1.5 s (timed_out): TimeoutError: the job exceeded its timeout of 1.5 s",
+        ),
+        (
+            _final(OccurrenceStatus.CANCELLED, duration_ms=3.0, exception="from the dashboard"),
+            "INFO",
+            "Cancelled in 3 ms: from the dashboard",
+        ),
+        (
+            _final(
+                OccurrenceStatus.FAILED,
+                exception="no handler for job type 'x' in worker 'w'",
+                failure_type=FailureType.UNKNOWN_JOB_TYPE,
+            ),
+            "WARNING",
+            "Failed (unknown_job_type): no handler for job type 'x' in worker 'w'",
+        ),
+    ],
+)
+def test_the_line_that_ends_an_attempt(record: StatusRecord, level: str, message: str) -> None:
+    out = io.StringIO()
+    configure("info", out, fmt="json")
+    log_finished("reports.daily", record)
+    (line,) = (json.loads(text) for text in lines(out))
+    assert (line["level"], line["logger"], line["message"]) == (level, "rota.executions", message)
+    assert (line["job_type"], line["occurrence_id"]) == ("reports.daily", str(record.occurrence_id))
+    assert line["status"] == message.split(" ")[0]
+    assert line["duration_ms"] == record.duration_ms
