@@ -6,6 +6,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from playwright.sync_api import Browser, Page, expect
 
@@ -379,3 +380,55 @@ def test_an_admin_manages_notification_subscriptions(
     with server.api() as api:
         names = [s["name"] for s in api.get("/notifications/subscriptions").json()["items"]]
     assert "browser-hook" not in names
+
+
+def _offline(page: Page) -> tuple[list[str], list[str]]:
+    """Abort every request of ``page`` to a host other than this machine's; returns the lists
+    of the aborted URLs and of the page's errors (script errors, console errors such as a
+    Content-Security-Policy refusal), filled as the page runs."""
+    aborted: list[str] = []
+    errors: list[str] = []
+
+    def route(handle: Any) -> None:
+        if urlsplit(handle.request.url).hostname in ("127.0.0.1", "localhost", "::1"):
+            handle.continue_()
+        else:
+            aborted.append(handle.request.url)
+            handle.abort()
+
+    page.route("**/*", route)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    return aborted, errors
+
+
+def test_the_swagger_ui_renders_from_this_server_alone(
+    page: Page, server: Server, artifacts: Path
+) -> None:
+    aborted, errors = _offline(page)
+    page.goto(f"{server.url}/docs")
+    jobs = page.locator(
+        ".opblock", has=page.locator(".opblock-summary-path[data-path='/api/v1/jobs']")
+    )
+    expect(jobs.locator(".opblock-summary-method", has_text="POST")).to_be_visible()
+    expect(page.get_by_text("Create a job").first).to_be_visible()
+    assert page.locator(".opblock").count() > 40  # every operation of the API
+    page.screenshot(path=artifacts / "api-docs.png")
+    assert aborted == []
+    assert errors == []
+
+
+def test_redoc_renders_from_this_server_alone(page: Page, server: Server, artifacts: Path) -> None:
+    aborted, errors = _offline(page)
+    page.goto(f"{server.url}/redoc")
+    operation = page.get_by_role("heading", name=re.compile(r"create_job_api_v1_jobs_post"))
+    expect(operation).to_have_text(re.compile(r"^\s*Create a job\s*$"))
+    expect(page.get_by_role("heading", name=re.compile(r"list_jobs_api_v1_jobs_get"))).to_have_text(
+        re.compile(r"^\s*List jobs, newest first\s*$")
+    )
+    assert page.locator("h2").count() > 40  # every operation of the API
+    page.screenshot(path=artifacts / "api-redoc.png")
+    assert aborted == []
+    # ReDoc's footer shows Redocly's logo from their CDN, which no option turns off: the page's
+    # Content-Security-Policy refuses it (so it is not even requested) and the image hides.
+    assert [e for e in errors if "cdn.redoc.ly/redoc/logo-mini.svg" not in e] == []

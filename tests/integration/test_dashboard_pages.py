@@ -101,6 +101,14 @@ async def test_the_front_end_libraries_are_served(client: httpx.AsyncClient) -> 
         answer = await client.get(f"/static/vendor/{name}")
         assert answer.status_code == 200, f"{name} missing: run make install"
     assert (await client.get("/static/rota.js")).status_code == 200
+    # the API docs' libraries, from the package too (tests/browser renders the pages)
+    for name in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js"):
+        answer = await client.get(f"/docs/assets/{name}")
+        assert answer.status_code == 200, f"{name} missing: run make install"
+    for page, script in (("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")):
+        html = (await client.get(page)).text
+        assert f'src="/docs/assets/{script}"' in html
+        assert "https://" not in html, f"{page} names another host"
 
 
 async def test_jobs_filter_and_page_on_the_server(client: httpx.AsyncClient) -> None:

@@ -72,11 +72,15 @@ def test_the_image_runs_rota_with_the_distributed_extras() -> None:
     assert 'ENTRYPOINT ["rota"]' in dockerfile
 
 
+DASHBOARD_FILES = ("htmx.min.js", "sse.min.js", "uPlot.iife.min.js", "uPlot.min.css")
+DOCS_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png", "redoc.standalone.js")
+
+
 def test_the_image_carries_the_dashboards_front_end_libraries() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     makefile = (ROOT / "Makefile").read_text()
     assert "npm ci" in dockerfile
-    for name in ("htmx.min.js", "sse.min.js", "uPlot.iife.min.js", "uPlot.min.css"):
+    for name in (*DASHBOARD_FILES, *DOCS_FILES):
         assert name in dockerfile, f"the image lacks {name}"
-        assert name in makefile, f"make install does not copy {name}"
+        assert name in makefile, f"the Makefile does not copy {name}"
     assert "COPY --from=assets /assets/vendor ./src/rota/dashboard/static/vendor" in dockerfile

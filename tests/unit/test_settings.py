@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pydantic
@@ -14,6 +16,7 @@ from rota.app.settings import Settings
 from rota.app.wiring import build_runtime
 from rota.cli import app
 from rota.core.errors import ConfigurationError
+from rota.observability.logs import JsonFormatter, TextFormatter
 
 
 def test_defaults_are_embedded_sqlite_in_the_data_dir(
@@ -152,3 +155,38 @@ def test_the_json_depth_limit_reaches_the_job_service_within_its_bounds(
         monkeypatch.setenv("ROTA_API__MAX_JSON_DEPTH", beyond)
         with pytest.raises(ValueError, match="max_json_depth"):
             Settings()
+
+
+@pytest.fixture
+def root_logging() -> Iterator[logging.Logger]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield root
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.parametrize(("value", "formatter"), [("json", JsonFormatter), ("text", TextFormatter)])
+def test_rota_log_format_chooses_the_log_lines(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    root_logging: logging.Logger,
+    value: str,
+    formatter: type[logging.Formatter],
+) -> None:
+    monkeypatch.setenv("ROTA_LOG_FORMAT", value)
+    assert Settings().log_format == value
+    result = CliRunner().invoke(app, ["user", "list", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert isinstance(root_logging.handlers[0].formatter, formatter)
+
+
+def test_a_bad_log_format_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ROTA_LOG_FORMAT", "yaml")
+    result = CliRunner().invoke(app, ["user", "list", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "ROTA_LOG_FORMAT: Input should be 'json' or 'text'" in result.output
+    monkeypatch.delenv("ROTA_LOG_FORMAT")
+    option = CliRunner().invoke(app, ["dev", "--log-format", "yaml"])
+    assert option.exit_code == 2
+    assert "--log-format" in option.output

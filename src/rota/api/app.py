@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from rota.api.deps import ApiRuntime
+from rota.api.docs import install_docs
 from rota.api.limits import InputLimitMiddleware, InputLimits
 from rota.api.problems import (
     document_input_errors,
@@ -34,13 +35,14 @@ from rota.api.security import document_roles
 from rota.app.settings import ApiSettings
 
 API_PREFIX = "/api/v1"
+OPENAPI_PATH = "/openapi.json"
 PUBLIC_PATHS = frozenset(
     f"{API_PREFIX}{path}"
     for path in ("/auth/login", "/auth/refresh", "/health/live", "/health/ready")
 )
 """The only routes that answer without an access token. Every other ``/api/v1`` route checks
-a role (a test walks the routes). ``/openapi.json`` and ``/docs`` are public too: the API's
-description holds nothing secret."""
+a role (a test walks the routes). ``/openapi.json``, ``/docs`` and ``/redoc`` are public too: the
+API's description holds nothing secret."""
 
 
 def _version() -> str:
@@ -62,8 +64,8 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
         description="A distributed job scheduler: jobs, occurrences, workers. Sign in with "
         "POST /api/v1/auth/login and send 'Authorization: Bearer <accessToken>'; each "
         "operation names the role it needs (Viewer < Operator < Admin).",
-        openapi_url="/openapi.json",
-        docs_url="/docs",
+        openapi_url=OPENAPI_PATH,
+        docs_url=None,  # served by rota.api.docs from the package, not from a CDN
         redoc_url=None,
     )
     app.state.runtime = runtime
@@ -90,6 +92,7 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
     ):
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(metrics.router)
+    install_docs(app, OPENAPI_PATH)
     if dashboard:
         from rota.dashboard import install_dashboard
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import socket
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -15,6 +17,7 @@ from rich.panel import Panel
 from rota.app.runtime import Runtime, tune_gc
 from rota.app.settings import Settings
 from rota.app.wiring import build_runtime
+from rota.core.errors import ConfigurationError
 from rota.observability.tracing import Tracing, tracing_from_env
 
 log = logging.getLogger(__name__)
@@ -49,14 +52,36 @@ async def serve(
     builtin: Sequence[str] = (),
 ) -> None:
     """``dev_admin`` (``rota dev``): with no Admin yet, create ``admin`` with a generated
-    password and print the login."""
+    password and print the login.
+
+    The listening address is bound first, before the store is migrated or anything printed: a
+    taken port ends the start at once with an error naming it (a ``ConfigurationError``: exit
+    code 2 in the CLI)."""
+    sockets = bind_listen_sockets(settings.api.host, settings.api.port)
+    try:
+        await _serve(settings, modules, sockets, demo, console, dev_admin, builtin)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+async def _serve(
+    settings: Settings,
+    modules: Sequence[str],
+    sockets: list[socket.socket],
+    demo: bool,
+    console: Console,
+    dev_admin: bool,
+    builtin: Sequence[str],
+) -> None:
     from rota.api.app import create_app
 
     tracing = tracing_from_env("rota-server")
     runtime = await prepare(settings, modules, tracing, builtin)
     await runtime.start()
     tune_gc()
-    url = f"http://{settings.api.host}:{settings.api.port}"
+    port = sockets[0].getsockname()[1]  # the one chosen, with --port 0
+    url = f"http://{_url_host(settings.api.host)}:{port}"
     try:
         if dev_admin:
             await ensure_dev_admin(runtime, console, url)
@@ -72,12 +97,67 @@ async def serve(
             f"[bold]Rota[/bold] is running: dashboard {url}/  API {url}/api/v1  docs {url}/docs"
         )
         console.print(f"store: {settings.effective_database_url}")
-        await server.serve()
+        await server.serve(sockets=sockets)
     finally:
         with contextlib.suppress(asyncio.CancelledError):
             await runtime.stop()
         tracing.shutdown()
         console.print("Rota stopped.")
+
+
+def bind_listen_sockets(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to every address of ``host`` on ``port``, as uvicorn would bind them (address
+    reuse; an IPv6 socket for IPv6 only), not listening yet: uvicorn listens on them once the
+    runtime runs. A taken port, a port that needs privileges or an address that is not this
+    machine's: a :class:`ConfigurationError` saying which and how to choose another."""
+    try:
+        found = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise ConfigurationError(
+            f"cannot listen on {host!r}: {exc.strerror}; choose the interface with --host "
+            "or ROTA_API__HOST"
+        ) from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _name, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.set_inheritable(True)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        raise ConfigurationError(_bind_error(host, port, exc)) from None
+    return sockets
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} on {host} is already in use (another Rota or another program "
+            f"listens there): choose another port with --port (e.g. --port {port + 1}) "
+            "or ROTA_API__PORT, or stop what uses it"
+        )
+    if exc.errno == errno.EACCES:
+        return (
+            f"no permission to listen on port {port} on {host} (ports below 1024 need "
+            "privileges): choose another port with --port or ROTA_API__PORT"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"cannot listen on {host}: not an address of this machine; choose the interface "
+            "with --host or ROTA_API__HOST"
+        )
+    return f"cannot listen on {host} port {port}: {exc.strerror or exc}"
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def http_config(app: Any, settings: Settings) -> uvicorn.Config:

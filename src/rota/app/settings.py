@@ -476,6 +476,12 @@ class Settings(BaseSettings):
         description="At start, how long a server or worker waits for PostgreSQL, Redis and "
         "RabbitMQ to answer (retrying, with a message per try) before giving up; 0: no wait.",
     )
+    log_format: Literal["json", "text"] | None = Field(
+        None,
+        description="How log lines are written: json (one object per line) or text (readable "
+        "lines); unset: text for rota dev, json for rota server and rota worker. The "
+        "--log-format option wins.",
+    )
     scheduler: SchedulerSettings = SchedulerSettings()
     tracker: TrackerSettings = TrackerSettings()
     worker: WorkerSettings = WorkerSettings()

@@ -26,6 +26,7 @@ from rota.app.settings import Settings
 from rota.app.startup import redact_url
 from rota.cli.ops import register as register_operator_commands
 from rota.core.errors import RotaError
+from rota.observability.logs import LogFormat
 from rota.services.maintenance import MaintenanceReport, RetentionPolicy
 
 T = TypeVar("T")
@@ -81,11 +82,19 @@ def load_settings(**overrides: Any) -> Settings:
         raise typer.Exit(2) from None
 
 
-def configure_logging(level: str) -> None:
-    """Readable lines on a terminal, JSON lines otherwise, with the log context."""
+def configure_logging(
+    level: str,
+    chosen: str | None = None,
+    default: LogFormat = LogFormat.JSON,
+    *,
+    console: bool = False,
+) -> None:
+    """Log lines in the ``chosen`` format (``--log-format``, else ``ROTA_LOG_FORMAT``), else
+    the command's ``default``, with the log context; ``console``: ``rota dev``'s choice of
+    lines (see :func:`rota.observability.logs.configure`)."""
     from rota.observability.logs import configure
 
-    configure(level)
+    configure(level, fmt=chosen or default, console=console)
 
 
 HostOpt = Annotated[str | None, typer.Option(help="Interface to listen on.")]
@@ -95,6 +104,14 @@ JobsOpt = Annotated[
     typer.Option("--jobs", help="Module (dotted name or .py path) with @rota.job handlers."),
 ]
 LogLevelOpt = Annotated[str, typer.Option(help="Log level.")]
+LogFormatOpt = Annotated[
+    LogFormat | None,
+    typer.Option(
+        case_sensitive=False,
+        help="json (one object per line) or text (readable lines); default ROTA_LOG_FORMAT, "
+        "else text for dev and json for server and worker.",
+    ),
+]
 BuiltinOpt = Annotated[
     list[str] | None,
     typer.Option(help="Built-in workers to run too: http,sql,email,maintenance (comma list)."),
@@ -120,16 +137,17 @@ def dev(
     demo: Annotated[bool, typer.Option("--demo/--no-demo", help="Load the demo jobs.")] = True,
     builtin: BuiltinOpt = None,
     log_level: LogLevelOpt = "info",
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run Rota embedded: API, scheduler and workers in one process, SQLite in the data dir."""
     from rota.app.server import serve
 
     names = _builtin(builtin)
-    configure_logging(log_level)
     overrides: dict[str, object] = {"environment": "development"}
     if data_dir is not None:
         overrides["data_dir"] = data_dir
     settings = load_settings(**overrides)
+    configure_logging(log_level, log_format or settings.log_format, LogFormat.TEXT, console=True)
     _apply_listen(settings, host, port)
     modules = list(jobs or [])
     if demo:
@@ -144,12 +162,13 @@ def server(
     port: PortOpt = None,
     jobs: JobsOpt = None,
     log_level: LogLevelOpt = "info",
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run a scheduler instance with the API (settings from ROTA_… variables / rota.toml)."""
     from rota.app.server import serve
 
-    configure_logging(log_level)
     settings = load_settings()
+    configure_logging(log_level, log_format or settings.log_format)
     _apply_listen(settings, host, port)
     _run(serve(settings, list(jobs or []), demo=False, console=_console()))
     _exit_past_stuck_threads()
@@ -186,13 +205,14 @@ def worker(
     ] = None,
     builtin: BuiltinOpt = None,
     log_level: LogLevelOpt = "info",
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run a worker process (distributed mode: ROTA_AMQP_URL and ROTA_REDIS_URL)."""
     from rota.app.worker_process import run_worker
 
     names = _builtin(builtin)
-    configure_logging(log_level)
     settings = load_settings()
+    configure_logging(log_level, log_format or settings.log_format)
     if default_timeout is not None:
         settings.worker.default_timeout_seconds = default_timeout
     if metrics_port is not None:
@@ -220,8 +240,8 @@ def migrate(
     """Bring the store's schema up to date."""
     from rota.app.adapters import upgrade_schema
 
-    configure_logging("warning")
     settings = load_settings()
+    configure_logging("warning", settings.log_format)
     url = database_url or settings.effective_database_url
     if not url.startswith("sqlite"):  # SQLite: upgrade creates the file (0600) and its dir
         _run(_reach_database(url, settings.startup_wait_seconds))
@@ -249,8 +269,8 @@ def maintenance(
     lines and resolved dead letters in small batches (on PostgreSQL also create the coming
     time partitions and drop the expired ones), and print what was deleted."""
 
-    configure_logging("warning")
     settings = load_settings()
+    configure_logging("warning", settings.log_format)
     url = database_url or settings.effective_database_url
     from rota.app.configs import retention_policy
 
@@ -312,8 +332,8 @@ def user_create(
     from rota.cli.users import create_user
     from rota.core.security import Role
 
-    configure_logging("warning")
     settings = _user_settings(data_dir)
+    configure_logging("warning", settings.log_format, LogFormat.TEXT)
     try:
         parsed = Role.parse(role)
     except RotaError as exc:
@@ -332,8 +352,8 @@ def user_password(
     """Set a user's password (a reset: it also unlocks the user and ends its logins)."""
     from rota.cli.users import reset_password
 
-    configure_logging("warning")
     settings = _user_settings(data_dir)
+    configure_logging("warning", settings.log_format, LogFormat.TEXT)
     password = _read_password(password_stdin)
     user = _run(reset_password(settings, name, password))
     _console().print(f"[green]password of {user.username} set[/green]")
@@ -344,8 +364,9 @@ def user_list(data_dir: DataDirOpt = None) -> None:
     """List the users with their roles."""
     from rota.cli.users import list_users
 
-    configure_logging("warning")
-    for user in _run(list_users(_user_settings(data_dir))):
+    settings = _user_settings(data_dir)
+    configure_logging("warning", settings.log_format, LogFormat.TEXT)
+    for user in _run(list_users(settings)):
         state = "active" if user.is_active else "inactive"
         print(f"{user.username}\t{user.role.value}\t{state}")
 
@@ -365,7 +386,7 @@ def bench_throughput(
     """No-op one-time jobs all due now, timed until every occurrence is Completed."""
     from rota.cli.bench import report, run_throughput
 
-    configure_logging("warning")
+    configure_logging("warning", None, LogFormat.TEXT)
     result = _run(run_throughput(mode, jobs))
     report(result, json_file, _console())
 
@@ -381,7 +402,7 @@ def bench_latency(
     """One-time jobs due across a spread; start − scheduled percentiles in ms."""
     from rota.cli.bench import report, run_latency
 
-    configure_logging("warning")
+    configure_logging("warning", None, LogFormat.TEXT)
     result = _run(run_latency(mode, jobs, spread, lead))
     report(result, json_file, _console())
 
@@ -398,7 +419,7 @@ def bench_cron(
     doubled."""
     from rota.cli.bench import report, run_cron
 
-    configure_logging("warning")
+    configure_logging("warning", None, LogFormat.TEXT)
     result = _run(run_cron(mode, jobs, seconds, lead))
     report(result, json_file, _console())
 
@@ -421,7 +442,7 @@ def bench_login_flood(
     normal authenticated call is timed; its latency, the 429s and the server's memory."""
     from rota.cli.bench import report, run_login_flood
 
-    configure_logging("warning")
+    configure_logging("warning", None, LogFormat.TEXT)
     result = _run(run_login_flood(mode, clients, seconds, distinct_addresses=distinct_addresses))
     report(result, json_file, _console())
 

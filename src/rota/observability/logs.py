@@ -1,5 +1,6 @@
-"""Log output for the entry points: JSON lines when stderr is not a terminal, readable lines
-on one; and the log context (occurrence, job, attempt, trace ids) every line carries.
+"""Log output for the entry points: JSON lines (``rota server``, ``rota worker``) or readable
+text lines (``rota dev``'s console), ``--log-format`` / ``ROTA_LOG_FORMAT`` choosing; and the
+log context (occurrence, job, attempt, trace ids) every line carries.
 
 Library code only calls :func:`bind_context`; :func:`configure` is called by the entry points
 (the CLI) and nowhere else.
@@ -13,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, TextIO
 
 import orjson
@@ -24,7 +26,7 @@ _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | 
 }
 
 CONTEXT_FIELDS = ("occurrence_id", "job_id", "job_type", "attempt", "trace_id", "span_id")
-"""The context keys, in the order the readable format shows them."""
+"""The keys of the log context (a job's ids, a trace's)."""
 
 _context: ContextVar[Mapping[str, object] | None] = ContextVar("rota_log_context", default=None)
 
@@ -94,32 +96,91 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
-class ReadableFormatter(logging.Formatter):
-    """``time level logger: message`` followed by the context ids as ``key=value``."""
+class TextFormatter(logging.Formatter):
+    """One readable line: ``HH:MM:SS.mmm LEVEL source: message [key=value …]``.
 
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    The source is the job type on a line written inside a job (the handler's own lines and the
+    line that ends each attempt), else the logger's name without its ``rota.`` prefix. The key
+    fields are the log context but the job type (the source already) and the job id (the
+    occurrence id finds it): ``occurrence_id``, ``attempt``, ``trace_id``, ``span_id``. A
+    traceback follows on the lines below. Times are local, as on a console."""
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
         fields = record.__dict__
-        context = " ".join(f"{key}={fields[key]}" for key in CONTEXT_FIELDS if key in fields)
-        if not context:
-            return text
-        head, sep, tail = text.partition("\n")  # keep a traceback below the context
-        return f"{head} [{context}]{sep}{tail}"
+        when = self.formatTime(record, "%H:%M:%S") + f".{int(record.msecs):03d}"
+        source = fields.get("job_type") or record.name.removeprefix("rota.")
+        text = f"{when} {record.levelname:<7} {source}: {record.getMessage()}"
+        keys = " ".join(f"{key}={fields[key]}" for key in TEXT_FIELDS if key in fields)
+        if keys:
+            text = f"{text} [{keys}]"
+        if record.exc_info:
+            text = f"{text}\n{self.formatException(record.exc_info)}"
+        elif record.stack_info:
+            text = f"{text}\n{self.formatStack(record.stack_info)}"
+        return text
 
 
-def configure(level: str, stream: TextIO | None = None, *, json: bool | None = None) -> None:
-    """Send every log line to ``stream`` (stderr): readable on a terminal, JSON lines
-    otherwise (``json`` forces either), with the log context on each line."""
+TEXT_FIELDS = ("occurrence_id", "attempt", "trace_id", "span_id")
+"""The key fields a text line shows after its message, in this order."""
+
+
+class LogFormat(StrEnum):
+    """How log lines are written: ``json`` (one object per line) or ``text`` (readable)."""
+
+    JSON = "json"
+    TEXT = "text"
+
+
+class ApiAccessFilter(logging.Filter):
+    """For uvicorn's access lines in a console (``rota dev``): keeps the calls of the REST API
+    (``/api/…``) as ``METHOD path status``, drops the rest: the dashboard's pages, fragments and
+    htmx polling (``/``, ``/ui/…``), static files, the docs, ``/metrics``, the health checks
+    and the event streams. (The dashboard's calls to the API from the server itself go through
+    no socket, so uvicorn never logs them; httpx's line for each is silenced.)"""
+
+    QUIET_PREFIXES = ("/api/v1/health/", "/api/v1/events")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if not isinstance(args, tuple) or len(args) != 5:
+            return True  # not uvicorn's usual access line: leave it alone
+        _client, method, path, _version, status = args
+        path = str(path)
+        if not path.startswith("/api/") or path.startswith(self.QUIET_PREFIXES):
+            return False
+        record.msg = "%s %s %s"
+        record.args = (method, path.partition("?")[0], status)
+        return True
+
+
+def configure(
+    level: str,
+    stream: TextIO | None = None,
+    *,
+    fmt: LogFormat | str = LogFormat.JSON,
+    console: bool = False,
+) -> None:
+    """Send every log line to ``stream`` (stderr) in ``fmt``, with the log context on each
+    line. ``console`` (``rota dev``): show the REST API calls (:class:`ApiAccessFilter`) and
+    not uvicorn's own start and stop lines (the command prints where it listens); otherwise
+    no access lines at all."""
     out = stream if stream is not None else sys.stderr
-    as_json = not out.isatty() if json is None else json
     handler = logging.StreamHandler(out)
-    handler.setFormatter(JsonFormatter() if as_json else ReadableFormatter())
+    text = LogFormat(fmt) is LogFormat.TEXT
+    handler.setFormatter(TextFormatter() if text else JsonFormatter())
     handler.addFilter(ContextFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    access = logging.getLogger("uvicorn.access")
+    access.filters[:] = []
+    if console:
+        access.setLevel(logging.NOTSET)
+        access.addFilter(ApiAccessFilter())
+        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    else:
+        access.setLevel(logging.WARNING)
+        logging.getLogger("uvicorn.error").setLevel(logging.NOTSET)
+    # httpx logs each request at INFO: the dashboard's calls to the API inside the server
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)

@@ -53,7 +53,7 @@ from rota.worker.flow import Flow
 from rota.worker.hold import Hold
 from rota.worker.localstore import LocalStore
 from rota.worker.reporter import Reporter
-from rota.worker.run import ExecutorStats, Runner, format_exception
+from rota.worker.run import ExecutorStats, Runner, format_exception, log_finished
 
 __all__ = ["Executor", "ExecutorStats", "Reporter", "format_exception"]
 
@@ -500,7 +500,7 @@ class Executor:
             # hold (a cron second's fires) are each started at that instant, not after the
             # handlers of those before them have run.
             await asyncio.sleep(0)
-        self._report_final(await self._runner.run(ctx, definition, data, message))
+        self._report_final(message, await self._runner.run(ctx, definition, data, message))
 
     async def _claimed(
         self, claims: AttemptClaims, delivery: Delivery, early: _Early | None
@@ -547,6 +547,7 @@ class Executor:
         text: str,
     ) -> None:
         self._report_final(
+            message,
             StatusRecord(
                 occurrence_id=message.occurrence_id,
                 status=status,
@@ -555,7 +556,7 @@ class Executor:
                 instance_id=self.instance_id,
                 exception=text,
                 failure_type=failure_type,
-            )
+            ),
         )
 
     def _context(self, message: JobMessage) -> JobContext:
@@ -571,7 +572,8 @@ class Executor:
             log_sink=self.reporter.add_log,
         )
 
-    def _report_final(self, record: StatusRecord) -> None:
+    def _report_final(self, message: JobMessage, record: StatusRecord) -> None:
+        log_finished(message.job_type, record)
         self.reporter.add_status(record)
         self._finals.remember(record.occurrence_id, record.attempt)
 

@@ -1,0 +1,89 @@
+"""The API's documentation pages: Swagger UI at ``/docs`` and ReDoc at ``/redoc``.
+
+Their scripts, styles and icon are served by Rota itself from the package's vendor folder
+(copied from the npm registry's ``swagger-ui-dist`` and ``redoc`` by the Makefile, like the
+dashboard's libraries): a browser opening the docs fetches nothing from another host, so they
+work offline and leak no visit to a CDN. FastAPI's own ``docs_url`` / ``redoc_url`` (CDN
+links) stay off.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.openapi.docs import (
+    get_redoc_html,
+    get_swagger_ui_html,
+    get_swagger_ui_oauth2_redirect_html,
+)
+from fastapi.staticfiles import StaticFiles
+from starlette.responses import HTMLResponse
+
+DOCS_PATH = "/docs"
+REDOC_PATH = "/redoc"
+ASSETS = "/docs/assets"
+"""Where the vendor files are served for the docs pages (the dashboard serves the same folder
+under ``/static/vendor``; the docs do not depend on the dashboard being mounted)."""
+
+SWAGGER_PARAMETERS = {
+    "dom_id": "#swagger-ui",
+    "layout": "BaseLayout",
+    "deepLinking": True,
+    "showExtensions": True,
+    "showCommonExtensions": True,
+    # Swagger UI would send the document to validator.swagger.io for its badge otherwise.
+    "validatorUrl": None,
+}
+
+DOCS_HEADERS = {
+    # Everything from this server: the pages' own inline start-up scripts, the vendor files,
+    # the OpenAPI document; ReDoc renders in a worker made from a blob.
+    "Content-Security-Policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "
+    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; worker-src 'self' blob:; "
+    "font-src 'self' data:; frame-ancestors 'none'; base-uri 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+def vendor_dir() -> Path:
+    return Path(str(resources.files("rota.dashboard") / "static" / "vendor"))
+
+
+def install_docs(app: FastAPI, openapi_url: str) -> None:
+    """``/docs`` (with its OAuth2 redirect page), ``/redoc`` and their assets on ``app``."""
+    app.mount(ASSETS, StaticFiles(directory=vendor_dir(), check_dir=False), name="docs-assets")
+    favicon = f"{ASSETS}/favicon-32x32.png"
+    redirect = f"{DOCS_PATH}/oauth2-redirect"
+
+    @app.get(DOCS_PATH, include_in_schema=False)
+    async def swagger_ui() -> HTMLResponse:
+        page = get_swagger_ui_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} API",
+            swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS}/swagger-ui.css",
+            swagger_favicon_url=favicon,
+            oauth2_redirect_url=redirect,
+            swagger_ui_parameters=SWAGGER_PARAMETERS,
+        )
+        page.headers.update(DOCS_HEADERS)
+        return page
+
+    @app.get(redirect, include_in_schema=False)
+    async def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get(REDOC_PATH, include_in_schema=False)
+    async def redoc() -> HTMLResponse:
+        page = get_redoc_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} API",
+            redoc_js_url=f"{ASSETS}/redoc.standalone.js",
+            redoc_favicon_url=favicon,
+            with_google_fonts=False,
+        )
+        page.headers.update(DOCS_HEADERS)
+        return page
