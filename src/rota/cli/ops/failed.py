@@ -11,7 +11,7 @@ import typer
 
 from rota.api.schemas.failed import FailedOccurrenceOut
 from rota.cli.ops import output
-from rota.cli.ops.jobs import AllOpt, CursorOpt, LimitOpt, resolve
+from rota.cli.ops.jobs import AllOpt, CursorOpt, LimitOpt, collect, resolve
 from rota.cli.ops.output import JsonOpt
 from rota.cli.ops.session import USAGE, connect, fail
 
@@ -45,21 +45,20 @@ def list_failed(
 ) -> None:
     """List failed runs, newest first (by default the open ones)."""
     resolved = {State.open: False, State.resolved: True, State.all: None}[state]
-    items: list[FailedOccurrenceOut] = []
     with connect() as client:
         job_id = resolve(client, job).id if job is not None else None
-        while True:
-            page = client.list_failed(
+        items, cursor = collect(
+            lambda size, after: client.list_failed(
                 job_id=job_id,
                 failure_type=list(failure_type) if failure_type else None,
                 resolved=resolved,
-                limit=1000 if every else limit,
-                cursor=cursor,
-            )
-            items += page.items
-            cursor = page.next_cursor
-            if not every or cursor is None:
-                break
+                limit=size,
+                cursor=after,
+            ),
+            limit,
+            cursor,
+            every,
+        )
     if json:
         output.print_json({"items": items, "nextCursor": cursor})
         return

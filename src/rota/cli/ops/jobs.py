@@ -3,6 +3,7 @@ its id or by its display name when that is unique."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 from uuid import UUID
@@ -134,8 +135,18 @@ def show_job(job: JobOut, json: bool) -> None:
     )
 
 
-def _page_limit(limit: int, every: bool) -> int:
-    return NAME_PAGE if every else limit
+def collect(
+    fetch: Callable[[int, str | None], Any], limit: int, cursor: str | None, every: bool
+) -> tuple[list[Any], str | None]:
+    """One page of ``limit`` items after ``cursor`` (``fetch(limit, cursor)``), or with
+    ``every`` all of them, a page of :data:`NAME_PAGE` at a time; and the cursor after."""
+    items: list[Any] = []
+    while True:
+        page = fetch(NAME_PAGE if every else limit, cursor)
+        items += page.items
+        cursor = page.next_cursor
+        if not every or cursor is None:
+            return items, cursor
 
 
 LimitOpt = Annotated[int, typer.Option(min=1, max=1000, help="At most this many (one page).")]
@@ -157,21 +168,20 @@ def list_jobs(
     json: JsonOpt = False,
 ) -> None:
     """List jobs, newest first."""
-    items: list[JobOut] = []
     with connect() as client:
-        while True:
-            page = client.list_jobs(
+        items, cursor = collect(
+            lambda size, after: client.list_jobs(
                 search=search,
                 tag=tag,
                 job_type=job_type,
                 is_active=active,
-                limit=_page_limit(limit, every),
-                cursor=cursor,
-            )
-            items += page.items
-            cursor = page.next_cursor
-            if not every or cursor is None:
-                break
+                limit=size,
+                cursor=after,
+            ),
+            limit,
+            cursor,
+            every,
+        )
     if json:
         output.print_json({"items": items, "nextCursor": cursor})
         return

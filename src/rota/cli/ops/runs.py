@@ -12,7 +12,7 @@ import typer
 
 from rota.api.schemas.occurrences import LogLine, OccurrenceDetail, OccurrenceOut
 from rota.cli.ops import output
-from rota.cli.ops.jobs import AllOpt, CursorOpt, LimitOpt, resolve
+from rota.cli.ops.jobs import AllOpt, CursorOpt, LimitOpt, collect, resolve
 from rota.cli.ops.output import JsonOpt
 from rota.cli.ops.session import connect
 from rota.client import SyncClient
@@ -54,20 +54,19 @@ def list_runs(
     json: JsonOpt = False,
 ) -> None:
     """List runs, newest first."""
-    items: list[OccurrenceOut] = []
     with connect() as client:
         job_id = resolve(client, job).id if job is not None else None
-        while True:
-            page = client.list_occurrences(
+        items, cursor = collect(
+            lambda size, after: client.list_occurrences(
                 job_id=job_id,
                 status=list(status) if status else None,
-                limit=1000 if every else limit,
-                cursor=cursor,
-            )
-            items += page.items
-            cursor = page.next_cursor
-            if not every or cursor is None:
-                break
+                limit=size,
+                cursor=after,
+            ),
+            limit,
+            cursor,
+            every,
+        )
     if json:
         output.print_json({"items": items, "nextCursor": cursor})
         return
