@@ -29,7 +29,7 @@ import math
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -96,6 +96,16 @@ class _Early:
 
 _Parsed = tuple[AnyJobDefinition, Any] | tuple[None, tuple[FailureType, str]]
 """The definition and parsed data of a message, or ``None`` and why it cannot run."""
+
+
+def _granted(claim: asyncio.Task[ClaimVerdict] | None, claiming: bool) -> bool:
+    """Whether a claim made ahead lets the attempt start now without waiting (``claiming``:
+    the executor claims attempts; without, there is nothing to wait for)."""
+    if claim is None:
+        return not claiming
+    return (
+        claim.done() and not claim.cancelled() and claim.exception() is None and claim.result().run
+    )
 
 
 class Executor:
@@ -189,7 +199,7 @@ class Executor:
             definitions=self._definitions,
             hand_back_after=hand_back_after,
             stats=self.stats,
-            handle=self._handle,
+            handle=self._start,
             ack=self.reporter.ack_after_flush,
             unstarted=self._unstarted,
         )
@@ -457,6 +467,39 @@ class Executor:
                 self.reporter.add_status(self._runner.record(entry.ctx, S.RUNNING, now))
 
     # --- one delivery: claim -> report Running (ack after its flush) -> run -> outcome ------
+
+    def _start(self, delivery: Delivery) -> Coroutine[Any, Any, None]:
+        """What the flow's task for a delivery it starts runs. A delivery released at its due
+        instant whose preparation is complete (claimed ahead, data parsed) starts here and
+        now: its ``Running`` record is made, and its handler runs in the task. Any other goes
+        the whole way (:meth:`_handle`)."""
+        message = delivery.message
+        oid = message.occurrence_id
+        early = self._early.get(oid)
+        if (
+            early is None
+            or oid not in self._released
+            or early.attempt != message.attempt
+            or early.parsed[0] is None
+            or delivery.redelivered
+            or self._flow.stopping
+            or oid in self._runner.running
+            or self._finals.known(message)
+            or not _granted(early.claim, self._claims is not None)
+        ):
+            return self._handle(delivery)
+        del self._released[oid]
+        del self._early[oid]
+        definition, data = early.parsed
+        self.reporter.add_status(self._runner.record(early.ctx, S.RUNNING, self._clock()))
+        self.reporter.ack_after_flush(delivery)
+        return self._run(message, early.ctx, definition, data)
+
+    async def _run(
+        self, message: JobMessage, ctx: JobContext, definition: AnyJobDefinition, data: Any
+    ) -> None:
+        set_job_context(message.occurrence_id, message.job_id, message.job_type, message.attempt)
+        self._report_final(message, await self._runner.run(ctx, definition, data, message))
 
     async def _handle(self, delivery: Delivery) -> None:
         message = delivery.message
