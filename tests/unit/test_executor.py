@@ -1192,3 +1192,16 @@ async def test_a_cancellation_sent_through_coordination_stops_the_running_job(
 
 async def test_held_deliveries_start_highest_priority_first(harness: Harness) -> None:
     await held_deliveries_start_by_priority(harness.broker, harness.executor)
+
+
+async def test_a_short_run_s_final_report_carries_its_running_report_s_time(
+    harness: Harness, observer: Observer
+) -> None:
+    """A run shorter than the flush interval: its Running report is folded into its final
+    one (one record sent), which carries the Running report's time as ``started_at``."""
+    await harness.executor(async_plain, flush_interval=0.5)
+    message = await harness.publish("async-plain")
+    final = await observer.wait_final(message.occurrence_id)
+    assert [r.status for r in observer.of(message.occurrence_id)] == [S.COMPLETED]
+    assert final.started_at is not None
+    assert final.started_at <= final.timestamp

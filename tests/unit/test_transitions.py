@@ -496,6 +496,23 @@ def test_a_folded_run_shows_queued_running_and_the_end_each_at_its_time(final: S
     assert batch.stats[JOB].total == 1
 
 
+def test_a_folded_run_starts_at_the_time_of_the_running_report_it_carries() -> None:
+    """The worker sends the folded Running report's time along (``started_at``): that is the
+    start, as it would have been had the Running report been sent on its own; the duration
+    (the handler's own run time) is kept as it is."""
+    occ = current()
+    started, end = T0 + 7 * SECOND, T0 + 10 * SECOND
+    folded = record(
+        OCC, S.COMPLETED, end, duration_ms=2500.0, instance_id="w-1", started_at=started
+    )
+    batch = one(occ, [folded])
+    assert history(batch) == [
+        (int(S.QUEUED), int(S.RUNNING), started, 1),
+        (int(S.RUNNING), int(S.COMPLETED), end, 1),
+    ]
+    assert (occ.changed["start_time"], occ.changed["duration_ms"]) == (started, 2500.0)
+
+
 def test_a_folded_failed_attempt_with_a_retry_shows_its_run() -> None:
     occ = current()
     end = T0 + 3 * SECOND

@@ -70,6 +70,7 @@ STATUS_KEYS = {
     "durationMs",
     "retryAt",
     "failureType",
+    "startedAt",
 }
 LOG_KEYS = {
     "occurrenceId", "timestamp", "level", "message", "data", "category", "attempt", "line",
@@ -306,6 +307,7 @@ def test_status_records_keys_and_round_trip() -> None:
             duration_ms=None,
             instance_id=None,
             attempt=1,
+            started_at=datetime(2030, 1, 2, 3, 4, 5, 123456, tzinfo=UTC),
         ),
     ]
     body = encode_status_records(records)
@@ -314,6 +316,7 @@ def test_status_records_keys_and_round_trip() -> None:
     assert documents[0]["status"] == 3
     assert documents[0]["failureType"] == "retries_exhausted"
     assert documents[0]["retryAt"] == "2030-01-02T03:04:25.678901Z"
+    assert documents[1]["startedAt"] == "2030-01-02T03:04:05.123456Z"
     assert decode_status_records(body) == records
 
 

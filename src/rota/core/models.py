@@ -346,6 +346,10 @@ class StatusRecord:
     retry_at: datetime | None = None
     """With status Failed: the attempt failed but another is due at this time."""
     failure_type: FailureType | None = None
+    started_at: datetime | None = None
+    """On a worker's final report that carries its Running report folded in (both in one
+    flush, the Running one dropped): when the worker started the attempt, the time that
+    Running report had."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

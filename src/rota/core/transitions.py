@@ -207,7 +207,9 @@ def apply_change(
         changed["start_time"] = changed["last_heartbeat"] = record.timestamp
     if to in _TERMINAL:
         changed["end_time"] = record.timestamp
-        if current.start_time is None and current.duration_ms is not None:
+        if current.start_time is None and record.started_at is not None:
+            current.start_time = changed["start_time"] = record.started_at
+        elif current.start_time is None and current.duration_ms is not None:
             start = record.timestamp - timedelta(milliseconds=current.duration_ms)
             current.start_time = changed["start_time"] = start
 
@@ -224,8 +226,9 @@ def folded_start(current: Current, record: StatusRecord, to: OccurrenceStatus) -
 
     That is a report with a duration from a worker instance (a run it measured) taking a
     Queued occurrence to Completed, Failed, TimedOut, or Queued again for a retry; the start
-    is the report's time less the duration. Cancelled is left out: a worker cancels a
-    Queued occurrence before it starts it."""
+    is the folded Running report's time the report carries (``started_at``), else (a worker
+    that does not send it) the report's time less the duration. Cancelled is left out: a
+    worker cancels a Queued occurrence before it starts it."""
     if (
         current.status is not _QUEUED
         or to not in _RAN
@@ -234,6 +237,8 @@ def folded_start(current: Current, record: StatusRecord, to: OccurrenceStatus) -
         or record.instance_id is None
     ):
         return None
+    if record.started_at is not None:  # the Running report's own time, sent along
+        return record.started_at
     return record.timestamp - timedelta(milliseconds=record.duration_ms)
 
 

@@ -139,6 +139,7 @@ def _status_dict(record: StatusRecord) -> dict[str, object]:
         "durationMs": record.duration_ms,
         "retryAt": _utc_or_none(record.retry_at, "retryAt"),
         "failureType": None if failure is None else failure.value,
+        "startedAt": _utc_or_none(record.started_at, "startedAt"),
     }
 
 
@@ -393,6 +394,7 @@ def _read_status(reader: _Reader) -> StatusRecord:
         duration_ms=reader.number_or_none("durationMs"),
         retry_at=reader.time_or_none("retryAt"),
         failure_type=reader.enum_or_none("failureType", FailureType),
+        started_at=reader.time_or_none("startedAt"),
     )
 
 

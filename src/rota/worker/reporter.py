@@ -15,6 +15,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -148,7 +149,8 @@ class Reporter:
             if index is not None:
                 earlier = status[index]
                 if earlier is not None and earlier.attempt == record.attempt:
-                    status[index] = None
+                    status[index] = None  # folded into the final report, with its time
+                    record = replace(record, started_at=earlier.timestamp)
         status.append(record)
         if len(status) >= self._max_pending:
             self._wake.set()
