@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -1205,3 +1205,24 @@ async def test_a_short_run_s_final_report_carries_its_running_report_s_time(
     assert [r.status for r in observer.of(message.occurrence_id)] == [S.COMPLETED]
     assert final.started_at is not None
     assert final.started_at <= final.timestamp
+
+
+async def test_a_late_copy_of_an_older_job_version_does_not_change_what_runs(
+    harness: Harness, observer: Observer
+) -> None:
+    """The job was edited during the hold and its message sent again; the older copy comes
+    after the newer one (no word from the cancellation channel): the newer copy is the one
+    held, and it runs with its own data."""
+    await harness.executor(async_typed)
+    due = datetime.now(UTC) + timedelta(seconds=0.5)
+    oid = new_id()
+    new = await harness.publish(
+        "async-typed", {"kind": "new"}, occurrence_id=oid, scheduled_for=due, job_version=2
+    )
+    await harness.publish(
+        "async-typed", {"kind": "old"}, occurrence_id=oid, scheduled_for=due, job_version=1
+    )
+    final = await observer.wait_final(new.occurrence_id)
+    assert final.status is S.COMPLETED
+    assert final.result == {"kind": "new", "pages": 1, "attempt": 1}
+    assert [r.status for r in observer.of(oid)] == [S.COMPLETED]

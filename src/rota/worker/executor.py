@@ -79,16 +79,17 @@ FINALIZED_MAX_ENTRIES = 1_000_000
 class _Early:
     """What was done for a held delivery before its due instant."""
 
-    __slots__ = ("attempt", "claim", "ctx", "parsed")
+    __slots__ = ("attempt", "claim", "ctx", "parsed", "version")
 
     def __init__(
         self,
-        attempt: int,
+        message: JobMessage,
         claim: asyncio.Task[ClaimVerdict] | None,
         parsed: _Parsed,
         ctx: JobContext,
     ) -> None:
-        self.attempt = attempt
+        self.attempt = message.attempt
+        self.version = message.job_version
         self.claim = claim
         self.parsed = parsed
         self.ctx = ctx
@@ -385,24 +386,28 @@ class Executor:
         message = delivery.message
         oid = message.occurrence_id
         current = self._early.get(oid)
-        if current is not None and current.attempt > message.attempt:
-            return  # a copy of an earlier attempt, dropped by the hold
+        if current is not None and (current.attempt, current.version) > (
+            message.attempt,
+            message.job_version,
+        ):
+            return  # a copy of an earlier attempt or job version, dropped by the hold
         claim = None
         if self._claims is not None and oid not in self._runner.running:
             claim = asyncio.get_running_loop().create_task(
                 self._claims.claim(message, careful=delivery.redelivered)
             )
-        self._early[oid] = _Early(
-            message.attempt, claim, self._parse(message), self._context(message)
-        )
+        self._early[oid] = _Early(message, claim, self._parse(message), self._context(message))
 
     def _unstarted(self, delivery: Delivery) -> None:
         """A delivery will not start here (given back, or lost with its channel): give up
         the claim made ahead for it, once it is known."""
         message = delivery.message
         early = self._early.get(message.occurrence_id)
-        if early is None or early.attempt != message.attempt:
-            return
+        if early is None or (early.attempt, early.version) != (
+            message.attempt,
+            message.job_version,
+        ):
+            return  # what was done ahead is another copy's
         del self._early[message.occurrence_id]
         claim = early.claim
         if claim is None:
@@ -480,6 +485,7 @@ class Executor:
             early is None
             or oid not in self._released
             or early.attempt != message.attempt
+            or early.version != message.job_version
             or early.parsed[0] is None
             or delivery.redelivered
             or self._flow.stopping
@@ -506,8 +512,11 @@ class Executor:
         oid = message.occurrence_id
         released = self._released.pop(oid, False)
         early = self._early.get(oid)
-        if early is not None and early.attempt != message.attempt:
-            early = None  # another attempt's (a copy's); left for it
+        if early is not None and (early.attempt, early.version) != (
+            message.attempt,
+            message.job_version,
+        ):
+            early = None  # another copy's (attempt or job version); left for it
         if await self._finals.finalized_here(delivery):
             self._forget_early(oid, early)
             self._skip(delivery)
