@@ -113,7 +113,7 @@ def test_capacity_scenario_embedded(tmp_path: Path) -> None:
     args = ("capacity", "--pending", "2000", "--history", "500", "--reads", "5")
     result: dict[str, Any] = bench(tmp_path, *args)
     check_capacity(result, "embedded", 2000, 500)
-    assert result["redisUsedMemoryDelta"] is None
+    assert result["redisBytesDelta"] is None
 
 
 def test_capacity_scenario_distributed(tmp_path: Path, pg_template: str) -> None:
@@ -129,4 +129,7 @@ def test_capacity_scenario_distributed(tmp_path: Path, pg_template: str) -> None
         result: dict[str, Any] = bench(tmp_path, *args, "--batch", "500", "--reads", "5", env=env)
     check_capacity(result, "distributed", 2000, 500)
     assert result["batch"] == 500
-    assert isinstance(result["redisUsedMemoryDelta"], int)  # Redis is shared: may even shrink
+    redis = result["redisBytesAfter"]
+    assert redis["usedMemory"] > 0
+    assert redis["benchKeys"] > 0  # the event stream, the instance's registration
+    assert set(result["redisBytesDelta"]) == {"usedMemory", "benchKeys"}

@@ -21,7 +21,7 @@ from uuid import UUID
 import psutil
 
 from rota.app.settings import Settings
-from rota.cli.bench import _environment, _percentiles, _server_process
+from rota.cli.bench import BENCH_PREFIX, _environment, _percentiles, _server_process
 from rota.core.ids import new_id
 from rota.core.models import Occurrence, OccurrenceStatus
 
@@ -73,7 +73,24 @@ class _Sizes:
         finally:
             await db.close()
 
-    async def redis(self) -> int | None:
+    async def analyze(self) -> None:
+        """PostgreSQL: refresh the planner's statistics of the bulk-filled tables, as
+        autovacuum would within a minute or so; read before that, a job's occurrences are
+        planned as if it had a few (a bitmap scan and sort of all of them)."""
+        if self.mode == "embedded":
+            return
+        import asyncpg
+
+        db = await asyncpg.connect(self.database_url)
+        try:
+            await db.execute(f"ANALYZE {', '.join(JOB_TABLES + OCCURRENCE_TABLES)}")
+        finally:
+            await db.close()
+
+    async def redis(self) -> dict[str, int] | None:
+        """Redis's ``used_memory`` (the whole instance: others' keys move it too) and the
+        bytes of the bench's own keys (``MEMORY USAGE`` of the ``rota-bench:*`` keys but the
+        fires' claims: no job of this bench fires)."""
         if self.mode == "embedded":
             return None
         import redis.asyncio as aioredis
@@ -81,7 +98,11 @@ class _Sizes:
         client = aioredis.from_url(self.redis_url)
         try:
             info = await client.info("memory")
-            return int(info["used_memory"])
+            keys = 0
+            async for key in client.scan_iter(match=f"{BENCH_PREFIX}:*", count=5000):
+                if b":claim:" not in key:  # a fire's; the other benches leave many behind
+                    keys += int(await client.memory_usage(key, samples=0) or 0)
+            return {"usedMemory": int(info["used_memory"]), "benchKeys": keys}
         finally:
             await client.aclose()
 
@@ -148,8 +169,11 @@ def _spec(n: int, pending: int, start: datetime) -> dict[str, Any]:
     }
 
 
-async def _time_reads(http: Any, paths: dict[str, str], reads: int) -> dict[str, Any]:
-    """Each path once to warm it, then ``reads`` times; percentiles in ms per read."""
+async def _time_reads(
+    http: Any, paths: dict[str, str], reads: int, server: psutil.Process
+) -> dict[str, Any]:
+    """Each path once to warm it, then ``reads`` times; percentiles in ms per read, and the
+    server's memory after them."""
     results: dict[str, Any] = {}
     for name, path in paths.items():
         (await http.get(path)).raise_for_status()
@@ -159,7 +183,8 @@ async def _time_reads(http: Any, paths: dict[str, str], reads: int) -> dict[str,
             answer = await http.get(path)
             samples.append((time.perf_counter() - t0) * 1000)
             answer.raise_for_status()
-        results[name] = {"path": path, **_percentiles(samples), "reads": reads}
+        rss = _mib(server.memory_info().rss)
+        results[name] = {"path": path, **_percentiles(samples), "reads": reads, "serverRssMiB": rss}
     return results
 
 
@@ -215,6 +240,7 @@ async def run_capacity(
             create_seconds = time.perf_counter() - started
             store_after, redis_after = await sizes.store(), await sizes.redis()
             server_rss_created = server.memory_info().rss
+            await sizes.analyze()
             target = pending // 2
             paths = {
                 "jobsList": "/api/v1/jobs",
@@ -223,14 +249,14 @@ async def run_capacity(
                 "executionsList": "/api/v1/occurrences",
                 "overview": "/api/v1/stats/overview",
             }
-            read_results = await _time_reads(http, paths, reads)
+            read_results = await _time_reads(http, paths, reads, server)
             counts = (await http.get("/api/v1/stats/overview")).json()
             server_rss_after = server.memory_info().rss
     store_delta = {k: store_after[k] - store_before.get(k, 0) for k in store_after}
     per_job = {k: round(v / pending, 1) if pending else None for k, v in store_delta.items()}
-    redis_delta = (
-        None if redis_before is None or redis_after is None else redis_after - redis_before
-    )
+    redis_delta = None
+    if redis_before is not None and redis_after is not None:
+        redis_delta = {k: redis_after[k] - redis_before[k] for k in redis_after}
     return {
         "scenario": "capacity",
         "mode": mode,
@@ -244,8 +270,11 @@ async def run_capacity(
         "storeBytesDelta": store_delta,
         "storeBytesPerJob": per_job,
         "storeBytesAfter": store_after,
-        "redisUsedMemoryDelta": redis_delta,
-        "redisBytesPerJob": None if redis_delta is None else round(redis_delta / pending, 1),
+        "redisBytesDelta": redis_delta,
+        "redisBytesAfter": redis_after,
+        "redisBytesPerJob": (
+            None if redis_delta is None else round(redis_delta["benchKeys"] / pending, 1)
+        ),
         "serverRssMiB": {
             "beforeCreate": _mib(server_rss_before),
             "afterCreate": _mib(server_rss_created),
