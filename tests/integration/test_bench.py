@@ -4,20 +4,25 @@ this checks that the scenarios work, never how fast they are)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.stores import pg_database
 
-def bench(tmp_path: Path, *args: str) -> dict[str, object]:
+
+def bench(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, object]:
     out = tmp_path / "result.json"
     subprocess.run(
         [sys.executable, "-m", "rota", "bench", *args, "--json", str(out)],
         check=True,
         capture_output=True,
         timeout=120,
+        env=env,
     )
     result: dict[str, object] = json.loads(out.read_text())
     return result
@@ -80,3 +85,51 @@ def test_login_flood_scenario(tmp_path: Path) -> None:
     memory = result["serverRssMiB"]
     assert isinstance(memory, dict)
     assert memory["peak"] >= memory["before"] > 0
+
+
+def check_capacity(result: dict[str, Any], mode: str, pending: int, history: int) -> None:
+    assert result["scenario"] == "capacity"
+    assert result["mode"] == mode
+    assert (result["pending"], result["history"], result["reads"]) == (pending, history, 5)
+    assert result["jobsPerSecond"] > 0
+    per_job = result["storeBytesPerJob"]
+    assert per_job["file" if mode == "embedded" else "jobs"] > 0
+    assert result["jobsInStore"] == pending + 1  # and the history's job
+    assert result["occurrencesInStore"] == history
+    memory = result["serverRssMiB"]
+    assert memory["beforeCreate"] > 0
+    assert memory["afterCreate"] > 0
+    assert result["benchRssMiB"] > 0
+    reads = result["readLatency"]
+    names = {"jobsList", "jobsSearch", "jobOccurrences", "executionsList", "overview"}
+    assert set(reads) == names
+    for read in reads.values():
+        assert read["reads"] == 5
+        assert 0 < read["p50Ms"] <= read["p99Ms"] <= read["maxMs"]
+    assert {"environment", "createSeconds", "storeBytesDelta"} <= result.keys()
+
+
+def test_capacity_scenario_embedded(tmp_path: Path) -> None:
+    args = ("capacity", "--pending", "2000", "--history", "500", "--reads", "5")
+    result: dict[str, Any] = bench(tmp_path, *args)
+    check_capacity(result, "embedded", 2000, 500)
+    assert result["redisBytesDelta"] is None
+
+
+def test_capacity_scenario_distributed(tmp_path: Path, pg_template: str) -> None:
+    """On a fresh PostgreSQL database, the real Redis and RabbitMQ."""
+    with pg_database(pg_template) as url:
+        env = {
+            **os.environ,
+            "ROTA_DATABASE_URL": url,
+            "ROTA_REDIS_URL": "redis://127.0.0.1:6379/0",
+            "ROTA_AMQP_URL": "amqp://guest:guest@127.0.0.1:5672/",
+        }
+        args = ("capacity", "--mode", "distributed", "--pending", "2000", "--history", "500")
+        result: dict[str, Any] = bench(tmp_path, *args, "--batch", "500", "--reads", "5", env=env)
+    check_capacity(result, "distributed", 2000, 500)
+    assert result["batch"] == 500
+    redis = result["redisBytesAfter"]
+    assert redis["usedMemory"] > 0
+    assert redis["benchKeys"] > 0  # the event stream, the instance's registration
+    assert set(result["redisBytesDelta"]) == {"usedMemory", "benchKeys"}

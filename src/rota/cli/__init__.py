@@ -447,6 +447,27 @@ def bench_login_flood(
     report(result, json_file, _console())
 
 
+@bench_app.command("capacity")
+def bench_capacity(
+    mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",
+    pending: Annotated[int, typer.Option(min=1, help="Pending one-time jobs to create.")] = 10_000,
+    history: Annotated[
+        int, typer.Option(min=0, help="Completed occurrences written into the store first.")
+    ] = 0,
+    batch: Annotated[int, typer.Option(min=1, max=10_000, help="Jobs per bulk request.")] = 1_000,
+    reads: Annotated[int, typer.Option(min=1, help="How many times each read is timed.")] = 50,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+) -> None:
+    """Create many pending jobs through the bulk API of a `rota server` (a process of its
+    own): the create rate, store bytes per job, memory and the latency of a user's reads."""
+    from rota.cli.bench import report
+    from rota.cli.capacity import run_capacity
+
+    configure_logging("warning", None, LogFormat.TEXT)
+    result = _run(run_capacity(mode, pending, history, batch, reads))
+    report(result, json_file, _console())
+
+
 def _exit_past_stuck_threads() -> None:
     """After a graceful stop everything is stored; a plain-def handler that ignores its
     cancellation would still keep the interpreter waiting for its thread. Do not wait."""

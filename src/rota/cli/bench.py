@@ -445,14 +445,15 @@ def _free_port() -> int:
 
 @asynccontextmanager
 async def _server_process(
-    mode: str, admin: str, password: str
+    mode: str, admin: str, password: str, data_dir: Path | None = None
 ) -> AsyncIterator[tuple[str, psutil.Process]]:
-    """``rota server`` in a process of its own (embedded: SQLite in a temporary data dir;
-    distributed: on ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL under the
-    ``rota-bench`` prefix), with a bench Admin; its base URL and process."""
+    """``rota server`` in a process of its own (embedded: SQLite in a temporary data dir, or
+    ``data_dir``; distributed: on ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL under
+    the ``rota-bench`` prefix), with a bench Admin; its base URL and process."""
     import httpx
 
-    with tempfile.TemporaryDirectory(prefix="rota-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="rota-bench-") as scratch:
+        tmp = str(data_dir or scratch)
         port = _free_port()
         env = {
             **os.environ,

@@ -1,0 +1,289 @@
+"""``rota bench capacity``: what many pending jobs (and a long history) cost.
+
+A real ``rota server`` (a process of its own, as for ``login-flood``) gets ``pending`` one-time
+jobs through the public bulk API, due over the coming week so none fires during the bench;
+``history`` finished occurrences are written straight into the store first. Measured: the
+create rate, the store's bytes per job, the memory of the server (and Redis), and the latency
+of the reads a user makes.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psutil
+
+from rota.app.settings import Settings
+from rota.cli.bench import BENCH_PREFIX, _environment, _percentiles, _server_process
+from rota.core.ids import new_id
+from rota.core.models import Occurrence, OccurrenceStatus
+
+JOB_TYPE = "bench.capacity"
+JOB_TABLES = ("jobs", "job_tags", "job_versions")
+"""The tables a pending job lives in (PostgreSQL; with their indexes and TOAST)."""
+OCCURRENCE_TABLES = ("occurrences", "occurrence_status_changes")
+"""The history's tables (partitioned on PostgreSQL: every partition counts)."""
+SPREAD = timedelta(days=7)
+FIRST_DUE = timedelta(hours=1)
+HISTORY_BATCH = 5_000
+
+
+def _mib(n: int) -> float:
+    return round(n / 2**20, 1)
+
+
+class _Sizes:
+    """The store's size (PostgreSQL: the job and occurrence tables; SQLite: the file) and
+    Redis's used memory (distributed)."""
+
+    def __init__(self, mode: str, data_dir: Path) -> None:
+        settings = Settings()
+        self.mode = mode
+        self.sqlite = data_dir / "rota.db"
+        self.database_url = settings.database_url or ""
+        self.redis_url = settings.redis_url or ""
+
+    async def store(self) -> dict[str, int]:
+        if self.mode == "embedded":
+            with sqlite3.connect(self.sqlite) as db:
+                pages = db.execute("PRAGMA page_count").fetchone()[0]
+                size = db.execute("PRAGMA page_size").fetchone()[0]
+            return {"file": int(pages) * int(size)}
+        import asyncpg
+
+        # A plain table is its own tree; a partitioned one (size 0) counts its partitions.
+        sql = (
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "WHERE c.relname = ANY($1::text[]) OR c.oid IN (SELECT p.relid "
+            "FROM unnest($1::text[]) AS t(name), pg_partition_tree(t.name::regclass) AS p)"
+        )
+        db = await asyncpg.connect(self.database_url)
+        try:
+            return {
+                "jobs": int(await db.fetchval(sql, list(JOB_TABLES))),
+                "occurrences": int(await db.fetchval(sql, list(OCCURRENCE_TABLES))),
+            }
+        finally:
+            await db.close()
+
+    async def analyze(self) -> None:
+        """PostgreSQL: refresh the planner's statistics of the bulk-filled tables, as
+        autovacuum would within a minute or so; read before that, a job's occurrences are
+        planned as if it had a few (a bitmap scan and sort of all of them)."""
+        if self.mode == "embedded":
+            return
+        import asyncpg
+
+        db = await asyncpg.connect(self.database_url)
+        try:
+            await db.execute(f"ANALYZE {', '.join(JOB_TABLES + OCCURRENCE_TABLES)}")
+        finally:
+            await db.close()
+
+    async def redis(self) -> dict[str, int] | None:
+        """Redis's ``used_memory`` (the whole instance: others' keys move it too) and the
+        bytes of the bench's own keys (``MEMORY USAGE`` of the ``rota-bench:*`` keys but the
+        fires' claims: no job of this bench fires)."""
+        if self.mode == "embedded":
+            return None
+        import redis.asyncio as aioredis
+
+        client = aioredis.from_url(self.redis_url)
+        try:
+            info = await client.info("memory")
+            keys = 0
+            async for key in client.scan_iter(match=f"{BENCH_PREFIX}:*", count=5000):
+                if b":claim:" not in key:  # a fire's; the other benches leave many behind
+                    keys += int(await client.memory_usage(key, samples=0) or 0)
+            return {"usedMemory": int(info["used_memory"]), "benchKeys": keys}
+        finally:
+            await client.aclose()
+
+
+async def _distributed_admin(name: str, password: str) -> None:
+    """An Admin of this run's own: the shared database keeps the users of earlier runs, and
+    ROTA_ADMIN_USER creates one only when there is none."""
+    from rota.app.adapters import upgrade_schema
+    from rota.cli.users import create_user
+    from rota.core.security import Role
+
+    settings = Settings()
+    if settings.database_url:  # else _server_process refuses the mode
+        await upgrade_schema(settings.database_url)
+        await create_user(settings, name, password, Role.ADMIN)
+
+
+async def _write_history(url: str, job: dict[str, Any], count: int) -> float:
+    """``count`` Completed occurrences of ``job`` over the last 24 hours, inserted into the
+    store in batches; the seconds it took."""
+    from rota.app.adapters import make_store
+
+    store = make_store(url)
+    await store.open()
+    started = time.perf_counter()
+    try:
+        now = datetime.now(UTC)
+        step = timedelta(days=1) / max(count, 1)
+        for first in range(0, count, HISTORY_BATCH):
+            batch = []
+            for n in range(first, min(count, first + HISTORY_BATCH)):
+                at = now - step * (n + 1)
+                batch.append(
+                    Occurrence(
+                        id=new_id(),
+                        job_id=UUID(job["id"]),
+                        job_type=JOB_TYPE,
+                        worker_id=None,
+                        status=OccurrenceStatus.COMPLETED,
+                        scheduled_for=at,
+                        due_at=at,
+                        created_at=at,
+                        dispatched_at=at,
+                        start_time=at + timedelta(milliseconds=5),
+                        end_time=at + timedelta(milliseconds=25),
+                        duration_ms=20.0,
+                        instance_id="bench-capacity",
+                    )
+                )
+            await store.insert_occurrences(batch)
+    finally:
+        await store.close()
+    return time.perf_counter() - started
+
+
+def _spec(n: int, pending: int, start: datetime) -> dict[str, Any]:
+    at = start + SPREAD * (n / max(pending, 1))
+    return {
+        "jobType": JOB_TYPE,
+        "displayName": f"capacity job {n}",
+        "tags": ["capacity", f"batch-{n % 10}"],
+        "jobData": {"n": n},
+        "executeAt": at.isoformat().replace("+00:00", "Z"),
+    }
+
+
+async def _time_reads(
+    http: Any, paths: dict[str, str], reads: int, server: psutil.Process
+) -> dict[str, Any]:
+    """Each path once to warm it, then ``reads`` times; percentiles in ms per read, and the
+    server's memory after them."""
+    results: dict[str, Any] = {}
+    for name, path in paths.items():
+        (await http.get(path)).raise_for_status()
+        samples = []
+        for _ in range(reads):
+            t0 = time.perf_counter()
+            answer = await http.get(path)
+            samples.append((time.perf_counter() - t0) * 1000)
+            answer.raise_for_status()
+        rss = _mib(server.memory_info().rss)
+        results[name] = {"path": path, **_percentiles(samples), "reads": reads, "serverRssMiB": rss}
+    return results
+
+
+async def run_capacity(
+    mode: str = "embedded",
+    pending: int = 10_000,
+    history: int = 0,
+    batch: int = 1_000,
+    reads: int = 50,
+) -> dict[str, Any]:
+    """``pending`` one-time jobs created through ``POST /api/v1/jobs/bulk`` (``batch`` per
+    request) on a ``rota server`` of its own, after ``history`` Completed occurrences of one
+    job written into its store; the create rate, bytes per job, memory and read latencies."""
+    import httpx
+
+    admin, password = f"bench-cap-{secrets.token_hex(4)}", secrets.token_urlsafe(24)
+    if mode == "distributed":
+        await _distributed_admin(admin, password)
+    me = psutil.Process()
+    with tempfile.TemporaryDirectory(prefix="rota-bench-cap-") as tmp:
+        data_dir = Path(tmp)
+        sizes = _Sizes(mode, data_dir)
+        async with (
+            _server_process(mode, admin, password, data_dir) as (base, server),
+            httpx.AsyncClient(base_url=base, timeout=300) as http,
+        ):
+            login = await http.post(
+                "/api/v1/auth/login", json={"username": admin, "password": password}
+            )
+            login.raise_for_status()
+            http.headers["Authorization"] = f"Bearer {login.json()['accessToken']}"
+            start = datetime.now(UTC) + FIRST_DUE
+            made = await http.post(
+                "/api/v1/jobs", json={**_spec(0, 1, start), "displayName": "capacity history"}
+            )
+            made.raise_for_status()
+            history_job = made.json()
+            url = Settings().effective_database_url if mode != "embedded" else ""
+            url = url or f"sqlite:///{(data_dir / 'rota.db').resolve()}"
+            history_seconds = await _write_history(url, history_job, history)
+            store_before, redis_before = await sizes.store(), await sizes.redis()
+            server_rss_before = server.memory_info().rss
+            started = time.perf_counter()
+            for first in range(0, pending, batch):
+                body = {
+                    "jobs": [
+                        _spec(n, pending, start) for n in range(first, min(pending, first + batch))
+                    ]
+                }
+                answer = await http.post("/api/v1/jobs/bulk", json=body)
+                if answer.status_code != 201:
+                    raise RuntimeError(f"bulk create: {answer.status_code} {answer.text[:300]}")
+            create_seconds = time.perf_counter() - started
+            store_after, redis_after = await sizes.store(), await sizes.redis()
+            server_rss_created = server.memory_info().rss
+            await sizes.analyze()
+            target = pending // 2
+            paths = {
+                "jobsList": "/api/v1/jobs",
+                "jobsSearch": f"/api/v1/jobs?search=capacity+job+{target}",
+                "jobOccurrences": f"/api/v1/occurrences?jobId={history_job['id']}",
+                "executionsList": "/api/v1/occurrences",
+                "overview": "/api/v1/stats/overview",
+            }
+            read_results = await _time_reads(http, paths, reads, server)
+            counts = (await http.get("/api/v1/stats/overview")).json()
+            server_rss_after = server.memory_info().rss
+    store_delta = {k: store_after[k] - store_before.get(k, 0) for k in store_after}
+    per_job = {k: round(v / pending, 1) if pending else None for k, v in store_delta.items()}
+    redis_delta = None
+    if redis_before is not None and redis_after is not None:
+        redis_delta = {k: redis_after[k] - redis_before[k] for k in redis_after}
+    return {
+        "scenario": "capacity",
+        "mode": mode,
+        "pending": pending,
+        "history": history,
+        "batch": batch,
+        "reads": reads,
+        "createSeconds": round(create_seconds, 2),
+        "jobsPerSecond": round(pending / create_seconds, 1) if create_seconds > 0 else None,
+        "historySeconds": round(history_seconds, 2),
+        "storeBytesDelta": store_delta,
+        "storeBytesPerJob": per_job,
+        "storeBytesAfter": store_after,
+        "redisBytesDelta": redis_delta,
+        "redisBytesAfter": redis_after,
+        "redisBytesPerJob": (
+            None if redis_delta is None else round(redis_delta["benchKeys"] / pending, 1)
+        ),
+        "serverRssMiB": {
+            "beforeCreate": _mib(server_rss_before),
+            "afterCreate": _mib(server_rss_created),
+            "afterReads": _mib(server_rss_after),
+        },
+        "benchRssMiB": _mib(me.memory_info().rss),
+        "readLatency": read_results,
+        # The whole store's (distributed: earlier runs' jobs stay in the database).
+        "jobsInStore": counts["jobs"]["total"],
+        "occurrencesInStore": counts["occurrences"]["total"],
+        "environment": _environment(),
+    }
