@@ -20,13 +20,15 @@ from .test_api import assert_problem, create, fields
 S = OccurrenceStatus
 
 
-async def _ended(rt: MiniRuntime, status: S, ago: timedelta, duration: float | None) -> None:
+async def _ended(rt: MiniRuntime, status: S, ago: timedelta, duration: float | None) -> datetime:
+    """An occurrence that ended ``ago``; returns its end time."""
     owner = Job(id=new_id(), job_type="report", execute_at=datetime(2030, 1, 1, tzinfo=UTC))
     at = datetime.now(UTC) - ago
     occ = new_occurrence(owner, at, at, PlanSettings())
     await rt.store.insert_occurrences(
         [replace(occ, status=status, end_time=at, duration_ms=duration)]
     )
+    return at
 
 
 async def test_overview(runtime: MiniRuntime, client: httpx.AsyncClient) -> None:
@@ -67,13 +69,23 @@ async def test_throughput_windows_and_buckets(
     runtime: MiniRuntime,
     client: httpx.AsyncClient,
 ) -> None:
-    await _ended(runtime, S.COMPLETED, timedelta(seconds=1), 1.0)
-    await _ended(runtime, S.TIMED_OUT, timedelta(seconds=1), None)
+    completed = await _ended(runtime, S.COMPLETED, timedelta(seconds=1), 1.0)
+    timed_out = await _ended(runtime, S.TIMED_OUT, timedelta(seconds=1), None)
     await _ended(runtime, S.COMPLETED, timedelta(minutes=30), 1.0)
     hour = (await client.get("/api/v1/stats/throughput?window=1h")).json()
     assert (hour["windowSeconds"], hour["bucketSeconds"], len(hour["points"])) == (3600, 60, 60)
-    assert hour["points"][-1]["completed"] == 1
-    assert hour["points"][-1]["failed"] == 1
+
+    def bucket(at: datetime) -> dict[str, int]:
+        """The minute holding ``at`` (the last one, or the one before it at a minute's turn)."""
+        for point in hour["points"]:
+            start = datetime.fromisoformat(point["start"])
+            if start <= at < start + timedelta(minutes=1):
+                return dict(point)
+        raise AssertionError(f"no minute holds {at}")
+
+    assert bucket(completed)["completed"] == 1
+    assert bucket(timed_out)["failed"] == 1
+    assert bucket(completed) in [dict(p) for p in hour["points"][-2:]]
     assert sum(p["completed"] for p in hour["points"]) == 2
     starts = [datetime.fromisoformat(p["start"]) for p in hour["points"]]
     assert all(b - a == timedelta(minutes=1) for a, b in itertools.pairwise(starts))
