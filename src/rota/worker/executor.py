@@ -94,6 +94,10 @@ class _Early:
         self.parsed = parsed
         self.ctx = ctx
 
+    def of(self, message: JobMessage) -> bool:
+        """Whether this was done for ``message``'s copy (its attempt and job version)."""
+        return self.attempt == message.attempt and self.version == message.job_version
+
 
 _Parsed = tuple[AnyJobDefinition, Any] | tuple[None, tuple[FailureType, str]]
 """The definition and parsed data of a message, or ``None`` and why it cannot run."""
@@ -403,10 +407,7 @@ class Executor:
         the claim made ahead for it, once it is known."""
         message = delivery.message
         early = self._early.get(message.occurrence_id)
-        if early is None or (early.attempt, early.version) != (
-            message.attempt,
-            message.job_version,
-        ):
+        if early is None or not early.of(message):
             return  # what was done ahead is another copy's
         del self._early[message.occurrence_id]
         claim = early.claim
@@ -484,8 +485,7 @@ class Executor:
         if (
             early is None
             or oid not in self._released
-            or early.attempt != message.attempt
-            or early.version != message.job_version
+            or not early.of(message)
             or early.parsed[0] is None
             or delivery.redelivered
             or self._flow.stopping
@@ -512,10 +512,7 @@ class Executor:
         oid = message.occurrence_id
         released = self._released.pop(oid, False)
         early = self._early.get(oid)
-        if early is not None and (early.attempt, early.version) != (
-            message.attempt,
-            message.job_version,
-        ):
+        if early is not None and not early.of(message):
             early = None  # another copy's (attempt or job version); left for it
         if await self._finals.finalized_here(delivery):
             self._forget_early(oid, early)
