@@ -79,7 +79,7 @@ FINALIZED_MAX_ENTRIES = 1_000_000
 class _Early:
     """What was done for a held delivery before its due instant."""
 
-    __slots__ = ("attempt", "claim", "ctx", "parsed", "version")
+    __slots__ = ("attempt", "claim", "ctx", "parsed", "released", "version")
 
     def __init__(
         self,
@@ -93,6 +93,8 @@ class _Early:
         self.claim = claim
         self.parsed = parsed
         self.ctx = ctx
+        self.released = False
+        """Released by the hold at its due instant, not started yet."""
 
     def of(self, message: JobMessage) -> bool:
         """Whether this was done for ``message``'s copy (its attempt and job version)."""
@@ -209,8 +211,6 @@ class Executor:
             unstarted=self._unstarted,
         )
         self._hold = Hold(release=self._release, drop=self.reporter.ack_after_flush)
-        self._released: dict[UUID, bool] = {}
-        """Occurrences released by the hold and not started yet."""
         self._early: dict[UUID, _Early] = {}
         """What was done ahead for the held (or released, not started) deliveries."""
         self._give_up: list[tuple[UUID, int]] = []
@@ -440,7 +440,9 @@ class Executor:
             self.stats.dropped_dead += 1
             self._unstarted(delivery)
         else:  # at stop, the flow's handling gives it back unstarted
-            self._released[delivery.message.occurrence_id] = True
+            early = self._early.get(delivery.message.occurrence_id)
+            if early is not None and early.of(delivery.message):
+                early.released = True
             self._flow.admit(delivery)
 
     # --- upkeep: heartbeats, claims, held deliveries, pruning ---------------------------
@@ -477,14 +479,14 @@ class Executor:
     def _start(self, delivery: Delivery) -> Coroutine[Any, Any, None]:
         """What the flow's task for a delivery it starts runs. A delivery released at its due
         instant whose preparation is complete (claimed ahead, data parsed) starts here and
-        now: its ``Running`` record is made, and its handler runs in the task. Any other goes
-        the whole way (:meth:`_handle`)."""
+        now: this is its start time, and its task (:meth:`_run`) reports it and runs its
+        handler. Any other goes the whole way (:meth:`_handle`)."""
         message = delivery.message
         oid = message.occurrence_id
         early = self._early.get(oid)
         if (
             early is None
-            or oid not in self._released
+            or not early.released
             or not early.of(message)
             or early.parsed[0] is None
             or delivery.redelivered
@@ -494,26 +496,28 @@ class Executor:
             or not _granted(early.claim, self._claims is not None)
         ):
             return self._handle(delivery)
-        del self._released[oid]
         del self._early[oid]
-        definition, data = early.parsed
-        self.reporter.add_status(self._runner.record(early.ctx, S.RUNNING, self._clock()))
-        self.reporter.ack_after_flush(delivery)
-        return self._run(message, early.ctx, definition, data)
+        return self._run(delivery, early, self._clock())
 
-    async def _run(
-        self, message: JobMessage, ctx: JobContext, definition: AnyJobDefinition, data: Any
-    ) -> None:
+    async def _run(self, delivery: Delivery, early: _Early, started: datetime) -> None:
+        """Run a delivery started at ``started`` by :meth:`_start`: its ``Running`` report
+        (with that time) and its ack are queued in the task's first step, before its handler
+        runs, not while the deliveries released with it are still being started."""
+        message = delivery.message
+        definition, data = early.parsed
+        assert definition is not None  # checked by _start
+        self.reporter.add_status(self._runner.record(early.ctx, S.RUNNING, started))
+        self.reporter.ack_after_flush(delivery)
         set_job_context(message.occurrence_id, message.job_id, message.job_type, message.attempt)
-        self._report_final(message, await self._runner.run(ctx, definition, data, message))
+        self._report_final(message, await self._runner.run(early.ctx, definition, data, message))
 
     async def _handle(self, delivery: Delivery) -> None:
         message = delivery.message
         oid = message.occurrence_id
-        released = self._released.pop(oid, False)
         early = self._early.get(oid)
         if early is not None and not early.of(message):
             early = None  # another copy's (attempt or job version); left for it
+        released = early is not None and early.released
         if await self._finals.finalized_here(delivery):
             self._forget_early(oid, early)
             self._skip(delivery)

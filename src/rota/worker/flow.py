@@ -173,17 +173,21 @@ class Flow:
     def _launch(self, delivery: Delivery) -> None:
         job_type = delivery.message.job_type
         self._free -= 1
-        if job_type in self._limits:
-            self._by_type[job_type] = self._by_type.get(job_type, 0) + 1
         task = asyncio.get_running_loop().create_task(self._handle(delivery))
         self._tasks.add(task)
-        task.add_done_callback(functools.partial(self._done, job_type))
+        if job_type in self._limits:
+            self._by_type[job_type] = self._by_type.get(job_type, 0) + 1
+            task.add_done_callback(functools.partial(self._done_limited, job_type))
+        else:
+            task.add_done_callback(self._done)
 
-    def _done(self, job_type: str, task: asyncio.Task[None]) -> None:
+    def _done_limited(self, job_type: str, task: asyncio.Task[None]) -> None:
+        self._by_type[job_type] -= 1
+        self._done(task)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._free += 1
-        if job_type in self._limits:
-            self._by_type[job_type] -= 1
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("job handling failed", exc_info=exc, extra={"action": "handle_delivery"})
         self._pump()
