@@ -133,3 +133,25 @@ def test_capacity_scenario_distributed(tmp_path: Path, pg_template: str) -> None
     assert redis["usedMemory"] > 0
     assert redis["benchKeys"] > 0  # the event stream, the instance's registration
     assert set(result["redisBytesDelta"]) == {"usedMemory", "benchKeys"}
+
+
+def test_scaleout_scenario(tmp_path: Path, pg_template: str) -> None:
+    """Two servers and two workers, processes of their own on a fresh PostgreSQL database and
+    the real Redis and RabbitMQ: every job of the burst runs once, to Completed."""
+    with pg_database(pg_template) as url:
+        env = {
+            **os.environ,
+            "ROTA_DATABASE_URL": url,
+            "ROTA_REDIS_URL": "redis://127.0.0.1:6379/0",
+            "ROTA_AMQP_URL": "amqp://guest:guest@127.0.0.1:5672/",
+        }
+        args = ("scaleout", "--servers", "2", "--workers", "2", "--jobs", "200")
+        result: dict[str, Any] = bench(tmp_path, *args, env=env)
+    assert result["scenario"] == "scaleout"
+    assert (result["servers"], result["workers"], result["jobs"]) == (2, 2, 200)
+    assert result["completed"] == result["occurrences"] == result["jobsRun"] == 200
+    assert result["createdLate"] is False
+    assert result["runSeconds"] > 0
+    cpu = result["cpuMicrosPerJob"]
+    assert cpu["servers"] > 0
+    assert cpu["workers"] > 0

@@ -447,6 +447,23 @@ def bench_login_flood(
     report(result, json_file, _console())
 
 
+@bench_app.command("scaleout")
+def bench_scaleout(
+    servers: Annotated[int, typer.Option(min=1, max=8, help="`rota server` processes.")] = 1,
+    workers: Annotated[int, typer.Option(min=1, max=8, help="`rota worker` processes.")] = 1,
+    jobs: Annotated[int, typer.Option(min=1, help="No-op jobs due at one instant.")] = 20_000,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+) -> None:
+    """Distributed mode: a burst of no-op jobs on S servers and W workers (processes of their
+    own); the rate they ran at and the CPU per job of each role."""
+    from rota.cli.bench import report
+    from rota.cli.scaleout import run_scaleout
+
+    configure_logging("warning", None, LogFormat.TEXT)
+    result = _run(run_scaleout(servers, workers, jobs))
+    report(result, json_file, _console())
+
+
 @bench_app.command("capacity")
 def bench_capacity(
     mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",

@@ -445,11 +445,16 @@ def _free_port() -> int:
 
 @asynccontextmanager
 async def _server_process(
-    mode: str, admin: str, password: str, data_dir: Path | None = None
+    mode: str,
+    admin: str,
+    password: str,
+    data_dir: Path | None = None,
+    env_extra: dict[str, str] | None = None,
 ) -> AsyncIterator[tuple[str, psutil.Process]]:
     """``rota server`` in a process of its own (embedded: SQLite in a temporary data dir, or
     ``data_dir``; distributed: on ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL under
-    the ``rota-bench`` prefix), with a bench Admin; its base URL and process."""
+    the ``rota-bench`` prefix), with a bench Admin and ``env_extra`` settings; its base URL
+    and process."""
     import httpx
 
     with tempfile.TemporaryDirectory(prefix="rota-bench-") as scratch:
@@ -464,6 +469,7 @@ async def _server_process(
             "ROTA_SILENCE__ENABLED": "false",
             # The attackers name their own addresses in X-Forwarded-For, as a proxy would.
             "ROTA_API__TRUSTED_PROXIES": "127.0.0.1",
+            **(env_extra or {}),
         }
         if mode == "embedded":
             for name in ("ROTA_DATABASE_URL", "ROTA_REDIS_URL", "ROTA_AMQP_URL"):
