@@ -23,6 +23,7 @@ from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.events import EventPublisher
+from rota.services.idempotency import Idempotency
 from rota.services.jobs import JobService
 from rota.services.notifications import NotificationConfig, NotificationService, SendResult
 from rota.stores.migrate import upgrade
@@ -46,12 +47,14 @@ class MiniRuntime:
     """Component -> error that :meth:`health` reports (a backend made to look down)."""
     auth: AuthService = field(init=False)
     audit: AuditService = field(init=False)
+    idempotency: Idempotency = field(init=False)
     notifications: NotificationService = field(init=False)
     """Subscriptions for the API; its loop does not run here (nothing is sent)."""
 
     def __post_init__(self) -> None:
         self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
         self.audit = AuditService(self.store, self.jobs.now)
+        self.idempotency = Idempotency(self.store, self.jobs.now)
         self.notifications = NotificationService(
             self.store, NotificationConfig(), instance_id="mini", send=_not_sent
         )

@@ -169,6 +169,12 @@ def test_jobs_from_create_to_delete(cli: Cli) -> None:
     ]
     assert [line["message"] for line in lines] == ["cli ok attempt 1"]
 
+    # the same command again with its idempotency key shows the job it created the first time
+    keyed = ("--type", "cli.ok", "--name", "cli-keyed", "--cron", FAR)
+    first = create(cli, *keyed, "--idempotency-key", "cli-key-1")
+    assert create(cli, *keyed, "--idempotency-key", "cli-key-1")["id"] == first["id"]
+    cli.ok("jobs", "delete", first["id"], "--yes")
+
     assert cli.run("jobs", "delete", "cli-life", input="n\n").exit_code != OK  # asked: no
     cli.ok("jobs", "delete", "cli-life", "--yes")
     missing = cli.run("jobs", "show", job["id"])

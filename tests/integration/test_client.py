@@ -85,6 +85,9 @@ async def _failed_occurrence(rt: MiniRuntime, client: rota.Client) -> tuple[UUID
 # --- jobs and occurrences --------------------------------------------------------------------
 
 
+FAR = "2031-01-01T00:00:00Z"
+
+
 async def test_jobs_round_trip(client: rota.Client) -> None:
     job = await client.create_job(
         job_type="GenerateReportJob",
@@ -102,6 +105,20 @@ async def test_jobs_round_trip(client: rota.Client) -> None:
         [{"job_type": "cleanup", "execute_at": "2031-01-01T00:00:00Z"} for _ in range(4)]
     )
     assert len(more) == 4
+    # a repeated call with its idempotency key returns what the first created
+    again = await client.create_jobs(
+        [{"job_type": "cleanup", "execute_at": "2031-01-01T00:00:00Z"}], idempotency_key="k-1"
+    )
+    repeat = await client.create_jobs(
+        [{"job_type": "cleanup", "execute_at": "2031-01-01T00:00:00Z"}], idempotency_key="k-1"
+    )
+    assert [j.id for j in repeat] == [j.id for j in again]
+    once = await client.create_job(job_type="once", execute_at=FAR, idempotency_key="k-1")
+    assert (
+        await client.create_job(job_type="once", execute_at=FAR, idempotency_key="k-1")
+    ).id == once.id
+    for created in (*again, once):
+        await client.delete_job(created.id)
     page = await client.list_jobs(limit=2)
     assert len(page.items) == 2
     assert page.next_cursor is not None

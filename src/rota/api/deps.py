@@ -14,6 +14,7 @@ from rota.app.settings import Settings
 from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
+from rota.services.idempotency import Idempotency
 from rota.services.jobs import JobService
 
 
@@ -44,6 +45,9 @@ class ApiRuntime(Protocol):
     @property
     def audit(self) -> AuditService: ...
 
+    @property
+    def idempotency(self) -> Idempotency: ...
+
     async def health(self) -> dict[str, str]:
         """Component name -> ``"ok"`` or the text of its error."""
         ...
@@ -69,8 +73,13 @@ def get_audit(request: Request) -> AuditService:
     return get_runtime(request).audit
 
 
+def get_idempotency(request: Request) -> Idempotency:
+    return get_runtime(request).idempotency
+
+
 Runtime = Annotated[ApiRuntime, Depends(get_runtime)]
 Jobs = Annotated[JobService, Depends(get_jobs)]
 StoreDep = Annotated[Store, Depends(get_store)]
 Auth = Annotated[AuthService, Depends(get_auth)]
 Audit = Annotated[AuditService, Depends(get_audit)]
+Idempotent = Annotated[Idempotency, Depends(get_idempotency)]

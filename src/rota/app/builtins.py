@@ -12,7 +12,7 @@ from rota.app.adapters import make_store
 from rota.app.settings import Settings
 from rota.builtin import PACKAGE, parse_names, split_modules
 from rota.core.errors import ConfigurationError
-from rota.core.ports import RetentionStore
+from rota.core.ports import MaintenanceStore
 from rota.sdk.job import JobDefinition
 from rota.sdk.registry import JobRegistry, load_jobs
 
@@ -65,7 +65,7 @@ def _store_opener(settings: Settings) -> OpenStore:
     url = settings.effective_database_url
 
     @asynccontextmanager
-    async def opened() -> AsyncIterator[RetentionStore]:
+    async def opened() -> AsyncIterator[MaintenanceStore]:
         store = make_store(url)
         await store.open()
         try:

@@ -30,6 +30,7 @@ from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
 from rota.services.dispatcher import Dispatcher
 from rota.services.events import EventPublisher
+from rota.services.idempotency import Idempotency
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
 from rota.services.maintenance import Maintenance
@@ -75,6 +76,7 @@ class Runtime:
     zombies: ZombieDetector
     audit: AuditService
     auth: AuthService
+    idempotency: Idempotency
     probes: ProbeReleaser
     maintenance: Maintenance
     silence: SilenceMonitor

@@ -46,6 +46,7 @@ from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
 from rota.services.dispatcher import Dispatcher
 from rota.services.events import EventPublisher
+from rota.services.idempotency import Idempotency
 from rota.services.jobs import JobService
 from rota.services.loader import Loader
 from rota.services.maintenance import Maintenance
@@ -246,6 +247,7 @@ def build_runtime(
         ),
         audit=audit,
         auth=AuthService(store, auth_config(settings), utcnow, audit=audit),
+        idempotency=Idempotency(store, utcnow),
         probes=ProbeReleaser(jobs, interval_seconds=sched.auto_disable_probe_interval_seconds),
         maintenance=Maintenance(
             store,

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ConfigDict, JsonValue
 
-from rota.core.ports import RetentionStore
+from rota.core.ports import MaintenanceStore
 from rota.sdk.job import JobContext, JobData, JobDefinition, job
 from rota.services.maintenance import Maintenance, MaintenanceReport, RetentionPolicy
 
@@ -19,7 +19,7 @@ __all__ = ["MaintenanceRun", "definitions"]
 
 JOB_TYPE = "rota.maintenance"
 
-OpenStore = Callable[[], AbstractAsyncContextManager[RetentionStore]]
+OpenStore = Callable[[], AbstractAsyncContextManager[MaintenanceStore]]
 """Opens the scheduler's store for one sweep (and closes it on exit)."""
 
 

@@ -281,6 +281,7 @@ def maintenance(
         console.print(f"{status} occurrences deleted: {n}")
     console.print(f"log lines deleted: {report.logs}")
     console.print(f"resolved dead letters deleted: {report.dead_letters}")
+    console.print(f"expired idempotency keys deleted: {report.idempotency_keys}")
     if report.partitions_created or report.partitions_dropped:
         console.print(f"partitions created: {', '.join(report.partitions_created) or 'none'}")
         console.print(f"partitions dropped: {', '.join(report.partitions_dropped) or 'none'}")

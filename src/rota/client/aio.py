@@ -166,9 +166,10 @@ class Client:
         *,
         json: Any = None,
         params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
-        """Call ``/api/v1{path}``; the decoded JSON body (``None`` for 204), or an
-        :class:`~rota.client.errors.ApiError`."""
+        """Call ``/api/v1{path}`` (with ``headers`` besides the sign-in's); the decoded JSON
+        body (``None`` for 204), or an :class:`~rota.client.errors.ApiError`."""
         await self._ensure_signed_in()
         for attempt in range(2):
             token = self._token
@@ -177,7 +178,7 @@ class Client:
                 f"{API}{path}",
                 json=json,
                 params=params,
-                headers=self._auth_headers(),
+                headers={**self._auth_headers(), **(headers or {})},
             )
             body = await response.aread()
             if response.status_code == 401 and attempt == 0 and await self._renew(token):
@@ -194,18 +195,26 @@ class Client:
 
     # --- jobs --------------------------------------------------------------------------------
 
-    async def create_job(self, **fields: Any) -> JobOut:
+    async def create_job(self, *, idempotency_key: str | None = None, **fields: Any) -> JobOut:
         """Create a job: ``job_type`` and ``cron_expression`` or ``execute_at`` (both: a cron job
         that starts at ``execute_at``), and any other job field (``job_data``, ``tags``,
-        ``priority``, …) in snake_case."""
-        return JobOut.model_validate(await self.request("POST", "/jobs", json=_body(fields)))
+        ``priority``, …) in snake_case. With ``idempotency_key`` (e.g. a UUID kept with the
+        request), a repeat within 24 h returns the job the first call created."""
+        answer = await self.request(
+            "POST", "/jobs", json=_body(fields), headers=_idempotency(idempotency_key)
+        )
+        return JobOut.model_validate(answer)
 
-    async def create_jobs(self, jobs: Sequence[Mapping[str, Any]]) -> list[JobOut]:
+    async def create_jobs(
+        self, jobs: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> list[JobOut]:
         """Create up to 10,000 jobs in one transaction (all or none); a refused batch raises
         :class:`~rota.client.errors.ApiValidationError` naming every bad job
-        (``jobs[17].cronExpression``)."""
+        (``jobs[17].cronExpression``). ``idempotency_key``: as for :meth:`create_job`."""
         body = {"jobs": [_body(job) for job in jobs]}
-        created = await self.request("POST", "/jobs/bulk", json=body)
+        created = await self.request(
+            "POST", "/jobs/bulk", json=body, headers=_idempotency(idempotency_key)
+        )
         return [JobOut.model_validate(job) for job in created["items"]]
 
     async def get_job(self, job_id: UUID | str) -> JobOut:
@@ -431,3 +440,7 @@ class Client:
                     if event is not None:
                         yield event
                 return
+
+
+def _idempotency(key: str | None) -> dict[str, str]:
+    return {} if key is None else {"Idempotency-Key": key}

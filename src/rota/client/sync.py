@@ -76,11 +76,13 @@ class SyncClient:
     def login(self) -> None:
         self._run(self._client.login())
 
-    def create_job(self, **fields: Any) -> JobOut:
-        return self._run(self._client.create_job(**fields))
+    def create_job(self, *, idempotency_key: str | None = None, **fields: Any) -> JobOut:
+        return self._run(self._client.create_job(idempotency_key=idempotency_key, **fields))
 
-    def create_jobs(self, jobs: Sequence[Mapping[str, Any]]) -> list[JobOut]:
-        return self._run(self._client.create_jobs(jobs))
+    def create_jobs(
+        self, jobs: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> list[JobOut]:
+        return self._run(self._client.create_jobs(jobs, idempotency_key=idempotency_key))
 
     def get_job(self, job_id: UUID | str) -> JobOut:
         return self._run(self._client.get_job(job_id))

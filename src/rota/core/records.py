@@ -388,3 +388,16 @@ class ClaimBatch:
     uncertain_until: float | None = None
     """While the memory may miss claims made before it was lost (epoch seconds): until then
     a ``careful`` request is not claimed. ``None``: no loss known."""
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotentResult:
+    """What the store remembers of a request made with an ``Idempotency-Key``: the
+    fingerprint of its body, and once it has succeeded, its answer (status, body, headers);
+    ``status`` ``None``: the first request with the key is still being handled."""
+
+    fingerprint: str
+    created_at: datetime
+    status: int | None = None
+    body: bytes | None = None
+    headers: tuple[tuple[str, str], ...] = ()

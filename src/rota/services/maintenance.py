@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 from rota.core.errors import RotaError
 from rota.core.models import OccurrenceStatus, utcnow
-from rota.core.ports import RetentionStore
+from rota.core.ports import MaintenanceStore
 from rota.core.records import PartitionUpkeep
 from rota.services._loop import run_periodically
 
@@ -71,6 +71,8 @@ class MaintenanceReport:
     """Status name -> occurrences deleted."""
     logs: int = 0
     dead_letters: int = 0
+    idempotency_keys: int = 0
+    """Expired ``Idempotency-Key`` answers forgotten."""
     partitions_created: tuple[str, ...] = ()
     partitions_dropped: tuple[str, ...] = ()
     seconds: float = 0.0
@@ -85,11 +87,12 @@ Deleted = Callable[[str, int], None]
 
 
 class Maintenance:
-    """Applies a :class:`RetentionPolicy` to the store."""
+    """Applies a :class:`RetentionPolicy` to the store, and forgets expired idempotency keys
+    (their 24 hours are not a setting)."""
 
     def __init__(
         self,
-        store: RetentionStore,
+        store: MaintenanceStore,
         policy: RetentionPolicy,
         *,
         clock: Callable[[], datetime] = utcnow,
@@ -135,6 +138,9 @@ class Maintenance:
             report.dead_letters = await self._repeat(
                 "dead_letters", lambda: self._store.purge_failed(cutoff, self._batch)
             )
+        report.idempotency_keys = await self._repeat(
+            "idempotency_keys", lambda: self._store.purge_idempotency_keys(now, self._batch)
+        )
         report.seconds = time.monotonic() - started
         self.last_run = report
         if self._on_run is not None:

@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     SmallInteger,
@@ -335,6 +336,18 @@ def _control(metadata: MetaData) -> None:
         Column("first_declared_at", UtcDateTime(), nullable=False),
         PrimaryKeyConstraint("job_type", "worker_id"),
     )
+    Table(
+        "idempotency_keys",
+        metadata,
+        Column("scope", String(64), primary_key=True),
+        Column("fingerprint", String(64), nullable=False),
+        Column("status", Integer(), nullable=True),
+        Column("body", LargeBinary(), nullable=True),
+        Column("headers", Json(), nullable=True),
+        Column("created_at", UtcDateTime(), nullable=False),
+        Column("expires_at", UtcDateTime(), nullable=False),
+        Index(None, "expires_at"),
+    )
 
 
 def _failed_occurrences(metadata: MetaData) -> None:
@@ -531,6 +544,7 @@ login_throttles = metadata.tables["login_throttles"]
 audit_entries = metadata.tables["audit_entries"]
 scheduler_control = metadata.tables["scheduler_control"]
 declared_job_types = metadata.tables["declared_job_types"]
+idempotency_keys = metadata.tables["idempotency_keys"]
 notification_subscriptions = metadata.tables["notify_subscriptions"]
 notification_deliveries = metadata.tables["notify_deliveries"]
 notification_attempts = metadata.tables["notify_attempts"]

@@ -6,6 +6,7 @@ Also the reference's shapes: ``POST /jobs/job`` (create) and ``PUT /jobs/job`` w
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -14,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
-from rota.api.deps import Audit, Jobs, StoreDep
+from rota.api.deps import Audit, Idempotent, Jobs, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas.common import MAX_LIMIT, NO_NUL, ApiModel, UtcDatetime, unwrap_partial_updates
 from rota.api.schemas.jobs import (
@@ -35,7 +36,13 @@ from rota.api.security import OperatorUser, requires
 from rota.api.views import job_out
 from rota.core.errors import ValidationError
 from rota.core.security import Role
+from rota.services.idempotency import HEADER, MAX_KEY, Answer, Idempotency, kept_headers
 from rota.services.jobs import MAX_PREVIEW, JobService
+
+Headers = tuple[tuple[str, str], ...]
+
+REPLAYED = "Idempotent-Replayed"
+"""The answer header that says whether it is a repeat's kept answer."""
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
 schedules = APIRouter(prefix="/schedules", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
@@ -50,18 +57,68 @@ def _audit_view(job: JobOut) -> dict[str, Any]:
 
 @router.post(
     "",
+    response_model=JobOut,
     status_code=status.HTTP_201_CREATED,
-    responses=problem_responses(413, 422, 503),
+    responses=problem_responses(409, 413, 422, 503),
     summary="Create a job",
 )
 async def create_job(
-    body: JobCreate, jobs: Jobs, response: Response, user: OperatorUser, audit: Audit
-) -> JobOut:
-    created = await jobs.create_job(body.to_spec(created_by=user.username))
-    job = out(created, jobs, response)
-    await audit.record(user.username, "job.created", "job", job.id, after=_audit_view(job))
-    response.headers["Location"] = f"/api/v1/jobs/{job.id}"
-    return job
+    body: JobCreate,
+    jobs: Jobs,
+    response: Response,
+    user: OperatorUser,
+    audit: Audit,
+    idempotency: Idempotent,
+    key: IdempotencyKey = None,
+) -> Any:
+    async def handle() -> tuple[ApiModel, Headers]:
+        created = await jobs.create_job(body.to_spec(created_by=user.username))
+        job = out(created, jobs, response)
+        await audit.record(user.username, "job.created", "job", job.id, after=_audit_view(job))
+        response.headers["Location"] = f"/api/v1/jobs/{job.id}"
+        return job, kept_headers(response.headers.items())
+
+    return await _idempotent(idempotency, key, user.username, "jobs.create", body, handle)
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias=HEADER,
+        max_length=MAX_KEY,
+        description="A key of your choice (e.g. a UUID) that makes the creation idempotent: "
+        "a repeat with the same key within 24 h gets the first answer "
+        "(`Idempotent-Replayed: true`) instead of creating again; the same key with another "
+        "body is refused (422), and a repeat while the first is still handled (409).",
+    ),
+]
+
+
+async def _idempotent(
+    idempotency: Idempotency,
+    key: str | None,
+    caller: str,
+    operation: str,
+    body: ApiModel,
+    handle: Callable[[], Awaitable[tuple[ApiModel, Headers]]],
+) -> Any:
+    """``handle()``'s body (a 201), or with a ``key`` its answer kept for repeats (a repeat
+    gets the first answer, ``Idempotent-Replayed: true``)."""
+    if key is None:
+        return (await handle())[0]
+
+    async def answered() -> Answer:
+        model, headers = await handle()
+        return Answer(201, model.model_dump_json(by_alias=True).encode(), headers)
+
+    fingerprint = body.model_dump_json(by_alias=True).encode()
+    answer = await idempotency.answer(key, caller, operation, fingerprint, answered)
+    return Response(
+        content=answer.body,
+        status_code=answer.status,
+        media_type="application/json",
+        headers={**dict(answer.headers), REPLAYED: "true" if answer.replayed else "false"},
+    )
 
 
 def out(job: Any, jobs: JobService, response: Response | None = None) -> JobOut:
@@ -85,14 +142,21 @@ IfMatch = Annotated[
 
 @router.post(
     "/job",
+    response_model=JobOut,
     status_code=status.HTTP_201_CREATED,
-    responses=problem_responses(413, 422, 503),
+    responses=problem_responses(409, 413, 422, 503),
     summary="Create a job (the reference's path; same as POST /jobs)",
 )
 async def create_job_reference(
-    body: JobCreate, jobs: Jobs, response: Response, user: OperatorUser, audit: Audit
-) -> JobOut:
-    return await create_job(body, jobs, response, user, audit)
+    body: JobCreate,
+    jobs: Jobs,
+    response: Response,
+    user: OperatorUser,
+    audit: Audit,
+    idempotency: Idempotent,
+    key: IdempotencyKey = None,
+) -> Any:
+    return await create_job(body, jobs, response, user, audit, idempotency, key)
 
 
 def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
@@ -168,21 +232,33 @@ async def _update(
 
 @router.post(
     "/bulk",
+    response_model=JobList,
     status_code=status.HTTP_201_CREATED,
-    responses=problem_responses(413, 422, 503),
+    responses=problem_responses(409, 413, 422, 503),
     summary="Create many jobs at once (all or none)",
 )
-async def create_jobs(body: BulkCreate, jobs: Jobs, user: OperatorUser, audit: Audit) -> JobList:
+async def create_jobs(
+    body: BulkCreate,
+    jobs: Jobs,
+    user: OperatorUser,
+    audit: Audit,
+    idempotency: Idempotent,
+    key: IdempotencyKey = None,
+) -> Any:
     """Up to 10,000 jobs in one transaction: all are created or none. Every refused job is
     named in the 422 problem's ``errors`` (``jobs[17].cronExpression``)."""
-    created = await jobs.create_jobs(
-        [item.to_spec(created_by=user.username) for item in body.jobs], field_prefix="jobs"
-    )
-    ids = [str(job.id) for job in created[:AUDITED_IDS]]
-    await audit.record(
-        user.username, "job.bulk_created", "job", after={"count": len(created), "ids": ids}
-    )
-    return JobList(items=[out(job, jobs) for job in created])
+
+    async def handle() -> tuple[ApiModel, Headers]:
+        created = await jobs.create_jobs(
+            [item.to_spec(created_by=user.username) for item in body.jobs], field_prefix="jobs"
+        )
+        ids = [str(job.id) for job in created[:AUDITED_IDS]]
+        await audit.record(
+            user.username, "job.bulk_created", "job", after={"count": len(created), "ids": ids}
+        )
+        return JobList(items=[out(job, jobs) for job in created]), ()
+
+    return await _idempotent(idempotency, key, user.username, "jobs.bulk", body, handle)
 
 
 @router.get("", responses=problem_responses(422, 503), summary="List jobs, newest first")

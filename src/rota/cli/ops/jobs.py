@@ -338,6 +338,14 @@ def create(
             "--file", "-f", help="A JSON job body as the API takes it; the options win over it."
         ),
     ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            help="Run this command again with the same key (e.g. a UUID) within 24 h: it shows "
+            "the job the first run created instead of creating another.",
+        ),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Create a job: --type and --cron (recurring) or --at (once); or a JSON body with -f."""
@@ -366,7 +374,7 @@ def create(
     if "job_type" not in body and "jobType" not in body:
         fail("give the job type: --type (or jobType in --file)", USAGE)
     with connect() as client:
-        created = client.create_job(**body)
+        created = client.create_job(idempotency_key=idempotency_key, **body)
     if json:
         output.print_json(created)
         return

@@ -19,6 +19,7 @@ from rota.core.ports.coordination import (
     Signals,
     WorkerRegistry,
 )
+from rota.core.ports.idempotency import IdempotencyStore
 from rota.core.ports.index import ScheduleIndex
 from rota.core.ports.store import (
     AheadStore,
@@ -30,6 +31,7 @@ from rota.core.ports.store import (
     JobAdminStore,
     JobStore,
     JobTypeHistory,
+    MaintenanceStore,
     NotificationStore,
     OccurrenceReader,
     OccurrenceStore,
@@ -57,9 +59,11 @@ __all__ = [
     "DispatchStore",
     "EventFeed",
     "FailedStore",
+    "IdempotencyStore",
     "JobAdminStore",
     "JobStore",
     "JobTypeHistory",
+    "MaintenanceStore",
     "NotificationStore",
     "OccurrenceReader",
     "OccurrenceStore",

@@ -29,6 +29,7 @@ from rota.core.notifications import (
     NotificationDelivery,
     Subscription,
 )
+from rota.core.ports.idempotency import IdempotencyStore
 from rota.core.records import (
     DispatchResult,
     DueEntry,
@@ -708,6 +709,10 @@ class NotificationStore(abc.ABC):
         one, or unknown, are left out)."""
 
 
+class MaintenanceStore(RetentionStore, IdempotencyStore, abc.ABC):
+    """What maintenance deletes from: retention, and the expired idempotency keys."""
+
+
 class JobAdminStore(JobStore, OccurrenceReader, abc.ABC):
     """What the job service uses: jobs, and the occurrences it reads back."""
 
@@ -754,7 +759,7 @@ class Store(
     StatsReader,
     ControlStore,
     JobTypeHistory,
-    RetentionStore,
+    MaintenanceStore,
     SilenceReader,
     SecurityStore,
     NotificationStore,

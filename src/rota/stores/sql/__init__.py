@@ -28,6 +28,7 @@ from rota.stores.sql.control import ControlQueries
 from rota.stores.sql.dispatch import DispatchQueries
 from rota.stores.sql.engine import create_store_engine, guard_errors
 from rota.stores.sql.failed import FailedQueries
+from rota.stores.sql.idempotency import IdempotencyQueries
 from rota.stores.sql.jobs import JobQueries
 from rota.stores.sql.notifications import NotificationQueries
 from rota.stores.sql.retention import RetentionQueries
@@ -47,6 +48,7 @@ class SqlStore(
     RetentionQueries,
     SecurityQueries,
     NotificationQueries,
+    IdempotencyQueries,
     Store,
 ):
     """The :class:`~rota.core.ports.Store` on SQLite (embedded) or PostgreSQL (distributed).
