@@ -22,6 +22,8 @@ from rota.core.ports import Coordination
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
+from rota.services.backfill import Backfill
+from rota.services.workers import WorkerDirectory
 from rota.services.events import EventPublisher
 from rota.services.idempotency import Idempotency
 from rota.services.jobs import JobService
@@ -48,6 +50,7 @@ class MiniRuntime:
     auth: AuthService = field(init=False)
     audit: AuditService = field(init=False)
     idempotency: Idempotency = field(init=False)
+    backfill: Backfill = field(init=False)
     notifications: NotificationService = field(init=False)
     """Subscriptions for the API; its loop does not run here (nothing is sent)."""
 
@@ -55,6 +58,14 @@ class MiniRuntime:
         self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
         self.audit = AuditService(self.store, self.jobs.now)
         self.idempotency = Idempotency(self.store, self.jobs.now)
+        self.backfill = Backfill(
+            self.store,
+            self.coordination,
+            jobs_config(self.settings.scheduler).plan,
+            self.jobs.now,
+            events=self.jobs.events,
+            workers=WorkerDirectory(self.coordination, history=self.store),
+        )
         self.notifications = NotificationService(
             self.store, NotificationConfig(), instance_id="mini", send=_not_sent
         )

@@ -169,6 +169,12 @@ def test_jobs_from_create_to_delete(cli: Cli) -> None:
     ]
     assert [line["message"] for line in lines] == ["cli ok attempt 1"]
 
+    # the past fires of its cron expression (1 January) in a window, run by a backfill
+    window = ("--from", "2024-06-01T00:00:00Z", "--to", "2026-06-01T00:00:00Z")
+    filled = cli.json("jobs", "backfill", "cli-life", *window)
+    assert (filled["fires"], filled["created"], filled["alreadyRecorded"]) == (2, 2, 0)
+    assert cli.json("jobs", "backfill", "cli-life", *window)["created"] == 0
+
     # the same command again with its idempotency key shows the job it created the first time
     keyed = ("--type", "cli.ok", "--name", "cli-keyed", "--cron", FAR)
     first = create(cli, *keyed, "--idempotency-key", "cli-key-1")

@@ -48,3 +48,16 @@ async def echo(ctx: rota.JobContext, data: Word) -> str:
     """Returns the word it was given (which version of the job data ran)."""
     RAN_AHEAD.append(str(ctx.occurrence_id))
     return data.word
+
+
+BACKFILLED: list[tuple[str, float, float]] = []
+"""``it.backfill`` runs: (fire time, start, end) by the monotonic clock (the backfill tests)."""
+
+
+@rota.job("it.backfill")
+async def backfilled(ctx: rota.JobContext) -> None:
+    import time
+
+    started = time.monotonic()
+    await asyncio.sleep(0.05)
+    BACKFILLED.append((ctx.scheduled_for.isoformat(), started, time.monotonic()))

@@ -14,6 +14,7 @@ from rota.app.settings import Settings
 from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
+from rota.services.backfill import Backfill
 from rota.services.idempotency import Idempotency
 from rota.services.jobs import JobService
 
@@ -47,6 +48,9 @@ class ApiRuntime(Protocol):
 
     @property
     def idempotency(self) -> Idempotency: ...
+
+    @property
+    def backfill(self) -> Backfill: ...
 
     async def health(self) -> dict[str, str]:
         """Component name -> ``"ok"`` or the text of its error."""

@@ -24,6 +24,7 @@ from rota.observability.tracing import Tracing
 from rota.sdk.registry import JobRegistry
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
+from rota.services.backfill import Backfill
 from rota.services.buckets import BucketOwner
 from rota.services.control import DispatcherSwitchFollower
 from rota.services.deadletters import DeadLetterHandler
@@ -77,6 +78,7 @@ class Runtime:
     audit: AuditService
     auth: AuthService
     idempotency: Idempotency
+    backfill: Backfill
     probes: ProbeReleaser
     maintenance: Maintenance
     silence: SilenceMonitor

@@ -39,6 +39,7 @@ from rota.observability.tracing import Tracing, tracing_from_env
 from rota.sdk.registry import JobRegistry
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
+from rota.services.backfill import Backfill
 from rota.services.buckets import BucketOwner
 from rota.services.cancellation import cancel_ahead, supersede_ahead
 from rota.services.control import DispatcherSwitchFollower
@@ -248,6 +249,9 @@ def build_runtime(
         audit=audit,
         auth=AuthService(store, auth_config(settings), utcnow, audit=audit),
         idempotency=Idempotency(store, utcnow),
+        backfill=Backfill(
+            store, coordination, jobs_config(sched).plan, utcnow, events=events, workers=workers
+        ),
         probes=ProbeReleaser(jobs, interval_seconds=sched.auto_disable_probe_interval_seconds),
         maintenance=Maintenance(
             store,

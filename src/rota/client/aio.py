@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Final, TypeVar
 from uuid import UUID
@@ -13,7 +14,7 @@ import orjson
 from pydantic import BaseModel
 
 from rota.api.schemas.failed import FailedOccurrenceOut, FailedOccurrencePage
-from rota.api.schemas.jobs import JobOut, JobPage
+from rota.api.schemas.jobs import BackfillOut, JobOut, JobPage
 from rota.api.schemas.occurrences import LogPage, OccurrenceDetail, OccurrencePage
 from rota.api.schemas.stats import Overview, Throughput
 from rota.api.schemas.workers import WorkerList
@@ -280,6 +281,22 @@ class Client:
         answer = await self.request("POST", f"/jobs/{job_id}/trigger", json=body)
         return OccurrenceDetail.model_validate(answer)
 
+    async def backfill(
+        self,
+        job_id: UUID | str,
+        start: datetime | str,
+        end: datetime | str,
+        *,
+        reason: str | None = None,
+    ) -> BackfillOut:
+        """Run a recurring job for the fires of the past window ``[start, end]`` that have no
+        run yet (at most 1,000; one after another, oldest first)."""
+        body: dict[str, Any] = {"from": _iso(start), "to": _iso(end)}
+        if reason is not None:
+            body["reason"] = reason
+        answer = await self.request("POST", f"/jobs/{job_id}/backfill", json=body)
+        return BackfillOut.model_validate(answer)
+
     async def tags(self) -> dict[str, int]:
         """Every tag in use -> how many jobs carry it."""
         answer = await self.request("GET", "/tags")
@@ -444,3 +461,7 @@ class Client:
 
 def _idempotency(key: str | None) -> dict[str, str]:
     return {} if key is None else {"Idempotency-Key": key}
+
+
+def _iso(moment: datetime | str) -> str:
+    return moment if isinstance(moment, str) else moment.isoformat()

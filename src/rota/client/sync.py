@@ -6,12 +6,13 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterator, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 from uuid import UUID
 
 from rota.api.schemas.failed import FailedOccurrenceOut, FailedOccurrencePage
-from rota.api.schemas.jobs import JobOut, JobPage
+from rota.api.schemas.jobs import BackfillOut, JobOut, JobPage
 from rota.api.schemas.occurrences import LogPage, OccurrenceDetail, OccurrencePage
 from rota.api.schemas.stats import Overview, Throughput
 from rota.api.schemas.workers import WorkerList
@@ -98,6 +99,11 @@ class SyncClient:
 
     def trigger(self, job_id: UUID | str, **options: Any) -> OccurrenceDetail:
         return self._run(self._client.trigger(job_id, **options))
+
+    def backfill(
+        self, job_id: UUID | str, start: datetime | str, end: datetime | str, **options: Any
+    ) -> BackfillOut:
+        return self._run(self._client.backfill(job_id, start, end, **options))
 
     def tags(self) -> dict[str, int]:
         return self._run(self._client.tags())

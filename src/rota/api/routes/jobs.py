@@ -15,10 +15,12 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
-from rota.api.deps import Audit, Idempotent, Jobs, StoreDep
+from rota.api.deps import Audit, Idempotent, Jobs, Runtime, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas.common import MAX_LIMIT, NO_NUL, ApiModel, UtcDatetime, unwrap_partial_updates
 from rota.api.schemas.jobs import (
+    BackfillOut,
+    BackfillRequest,
     BulkCreate,
     JobCreate,
     JobList,
@@ -325,6 +327,30 @@ async def delete_job(
     await jobs.delete_job(job_id, if_match=if_match)
     await audit.record(user.username, "job.deleted", "job", job_id, before=_audit_view(before))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/{job_id}/backfill",
+    status_code=status.HTTP_201_CREATED,
+    responses=problem_responses(404, 409, 422, 503),
+    summary="Run a recurring job for the fires of a past window",
+)
+async def backfill_job(
+    job_id: UUID, body: BackfillRequest, runtime: Runtime, user: OperatorUser, audit: Audit
+) -> BackfillOut:
+    """One run per fire of the job's cron expression in ``[from, to]`` (at most 1,000), except
+    the fires it already has a run of; they run one after another, oldest first, whatever
+    the job's overlap policy (docs/concepts.md#backfill)."""
+    result = await runtime.backfill.backfill(job_id, body.start, body.end, reason=body.reason)
+    out = BackfillOut(
+        fires=result.fires,
+        created=len(result.created),
+        already_recorded=result.already_recorded,
+        occurrence_ids=[o.id for o in result.created],
+    )
+    after = {"from": body.start.isoformat(), "to": body.end.isoformat(), "created": out.created}
+    await audit.record(user.username, "job.backfilled", "job", job_id, after=after)
+    return out
 
 
 @router.post(

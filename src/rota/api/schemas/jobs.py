@@ -377,5 +377,22 @@ class ReferenceTriggerRequest(TriggerRequest):
     job_id: UUID = Field(description="The job to run.")
 
 
+class BackfillRequest(InputModel):
+    """The past window whose fires to run: ``from`` and ``to``, both included."""
+
+    start: UtcDatetime = Field(alias="from", description="The window's first instant (ISO 8601).")
+    end: UtcDatetime = Field(alias="to", description="Its last instant; not in the future.")
+    reason: Annotated[str, StringConstraints(max_length=500)] | None = Field(
+        None, description="Kept as the trigger reason of each run (default: backfill)."
+    )
+
+
+class BackfillOut(ApiModel):
+    fires: int = Field(description="Fires of the job's cron expression in the window.")
+    created: int = Field(description="Runs created: one per fire that had none.")
+    already_recorded: int = Field(description="Fires the job already had a run of: left alone.")
+    occurrence_ids: list[UUID] = Field(description="The runs created, oldest fire first.")
+
+
 class Preview(ApiModel):
     fires: list[datetime]

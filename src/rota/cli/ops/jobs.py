@@ -486,6 +486,30 @@ def resume(job: JobArg, json: JsonOpt = False) -> None:
     _set_active(job, True, json)
 
 
+@app.command("backfill")
+def backfill(
+    job: JobArg,
+    start: Annotated[str, typer.Option("--from", help="The window's start (ISO time).")],
+    end: Annotated[str, typer.Option("--to", help="Its end, not in the future (ISO time).")],
+    reason: Annotated[str | None, typer.Option(help="Why (kept with each run).")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Run a recurring job for the past fires in a window that have no run yet (one after
+    another, oldest first; at most 1,000)."""
+    with connect() as client:
+        found = resolve(client, job)
+        result = client.backfill(found.id, start, end, reason=reason)
+    if json:
+        output.print_json(result)
+        return
+    output.err_print(
+        f"[green]backfilled {output.esc(found.display_name)}[/green]: {result.created} runs "
+        f"for {result.fires} fires ({result.already_recorded} had a run already)"
+    )
+    for run_id in result.occurrence_ids:
+        print(run_id)
+
+
 @app.command("trigger")
 def trigger(
     job: JobArg,

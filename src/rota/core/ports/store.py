@@ -104,9 +104,18 @@ class JobStore(abc.ABC):
         at most one per job type: :meth:`create_jobs` raises ``ConflictError`` for a second."""
 
     @abc.abstractmethod
-    async def insert_occurrences(self, occurrences: Sequence[Occurrence]) -> None:
-        """Insert occurrences (manual triggers) with their creation status change, in one
-        transaction. A duplicate (job, scheduled_for) raises ``ConflictError``."""
+    async def insert_occurrences(
+        self, occurrences: Sequence[Occurrence], *, sequential: bool = False
+    ) -> None:
+        """Insert occurrences (manual triggers, backfills) with their creation status change,
+        in one transaction; ``sequential``: each waits for the job's earlier ones to end (the
+        Queue policy, whatever the job's). A duplicate (job, scheduled_for) raises
+        ``ConflictError``."""
+
+    @abc.abstractmethod
+    async def recorded_fires(self, job_id: UUID, start: datetime, end: datetime) -> set[datetime]:
+        """The fire times (``scheduled_for``) in ``[start, end]`` the job has an occurrence
+        of."""
 
     @abc.abstractmethod
     async def due_probes(

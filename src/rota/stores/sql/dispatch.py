@@ -198,7 +198,9 @@ class DispatchQueries(SqlParts):
         if params:
             await self._fast.execute(conn, "advance_jobs", _advance_jobs_stmt, params)
 
-    async def insert_occurrences(self, occurrences_: Sequence[Occurrence]) -> None:
+    async def insert_occurrences(
+        self, occurrences_: Sequence[Occurrence], *, sequential: bool = False
+    ) -> None:
         if not occurrences_:
             return
         job_ids = _unique(o.job_id for o in occurrences_)
@@ -212,6 +214,8 @@ class DispatchQueries(SqlParts):
                 job_ids,
             )
             policies = {r.id: ConcurrencyPolicy(r.concurrency_policy) for r in rows}
+            if sequential:
+                policies = dict.fromkeys(policies, ConcurrencyPolicy.QUEUE)
             await conn.execute(
                 insert(occurrences),
                 [
@@ -221,6 +225,14 @@ class DispatchQueries(SqlParts):
             )
             if changes:
                 await conn.execute(insert(status_changes), changes)
+
+    async def recorded_fires(self, job_id: UUID, start: datetime, end: datetime) -> set[datetime]:
+        c = occurrences.c
+        stmt = select(c.scheduled_for).where(
+            c.job_id == job_id, c.scheduled_for >= start, c.scheduled_for <= end
+        )
+        async with self._read() as conn:
+            return set((await conn.execute(stmt)).scalars())
 
     async def mark_dispatched(self, published: Sequence[Occurrence], at: datetime) -> None:
         if not published:
