@@ -23,11 +23,11 @@ from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.backfill import Backfill
-from rota.services.workers import WorkerDirectory
 from rota.services.events import EventPublisher
 from rota.services.idempotency import Idempotency
 from rota.services.jobs import JobService
 from rota.services.notifications import NotificationConfig, NotificationService, SendResult
+from rota.services.workers import WorkerDirectory
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
 
