@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -133,6 +133,38 @@ def test_create_a_cron_job_and_watch_its_executions_arrive(
     expect(page.locator("#form-error")).to_contain_text("Someone changed this job")
     with server.api() as api:
         assert api.get(f"/jobs/{job_id}").json()["displayName"] == "Browser tick, edited"
+
+
+def test_backfill_the_past_fires_of_a_cron_job(admin_page: Page, server: Server) -> None:
+    """The job page's backfill form: one execution per past fire of the window, shown on the
+    page as they are created."""
+    with server.api() as api:
+        created = api.post(
+            "/jobs",
+            json={
+                "jobType": "browser.tick",
+                "displayName": "Browser hourly",
+                "cronExpression": "0 0 * * * *",
+                "isActive": False,
+            },
+        )
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+    top = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    page = admin_page
+    page.goto(f"{server.url}/jobs/{job_id}")
+    page.get_by_test_id("backfill").locator("summary").click()
+    page.get_by_label("From (UTC)").fill((top - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S"))
+    page.get_by_label("To (UTC, not in the future)").fill(top.strftime("%Y-%m-%dT%H:%M:%S"))
+    page.get_by_role("button", name="Backfill", exact=True).click()
+    rows = page.locator("#job-occurrences [data-testid=occurrence-row]")
+    expect(rows).to_have_count(3)
+    with server.api() as api:
+        runs = api.get("/occurrences", params={"jobId": job_id}).json()["items"]
+    assert sorted(r["scheduledFor"] for r in runs) == [
+        (top - timedelta(hours=n)).isoformat().replace("+00:00", "Z") for n in (2, 1, 0)
+    ]
+    assert {r["triggerReason"] for r in runs} == {"backfill from the dashboard"}
 
 
 def test_log_lines_arrive_live_and_a_running_execution_is_cancelled(
