@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -367,6 +367,68 @@ async def test_acks_settle_only_their_own_deliveries(
     await back.ack()
     await stays_pending(fresh)
     await stop(fresh)
+
+
+async def test_acks_of_a_burst_settle_every_delivery(
+    broker: Broker, harness: Harness, names: Callable[[str], str]
+) -> None:
+    """Deliveries acknowledged together in bursts (one turn of the loop each; while the first
+    delivery stays open, then ``multiple`` acks once it is settled) all leave the queue: none
+    comes again after the broker's connection is closed."""
+    group, kind = names("grp"), names("kind")
+    await broker.declare_worker_group(group, [kind])
+    messages = [job(kind) for _ in range(250)]
+    await broker.publish_jobs(messages)
+    consumer = broker.consume_jobs(group, 100)
+    first = await take(consumer)  # open until half the others are settled
+    got = [first.message.occurrence_id]
+    while len(got) < len(messages):
+        if len(got) > len(messages) // 2 and first is not None:
+            await first.ack()
+            first = None
+        burst = [await take(consumer)]
+        while len(burst) < 37 and len(got) + len(burst) < len(messages):
+            burst.append(await take(consumer))
+        await asyncio.gather(*(delivery.ack() for delivery in reversed(burst)))
+        got.extend(delivery.message.occurrence_id for delivery in burst)
+    assert sorted(got) == sorted(m.occurrence_id for m in messages)
+    await broker.close()
+    await broker.start()
+    assert (await broker.queue_depths())[f"{harness.prefix}.jobs.{group}"] == 0
+    fresh = broker.consume_jobs(group, 100)
+    await cancel(await stays_pending(fresh))
+    await stop(fresh)
+
+
+async def test_rabbitmq_deliveries_reach_the_consumer_without_a_task_each(
+    broker: Broker, names: Callable[[str], str], adapter: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job consumer's channel hands deliveries over as it reads them: aiormq's consumer
+    callback (a task per delivery) is never run."""
+    if adapter != "rabbitmq":
+        pytest.skip("aiormq's consumer callback is the RabbitMQ adapter's")
+    from rota.brokers.rabbitmq.jobs import _JobConsumer
+
+    callbacks = 0
+    on_message = _JobConsumer._on_message
+
+    async def counted(self: _JobConsumer, delivered: Any) -> None:
+        nonlocal callbacks
+        callbacks += 1
+        await on_message(self, delivered)
+
+    monkeypatch.setattr(_JobConsumer, "_on_message", counted)
+    group, kind = names("grp"), names("kind")
+    await broker.declare_worker_group(group, [kind])
+    messages = [job(kind) for _ in range(5)]
+    await broker.publish_jobs(messages)
+    consumer = broker.consume_jobs(group, 10)
+    got = await take_n(consumer, 5)
+    assert [d.message.occurrence_id for d in got] == [m.occurrence_id for m in messages]
+    assert callbacks == 0
+    for delivery in got:
+        await delivery.ack()
+    await stop(consumer)
 
 
 async def test_queue_depths_name_every_queue(

@@ -50,6 +50,11 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 log = logging.getLogger(__name__)
+
+_OUTCOMES = {outcome.value.encode(): outcome for outcome in ClaimOutcome}
+"""Claim outcomes by the bytes the claim script answers (a batch's outcomes, without an enum
+lookup each)."""
+_NO_HOLDER: Any = object()
 T = TypeVar("T")
 
 _LEASE_OF = """
@@ -470,11 +475,13 @@ class RedisCoordination(Coordination):
             flat = await self._claim(keys=keys, args=args)
         until = int(flat[1])
         claims = []
+        holders: dict[bytes, str | None] = {}
         for i in range(2, len(flat), 3):
-            holder = bytes(flat[i + 1]).decode() or None
-            claims.append(
-                AttemptClaim(ClaimOutcome(bytes(flat[i]).decode()), holder, int(flat[i + 2]) / 1e3)
-            )
+            outcome = _OUTCOMES.get(raw := bytes(flat[i])) or ClaimOutcome(raw.decode())
+            holder = holders.get(key := bytes(flat[i + 1]), _NO_HOLDER)
+            if holder is _NO_HOLDER:
+                holder = holders[key] = key.decode() or None
+            claims.append(AttemptClaim(outcome, holder, int(flat[i + 2]) / 1e3))
         return ClaimBatch(bytes(flat[0]).decode(), claims, None if until < 0 else until / 1e3)
 
     async def release_attempts(self, owner: str, attempts: Sequence[tuple[UUID, int]]) -> None:

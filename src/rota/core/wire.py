@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
-from uuid import UUID
+from uuid import UUID, SafeUUID
 
 import orjson
 
@@ -415,7 +415,132 @@ def decode_job_message(
     body: bytes | bytearray | memoryview | str, headers: Mapping[str, object] | None = None
 ) -> JobMessage:
     """A job message from its JSON body (and AMQP headers); ``ValidationError`` if malformed."""
-    return _read_job_message(_Reader(_loads(body), ""), headers)
+    doc = _loads(body)
+    if type(doc) is dict:
+        message = _fast_job_message(doc, headers)
+        if message is not None:
+            return message
+    return _read_job_message(_Reader(doc, ""), headers)
+
+
+# --- the fast path of job messages ------------------------------------------------------------
+#
+# A job message as this version's dispatcher writes it (every key, canonical values) is read by
+# :func:`_fast_job_message` in one pass of plain lookups and exact type checks. Whatever it does
+# not take as is (a missing or null key that is not optional, a wrong type, a value out of range,
+# a NUL in a string, a time without its zone) makes it answer ``None``, and the message is read
+# again by the validating reader above, which accepts or refuses it and names the field: the
+# fast path accepts a subset of what the reader accepts, with the same result.
+
+_new = object.__new__
+_set = object.__setattr__
+_UUID_UNKNOWN = SafeUUID.unknown
+_MAX_PRIORITY = len(_PRIORITIES) - 1
+_DEFAULT_PRIORITY = int(Priority.MEDIUM)
+_fromisoformat = datetime.fromisoformat
+
+
+def _fast_uuid(value: object) -> UUID | None:
+    """``UUID(value)`` for a string with 32 hex digits once its hyphens are gone (what ``UUID``
+    itself parses, without its keyword checks), else ``None``."""
+    if type(value) is not str:
+        return None
+    digits = value.replace("-", "")
+    if len(digits) != 32:
+        return None
+    try:
+        number = int(digits, 16)  # (no ':', '{' or '}' then: UUID reads the same digits)
+    except ValueError:
+        return None
+    result = _new(UUID)
+    _set(result, "int", number)
+    _set(result, "is_safe", _UUID_UNKNOWN)
+    return result
+
+
+def _fast_time(value: object) -> datetime | None:
+    if type(value) is not str:
+        return None
+    try:
+        parsed = _fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is UTC else None
+
+
+def _fast_seconds(value: object) -> object:
+    """A non-negative number as a float, ``None`` for null; ``_MISSING``: not taken as is."""
+    if value is None:
+        return None
+    if (type(value) is float or type(value) is int) and value >= 0:
+        return float(value)
+    return _MISSING
+
+
+def _fast_job_message(
+    doc: dict[str, Any], headers: Mapping[str, object] | None
+) -> JobMessage | None:
+    get = doc.get
+    text = get("occurrenceId")
+    occurrence_id = _fast_uuid(text)
+    job_id = _fast_uuid(get("jobId"))
+    job_type = get("jobType")
+    timestamp = _fast_time(get("timestamp"))
+    scheduled_for = _fast_time(get("scheduledFor"))
+    if (
+        occurrence_id is None
+        or job_id is None
+        or timestamp is None
+        or scheduled_for is None
+        or type(job_type) is not str
+        or "\x00" in job_type
+    ):
+        return None
+    correlation = get("correlationId")
+    if correlation is not None and correlation != text and _fast_uuid(correlation) is None:
+        return None
+    retry_count = get("retryCount", 0)
+    max_retries = get("maxRetries", 0)
+    priority = get("priority", _DEFAULT_PRIORITY)
+    job_version = get("jobVersion", 1)
+    if (
+        type(retry_count) is not int
+        or type(max_retries) is not int
+        or type(priority) is not int
+        or type(job_version) is not int
+        or retry_count < 0
+        or max_retries < 0
+        or not 0 <= priority <= _MAX_PRIORITY
+        or job_version < 1
+    ):
+        return None
+    worker_id = get("workerId")
+    if worker_id is not None and (type(worker_id) is not str or "\x00" in worker_id):
+        return None
+    timeout = _fast_seconds(get("timeoutSeconds"))
+    retry_delay = _fast_seconds(get("retryDelaySeconds"))
+    if timeout is _MISSING or retry_delay is _MISSING:
+        return None
+    job_data = get("jobData")
+    if type(job_data) in (dict, list) and value_too_deep(job_data, MAX_JSON_DEPTH):
+        return None
+    return JobMessage(
+        occurrence_id=occurrence_id,
+        job_id=job_id,
+        job_type=job_type,
+        job_data=job_data,
+        timestamp=timestamp,
+        scheduled_for=scheduled_for,
+        retry_count=retry_count,
+        max_retries=max_retries,
+        priority=_PRIORITIES[priority],
+        timeout_seconds=timeout,  # type: ignore[arg-type]
+        job_version=job_version,
+        worker_id=worker_id,
+        original_correlation_id=_original_correlation_id(headers) if headers else None,
+        retry_delay_seconds=retry_delay,  # type: ignore[arg-type]
+        traceparent=_traceparent(headers) if headers else None,
+    )
 
 
 def decode_status_records(body: bytes | bytearray | memoryview | str) -> list[StatusRecord]:
