@@ -125,3 +125,89 @@ async def test_buckets_gained_during_a_sync_are_loaded_at_once(store: SqlStore, 
         await task
         await slow.close()
     assert set(await indexed(index)) == {first.id, gained.id}
+
+
+class Clock:
+    """The loader's clock, moved by the test (no waiting for the window to pass)."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def test_a_job_beyond_the_window_enters_the_index_only_as_it_nears(
+    store: SqlStore,
+) -> None:
+    """The index holds the window, not the backlog: of jobs due from 1 minute to a week
+    ahead only those within ``WINDOW`` are entered, and each of the others when the clock
+    brings its due time into the window."""
+    clock = Clock(datetime.now(UTC))
+    ahead = [timedelta(minutes=1), timedelta(minutes=5), timedelta(hours=2), timedelta(days=7)]
+    jobs = [job_at(clock.now + delta) for delta in ahead]
+    await store.create_jobs(jobs)
+    index = MemoryScheduleIndex()
+    sync = Loader(
+        store,
+        index,
+        lambda: range(BUCKETS),
+        window_seconds=WINDOW,
+        interval_seconds=60,
+        clock=clock,
+    )
+
+    assert await sync.sync() == 1
+    assert set(await indexed(index)) == {jobs[0].id}
+
+    clock.now += timedelta(minutes=4)  # the 5-minute job is 1 minute away
+    await sync.sync()
+    assert set(await indexed(index)) == {jobs[0].id, jobs[1].id}
+
+    clock.now += timedelta(hours=2)
+    await sync.sync()
+    assert set(await indexed(index)) == {jobs[0].id, jobs[1].id, jobs[2].id}
+    assert await index.size(range(BUCKETS)) == 3  # the week-ahead job is still out
+
+
+async def test_a_job_moved_out_of_the_window_or_deleted_leaves_the_index(store: SqlStore) -> None:
+    """Edits made behind the index's back (another server, a direct store write): the next
+    sync drops the entry of a job moved beyond the window, deleted, or disabled, and enters
+    the one moved into the window."""
+    now = datetime.now(UTC)
+    moved, deleted, disabled, kept = (job_at(now + timedelta(seconds=30)) for _ in range(4))
+    later = job_at(now + timedelta(days=1))
+    await store.create_jobs([moved, deleted, disabled, kept, later])
+    index = MemoryScheduleIndex()
+    sync = loader(store, index)
+    await sync.sync()
+    assert set(await indexed(index)) == {moved.id, deleted.id, disabled.id, kept.id}
+
+    far = now + timedelta(hours=3)
+    await store.update_job(replace(moved, execute_at=far, next_run_at=far), expected_version=1)
+    await store.delete_job(deleted.id)
+    await store.update_job(replace(disabled, is_active=False), expected_version=1)
+    soon = now + timedelta(seconds=45)
+    await store.update_job(replace(later, execute_at=soon, next_run_at=soon), expected_version=1)
+    await sync.sync()
+    assert await indexed(index) == {
+        kept.id: kept.next_run_at.timestamp(),  # type: ignore[union-attr]
+        later.id: soon.timestamp(),
+    }
+
+
+async def test_a_window_fuller_than_the_limit_is_taken_in_slices(store: SqlStore) -> None:
+    """More jobs due within the window than a sync reads: the earliest are loaded, and the
+    entries after the read's last due time (entered when their jobs were created) stay."""
+    now = datetime.now(UTC)
+    jobs = [job_at(now + timedelta(seconds=10 + n)) for n in range(5)]
+    await store.create_jobs(jobs)
+    index = MemoryScheduleIndex()
+    last = jobs[-1]
+    await index.upsert([IndexEntry(last.id, bucket_of(last.id, BUCKETS), now.timestamp() + 14)])
+    sliced = Loader(
+        store, index, lambda: range(BUCKETS), window_seconds=WINDOW, interval_seconds=60, limit=2
+    )
+
+    assert await sliced.sync() == 2
+    assert set(await indexed(index)) == {jobs[0].id, jobs[1].id, last.id}

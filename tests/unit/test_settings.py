@@ -53,6 +53,16 @@ def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         Settings()
 
 
+def test_the_hot_window_must_outlast_the_loader_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job enters the schedule index at the first loader sync that sees it inside the
+    window: a window shorter than the sync interval would let fires come late."""
+    monkeypatch.setenv("ROTA_SCHEDULER__HOT_WINDOW_SECONDS", "10")
+    with pytest.raises(pydantic.ValidationError, match="loader_interval_seconds"):
+        Settings()
+    monkeypatch.setenv("ROTA_SCHEDULER__LOADER_INTERVAL_SECONDS", "5")
+    assert Settings().scheduler.hot_window_seconds == 10
+
+
 def test_distributed_urls_fail_with_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROTA_REDIS_URL", "redis://127.0.0.1:6379/0")
     with pytest.raises(ConfigurationError, match="ROTA_REDIS_URL"):

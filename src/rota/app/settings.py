@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, Field, SecretStr
+from pydantic import AfterValidator, BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -39,8 +39,16 @@ WebhookUrl = Annotated[str, AfterValidator(http_url)]
 
 class SchedulerSettings(BaseModel):
     bucket_count: int = Field(16, ge=1, le=1024, description="Buckets the schedule is split into.")
-    hot_window_seconds: float = Field(120.0, gt=0, description="How far ahead the index holds.")
-    loader_interval_seconds: float = Field(15.0, gt=0, description="How often the loader syncs.")
+    hot_window_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="How far ahead the schedule index holds: a job's fire enters it (memory "
+        "or Redis) only within this of its due time, so memory follows the fires due in the "
+        "window, not the pending jobs. Must be longer than loader_interval_seconds.",
+    )
+    loader_interval_seconds: float = Field(
+        15.0, gt=0, description="How often the loader pulls the window's next slice from the store."
+    )
     dispatch_batch_size: int = Field(1000, ge=1, le=50_000)
     dispatch_lead_seconds: float = Field(
         0.5,
@@ -133,6 +141,18 @@ class SchedulerSettings(BaseModel):
     )
     lease_seconds: float = Field(10.0, gt=0)
     default_max_retries: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _window_outlasts_the_loader(self) -> SchedulerSettings:
+        # A job enters the index at the first sync that sees it inside the window: at least
+        # window - interval ahead of its due time, late if the window were the shorter.
+        if self.hot_window_seconds <= self.loader_interval_seconds:
+            raise ValueError(
+                "scheduler.hot_window_seconds must be longer than "
+                "scheduler.loader_interval_seconds (else a job enters the schedule index "
+                "after its due time)"
+            )
+        return self
 
     @property
     def auto_disable(self) -> AutoDisableDefaults:

@@ -188,6 +188,13 @@ async def _time_reads(
     return results
 
 
+async def _index_entries(http: Any) -> int:
+    """The schedule index's entries over every bucket (``GET /admin/buckets``)."""
+    answer = await http.get("/api/v1/admin/buckets")
+    answer.raise_for_status()
+    return sum(int(b["indexed"]) for b in answer.json()["buckets"])
+
+
 async def run_capacity(
     mode: str = "embedded",
     pending: int = 10_000,
@@ -240,6 +247,7 @@ async def run_capacity(
             create_seconds = time.perf_counter() - started
             store_after, redis_after = await sizes.store(), await sizes.redis()
             server_rss_created = server.memory_info().rss
+            indexed_created = await _index_entries(http)
             await sizes.analyze()
             target = pending // 2
             paths = {
@@ -252,6 +260,8 @@ async def run_capacity(
             read_results = await _time_reads(http, paths, reads, server)
             counts = (await http.get("/api/v1/stats/overview")).json()
             server_rss_after = server.memory_info().rss
+            indexed_after = await _index_entries(http)
+            redis_end = await sizes.redis()
     store_delta = {k: store_after[k] - store_before.get(k, 0) for k in store_after}
     per_job = {k: round(v / pending, 1) if pending else None for k, v in store_delta.items()}
     redis_delta = None
@@ -280,6 +290,9 @@ async def run_capacity(
             "afterCreate": _mib(server_rss_created),
             "afterReads": _mib(server_rss_after),
         },
+        # The schedule index holds the hot window only: none of these jobs is due within it.
+        "indexEntries": {"afterCreate": indexed_created, "afterReads": indexed_after},
+        "redisBytesAfterReads": redis_end,
         "benchRssMiB": _mib(me.memory_info().rss),
         "readLatency": read_results,
         # The whole store's (distributed: earlier runs' jobs stay in the database).

@@ -1,15 +1,24 @@
 """The loader keeps the schedule index equal to the store's hot window for the buckets this
 instance owns: it adds jobs coming due and drops stale entries. The index is only a cache;
-after a flush the next sync rebuilds it."""
+after a flush the next sync rebuilds it.
+
+Only the window is ever held (in this process or in Redis): a job due beyond it has no entry
+until a sync finds it inside, so the index's size, and each sync's cost (one indexed range
+read of ``jobs`` by ``next_run_at``), follow the fires due within the window, not the number
+of pending jobs. A sync runs every interval, so a job enters the index at least
+``window - interval`` before it is due (the settings require the window to be the longer).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
+from rota.core.models import utcnow
 from rota.core.ports import DispatchStore, ScheduleIndex
 from rota.core.records import IndexEntry
 from rota.services._loop import run_periodically
@@ -34,7 +43,11 @@ class Loader:
         interval_seconds: float,
         limit: int = 200_000,
         on_loaded: Callable[[float], None] | None = None,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
+        """``limit``: entries read per sync (the earliest first: a window holding more is
+        taken in slices as the dispatcher fires them). ``on_loaded(earliest due)``: after
+        a sync that found entries (the dispatcher's wake)."""
         self._store = store
         self._index = index
         self._buckets = buckets
@@ -42,6 +55,7 @@ class Loader:
         self._interval = interval_seconds
         self._limit = limit
         self._on_loaded = on_loaded
+        self._clock = clock
         self._stopping = asyncio.Event()
         self._kick = asyncio.Event()
         self.last_sync: float | None = None
@@ -56,13 +70,18 @@ class Loader:
         # as stale. An entry added meanwhile (a job created or changed through any server's
         # API) is newer than what this read can see, and stays.
         before = await self._index.due(owned, _FAR_FUTURE, self._limit)
-        until = datetime.now(UTC) + timedelta(seconds=self._window)
+        until = self._clock() + timedelta(seconds=self._window)
         due = await self._store.due_jobs(until, owned, self._limit)
         await self._index.upsert(
             [IndexEntry(e.job_id, e.bucket, e.due_at.timestamp()) for e in due]
         )
         current = {e.job_id for e in due}
-        stale = [(e.bucket, e.job_id) for e in before if e.job_id not in current]
+        # A read cut at the limit says nothing of the jobs from its last due time on (ties
+        # are cut by job id): their entries (indexed when their job was created) stay.
+        seen_until = due[-1].due_at.timestamp() if len(due) >= self._limit else math.inf
+        stale = [
+            (e.bucket, e.job_id) for e in before if e.job_id not in current and e.due < seen_until
+        ]
         if stale:
             await self._index.remove(stale)
         self.last_sync = time.time()

@@ -40,6 +40,16 @@ def _json_dumps(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
+WRITER_CACHE_KIB = 65_536
+"""SQLite page cache of the writing connection (one): 64 MiB, for the indexes it updates."""
+
+READER_CACHE_KIB = 8_192
+"""SQLite page cache of each reading connection (up to 2 × the reader pool): 8 MiB. Each
+connection keeps its own cache, and a scan (a search, an overview) fills it from the file
+whatever its size, so the server's memory was the number of readers × this once the store
+outgrew it (10 × 64 MiB before); the pages stay in the OS's file cache, shared."""
+
+
 def create_store_engine(
     url: str,
     *,
@@ -51,7 +61,8 @@ def create_store_engine(
     """An async engine for a user URL (``sqlite:///…`` or ``postgresql://…``).
 
     For SQLite: ``writer`` connections open ``BEGIN IMMEDIATE`` transactions, others plain
-    ``BEGIN``; ``foreign_keys`` is turned off only for migrations (batch table rebuilds).
+    ``BEGIN``, with a page cache of :data:`WRITER_CACHE_KIB` or :data:`READER_CACHE_KIB`;
+    ``foreign_keys`` is turned off only for migrations (batch table rebuilds).
     """
     async_url = to_async_url(url)
     common: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": _json_loads}
@@ -78,7 +89,7 @@ def _configure_sqlite(
         f"PRAGMA busy_timeout={int(busy_ms)}",
         "PRAGMA journal_mode=WAL",
         "PRAGMA synchronous=NORMAL",
-        "PRAGMA cache_size=-65536",
+        f"PRAGMA cache_size=-{WRITER_CACHE_KIB if writer else READER_CACHE_KIB}",
         "PRAGMA temp_store=MEMORY",
         f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}",
     )
