@@ -437,6 +437,40 @@ async def test_queue_policy_holds_later_occurrences(store: Store) -> None:
     assert [o.scheduled_for for o in later.held] == [T0 + MINUTE]
 
 
+async def test_buffer_one_holds_like_queue_and_allow_all_never_holds(store: Store) -> None:
+    buffered = make_job(
+        execute_at=None, next_run_at=T0 - MINUTE, concurrency_policy=ConcurrencyPolicy.BUFFER_ONE
+    )
+    parallel = make_job(
+        execute_at=None, next_run_at=T0 - MINUTE, concurrency_policy=ConcurrencyPolicy.ALLOW_ALL
+    )
+    await store.create_jobs([buffered, parallel])
+    result = await store.dispatch_due([buffered.id, parallel.id], NOW, minutely)
+    assert [o.job_id for o in result.held] == [buffered.id]
+    assert sorted(o.job_id == parallel.id for o in result.queued) == [False, True, True]
+    assert result.displacing == {}
+    first = next(o for o in result.queued if o.job_id == buffered.id)
+    # the held one waits for the buffered job's first only; the parallel ones wait for nothing
+    pending = {o.id for o in await store.undispatched(NOW, 10)}
+    assert result.held[0].id not in pending
+    assert {o.id for o in result.queued} <= pending
+    await store.mark_dispatched(list(result.queued), NOW)
+    await store.apply_status([status(first, S.RUNNING), status(first, S.COMPLETED)])
+    assert [o.id for o in await store.undispatched(NOW, 10)] == [result.held[0].id]
+
+
+async def test_cancel_other_names_the_fire_that_displaces_an_active_one(store: Store) -> None:
+    job = make_job(
+        execute_at=None, next_run_at=T0, concurrency_policy=ConcurrencyPolicy.CANCEL_OTHER
+    )
+    await store.create_jobs([job])
+    first = await store.dispatch_due([job.id], NOW, minutely)
+    assert first.displacing == {}  # nothing was active
+    later = await store.dispatch_due([job.id], NOW + MINUTE, minutely)
+    [newer] = later.queued  # sent at once, not held
+    assert later.displacing == {job.id: newer.id}
+
+
 async def test_skip_policy_never_holds(store: Store) -> None:
     job = make_job(execute_at=None, next_run_at=T0 - MINUTE)
     await store.create_jobs([job])

@@ -61,3 +61,14 @@ async def backfilled(ctx: rota.JobContext) -> None:
     started = time.monotonic()
     await asyncio.sleep(0.05)
     BACKFILLED.append((ctx.scheduled_for.isoformat(), started, time.monotonic()))
+
+
+@rota.job("it.lingers")
+async def lingers(ctx: rota.JobContext) -> None:
+    """Runs until cancelled (or 30 s)."""
+    await asyncio.sleep(30)
+
+
+@rota.job("it.two_seconds")
+async def two_seconds(ctx: rota.JobContext) -> None:
+    await asyncio.sleep(2.2)

@@ -97,6 +97,43 @@ def test_catch_up_with_skip_concurrency_runs_one_and_records_overlaps() -> None:
     )
 
 
+def test_buffer_one_queues_one_behind_the_active_one_and_skips_more() -> None:
+    job = every_minute(concurrency_policy=ConcurrencyPolicy.BUFFER_ONE)
+    soon = T0 + timedelta(seconds=1)
+    assert statuses(plan_fires(job, 0, soon, SETTINGS)) == [(OccurrenceStatus.QUEUED, None)]
+    assert statuses(plan_fires(job, 1, soon, SETTINGS)) == [(OccurrenceStatus.QUEUED, None)]
+    skipped = [(OccurrenceStatus.SKIPPED, SkipReason.OVERLAP.value)]
+    assert statuses(plan_fires(job, 2, soon, SETTINGS)) == skipped
+    # catching up three fires with one running: one waits, the others are skipped
+    catch_up = every_minute(
+        concurrency_policy=ConcurrencyPolicy.BUFFER_ONE, misfire_policy=MisfirePolicy.CATCH_UP
+    )
+    now = T0 + timedelta(minutes=2, seconds=45)
+    assert statuses(plan_fires(catch_up, 1, now, SETTINGS)) == [
+        (OccurrenceStatus.QUEUED, None),
+        *[(OccurrenceStatus.SKIPPED, "overlap")] * 2,
+    ]
+
+
+def test_allow_all_and_cancel_other_run_every_due_fire() -> None:
+    for policy in (ConcurrencyPolicy.ALLOW_ALL, ConcurrencyPolicy.CANCEL_OTHER):
+        job = every_minute(concurrency_policy=policy, misfire_policy=MisfirePolicy.CATCH_UP)
+        now = T0 + timedelta(minutes=2, seconds=45)
+        assert statuses(plan_fires(job, 5, now, SETTINGS)) == [(OccurrenceStatus.QUEUED, None)] * 3
+
+
+def test_cancel_other_does_not_plan_ahead_over_an_active_one() -> None:
+    """A fire planned ahead (the dispatch lead) would cancel the running one before its own
+    due instant: it is left for when it is due."""
+    job = every_minute(concurrency_policy=ConcurrencyPolicy.CANCEL_OTHER)
+    early = T0 - timedelta(milliseconds=300)
+    plan = plan_fires(job, 1, early, SETTINGS, horizon=T0)
+    assert plan.occurrences == ()
+    assert plan.next_run_at == T0
+    ahead = plan_fires(job, 0, early, SETTINGS, horizon=T0)  # nothing to cancel: sent ahead
+    assert statuses(ahead) == [(OccurrenceStatus.QUEUED, None)]
+
+
 def test_no_worker_is_recorded() -> None:
     plan = plan_fires(every_minute(), 0, T0, SETTINGS, has_worker=False)
     assert statuses(plan) == [(OccurrenceStatus.SKIPPED, "no_worker")]

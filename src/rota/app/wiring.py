@@ -41,7 +41,7 @@ from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.backfill import Backfill
 from rota.services.buckets import BucketOwner
-from rota.services.cancellation import cancel_ahead, supersede_ahead
+from rota.services.cancellation import cancel_ahead, cancel_displaced, supersede_ahead
 from rota.services.control import DispatcherSwitchFollower
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
@@ -116,6 +116,9 @@ def build_runtime(
         on_fired=metrics.record_dispatch,
         stamp=tracing.stamp_plan if traced else None,
         events=events,
+        displace=lambda displacing: cancel_displaced(
+            store, coordination, displacing, now=utcnow(), events=events
+        ),
     )
     loader = Loader(
         store,

@@ -79,6 +79,29 @@ class ConcurrencyPolicy(enum.IntEnum):
     """Record the fire as Skipped (reason ``overlap``) and do not run it."""
     QUEUE = 1
     """Record it Queued; it is dispatched once the earlier one has finished (one at a time)."""
+    ALLOW_ALL = 2
+    """Run it at once, alongside the earlier ones (no limit)."""
+    BUFFER_ONE = 3
+    """Queue it if none waits yet (as ``QUEUE``), else record it Skipped (``overlap``): at
+    most one run and one waiting."""
+    CANCEL_OTHER = 4
+    """Cancel the earlier ones (queued or running: reason ``superseded``) and run this one."""
+
+    @property
+    def waits(self) -> bool:
+        """Whether a fire waits for the job's earlier occurrences to end before it is sent."""
+        return self in (ConcurrencyPolicy.QUEUE, ConcurrencyPolicy.BUFFER_ONE)
+
+    @property
+    def limit(self) -> int | None:
+        """How many occurrences may be active (Queued or Running) when a fire comes for it
+        not to be skipped (``None``: no limit)."""
+        return _OVERLAP_LIMITS.get(self)
+
+
+_OVERLAP_LIMITS = {ConcurrencyPolicy.SKIP: 0, ConcurrencyPolicy.BUFFER_ONE: 1}
+WAITING_POLICIES = (ConcurrencyPolicy.QUEUE, ConcurrencyPolicy.BUFFER_ONE)
+"""The policies whose fires wait for the job's earlier occurrences (held until they end)."""
 
 
 class MisfirePolicy(enum.StrEnum):

@@ -96,7 +96,8 @@ def plan_fires(
     horizon: datetime | None = None,
 ) -> FirePlan:
     """Plan the fires of a due job. ``active``: its occurrences Queued or Running now.
-    The Skip policy, and a job that is ``probing``, run a fire only when none is active.
+    The Skip policy, and a job that is ``probing``, run a fire only when none is active;
+    BufferOne when at most one is (it then waits for it).
     ``has_worker``: whether any worker has ever declared the job's type (of its group, if it
     names one); if not, every fire is recorded Skipped ``no_worker``.
     ``dispatched_at``: record the Queued occurrences as handed to the broker at that time.
@@ -109,16 +110,21 @@ def plan_fires(
     runs = _choose_runs(fires, now, job, settings)
     occurrences: list[Occurrence] = []
     running_now = active
+    policy = ConcurrencyPolicy(job.concurrency_policy)
+    limit, cancels = policy.limit, policy is ConcurrencyPolicy.CANCEL_OTHER
     for fire, run in zip(fires, runs, strict=True):
         reason: SkipReason | None = None
         if not run:
             reason = SkipReason.MISFIRE
         elif not has_worker:
             reason = SkipReason.NO_WORKER
-        elif running_now > 0 and (job.concurrency_policy is ConcurrencyPolicy.SKIP or job.probing):
+        elif running_now > 0 and (
+            job.probing or (limit is not None and running_now > limit) or (cancels and fire > now)
+        ):
             if fire > now:
-                # Not due yet (planned ahead by the dispatch lead): whether it overlaps is
-                # decided when it is due, not now. It stays the job's next fire.
+                # Not due yet (planned ahead by the dispatch lead): whether it overlaps (or,
+                # CancelOther, cancels the one running) is decided when it is due, not now.
+                # It stays the job's next fire.
                 next_run = fire
                 break
             # A probing job (auto-disabled, let through after its cooldown) runs one probe at

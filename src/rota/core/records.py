@@ -176,6 +176,9 @@ class DispatchResult:
     next_runs: dict[UUID, DueEntry | None] = field(default_factory=dict)
     """For every requested job id that was not locked by another transaction: its next fire
     after this dispatch (``None``: nothing left to fire, or the job is gone or inactive)."""
+    displacing: dict[UUID, UUID] = field(default_factory=dict)
+    """CancelOther jobs that fired while an occurrence of theirs was active: job id -> its
+    newest occurrence of this dispatch (the earlier active ones are to be cancelled)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,8 +195,8 @@ class AppliedChange:
     instance_id: str | None = None
     """The worker instance whose report made the change (``None``: not a worker's)."""
     queue_policy: bool = False
-    """Its job's concurrency policy is Queue: once it ends, an occurrence held behind it may
-    go (the dispatcher's pending sweep releases it)."""
+    """Its job's concurrency policy is Queue or BufferOne: once it ends, an occurrence held
+    behind it may go (the dispatcher's pending sweep releases it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -37,6 +37,7 @@ from rota.core.autodisable import (
     probe_failed_reason,
 )
 from rota.core.models import (
+    WAITING_POLICIES,
     ConcurrencyPolicy,
     FailureType,
     OccurrenceStatus,
@@ -308,7 +309,7 @@ class StatusBatch:
                 job_type=current.job_type,
                 worker_id=current.worker_id,
                 instance_id=record.instance_id,
-                queue_policy=current.concurrency_policy == ConcurrencyPolicy.QUEUE,
+                queue_policy=current.concurrency_policy in WAITING_POLICIES,
             )
         )
         self.changes.append(

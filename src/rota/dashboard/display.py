@@ -23,7 +23,13 @@ _WORDS: Final[dict[str, dict[str, str]]] = {
         "catch_up": "run every missed fire",
         "skip": "skip missed fires",
     },
-    "ConcurrencyPolicy": {"0": "skip the fire while one runs", "1": "queue it while one runs"},
+    "ConcurrencyPolicy": {
+        "0": "skip the fire while one runs",
+        "1": "queue it while one runs",
+        "2": "run every fire, even alongside",
+        "3": "queue one while one runs, skip more",
+        "4": "cancel the running one for the new fire",
+    },
     "Priority": {"0": "very low", "1": "low", "2": "medium", "3": "high", "4": "critical"},
     "SkipReason": {
         "misfire": "missed fire",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from rota.core.errors import BackendUnavailableError, ConflictError
+from rota.core.errors import BackendUnavailableError, ConflictError, NotFoundError
 from rota.core.models import Job, JobMessage, LogRecord, Occurrence, OccurrenceStatus, StatusRecord
 from rota.core.planning import is_fire
 from rota.core.ports import AheadStore, OccurrenceStore, Signals
@@ -212,3 +212,37 @@ async def supersede_ahead(
                 extra={"action": "supersede_notify_failed", "job_id": job.id},
             )
     return len(renewed), cancelled
+
+
+DISPLACED = "superseded by a newer fire (overlap policy CancelOther)"
+"""The cancel reason of an occurrence a CancelOther job's newer fire replaced."""
+
+
+async def cancel_displaced(
+    store: OccurrenceStore,
+    coordination: Signals,
+    displacing: dict[UUID, UUID],
+    *,
+    now: datetime,
+    events: EventPublisher | None = None,
+) -> int:
+    """CancelOther: cancel each job's occurrences still Queued or Running that came before
+    its newest fire (``displacing``: job id -> that occurrence; later ones are left alone).
+    Returns how many were cancelled or asked to stop."""
+    done = 0
+    for job_id, newest in displacing.items():
+        active = (S.QUEUED, S.RUNNING)
+        page = await store.list_occurrences(
+            OccurrenceQuery(job_id=job_id, statuses=active, limit=100)
+        )
+        for occurrence in page.items:
+            if occurrence.id >= newest:
+                continue
+            try:
+                await cancel_occurrence(
+                    store, coordination, occurrence.id, reason=DISPLACED, now=now, events=events
+                )
+            except (ConflictError, NotFoundError):
+                continue  # it ended meanwhile
+            done += 1
+    return done

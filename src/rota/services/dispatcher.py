@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
@@ -122,6 +122,7 @@ class Dispatcher:
         on_fired: Callable[[DispatchResult, datetime], None] | None = None,
         stamp: Callable[[FirePlan], FirePlan] | None = None,
         events: EventPublisher | None = None,
+        displace: Callable[[dict[UUID, UUID]], Awaitable[object]] | None = None,
     ) -> None:
         """``mark_on_commit``: record Skip-policy occurrences as dispatched in the dispatch
         transaction itself instead of in a second one after publishing. Only for the embedded
@@ -134,7 +135,10 @@ class Dispatcher:
 
         ``on_fired(result, now)``: called once per fired batch (metrics). ``stamp(plan)``:
         returns the plan with its occurrences marked (their trace context; tracing on).
+        ``displace(displacing)``: cancels the occurrences a CancelOther job's newer fire
+        replaces (in the background, after the new ones are sent).
         """
+        self._displace = displace
         self._on_fired = on_fired
         self._stamp = stamp
         self._mark_on_commit = mark_on_commit
@@ -159,6 +163,7 @@ class Dispatcher:
         self._busy = False
         """The last batch found due entries: look for more before asking for the earliest."""
         self._in_flight: deque[asyncio.Task[None]] = deque()
+        self._background: set[asyncio.Task[None]] = set()
         self.stats = DispatchStats()
 
     # --- control ---------------------------------------------------------------------------
@@ -294,6 +299,10 @@ class Dispatcher:
         if result.queued:
             publish = self._publish(result.queued, now)
             self._in_flight.append(asyncio.create_task(publish, name="rota-dispatch-publish"))
+        if result.displacing and self._displace is not None:
+            task = asyncio.create_task(self._displaced(result.displacing), name="rota-displace")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         await self._update_index(entries, result.next_runs)
         self.stats.batches += 1
         self.stats.dispatched += len(result.queued)
@@ -364,6 +373,13 @@ class Dispatcher:
         running); a failed one raises here."""
         while self._in_flight and self._in_flight[0].done():
             await self._settle_in_flight(len(self._in_flight) - 1)
+
+    async def _displaced(self, displacing: dict[UUID, UUID]) -> None:
+        assert self._displace is not None
+        try:
+            await self._displace(displacing)
+        except Exception:  # the older ones run on; the newer one runs anyway
+            log.exception("cancelling the occurrences a CancelOther fire replaces failed")
 
     async def _settle_in_flight(self, keep: int, *, quiet: bool = False) -> None:
         """Wait until at most ``keep`` batches are being published; a failed publication

@@ -139,7 +139,10 @@ class JobCreate(ReferenceForms):
     is_active: bool = True
     priority: Priority = Priority.MEDIUM
     concurrent_execution_policy: ConcurrencyPolicy = Field(
-        ConcurrencyPolicy.SKIP, description="0 Skip (overlapping fire skipped), 1 Queue."
+        ConcurrencyPolicy.SKIP,
+        description="While an occurrence is Queued or Running: 0 Skip (the fire is skipped), "
+        "1 Queue (it waits), 2 AllowAll (it runs alongside), 3 BufferOne (it waits if none "
+        "waits yet, else skipped), 4 CancelOther (the earlier ones are cancelled, it runs).",
     )
     misfire_policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
     timeout_seconds: Seconds | None = Field(None, gt=0)

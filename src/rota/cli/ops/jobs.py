@@ -21,7 +21,7 @@ from rota.client import SyncClient
 app = typer.Typer(help="Jobs: list, show, create, edit, delete, trigger, pause, resume.")
 
 PRIORITIES = {"very_low": 0, "low": 1, "medium": 2, "high": 3, "critical": 4}
-POLICIES = {"skip": 0, "queue": 1}
+POLICIES = {"skip": 0, "queue": 1, "allow_all": 2, "buffer_one": 3, "cancel_other": 4}
 PRIORITY_NAMES = {v: k for k, v in PRIORITIES.items()}
 POLICY_NAMES = {v: k for k, v in POLICIES.items()}
 NAME_PAGE = 500
@@ -253,7 +253,10 @@ WorkerOpt = Annotated[str | None, typer.Option("--worker", help="The worker grou
 PriorityOpt = Annotated[str | None, typer.Option(help="very_low, low, medium, high or critical.")]
 PolicyOpt = Annotated[
     str | None,
-    typer.Option("--concurrency", help="While a run is on: skip or queue the next."),
+    typer.Option(
+        "--concurrency",
+        help="While a run is on: skip, queue, allow_all, buffer_one or cancel_other.",
+    ),
 ]
 MisfireOpt = Annotated[str | None, typer.Option("--misfire", help="fire_once, catch_up or skip.")]
 TimeoutOpt = Annotated[float | None, typer.Option("--timeout", help="Seconds a run may take.")]

@@ -28,6 +28,7 @@ from rota.stores.sql.control import ControlQueries
 from rota.stores.sql.dispatch import DispatchQueries
 from rota.stores.sql.engine import create_store_engine, guard_errors
 from rota.stores.sql.failed import FailedQueries
+from rota.stores.sql.fires import FireQueries
 from rota.stores.sql.idempotency import IdempotencyQueries
 from rota.stores.sql.jobs import JobQueries
 from rota.stores.sql.notifications import NotificationQueries
@@ -49,6 +50,7 @@ class SqlStore(
     SecurityQueries,
     NotificationQueries,
     IdempotencyQueries,
+    FireQueries,
     Store,
 ):
     """The :class:`~rota.core.ports.Store` on SQLite (embedded) or PostgreSQL (distributed).

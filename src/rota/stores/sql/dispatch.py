@@ -226,14 +226,6 @@ class DispatchQueries(SqlParts):
             if changes:
                 await conn.execute(insert(status_changes), changes)
 
-    async def recorded_fires(self, job_id: UUID, start: datetime, end: datetime) -> set[datetime]:
-        c = occurrences.c
-        stmt = select(c.scheduled_for).where(
-            c.job_id == job_id, c.scheduled_for >= start, c.scheduled_for <= end
-        )
-        async with self._read() as conn:
-            return set((await conn.execute(stmt)).scalars())
-
     async def mark_dispatched(self, published: Sequence[Occurrence], at: datetime) -> None:
         if not published:
             return
@@ -479,20 +471,25 @@ def _classify(
     queued: list[Occurrence] = []
     held: list[Occurrence] = []
     skipped: list[Occurrence] = []
+    displacing: dict[UUID, UUID] = {}
     for job in due:
         plan = plans.get(job.id)
         if plan is None:
             continue
-        waits = job.concurrency_policy is ConcurrencyPolicy.QUEUE
+        policy = ConcurrencyPolicy(job.concurrency_policy)
         busy = active.get(job.id, 0) > 0
         for occ in plan.occurrences:
             if occ.id not in inserted:
                 continue
             if occ.status is not OccurrenceStatus.QUEUED:
                 skipped.append(occ)
-            elif waits and busy:
+            elif policy.waits and busy:
                 held.append(occ)
             else:
+                if busy and policy is ConcurrencyPolicy.CANCEL_OTHER:
+                    displacing[job.id] = occ.id
                 queued.append(occ)
                 busy = True
-    return DispatchResult(queued=queued, held=held, skipped=skipped, next_runs=next_runs)
+    return DispatchResult(
+        queued=queued, held=held, skipped=skipped, next_runs=next_runs, displacing=displacing
+    )

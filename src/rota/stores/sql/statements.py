@@ -33,7 +33,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
 
-from rota.core.models import ConcurrencyPolicy, OccurrenceStatus
+from rota.core.models import WAITING_POLICIES, OccurrenceStatus
 from rota.stores.schema import (
     UtcDateTime,
     failed_occurrences,
@@ -181,7 +181,7 @@ def _undispatched_stmt(
             occ.c.status == int(OccurrenceStatus.QUEUED),
             occ.c.dispatched_at.is_(None),
             occ.c.due_at <= due_before,
-            or_(occ.c.concurrency_policy != int(ConcurrencyPolicy.QUEUE), ~waiting),
+            or_(occ.c.concurrency_policy.not_in([int(p) for p in WAITING_POLICIES]), ~waiting),
         )
         .order_by(occ.c.due_at, occ.c.id)
         .limit(max(0, limit))
@@ -195,7 +195,7 @@ def _undispatched_stmt(
             earlier.c.id < occ.c.id,
             earlier.c.end_time >= occ.c.created_at,
         )
-        held = and_(occ.c.concurrency_policy == int(ConcurrencyPolicy.QUEUE), released)
+        held = and_(occ.c.concurrency_policy.in_([int(p) for p in WAITING_POLICIES]), released)
         stmt = stmt.where(or_(occ.c.created_at <= created_before, held))
     return stmt
 
