@@ -33,6 +33,9 @@ OCCURRENCE_TABLES = ("occurrences", "occurrence_status_changes")
 SPREAD = timedelta(days=7)
 FIRST_DUE = timedelta(hours=1)
 HISTORY_BATCH = 5_000
+DEEP_PAGE = 50
+"""The page of the jobs and executions lists read deep (its cursor found by following the
+``nextCursor`` of each page before it)."""
 
 
 def _mib(n: int) -> float:
@@ -169,6 +172,22 @@ def _spec(n: int, pending: int, start: datetime) -> dict[str, Any]:
     }
 
 
+async def _deep_cursor(http: Any, path: str, page: int) -> tuple[str | None, list[float]]:
+    """The cursor of ``path``'s page number ``page`` (the first is 1), found by following
+    each page's ``nextCursor``, and the ms each page before it took."""
+    cursor: str | None = None
+    samples = []
+    for _ in range(page - 1):
+        t0 = time.perf_counter()
+        answer = await http.get(path, params={"cursor": cursor} if cursor else None)
+        samples.append((time.perf_counter() - t0) * 1000)
+        answer.raise_for_status()
+        cursor = answer.json()["nextCursor"]
+        if cursor is None:
+            break
+    return cursor, samples
+
+
 async def _time_reads(
     http: Any, paths: dict[str, str], reads: int, server: psutil.Process
 ) -> dict[str, Any]:
@@ -245,10 +264,17 @@ async def run_capacity(
             paths = {
                 "jobsList": "/api/v1/jobs",
                 "jobsSearch": f"/api/v1/jobs?search=capacity+job+{target}",
+                "jobsSearchCommon": "/api/v1/jobs?search=capacity",
                 "jobOccurrences": f"/api/v1/occurrences?jobId={history_job['id']}",
                 "executionsList": "/api/v1/occurrences",
                 "overview": "/api/v1/stats/overview",
             }
+            walks: dict[str, Any] = {}
+            for name, path in (("jobs", "/api/v1/jobs"), ("executions", "/api/v1/occurrences")):
+                cursor, samples = await _deep_cursor(http, path, DEEP_PAGE)
+                walks[name] = {**_percentiles(samples), "pages": len(samples)}
+                if cursor is not None:
+                    paths[f"{name}Page{DEEP_PAGE}"] = f"{path}?cursor={cursor}"
             read_results = await _time_reads(http, paths, reads, server)
             counts = (await http.get("/api/v1/stats/overview")).json()
             server_rss_after = server.memory_info().rss
@@ -282,6 +308,9 @@ async def run_capacity(
         },
         "benchRssMiB": _mib(me.memory_info().rss),
         "readLatency": read_results,
+        # Each page read once on the way to page DEEP_PAGE (whose own reads are in readLatency).
+        "deepPage": DEEP_PAGE,
+        "pageWalk": walks,
         # The whole store's (distributed: earlier runs' jobs stay in the database).
         "jobsInStore": counts["jobs"]["total"],
         "occurrencesInStore": counts["occurrences"]["total"],
