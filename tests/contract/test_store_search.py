@@ -64,9 +64,7 @@ async def test_search_is_a_case_insensitive_substring_of_any_searched_column(
     assert await found(store, "nightlyx") == []
 
 
-async def test_search_takes_every_character_literally(
-    store: Store, texts: dict[str, Job]
-) -> None:
+async def test_search_takes_every_character_literally(store: Store, texts: dict[str, Job]) -> None:
     j = {name: job.id for name, job in texts.items()}
     assert await found(store, "50%_off") == [j["percent"]]
     assert await found(store, "%_o") == [j["percent"]]
