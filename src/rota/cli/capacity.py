@@ -77,16 +77,18 @@ class _Sizes:
             await db.close()
 
     async def analyze(self) -> None:
-        """PostgreSQL: refresh the planner's statistics of the bulk-filled tables, as
+        """PostgreSQL: vacuum the bulk-filled tables and refresh their planner statistics, as
         autovacuum would within a minute or so; read before that, a job's occurrences are
-        planned as if it had a few (a bitmap scan and sort of all of them)."""
+        planned as if it had a few (a bitmap scan and sort of all of them), and each search
+        also reads the trigram index's pending list (up to its 4 MB) until a vacuum merges
+        it into the index."""
         if self.mode == "embedded":
             return
         import asyncpg
 
         db = await asyncpg.connect(self.database_url)
         try:
-            await db.execute(f"ANALYZE {', '.join(JOB_TABLES + OCCURRENCE_TABLES)}")
+            await db.execute(f"VACUUM (ANALYZE) {', '.join(JOB_TABLES + OCCURRENCE_TABLES)}")
         finally:
             await db.close()
 
