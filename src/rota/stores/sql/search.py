@@ -7,7 +7,9 @@ type or the description (:data:`~rota.stores.schema.SEARCHED`), served by a text
   case-insensitive). A text found in few jobs (at most :data:`FEW_MATCHES`) is looked up there;
   one found in many (``capacity``, ``job``) is cheaper to find by walking the jobs newest first
   and testing each, as a page fills within a few rows, than by sorting all its matches. Texts
-  shorter than three characters, which a trigram index cannot look up, are walked too.
+  shorter than three characters, which a trigram index cannot look up, are walked too. (The
+  index folds the case of any letter, the walk's ``lower()`` only of ASCII ones: a non-ASCII
+  text in another case is found when few jobs hold it, not among many.)
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from rota.stores.schema import SEARCH_TABLE, SEARCHED, jobs
 
 FEW_MATCHES = 2000
 """SQLite: up to this many matching jobs, the text index finds them all and they are sorted;
-beyond it, the jobs are walked newest first (a page then needs about ``N / matches × limit``
-rows, at most 500 per page of 50 at a million jobs)."""
+beyond it, the jobs are walked newest first (a page of ``limit`` then reads about
+``jobs / matches × limit`` rows: at most 25,000 for a page of 50 among a million jobs, and far
+fewer for the common texts that take this way)."""
 
 TRIGRAM = 3
 """The shortest text the trigram index can look up."""
