@@ -34,8 +34,9 @@ SPREAD = timedelta(days=7)
 FIRST_DUE = timedelta(hours=1)
 HISTORY_BATCH = 5_000
 DEEP_PAGE = 50
-"""The page of the jobs and executions lists read deep (its cursor found by following the
-``nextCursor`` of each page before it)."""
+"""The page of the jobs and executions lists read deep (``jobsDeepPage``, ``executionsDeepPage``:
+its cursor found by following the ``nextCursor`` of each page before it; the last page when
+there are fewer)."""
 
 
 def _mib(n: int) -> float:
@@ -174,20 +175,23 @@ def _spec(n: int, pending: int, start: datetime) -> dict[str, Any]:
     }
 
 
-async def _deep_cursor(http: Any, path: str, page: int) -> tuple[str | None, list[float]]:
-    """The cursor of ``path``'s page number ``page`` (the first is 1), found by following
-    each page's ``nextCursor``, and the ms each page before it took."""
+async def _deep_cursor(http: Any, path: str, page: int) -> tuple[str | None, int, list[float]]:
+    """The cursor of ``path``'s page number ``page`` (the first is 1), or of its last page
+    when it has fewer, found by following each page's ``nextCursor``; that page's number;
+    and the ms each page before it took."""
     cursor: str | None = None
+    reached = 1
     samples = []
-    for _ in range(page - 1):
+    while reached < page:
         t0 = time.perf_counter()
         answer = await http.get(path, params={"cursor": cursor} if cursor else None)
         samples.append((time.perf_counter() - t0) * 1000)
         answer.raise_for_status()
-        cursor = answer.json()["nextCursor"]
-        if cursor is None:
+        following = answer.json()["nextCursor"]
+        if following is None:
             break
-    return cursor, samples
+        cursor, reached = following, reached + 1
+    return cursor, reached, samples
 
 
 async def _time_reads(
@@ -272,12 +276,14 @@ async def run_capacity(
                 "overview": "/api/v1/stats/overview",
             }
             walks: dict[str, Any] = {}
+            deep: dict[str, int] = {}
             for name, path in (("jobs", "/api/v1/jobs"), ("executions", "/api/v1/occurrences")):
-                cursor, samples = await _deep_cursor(http, path, DEEP_PAGE)
+                cursor, deep[name], samples = await _deep_cursor(http, path, DEEP_PAGE)
                 walks[name] = {**_percentiles(samples), "pages": len(samples)}
-                if cursor is not None:
-                    paths[f"{name}Page{DEEP_PAGE}"] = f"{path}?cursor={cursor}"
+                paths[f"{name}DeepPage"] = f"{path}?cursor={cursor}" if cursor else path
             read_results = await _time_reads(http, paths, reads, server)
+            for name, page in deep.items():
+                read_results[f"{name}DeepPage"]["page"] = page
             counts = (await http.get("/api/v1/stats/overview")).json()
             server_rss_after = server.memory_info().rss
     store_delta = {k: store_after[k] - store_before.get(k, 0) for k in store_after}
@@ -310,7 +316,7 @@ async def run_capacity(
         },
         "benchRssMiB": _mib(me.memory_info().rss),
         "readLatency": read_results,
-        # Each page read once on the way to page DEEP_PAGE (whose own reads are in readLatency).
+        # Each page read once on the way to the deep page (whose own reads are in readLatency).
         "deepPage": DEEP_PAGE,
         "pageWalk": walks,
         # The whole store's (distributed: earlier runs' jobs stay in the database).
