@@ -14,18 +14,21 @@ from sqlalchemy.engine import Connection
 from rota.core.errors import BackendUnavailableError
 from rota.stores.migrate import alembic_config, current_revision, downgrade, upgrade
 from rota.stores.partitions import is_partition_name
-from rota.stores.schema import metadata, metadata_for
+from rota.stores.schema import is_search_table, metadata, metadata_for
 from rota.stores.sql import SqlStore, create_store_engine
 
 
-def _not_a_partition(name: str | None, kind: str, parents: Any) -> bool:
-    """Leave the time partitions out: they are created by the upkeep, not declared."""
-    return not (kind == "table" and name is not None and is_partition_name(name))
+def _declared(name: str | None, kind: str, parents: Any) -> bool:
+    """Leave the time partitions out (created by the upkeep, not declared), and SQLite's
+    search table (a virtual table, with its shadow tables: made by migration 0012)."""
+    if kind != "table" or name is None:
+        return True
+    return not (is_partition_name(name) or is_search_table(name))
 
 
 def _diff(conn: Connection) -> list[Any]:
     context = MigrationContext.configure(
-        conn, opts={"compare_type": True, "include_name": _not_a_partition}
+        conn, opts={"compare_type": True, "include_name": _declared}
     )
     return list(compare_metadata(context, metadata_for(conn.dialect.name)))
 

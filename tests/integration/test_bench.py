@@ -101,11 +101,16 @@ def check_capacity(result: dict[str, Any], mode: str, pending: int, history: int
     assert memory["afterCreate"] > 0
     assert result["benchRssMiB"] > 0
     reads = result["readLatency"]
-    names = {"jobsList", "jobsSearch", "jobOccurrences", "executionsList", "overview"}
+    names = {"jobsList", "jobsSearch", "jobsSearchCommon", "jobOccurrences", "executionsList"}
+    names |= {"overview", "jobsDeepPage", "executionsDeepPage"}
     assert set(reads) == names
     for read in reads.values():
         assert read["reads"] == 5
         assert 0 < read["p50Ms"] <= read["p99Ms"] <= read["maxMs"]
+    # 50 jobs a page: the last page of the jobs (and the history's job) and of the history.
+    assert reads["jobsDeepPage"]["page"] == min(50, (pending + 1 + 49) // 50)
+    assert reads["executionsDeepPage"]["page"] == min(50, (history + 49) // 50)
+    assert result["pageWalk"]["jobs"]["pages"] >= reads["jobsDeepPage"]["page"] - 1
     assert {"environment", "createSeconds", "storeBytesDelta"} <= result.keys()
 
 

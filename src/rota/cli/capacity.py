@@ -33,6 +33,10 @@ OCCURRENCE_TABLES = ("occurrences", "occurrence_status_changes")
 SPREAD = timedelta(days=7)
 FIRST_DUE = timedelta(hours=1)
 HISTORY_BATCH = 5_000
+DEEP_PAGE = 50
+"""The page of the jobs and executions lists read deep (``jobsDeepPage``, ``executionsDeepPage``:
+its cursor found by following the ``nextCursor`` of each page before it; the last page when
+there are fewer)."""
 
 
 def _mib(n: int) -> float:
@@ -74,16 +78,18 @@ class _Sizes:
             await db.close()
 
     async def analyze(self) -> None:
-        """PostgreSQL: refresh the planner's statistics of the bulk-filled tables, as
+        """PostgreSQL: vacuum the bulk-filled tables and refresh their planner statistics, as
         autovacuum would within a minute or so; read before that, a job's occurrences are
-        planned as if it had a few (a bitmap scan and sort of all of them)."""
+        planned as if it had a few (a bitmap scan and sort of all of them), and each search
+        also reads the trigram index's pending list (up to its 4 MB) until a vacuum merges
+        it into the index."""
         if self.mode == "embedded":
             return
         import asyncpg
 
         db = await asyncpg.connect(self.database_url)
         try:
-            await db.execute(f"ANALYZE {', '.join(JOB_TABLES + OCCURRENCE_TABLES)}")
+            await db.execute(f"VACUUM (ANALYZE) {', '.join(JOB_TABLES + OCCURRENCE_TABLES)}")
         finally:
             await db.close()
 
@@ -167,6 +173,25 @@ def _spec(n: int, pending: int, start: datetime) -> dict[str, Any]:
         "jobData": {"n": n},
         "executeAt": at.isoformat().replace("+00:00", "Z"),
     }
+
+
+async def _deep_cursor(http: Any, path: str, page: int) -> tuple[str | None, int, list[float]]:
+    """The cursor of ``path``'s page number ``page`` (the first is 1), or of its last page
+    when it has fewer, found by following each page's ``nextCursor``; that page's number;
+    and the ms each page before it took."""
+    cursor: str | None = None
+    reached = 1
+    samples = []
+    while reached < page:
+        t0 = time.perf_counter()
+        answer = await http.get(path, params={"cursor": cursor} if cursor else None)
+        samples.append((time.perf_counter() - t0) * 1000)
+        answer.raise_for_status()
+        following = answer.json()["nextCursor"]
+        if following is None:
+            break
+        cursor, reached = following, reached + 1
+    return cursor, reached, samples
 
 
 async def _time_reads(
@@ -253,11 +278,20 @@ async def run_capacity(
             paths = {
                 "jobsList": "/api/v1/jobs",
                 "jobsSearch": f"/api/v1/jobs?search=capacity+job+{target}",
+                "jobsSearchCommon": "/api/v1/jobs?search=capacity",
                 "jobOccurrences": f"/api/v1/occurrences?jobId={history_job['id']}",
                 "executionsList": "/api/v1/occurrences",
                 "overview": "/api/v1/stats/overview",
             }
+            walks: dict[str, Any] = {}
+            deep: dict[str, int] = {}
+            for name, path in (("jobs", "/api/v1/jobs"), ("executions", "/api/v1/occurrences")):
+                cursor, deep[name], samples = await _deep_cursor(http, path, DEEP_PAGE)
+                walks[name] = {**_percentiles(samples), "pages": len(samples)}
+                paths[f"{name}DeepPage"] = f"{path}?cursor={cursor}" if cursor else path
             read_results = await _time_reads(http, paths, reads, server)
+            for name, page in deep.items():
+                read_results[f"{name}DeepPage"]["page"] = page
             counts = (await http.get("/api/v1/stats/overview")).json()
             server_rss_after = server.memory_info().rss
             indexed_after = await _index_entries(http)
@@ -295,6 +329,9 @@ async def run_capacity(
         "redisBytesAfterReads": redis_end,
         "benchRssMiB": _mib(me.memory_info().rss),
         "readLatency": read_results,
+        # Each page read once on the way to the deep page (whose own reads are in readLatency).
+        "deepPage": DEEP_PAGE,
+        "pageWalk": walks,
         # The whole store's (distributed: earlier runs' jobs stay in the database).
         "jobsInStore": counts["jobs"]["total"],
         "occurrencesInStore": counts["occurrences"]["total"],

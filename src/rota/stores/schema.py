@@ -112,7 +112,22 @@ rowid) in SQLite."""
 CODE_JOBS = text("source = 'code'")
 UNRESOLVED = text("NOT resolved")
 RECURRING = text("cron_expression IS NOT NULL")
+AUTO_DISABLED = text("disabled_reason IS NOT NULL")
 """The condition of the partial unique index on code-declared jobs' job types."""
+
+
+SEARCHED = ("display_name", "job_type", "description")
+"""The jobs' columns ``?search=`` looks into (a case-insensitive substring of any)."""
+
+SEARCH_TABLE = "jobs_search"
+"""SQLite: the FTS5 table (``trigram`` tokenizer, external content: ``jobs``' rowid) indexing
+:data:`SEARCHED`, kept in step by triggers (migration 0012); not declared here, being a virtual
+table (with shadow tables ``jobs_search_data``, ``_idx``, ``_docsize``, ``_config``)."""
+
+
+def is_search_table(name: str) -> bool:
+    """Whether ``name`` is SQLite's search table or one of its shadow tables."""
+    return name == SEARCH_TABLE or name.startswith(f"{SEARCH_TABLE}_")
 
 
 PARTITIONED_BY: dict[str, str] = {
@@ -134,6 +149,13 @@ def build_metadata(*, partitioned: bool = False) -> MetaData:
     """
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     _jobs(metadata)
+    if partitioned:  # PostgreSQL: the jobs search's trigram index (SQLite: SEARCH_TABLE)
+        Index(
+            "ix_jobs_search",
+            *(metadata.tables["jobs"].c[name] for name in SEARCHED),
+            postgresql_using="gin",
+            postgresql_ops=dict.fromkeys(SEARCHED, "gin_trgm_ops"),
+        )
     _occurrences(metadata, partitioned=partitioned)
     _failed_occurrences(metadata)
     _security(metadata)
@@ -189,7 +211,15 @@ def _jobs(metadata: MetaData) -> None:
         Column("zombie_threshold_seconds", Float()),
         Index(None, "is_active", "next_run_at"),
         Index(None, "bucket", "next_run_at"),
-        Index(None, "job_type"),
+        # The jobs list's filters, each in the list's order (newest first, by id).
+        Index(None, "job_type", "id"),
+        Index(None, "is_active", "id"),
+        Index(
+            "ix_jobs_auto_disabled",
+            "id",
+            sqlite_where=AUTO_DISABLED,
+            postgresql_where=AUTO_DISABLED,
+        ),
         # At most one code-declared job per job type (API jobs of the type are not limited).
         Index(
             "uq_jobs_code_job_type",
@@ -379,9 +409,10 @@ def _failed_occurrences(metadata: MetaData) -> None:
             sqlite_where=UNRESOLVED,
             postgresql_where=UNRESOLVED,
         ),
-        Index(None, "job_id"),
-        Index(None, "failure_type"),
-        Index(None, "resolved"),
+        # The list's filters, each in the list's order (newest first, by id).
+        Index(None, "job_id", "id"),
+        Index(None, "failure_type", "id"),
+        Index(None, "resolved", "id"),
         Index(None, "failed_at"),
     )
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import partial
 from uuid import UUID
 
-from sqlalchemy import delete, insert, or_, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota.core.autodisable import AutoDisableDefaults, probe_due
@@ -26,6 +26,7 @@ from rota.stores.sql.rows import (
     _snapshot,
     _to_job,
 )
+from rota.stores.sql.search import postgresql_search, sqlite_search
 from rota.stores.sql.statements import _insert_stmt
 
 
@@ -58,19 +59,14 @@ class JobQueries(SqlParts):
 
     async def list_jobs(self, query: JobQuery) -> Page[Job]:
         limit = max(1, query.limit)
-        stmt = select(jobs).order_by(jobs.c.id.desc()).limit(limit + 1)
-        if query.search:
-            text = query.search
-            stmt = stmt.where(
-                or_(
-                    jobs.c.display_name.icontains(text, autoescape=True),
-                    jobs.c.job_type.icontains(text, autoescape=True),
-                    jobs.c.description.icontains(text, autoescape=True),
-                )
-            )
+        # Newest first: by the tag's index when a tag is asked for (a join walked in the
+        # order of (tag, job_id)), else by the jobs' own key or a (filter, id) index.
+        key = jobs.c.id
+        stmt = select(jobs)
         if query.tag is not None:
-            tagged = select(job_tags.c.job_id).where(job_tags.c.tag == query.tag)
-            stmt = stmt.where(jobs.c.id.in_(tagged))
+            key = job_tags.c.job_id
+            stmt = stmt.join(job_tags, key == jobs.c.id).where(job_tags.c.tag == query.tag)
+        stmt = stmt.order_by(key.desc()).limit(limit + 1)
         if query.job_type is not None:
             stmt = stmt.where(jobs.c.job_type == query.job_type)
         if query.is_active is not None:
@@ -81,8 +77,12 @@ class JobQueries(SqlParts):
             reason = jobs.c.disabled_reason
             stmt = stmt.where(reason.is_not(None) if query.auto_disabled else reason.is_(None))
         if query.cursor is not None:
-            stmt = stmt.where(jobs.c.id < _decode_cursor(query.cursor))
+            stmt = stmt.where(key < _decode_cursor(query.cursor))
         async with self._read() as conn:
+            if query.search and self._dialect == "postgresql":
+                stmt = stmt.where(postgresql_search(query.search))
+            elif query.search:
+                stmt = stmt.where(await sqlite_search(conn, query.search))
             rows = (await conn.execute(stmt)).all()
         return _page([_to_job(r) for r in rows], limit, lambda j: j.id)
 

@@ -5,7 +5,7 @@
   its answer (``status``, ``body``, ``headers``); ``expires_at`` (indexed) for the purge.
 
 Revision ID: 0016
-Revises: 0011
+Revises: 0012
 Create Date: 2026-11-25
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0016"
-down_revision: str | Sequence[str] | None = "0011"
+down_revision: str | Sequence[str] | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,190 @@
+"""The jobs search and the lists' keyset pages, on every store kind.
+
+``?search=`` is a case-insensitive substring of the display name, the job type or the
+description, served by a text index (SQLite: FTS5 trigram; PostgreSQL: pg_trgm); the index is
+kept in step with creates, updates and deletes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+from uuid import UUID
+
+import pytest
+from sqlalchemy import event
+
+from rota.core.ids import new_id
+from rota.core.models import FailureType, Job
+from rota.core.ports import Store
+from rota.core.records import FailedQuery, JobQuery
+from rota.stores.sql import SqlStore, search
+
+from .test_store import make_job
+
+
+async def found(store: Store, text: str, **query: object) -> list[UUID]:
+    page = await store.list_jobs(JobQuery(search=text, **query))  # type: ignore[arg-type]
+    return [j.id for j in page.items]
+
+
+async def all_pages(store: Store, query: JobQuery) -> list[UUID]:
+    seen: list[UUID] = []
+    cursor: str | None = None
+    while True:
+        page = await store.list_jobs(replace(query, cursor=cursor))
+        assert len(page.items) <= query.limit
+        seen += [j.id for j in page.items]
+        if page.next_cursor is None:
+            return seen
+        cursor = page.next_cursor
+
+
+@pytest.fixture
+async def texts(store: Store) -> dict[str, Job]:
+    jobs = {
+        "report": make_job(display_name="Nightly Sales REPORT", job_type="reports.sales"),
+        "percent": make_job(display_name="discount 50%_off", description="a sale"),
+        "plain": make_job(display_name="discount 500 off", description="a SALE too"),
+        "quote": make_job(display_name='say "hi" * NEAR(x) -y AND', job_type="quotes"),
+        "backslash": make_job(description=r"C:\temp\x"),
+    }
+    await store.create_jobs(list(jobs.values()))
+    return jobs
+
+
+@pytest.mark.parametrize("few", [search.FEW_MATCHES, 0])  # SQLite: the index, and the walk
+async def test_search_is_a_case_insensitive_substring_of_any_searched_column(
+    store: Store, texts: dict[str, Job], few: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search, "FEW_MATCHES", few)
+    j = {name: job.id for name, job in texts.items()}
+    assert await found(store, "sales report") == [j["report"]]  # two words: one substring
+    assert await found(store, "ghtly sAL") == [j["report"]]
+    assert await found(store, "REPORTS.S") == [j["report"]]  # the job type
+    assert await found(store, "sale") == [j["plain"], j["percent"], j["report"]]
+    assert await found(store, "report sales") == []  # words in another order: not a substring
+    assert await found(store, "nightlyx") == []
+
+
+async def test_search_takes_every_character_literally(store: Store, texts: dict[str, Job]) -> None:
+    j = {name: job.id for name, job in texts.items()}
+    assert await found(store, "50%_off") == [j["percent"]]
+    assert await found(store, "%_o") == [j["percent"]]
+    assert await found(store, "0_o") == []  # ``_`` is no wildcard
+    assert await found(store, "0%o") == []  # nor is ``%``
+    assert await found(store, "5%") == []
+    assert await found(store, '"hi"') == [j["quote"]]  # FTS5 syntax is plain text
+    assert await found(store, "* NEAR(x) -y AND") == [j["quote"]]
+    assert await found(store, "NEAR(") == [j["quote"]]
+    assert await found(store, r"\temp\x") == [j["backslash"]]
+    assert await found(store, r"\t") == [j["backslash"]]
+
+
+async def test_search_shorter_than_three_characters(store: Store, texts: dict[str, Job]) -> None:
+    j = {name: job.id for name, job in texts.items()}
+    assert await found(store, "%") == [j["percent"]]
+    assert await found(store, "_") == [j["percent"]]
+    assert await found(store, "Hi") == [j["quote"]]
+    assert await found(store, "x") == [j["backslash"], j["quote"]]
+    assert await found(store, '"') == [j["quote"]]
+
+
+async def test_search_follows_updates_and_deletes(store: Store, texts: dict[str, Job]) -> None:
+    report = await store.get_job(texts["report"].id)
+    renamed = replace(report, display_name="Weekly digest", job_type="digests", version=2)
+    await store.update_job(renamed, expected_version=report.version)
+    assert await found(store, "nightly") == []
+    assert await found(store, "reports.") == []
+    assert await found(store, "weekly DIG") == [report.id]
+    # An update of other fields leaves the job found by its text.
+    again = await store.get_job(report.id)
+    await store.update_job(replace(again, max_retries=7), expected_version=again.version)
+    assert await found(store, "weekly dig") == [report.id]
+    await store.delete_job(report.id)
+    assert await found(store, "weekly") == []
+    assert await found(store, "sale") == [texts["plain"].id, texts["percent"].id]
+
+
+@pytest.mark.parametrize("few", [search.FEW_MATCHES, 0])
+async def test_search_pages_and_combines_with_filters(
+    store: Store, few: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search, "FEW_MATCHES", few)
+    matching = [make_job(display_name=f"batch job {n}", is_active=n % 2 == 0) for n in range(7)]
+    others = [make_job(display_name=f"other {n}") for n in range(3)]
+    await store.create_jobs(matching + others)  # one bulk create: all indexed
+    newest_first = [j.id for j in reversed(matching)]
+    assert await all_pages(store, JobQuery(search="BATCH JOB", limit=3)) == newest_first
+    active = [j.id for j in reversed(matching) if j.is_active]
+    assert await all_pages(store, JobQuery(search="batch", is_active=True, limit=2)) == active
+    assert await found(store, "batch job 3", job_type="other") == []
+
+
+async def test_filtered_lists_page_newest_first_without_gaps(store: Store) -> None:
+    made = [
+        make_job(job_type="a" if n % 3 else "b", is_active=n % 2 == 0, tags=(f"t{n % 2}", "all"))
+        for n in range(9)
+    ]
+    await store.create_jobs(made)
+    newest = list(reversed(made))
+    cases: list[tuple[JobQuery, list[UUID]]] = [
+        (JobQuery(limit=2), [j.id for j in newest]),
+        (JobQuery(job_type="a", limit=2), [j.id for j in newest if j.job_type == "a"]),
+        (JobQuery(is_active=False, limit=2), [j.id for j in newest if not j.is_active]),
+        (JobQuery(tag="t1", limit=2), [j.id for j in newest if "t1" in j.tags]),
+        (JobQuery(tag="all", limit=4), [j.id for j in newest]),
+        (
+            JobQuery(tag="t0", job_type="b", limit=1),
+            [j.id for j in newest if "t0" in j.tags and j.job_type == "b"],
+        ),
+    ]
+    for query, expected in cases:
+        assert expected
+        assert await all_pages(store, query) == expected, query
+
+
+async def test_sqlite_reads_each_filtered_page_in_index_order(
+    store: Store, store_kind: str
+) -> None:
+    """No list query sorts its matches (``USE TEMP B-TREE FOR ORDER BY``): each is read from
+    an index in the list's order, so a page costs the same at any size (SQLite plans without
+    statistics, as Rota runs it; PostgreSQL's plans depend on them: see ``rota bench``)."""
+    if store_kind != "sqlite":
+        pytest.skip("SQLite's plans")
+    assert isinstance(store, SqlStore)
+    statements: list[tuple[str, Any]] = []
+
+    def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if "ORDER BY" in statement:  # the page's read (not BEGIN, nor the search's count)
+            statements.append((statement, params))
+
+    cursor = new_id().hex
+    queries = [
+        JobQuery(cursor=cursor),
+        JobQuery(job_type="t", cursor=cursor),
+        JobQuery(is_active=False, cursor=cursor),
+        JobQuery(auto_disabled=True, cursor=cursor),
+        JobQuery(tag="t", cursor=cursor),
+        JobQuery(search="ab", cursor=cursor),
+    ]
+    engine = store._reader.sync_engine  # type: ignore[union-attr]
+    event.listen(engine, "before_cursor_execute", grab)
+    try:
+        for query in queries:
+            await store.list_jobs(query)
+        await store.list_failed(FailedQuery(job_id=new_id(), cursor=cursor))
+        await store.list_failed(FailedQuery(resolved=False, cursor=cursor))
+        await store.list_failed(FailedQuery(failure_types=(FailureType.PERMANENT,), cursor=cursor))
+    finally:
+        event.remove(engine, "before_cursor_execute", grab)
+    assert len(statements) == len(queries) + 3
+    async with store._read() as conn:
+        driver = (await conn.get_raw_connection()).driver_connection
+        for statement, params in statements:
+            rows = await (
+                await driver.execute(f"EXPLAIN QUERY PLAN {statement}", params)
+            ).fetchall()
+            plan = " / ".join(str(row[3]) for row in rows)
+            assert "TEMP B-TREE" not in plan, (statement, plan)
+            assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, (statement, plan)
