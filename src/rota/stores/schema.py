@@ -206,13 +206,17 @@ def _jobs(metadata: MetaData) -> None:
             postgresql_where=RECURRING,
         ),
     )
+    # One row per (tag, job): the tag filter and the tag counts read it by tag. A job's own
+    # tags are its ``tags`` column, so nothing looks rows up by job: no index on ``job_id``,
+    # no foreign key (a cascade would scan without one; the store deletes a job's rows by
+    # their keys), and on SQLite no rowid table beside the key's tree (migration 0015).
     Table(
         "job_tags",
         metadata,
         Column("tag", String(200), nullable=False),
-        Column("job_id", Uuid(), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+        Column("job_id", Uuid(), nullable=False),
         PrimaryKeyConstraint("tag", "job_id"),
-        Index(None, "job_id"),
+        sqlite_with_rowid=False,
     )
     Table(
         "job_versions",

@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import partial
 from uuid import UUID
 
-from sqlalchemy import delete, insert, or_, select, update
+from sqlalchemy import Delete, delete, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota.core.autodisable import AutoDisableDefaults, probe_due
@@ -111,26 +111,33 @@ class JobQueries(SqlParts):
                 values.update(_auto_disable_state(job))
             await conn.execute(update(jobs).where(jobs.c.id == job.id).values(values))
             if set(job.tags) != set(stored.tags):
-                await self._replace_tags(conn, job)
+                await self._replace_tags(conn, job, stored.tags)
             row = (await conn.execute(select(jobs).where(jobs.c.id == job.id))).one()
         return _to_job(row)
 
     @staticmethod
-    async def _replace_tags(conn: AsyncConnection, job: Job) -> None:
-        await conn.execute(delete(job_tags).where(job_tags.c.job_id == job.id))
+    def _delete_tags(job_id: UUID, tags: Sequence[str]) -> Delete:
+        """The job's tag rows, by their key (tag, job): ``job_tags`` has no index on the job."""
+        t = job_tags.c
+        return delete(job_tags).where(t.tag.in_(list(tags)), t.job_id == job_id)
+
+    async def _replace_tags(self, conn: AsyncConnection, job: Job, old: Sequence[str]) -> None:
+        await conn.execute(self._delete_tags(job.id, old))
         tags = [{"tag": t, "job_id": job.id} for t in dict.fromkeys(job.tags)]
         if tags:
             await conn.execute(insert(job_tags), tags)
 
     async def delete_job(self, job_id: UUID) -> None:
         async with self._write() as conn:
-            # Versions and tags go by ON DELETE CASCADE; also deleted explicitly so a database
-            # whose foreign keys are off (SQLite) is not left with orphans.
-            await conn.execute(delete(job_versions).where(job_versions.c.job_id == job_id))
-            await conn.execute(delete(job_tags).where(job_tags.c.job_id == job_id))
-            result = await conn.execute(delete(jobs).where(jobs.c.id == job_id))
-            if result.rowcount == 0:
+            # Versions go by ON DELETE CASCADE too; deleted explicitly so a database whose
+            # foreign keys are off (SQLite) is not left with orphans. Tags have no foreign key:
+            # their rows go by their keys, the tags the job holds.
+            tags = (await conn.execute(select(jobs.c.tags).where(jobs.c.id == job_id))).first()
+            if tags is None:
                 raise NotFoundError("job", job_id)
+            await conn.execute(delete(job_versions).where(job_versions.c.job_id == job_id))
+            await conn.execute(self._delete_tags(job_id, tags[0] or ()))
+            await conn.execute(delete(jobs).where(jobs.c.id == job_id))
 
     async def code_jobs(self) -> list[Job]:
         stmt = select(jobs).where(jobs.c.source == JobSource.CODE.value).order_by(jobs.c.job_type)
