@@ -62,7 +62,7 @@ class _Sizes:
         sql = (
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "WHERE c.relname = ANY($1::text[]) OR c.oid IN (SELECT p.relid "
-            "FROM unnest($1::text[]) AS t(name), pg_partition_tree(t.name::regclass) AS p)"
+            "FROM unnest($1::text[]) AS t(name), pg_partition_tree(to_regclass(t.name)) AS p)"
         )
         db = await asyncpg.connect(self.database_url)
         try:

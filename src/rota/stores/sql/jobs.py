@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
+from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Delete, delete, insert, or_, select, update
+from sqlalchemy import ColumnElement, delete, insert, or_, select, type_coerce, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota.core.autodisable import AutoDisableDefaults, probe_due
@@ -37,8 +39,8 @@ class JobQueries(SqlParts):
     async def create_jobs(self, jobs_: Sequence[Job]) -> None:
         if not jobs_:
             return
-        tags = [{"tag": t, "job_id": j.id} for j in jobs_ for t in dict.fromkeys(j.tags)]
         rows = [_job_row(j) for j in jobs_]
+        tags = self._tag_rows(jobs_)
         async with self._write() as conn:
             if len(rows) == 1:
                 await conn.execute(insert(jobs), rows)
@@ -48,6 +50,18 @@ class JobQueries(SqlParts):
                 await self._fast.execute(
                     conn, "insert_job_tags", partial(_insert_stmt, job_tags), tags
                 )
+
+    def _tag_rows(self, jobs_: Sequence[Job]) -> list[dict[str, Any]]:
+        """SQLite's ``job_tags`` rows of the jobs (PostgreSQL reads the GIN-indexed column)."""
+        if self._dialect == "postgresql":
+            return []
+        return [{"tag": t, "job_id": j.id} for j in jobs_ for t in dict.fromkeys(j.tags)]
+
+    def _tagged(self, tag: str) -> ColumnElement[bool]:
+        """The jobs holding ``tag``."""
+        if self._dialect == "postgresql":
+            return type_coerce(jobs.c.tags, postgresql.JSONB).contains([tag])
+        return jobs.c.id.in_(select(job_tags.c.job_id).where(job_tags.c.tag == tag))
 
     async def get_job(self, job_id: UUID) -> Job:
         async with self._read() as conn:
@@ -69,8 +83,7 @@ class JobQueries(SqlParts):
                 )
             )
         if query.tag is not None:
-            tagged = select(job_tags.c.job_id).where(job_tags.c.tag == query.tag)
-            stmt = stmt.where(jobs.c.id.in_(tagged))
+            stmt = stmt.where(self._tagged(query.tag))
         if query.job_type is not None:
             stmt = stmt.where(jobs.c.job_type == query.job_type)
         if query.is_active is not None:
@@ -115,15 +128,15 @@ class JobQueries(SqlParts):
             row = (await conn.execute(select(jobs).where(jobs.c.id == job.id))).one()
         return _to_job(row)
 
-    @staticmethod
-    def _delete_tags(job_id: UUID, tags: Sequence[str]) -> Delete:
-        """The job's tag rows, by their key (tag, job): ``job_tags`` has no index on the job."""
-        t = job_tags.c
-        return delete(job_tags).where(t.tag.in_(list(tags)), t.job_id == job_id)
+    async def _delete_tags(self, conn: AsyncConnection, job_id: UUID, tags: Sequence[str]) -> None:
+        """SQLite: the job's tag rows, by their key (tag, job): no index on the job."""
+        if self._dialect != "postgresql" and tags:
+            t = job_tags.c
+            await conn.execute(delete(job_tags).where(t.tag.in_(list(tags)), t.job_id == job_id))
 
     async def _replace_tags(self, conn: AsyncConnection, job: Job, old: Sequence[str]) -> None:
-        await conn.execute(self._delete_tags(job.id, old))
-        tags = [{"tag": t, "job_id": job.id} for t in dict.fromkeys(job.tags)]
+        await self._delete_tags(conn, job.id, old)
+        tags = self._tag_rows([job])
         if tags:
             await conn.execute(insert(job_tags), tags)
 
@@ -136,7 +149,7 @@ class JobQueries(SqlParts):
             if tags is None:
                 raise NotFoundError("job", job_id)
             await conn.execute(delete(job_versions).where(job_versions.c.job_id == job_id))
-            await conn.execute(self._delete_tags(job_id, tags[0] or ()))
+            await self._delete_tags(conn, job_id, tags[0] or ())
             await conn.execute(delete(jobs).where(jobs.c.id == job_id))
 
     async def code_jobs(self) -> list[Job]:
