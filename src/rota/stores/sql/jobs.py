@@ -18,6 +18,7 @@ from rota.core.errors import ConflictError, NotFoundError
 from rota.core.models import Job, JobSource, JobVersion, utcnow
 from rota.core.records import JobQuery, Page, ProbeScan
 from rota.stores.schema import job_tags, job_versions, jobs
+from rota.stores.sql.batches import copy_rows
 from rota.stores.sql.engine import SqlParts
 from rota.stores.sql.rows import (
     _auto_disable_state,
@@ -44,7 +45,9 @@ class JobQueries(SqlParts):
         async with self._write() as conn:
             if len(rows) == 1:
                 await conn.execute(insert(jobs), rows)
-            else:  # a bulk create: driver-level parameters (one unnest on PostgreSQL)
+            elif self._dialect == "postgresql":  # a bulk create: COPY, the only write here
+                await copy_rows(conn, jobs, rows)
+            else:  # a bulk create: driver-level parameters, one executemany
                 await self._fast.execute(conn, "insert_jobs", partial(_insert_stmt, jobs), rows)
             if tags:
                 await self._fast.execute(
