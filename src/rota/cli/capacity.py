@@ -27,7 +27,8 @@ from rota.core.models import Occurrence, OccurrenceStatus
 
 JOB_TYPE = "bench.capacity"
 JOB_TABLES = ("jobs", "job_tags", "job_versions")
-"""The tables a pending job lives in (PostgreSQL; with their indexes and TOAST)."""
+"""The tables a pending job lives in (PostgreSQL; with their indexes and TOAST; since
+migration 0015 PostgreSQL has no ``job_tags``: those that exist count)."""
 OCCURRENCE_TABLES = ("occurrences", "occurrence_status_changes")
 """The history's tables (partitioned on PostgreSQL: every partition counts)."""
 SPREAD = timedelta(days=7)
@@ -88,7 +89,10 @@ class _Sizes:
 
         db = await asyncpg.connect(self.database_url)
         try:
-            await db.execute(f"ANALYZE {', '.join(JOB_TABLES + OCCURRENCE_TABLES)}")
+            names = list(JOB_TABLES + OCCURRENCE_TABLES)
+            sql = "SELECT t FROM unnest($1::text[]) AS t WHERE to_regclass(t) IS NOT NULL"
+            tables = [row[0] for row in await db.fetch(sql, names)]  # no job_tags since 0015
+            await db.execute(f"ANALYZE {', '.join(tables)}")
         finally:
             await db.close()
 
