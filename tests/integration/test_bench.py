@@ -34,6 +34,7 @@ def test_throughput_scenario(tmp_path: Path) -> None:
     assert result["completed"] == 300
     assert isinstance(result["jobsPerSecond"], float)
     assert result["jobsPerSecond"] > 0
+    assert result["serverCpuMicrosPerJob"] > 0
     assert {"runSeconds", "createSeconds", "peakRssMiB", "environment"} <= result.keys()
 
 
@@ -92,6 +93,7 @@ def check_capacity(result: dict[str, Any], mode: str, pending: int, history: int
     assert result["mode"] == mode
     assert (result["pending"], result["history"], result["reads"]) == (pending, history, 5)
     assert result["jobsPerSecond"] > 0
+    assert result["serverCpuMicrosPerJob"] > 0
     per_job = result["storeBytesPerJob"]
     assert per_job["file" if mode == "embedded" else "jobs"] > 0
     assert result["jobsInStore"] == pending + 1  # and the history's job

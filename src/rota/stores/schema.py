@@ -30,7 +30,7 @@ from sqlalchemy import (
     false,
     text,
 )
-from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.types import TypeEngine
 
 NAMING_CONVENTION = {
@@ -104,6 +104,9 @@ def Json() -> JSON:
     return JSON(none_as_null=True)
 
 
+TAGS = Json().with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
+"""A job's tags: ``jsonb`` on PostgreSQL (GIN-indexed), JSON text on SQLite."""
+
 AutoId = BigInteger().with_variant(Integer(), "sqlite")
 """An autoincrementing key: ``bigint`` identity in PostgreSQL, ``INTEGER PRIMARY KEY`` (the
 rowid) in SQLite."""
@@ -148,7 +151,7 @@ def build_metadata(*, partitioned: bool = False) -> MetaData:
     KEY``). Queries are the same for both: they are built on the plain :data:`metadata`.
     """
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    _jobs(metadata)
+    _jobs(metadata, postgres=partitioned)
     if partitioned:  # PostgreSQL: the jobs search's trigram index (SQLite: SEARCH_TABLE)
         Index(
             "ix_jobs_search",
@@ -164,7 +167,21 @@ def build_metadata(*, partitioned: bool = False) -> MetaData:
     return metadata
 
 
-def _jobs(metadata: MetaData) -> None:
+def _jobs(metadata: MetaData, *, postgres: bool) -> None:
+    # A job's tags: its ``tags`` column. On PostgreSQL that is ``jsonb`` with a GIN index (the
+    # tag filter is ``tags @> '["t"]'``); SQLite has no such index, so it also keeps a row
+    # per (tag, job) in ``job_tags`` (migration 0013: before, PostgreSQL had those rows too,
+    # about 230 bytes per job of two tags).
+    by_tag: tuple[Index, ...] = ()
+    if postgres:
+        by_tag = (
+            Index(
+                "ix_jobs_tags",
+                "tags",
+                postgresql_using="gin",
+                postgresql_ops={"tags": "jsonb_path_ops"},
+            ),
+        )
     Table(
         "jobs",
         metadata,
@@ -173,7 +190,7 @@ def _jobs(metadata: MetaData) -> None:
         Column("worker_id", String(200)),
         Column("display_name", String(500), nullable=False),
         Column("description", Text(), nullable=False),
-        Column("tags", Json(), nullable=False),
+        Column("tags", TAGS, nullable=False),
         Column("job_data", Json()),
         Column("cron_expression", String(200)),
         Column("time_zone", String(100), nullable=False),
@@ -236,14 +253,7 @@ def _jobs(metadata: MetaData) -> None:
             sqlite_where=RECURRING,
             postgresql_where=RECURRING,
         ),
-    )
-    Table(
-        "job_tags",
-        metadata,
-        Column("tag", String(200), nullable=False),
-        Column("job_id", Uuid(), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
-        PrimaryKeyConstraint("tag", "job_id"),
-        Index(None, "job_id"),
+        *by_tag,
     )
     Table(
         "job_versions",
@@ -253,6 +263,20 @@ def _jobs(metadata: MetaData) -> None:
         Column("snapshot", Json(), nullable=False),
         Column("created_at", UtcDateTime(), nullable=False),
         PrimaryKeyConstraint("job_id", "version"),
+    )
+    if postgres:
+        return
+    # SQLite: one row per (tag, job), read by tag (the tag filter, the tag counts). A job's
+    # own tags are its column: no index on ``job_id``, no foreign key (a cascade would scan
+    # without one; the store deletes a job's rows by their keys), no rowid table beside the
+    # key's tree (migration 0013).
+    Table(
+        "job_tags",
+        metadata,
+        Column("tag", String(200), nullable=False),
+        Column("job_id", Uuid(), nullable=False),
+        PrimaryKeyConstraint("tag", "job_id"),
+        sqlite_with_rowid=False,
     )
 
 

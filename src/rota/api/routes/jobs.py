@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
+from rota.api.bulkout import JSON, jobs_json
 from rota.api.deps import Audit, Idempotent, Jobs, Runtime, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas.common import MAX_LIMIT, NO_NUL, ApiModel, UtcDatetime, unwrap_partial_updates
@@ -102,16 +103,23 @@ async def _idempotent(
     caller: str,
     operation: str,
     body: ApiModel,
-    handle: Callable[[], Awaitable[tuple[ApiModel, Headers]]],
+    handle: Callable[[], Awaitable[tuple[ApiModel | bytes, Headers]]],
 ) -> Any:
-    """``handle()``'s body (a 201), or with a ``key`` its answer kept for repeats (a repeat
-    gets the first answer, ``Idempotent-Replayed: true``)."""
+    """``handle()``'s body (a 201: a model, or its JSON already written), or with a ``key``
+    its answer kept for repeats (a repeat gets the first answer, ``Idempotent-Replayed:
+    true``)."""
     if key is None:
-        return (await handle())[0]
+        made, _ = await handle()
+        return (
+            Response(made, status.HTTP_201_CREATED, media_type=JSON)
+            if isinstance(made, bytes)
+            else made
+        )
 
     async def answered() -> Answer:
-        model, headers = await handle()
-        return Answer(201, model.model_dump_json(by_alias=True).encode(), headers)
+        made, headers = await handle()
+        raw = made if isinstance(made, bytes) else made.model_dump_json(by_alias=True).encode()
+        return Answer(201, raw, headers)
 
     fingerprint = body.model_dump_json(by_alias=True).encode()
     answer = await idempotency.answer(key, caller, operation, fingerprint, answered)
@@ -250,7 +258,7 @@ async def create_jobs(
     """Up to 10,000 jobs in one transaction: all are created or none. Every refused job is
     named in the 422 problem's ``errors`` (``jobs[17].cronExpression``)."""
 
-    async def handle() -> tuple[ApiModel, Headers]:
+    async def handle() -> tuple[bytes, Headers]:
         created = await jobs.create_jobs(
             [item.to_spec(created_by=user.username) for item in body.jobs], field_prefix="jobs"
         )
@@ -258,7 +266,8 @@ async def create_jobs(
         await audit.record(
             user.username, "job.bulk_created", "job", after={"count": len(created), "ids": ids}
         )
-        return JobList(items=[out(job, jobs) for job in created]), ()
+        # The JobList written straight to JSON (the same bytes; no model per job).
+        return jobs_json(created, jobs), ()
 
     return await _idempotent(idempotency, key, user.username, "jobs.bulk", body, handle)
 

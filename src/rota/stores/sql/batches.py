@@ -11,10 +11,11 @@ from operator import itemgetter
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import JSON, Uuid
+from sqlalchemy import JSON, Table, Uuid
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
 
+from rota.core.errors import ConflictError
 from rota.stores.schema import UtcDateTime, aware_utc, utc_text
 from rota.stores.sql.engine import _json_dumps
 
@@ -186,3 +187,30 @@ def _distinct(params: Sequence[tuple[Any, ...]], keys: tuple[int, ...]) -> bool:
         key = keys[0]
         return len({row[key] for row in params}) == len(params)
     return len({tuple(row[i] for i in keys) for row in params}) == len(params)
+
+
+async def copy_rows(conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+    """PostgreSQL: ``rows`` (every column of ``table``, by name, values as the column types
+    take them) written by ``COPY … FROM STDIN`` in binary (asyncpg's
+    ``copy_records_to_table``): the cheapest way in for a bulk of new rows, for the server
+    (no statement, no arrays to unpack) and for the client (one encoding per value).
+
+    It runs on the transaction's connection; on its own it is atomic (all rows or none)."""
+    columns = [c.name for c in table.columns]
+    json_at = [i for i, c in enumerate(table.columns) if isinstance(c.type, JSON)]
+    get = itemgetter(*columns)
+    records: list[Sequence[Any]] = []
+    for row in rows:
+        values = list(get(row))
+        for i in json_at:
+            if values[i] is not None:
+                values[i] = _json_dumps(values[i])
+        records.append(values)
+    from asyncpg.exceptions import IntegrityConstraintViolationError
+
+    raw = await conn.get_raw_connection()
+    driver: Any = raw.driver_connection
+    try:
+        await driver.copy_records_to_table(table.name, records=records, columns=columns)
+    except IntegrityConstraintViolationError as exc:  # as guard_errors does for statements
+        raise ConflictError(f"conflicts with stored data: {exc}") from exc

@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
+from typing import Any
 from uuid import UUID
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import ColumnElement, delete, insert, select, type_coerce, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota.core.autodisable import AutoDisableDefaults, probe_due
@@ -16,6 +18,7 @@ from rota.core.errors import ConflictError, NotFoundError
 from rota.core.models import Job, JobSource, JobVersion, utcnow
 from rota.core.records import JobQuery, Page, ProbeScan
 from rota.stores.schema import job_tags, job_versions, jobs
+from rota.stores.sql.batches import copy_rows
 from rota.stores.sql.engine import SqlParts
 from rota.stores.sql.rows import (
     _auto_disable_state,
@@ -38,17 +41,31 @@ class JobQueries(SqlParts):
     async def create_jobs(self, jobs_: Sequence[Job]) -> None:
         if not jobs_:
             return
-        tags = [{"tag": t, "job_id": j.id} for j in jobs_ for t in dict.fromkeys(j.tags)]
         rows = [_job_row(j) for j in jobs_]
+        tags = self._tag_rows(jobs_)
         async with self._write() as conn:
             if len(rows) == 1:
                 await conn.execute(insert(jobs), rows)
-            else:  # a bulk create: driver-level parameters (one unnest on PostgreSQL)
+            elif self._dialect == "postgresql":  # a bulk create: COPY, the only write here
+                await copy_rows(conn, jobs, rows)
+            else:  # a bulk create: driver-level parameters, one executemany
                 await self._fast.execute(conn, "insert_jobs", partial(_insert_stmt, jobs), rows)
             if tags:
                 await self._fast.execute(
                     conn, "insert_job_tags", partial(_insert_stmt, job_tags), tags
                 )
+
+    def _tag_rows(self, jobs_: Sequence[Job]) -> list[dict[str, Any]]:
+        """SQLite's ``job_tags`` rows of the jobs (PostgreSQL reads the GIN-indexed column)."""
+        if self._dialect == "postgresql":
+            return []
+        return [{"tag": t, "job_id": j.id} for j in jobs_ for t in dict.fromkeys(j.tags)]
+
+    def _tagged(self, tag: str) -> ColumnElement[bool]:
+        """The jobs holding ``tag``."""
+        if self._dialect == "postgresql":
+            return type_coerce(jobs.c.tags, postgresql.JSONB).contains([tag])
+        return jobs.c.id.in_(select(job_tags.c.job_id).where(job_tags.c.tag == tag))
 
     async def get_job(self, job_id: UUID) -> Job:
         async with self._read() as conn:
@@ -64,8 +81,11 @@ class JobQueries(SqlParts):
         key = jobs.c.id
         stmt = select(jobs)
         if query.tag is not None:
-            key = job_tags.c.job_id
-            stmt = stmt.join(job_tags, key == jobs.c.id).where(job_tags.c.tag == query.tag)
+            if self._dialect == "postgresql":  # the tags column's GIN index
+                stmt = stmt.where(self._tagged(query.tag))
+            else:
+                key = job_tags.c.job_id
+                stmt = stmt.join(job_tags, key == jobs.c.id).where(job_tags.c.tag == query.tag)
         stmt = stmt.order_by(key.desc()).limit(limit + 1)
         if query.job_type is not None:
             stmt = stmt.where(jobs.c.job_type == query.job_type)
@@ -111,26 +131,33 @@ class JobQueries(SqlParts):
                 values.update(_auto_disable_state(job))
             await conn.execute(update(jobs).where(jobs.c.id == job.id).values(values))
             if set(job.tags) != set(stored.tags):
-                await self._replace_tags(conn, job)
+                await self._replace_tags(conn, job, stored.tags)
             row = (await conn.execute(select(jobs).where(jobs.c.id == job.id))).one()
         return _to_job(row)
 
-    @staticmethod
-    async def _replace_tags(conn: AsyncConnection, job: Job) -> None:
-        await conn.execute(delete(job_tags).where(job_tags.c.job_id == job.id))
-        tags = [{"tag": t, "job_id": job.id} for t in dict.fromkeys(job.tags)]
+    async def _delete_tags(self, conn: AsyncConnection, job_id: UUID, tags: Sequence[str]) -> None:
+        """SQLite: the job's tag rows, by their key (tag, job): no index on the job."""
+        if self._dialect != "postgresql" and tags:
+            t = job_tags.c
+            await conn.execute(delete(job_tags).where(t.tag.in_(list(tags)), t.job_id == job_id))
+
+    async def _replace_tags(self, conn: AsyncConnection, job: Job, old: Sequence[str]) -> None:
+        await self._delete_tags(conn, job.id, old)
+        tags = self._tag_rows([job])
         if tags:
             await conn.execute(insert(job_tags), tags)
 
     async def delete_job(self, job_id: UUID) -> None:
         async with self._write() as conn:
-            # Versions and tags go by ON DELETE CASCADE; also deleted explicitly so a database
-            # whose foreign keys are off (SQLite) is not left with orphans.
-            await conn.execute(delete(job_versions).where(job_versions.c.job_id == job_id))
-            await conn.execute(delete(job_tags).where(job_tags.c.job_id == job_id))
-            result = await conn.execute(delete(jobs).where(jobs.c.id == job_id))
-            if result.rowcount == 0:
+            # Versions go by ON DELETE CASCADE too; deleted explicitly so a database whose
+            # foreign keys are off (SQLite) is not left with orphans. Tags have no foreign key:
+            # their rows go by their keys, the tags the job holds.
+            tags = (await conn.execute(select(jobs.c.tags).where(jobs.c.id == job_id))).first()
+            if tags is None:
                 raise NotFoundError("job", job_id)
+            await conn.execute(delete(job_versions).where(job_versions.c.job_id == job_id))
+            await self._delete_tags(conn, job_id, tags[0] or ())
+            await conn.execute(delete(jobs).where(jobs.c.id == job_id))
 
     async def code_jobs(self) -> list[Job]:
         stmt = select(jobs).where(jobs.c.source == JobSource.CODE.value).order_by(jobs.c.job_type)

@@ -23,7 +23,7 @@ from rota.core.notifications import (
     NotificationEvent,
     Subscription,
 )
-from rota.stores.schema import failed_occurrences, job_tags, jobs, occurrences
+from rota.stores.schema import failed_occurrences, jobs, occurrences
 from rota.stores.schema import notification_attempts as attempts_t
 from rota.stores.schema import notification_deliveries as deliveries_t
 from rota.stores.schema import notification_subscriptions as subs_t
@@ -345,21 +345,11 @@ class NotificationQueries(SqlParts):
         if not job_ids:
             return {}
         ids = list(dict.fromkeys(job_ids))
+        # A job's tags are its own column (``job_tags`` is read by tag, not by job).
+        stmt = select(jobs.c.id, jobs.c.tags).where(self._member(jobs.c.id, ids))
         async with self._read() as conn:
-            found = set(
-                (
-                    await conn.execute(select(jobs.c.id).where(self._member(jobs.c.id, ids)))
-                ).scalars()
-            )
-            tagged = await conn.execute(
-                select(job_tags.c.job_id, job_tags.c.tag).where(
-                    self._member(job_tags.c.job_id, ids)
-                )
-            )
-            out: dict[UUID, list[str]] = {job_id: [] for job_id in found}
-            for job_id, tag in tagged:
-                out.setdefault(job_id, []).append(tag)
-        return {job_id: tuple(sorted(tags)) for job_id, tags in out.items()}
+            rows = (await conn.execute(stmt)).all()
+        return {row.id: tuple(sorted(set(row.tags or ()))) for row in rows}
 
     async def occurrence_exceptions(self, occurrence_ids: Sequence[UUID]) -> dict[UUID, str]:
         if not occurrence_ids:

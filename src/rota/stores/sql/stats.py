@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import BigInteger, ColumnElement, Select, case, cast, extract, func, select
+from sqlalchemy import BigInteger, ColumnElement, Select, case, cast, extract, func, select, true
 
 from rota.core.models import OccurrenceStatus
 from rota.core.records import StoreOverview, TagCount, ThroughputPoint
@@ -101,9 +101,18 @@ class StatsQueries(SqlParts):
         return [ThroughputPoint(start + i * step, completed[i], failed[i]) for i in range(buckets)]
 
     async def tags(self) -> list[TagCount]:
-        stmt = (
-            select(job_tags.c.tag, func.count()).group_by(job_tags.c.tag).order_by(job_tags.c.tag)
-        )
+        if self._dialect == "postgresql":  # the jobs' tags column (no job_tags table there)
+            tag = func.jsonb_array_elements_text(jobs.c.tags).table_valued("value").alias("t")
+            stmt = (
+                select(tag.c.value, func.count())
+                .select_from(jobs)
+                .join(tag, true())
+                .group_by(tag.c.value)
+                .order_by(tag.c.value)
+            )
+        else:
+            t = job_tags.c
+            stmt = select(t.tag, func.count()).group_by(t.tag).order_by(t.tag)
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
         return [TagCount(str(tag), int(n)) for tag, n in rows]

@@ -4,8 +4,8 @@
   hashed: ``scope``), the ``fingerprint`` of the first request's body, and once it succeeded
   its answer (``status``, ``body``, ``headers``); ``expires_at`` (indexed) for the purge.
 
-Revision ID: 0016
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-11-25
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0016"
-down_revision: str | Sequence[str] | None = "0012"
+revision: str = "0014"
+down_revision: str | Sequence[str] | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
