@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -11,10 +11,11 @@ from sqlalchemy import BigInteger, ColumnElement, Select, case, cast, extract, f
 
 from rota.core.models import OccurrenceStatus
 from rota.core.records import StoreOverview, TagCount, ThroughputPoint
-from rota.stores.schema import job_tags, jobs, occurrences
+from rota.stores.schema import finished_minutes, job_tags, jobs, occurrences
+from rota.stores.sql.aggregates import WINDOWED, next_minute
 from rota.stores.sql.engine import SqlParts
 
-_FAILED_STATUSES = (int(OccurrenceStatus.FAILED), int(OccurrenceStatus.TIMED_OUT))
+_FAILED_STATUSES = (OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT)
 
 
 class StatsQueries(SqlParts):
@@ -29,32 +30,53 @@ class StatsQueries(SqlParts):
     # --- statistics -----------------------------------------------------------------------
 
     async def overview(self, since: datetime) -> StoreOverview:
+        """From the maintained aggregates (:mod:`rota.stores.sql.aggregates`): the totals by
+        status, the whole minutes of the window from ``finished_minutes``, and only the part
+        of a minute before the first whole one (``since`` is seldom on a minute) from the
+        ``(end_time, status)`` index."""
         by_status = await self.count_occurrences()
+        first = next_minute(since)
         ended = occurrences.c.end_time
-        window = (
-            select(
-                occurrences.c.status,
-                func.count(),
-                func.avg(occurrences.c.duration_ms),
+        status = occurrences.c.status
+        duration = occurrences.c.duration_ms
+        edge = (
+            select(status, func.count(), func.sum(duration), func.count(duration))
+            .where(
+                ended >= since,
+                ended < datetime.fromtimestamp(first, UTC),
+                status.in_(sorted(WINDOWED)),
             )
-            .where(ended >= since)
-            .group_by(occurrences.c.status)
+            .group_by(status)
+        )
+        m = finished_minutes.c
+        whole = (
+            select(m.status, func.sum(m.n), func.sum(m.duration_sum), func.sum(m.duration_count))
+            .where(m.minute >= first)
+            .group_by(m.status)
         )
         active = func.coalesce(func.sum(case((jobs.c.is_active, 1), else_=0)), 0)
         async with self._read() as conn:
-            rows = (await conn.execute(window)).all()
+            rows = [*(await conn.execute(edge)).all(), *(await conn.execute(whole)).all()]
             total, active_count = (await conn.execute(select(func.count(), active))).one()
-        counts = {int(status): (int(n), avg) for status, n, avg in rows}
-        completed, average = counts.get(int(OccurrenceStatus.COMPLETED), (0, None))
-        failed = sum(counts.get(int(s), (0, None))[0] for s in _FAILED_STATUSES)
+        window: dict[int, list[float]] = {}
+        for code, n, dsum, dcount in rows:
+            into = window.setdefault(int(code), [0, 0.0, 0])
+            into[0] += int(n or 0)
+            into[1] += float(dsum or 0)
+            into[2] += int(dcount or 0)
+
+        def count(*codes: OccurrenceStatus) -> int:
+            return sum(int(window.get(int(c), (0, 0.0, 0))[0]) for c in codes)
+
+        _, dsum, dcount = window.get(int(OccurrenceStatus.COMPLETED), (0, 0.0, 0))
         return StoreOverview(
             by_status=by_status,
             jobs=int(total),
             active_jobs=int(active_count),
-            completed=completed,
-            failed=failed,
-            cancelled=counts.get(int(OccurrenceStatus.CANCELLED), (0, None))[0],
-            average_duration_ms=None if average is None else float(average),
+            completed=count(OccurrenceStatus.COMPLETED),
+            failed=count(*_FAILED_STATUSES),
+            cancelled=count(OccurrenceStatus.CANCELLED),
+            average_duration_ms=float(dsum) / dcount if dcount else None,
         )
 
     def _epoch_seconds(self, column: ColumnElement[Any]) -> ColumnElement[int]:
@@ -76,7 +98,7 @@ class StatsQueries(SqlParts):
         )
         status = occurrences.c.status
         completed = func.sum(case((status == int(OccurrenceStatus.COMPLETED), 1), else_=0))
-        failed = func.sum(case((status.in_(_FAILED_STATUSES), 1), else_=0))
+        failed = func.sum(case((status.in_([int(s) for s in _FAILED_STATUSES]), 1), else_=0))
         return (
             select(slot, completed, failed)
             .where(occurrences.c.end_time >= start, occurrences.c.end_time < end)
