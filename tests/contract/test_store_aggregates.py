@@ -15,7 +15,13 @@ from sqlalchemy import select
 
 from rota.core.models import Occurrence
 from rota.core.records import FailedQuery
-from rota.stores.schema import finished_minutes, occurrence_counts, occurrence_totals, occurrences
+from rota.stores.schema import (
+    finished_hours,
+    finished_minutes,
+    occurrence_counts,
+    occurrence_totals,
+    occurrences,
+)
 from rota.stores.sql import SqlStore
 from rota.stores.sql.aggregates import WINDOWED, minute_of
 from tests.contract.test_store import MINUTE, NOW, T0, S, fired, make_job, minutely, occurrence
@@ -23,6 +29,7 @@ from tests.contract.test_store import status as report
 from tests.contract.test_store_partitions import JUNE, MARCH, POSTGRES, fired_at, upkeep
 
 SECOND = timedelta(seconds=1)
+HOUR = timedelta(hours=1)
 
 
 async def assert_matches_a_scan(store: SqlStore) -> None:
@@ -33,6 +40,7 @@ async def assert_matches_a_scan(store: SqlStore) -> None:
         counts = (await conn.execute(select(occurrence_counts))).all()
         totals = (await conn.execute(select(occurrence_totals))).all()
         minutes = (await conn.execute(select(finished_minutes))).all()
+        hours = (await conn.execute(select(finished_hours))).all()
     want_counts = Counter((r.job_id, r.status) for r in rows)
     assert {(c.job_id, c.status): c.n for c in counts if c.n} == dict(want_counts)
     want_totals = Counter(r.status for r in rows)
@@ -54,12 +62,25 @@ async def assert_matches_a_scan(store: SqlStore) -> None:
         into[0] += m.n
         into[1] += m.duration_sum
         into[2] += m.duration_count
-    got = {k: v for k, v in got_minutes.items() if v[0] or v[2]}
-    assert got.keys() == want_minutes.keys()
-    for key, (n, dsum, dcount) in want_minutes.items():
-        assert (got[key][0], got[key][2]) == (n, dcount), key
-        assert got[key][1] == pytest.approx(dsum)
-    for since in (T0 - MINUTE, T0 + 30 * SECOND, NOW + 90 * SECOND, MARCH):
+    want_hours: dict[tuple[int, int], list[Any]] = {}
+    for (minute, st), (n, dsum, dcount) in want_minutes.items():
+        into = want_hours.setdefault((minute // 3600 * 3600, st), [0, 0.0, 0])
+        into[0] += n
+        into[1] += dsum
+        into[2] += dcount
+    got_hours: dict[tuple[int, int], list[Any]] = {}
+    for h in hours:
+        into = got_hours.setdefault((h.hour, h.status), [0, 0.0, 0])
+        into[0] += h.n
+        into[1] += h.duration_sum
+        into[2] += h.duration_count
+    for want, got_all in ((want_minutes, got_minutes), (want_hours, got_hours)):
+        got = {k: v for k, v in got_all.items() if v[0] or v[2]}
+        assert got.keys() == want.keys()
+        for key, (n, dsum, dcount) in want.items():
+            assert (got[key][0], got[key][2]) == (n, dcount), key
+            assert got[key][1] == pytest.approx(dsum)
+    for since in (T0 - HOUR, T0 - MINUTE, T0 + 30 * SECOND, NOW + 90 * SECOND, MARCH):
         overview = await store.overview(since)
         window = [r for r in rows if r.end_time is not None and r.end_time >= since]
         done = [r for r in window if r.status == S.COMPLETED]

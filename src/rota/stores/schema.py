@@ -324,7 +324,8 @@ def _aggregates(metadata: MetaData) -> None:
     """Statistics kept up to date in the transaction of every occurrence write (see
     :mod:`rota.stores.sql.aggregates`): counts by job and status, the same by status over a
     few shards (writers pick one at random, so they seldom wait on each other's row), and
-    the finished occurrences per minute of their end (the overview's window)."""
+    the finished occurrences per minute and per hour of their end (the overview's window:
+    whole hours, then whole minutes, then the rest from the occurrences)."""
     Table(
         "occurrence_counts",
         metadata,
@@ -351,6 +352,17 @@ def _aggregates(metadata: MetaData) -> None:
         Column("duration_sum", Float(), nullable=False),
         Column("duration_count", BigInteger(), nullable=False),
         PrimaryKeyConstraint("minute", "shard", "status"),
+    )
+    Table(
+        "finished_hours",
+        metadata,
+        Column("hour", BigInteger(), nullable=False),  # epoch seconds of the hour's start
+        Column("shard", SmallInteger(), nullable=False),
+        Column("status", SmallInteger(), nullable=False),
+        Column("n", BigInteger(), nullable=False),
+        Column("duration_sum", Float(), nullable=False),
+        Column("duration_count", BigInteger(), nullable=False),
+        PrimaryKeyConstraint("hour", "shard", "status"),
     )
 
 
@@ -563,6 +575,7 @@ failed_occurrences = metadata.tables["failed_occurrences"]
 occurrence_counts = metadata.tables["occurrence_counts"]
 occurrence_totals = metadata.tables["occurrence_totals"]
 finished_minutes = metadata.tables["finished_minutes"]
+finished_hours = metadata.tables["finished_hours"]
 users = metadata.tables["users"]
 refresh_tokens = metadata.tables["refresh_tokens"]
 login_throttles = metadata.tables["login_throttles"]

@@ -8,7 +8,9 @@ overview and a job's counts are a few rows to read instead of a scan of the hist
   writers (several trackers, distributed) seldom wait on the same row. A read sums them.
 - ``finished_minutes`` (minute, shard, status) -> n, duration sum and count: the
   occurrences with an ``end_time`` in that minute and a status of :data:`WINDOWED`, which is
-  what the overview's window counts.
+  what the overview's window counts; ``finished_hours`` the same per hour. A window reads
+  its whole hours, then the whole minutes before the first of them, then the occurrences
+  of the part of a minute before those (the ``(end_time, status)`` index).
 
 Every change is an atomic ``n = n + excluded.n`` upsert, one statement per table per batch
 (deltas summed in memory first), written last in its transaction and in key order: writers
@@ -34,7 +36,12 @@ from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.types import TypeEngine
 
 from rota.core.models import OccurrenceStatus
-from rota.stores.schema import finished_minutes, occurrence_counts, occurrence_totals
+from rota.stores.schema import (
+    finished_hours,
+    finished_minutes,
+    occurrence_counts,
+    occurrence_totals,
+)
 from rota.stores.sql.engine import SqlParts
 
 SHARDS: Final = 8
@@ -52,6 +59,7 @@ WINDOWED: Final = frozenset(
 """The statuses the overview's window counts by ``end_time``."""
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MINUTE: Final = timedelta(minutes=1)
+HOUR: Final = timedelta(hours=1)
 
 
 def minute_of(at: datetime) -> int:
@@ -63,6 +71,12 @@ def next_minute(at: datetime) -> int:
     """Epoch seconds of the first minute start at or after ``at``."""
     whole, rest = divmod(at - EPOCH, MINUTE)
     return (whole + (1 if rest else 0)) * 60
+
+
+def next_hour(at: datetime) -> int:
+    """Epoch seconds of the first hour start at or after ``at``."""
+    whole, rest = divmod(at - EPOCH, HOUR)
+    return (whole + (1 if rest else 0)) * 3600
 
 
 class StatDeltas:
@@ -116,18 +130,33 @@ class StatDeltas:
         ]
 
     def minute_rows(self, shard: int) -> list[dict[str, Any]]:
-        return [
-            {
-                "minute": minute,
-                "shard": shard,
-                "status": status,
-                "n": n,
-                "duration_sum": dsum,
-                "duration_count": dcount,
-            }
-            for (minute, status), (n, dsum, dcount) in sorted(self.minutes.items())
-            if n or dcount
-        ]
+        return _time_rows("minute", shard, self.minutes)
+
+    def hour_rows(self, shard: int) -> list[dict[str, Any]]:
+        hours: defaultdict[tuple[int, int], list[Any]] = defaultdict(lambda: [0, 0.0, 0])
+        for (minute, status), (n, dsum, dcount) in self.minutes.items():
+            into = hours[(minute // 3600 * 3600, status)]
+            into[0] += n
+            into[1] += dsum
+            into[2] += dcount
+        return _time_rows("hour", shard, hours)
+
+
+def _time_rows(
+    key: str, shard: int, sums: dict[tuple[int, int], list[Any]]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            key: at,
+            "shard": shard,
+            "status": status,
+            "n": n,
+            "duration_sum": dsum,
+            "duration_count": dcount,
+        }
+        for (at, status), (n, dsum, dcount) in sorted(sums.items())
+        if n or dcount
+    ]
 
 
 _TYPES: Final[dict[str, TypeEngine[Any]]] = {
@@ -135,6 +164,7 @@ _TYPES: Final[dict[str, TypeEngine[Any]]] = {
     "status": SmallInteger(),
     "shard": SmallInteger(),
     "minute": BigInteger(),
+    "hour": BigInteger(),
     "n": BigInteger(),
     "duration_sum": Float(),
     "duration_count": BigInteger(),
@@ -167,6 +197,7 @@ class AggregateQueries(SqlParts):
         for table, rows in (
             (occurrence_counts, deltas.count_rows()),
             (finished_minutes, deltas.minute_rows(shard)),
+            (finished_hours, deltas.hour_rows(shard)),
             (occurrence_totals, deltas.total_rows(shard)),
         ):
             if rows:
@@ -198,7 +229,7 @@ class AggregateQueries(SqlParts):
         """Recompute the aggregates from the occurrences (what migration 0013 does). Not for
         a live store: writes made meanwhile could be counted twice or not at all."""
         async with self._write() as conn:
-            for table in (occurrence_counts, occurrence_totals, finished_minutes):
+            for table in (occurrence_counts, occurrence_totals, finished_minutes, finished_hours):
                 await conn.execute(delete(table))
             for sql in backfill_sql(self._dialect):
                 await conn.execute(text(sql))
@@ -221,4 +252,7 @@ def backfill_sql(dialect: str) -> list[str]:
         f"SELECT {minute}, 0, status, count(*), coalesce(sum(duration_ms), 0), "
         "count(duration_ms) FROM occurrences "
         f"WHERE end_time IS NOT NULL AND status IN ({windowed}) GROUP BY 1, 3",
+        "INSERT INTO finished_hours (hour, shard, status, n, duration_sum, duration_count) "
+        "SELECT minute / 3600 * 3600, shard, status, sum(n), sum(duration_sum), "
+        "sum(duration_count) FROM finished_minutes GROUP BY 1, 2, 3",
     ]

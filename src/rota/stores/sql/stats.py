@@ -11,8 +11,8 @@ from sqlalchemy import BigInteger, ColumnElement, Select, case, cast, extract, f
 
 from rota.core.models import OccurrenceStatus
 from rota.core.records import StoreOverview, TagCount, ThroughputPoint
-from rota.stores.schema import finished_minutes, job_tags, jobs, occurrences
-from rota.stores.sql.aggregates import WINDOWED, next_minute
+from rota.stores.schema import finished_hours, finished_minutes, job_tags, jobs, occurrences
+from rota.stores.sql.aggregates import next_hour, next_minute
 from rota.stores.sql.engine import SqlParts
 
 _FAILED_STATUSES = (OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT)
@@ -31,32 +31,36 @@ class StatsQueries(SqlParts):
 
     async def overview(self, since: datetime) -> StoreOverview:
         """From the maintained aggregates (:mod:`rota.stores.sql.aggregates`): the totals by
-        status, the whole minutes of the window from ``finished_minutes``, and only the part
-        of a minute before the first whole one (``since`` is seldom on a minute) from the
-        ``(end_time, status)`` index."""
+        status; the window's whole hours from ``finished_hours``, the whole minutes before
+        them from ``finished_minutes``, and only the part of a minute before those (``since``
+        is seldom on a minute) from the ``(end_time, status)`` index."""
         by_status = await self.count_occurrences()
-        first = next_minute(since)
+        first_minute, first_hour = next_minute(since), next_hour(since)
         ended = occurrences.c.end_time
         status = occurrences.c.status
         duration = occurrences.c.duration_ms
+        # Every status (the index's order): SQLite would take a status index for an IN list.
         edge = (
             select(status, func.count(), func.sum(duration), func.count(duration))
-            .where(
-                ended >= since,
-                ended < datetime.fromtimestamp(first, UTC),
-                status.in_(sorted(WINDOWED)),
-            )
+            .where(ended >= since, ended < datetime.fromtimestamp(first_minute, UTC))
             .group_by(status)
         )
-        m = finished_minutes.c
-        whole = (
+        m, h = finished_minutes.c, finished_hours.c
+        minutes = (
             select(m.status, func.sum(m.n), func.sum(m.duration_sum), func.sum(m.duration_count))
-            .where(m.minute >= first)
+            .where(m.minute >= first_minute, m.minute < first_hour)
             .group_by(m.status)
+        )
+        hours = (
+            select(h.status, func.sum(h.n), func.sum(h.duration_sum), func.sum(h.duration_count))
+            .where(h.hour >= first_hour)
+            .group_by(h.status)
         )
         active = func.coalesce(func.sum(case((jobs.c.is_active, 1), else_=0)), 0)
         async with self._read() as conn:
-            rows = [*(await conn.execute(edge)).all(), *(await conn.execute(whole)).all()]
+            rows = [*(await conn.execute(edge)).all()]
+            rows += (await conn.execute(minutes)).all()
+            rows += (await conn.execute(hours)).all()
             total, active_count = (await conn.execute(select(func.count(), active))).one()
         window: dict[int, list[float]] = {}
         for code, n, dsum, dcount in rows:

@@ -7,6 +7,7 @@ write keeps up to date, so the overview and a job's counts read a few rows, not 
 - ``finished_minutes``: (``minute``: epoch seconds, ``shard``, ``status``) -> ``n``,
   ``duration_sum``, ``duration_count`` of the Completed, Failed, TimedOut and Cancelled
   occurrences that ended in that minute.
+- ``finished_hours``: the same per hour (``hour``: epoch seconds of its start).
 
 The upgrade fills them from the occurrences already stored (one pass each; on a large
 history it takes a while, during which the store should not be written).
@@ -57,6 +58,16 @@ def upgrade() -> None:
         sa.Column("duration_count", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("minute", "shard", "status", name="pk_finished_minutes"),
     )
+    op.create_table(
+        "finished_hours",
+        sa.Column("hour", sa.BigInteger(), nullable=False),
+        sa.Column("shard", sa.SmallInteger(), nullable=False),
+        sa.Column("status", sa.SmallInteger(), nullable=False),
+        sa.Column("n", sa.BigInteger(), nullable=False),
+        sa.Column("duration_sum", sa.Float(), nullable=False),
+        sa.Column("duration_count", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("hour", "shard", "status", name="pk_finished_hours"),
+    )
     if op.get_bind().dialect.name == "postgresql":
         minute = "floor(extract(epoch FROM end_time) / 60)::bigint * 60"
     else:
@@ -75,9 +86,15 @@ def upgrade() -> None:
         f"count(duration_ms) FROM occurrences WHERE end_time IS NOT NULL AND status IN "
         f"({WINDOWED}) GROUP BY 1, 3"
     )
+    op.execute(
+        "INSERT INTO finished_hours (hour, shard, status, n, duration_sum, duration_count) "
+        "SELECT minute / 3600 * 3600, shard, status, sum(n), sum(duration_sum), "
+        "sum(duration_count) FROM finished_minutes GROUP BY 1, 2, 3"
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("finished_hours")
     op.drop_table("finished_minutes")
     op.drop_table("occurrence_totals")
     op.drop_table("occurrence_counts")
