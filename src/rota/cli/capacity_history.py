@@ -5,13 +5,16 @@ reads timed on the store itself.
 Through the store's own inserts 10,000,000 occurrences take hours; here the database
 generates the rows (PostgreSQL ``generate_series``, SQLite a recursive CTE) in chunks, and the
 maintained statistics are then rebuilt from them (``SqlStore.rebuild_aggregates``, what the
-migration's backfill does). The rows have no status history. The per-minute statistics get
-one (empty) row for every shard and final status over the last day as well: a busy live
-store has them all (each write adds to a random shard), and the window's read sums them.
+migration's backfill does). The rows have no status history, and ids in ascending order (a
+random prefix per run, then the row's number) so the primary key grows at its end. The
+per-minute and per-hour statistics get one (empty) row for every shard and final status
+over the last day as well: a busy live store has them all (each write adds to a random
+shard), and the window's read sums them.
 """
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 import time
 from datetime import UTC, datetime, timedelta
@@ -64,19 +67,22 @@ async def fill_history(url: str, job_id: UUID, job_type: str, count: int, span: 
         for status in sorted(WINDOWED)
     ]
     pad = (
-        "INSERT INTO finished_minutes (minute, shard, status, n, duration_sum, duration_count) "
-        "VALUES ({}, {}, {}, 0, 0, 0) ON CONFLICT DO NOTHING"
+        "INSERT INTO finished_{0}s ({0}, shard, status, n, duration_sum, duration_count) "
+        "VALUES ({1}, {2}, {3}, 0, 0, 0) ON CONFLICT DO NOTHING"
     )
+    hours = sorted({(at // 3600 * 3600, shard, status) for at, shard, status in pads})
     if sqlite_path is not None:
         with sqlite3.connect(sqlite_path, timeout=60) as db:
-            db.executemany(pad.format("?", "?", "?"), pads)
+            db.executemany(pad.format("minute", "?", "?", "?"), pads)
+            db.executemany(pad.format("hour", "?", "?", "?"), hours)
     else:
         import asyncpg
 
         db = await asyncpg.connect(_plain(url))
         try:
-            await db.executemany(pad.format("$1", "$2", "$3"), pads)
-            await db.execute("ANALYZE finished_minutes")
+            await db.executemany(pad.format("minute", "$1", "$2", "$3"), pads)
+            await db.executemany(pad.format("hour", "$1", "$2", "$3"), hours)
+            await db.execute("ANALYZE finished_minutes, finished_hours")
         finally:
             await db.close()
     return time.perf_counter() - started
@@ -100,16 +106,18 @@ def _fill_sqlite(
         "INSERT INTO occurrences (id, job_id, job_type, status, scheduled_for, due_at, "
         "created_at, attempt, max_retries, priority, job_version, concurrency_policy, "
         "dispatched_at, instance_id, start_time, end_time, duration_ms) "
-        f"SELECT lower(hex(randomblob(16))), ?, ?, "
+        f"SELECT ? || printf('%020x', n), ?, ?, "
         f"CASE WHEN n % {FAILED_EVERY} = 0 THEN {_FAILED} ELSE {_COMPLETED} END, "
         f"{at.format(t=start)}, {at.format(t=start)}, {at.format(t=start)}, 1, 0, 2, 1, 0, "
         f"{at.format(t=start)}, 'bench-capacity', {at.format(t=start)}, {at.format(t=end)}, "
         "20.0 FROM s"
     )
+    prefix = secrets.token_hex(6)
     with sqlite3.connect(path, timeout=60) as db:
+        db.execute("PRAGMA cache_size=-1000000")  # 1 GB: the indexes stay in memory
         for first in range(1, count + 1, CHUNK):
             last = min(count, first + CHUNK - 1)
-            db.execute(sql, (first, last, job_id.hex, job_type))
+            db.execute(sql, (first, last, prefix, job_id.hex, job_type))
             db.commit()
 
 
@@ -124,16 +132,17 @@ async def _fill_postgres(
         "INSERT INTO occurrences (id, job_id, job_type, status, scheduled_for, due_at, "
         "created_at, attempt, max_retries, priority, job_version, concurrency_policy, "
         "dispatched_at, instance_id, start_time, end_time, duration_ms) "
-        f"SELECT gen_random_uuid(), $3::uuid, $4, "
+        f"SELECT ($5 || lpad(to_hex(n), 20, '0'))::uuid, $3::uuid, $4, "
         f"CASE WHEN n % {FAILED_EVERY} = 0 THEN {_FAILED} ELSE {_COMPLETED} END, "
         f"{start}, {start}, {start}, 1, 0, 2, 1, 0, {start}, 'bench-capacity', {start}, {end}, "
         "20.0 FROM generate_series($1::bigint, $2::bigint) AS n"
     )
+    prefix = secrets.token_hex(6)
     db = await asyncpg.connect(_plain(url))
     try:
         for first in range(1, count + 1, CHUNK):
             last = min(count, first + CHUNK - 1)
-            await db.execute(sql, first, last, job_id, job_type)
+            await db.execute(sql, first, last, job_id, job_type, prefix)
         await db.execute("ANALYZE occurrences")
     finally:
         await db.close()
