@@ -91,6 +91,15 @@ async def assert_matches_a_scan(store: SqlStore) -> None:
         average = sum(durations) / len(durations) if durations else None
         assert overview.average_duration_ms == pytest.approx(average)
         assert {int(s): n for s, n in overview.by_status.items() if n} == dict(want_totals)
+    for start, bucket, buckets in ((T0 - HOUR, 60, 90), (T0, 900, 4), (T0 - 2 * HOUR, 3600, 3)):
+        assert store.bucketed_throughput_statement(start, bucket, buckets) is not None
+        scan = store.throughput_statement(start, bucket, buckets)
+        async with store._read() as conn:
+            scanned = {int(i): (int(c), int(f)) for i, c, f in (await conn.execute(scan)).all()}
+        points = await store.throughput(start, bucket, buckets)
+        assert {
+            i: (p.completed, p.failed) for i, p in enumerate(points) if p.completed or p.failed
+        } == {i: cf for i, cf in scanned.items() if cf != (0, 0)}
     for job_id in {r.job_id for r in rows}:
         by_job = await store.count_occurrences(job_id=job_id)
         assert {int(s): n for s, n in by_job.items() if n} == {

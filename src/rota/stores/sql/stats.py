@@ -12,7 +12,7 @@ from sqlalchemy import BigInteger, ColumnElement, Select, case, cast, extract, f
 from rota.core.models import OccurrenceStatus
 from rota.core.records import StoreOverview, TagCount, ThroughputPoint
 from rota.stores.schema import finished_hours, finished_minutes, job_tags, jobs, occurrences
-from rota.stores.sql.aggregates import next_hour, next_minute
+from rota.stores.sql.aggregates import EPOCH, HOUR, MINUTE, next_hour, next_minute
 from rota.stores.sql.engine import SqlParts
 
 _FAILED_STATUSES = (OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT)
@@ -109,12 +109,35 @@ class StatsQueries(SqlParts):
             .group_by(slot)
         )
 
+    def bucketed_throughput_statement(
+        self, start: datetime, bucket_seconds: int, buckets: int
+    ) -> Select[Any] | None:
+        """The same rows from the maintained per-hour or per-minute figures when ``start``
+        and the bucket are whole hours or minutes (the API's are: its buckets are whole
+        minutes from the epoch), else ``None``."""
+        offset = start - EPOCH
+        if offset % HOUR == timedelta(0) and bucket_seconds % 3600 == 0:
+            table, at = finished_hours, finished_hours.c.hour
+        elif offset % MINUTE == timedelta(0) and bucket_seconds % 60 == 0:
+            table, at = finished_minutes, finished_minutes.c.minute
+        else:
+            return None
+        first = offset // timedelta(seconds=1)
+        end = first + bucket_seconds * buckets
+        slot = ((at - first) // bucket_seconds).label("slot")
+        status, n = table.c.status, table.c.n
+        completed = func.sum(case((status == int(OccurrenceStatus.COMPLETED), n), else_=0))
+        failed = func.sum(case((status.in_([int(s) for s in _FAILED_STATUSES]), n), else_=0))
+        return select(slot, completed, failed).where(at >= first, at < end).group_by(slot)
+
     async def throughput(
         self, start: datetime, bucket_seconds: int, buckets: int
     ) -> list[ThroughputPoint]:
         bucket_seconds = max(1, int(bucket_seconds))
         buckets = max(0, int(buckets))
-        stmt = self.throughput_statement(start, bucket_seconds, buckets)
+        stmt = self.bucketed_throughput_statement(start, bucket_seconds, buckets)
+        if stmt is None:
+            stmt = self.throughput_statement(start, bucket_seconds, buckets)
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
         completed = [0] * buckets
