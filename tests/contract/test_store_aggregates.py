@@ -80,7 +80,10 @@ async def assert_matches_a_scan(store: SqlStore) -> None:
         for key, (n, dsum, dcount) in want.items():
             assert (got[key][0], got[key][2]) == (n, dcount), key
             assert got[key][1] == pytest.approx(dsum)
-    for since in (T0 - HOUR, T0 - MINUTE, T0 + 30 * SECOND, NOW + 90 * SECOND, MARCH):
+    # On an hour, on a minute, late in a minute (the rest of it scanned), early in a minute
+    # (the minute's figures less what ended before ``since``).
+    sinces = (T0 - HOUR, T0 - MINUTE, T0 - 20 * SECOND, T0 + 30 * SECOND, T0 + 62 * SECOND)
+    for since in (*sinces, NOW + 90 * SECOND, MARCH):
         overview = await store.overview(since)
         window = [r for r in rows if r.end_time is not None and r.end_time >= since]
         done = [r for r in window if r.status == S.COMPLETED]

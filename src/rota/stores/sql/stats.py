@@ -12,10 +12,11 @@ from sqlalchemy import BigInteger, ColumnElement, Select, case, cast, extract, f
 from rota.core.models import OccurrenceStatus
 from rota.core.records import StoreOverview, TagCount, ThroughputPoint
 from rota.stores.schema import finished_hours, finished_minutes, job_tags, jobs, occurrences
-from rota.stores.sql.aggregates import EPOCH, HOUR, MINUTE, next_hour, next_minute
+from rota.stores.sql.aggregates import EPOCH, HOUR, MINUTE, minute_of, next_hour, next_minute
 from rota.stores.sql.engine import SqlParts
 
 _FAILED_STATUSES = (OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT)
+HALF_MINUTE = timedelta(seconds=30)
 
 
 class StatsQueries(SqlParts):
@@ -32,17 +33,31 @@ class StatsQueries(SqlParts):
     async def overview(self, since: datetime) -> StoreOverview:
         """From the maintained aggregates (:mod:`rota.stores.sql.aggregates`): the totals by
         status; the window's whole hours from ``finished_hours``, the whole minutes before
-        them from ``finished_minutes``, and only the part of a minute before those (``since``
-        is seldom on a minute) from the ``(end_time, status)`` index."""
+        them from ``finished_minutes``, and only part of a minute (``since`` is seldom on
+        one) from the ``(end_time, status)`` index."""
         by_status = await self.count_occurrences()
-        first_minute, first_hour = next_minute(since), next_hour(since)
+        # The part of a minute before the whole ones: added from the occurrences, or, when
+        # ``since`` is in the first half of its minute, that whole minute from the figures
+        # less the occurrences before ``since`` (at most half a minute of rows either way).
+        lower, upper = minute_of(since), next_minute(since)
+        cut = datetime.fromtimestamp(lower, UTC)
+        if timedelta(0) < since - cut <= HALF_MINUTE:
+            first_minute, sign, edge_from, edge_to = lower, -1, cut, since
+        else:
+            first_minute, sign, edge_from, edge_to = (
+                upper,
+                1,
+                since,
+                datetime.fromtimestamp(upper, UTC),
+            )
+        first_hour = next_hour(since)
         ended = occurrences.c.end_time
         status = occurrences.c.status
         duration = occurrences.c.duration_ms
         # Every status (the index's order): SQLite would take a status index for an IN list.
         edge = (
             select(status, func.count(), func.sum(duration), func.count(duration))
-            .where(ended >= since, ended < datetime.fromtimestamp(first_minute, UTC))
+            .where(ended >= edge_from, ended < edge_to)
             .group_by(status)
         )
         m, h = finished_minutes.c, finished_hours.c
@@ -58,16 +73,16 @@ class StatsQueries(SqlParts):
         )
         active = func.coalesce(func.sum(case((jobs.c.is_active, 1), else_=0)), 0)
         async with self._read() as conn:
-            rows = [*(await conn.execute(edge)).all()]
-            rows += (await conn.execute(minutes)).all()
-            rows += (await conn.execute(hours)).all()
+            edges = (await conn.execute(edge)).all() if edge_from < edge_to else []
+            rows = [*(await conn.execute(minutes)).all(), *(await conn.execute(hours)).all()]
             total, active_count = (await conn.execute(select(func.count(), active))).one()
         window: dict[int, list[float]] = {}
-        for code, n, dsum, dcount in rows:
-            into = window.setdefault(int(code), [0, 0.0, 0])
-            into[0] += int(n or 0)
-            into[1] += float(dsum or 0)
-            into[2] += int(dcount or 0)
+        for factor, part in ((sign, edges), (1, rows)):
+            for code, n, dsum, dcount in part:
+                into = window.setdefault(int(code), [0, 0.0, 0])
+                into[0] += factor * int(n or 0)
+                into[1] += factor * float(dsum or 0)
+                into[2] += factor * int(dcount or 0)
 
         def count(*codes: OccurrenceStatus) -> int:
             return sum(int(window.get(int(c), (0, 0.0, 0))[0]) for c in codes)
