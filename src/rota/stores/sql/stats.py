@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
-from uuid import UUID
+from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Select, case, cast, extract, func, select
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Float,
+    Select,
+    SmallInteger,
+    Table,
+    case,
+    cast,
+    extract,
+    func,
+    literal,
+    select,
+    union_all,
+)
 
 from rota.core.models import OccurrenceStatus
 from rota.core.records import StoreOverview, TagCount, ThroughputPoint
-from rota.stores.schema import finished_hours, finished_minutes, job_tags, jobs, occurrences
+from rota.stores.schema import (
+    finished_hours,
+    finished_minutes,
+    job_tags,
+    jobs,
+    occurrence_totals,
+    occurrences,
+)
 from rota.stores.sql.aggregates import EPOCH, HOUR, MINUTE, minute_of, next_hour, next_minute
 from rota.stores.sql.engine import SqlParts
 
@@ -19,23 +38,60 @@ _FAILED_STATUSES = (OccurrenceStatus.FAILED, OccurrenceStatus.TIMED_OUT)
 HALF_MINUTE = timedelta(seconds=30)
 
 
+_TOTALS, _JOBS, _EDGE, _MINUTES, _HOURS = range(5)
+"""The parts of the overview's statement (its first column)."""
+
+
+def _row(part: int, status: Any, n: Any, dsum: Any, dcount: Any) -> list[ColumnElement[Any]]:
+    """A row of the overview's UNION: the types spelled out, the same in every part."""
+    return [
+        literal(part, SmallInteger()).label("part"),
+        cast(status, SmallInteger()).label("status"),
+        cast(n, BigInteger()).label("n"),
+        cast(dsum, Float()).label("dsum"),
+        cast(dcount, BigInteger()).label("dcount"),
+    ]
+
+
+def _totals_part() -> Select[Any]:
+    t = occurrence_totals.c
+    return select(*_row(_TOTALS, t.status, func.sum(t.n), 0.0, 0)).group_by(t.status)
+
+
+def _jobs_part() -> Select[Any]:
+    active = func.coalesce(func.sum(case((jobs.c.is_active, 1), else_=0)), 0)
+    return select(*_row(_JOBS, 0, func.count(), 0.0, active)).select_from(jobs)
+
+
+def _edge_part(start: datetime, end: datetime) -> Select[Any]:
+    """Every status (the index's order): SQLite would take a status index for an IN list."""
+    o = occurrences.c
+    counts = (func.count(), func.sum(o.duration_ms), func.count(o.duration_ms))
+    return (
+        select(*_row(_EDGE, o.status, *counts))
+        .where(o.end_time >= start, o.end_time < end)
+        .group_by(o.status)
+    )
+
+
+def _figures_part(part: int, table: Table, first: int, end: int | None) -> Select[Any]:
+    c = table.c
+    at = c.minute if part == _MINUTES else c.hour
+    sums = (func.sum(c.n), func.sum(c.duration_sum), func.sum(c.duration_count))
+    stmt = select(*_row(part, c.status, *sums)).where(at >= first).group_by(c.status)
+    return stmt if end is None else stmt.where(at < end)
+
+
 class StatsQueries(SqlParts):
     """Statistics of the :class:`~rota.core.ports.Store` port."""
-
-    if TYPE_CHECKING:
-
-        async def count_occurrences(  # StatusQueries
-            self, statuses: Sequence[OccurrenceStatus] = (), job_id: UUID | None = None
-        ) -> dict[OccurrenceStatus, int]: ...
 
     # --- statistics -----------------------------------------------------------------------
 
     async def overview(self, since: datetime) -> StoreOverview:
-        """From the maintained aggregates (:mod:`rota.stores.sql.aggregates`): the totals by
-        status; the window's whole hours from ``finished_hours``, the whole minutes before
-        them from ``finished_minutes``, and only part of a minute (``since`` is seldom on
-        one) from the ``(end_time, status)`` index."""
-        by_status = await self.count_occurrences()
+        """One statement over the maintained aggregates (:mod:`rota.stores.sql.aggregates`):
+        the totals by status; the window's whole hours from ``finished_hours``, the whole
+        minutes before them from ``finished_minutes``, and only part of a minute (``since`` is
+        seldom on one) from the ``(end_time, status)`` index; and the jobs."""
         # The part of a minute before the whole ones: added from the occurrences, or, when
         # ``since`` is in the first half of its minute, that whole minute from the figures
         # less the occurrences before ``since`` (at most half a minute of rows either way).
@@ -44,45 +100,31 @@ class StatsQueries(SqlParts):
         if timedelta(0) < since - cut <= HALF_MINUTE:
             first_minute, sign, edge_from, edge_to = lower, -1, cut, since
         else:
-            first_minute, sign, edge_from, edge_to = (
-                upper,
-                1,
-                since,
-                datetime.fromtimestamp(upper, UTC),
-            )
+            first_minute, edge_from, edge_to = upper, since, datetime.fromtimestamp(upper, UTC)
+            sign = 1
         first_hour = next_hour(since)
-        ended = occurrences.c.end_time
-        status = occurrences.c.status
-        duration = occurrences.c.duration_ms
-        # Every status (the index's order): SQLite would take a status index for an IN list.
-        edge = (
-            select(status, func.count(), func.sum(duration), func.count(duration))
-            .where(ended >= edge_from, ended < edge_to)
-            .group_by(status)
-        )
-        m, h = finished_minutes.c, finished_hours.c
-        minutes = (
-            select(m.status, func.sum(m.n), func.sum(m.duration_sum), func.sum(m.duration_count))
-            .where(m.minute >= first_minute, m.minute < first_hour)
-            .group_by(m.status)
-        )
-        hours = (
-            select(h.status, func.sum(h.n), func.sum(h.duration_sum), func.sum(h.duration_count))
-            .where(h.hour >= first_hour)
-            .group_by(h.status)
-        )
-        active = func.coalesce(func.sum(case((jobs.c.is_active, 1), else_=0)), 0)
+        parts = [_totals_part(), _jobs_part()]
+        if edge_from < edge_to:
+            parts.append(_edge_part(edge_from, edge_to))
+        parts.append(_figures_part(_MINUTES, finished_minutes, first_minute, first_hour))
+        parts.append(_figures_part(_HOURS, finished_hours, first_hour, None))
         async with self._read() as conn:
-            edges = (await conn.execute(edge)).all() if edge_from < edge_to else []
-            rows = [*(await conn.execute(minutes)).all(), *(await conn.execute(hours)).all()]
-            total, active_count = (await conn.execute(select(func.count(), active))).one()
+            rows = (await conn.execute(union_all(*parts))).all()
+        by_status = dict.fromkeys(OccurrenceStatus, 0)
+        jobs_total = active_jobs = 0
         window: dict[int, list[float]] = {}
-        for factor, part in ((sign, edges), (1, rows)):
-            for code, n, dsum, dcount in part:
-                into = window.setdefault(int(code), [0, 0.0, 0])
-                into[0] += factor * int(n or 0)
-                into[1] += factor * float(dsum or 0)
-                into[2] += factor * int(dcount or 0)
+        for part, code, n, dsum, dcount in rows:
+            if part == _TOTALS:
+                by_status[OccurrenceStatus(code)] = int(n or 0)
+                continue
+            if part == _JOBS:
+                jobs_total, active_jobs = int(n or 0), int(dcount or 0)
+                continue
+            factor = sign if part == _EDGE else 1
+            into = window.setdefault(int(code), [0, 0.0, 0])
+            into[0] += factor * int(n or 0)
+            into[1] += factor * float(dsum or 0)
+            into[2] += factor * int(dcount or 0)
 
         def count(*codes: OccurrenceStatus) -> int:
             return sum(int(window.get(int(c), (0, 0.0, 0))[0]) for c in codes)
@@ -90,8 +132,8 @@ class StatsQueries(SqlParts):
         _, dsum, dcount = window.get(int(OccurrenceStatus.COMPLETED), (0, 0.0, 0))
         return StoreOverview(
             by_status=by_status,
-            jobs=int(total),
-            active_jobs=int(active_count),
+            jobs=jobs_total,
+            active_jobs=active_jobs,
             completed=count(OccurrenceStatus.COMPLETED),
             failed=count(*_FAILED_STATUSES),
             cancelled=count(OccurrenceStatus.CANCELLED),
