@@ -40,9 +40,7 @@ async def fill_history(url: str, job_id: UUID, job_type: str, count: int, span: 
     """``count`` finished occurrences of ``job_id`` ending over the ``span`` before now (one
     in :data:`FAILED_EVERY` Failed, the others Completed in 20 ms); the seconds it took,
     the aggregates' rebuild included."""
-    from rota.app.adapters import make_store
-    from rota.stores.sql import SqlStore
-    from rota.stores.sql.aggregates import SHARDS, WINDOWED
+    from rota.app.adapters import rebuild_statistics
 
     started = time.perf_counter()
     now_us = _micros(datetime.now(UTC))
@@ -52,39 +50,7 @@ async def fill_history(url: str, job_id: UUID, job_type: str, count: int, span: 
         _fill_sqlite(sqlite_path, job_id, job_type, count, now_us, step)
     else:
         await _fill_postgres(url, job_id, job_type, count, now_us, step)
-    store = make_store(url)
-    assert isinstance(store, SqlStore)
-    await store.open()
-    try:
-        await store.rebuild_aggregates()
-    finally:
-        await store.close()
-    last = now_us // 60_000_000 * 60
-    pads = [
-        (last - 60 * n, shard, status)
-        for n in range(26 * 60)
-        for shard in range(SHARDS)
-        for status in sorted(WINDOWED)
-    ]
-    pad = (
-        "INSERT INTO finished_{0}s ({0}, shard, status, n, duration_sum, duration_count) "
-        "VALUES ({1}, {2}, {3}, 0, 0, 0) ON CONFLICT DO NOTHING"
-    )
-    hours = sorted({(at // 3600 * 3600, shard, status) for at, shard, status in pads})
-    if sqlite_path is not None:
-        with sqlite3.connect(sqlite_path, timeout=60) as db:
-            db.executemany(pad.format("minute", "?", "?", "?"), pads)
-            db.executemany(pad.format("hour", "?", "?", "?"), hours)
-    else:
-        import asyncpg
-
-        db = await asyncpg.connect(_plain(url))
-        try:
-            await db.executemany(pad.format("minute", "$1", "$2", "$3"), pads)
-            await db.executemany(pad.format("hour", "$1", "$2", "$3"), hours)
-            await db.execute("ANALYZE finished_minutes, finished_hours")
-        finally:
-            await db.close()
+    await rebuild_statistics(url, pad_since=datetime.now(UTC) - timedelta(hours=26))
     return time.perf_counter() - started
 
 

@@ -225,14 +225,39 @@ class AggregateQueries(SqlParts):
             deltas.minutes[(int(minute), int(status))] = [-int(n), -float(dsum), -int(dcount)]
         await self._write_aggregates(conn, deltas)
 
-    async def rebuild_aggregates(self) -> None:
+    async def rebuild_aggregates(self, *, pad_since: datetime | None = None) -> None:
         """Recompute the aggregates from the occurrences (what migration 0013 does). Not for
-        a live store: writes made meanwhile could be counted twice or not at all."""
+        a live store: writes made meanwhile could be counted twice or not at all.
+
+        ``pad_since`` (benches): also a row (of zeros) for every shard and final status in
+        each minute and hour from then to now, as a busy live store holds them."""
         async with self._write() as conn:
             for table in (occurrence_counts, occurrence_totals, finished_minutes, finished_hours):
                 await conn.execute(delete(table))
             for sql in backfill_sql(self._dialect):
                 await conn.execute(text(sql))
+            if pad_since is not None:
+                await self._pad(conn, pad_since)
+
+    async def _pad(self, conn: AsyncConnection, since: datetime) -> None:
+        now = datetime.now(UTC)
+        for table, step in ((finished_minutes, 60), (finished_hours, 3600)):
+            first = minute_of(since) // step * step
+            rows = [
+                {
+                    table.primary_key.columns.keys()[0]: at,
+                    "shard": shard,
+                    "status": status,
+                    "n": 0,
+                    "duration_sum": 0.0,
+                    "duration_count": 0,
+                }
+                for at in range(first, minute_of(now) + 1, step)
+                for shard in range(SHARDS)
+                for status in sorted(WINDOWED)
+            ]
+            make = partial(_add_stmt, self._dialect, table)
+            await self._fast.execute(conn, "add:" + table.name, make, rows)
 
 
 def backfill_sql(dialect: str) -> list[str]:
