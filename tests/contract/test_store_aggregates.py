@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -23,7 +23,7 @@ from rota.stores.schema import (
     occurrences,
 )
 from rota.stores.sql import SqlStore
-from rota.stores.sql.aggregates import WINDOWED, minute_of
+from rota.stores.sql.aggregates import SHARDS, WINDOWED, minute_of
 from tests.contract.test_store import MINUTE, NOW, T0, S, fired, make_job, minutely, occurrence
 from tests.contract.test_store import status as report
 from tests.contract.test_store_partitions import JUNE, MARCH, POSTGRES, fired_at, upkeep
@@ -179,6 +179,17 @@ async def test_rebuild_gives_what_the_writes_kept(store: SqlStore) -> None:
     await store.rebuild_aggregates()
     await assert_matches_a_scan(store)
     assert (await store.overview(T0), await store.count_occurrences(job_id=job.id)) == before
+    # The bench's padding: zero rows for every shard and final status, nothing counted.
+    await store.rebuild_aggregates(pad_since=datetime.now(UTC) - 2 * MINUTE)
+    await assert_matches_a_scan(store)
+    async with store._read() as conn:
+        padded = (
+            await conn.execute(select(finished_minutes).where(finished_minutes.c.n == 0))
+        ).all()
+    assert len(padded) >= 2 * SHARDS * len(WINDOWED)  # the first minute and the last, at least
+    assert {(r.shard, r.status) for r in padded} == {
+        (shard, status) for shard in range(SHARDS) for status in WINDOWED
+    }
 
 
 async def test_concurrent_writers_count_exactly(store: SqlStore, store_url: str) -> None:
