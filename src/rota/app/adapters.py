@@ -4,6 +4,8 @@ reach the store through :func:`make_store` and :func:`upgrade_schema`."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from rota.app.settings import Settings
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.errors import ConfigurationError
@@ -65,3 +67,16 @@ async def upgrade_schema(url: str) -> None:
     from rota.stores.migrate import upgrade
 
     await upgrade(url)
+
+
+async def rebuild_statistics(url: str, *, pad_since: datetime | None = None) -> None:
+    """Recompute the maintained statistics of the store at ``url`` from its occurrences
+    (``rota bench capacity --history-fill sql``; not on a live store)."""
+    from rota.stores.sql import SqlStore
+
+    store = SqlStore(url)
+    await store.open()
+    try:
+        await store.rebuild_aggregates(pad_since=pad_since)
+    finally:
+        await store.close()

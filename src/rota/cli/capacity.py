@@ -22,6 +22,7 @@ import psutil
 
 from rota.app.settings import Settings
 from rota.cli.bench import BENCH_PREFIX, _environment, _percentiles, _server_process
+from rota.cli.capacity_history import fill_history, time_store_reads
 from rota.core.ids import new_id
 from rota.core.models import Occurrence, OccurrenceStatus
 
@@ -235,10 +236,15 @@ async def run_capacity(
     history: int = 0,
     batch: int = 1_000,
     reads: int = 50,
+    history_fill: str = "store",
 ) -> dict[str, Any]:
     """``pending`` one-time jobs created through ``POST /api/v1/jobs/bulk`` (``batch`` per
     request) on a ``rota server`` of its own, after ``history`` Completed occurrences of one
-    job written into its store; the create rate, bytes per job, memory and read latencies."""
+    job written into its store (``history_fill``: ``store`` through the store's inserts,
+    ``sql`` by set-based SQL, see :mod:`rota.cli.capacity_history`); the create rate, bytes
+    per job, memory and read latencies."""
+    if history_fill not in ("store", "sql"):
+        raise ValueError(f"history_fill must be store or sql, not {history_fill!r}")
     import httpx
 
     admin, password = f"bench-cap-{secrets.token_hex(4)}", secrets.token_urlsafe(24)
@@ -265,7 +271,12 @@ async def run_capacity(
             history_job = made.json()
             url = Settings().effective_database_url if mode != "embedded" else ""
             url = url or f"sqlite:///{(data_dir / 'rota.db').resolve()}"
-            history_seconds = await _write_history(url, history_job, history)
+            if history_fill == "sql":
+                history_seconds = await fill_history(
+                    url, UUID(history_job["id"]), JOB_TYPE, history, timedelta(days=1)
+                )
+            else:
+                history_seconds = await _write_history(url, history_job, history)
             store_before, redis_before = await sizes.store(), await sizes.redis()
             server_rss_before = server.memory_info().rss
             server_cpu = _cpu(server)
@@ -293,6 +304,7 @@ async def run_capacity(
                 "jobOccurrences": f"/api/v1/occurrences?jobId={history_job['id']}",
                 "executionsList": "/api/v1/occurrences",
                 "overview": "/api/v1/stats/overview",
+                "jobStats": f"/api/v1/jobs/{history_job['id']}",
             }
             walks: dict[str, Any] = {}
             deep: dict[str, int] = {}
@@ -303,6 +315,7 @@ async def run_capacity(
             read_results = await _time_reads(http, paths, reads, server)
             for name, page in deep.items():
                 read_results[f"{name}DeepPage"]["page"] = page
+            read_results |= await time_store_reads(url, UUID(history_job["id"]), reads)
             counts = (await http.get("/api/v1/stats/overview")).json()
             server_rss_after = server.memory_info().rss
             indexed_after = await _index_entries(http)
@@ -317,6 +330,7 @@ async def run_capacity(
         "mode": mode,
         "pending": pending,
         "history": history,
+        "historyFill": history_fill,
         "batch": batch,
         "reads": reads,
         "createSeconds": round(create_seconds, 2),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -43,6 +43,8 @@ MARGIN = timedelta(days=1)
 workers' clocks, occurrences may be created shortly before their time)."""
 
 OCCURRENCES = "occurrences"
+BeforeDrop = Callable[[AsyncConnection, str], Awaitable[None]]
+"""Called with a partition's name in the savepoint that drops it, just before the drop."""
 HISTORY = "occurrence_status_changes"
 LOGS = "occurrence_logs"
 
@@ -197,10 +199,13 @@ async def _holds_kept_occurrences(
     return bool((await conn.execute(statement)).scalar())
 
 
-async def _drop(conn: AsyncConnection, name: str) -> bool:
-    """Drop partition ``name`` unless its locks take longer than :data:`LOCK_TIMEOUT`."""
+async def _drop(conn: AsyncConnection, name: str, before: BeforeDrop | None = None) -> bool:
+    """Drop partition ``name`` unless its locks take longer than :data:`LOCK_TIMEOUT`;
+    ``before(conn, name)`` runs first, in the same savepoint."""
     try:
         async with conn.begin_nested():
+            if before is not None:
+                await before(conn, name)
             await conn.execute(text(f"DROP TABLE {name}"))
     except DBAPIError as exc:
         log.info("partition %s not dropped this time: %s", name, exc.orig)
@@ -212,10 +217,13 @@ async def drop_occurrence_partitions(
     conn: AsyncConnection,
     now: datetime,
     kept_since: Mapping[OccurrenceStatus, datetime | None],
+    *,
+    before_drop: BeforeDrop | None = None,
 ) -> list[str]:
     """Drop every ``occurrences`` partition that ended before ``now`` and holds nothing kept.
     ``kept_since``: final status -> occurrences created since then are kept (``None``: kept
-    forever; a status missing is kept forever)."""
+    forever; a status missing is kept forever). ``before_drop(conn, name)`` runs just before
+    each drop, in its savepoint (the statistics uncount the partition's rows)."""
     finite = [since for status, since in kept_since.items() if since is not None]
     if not finite:
         return []
@@ -236,7 +244,7 @@ async def drop_occurrence_partitions(
         except DBAPIError as exc:
             log.info("partition %s not checked this time: %s", partition.name, exc.orig)
             continue
-        if await _drop(conn, partition.name):
+        if await _drop(conn, partition.name, before_drop):
             dropped.append(partition.name)
     return dropped
 

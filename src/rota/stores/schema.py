@@ -160,6 +160,7 @@ def build_metadata(*, partitioned: bool = False) -> MetaData:
             postgresql_ops=dict.fromkeys(SEARCHED, "gin_trgm_ops"),
         )
     _occurrences(metadata, partitioned=partitioned)
+    _aggregates(metadata)
     _failed_occurrences(metadata)
     _security(metadata)
     _control(metadata)
@@ -371,6 +372,52 @@ def _occurrences(metadata: MetaData, *, partitioned: bool) -> None:
         # timestamp too, which is the worker's and travels with the line, so a copy has it.
         Index("uq_occurrence_logs_line", *line_key, unique=True),
         **keys["kw"],
+    )
+
+
+def _aggregates(metadata: MetaData) -> None:
+    """Statistics kept up to date in the transaction of every occurrence write (see
+    :mod:`rota.stores.sql.aggregates`): counts by job and status, the same by status over a
+    few shards (writers pick one at random, so they seldom wait on each other's row), and
+    the finished occurrences per minute and per hour of their end (the overview's window:
+    whole hours, then whole minutes, then the rest from the occurrences)."""
+    Table(
+        "occurrence_counts",
+        metadata,
+        Column("job_id", Uuid(), nullable=False),
+        Column("status", SmallInteger(), nullable=False),
+        Column("n", BigInteger(), nullable=False),
+        PrimaryKeyConstraint("job_id", "status"),
+    )
+    Table(
+        "occurrence_totals",
+        metadata,
+        Column("shard", SmallInteger(), nullable=False),
+        Column("status", SmallInteger(), nullable=False),
+        Column("n", BigInteger(), nullable=False),
+        PrimaryKeyConstraint("shard", "status"),
+    )
+    Table(
+        "finished_minutes",
+        metadata,
+        Column("minute", BigInteger(), nullable=False),  # epoch seconds of the minute's start
+        Column("shard", SmallInteger(), nullable=False),
+        Column("status", SmallInteger(), nullable=False),
+        Column("n", BigInteger(), nullable=False),
+        Column("duration_sum", Float(), nullable=False),
+        Column("duration_count", BigInteger(), nullable=False),
+        PrimaryKeyConstraint("minute", "shard", "status"),
+    )
+    Table(
+        "finished_hours",
+        metadata,
+        Column("hour", BigInteger(), nullable=False),  # epoch seconds of the hour's start
+        Column("shard", SmallInteger(), nullable=False),
+        Column("status", SmallInteger(), nullable=False),
+        Column("n", BigInteger(), nullable=False),
+        Column("duration_sum", Float(), nullable=False),
+        Column("duration_count", BigInteger(), nullable=False),
+        PrimaryKeyConstraint("hour", "shard", "status"),
     )
 
 
@@ -593,6 +640,10 @@ occurrences = metadata.tables["occurrences"]
 status_changes = metadata.tables["occurrence_status_changes"]
 occurrence_logs = metadata.tables["occurrence_logs"]
 failed_occurrences = metadata.tables["failed_occurrences"]
+occurrence_counts = metadata.tables["occurrence_counts"]
+occurrence_totals = metadata.tables["occurrence_totals"]
+finished_minutes = metadata.tables["finished_minutes"]
+finished_hours = metadata.tables["finished_hours"]
 users = metadata.tables["users"]
 refresh_tokens = metadata.tables["refresh_tokens"]
 login_throttles = metadata.tables["login_throttles"]

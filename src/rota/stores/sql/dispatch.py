@@ -29,7 +29,7 @@ from rota.core.models import ConcurrencyPolicy, Job, Occurrence, OccurrenceStatu
 from rota.core.planning import FirePlan
 from rota.core.records import DispatchResult, DueEntry, FirePlanner, StaleOccurrence
 from rota.stores.schema import UtcDateTime, jobs, occurrences, status_changes, utc_text
-from rota.stores.sql.engine import SqlParts
+from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import (
     _PLANNING_COLUMNS,
     ACTIVE,
@@ -51,7 +51,7 @@ from rota.stores.sql.statements import (
 log = logging.getLogger(__name__)
 
 
-class DispatchQueries(SqlParts):
+class DispatchQueries(AggregateQueries):
     """Scheduling of the :class:`~rota.core.ports.Store` port: dispatch and the sweeps."""
 
     # --- scheduling -----------------------------------------------------------------------
@@ -176,6 +176,9 @@ class DispatchQueries(SqlParts):
         ]
         if changes:
             await self._fast.execute(conn, "insert_changes", _insert_changes_stmt, changes)
+        deltas = StatDeltas()
+        deltas.add_rows(row for row in rows if row["id"] in inserted)
+        await self._write_aggregates(conn, deltas)  # the jobs it advances next are locked
         return inserted
 
     def _insert_planned_stmt(self) -> UpdateBase:
@@ -216,15 +219,16 @@ class DispatchQueries(SqlParts):
             policies = {r.id: ConcurrencyPolicy(r.concurrency_policy) for r in rows}
             if sequential:
                 policies = dict.fromkeys(policies, ConcurrencyPolicy.QUEUE)
-            await conn.execute(
-                insert(occurrences),
-                [
-                    _occurrence_row(o, policies.get(o.job_id, ConcurrencyPolicy.SKIP))
-                    for o in occurrences_
-                ],
-            )
+            inserted = [
+                _occurrence_row(o, policies.get(o.job_id, ConcurrencyPolicy.SKIP))
+                for o in occurrences_
+            ]
+            await conn.execute(insert(occurrences), inserted)
             if changes:
                 await conn.execute(insert(status_changes), changes)
+            deltas = StatDeltas()
+            deltas.add_rows(inserted)
+            await self._write_aggregates(conn, deltas)
 
     async def mark_dispatched(self, published: Sequence[Occurrence], at: datetime) -> None:
         if not published:

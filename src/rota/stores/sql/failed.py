@@ -19,7 +19,7 @@ from rota.core.models import FailedOccurrence, Occurrence, OccurrenceStatus, Sta
 from rota.core.records import FailedQuery, Page
 from rota.core.transitions import StatusBatch, final_failures
 from rota.stores.schema import failed_occurrences, occurrences, status_changes
-from rota.stores.sql.engine import SqlParts
+from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import (
     _RETRYABLE,
     MANUAL_RETRY,
@@ -37,7 +37,7 @@ from rota.stores.sql.statements import _fetch_in, _insert_failed_stmt
 _QUEUED = OccurrenceStatus.QUEUED
 
 
-class FailedQueries(SqlParts):
+class FailedQueries(AggregateQueries):
     """Failed occurrences of the :class:`~rota.core.ports.Store` port."""
 
     if TYPE_CHECKING:
@@ -197,7 +197,11 @@ class FailedQueries(SqlParts):
                     f"failed occurrence {failed_id} is a poison message that names no "
                     "occurrence: there is nothing to retry"
                 )
-            stmt = select(occ.status, occ.attempt).where(occ.id == occurrence_id).with_for_update()
+            stmt = (
+                select(occ.job_id, occ.status, occ.attempt, occ.end_time, occ.duration_ms)
+                .where(occ.id == occurrence_id)
+                .with_for_update()
+            )
             current = (await conn.execute(stmt)).first()
             if current is None:
                 raise ConflictError(f"occurrence {occurrence_id} no longer exists")
@@ -240,4 +244,8 @@ class FailedQueries(SqlParts):
                     resolution_action=RETRIED,
                 )
             )
+            deltas = StatDeltas()
+            deltas.add_rows([current], -1)
+            deltas.add(current.job_id, int(_QUEUED), None, None)
+            await self._write_aggregates(conn, deltas)
         return await self.get_occurrence(occurrence_id)

@@ -22,7 +22,7 @@ from rota.stores.schema import (
     occurrences,
     status_changes,
 )
-from rota.stores.sql.engine import SqlParts
+from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import _chunks, _to_job, _unique
 
 _DEFAULT_LOGS = sa_table(
@@ -33,7 +33,7 @@ _DEFAULT_LOGS = sa_table(
 """PostgreSQL: the default partition of ``occurrence_logs`` (lines outside every period)."""
 
 
-class RetentionQueries(SqlParts):
+class RetentionQueries(AggregateQueries):
     """Retention and silence reads of the :class:`~rota.core.ports.Store` port."""
 
     # --- retention and silence ------------------------------------------------------------
@@ -59,6 +59,7 @@ class RetentionQueries(SqlParts):
         async with self._write() as conn:
             rows = (await conn.execute(stmt)).all()
             doomed = [r.id for r in rows if r.created_at < created_before and not r.held]
+            deltas = StatDeltas()
             for chunk in _chunks(doomed):
                 await conn.execute(
                     delete(status_changes).where(
@@ -71,7 +72,13 @@ class RetentionQueries(SqlParts):
                             self._member(occurrence_logs.c.occurrence_id, chunk)
                         )
                     )
-                await conn.execute(delete(occurrences).where(self._member(o.id, chunk)))
+                gone = await conn.execute(
+                    delete(occurrences)
+                    .where(self._member(o.id, chunk))
+                    .returning(o.job_id, o.status, o.end_time, o.duration_ms)
+                )
+                deltas.add_rows(gone, -1)
+            await self._write_aggregates(conn, deltas)
         done = len(rows) < limit or any(r.created_at >= created_before for r in rows)
         return PurgeBatch(deleted=len(doomed), next_after=None if done else rows[-1].id)
 
@@ -91,7 +98,7 @@ class RetentionQueries(SqlParts):
         if upkeep.drop:
             async with self._write() as conn:
                 dropped += await partitions.drop_occurrence_partitions(
-                    conn, now, upkeep.occurrences_kept_since
+                    conn, now, upkeep.occurrences_kept_since, before_drop=self._uncount_partition
                 )
             async with self._write() as conn:
                 dropped += await partitions.drop_history_partitions(conn, now, upkeep.logs_before)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -17,8 +18,15 @@ from rota.core.errors import NotFoundError
 from rota.core.models import Job, LogRecord, Occurrence, OccurrenceStatus, StatusRecord
 from rota.core.records import DisabledJob, OccurrenceQuery, Page, StatusResult
 from rota.core.transitions import CURRENT_FIELDS, Current, StatusBatch, Streak, apply_records
-from rota.stores.schema import jobs, occurrence_logs, occurrences, status_changes
-from rota.stores.sql.engine import SqlParts
+from rota.stores.schema import (
+    jobs,
+    occurrence_counts,
+    occurrence_logs,
+    occurrence_totals,
+    occurrences,
+    status_changes,
+)
+from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import (
     _AUTO_DISABLE_STATE,
     _decode_cursor,
@@ -51,7 +59,7 @@ def _occurrence_updates(batch: StatusBatch) -> dict[tuple[str, ...], list[dict[s
     return groups
 
 
-class StatusQueries(SqlParts):
+class StatusQueries(AggregateQueries):
     """Status, logs and occurrence reads of the :class:`~rota.core.ports.Store` port."""
 
     if TYPE_CHECKING:
@@ -66,7 +74,11 @@ class StatusQueries(SqlParts):
         if not records:
             return StatusResult()
         ids = _unique(r.occurrence_id for r in records)
-        columns = [occurrences.c.id, *(occurrences.c[n] for n in CURRENT_FIELDS)]
+        columns = [
+            occurrences.c.id,
+            *(occurrences.c[n] for n in CURRENT_FIELDS),
+            occurrences.c.end_time,
+        ]
         async with self._write() as conn:
             rows = await _fetch_in(
                 conn,
@@ -78,9 +90,11 @@ class StatusQueries(SqlParts):
                 ),
                 ids,
             )
-            batch = apply_records({oid: Current(*rest) for oid, *rest in rows}, records)
+            before = {r.id: (r.status, r.end_time, r.duration_ms) for r in rows}
+            batch = apply_records({oid: Current(*rest[:-1]) for oid, *rest in rows}, records)
             disabled = await self._write_status_batch(conn, batch)
             await self._record_final_failures(conn, batch)
+            await self._write_aggregates(conn, _status_deltas(batch, before))
         return StatusResult(
             applied=batch.applied,
             ignored=batch.ignored,
@@ -292,18 +306,45 @@ class StatusQueries(SqlParts):
     async def count_occurrences(
         self, statuses: Sequence[OccurrenceStatus] = (), job_id: UUID | None = None
     ) -> dict[OccurrenceStatus, int]:
-        """Every asked status (every status when none is given) with its count, zeros included."""
-        stmt = select(occurrences.c.status, func.count()).group_by(occurrences.c.status)
+        """Every asked status (every status when none is given) with its count, zeros included:
+        from the maintained counts (:mod:`rota.stores.sql.aggregates`), not the occurrences."""
+        if job_id is None:
+            t = occurrence_totals.c
+            stmt = select(t.status, func.sum(t.n)).group_by(t.status)
+            wanted = t.status
+        else:
+            c = occurrence_counts.c
+            stmt = select(c.status, c.n).where(c.job_id == job_id)
+            wanted = c.status
         if statuses:
-            stmt = stmt.where(occurrences.c.status.in_([int(s) for s in statuses]))
-        if job_id is not None:
-            stmt = stmt.where(occurrences.c.job_id == job_id)
+            stmt = stmt.where(wanted.in_([int(s) for s in statuses]))
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
         counts = dict.fromkeys(statuses or tuple(OccurrenceStatus), 0)
         for status, count in rows:
             counts[OccurrenceStatus(status)] = int(count)
         return counts
+
+
+def _status_deltas(
+    batch: StatusBatch, before: dict[UUID, tuple[int, datetime | None, float | None]]
+) -> StatDeltas:
+    """What the batch changed in the aggregates: each occurrence whose status, end or
+    duration changed is uncounted as it was and counted as it is."""
+    deltas = StatDeltas()
+    for occurrence_id, current in batch.current.items():
+        changed = current.changed
+        if not ("status" in changed or "end_time" in changed or "duration_ms" in changed):
+            continue
+        status, end_time, duration = before[occurrence_id]
+        deltas.add(current.job_id, status, end_time, duration, -1)
+        deltas.add(
+            current.job_id,
+            changed.get("status", status),
+            changed.get("end_time", end_time),
+            changed.get("duration_ms", duration),
+        )
+    return deltas
 
 
 def _streak_of(row: Row[Any], defaults: AutoDisableDefaults) -> Streak:

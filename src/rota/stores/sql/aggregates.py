@@ -1,0 +1,283 @@
+"""Maintained statistics: the occurrence counts and the finished occurrences per minute, kept
+in the transaction of every write that adds, changes or removes an occurrence, so the
+overview and a job's counts are a few rows to read instead of a scan of the history.
+
+- ``occurrence_counts`` (job_id, status) -> n: a job's occurrences by status.
+- ``occurrence_totals`` (shard, status) -> n: the same over every job, in :data:`SHARDS`
+  rows per status; each transaction adds to one shard chosen at random, so concurrent
+  writers (several trackers, distributed) seldom wait on the same row. A read sums them.
+- ``finished_minutes`` (minute, shard, status) -> n, duration sum and count: the
+  occurrences with an ``end_time`` in that minute and a status of :data:`WINDOWED`, which is
+  what the overview's window counts; ``finished_hours`` the same per hour. A window reads
+  its whole hours, then the whole minutes before the first of them, then the occurrences
+  of the part of a minute before those (the ``(end_time, status)`` index).
+
+Every change is an atomic ``n = n + excluded.n`` upsert, one statement per table per batch
+(deltas summed in memory first), written last in its transaction and in key order: writers
+never hold a counter row while waiting for another lock, so they cannot deadlock on them.
+Occurrences outlive their job (no foreign key), so deleting a job changes no count, as
+before; retention removes what it deletes (row purges and dropped partitions).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any, Final
+from uuid import UUID
+
+from sqlalchemy import BigInteger, Float, SmallInteger, Table, Uuid, bindparam, delete, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import UpdateBase
+from sqlalchemy.types import TypeEngine
+
+from rota.core.models import OccurrenceStatus
+from rota.stores.schema import (
+    finished_hours,
+    finished_minutes,
+    occurrence_counts,
+    occurrence_totals,
+)
+from rota.stores.sql.engine import SqlParts
+
+SHARDS: Final = 8
+"""Rows per status of ``occurrence_totals`` and per minute and status of
+``finished_minutes``."""
+WINDOWED: Final = frozenset(
+    int(s)
+    for s in (
+        OccurrenceStatus.COMPLETED,
+        OccurrenceStatus.FAILED,
+        OccurrenceStatus.TIMED_OUT,
+        OccurrenceStatus.CANCELLED,
+    )
+)
+"""The statuses the overview's window counts by ``end_time``."""
+EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+MINUTE: Final = timedelta(minutes=1)
+HOUR: Final = timedelta(hours=1)
+
+
+def minute_of(at: datetime) -> int:
+    """Epoch seconds of the start of ``at``'s minute (exact: no float rounding)."""
+    return (at - EPOCH) // MINUTE * 60
+
+
+def next_minute(at: datetime) -> int:
+    """Epoch seconds of the first minute start at or after ``at``."""
+    whole, rest = divmod(at - EPOCH, MINUTE)
+    return (whole + (1 if rest else 0)) * 60
+
+
+def next_hour(at: datetime) -> int:
+    """Epoch seconds of the first hour start at or after ``at``."""
+    whole, rest = divmod(at - EPOCH, HOUR)
+    return (whole + (1 if rest else 0)) * 3600
+
+
+class StatDeltas:
+    """The changes a transaction makes to the aggregates, summed before they are written."""
+
+    __slots__ = ("counts", "minutes")
+
+    def __init__(self) -> None:
+        self.counts: defaultdict[tuple[UUID, int], int] = defaultdict(int)
+        self.minutes: defaultdict[tuple[int, int], list[Any]] = defaultdict(lambda: [0, 0.0, 0])
+
+    def add(
+        self,
+        job_id: UUID,
+        status: int,
+        end_time: datetime | None,
+        duration_ms: float | None,
+        sign: int = 1,
+    ) -> None:
+        """Count (``sign`` 1) or uncount (-1) an occurrence in this state."""
+        status = int(status)
+        self.counts[(job_id, status)] += sign
+        if end_time is not None and status in WINDOWED:
+            bucket = self.minutes[(minute_of(end_time), status)]
+            bucket[0] += sign
+            if duration_ms is not None:
+                bucket[1] += sign * float(duration_ms)
+                bucket[2] += sign
+
+    def add_rows(self, rows: Iterable[Any], sign: int = 1) -> None:
+        """Each of ``rows`` (mappings or rows with job_id, status, end_time, duration_ms)."""
+        for r in rows:
+            m = r if isinstance(r, dict) else r._mapping
+            self.add(m["job_id"], m["status"], m["end_time"], m["duration_ms"], sign)
+
+    def count_rows(self) -> list[dict[str, Any]]:
+        return [
+            {"job_id": job_id, "status": status, "n": n}
+            for (job_id, status), n in sorted(self.counts.items())
+            if n
+        ]
+
+    def total_rows(self, shard: int) -> list[dict[str, Any]]:
+        by_status: defaultdict[int, int] = defaultdict(int)
+        for (_, status), n in self.counts.items():
+            by_status[status] += n
+        return [
+            {"shard": shard, "status": status, "n": n}
+            for status, n in sorted(by_status.items())
+            if n
+        ]
+
+    def minute_rows(self, shard: int) -> list[dict[str, Any]]:
+        return _time_rows("minute", shard, self.minutes)
+
+    def hour_rows(self, shard: int) -> list[dict[str, Any]]:
+        hours: defaultdict[tuple[int, int], list[Any]] = defaultdict(lambda: [0, 0.0, 0])
+        for (minute, status), (n, dsum, dcount) in self.minutes.items():
+            into = hours[(minute // 3600 * 3600, status)]
+            into[0] += n
+            into[1] += dsum
+            into[2] += dcount
+        return _time_rows("hour", shard, hours)
+
+
+def _time_rows(
+    key: str, shard: int, sums: dict[tuple[int, int], list[Any]]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            key: at,
+            "shard": shard,
+            "status": status,
+            "n": n,
+            "duration_sum": dsum,
+            "duration_count": dcount,
+        }
+        for (at, status), (n, dsum, dcount) in sorted(sums.items())
+        if n or dcount
+    ]
+
+
+_TYPES: Final[dict[str, TypeEngine[Any]]] = {
+    "job_id": Uuid(),
+    "status": SmallInteger(),
+    "shard": SmallInteger(),
+    "minute": BigInteger(),
+    "hour": BigInteger(),
+    "n": BigInteger(),
+    "duration_sum": Float(),
+    "duration_count": BigInteger(),
+}
+
+
+def _add_stmt(dialect: str, table: Table) -> UpdateBase:
+    """``INSERT … ON CONFLICT (key) DO UPDATE SET x = x + excluded.x`` for every counter."""
+    keys = [c.name for c in table.primary_key.columns]
+    values = {c.name: bindparam(c.name, type_=_TYPES[c.name]) for c in table.columns}
+    sums = [c.name for c in table.columns if c.name not in keys]
+    if dialect == "postgresql":
+        pg = postgresql.insert(table).values(values)
+        return pg.on_conflict_do_update(
+            index_elements=keys, set_={n: table.c[n] + pg.excluded[n] for n in sums}
+        )
+    lite = sqlite.insert(table).values(values)
+    return lite.on_conflict_do_update(
+        index_elements=keys, set_={n: table.c[n] + lite.excluded[n] for n in sums}
+    )
+
+
+class AggregateQueries(SqlParts):
+    """The writes (and the rebuild) of the maintained statistics."""
+
+    async def _write_aggregates(self, conn: AsyncConnection, deltas: StatDeltas) -> None:
+        """Add ``deltas`` in ``conn``'s transaction; call it last, after the transaction's
+        other writes."""
+        shard = random.randrange(SHARDS)
+        for table, rows in (
+            (occurrence_counts, deltas.count_rows()),
+            (finished_minutes, deltas.minute_rows(shard)),
+            (finished_hours, deltas.hour_rows(shard)),
+            (occurrence_totals, deltas.total_rows(shard)),
+        ):
+            if rows:
+                make = partial(_add_stmt, self._dialect, table)
+                await self._fast.execute(conn, "add:" + table.name, make, rows)
+
+    async def _uncount_partition(self, conn: AsyncConnection, name: str) -> None:
+        """PostgreSQL: take the occurrences of partition ``name`` (about to be dropped, and
+        locked against writes) out of the aggregates."""
+        deltas = StatDeltas()
+        counts = await conn.execute(
+            text(f"SELECT job_id, status, count(*) FROM {name} GROUP BY job_id, status")
+        )
+        for job_id, status, n in counts:
+            deltas.counts[(job_id, int(status))] -= int(n)
+        finished = await conn.execute(
+            text(
+                "SELECT floor(extract(epoch FROM end_time) / 60)::bigint * 60, status, count(*), "
+                f"coalesce(sum(duration_ms), 0), count(duration_ms) FROM {name} "
+                "WHERE end_time IS NOT NULL AND status = ANY(:windowed) GROUP BY 1, 2"
+            ),
+            {"windowed": sorted(WINDOWED)},
+        )
+        for minute, status, n, dsum, dcount in finished:
+            deltas.minutes[(int(minute), int(status))] = [-int(n), -float(dsum), -int(dcount)]
+        await self._write_aggregates(conn, deltas)
+
+    async def rebuild_aggregates(self, *, pad_since: datetime | None = None) -> None:
+        """Recompute the aggregates from the occurrences (what migration 0015 does). Not for
+        a live store: writes made meanwhile could be counted twice or not at all.
+
+        ``pad_since`` (benches): also a row (of zeros) for every shard and final status in
+        each minute and hour from then to now, as a busy live store holds them."""
+        async with self._write() as conn:
+            for table in (occurrence_counts, occurrence_totals, finished_minutes, finished_hours):
+                await conn.execute(delete(table))
+            for sql in backfill_sql(self._dialect):
+                await conn.execute(text(sql))
+            if pad_since is not None:
+                await self._pad(conn, pad_since)
+
+    async def _pad(self, conn: AsyncConnection, since: datetime) -> None:
+        now = datetime.now(UTC)
+        for table, step in ((finished_minutes, 60), (finished_hours, 3600)):
+            first = minute_of(since) // step * step
+            rows = [
+                {
+                    table.primary_key.columns.keys()[0]: at,
+                    "shard": shard,
+                    "status": status,
+                    "n": 0,
+                    "duration_sum": 0.0,
+                    "duration_count": 0,
+                }
+                for at in range(first, minute_of(now) + 1, step)
+                for shard in range(SHARDS)
+                for status in sorted(WINDOWED)
+            ]
+            make = partial(_add_stmt, self._dialect, table)
+            await self._fast.execute(conn, "add:" + table.name, make, rows)
+
+
+def backfill_sql(dialect: str) -> list[str]:
+    """The statements that fill the (empty) aggregate tables from ``occurrences``."""
+    if dialect == "postgresql":
+        minute = "floor(extract(epoch FROM end_time) / 60)::bigint * 60"
+    else:
+        minute = "CAST(strftime('%s', end_time) AS INTEGER) / 60 * 60"
+    windowed = ", ".join(str(s) for s in sorted(WINDOWED))
+    return [
+        "INSERT INTO occurrence_counts (job_id, status, n) "
+        "SELECT job_id, status, count(*) FROM occurrences GROUP BY job_id, status",
+        "INSERT INTO occurrence_totals (shard, status, n) "
+        "SELECT 0, status, sum(n) FROM occurrence_counts GROUP BY status",
+        "INSERT INTO finished_minutes "
+        "(minute, shard, status, n, duration_sum, duration_count) "
+        f"SELECT {minute}, 0, status, count(*), coalesce(sum(duration_ms), 0), "
+        "count(duration_ms) FROM occurrences "
+        f"WHERE end_time IS NOT NULL AND status IN ({windowed}) GROUP BY 1, 3",
+        "INSERT INTO finished_hours (hour, shard, status, n, duration_sum, duration_count) "
+        "SELECT minute / 3600 * 3600, shard, status, sum(n), sum(duration_sum), "
+        "sum(duration_count) FROM finished_minutes GROUP BY 1, 2, 3",
+    ]
