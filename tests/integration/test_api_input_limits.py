@@ -61,6 +61,10 @@ BASE_BODIES: Final[dict[str, dict[str, Any]]] = {
     "POST /api/v1/jobs/bulk": {"jobs": [{"jobType": "t", "cronExpression": "@daily"}]},
     "PATCH /api/v1/jobs/{job_id}": {},
     "POST /api/v1/jobs/{job_id}/trigger": {},
+    "POST /api/v1/jobs/{job_id}/backfill": {
+        "from": "2026-01-01T00:00:00Z",
+        "to": "2026-01-01T01:00:00Z",
+    },
     "POST /api/v1/jobs/job/trigger": {"jobId": "{job_id}"},
     "POST /api/v1/occurrences/{occurrence_id}/cancel": {},
     "PUT /api/v1/failed-occurrences/{failed_id}": {},
