@@ -34,7 +34,6 @@ def test_throughput_scenario(tmp_path: Path) -> None:
     assert result["completed"] == 300
     assert isinstance(result["jobsPerSecond"], float)
     assert result["jobsPerSecond"] > 0
-    assert result["serverCpuMicrosPerJob"] > 0
     assert {"runSeconds", "createSeconds", "peakRssMiB", "environment"} <= result.keys()
 
 
@@ -105,6 +104,7 @@ def check_capacity(result: dict[str, Any], mode: str, pending: int, history: int
     reads = result["readLatency"]
     names = {"jobsList", "jobsSearch", "jobsSearchCommon", "jobOccurrences", "executionsList"}
     names |= {"overview", "jobsDeepPage", "executionsDeepPage"}
+    names |= {"jobStats", "storeOverview", "storeJobCounts"}
     assert set(reads) == names
     for read in reads.values():
         assert read["reads"] == 5

@@ -30,7 +30,7 @@ async def statuses(rt: Runtime, job_id: UUID) -> list[OccurrenceStatus]:
 
 
 async def test_allow_all_runs_fires_side_by_side(runtime_factory: RuntimeFactory) -> None:
-    rt = await runtime_factory({}, JOBS)
+    rt = await runtime_factory({}, JOBS, grace=0.2)
     job_id = await every_second(rt, "it.two_seconds", ConcurrencyPolicy.ALLOW_ALL)
 
     async def two_running() -> bool:
@@ -43,7 +43,7 @@ async def test_allow_all_runs_fires_side_by_side(runtime_factory: RuntimeFactory
 async def test_buffer_one_keeps_one_waiting_and_skips_the_rest(
     runtime_factory: RuntimeFactory,
 ) -> None:
-    rt = await runtime_factory({}, JOBS)
+    rt = await runtime_factory({}, JOBS, grace=0.2)
     job_id = await every_second(rt, "it.two_seconds", ConcurrencyPolicy.BUFFER_ONE)
     most = {"running": 0, "active": 0}
 
@@ -63,7 +63,7 @@ async def test_buffer_one_keeps_one_waiting_and_skips_the_rest(
 async def test_cancel_other_cancels_the_running_one_for_the_new_fire(
     runtime_factory: RuntimeFactory,
 ) -> None:
-    rt = await runtime_factory({}, JOBS)
+    rt = await runtime_factory({}, JOBS, grace=0.2)
     job_id = await every_second(rt, "it.lingers", ConcurrencyPolicy.CANCEL_OTHER)
 
     async def displaced() -> bool:
