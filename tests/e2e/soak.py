@@ -641,8 +641,6 @@ def evaluate(
             starts.setdefault((oid, attempt), []).append(pid)
         else:
             finished[(oid, attempt, pid)] = event
-            if event == "end":
-                ends[oid] += 1
     # an occurrence that ends with its last attempt, no new one: cancelled, or failed as a
     # zombie once its requeues were used up
     ended_there = {
@@ -653,6 +651,17 @@ def evaluate(
     last_attempt: dict[str, int] = {}
     for oid, attempt in starts:
         last_attempt[oid] = max(attempt, last_attempt.get(oid, 0))
+    # A handler's end noted by a process killed before its report left (a later attempt of
+    # the occurrence ran): at-least-once, the run the kill could not report is run again.
+    # Such an end is not a second completion of the fire; any other second end is.
+    unreported = 0
+    for (oid, attempt, pid), event in finished.items():
+        if event != "end":
+            continue
+        if pid in killed_pids and attempt < last_attempt.get(oid, attempt):
+            unreported += 1
+        else:
+            ends[oid] += 1
 
     lost: list[str] = []
     twice: list[str] = []
@@ -744,6 +753,7 @@ def evaluate(
         "attempts": sum(len(p) for p in starts.values()),
         "retried_attempts": sum(1 for (_, a) in starts if a > 1),
         "cut_short": cut,
+        "unreported_reruns": unreported,
         "killed_pids": sorted(killed_pids),
     }
     problems = {

@@ -152,6 +152,26 @@ def test_two_handler_completions_or_two_stored_completions_are_a_double() -> Non
     assert list(m.problems()) == ["no fire completed twice"]
 
 
+def test_a_run_whose_report_died_with_its_process_may_run_again() -> None:
+    """Killed after its handler ended but before its report left, an attempt is run again as
+    the next one (at-least-once): two handler ends, not a double. The same without the kill,
+    or a stored second completion, still is one."""
+    m = Made()
+    oid = str(m.occurrences[2]["id"])
+    m.records = [r for r in m.records if r[1] != oid]
+    m.records += [("start", oid, 1, KILLED), ("end", oid, 1, KILLED)]
+    m.records += [("start", oid, 2, 200), ("end", oid, 2, 200)]
+    assert m.problems() == {}
+    m.occurrences[2]["completions"] = 2
+    assert list(m.problems()) == ["no fire completed twice"]
+    m = Made()
+    oid = str(m.occurrences[2]["id"])
+    m.records = [r for r in m.records if r[1] != oid]
+    m.records += [("start", oid, 2, KILLED), ("end", oid, 2, KILLED)]  # its last attempt
+    m.records += [("start", oid, 1, 200), ("end", oid, 1, 200)]
+    assert list(m.problems()) == ["no fire completed twice"]
+
+
 def test_an_occurrence_left_running_or_failed_for_no_reason_is_unexplained() -> None:
     m = Made()
     m.occurrences[-1].update(status=RUNNING, completions=0)
