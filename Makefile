@@ -72,8 +72,16 @@ PYTEST_ARGS ?=
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
+# The suite in two parts: everything that leaves the shared services alone, spread over
+# TEST_WORKERS processes (pytest-xdist; the machine has 2 cores, and the e2e tests spend much
+# of their time waiting); then, alone, the tests that stop or restart PostgreSQL or RabbitMQ
+# (marker `exclusive`). Both parts always run; the target fails if either did.
+TEST_WORKERS ?= 2
 test: install lint typecheck
-	$(BIN)/pytest $(PYTEST_ARGS)
+	@rc=0; \
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not exclusive" $(PYTEST_ARGS) || rc=$$?; \
+	$(BIN)/pytest -m exclusive $(PYTEST_ARGS) || rc=$$?; \
+	exit $$rc
 
 # The fast tier (docs/development.md): the unit tests and the contract suites on the adapters
 # that need no service (SQLite, memory, in-process); no PostgreSQL, Redis or RabbitMQ. In -k,

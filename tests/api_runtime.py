@@ -23,10 +23,12 @@ from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.backfill import Backfill
+from rota.services.dependencies import DependencyService
 from rota.services.events import EventPublisher
 from rota.services.idempotency import Idempotency
 from rota.services.jobs import JobService
 from rota.services.notifications import NotificationConfig, NotificationService, SendResult
+from rota.services.pausing import Pausing
 from rota.services.workers import WorkerDirectory
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
@@ -51,7 +53,9 @@ class MiniRuntime:
     audit: AuditService = field(init=False)
     idempotency: Idempotency = field(init=False)
     backfill: Backfill = field(init=False)
+    pausing: Pausing = field(init=False)
     notifications: NotificationService = field(init=False)
+    dependencies: DependencyService = field(init=False)
     """Subscriptions for the API; its loop does not run here (nothing is sent)."""
 
     def __post_init__(self) -> None:
@@ -65,6 +69,14 @@ class MiniRuntime:
             self.jobs.now,
             events=self.jobs.events,
             workers=WorkerDirectory(self.coordination, history=self.store),
+        )
+        self.pausing = Pausing(self.store, self.audit, self.jobs.events, clock=self.jobs.now)
+        self.dependencies = DependencyService(
+            self.store,
+            self.store,
+            self.coordination,
+            events=self.jobs.events,
+            now=self.jobs.now,
         )
         self.notifications = NotificationService(
             self.store, NotificationConfig(), instance_id="mini", send=_not_sent

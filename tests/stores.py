@@ -11,12 +11,15 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import asyncpg
 import pytest
 
+from rota.app.settings import Settings
 from rota.core.ports import Store
 from rota.stores.sql import SqlStore
+from tests.api_runtime import MiniRuntime, mini_runtime
 
 PG_HOST = "127.0.0.1"
 PG_PORT = 5432
@@ -67,3 +70,12 @@ async def store(store_url: str) -> AsyncIterator[Store]:
         yield instance
     finally:
         await instance.close()
+
+
+@pytest.fixture(name="runtime")
+def store_runtime(store: SqlStore, store_url: str, tmp_path: Path) -> MiniRuntime:
+    """``runtime``: the API's smallest runtime on :func:`store` (each store kind), for a module
+    that tests the API on every store (it imports this and ``store``;
+    ``tests/integration/conftest.py``'s ``client`` then talks to it)."""
+    settings = Settings(environment="test", data_dir=tmp_path, database_url=store_url)
+    return mini_runtime(store, settings)

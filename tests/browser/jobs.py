@@ -40,3 +40,12 @@ async def typed(ctx: rota.JobContext, data: Copies) -> str:
 async def fail(ctx: rota.JobContext) -> str:
     """Fails for good at once: a failed-execution record."""
     raise rota.PermanentError("the browser test's job fails on purpose")
+
+
+@rota.job("browser.limited", timeout=60)
+async def limited(ctx: rota.JobContext) -> str:
+    """Runs until cancelled (at most 30 s): the limits test holds its slot with it."""
+    for _ in range(100):
+        await asyncio.sleep(0.3)
+        await ctx.check_cancelled()
+    return "done"

@@ -135,6 +135,65 @@ def test_create_a_cron_job_and_watch_its_executions_arrive(
         assert api.get(f"/jobs/{job_id}").json()["displayName"] == "Browser tick, edited"
 
 
+def test_create_an_interval_job_with_bounds_through_the_form(
+    admin_page: Page, server: Server, artifacts: Path
+) -> None:
+    page = admin_page
+    page.goto(f"{server.url}/jobs/new")
+    page.get_by_label("Name").fill("Browser every 90 minutes")
+    page.get_by_label("Job type").fill("browser.tick")
+    page.get_by_test_id("kind-every").check()
+    expect(page.get_by_label("Cron expression")).to_be_hidden()
+    page.get_by_label("Starts at (UTC, optional)").fill("2031-01-01T00:00:00")
+    page.get_by_label("Every", exact=True).fill("90m")
+    expect(page.locator("#every-preview li").nth(1)).to_contain_text("2031-01-01 01:30:00")
+    page.get_by_label("Ends at (UTC, optional)").fill("2031-02-01T00:00:00")
+    page.get_by_label("At most runs").fill("5")
+    page.get_by_label("Jitter (s, 0–3600)").fill("10")
+    page.get_by_label("Misfire window (s)").fill("120")
+    page.get_by_test_id("save").click()
+    expect(page).to_have_url(re.compile(r"/jobs/[0-9a-f-]{36}$"))
+    summary = page.locator("#job-summary")
+    expect(summary.get_by_test_id("schedule")).to_contain_text("every 1h30m")
+    expect(summary.get_by_test_id("window")).to_contain_text("01/01/2031")
+    expect(summary.get_by_test_id("window")).to_contain_text("02/01/2031")
+    expect(summary.get_by_test_id("runs")).to_have_text("0 of 5")
+    expect(summary.get_by_test_id("jitter")).to_contain_text("up to 10")
+    expect(summary.get_by_test_id("misfire-window")).to_contain_text("120")
+    page.screenshot(path=artifacts / "job-interval.png", full_page=True)
+    job_id = page.url.rsplit("/", 1)[1]
+    with server.api() as api:
+        job = api.get(f"/jobs/{job_id}").json()
+    assert (job["intervalSeconds"], job["nextRunAt"]) == (5400, "2031-01-01T00:00:00Z")
+    assert (job["maxRuns"], job["jitterSeconds"], job["misfireWindowSeconds"]) == (5, 10.0, 120.0)
+    page.get_by_role("link", name="Edit").click()
+    expect(page.get_by_label("Every", exact=True)).to_have_value("1h30m")
+    page.get_by_label("Every", exact=True).fill("2h")
+    page.get_by_test_id("save").click()
+    expect(page.locator("#job-summary").get_by_test_id("schedule")).to_contain_text("every 2h")
+    page.goto(f"{server.url}/jobs?search=Browser+every")
+    expect(page.locator("main table")).to_contain_text("every 2h")
+
+
+def test_a_double_submitted_creation_makes_one_job_with_its_overlap_policy(
+    admin_page: Page, server: Server
+) -> None:
+    """The create form sends its own Idempotency-Key: two submits before the first answer
+    (a double click) make one job; the overlap policy chosen is the job's."""
+    page = admin_page
+    page.goto(f"{server.url}/jobs/new")
+    page.get_by_label("Name").fill("Browser cancel other")
+    page.get_by_label("Job type").fill("browser.tick")
+    page.get_by_label("Cron expression").fill("0 3 * * *")
+    page.get_by_label("While one runs").select_option("4")
+    page.locator("#job-form").evaluate("form => { form.requestSubmit(); form.requestSubmit(); }")
+    expect(page).to_have_url(re.compile(r"/jobs/[0-9a-f-]{36}$"))
+    expect(page.locator("#job-summary")).to_contain_text("cancel the running one for the new fire")
+    with server.api() as api:
+        named = api.get("/jobs", params={"search": "Browser cancel other"}).json()["items"]
+    assert [job["concurrentExecutionPolicy"] for job in named] == [4]
+
+
 def test_backfill_the_past_fires_of_a_cron_job(admin_page: Page, server: Server) -> None:
     """The job page's backfill form: one execution per past fire of the window, shown on the
     page as they are created."""
@@ -165,6 +224,44 @@ def test_backfill_the_past_fires_of_a_cron_job(admin_page: Page, server: Server)
         (top - timedelta(hours=n)).isoformat().replace("+00:00", "Z") for n in (2, 1, 0)
     ]
     assert {r["triggerReason"] for r in runs} == {"backfill from the dashboard"}
+
+
+def test_pause_a_job_with_a_note_and_resume_it(admin_page: Page, server: Server) -> None:
+    """The job page's pause form: the banner shows the note; Resume ends the pause."""
+    with server.api() as api:
+        created = api.post(
+            "/jobs",
+            json={
+                "jobType": "browser.tick",
+                "displayName": "Browser paused",
+                "cronExpression": "0 0 * * *",
+            },
+        )
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+    page = admin_page
+    page.goto(f"{server.url}/jobs/{job_id}")
+    expect(page.get_by_test_id("pause-banner")).to_have_count(0)
+    page.get_by_test_id("pause").locator("summary").click()
+    page.get_by_label("Note (why; shown on the job and each fire skipped)").fill(
+        "db migration tonight"
+    )
+    page.get_by_role("button", name="Pause", exact=True).click()
+    banner = page.get_by_test_id("pause-banner")
+    expect(banner).to_contain_text("db migration tonight")
+    expect(banner).to_contain_text("until resumed")
+    expect(page.get_by_test_id("paused-badge")).to_be_visible()
+    with server.api() as api:
+        job = api.get(f"/jobs/{job_id}").json()
+    assert (job["paused"], job["pauseNote"], job["isActive"]) == (
+        True,
+        "db migration tonight",
+        True,
+    )
+    page.get_by_test_id("resume").click()
+    expect(page.get_by_test_id("pause-banner")).to_have_count(0)
+    with server.api() as api:
+        assert api.get(f"/jobs/{job_id}").json()["paused"] is False
 
 
 def test_log_lines_arrive_live_and_a_running_execution_is_cancelled(
@@ -464,3 +561,114 @@ def test_redoc_renders_from_this_server_alone(page: Page, server: Server, artifa
     # ReDoc's footer shows Redocly's logo from their CDN, which no option turns off: the page's
     # Content-Security-Policy refuses it (so it is not even requested) and the image hides.
     assert [e for e in errors if "cdn.redoc.ly/redoc/logo-mini.svg" not in e] == []
+
+
+def _waiting(server: Server) -> list[str]:
+    with server.api() as api:
+        return [w["occurrenceId"] for w in api.get("/limits").json()["waiting"]]
+
+
+def test_an_admin_sets_a_limit_and_a_waiting_execution_shows_it(
+    admin_page: Page, server: Server, artifacts: Path
+) -> None:
+    page = admin_page
+    page.goto(f"{server.url}/admin")
+    expect(page.get_by_test_id("no-limits")).to_be_visible()
+    page.get_by_label("Job type").fill("browser.limited")
+    page.get_by_label("Max at once").fill("1")
+    page.get_by_role("button", name="Set limit").click()
+    row = page.get_by_test_id("limit-row")
+    expect(row).to_contain_text("browser.limited")
+    first = _one_time_job(server, "browser.limited", "Limited one")
+    server.wait_for("Running", lambda: _status_of(server, first["id"]) == "Running")
+    second = _one_time_job(server, "browser.limited", "Limited two")
+    server.wait_for("the second to wait", lambda: second["id"] in _waiting(server))
+    assert _status_of(server, second["id"]) == "Queued"
+    page.goto(f"{server.url}/executions/{second['id']}")
+    expect(page.get_by_test_id("waiting-for-limit")).to_have_text(
+        "waiting for limit browser.limited"
+    )
+    expect(page.get_by_test_id("log")).to_contain_text("waiting for limit browser.limited")
+    page.goto(f"{server.url}/executions?status=Queued")
+    expect(page.get_by_test_id("row-waiting")).to_have_count(1)
+    page.goto(f"{server.url}/admin")
+    expect(page.get_by_test_id("limits-waiting")).to_contain_text(second["id"])
+    expect(row.locator("td").nth(4)).to_have_text("1")  # running
+    expect(row.locator("td").nth(5)).to_have_text("1")  # waiting
+    page.screenshot(path=artifacts / "admin-limits.png", full_page=True)
+    with server.api() as api:
+        api.post(f"/occurrences/{first['id']}/cancel", json={})
+    server.wait_for("the second to run", lambda: _status_of(server, second["id"]) == "Running")
+    with server.api() as api:
+        api.post(f"/occurrences/{second['id']}/cancel", json={})
+    page.reload()
+    page.on("dialog", lambda dialog: dialog.accept())
+    row.get_by_role("button", name="Delete").click()
+    expect(page.get_by_test_id("no-limits")).to_be_visible()
+
+
+def test_a_graph_run_is_drawn_with_its_statuses(
+    admin_page: Page, server: Server, artifacts: Path
+) -> None:
+    """A -> B on success, A -> C on failure: triggering A draws one graph run, B Completed,
+    C Skipped with its reason; a node links to its execution, which links back to the run."""
+    page = admin_page
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on(
+        "console",
+        lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None,
+    )
+    with server.api() as api:
+
+        def job(name: str, **more: Any) -> str:
+            created = api.post(
+                "/jobs", json={"jobType": "browser.tick", "displayName": name} | more
+            )
+            assert created.status_code == 201, created.text
+            job_id: str = created.json()["id"]
+            return job_id
+
+        a = job("Graph A")
+        job("Graph B", dependsOn=[{"jobId": a}])
+        job("Graph C", dependsOn=[{"jobId": a, "on": "failure"}])
+        assert api.post(f"/jobs/{a}/trigger", json={}).status_code == 202
+
+        def finished() -> dict[str, Any] | None:
+            items = api.get("/graph-runs", params={"jobId": a, "status": "finished"}).json()
+            runs: list[dict[str, Any]] = items["items"]
+            return runs[0] if runs else None
+
+        run = server.wait_for("the graph run to finish", finished)
+    page.goto(f"{server.url}/jobs/{a}")
+    expect(page.get_by_test_id("dependencies")).to_contain_text("Graph B")
+    page.get_by_test_id("dependencies").get_by_role("link", name="all").click()
+    expect(page.get_by_test_id("graph-runs")).to_contain_text("Graph A")
+    page.goto(f"{server.url}/graph-runs/{run['id']}")
+    expect(page.get_by_test_id("graph-run-status")).to_contain_text("Finished")
+    graph = page.get_by_test_id("graph")
+    expect(graph).to_be_visible()
+    expect(graph.locator("[data-testid=graph-node]")).to_have_count(3)
+    expect(graph.locator("[data-job='Graph B']")).to_have_attribute("data-status", "Completed")
+    expect(graph.locator("[data-job='Graph C']")).to_have_attribute("data-status", "Skipped")
+    expect(graph.locator(".edge[data-rule=failure]")).to_have_count(1)
+    expect(page.get_by_test_id("graph-nodes")).to_contain_text(
+        "upstream Graph A Completed; needs failure"
+    )
+    page.screenshot(path=artifacts / "graph-run.png", full_page=True)
+    graph.locator("[data-job='Graph B']").click()
+    expect(page).to_have_url(re.compile(r"/executions/"))
+    expect(page.get_by_test_id("graph-run-link")).to_have_text(run["id"])
+
+    # The job form: a job without a schedule that runs after Graph A.
+    page.goto(f"{server.url}/jobs/new")
+    page.get_by_label("Name").fill("Graph D")
+    page.get_by_label("Job type").fill("browser.tick")
+    page.get_by_label("No schedule").check()
+    expect(page.get_by_label("Cron expression")).to_be_hidden()
+    page.get_by_label("Runs after (JSON)").fill(f'[{{"jobId": "{a}", "on": "completion"}}]')
+    page.get_by_test_id("save").click()
+    expect(page.get_by_test_id("dependencies")).to_contain_text("Graph A")
+    expect(page.get_by_test_id("dependencies")).to_contain_text("on completion")
+    expect(page.locator("#job-summary")).to_contain_text("runs when triggered")
+    assert errors == []

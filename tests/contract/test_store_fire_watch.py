@@ -25,7 +25,8 @@ async def test_watched_schedules_carry_their_latest_recorded_fire(store: Store) 
     elsewhere = make_job(cron_expression=every_minute, bucket=1)
     disabled = make_job(cron_expression=every_minute, bucket=0, is_active=False)
     one_time = make_job(bucket=0)
-    await store.create_jobs([ran, silent, elsewhere, disabled, one_time])
+    interval = make_job(interval_seconds=90, execute_at=None, bucket=2)
+    await store.create_jobs([ran, silent, elsewhere, disabled, one_time, interval])
     fire1, fire2, fire3 = (NOW + i * MINUTE for i in (1, 2, 3))
     await store.insert_occurrences(
         [
@@ -39,8 +40,9 @@ async def test_watched_schedules_carry_their_latest_recorded_fire(store: Store) 
     )
 
     watched = await store.watched_schedules([0, 2], NOW, NOW + 10 * MINUTE, 10)
-    assert [w.job_id for w in watched] == sorted([ran.id, silent.id])
+    assert [w.job_id for w in watched] == sorted([ran.id, silent.id, interval.id])
     by_id = {w.job_id: w for w in watched}
+    assert (by_id[interval.id].cron_expression, by_id[interval.id].interval_seconds) == (None, 90)
     assert by_id[ran.id].last_fire == fire2  # the Skipped fire counts, the manual run does not
     assert by_id[silent.id].last_fire is None
     seen = by_id[ran.id]
@@ -51,7 +53,7 @@ async def test_watched_schedules_carry_their_latest_recorded_fire(store: Store) 
     assert by_id[silent.id].execute_at == T0 + 5 * MINUTE
 
     # the window bounds the fires read, both ends included
-    [early] = await store.watched_schedules([0], NOW, fire1, 10)
+    [early] = await store.watched_schedules([0], NOW, fire1, 10)  # bucket 0: ``ran`` alone
     assert early.last_fire == fire1
     [late] = await store.watched_schedules([0], fire1 + timedelta(seconds=1), fire3, 10)
     assert late.last_fire == fire2

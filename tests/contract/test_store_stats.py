@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import text
 
@@ -103,12 +104,32 @@ async def test_throughput_uses_the_end_time_index(store: SqlStore) -> None:  # t
     for i in range(0, len(many), 5000):
         await store.insert_occurrences(many[i : i + 5000])
     stmt = store.throughput_statement(T0 - HOUR, 60, 60)
+    plan = await explain(store, stmt, analyze="occurrences")
+    # On PostgreSQL each time partition has its own copy of the index (``…_end_time_status_idx``).
+    assert "end_time_status" in plan, plan
+    points = await store.throughput(T0 - HOUR, 60, 60)
+    assert sum(p.completed for p in points) == 60
+
+
+async def test_due_jobs_read_the_schedule_index(store: SqlStore) -> None:  # the SQL plan
+    many = [job(next_run_at=T0 + timedelta(seconds=n), bucket=n % 7) for n in range(5000)]
+    many += [job(next_run_at=T0, is_active=False) for _ in range(500)]
+    await store.create_jobs(many)
+    for buckets in (None, [1, 2]):
+        plan = await explain(store, store.due_statement(T0 + HOUR, buckets, 100), analyze="jobs")
+        assert "ix_jobs_is_active_next_run_at" in plan, plan
+    due = await store.due_jobs(T0 + timedelta(seconds=9), [1, 2], 100)
+    assert [e.due_at for e in due] == [T0 + timedelta(seconds=s) for s in (1, 2, 8, 9)]
+
+
+async def explain(store: SqlStore, stmt: Any, *, analyze: str) -> str:
+    """The plan of ``stmt`` (after ANALYZE of the table ``analyze`` on PostgreSQL)."""
     async with store._read() as conn:
         if store.dialect == "postgresql":
-            await conn.execute(text("ANALYZE occurrences"))
-            explain = "EXPLAIN "
+            await conn.execute(text(f"ANALYZE {analyze}"))
+            prefix = "EXPLAIN "
         else:
-            explain = "EXPLAIN QUERY PLAN "
+            prefix = "EXPLAIN QUERY PLAN "
         compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
         params = compiled.construct_params()
         convert = compiled._bind_processors
@@ -116,12 +137,8 @@ async def test_throughput_uses_the_end_time_index(store: SqlStore) -> None:  # t
             convert[key](params[key]) if key in convert else params[key]
             for key in compiled.positiontup or ()
         )
-        rows = await conn.exec_driver_sql(explain + str(compiled), values)
-        plan = "\n".join(str(row) for row in rows)
-    # On PostgreSQL each time partition has its own copy of the index (``…_end_time_status_idx``).
-    assert "end_time_status" in plan, plan
-    points = await store.throughput(T0 - HOUR, 60, 60)
-    assert sum(p.completed for p in points) == 60
+        rows = await conn.exec_driver_sql(prefix + str(compiled), values)
+        return "\n".join(str(row) for row in rows)
 
 
 async def test_tags_with_job_counts(store: Store) -> None:

@@ -175,5 +175,24 @@ def wait_until(predicate: Any, timeout: float, message: str) -> None:
     raise AssertionError(message)
 
 
+@pytest.fixture(scope="session")
+def e2e_vhost() -> Iterator[str]:
+    """One RabbitMQ vhost for the session's distributed deployments, each under a name prefix
+    of its own inside it (a vhost per test cost about 2.5 s of ``rabbitmqctl``); deleted, with
+    whatever queues the tests left, at the end."""
+    from .distributed import service_missing
+
+    name = f"rota-e2e-{secrets.token_hex(5)}"
+    try:
+        for args in (("add_vhost", name), ("set_permissions", "-p", name, "guest", *[".*"] * 3)):
+            subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        service_missing(f"RabbitMQ: {exc}")
+    try:
+        yield name
+    finally:
+        subprocess.run(["rabbitmqctl", "delete_vhost", name], capture_output=True, timeout=60)
+
+
 # --- recovery times of the fault tests (tests/e2e/recovery.py): fixture and summary hook -----
 from .recovery import pytest_terminal_summary, recovery  # noqa: E402, F401

@@ -1,6 +1,6 @@
-"""The distributed mode with real processes: a fresh PostgreSQL database, RabbitMQ vhost and
-Redis key prefix per test, and helpers to run ``rota server`` / ``rota worker`` processes,
-kill them and read the result through the API."""
+"""The distributed mode with real processes: a fresh PostgreSQL database and name prefix (its
+queues in the session's RabbitMQ vhost, its Redis keys) per test, and helpers to run
+``rota server`` / ``rota worker`` processes, kill them and read the result through the API."""
 
 from __future__ import annotations
 
@@ -80,44 +80,70 @@ async def _redis_cleanup(prefix: str) -> None:
         await client.aclose()
 
 
+MIGRATED = "E2E_MIGRATED"
+"""Set (``"1"``) in a deployment's environment whose database is a clone of the session's
+migrated template: :class:`Cluster` then runs no ``rota migrate``."""
+
+
 @contextmanager
-def fresh_deployment(data_dir: Path) -> Iterator[dict[str, str]]:
-    """Environment variables for Rota processes on a fresh PostgreSQL database, RabbitMQ vhost
-    and Redis key prefix, all removed again on exit."""
+def fresh_deployment(
+    data_dir: Path, template: str | None = None, vhost: str | None = None
+) -> Iterator[dict[str, str]]:
+    """Environment variables for Rota processes on a fresh PostgreSQL database (empty, or a
+    clone of ``template``, a database migrated to head), RabbitMQ vhost (``vhost``, shared,
+    or one of its own) and Redis key prefix, all removed again on exit (a shared vhost is
+    the session's to delete; the deployment's queues in it have names of their own)."""
     name = f"rota_e2e_{uuid.uuid4().hex[:10]}"
+    clone = f' TEMPLATE "{template}"' if template else ""
     try:
-        _in_thread(_pg(f'CREATE DATABASE "{name}"'))
+        _in_thread(_pg(f'CREATE DATABASE "{name}"{clone}'))
     except Exception as exc:  # asyncpg raises its own error types, not OSError
         service_missing(f"PostgreSQL: {exc}")
-    try:
-        _run("rabbitmqctl", "add_vhost", name)
-        _run("rabbitmqctl", "set_permissions", "-p", name, "guest", ".*", ".*", ".*")
-    except (OSError, subprocess.SubprocessError) as exc:
-        _in_thread(_pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        service_missing(f"RabbitMQ: {exc}")
+    own_vhost = vhost is None
+    vhost = vhost or name
+    if own_vhost:
+        try:
+            _run("rabbitmqctl", "add_vhost", vhost)
+            _run("rabbitmqctl", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        except (OSError, subprocess.SubprocessError) as exc:
+            _in_thread(_pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            service_missing(f"RabbitMQ: {exc}")
     env = {
         **os.environ,
         **AUTH_ENV,
         "ROTA_DATABASE_URL": PG.format(db=name),
         "ROTA_REDIS_URL": REDIS,
-        "ROTA_AMQP_URL": AMQP.format(vhost=name),
+        "ROTA_AMQP_URL": AMQP.format(vhost=vhost),
         "ROTA_NAME_PREFIX": name.replace("_", "-"),
         "ROTA_DATA_DIR": str(data_dir),
         "ROTA_SCHEDULER__SWEEPER_INTERVAL_SECONDS": "1",
-        "ROTA_VHOST": name,
+        "ROTA_VHOST": vhost,
     }
+    if template:
+        env[MIGRATED] = "1"
     try:
         yield env
     finally:
         _in_thread(_redis_cleanup(env["ROTA_NAME_PREFIX"]))
-        subprocess.run(["rabbitmqctl", "delete_vhost", name], capture_output=True, timeout=60)
+        if own_vhost:
+            subprocess.run(["rabbitmqctl", "delete_vhost", vhost], capture_output=True, timeout=60)
         _in_thread(_pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture
-def distributed_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """A fresh deployment's environment for one test."""
-    with fresh_deployment(tmp_path / "data") as env:
+def distributed_env(tmp_path: Path, pg_template: str, e2e_vhost: str) -> Iterator[dict[str, str]]:
+    """A fresh deployment's environment for one test, its database already migrated (a clone
+    of the session's template: a ``rota migrate`` process costs seconds a test), in the
+    session's vhost."""
+    with fresh_deployment(tmp_path / "data", pg_template, e2e_vhost) as env:
+        yield env
+
+
+@pytest.fixture
+def empty_distributed_env(tmp_path: Path, e2e_vhost: str) -> Iterator[dict[str, str]]:
+    """A fresh deployment's environment on an empty database, for a test that migrates it as
+    an operator does."""
+    with fresh_deployment(tmp_path / "data", vhost=e2e_vhost) as env:
         yield env
 
 
@@ -179,10 +205,11 @@ class Cluster:
         self.log_dir = log_dir
         self.procs: list[Proc] = []
         self.session = Session()
-        subprocess.run(
-            [sys.executable, "-m", "rota", "migrate"], env=env, check=True, timeout=120,
-            capture_output=True,
-        )  # fmt: skip
+        if env.get(MIGRATED) != "1":
+            subprocess.run(
+                [sys.executable, "-m", "rota", "migrate"], env=env, check=True, timeout=120,
+                capture_output=True,
+            )  # fmt: skip
 
     def server(self, name: str, **env: str) -> Server:
         server = Server({**self.env, **env}, self.log_dir / f"{name}.log")

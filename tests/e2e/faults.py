@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import subprocess
 import time
 import uuid
@@ -25,7 +26,7 @@ from rota.brokers.rabbitmq.names import CONTENT_TYPE, PERSISTENT, AmqpNames
 from rota.core.models import JobMessage, Priority
 from rota.core.wire import encode_job_message, job_message_headers
 
-from .conftest import HERE, wait_until
+from .conftest import HERE, free_port, wait_until
 from .distributed import (
     COMPLETED,
     QUEUED,
@@ -155,11 +156,25 @@ def redis_flushall(port: str = REDIS_PORT) -> None:
 
 
 @contextlib.contextmanager
-def redis_restored() -> Iterator[None]:
+def private_redis() -> Iterator[str]:
+    """A redis-server on a free port (nothing on disk), shut down on exit; yields the port. A
+    test that flushes or stops it disturbs no other test (the chaos soak, the Redis faults)."""
+    if shutil.which("redis-server") is None:
+        service_missing("a private Redis needs redis-server")
+    port = str(free_port())
+    redis_start(port)
+    try:
+        yield port
+    finally:
+        redis_stop(port)
+
+
+@contextlib.contextmanager
+def redis_restored(port: str = REDIS_PORT) -> Iterator[None]:
     try:
         yield
     finally:
-        redis_start()
+        redis_start(port)
 
 
 def _pg_ctl(action: str) -> subprocess.CompletedProcess[str]:

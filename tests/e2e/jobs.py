@@ -135,3 +135,41 @@ async def soak(ctx: rota.JobContext, data: SoakWork) -> str:
         raise RuntimeError(f"{data.kind}: attempt {ctx.attempt} fails on purpose")
     _note(data.path, "end", ctx)
     return data.kind
+
+
+# --- cluster-wide limits (test_limits_distributed.py) ---------------------------------------
+
+
+class Span(rota.JobData):
+    path: str
+    """The file each run notes ``{start} {end} {customer} {pid}`` in (epoch seconds)."""
+    seconds: float = 0.2
+    customer: str = "-"
+
+
+async def _span(ctx: rota.JobContext, data: Span) -> None:
+    import time
+
+    start = time.time()
+    await asyncio.sleep(data.seconds)
+    line = f"{start:.6f} {time.time():.6f} {data.customer} {os.getpid()}\n".encode()
+    fd = os.open(data.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+@rota.job("e2e.limited")
+async def limited(ctx: rota.JobContext, data: Span) -> None:
+    await _span(ctx, data)
+
+
+@rota.job("e2e.per-customer")
+async def per_customer(ctx: rota.JobContext, data: Span) -> None:
+    await _span(ctx, data)
+
+
+@rota.job("e2e.rated")
+async def rated(ctx: rota.JobContext, data: Span) -> None:
+    await _span(ctx, data)

@@ -1,8 +1,9 @@
 """Recovery times measured by the fault tests, listed in pytest's terminal summary.
 
 ``recovery("RabbitMQ restarted: backlog done", 4.2)`` records one; the ``recovery times``
-section at the end of the run lists them all in the order they were measured (CI output shows
-them). Wired in through ``tests/e2e/conftest.py``.
+section at the end of the run lists them all in the order their tests ended (CI output shows
+them). A time travels with its test's report (``user_properties``), so the summary also has
+those measured in pytest-xdist's worker processes. Wired in through ``tests/e2e/conftest.py``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
-RECOVERY_TIMES = pytest.StashKey[list[tuple[str, float]]]()
+RECOVERY = "recovery"
+"""The name of a recovery time in a test's ``user_properties``: ``(scenario, seconds)``."""
 
 Recorder = Callable[[str, float], None]
 
@@ -19,10 +21,9 @@ Recorder = Callable[[str, float], None]
 @pytest.fixture
 def recovery(request: pytest.FixtureRequest) -> Recorder:
     """A function recording ``(scenario, seconds)``."""
-    times = request.config.stash.setdefault(RECOVERY_TIMES, [])
 
     def record(scenario: str, seconds: float) -> None:
-        times.append((scenario, seconds))
+        request.node.user_properties.append((RECOVERY, (scenario, seconds)))
         print(f"recovery: {scenario}: {seconds:.1f} s")
 
     return record
@@ -31,7 +32,14 @@ def recovery(request: pytest.FixtureRequest) -> Recorder:
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
 ) -> None:
-    times = config.stash.get(RECOVERY_TIMES, [])
+    times = [
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "teardown"
+        for name, value in report.user_properties
+        if name == RECOVERY
+    ]
     if not times:
         return
     terminalreporter.section("recovery times")

@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import json
 import random
-import shutil
 import sys
 import tempfile
 import threading
@@ -47,7 +46,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from .conftest import free_port, wait_until
+from .conftest import wait_until
 from .distributed import (
     CANCELLED,
     COMPLETED,
@@ -61,13 +60,13 @@ from .distributed import (
     Server,
     cancelled_ahead,
     fresh_deployment,
-    service_missing,
 )
 from .faults import (
     FAST,
     pg_start,
     pg_stop,
     pg_up,
+    private_redis,
     rabbit_up,
     rabbitmqctl,
     redis_flushall,
@@ -228,22 +227,6 @@ class Report:
             lines += [f"    {p}" for p in found[:15]]
         lines.append("-" * 72)
         return "\n".join(lines)
-
-
-# --- the soak's own Redis ------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def private_redis() -> Iterator[str]:
-    """A redis-server on a free port (nothing on disk), shut down on exit; yields the port."""
-    if shutil.which("redis-server") is None:
-        service_missing("the chaos soak needs redis-server")
-    port = str(free_port())
-    redis_start(port)
-    try:
-        yield port
-    finally:
-        redis_stop(port)
 
 
 @contextlib.contextmanager

@@ -150,9 +150,15 @@ def test_jobs_from_create_to_delete(cli: Cli) -> None:
 
     edited = cli.json("jobs", "edit", "cli-life", "--priority", "high", "--data", '{"n": 1}')
     assert (edited["priority"], edited["jobData"], edited["version"]) == (3, {"n": 1}, 2)
-    assert cli.json("jobs", "pause", "cli-life")["isActive"] is False
-    assert "paused" in cli.ok("jobs", "list", "--paused").stdout
-    assert cli.json("jobs", "resume", "cli-life")["isActive"] is True
+    assert cli.json("jobs", "disable", "cli-life")["isActive"] is False
+    assert "disabled" in cli.ok("jobs", "list", "--disabled").stdout
+    assert cli.json("jobs", "enable", "cli-life")["isActive"] is True
+    paused = cli.json("jobs", "pause", "cli-life", "--note", "freeze", "--until", "2099-01-01")
+    assert (paused["paused"], paused["pauseNote"], paused["isActive"]) == (True, "freeze", True)
+    assert "freeze" in cli.ok("jobs", "show", "cli-life").stdout
+    assert cli.json("jobs", "skip", "cli-life", "2", "--note", "deploy")["skipNext"] == 2
+    assert cli.json("jobs", "skip", "cli-life", "0")["skipNext"] == 0
+    assert cli.json("jobs", "resume", "cli-life")["paused"] is False
 
     run = cli.json("jobs", "trigger", "cli-life", "--reason", "from the cli", "--wait")
     assert (run["statusName"], run["triggerReason"]) == ("Completed", "from the cli")
@@ -185,6 +191,25 @@ def test_jobs_from_create_to_delete(cli: Cli) -> None:
     cli.ok("jobs", "delete", "cli-life", "--yes")
     missing = cli.run("jobs", "show", job["id"])
     assert missing.exit_code == NOT_FOUND
+
+
+def test_an_interval_job_with_bounds(cli: Cli) -> None:
+    start = ("--start", "2031-01-01T00:00:00Z", "--end", "2031-02-01T00:00:00Z")
+    job = create(cli, "--type", "cli.ok", "--every", "1h30m", *start, "--max-runs", "4")
+    assert (job["every"], job["nextRunAt"], job["maxRuns"]) == ("1h30m", "2031-01-01T00:00:00Z", 4)
+    shown = cli.ok("jobs", "show", job["id"]).stdout
+    assert "every 1h30m" in shown
+    assert "0 of 4" in shown
+    edited = cli.json("jobs", "edit", job["id"], "--jitter", "5", "--misfire-window", "120")
+    assert (edited["jitterSeconds"], edited["misfireWindowSeconds"]) == (5.0, 120.0)
+    bad = cli.run("jobs", "create", "--type", "cli.ok", "--every", "soon")
+    assert bad.exit_code == API_ERROR
+    assert "every" in bad.stderr
+    cli.ok("jobs", "delete", job["id"], "--yes")
+    after = ("--from", "2031-01-01T00:00:00Z", "--count", "2")
+    fires = cli.json("cron", "preview", "--every", "90m", *after)["fires"]
+    assert fires == ["2031-01-01T01:30:00+00:00", "2031-01-01T03:00:00+00:00"]
+    assert cli.run("cron", "preview").exit_code == USAGE
 
 
 def test_exit_codes_and_problem_messages(cli: Cli, server: RotaProcess) -> None:
@@ -300,11 +325,76 @@ def test_the_installed_command_prints_its_version_and_completion() -> None:
     )
     assert version.returncode == 0
     assert version.stdout.startswith("rota ")
+    # The shell is named, not detected from the parent processes (under pytest-xdist the
+    # nearest is `sh`, which Typer does not complete): Typer's own switch for tests.
     completion = subprocess.run(
         [sys.executable, "-m", "rota", "--show-completion", "bash"],
         capture_output=True,
         text=True,
-        env=env,
+        env={**env, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"},
     )
     assert completion.returncode == 0
     assert "complete" in completion.stdout
+
+
+def test_limits_set_list_delete(cli: Cli) -> None:
+    cli.ok("limits", "set", "cli.steps", "--max", "2", "--key", "customerId")
+    cli.ok("limits", "set", "cli.ok", "--rate", "5")
+    listed = cli.json("limits", "list")
+    assert [(x["type"], x["max"], x["key"], x["ratePerSecond"]) for x in listed["limits"]] == [
+        ("cli.ok", None, None, 5.0),
+        ("cli.steps", 2, "customerId", None),
+    ]
+    table = cli.ok("limits", "list", "--waiting").stdout
+    assert "customerId" in table
+    assert "5/s" in table
+    assert cli.run("limits", "set", "cli.ok").exit_code == USAGE
+    bad = cli.run("limits", "set", "cli.ok", "--max", "0")
+    assert bad.exit_code == API_ERROR
+    assert "max" in bad.stderr
+    cli.ok("limits", "delete", "cli.ok")
+    assert cli.run("limits", "delete", "cli.ok").exit_code == NOT_FOUND
+    cli.ok("limits", "delete", "cli.steps")
+    assert cli.json("limits", "list")["limits"] == []
+
+
+def test_a_dependency_graph_runs_from_its_first_job(cli: Cli) -> None:
+    """Embedded, end to end: A -> B on success, A -> C on failure, D after B and C on
+    completion (fan-in). Triggering A runs the chain: B runs, C is skipped with its reason,
+    D runs once both are final; one graph run links the four occurrences. A cycle is refused."""
+    create(cli, "--type", "cli.ok", "--name", "chain-a")  # no schedule: runs when triggered
+    create(cli, "--type", "cli.ok", "--name", "chain-b", "--after", "chain-a")
+    create(cli, "--type", "cli.ok", "--name", "chain-c", "--after", "chain-a:failure")
+    fan_in = ("--after", "chain-b:completion", "--after", "chain-c:completion")
+    create(cli, "--type", "cli.fail", "--name", "chain-d", *fan_in)
+    dependents = cli.json("jobs", "deps", "chain-a")["dependents"]
+    assert sorted((d["name"], d["on"]) for d in dependents) == [
+        ("chain-b", "success"),
+        ("chain-c", "failure"),
+    ]
+    cycle = cli.run("jobs", "edit", "chain-a", "--after", "chain-d")
+    assert cycle.exit_code != OK
+    assert "cycle" in cycle.stderr
+
+    root = cli.json("jobs", "trigger", "chain-a", "--wait")
+    assert root["statusName"] == "Completed"
+
+    def finished() -> list[dict[str, Any]]:
+        runs: list[dict[str, Any]] = cli.json(
+            "graph-runs", "list", "--job", "chain-a", "--status", "finished"
+        )["items"]
+        return runs
+
+    wait_until(finished, 30, "the graph run to finish")
+    [run] = finished()
+    shown = cli.json("graph-runs", "show", run["id"])
+    nodes = {n["name"]: n for n in shown["nodes"]}
+    assert nodes["chain-a"]["occurrenceId"] == root["id"]
+    assert nodes["chain-b"]["statusName"] == "Completed"
+    assert nodes["chain-c"]["statusName"] == "Skipped"
+    assert nodes["chain-c"]["reason"] == "upstream chain-a Completed; needs failure"
+    assert nodes["chain-d"]["statusName"] == "Failed"
+    assert [nodes[n]["level"] for n in ("chain-a", "chain-b", "chain-c", "chain-d")] == [0, 1, 1, 2]
+    d_run = cli.json("runs", "show", nodes["chain-d"]["occurrenceId"])
+    assert d_run["graphRunId"] == run["id"]
+    assert "graph run" in cli.ok("graph-runs", "show", run["id"]).stdout

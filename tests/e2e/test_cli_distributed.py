@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 
 from .cli import Cli
@@ -52,8 +53,8 @@ def test_jobs_runs_and_workers_on_the_distributed_mode(cli: Cli) -> None:
     )  # fmt: skip
     assert job["workerId"] == "cli"
     assert [j["id"] for j in cli.json("jobs", "list", "--tag", "dist")["items"]] == [job["id"]]
-    assert cli.json("jobs", "pause", "dist-ok")["isActive"] is False
-    assert cli.json("jobs", "resume", "dist-ok")["isActive"] is True
+    assert cli.json("jobs", "disable", "dist-ok")["isActive"] is False
+    assert cli.json("jobs", "enable", "dist-ok")["isActive"] is True
     edited = cli.json("jobs", "edit", "dist-ok", "--cron", "0 0 2 1 *")
     assert edited["cronExpression"] == "0 0 2 1 *"
 
@@ -103,3 +104,32 @@ def test_failed_runs_and_cancel_on_the_distributed_mode(cli: Cli) -> None:
     cli.ok("runs", "cancel", long["id"])
     wait_until(lambda: status() == "Cancelled", 20, "the run Cancelled")
     assert "step 1 of 200" in cli.ok("runs", "logs", long["id"]).stdout
+
+
+def test_a_dependency_chain_on_the_distributed_mode(cli: Cli) -> None:
+    """On PostgreSQL, Redis and RabbitMQ: A (fails, dead-lettered) -> B on failure, A -> C on
+    success; triggering A runs B and skips C with its reason, in one graph run."""
+    worker = ("--worker", "cli")
+    cli.json("jobs", "create", "--type", "cli.fail", "--name", "dist-a", *worker)
+    cli.json("jobs", "create", "--type", "cli.ok", "--name", "dist-b", *worker,
+             "--after", "dist-a:failure")  # fmt: skip
+    cli.json("jobs", "create", "--type", "cli.ok", "--name", "dist-c", *worker,
+             "--after", "dist-a")  # fmt: skip
+    triggered = cli.run("jobs", "trigger", "dist-a", "--wait", "--json")
+    assert triggered.exit_code == API_ERROR  # the run failed
+    root = orjson.loads(triggered.stdout)
+    assert root["statusName"] == "Failed"
+
+    def finished() -> list[dict[str, Any]]:
+        runs: list[dict[str, Any]] = cli.json(
+            "graph-runs", "list", "--job", "dist-a", "--status", "finished"
+        )["items"]
+        return runs
+
+    wait_until(finished, 30, "the graph run to finish")
+    [run] = finished()
+    nodes = {n["name"]: n for n in cli.json("graph-runs", "show", run["id"])["nodes"]}
+    assert nodes["dist-a"]["occurrenceId"] == root["id"]
+    assert nodes["dist-b"]["statusName"] == "Completed"
+    assert nodes["dist-c"]["statusName"] == "Skipped"
+    assert nodes["dist-c"]["reason"] == "upstream dist-a Failed; needs success"

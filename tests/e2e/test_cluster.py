@@ -281,6 +281,7 @@ def _rabbit(*args: str) -> None:
     subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=120)
 
 
+@pytest.mark.exclusive
 def test_broker_away_for_30_seconds_loses_no_status_or_log_line(
     cluster: Cluster,  # noqa: F811
 ) -> None:

@@ -21,6 +21,7 @@ import contextlib
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from .faults import (
     pg_restored,
     pg_start,
     pg_stop,
+    private_redis,
     publish_job_message,
     publish_raw,
     queue_depths,
@@ -90,6 +92,7 @@ def buckets_owned(c: Cluster) -> bool:
 # --- 1. RabbitMQ ----------------------------------------------------------------------------
 
 
+@pytest.mark.exclusive
 def test_rabbitmq_restarted_and_its_connections_closed_under_load(
     fc: Cluster, tmp_path: Path, recovery: Recorder
 ) -> None:
@@ -135,10 +138,24 @@ def index_size(c: Cluster) -> int:
     return sum(b["indexed"] for b in rows["buckets"]) if rows else 0
 
 
+@pytest.fixture
+def own_redis() -> Iterator[str]:
+    """The port of a Redis of the test's own, up before its cluster and stopped after it."""
+    with private_redis() as port:
+        yield port
+
+
+@pytest.fixture
+def rc(own_redis: str, fc: Cluster) -> Cluster:
+    """:func:`fc` on the test's own Redis: flushing or stopping it disturbs no other test."""
+    fc.env["ROTA_REDIS_URL"] = f"redis://127.0.0.1:{own_redis}/0"
+    return fc
+
+
 def test_redis_flushed_and_restarted_under_load(
-    fc: Cluster, tmp_path: Path, recovery: Recorder
+    rc: Cluster, own_redis: str, tmp_path: Path, recovery: Recorder
 ) -> None:
-    c = fc
+    c = rc
     c.server("server-a")
     c.server("server-b")
     start_worker(c, "worker-1")
@@ -148,7 +165,7 @@ def test_redis_flushed_and_restarted_under_load(
     load.running()
     assert index_size(c) >= len(load.cron)
 
-    redis_flushall()
+    redis_flushall(own_redis)
     flushed = time.monotonic()
     probe, backlog = load.recover()
     recovery("Redis FLUSHALL: a new job completed", probe)
@@ -160,10 +177,10 @@ def test_redis_flushed_and_restarted_under_load(
     recovery("Redis FLUSHALL: index, leases, workers back", time.monotonic() - flushed)
     alive(c)
 
-    with redis_restored():
-        redis_stop()
+    with redis_restored(own_redis):
+        redis_stop(own_redis)
         wait_seconds(3)  # the outage itself
-        redis_start()
+        redis_start(own_redis)
     restarted = time.monotonic()
     probe, backlog = load.recover()
     recovery("Redis shutdown nosave 3 s + start: a new job completed", probe)
@@ -181,6 +198,7 @@ def test_redis_flushed_and_restarted_under_load(
 # --- 3. PostgreSQL --------------------------------------------------------------------------
 
 
+@pytest.mark.exclusive
 def test_postgresql_restarted_under_load(fc: Cluster, tmp_path: Path, recovery: Recorder) -> None:
     c = fc
     c.server("server-a")
@@ -398,7 +416,7 @@ def _claim_epoch(c: Cluster, name: str) -> str | None:
 
 
 def test_a_copy_redelivered_after_redis_lost_its_claims_does_not_run_again(
-    fc: Cluster, tmp_path: Path, recovery: Recorder
+    rc: Cluster, own_redis: str, tmp_path: Path, recovery: Recorder
 ) -> None:
     """Redis loses the claim of a running attempt (FLUSHALL), then its worker dies before its
     ack reached RabbitMQ (both workers talk to it through proxies with 1.5 s of latency), so
@@ -406,7 +424,7 @@ def test_a_copy_redelivered_after_redis_lost_its_claims_does_not_run_again(
     epoch: it sees the loss, does not run the copy (it may have run before, and it has), and
     reports it taken; zombie detection gives the occurrence a new attempt, which completes.
     Attempt 1 ran once, attempt 2 once."""
-    c = fc
+    c = rc
     c.server("server-a")
     vhost = c.env["ROTA_VHOST"]
     with FaultProxy(5672) as proxy_1, FaultProxy(5672) as proxy_2:
@@ -433,7 +451,7 @@ def test_a_copy_redelivered_after_redis_lost_its_claims_does_not_run_again(
             return next((pid for o, _, pid in runs_of(load.runs) if o == oid), None)
 
         wait_until(lambda: first_run() is not None, 20, f"never ran: {c.logs()}")
-        redis_flushall()  # the claim of attempt 1 is gone
+        redis_flushall(own_redis)  # the claim of attempt 1 is gone
         (holder,) = [p for p in workers.values() if p.proc.pid == first_run()]
         (other_name, other), *_ = [(n, p) for n, p in workers.items() if p is not holder]
         holder.kill9()  # its ack is still on its way (latency): RabbitMQ redelivers

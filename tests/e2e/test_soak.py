@@ -33,6 +33,7 @@ MINUTES = 2.0
 
 @pytest.mark.slow
 @pytest.mark.soak
+@pytest.mark.exclusive
 @pytest.mark.timeout(600)  # set-up ~20 s, 120 s of soak, a drain of up to 180 s, teardown
 def test_chaos_soak_two_minutes(tmp_path: Path, recovery: Recorder) -> None:
     services_available()

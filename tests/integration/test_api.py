@@ -52,8 +52,25 @@ JOB_KEYS = {
     "autoDisableCooldownSeconds",
     "zombiePolicy",
     "zombieThresholdSeconds",
+    "every",
+    "intervalSeconds",
+    "startAt",
+    "endAt",
+    "maxRuns",
+    "runCount",
+    "jitterSeconds",
+    "misfireWindowSeconds",
     "autoDisable",
+    "paused",
+    "pauseNote",
+    "pausedUntil",
+    "pausedBy",
+    "pausedAt",
+    "skipNext",
+    "skipNote",
     "warnings",
+    "dependsOn",
+    "dependents",
     # the reference's names of what is above (docs/api.md, "The reference API's forms")
     "timeoutMinutes",
     "avarageDuration",
@@ -145,7 +162,7 @@ async def test_create_refusals_name_their_field(client: httpx.AsyncClient) -> No
         ({"cronExpression": "* * * * *", "timeZone": "Moon/Base"}, "timeZone"),
         # with a cron expression, executeAt is its start (test_reference_calls.py); still checked
         ({"executeAt": "tomorrow"}, "executeAt"),
-        ({"cronExpression": None}, "cronExpression"),
+        ({"cronExpression": "@often"}, "cronExpression"),
         ({"priority": 9}, "priority"),
         ({"maxRetries": -1}, "maxRetries"),
         ({"jobType": ""}, "jobType"),
@@ -708,9 +725,16 @@ async def test_bulk_create(client: httpx.AsyncClient) -> None:
 
     refused = await client.post(
         "/api/v1/jobs/bulk",
-        json={"jobs": [{"jobType": "a", "cronExpression": "@daily"}, {"jobType": "b"}]},
+        json={
+            "jobs": [
+                {"jobType": "a", "cronExpression": "@daily"},
+                {"jobType": "b", "cronExpression": "@often"},
+            ]
+        },
     )
     assert fields(assert_problem(refused, 422)) == ["jobs[1].cronExpression"]
-    one = await client.post("/api/v1/jobs/bulk", json={"jobs": [{"jobType": "b"}]})
+    one = await client.post(
+        "/api/v1/jobs/bulk", json={"jobs": [{"jobType": "b", "cronExpression": "@often"}]}
+    )
     assert fields(assert_problem(one, 422)) == ["jobs[0].cronExpression"]
     assert len((await client.get("/api/v1/jobs")).json()["items"]) == 3

@@ -101,6 +101,10 @@ def test_changes_need_at_least_operator(app: FastAPI) -> None:
         ("POST", "/api/v1/admin/dispatcher/stop", Role.OPERATOR),
         ("POST", "/api/v1/admin/dispatcher/resume", Role.OPERATOR),
         ("GET", "/api/v1/admin/config", Role.ADMIN),
+        ("GET", "/api/v1/limits", Role.VIEWER),
+        ("PUT", "/api/v1/limits", Role.ADMIN),
+        ("PUT", "/api/v1/limits/{job_type}", Role.ADMIN),
+        ("DELETE", "/api/v1/limits/{job_type}", Role.ADMIN),
     ],
 )
 def test_known_routes_have_their_roles(app: FastAPI, method: str, path: str, role: Role) -> None:

@@ -5,41 +5,24 @@ the embedded runtime (the runs complete one after another, oldest fire first).""
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from uuid import UUID
 
 import httpx
-import pytest
 from sqlalchemy import select
 
-from rota.api.app import create_app
 from rota.app.runtime import Runtime
-from rota.app.settings import Settings
 from rota.core.models import ConcurrencyPolicy, OccurrenceStatus
 from rota.core.records import OccurrenceQuery
 from rota.stores.schema import occurrences
 from rota.stores.sql import SqlStore
-from tests.api_client import api_client
-from tests.api_runtime import MiniRuntime, mini_runtime
+from tests.api_runtime import MiniRuntime
 from tests.helpers import RuntimeFactory, eventually
 from tests.integration.runtime_jobs import BACKFILLED
 from tests.stores import store as store  # each store kind, over the conftest's SQLite one
+from tests.stores import store_runtime as store_runtime  # the API's runtime on it
 
 HOURLY = {"jobType": "report", "displayName": "hourly report", "cronExpression": "0 * * * *"}
-
-
-@pytest.fixture
-async def runtime(store: SqlStore, store_url: str, tmp_path: Path) -> MiniRuntime:
-    settings = Settings(environment="test", data_dir=tmp_path, database_url=store_url)
-    return mini_runtime(store, settings)
-
-
-@pytest.fixture
-async def client(runtime: MiniRuntime) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(create_app(runtime)) as http:
-        yield http
 
 
 def hour(n: int) -> datetime:

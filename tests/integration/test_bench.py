@@ -3,16 +3,25 @@ this checks that the scenarios work, never how fast they are)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rota.brokers.rabbitmq.names import AmqpNames
+from rota.cli.bench import BENCH_WORKER
+from rota.redis.keys import RedisKeys
 from tests.stores import pg_database
+
+REDIS = "redis://127.0.0.1:6379/0"
+AMQP = "amqp://guest:guest@127.0.0.1:5672/"
 
 
 def bench(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, object]:
@@ -26,6 +35,52 @@ def bench(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> dict
     )
     result: dict[str, object] = json.loads(out.read_text())
     return result
+
+
+async def _remove(prefix: str) -> None:
+    """Delete what a distributed bench under ``prefix`` left: its Redis keys, its queues and
+    exchanges in RabbitMQ's ``/``."""
+    import aio_pika
+    import redis.asyncio as aioredis
+
+    from rota.redis.client import delete_prefix
+
+    client = aioredis.from_url(REDIS)
+    try:
+        await delete_prefix(client, RedisKeys(prefix))
+    finally:
+        await client.aclose()
+    names = AmqpNames(prefix)
+    connection = await aio_pika.connect(AMQP)
+    try:
+        channel = await connection.channel()
+        for queue in (names.job_queue(BENCH_WORKER), names.status_queue, names.logs_queue):
+            await channel.queue_delete(queue)
+        await channel.queue_delete(names.dead_letter_queue)
+        for exchange in (names.jobs_exchange, names.status_exchange, names.logs_exchange):
+            await channel.exchange_delete(exchange)
+        await channel.exchange_delete(names.dead_letter_exchange)
+    finally:
+        await connection.close()
+
+
+@pytest.fixture
+def distributed_env(pg_template: str) -> Iterator[dict[str, str]]:
+    """The environment of a distributed bench: a fresh PostgreSQL database, the real Redis and
+    RabbitMQ under a name prefix of its own (other tests may run a bench at the same time),
+    all removed afterwards."""
+    prefix = f"rota-bench-{uuid.uuid4().hex[:8]}"
+    with pg_database(pg_template) as url:
+        try:
+            yield {
+                **os.environ,
+                "ROTA_DATABASE_URL": url,
+                "ROTA_REDIS_URL": REDIS,
+                "ROTA_AMQP_URL": AMQP,
+                "ROTA_BENCH_PREFIX": prefix,
+            }
+        finally:
+            asyncio.run(_remove(prefix))
 
 
 def test_throughput_scenario(tmp_path: Path) -> None:
@@ -57,6 +112,10 @@ def test_cron_scenario(tmp_path: Path) -> None:
     keys = ("p50Ms", "p90Ms", "p99Ms", "p999Ms", "maxMs")
     p50, p90, p99, p999, top = (float(result[k]) for k in keys)  # type: ignore[arg-type]
     assert 0 <= p50 <= p90 <= p99 <= p999 <= top  # started at, never before, the fire
+    slowest = result["slowestSeconds"]
+    assert [s["second"] for s in slowest] in ([0.0, 1.0], [1.0, 0.0])  # both fire seconds
+    for second in slowest:
+        assert 0 <= second["firstMs"] <= second["p50Ms"] <= second["maxMs"] <= top
 
 
 def test_unknown_mode_is_refused(tmp_path: Path) -> None:
@@ -123,17 +182,12 @@ def test_capacity_scenario_embedded(tmp_path: Path) -> None:
     assert result["redisBytesDelta"] is None
 
 
-def test_capacity_scenario_distributed(tmp_path: Path, pg_template: str) -> None:
+def test_capacity_scenario_distributed(tmp_path: Path, distributed_env: dict[str, str]) -> None:
     """On a fresh PostgreSQL database, the real Redis and RabbitMQ."""
-    with pg_database(pg_template) as url:
-        env = {
-            **os.environ,
-            "ROTA_DATABASE_URL": url,
-            "ROTA_REDIS_URL": "redis://127.0.0.1:6379/0",
-            "ROTA_AMQP_URL": "amqp://guest:guest@127.0.0.1:5672/",
-        }
-        args = ("capacity", "--mode", "distributed", "--pending", "2000", "--history", "500")
-        result: dict[str, Any] = bench(tmp_path, *args, "--batch", "500", "--reads", "5", env=env)
+    args = ("capacity", "--mode", "distributed", "--pending", "2000", "--history", "500")
+    result: dict[str, Any] = bench(
+        tmp_path, *args, "--batch", "500", "--reads", "5", env=distributed_env
+    )
     check_capacity(result, "distributed", 2000, 500)
     assert result["batch"] == 500
     redis = result["redisBytesAfter"]
@@ -142,18 +196,11 @@ def test_capacity_scenario_distributed(tmp_path: Path, pg_template: str) -> None
     assert set(result["redisBytesDelta"]) == {"usedMemory", "benchKeys"}
 
 
-def test_scaleout_scenario(tmp_path: Path, pg_template: str) -> None:
+def test_scaleout_scenario(tmp_path: Path, distributed_env: dict[str, str]) -> None:
     """Two servers and two workers, processes of their own on a fresh PostgreSQL database and
     the real Redis and RabbitMQ: every job of the burst runs once, to Completed."""
-    with pg_database(pg_template) as url:
-        env = {
-            **os.environ,
-            "ROTA_DATABASE_URL": url,
-            "ROTA_REDIS_URL": "redis://127.0.0.1:6379/0",
-            "ROTA_AMQP_URL": "amqp://guest:guest@127.0.0.1:5672/",
-        }
-        args = ("scaleout", "--servers", "2", "--workers", "2", "--jobs", "200")
-        result: dict[str, Any] = bench(tmp_path, *args, env=env)
+    args = ("scaleout", "--servers", "2", "--workers", "2", "--jobs", "200")
+    result: dict[str, Any] = bench(tmp_path, *args, env=distributed_env)
     assert result["scenario"] == "scaleout"
     assert (result["servers"], result["workers"], result["jobs"]) == (2, 2, 200)
     assert result["completed"] == result["occurrences"] == result["jobsRun"] == 200

@@ -7,27 +7,20 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 import pytest
 
 from rota.api.app import create_app
-from rota.app.settings import Settings
 from rota.stores.sql import SqlStore
 from tests.api_client import api_client
-from tests.api_runtime import MiniRuntime, mini_runtime
+from tests.api_runtime import MiniRuntime
 from tests.stores import store as store  # each store kind, over the conftest's SQLite one
+from tests.stores import store_runtime as store_runtime  # the API's runtime on it
 
 log = logging.getLogger(__name__)
 
 COUNT = 10_000
-
-
-@pytest.fixture
-async def runtime(store: SqlStore, store_url: str, tmp_path: Path) -> MiniRuntime:
-    settings = Settings(environment="test", data_dir=tmp_path, database_url=store_url)
-    return mini_runtime(store, settings)
 
 
 @pytest.fixture

@@ -213,7 +213,10 @@ async def test_errors_carry_the_problem(client: rota.Client) -> None:
     assert "61" in str(bad.value)
     with pytest.raises(ApiValidationError) as bulk:
         await client.create_jobs(
-            [{"job_type": "x", "cron_expression": "@daily"}, {"job_type": "x"}]
+            [
+                {"job_type": "x", "cron_expression": "@daily"},
+                {"job_type": "x", "cron_expression": "@often"},
+            ]
         )
     assert bulk.value.fields == ["jobs[1].cronExpression"]
     with pytest.raises(ApiValidationError):
@@ -406,3 +409,21 @@ async def test_the_documented_examples_run(runtime: MiniRuntime, client: rota.Cl
     scope: dict[str, Any] = {"rota": rota}
     exec(f"async def _examples(client):\n{body}\n", scope)
     await asyncio.wait_for(scope["_examples"](client), 30)
+
+
+async def test_limits(client: rota.Client) -> None:
+    made = await client.set_limits([{"type": "sync", "max": 2, "key": "customerId"}])
+    assert [(x.job_type, x.max_concurrent, x.key) for x in made.limits] == [
+        ("sync", 2, "customerId")
+    ]
+    await client.set_limit("mail", rate_per_second=5)
+    listed = await client.limits()
+    assert [(x.job_type, x.rate_per_second) for x in listed.limits] == [
+        ("mail", 5.0),
+        ("sync", None),
+    ]
+    await client.delete_limit("mail")
+    assert [x.job_type for x in (await client.limits()).limits] == ["sync"]
+    with pytest.raises(ApiValidationError) as refused:
+        await client.set_limit("mail", max=0)
+    assert refused.value.status == 422

@@ -78,6 +78,7 @@ async def finished_occurrence(runtime: MiniRuntime, job_id: UUID, **final: Any) 
         ("/users", "Users"),
         ("/notifications", "Notifications"),
         ("/audit", "Audit log"),
+        ("/graph-runs", "Graph runs"),
     ],
 )
 async def test_every_page_renders(client: httpx.AsyncClient, path: str, heading: str) -> None:

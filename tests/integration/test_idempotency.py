@@ -5,37 +5,23 @@ is refused; a failed request leaves its key free; the answers expire and are pur
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import httpx
 import pytest
 
 from rota.api.app import create_app
-from rota.app.settings import Settings
 from rota.core.errors import ConflictError
 from rota.services.idempotency import PENDING, TTL, Answer, Idempotency
 from rota.services.maintenance import Maintenance, RetentionPolicy
 from rota.stores.sql import SqlStore
 from tests.api_client import api_client
-from tests.api_runtime import MiniRuntime, mini_runtime
+from tests.api_runtime import MiniRuntime
 from tests.stores import store as store  # each store kind, over the conftest's SQLite one
+from tests.stores import store_runtime as store_runtime  # the API's runtime on it
 
 KEY = {"Idempotency-Key": "8b0f7c1e-7d43-4f0a-9a57-2f3d0d0c1a11"}
 JOB = {"jobType": "send-report", "displayName": "monthly report", "cronExpression": "0 8 1 * *"}
-
-
-@pytest.fixture
-async def runtime(store: SqlStore, store_url: str, tmp_path: Path) -> MiniRuntime:
-    settings = Settings(environment="test", data_dir=tmp_path, database_url=store_url)
-    return mini_runtime(store, settings)
-
-
-@pytest.fixture
-async def client(runtime: MiniRuntime) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(create_app(runtime)) as http:
-        yield http
 
 
 async def jobs_named(client: httpx.AsyncClient, name: str) -> int:

@@ -10,7 +10,7 @@ from uuid import UUID
 
 import pytest
 
-from rota.app.runtime import Runtime
+from rota.app.runtime import _WAITING_FOR_INPUT, Runtime
 from rota.core.models import ConcurrencyPolicy, OccurrenceStatus
 from rota.core.records import OccurrenceQuery
 from tests.helpers import RuntimeFactory, eventually
@@ -247,3 +247,33 @@ async def test_a_stopped_dispatcher_fires_nothing_until_resumed(runtime: Runtime
     assert not (await runtime.follow_dispatcher_state()).paused
     assert runtime.dispatcher.paused_reason == "paused here by other means"
     runtime.dispatcher.resume()
+
+
+async def test_the_stop_lets_its_loops_end_by_themselves(runtime: Runtime) -> None:
+    """Told to stop, the periodic loops end by themselves (a task cancelled inside a statement
+    leaves its connection to be closed behind it); only those waiting for input are cancelled."""
+    tasks = list(runtime._tasks)
+    waiting = {f"rota-{name}" for name in _WAITING_FOR_INPUT}
+    assert {t.get_name() for t in tasks} > waiting
+    await runtime.stop(grace=2)
+    assert all(t.done() for t in tasks)
+    cancelled = sorted(t.get_name() for t in tasks if t.cancelled() and t.get_name() not in waiting)
+    assert cancelled == []
+
+
+async def test_the_stop_lets_a_consumer_store_the_batch_it_holds(runtime: Runtime) -> None:
+    loop = asyncio.get_running_loop()
+    tracker = next(t for t in runtime._tasks if t.get_name() == "rota-status-tracker")
+    ended: list[float] = []
+    tracker.add_done_callback(lambda _: ended.append(loop.time()))
+    released: list[float] = []
+
+    def release() -> None:
+        released.append(loop.time())
+        runtime.tracker.stats.holding = False
+
+    runtime.tracker.stats.holding = True  # as while it stores a batch
+    loop.call_later(0.3, release)
+    await runtime.stop(grace=5)
+    assert released, "the stop returned while the tracker held a batch"
+    assert ended[0] >= released[0]

@@ -606,6 +606,30 @@ async def test_long_jobs_heartbeat_with_running(harness: Harness, observer: Obse
     assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
 
 
+async def test_a_handler_finishing_in_the_grace_keeps_heartbeating(
+    harness: Harness, observer: Observer
+) -> None:
+    """A stop lets a running handler finish; meanwhile its heartbeats go on (a worker that
+    went quiet while draining was taken for a dead one and its job run again)."""
+    release = asyncio.Event()
+
+    @rota.job("drains")
+    async def drains(ctx: rota.JobContext) -> None:
+        await release.wait()
+
+    executor = await harness.executor(drains, heartbeat_interval=0.02)
+    message = await harness.publish("drains")
+    await observer.wait_status(message.occurrence_id, S.RUNNING)
+    stopping = asyncio.create_task(executor.stop(grace=30))
+    before = sum(r.status is S.RUNNING for r in observer.of(message.occurrence_id))
+    await observer.until(
+        lambda: sum(r.status is S.RUNNING for r in observer.of(message.occurrence_id)) >= before + 3
+    )
+    release.set()
+    await stopping
+    assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+
+
 async def test_concurrency_limit_is_honoured(harness: Harness, observer: Observer) -> None:
     running = 0
     peak = 0

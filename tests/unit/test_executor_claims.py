@@ -53,13 +53,16 @@ def _executor(
     claims: AttemptClaims,
     *,
     worker_id: str = WORKER,
+    concurrency: int = 2,
+    hold_capacity: int = 0,
 ) -> Executor:
     return Executor(
         via,
         JobRegistry([definition]),
         worker_id=worker_id,
         instance_id=claims.instance_id,
-        concurrency=2,
+        concurrency=concurrency,
+        hold_capacity=hold_capacity,
         sync_threads=1,
         flush_interval=0.005,
         heartbeat_interval=0.05,
@@ -400,3 +403,102 @@ async def test_a_held_delivery_whose_channel_died_has_its_claim_given_up_long_be
     await eventually(given_up, WAIT, "the claim given up")
     assert datetime.now(UTC) < due
     assert observer.status == []
+
+
+# --- a group due together: readied ahead, started in one loop --------------------------------
+
+
+async def test_a_group_due_together_starts_in_one_loop_at_its_instant(
+    harness: Harness, observer: Observer
+) -> None:
+    """Twenty deliveries due at the same instant, claimed while held: each is readied ahead
+    and started by the flow's one loop (none by the one-by-one path), at or after the instant,
+    each once."""
+    runs.clear()
+    claims = AttemptClaims(Recording(), "a", ttl=TTL)
+    executor = _executor(harness.broker, claimed, claims, concurrency=20, hold_capacity=20)
+    harness.executors.append(executor)
+    await executor.start()
+    in_one_loop: list[int] = []
+    start_ready = executor._flow.start_ready
+
+    def counting(entries: Any, make: Any, clock: Any) -> list[Any]:
+        rest = start_ready(entries, make, clock)
+        in_one_loop.append(len(entries) - len(rest))
+        return rest
+
+    executor._flow.start_ready = counting  # type: ignore[method-assign]
+    due = datetime.now(UTC) + timedelta(seconds=1.5)
+    messages = [await harness.publish("claimed", scheduled_for=due) for _ in range(20)]
+    finals = [await observer.wait_final(m.occurrence_id) for m in messages]
+    assert [f.status for f in finals] == [S.COMPLETED] * 20
+    assert in_one_loop == [20]
+    for final in finals:
+        assert final.started_at is not None
+        assert final.started_at >= due
+    assert sorted(runs.values()) == [1] * 20
+    assert executor.early == 0
+
+
+async def test_a_delivery_cancelled_after_its_group_was_readied_does_not_run(
+    harness: Harness, observer: Observer
+) -> None:
+    """The cancel comes right after the group was readied (from within the hold's call, so
+    before its due instant whatever the machine's load): it is reported Cancelled with the
+    reason given and not run; the other one of the group runs."""
+    runs.clear()
+    claims = AttemptClaims(Recording(), "a", ttl=TTL)
+    executor = _executor(harness.broker, claimed, claims)
+    harness.executors.append(executor)
+    await executor.start()
+    ready = executor._ready
+    cancelled_ids: list[UUID] = []
+
+    def then_cancel(deliveries: Any) -> list[object]:
+        tokens = ready(deliveries)
+        assert all(token is not None for token in tokens)  # both were readied
+        for oid in cancelled_ids:
+            assert executor.cancel(oid, "changed my mind")
+        return tokens
+
+    executor._hold._ready = then_cancel
+    due = datetime.now(UTC) + timedelta(seconds=1.5)
+    kept = await harness.publish("claimed", scheduled_for=due)
+    cancelled = await harness.publish("claimed", scheduled_for=due)
+    cancelled_ids.append(cancelled.occurrence_id)
+    final = await observer.wait_final(cancelled.occurrence_id)
+    assert (final.status, final.exception) == (S.CANCELLED, "changed my mind")
+    assert (await observer.wait_final(kept.occurrence_id)).status is S.COMPLETED
+    assert runs == {(kept.occurrence_id, 1): 1}
+
+
+@rota.job("blocking")
+async def blocking(ctx: rota.JobContext) -> None:
+    started_order.append(ctx.occurrence_id)
+    await release_blocking.wait()
+
+
+started_order: list[UUID] = []
+release_blocking = asyncio.Event()
+
+
+async def test_a_group_larger_than_the_free_slots_starts_its_highest_priorities(
+    harness: Harness, observer: Observer
+) -> None:
+    """Two slots, four deliveries due together, the two low-priority ones held first: the
+    two high-priority ones take the slots; the others start as those end."""
+    started_order.clear()
+    release_blocking.clear()
+    claims = AttemptClaims(Recording(), "a", ttl=TTL)
+    executor = _executor(harness.broker, blocking, claims, hold_capacity=4)
+    harness.executors.append(executor)
+    await executor.start()
+    due = datetime.now(UTC) + timedelta(seconds=1.5)
+    low = [await harness.publish("blocking", scheduled_for=due, priority=0) for _ in range(2)]
+    high = [await harness.publish("blocking", scheduled_for=due, priority=4) for _ in range(2)]
+    await eventually(lambda: len(started_order) == 2, WAIT, "two started")
+    assert set(started_order) == {m.occurrence_id for m in high}
+    release_blocking.set()
+    for m in low + high:
+        assert (await observer.wait_final(m.occurrence_id)).status is S.COMPLETED
+    assert set(started_order[2:]) == {m.occurrence_id for m in low}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -9,7 +10,7 @@ from typing import Any
 
 from rota.core.ids import new_id
 from rota.core.models import JobMessage
-from rota.worker.hold import MAX_HOLD, SPIN, Hold
+from rota.worker.hold import MAX_HOLD, READY, SPIN, Entry, Hold, collect_young_if_half_full
 
 DUE = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
 
@@ -101,12 +102,18 @@ def test_an_early_delivery_starts_at_its_due_instant_not_before() -> None:
     assert len(hold) == 0
 
 
+def hold_new(hold: Hold, count: int) -> list[FakeDelivery]:
+    """``count`` new deliveries due at ``DUE``, each taken by ``hold``."""
+    deliveries = [FakeDelivery(message()) for _ in range(count)]
+    for d in deliveries:
+        assert hold.hold(d)  # type: ignore[arg-type]
+    return deliveries
+
+
 def test_deliveries_due_together_share_one_timer() -> None:
     clock, timer = Clock(DUE - timedelta(seconds=1)), FakeTimer()
     hold, released, _ = make(clock, timer)
-    deliveries = [FakeDelivery(message()) for _ in range(5)]
-    for d in deliveries:
-        assert hold.hold(d)  # type: ignore[arg-type]
+    deliveries = hold_new(hold, 5)
     assert len(timer.armed) == 1
     clock.now = DUE.timestamp() + 0.0001
     timer.fire_last()
@@ -191,3 +198,131 @@ def test_a_delivery_due_too_far_ahead_is_not_held() -> None:
     clock, timer = Clock(DUE - timedelta(seconds=MAX_HOLD + 1)), FakeTimer()
     hold, _, _ = make(clock, timer)
     assert not hold.hold(FakeDelivery(message()))  # type: ignore[arg-type]
+
+
+# --- a group readied ahead and released at once ----------------------------------------------
+
+
+class Readied:
+    """A ``ready`` and ``release_group`` pair that records what they were given."""
+
+    def __init__(self) -> None:
+        self.readied: list[list[Any]] = []
+        self.groups: list[list[tuple[Any, object]]] = []
+
+    def ready(self, deliveries: list[Any]) -> list[object]:
+        self.readied.append(list(deliveries))
+        return [f"token {d.message.occurrence_id}" for d in deliveries]
+
+    def release_group(self, entries: list[Entry]) -> None:
+        self.groups.append([(e.delivery, e.token) for e in entries])
+
+
+def make_readied(clock: Clock, timer: FakeTimer) -> tuple[Hold, Readied, list[Any]]:
+    seen, released = Readied(), []
+    hold = Hold(
+        release=released.append,
+        drop=lambda _: None,
+        ready=seen.ready,
+        release_group=seen.release_group,
+        wall=clock,
+        timer=timer,
+    )
+    return hold, seen, released
+
+
+def test_a_group_is_readied_once_ahead_and_released_with_its_tokens_at_once() -> None:
+    clock, timer = Clock(DUE - timedelta(seconds=1)), FakeTimer()
+    hold, seen, released = make_readied(clock, timer)
+    deliveries = hold_new(hold, 3)
+    assert abs(timer.armed[-1][0] - (1 - SPIN - READY)) < 1e-6  # armed to ready first
+    clock.now = DUE.timestamp() - SPIN - READY
+    timer.fire_last()
+    assert seen.readied == [deliveries]
+    assert seen.groups == []
+    assert abs(timer.armed[-1][0] - READY) < 1e-6  # then armed a spin before the instant
+    clock.now = DUE.timestamp() - 0.0001
+    timer.fire_last()
+    assert seen.readied == [deliveries]
+    assert seen.groups == []
+    clock.now = DUE.timestamp()
+    timer.fire_last()
+    tokens = [f"token {d.message.occurrence_id}" for d in deliveries]
+    assert seen.groups == [list(zip(deliveries, tokens, strict=True))]
+    assert released == []  # the group went to release_group, not one by one
+    assert len(hold) == 0
+
+
+def test_a_delivery_held_after_its_group_was_readied_is_readied_on_arrival() -> None:
+    clock, timer = Clock(DUE - timedelta(seconds=1)), FakeTimer()
+    hold, seen, _ = make_readied(clock, timer)
+    first, late = FakeDelivery(message()), FakeDelivery(message())
+    hold.hold(first)  # type: ignore[arg-type]
+    clock.now = DUE.timestamp() - SPIN - READY
+    timer.fire_last()
+    clock.now = DUE.timestamp() - SPIN
+    hold.hold(late)  # type: ignore[arg-type]
+    assert seen.readied == [[first], [late]]
+    clock.now = DUE.timestamp()
+    timer.fire_last()
+    assert [token for _, token in seen.groups[0]] == [
+        f"token {first.message.occurrence_id}",
+        f"token {late.message.occurrence_id}",
+    ]
+
+
+def test_a_delivery_taken_after_the_group_was_readied_is_not_released() -> None:
+    clock, timer = Clock(DUE - timedelta(seconds=1)), FakeTimer()
+    hold, seen, _ = make_readied(clock, timer)
+    kept, cancelled = FakeDelivery(message()), FakeDelivery(message())
+    hold.hold(kept)  # type: ignore[arg-type]
+    hold.hold(cancelled)  # type: ignore[arg-type]
+    clock.now = DUE.timestamp() - SPIN - READY
+    timer.fire_last()
+    assert hold.take(cancelled.message.occurrence_id) is cancelled
+    clock.now = DUE.timestamp()
+    timer.fire_last()
+    assert [d for d, _ in seen.groups[0]] == [kept]
+    assert hold.get(kept.message.occurrence_id) is None  # out of the hold once released
+
+
+def test_a_young_generation_half_full_is_collected_after_a_group_not_later() -> None:
+    before = gc.get_threshold()
+    gc.set_threshold(10_000, 10, 10)
+    try:
+        gc.collect()
+        kept = [[n] for n in range(1_000)]  # tracked objects: well under half
+        collect_young_if_half_full()
+        assert gc.get_count()[0] >= 1_000  # left alone
+        kept += [[n] for n in range(6_000)]  # now over half
+        collect_young_if_half_full()
+        assert gc.get_count()[0] < 1_000
+    finally:
+        gc.set_threshold(*before)
+    assert len(kept) == 7_000
+
+
+def test_a_group_whose_readying_fails_is_still_released(caplog: Any) -> None:
+    """``ready`` raising (a bug) leaves the group unreadied, not stuck: at the instant it is
+    released with no tokens, so each delivery takes the one-by-one path."""
+    clock, timer = Clock(DUE - timedelta(seconds=1)), FakeTimer()
+    seen = Readied()
+
+    def broken(deliveries: list[Any]) -> list[object]:
+        raise RuntimeError("bug")
+
+    hold = Hold(
+        release=lambda _: None,
+        drop=lambda _: None,
+        ready=broken,
+        release_group=seen.release_group,
+        wall=clock,
+        timer=timer,
+    )
+    deliveries = hold_new(hold, 2)
+    clock.now = DUE.timestamp() - SPIN - READY
+    timer.fire_last()
+    assert "readying held deliveries failed" in caplog.text
+    clock.now = DUE.timestamp()
+    timer.fire_last()
+    assert seen.groups == [[(d, None) for d in deliveries]]

@@ -154,7 +154,6 @@ async def test_one_time_job_runs_at_its_time_even_if_past_and_naive_means_utc(
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
-        (JobSpec(job_type="t"), "cronExpression"),
         (JobSpec(job_type=" ", cron_expression="* * * * *"), "jobType"),
         (every_minute(priority=7), "priority"),
         (every_minute(concurrency_policy=5), "concurrentExecutionPolicy"),

@@ -154,6 +154,19 @@ def _everything_set() -> Job:
         probing=True,
         zombie_policy=ZombiePolicy.FAIL,
         zombie_threshold_seconds=45.0,
+        interval_seconds=5400,
+        start_at=at,
+        end_at=at,
+        max_runs=3,
+        run_count=2,
+        jitter_seconds=1.5,
+        misfire_window_seconds=90.0,
+        paused_at=at,
+        paused_by="cy",
+        pause_note="freeze",
+        paused_until=at,
+        skip_next=2,
+        skip_note="deploy",
     )
 
 
@@ -209,6 +222,12 @@ def test_a_version_snapshot_holds_the_versioned_fields_by_api_name() -> None:
         "autoDisableCooldownSeconds": 600.0,
         "zombiePolicy": "fail",
         "zombieThresholdSeconds": 45.0,
+        "every": 5400,
+        "startAt": "2030-01-02T03:04:05.000006+00:00",
+        "endAt": "2030-01-02T03:04:05.000006+00:00",
+        "maxRuns": 3,
+        "jitterSeconds": 1.5,
+        "misfireWindowSeconds": 90.0,
     }
     assert json.loads(json.dumps(sql_rows._snapshot(job))) == sql_rows._snapshot(job)
 

@@ -11,6 +11,7 @@ import logging
 import pytest
 
 from rota.core.errors import BackendUnavailableError
+from rota.core.timing import PHASE, off_the_second
 from rota.services._loop import Backoff, run_periodically
 from tests.helpers import eventually
 
@@ -286,3 +287,16 @@ def test_backoff_doubles_up_to_its_cap_and_resets() -> None:
     assert [backoff.next() for _ in range(5)] == [0.05, 0.1, 0.2, 0.3, 0.3]
     backoff.reset()
     assert backoff.next() == 0.05
+
+
+@pytest.mark.parametrize("now", [1000.0, 1000.1, 1000.25, 1000.6, 1000.99])
+@pytest.mark.parametrize("delay", [1.0, 2.0, 15.0, 3600.0])
+def test_a_wait_of_a_second_or_more_ends_a_quarter_past_a_second(now: float, delay: float) -> None:
+    waited = off_the_second(delay, now=lambda: now)
+    assert abs((now + waited) % 1.0 - PHASE) < 1e-9
+    assert abs(waited - delay) <= 0.5 + 1e-9
+
+
+def test_a_wait_under_a_second_is_left_as_it_is() -> None:
+    assert off_the_second(0.02, now=lambda: 1000.9) == 0.02
+    assert off_the_second(0.999, now=lambda: 1000.3) == 0.999

@@ -320,3 +320,26 @@ def test_the_first_fire_after_the_latest_recorded_one() -> None:
     )
     broken = replace(schedule, cron_expression="not a cron")
     assert overdue_fire(broken, since, T0 + 60 * SECOND) is None
+
+
+def test_an_interval_jobs_expected_fire() -> None:
+    """Every 90 s from its start: the fire after the latest recorded one is expected."""
+    schedule = WatchedSchedule(
+        job_id=new_id(),
+        job_type="tick",
+        display_name="",
+        cron_expression=None,
+        interval_seconds=90,
+        time_zone="UTC",
+        execute_at=None,
+        created_at=T0,
+        updated_at=T0,
+        start_at=T0,
+        last_fire=T0 + 90 * SECOND,
+    )
+    since = T0 - 60 * SECOND
+    assert overdue_fire(schedule, since, T0 + 179 * SECOND) is None
+    assert overdue_fire(schedule, since, T0 + 180 * SECOND) == T0 + 180 * SECOND
+    assert overdue_fire(replace(schedule, last_fire=None), since, T0 + 180 * SECOND) == (
+        T0 + 90 * SECOND  # start_at itself is a fire, but none is expected at the creation
+    )

@@ -3,6 +3,7 @@ and the service's delivery loop on a real SQLite store with a fake sender."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 from dataclasses import replace
@@ -314,6 +315,32 @@ async def test_a_disabled_subscription_is_not_told(store: SqlStore) -> None:
     [d] = await store.list_deliveries(s.id, 10)
     assert d.state is DeliveryState.FAILED
     assert d.last_error == "the subscription is disabled or deleted"
+
+
+async def test_a_subscription_made_while_the_list_is_read_is_told(store: SqlStore) -> None:
+    """The loop reads the subscriptions while one is created: the list it read may lack the
+    new one, so it is not kept as fresh (a failed job right after was once told nobody)."""
+    send = FakeSender()
+    notifier, _, _ = service(store, send, Clock())
+    reading, created = asyncio.Event(), asyncio.Event()
+    read = store.list_subscriptions
+
+    async def slow_read() -> list[Subscription]:
+        found = await read()
+        reading.set()
+        await created.wait()
+        return found
+
+    store.list_subscriptions = slow_read  # type: ignore[method-assign]
+    pass_ = asyncio.create_task(notifier.step())
+    await reading.wait()
+    await notifier.create_subscription(WEBHOOK, "ada")
+    created.set()
+    await pass_
+    store.list_subscriptions = read  # type: ignore[method-assign]
+    notifier.notify([notice()])
+    assert await notifier.step() == 1
+    assert len(send.sent) == 1
 
 
 async def test_dead_letters_over_a_threshold_are_told_once_per_crossing(

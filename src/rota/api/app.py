@@ -20,6 +20,7 @@ from rota.api.routes import (
     alerts,
     audit,
     auth,
+    dependencies,
     events,
     failed,
     health,
@@ -31,6 +32,7 @@ from rota.api.routes import (
     users,
     workers,
 )
+from rota.api.routes import limits as job_limits
 from rota.api.security import document_roles
 from rota.app.settings import ApiSettings
 
@@ -78,6 +80,7 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
         jobs.router,
         jobs.schedules,
         jobs.tags,
+        dependencies.router,
         occurrences.router,
         failed.router,
         workers.router,
@@ -89,6 +92,7 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
         audit.router,
         events.router,
         stats.router,
+        job_limits.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(metrics.router)

@@ -16,9 +16,9 @@ from typing import Any, Final, get_args
 from pydantic import BaseModel
 from pydantic_core import to_json
 
-from rota.api.schemas.jobs import _ATTRIBUTES, AuditInfoOut, AutoDisableOut, JobOut
+from rota.api.schemas.jobs import _JOB_OUT_FIELDS, AuditInfoOut, AutoDisableOut, JobOut
 from rota.core.autodisable import AutoDisableDefaults, effective
-from rota.core.jobfields import BY_NAME
+from rota.core.intervals import format_duration
 from rota.core.models import Job
 from rota.services.jobs import JobService
 
@@ -34,11 +34,7 @@ def _alias(model: type[BaseModel], name: str) -> str:
     return model.model_fields[name].alias or name
 
 
-_COPIED: Final = tuple(
-    (name, _ATTRIBUTES.get(name, name))
-    for name in JobOut.model_fields
-    if _ATTRIBUTES.get(name, name) in BY_NAME and name not in ("tags", "source", "warnings")
-)
+_COPIED: Final = _JOB_OUT_FIELDS
 _KEYS: Final = tuple(_alias(JobOut, name) for name in JobOut.model_fields)
 """JobOut's keys in its order; every value below is put under its alias, then ordered."""
 _A = {name: _alias(JobOut, name) for name in JobOut.model_fields}
@@ -75,6 +71,7 @@ def _job(job: Job, defaults: AutoDisableDefaults, warnings: list[dict[str, str]]
                 _AUDIT["last_modifier_user_name"]: job.updated_by if changed else None,
             },
             _A["source"]: job.source.value,
+            _A["every"]: format_duration(job.interval_seconds),
             _A["auto_disable"]: {
                 _AUTO["threshold"]: settings.threshold,
                 _AUTO["window_seconds"]: _float(settings.window_seconds),
@@ -85,7 +82,11 @@ def _job(job: Job, defaults: AutoDisableDefaults, warnings: list[dict[str, str]]
                 _AUTO["disabled_at"]: job.disabled_at,
                 _AUTO["probing"]: job.probing,
             },
+            _A["paused"]: job.paused_at is not None,
+            _A["skip_next"]: job.skip_next or 0,
             _A["warnings"]: warnings,
+            _A["depends_on"]: None,
+            _A["dependents"]: None,
         }
     )
     return {key: values[key] for key in _KEYS}

@@ -15,8 +15,10 @@ from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.backfill import Backfill
+from rota.services.dependencies import DependencyService
 from rota.services.idempotency import Idempotency
 from rota.services.jobs import JobService
+from rota.services.pausing import Pausing
 
 
 class ApiRuntime(Protocol):
@@ -51,6 +53,12 @@ class ApiRuntime(Protocol):
 
     @property
     def backfill(self) -> Backfill: ...
+
+    @property
+    def pausing(self) -> Pausing: ...
+
+    @property
+    def dependencies(self) -> DependencyService: ...
 
     async def health(self) -> dict[str, str]:
         """Component name -> ``"ok"`` or the text of its error."""

@@ -9,7 +9,7 @@ from datetime import datetime
 from rota.app.settings import Settings
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.errors import ConfigurationError
-from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
+from rota.core.ports import Broker, Coordination, DependencyAwareStore, ScheduleIndex
 
 
 def check_mode(settings: Settings) -> None:
@@ -55,7 +55,9 @@ def make_broker(settings: Settings) -> Broker:
     return InProcessBroker(prefix=settings.name_prefix)
 
 
-def make_store(url: str, *, auto_disable: AutoDisableDefaults | None = None) -> Store:
+def make_store(
+    url: str, *, auto_disable: AutoDisableDefaults | None = None
+) -> DependencyAwareStore:
     """The SQL store (SQLite or PostgreSQL) at ``url``; not opened yet."""
     from rota.stores.sql import SqlStore
 

@@ -21,6 +21,7 @@ from rota.core.models import OccurrenceStatus
 from rota.core.planning import PlanSettings
 from rota.core.security import MIN_SECRET_BYTES, secret_weakness
 from rota.services.auth import AuthConfig
+from rota.services.dependencies import DependencyConfig
 from rota.services.dispatcher import DispatcherConfig
 from rota.services.jobs import JobsConfig
 from rota.services.maintenance import RetentionPolicy
@@ -59,6 +60,28 @@ def jobs_config(settings: SchedulerSettings) -> JobsConfig:
         bucket_count=settings.bucket_count,
         hot_window_seconds=settings.hot_window_seconds,
         auto_disable=settings.auto_disable,
+    )
+
+
+def dependency_config(
+    settings: SchedulerSettings, retention: RetentionSettings | None = None
+) -> DependencyConfig:
+    """A finished graph run is kept as long as the occurrences it links (the longest of
+    their retentions; for good when retention is off or any of them keeps them for good)."""
+    keep: float | None = None
+    if retention is not None and retention.enabled:
+        days = (
+            retention.completed_days,
+            retention.failed_days,
+            retention.cancelled_days,
+            retention.skipped_days,
+        )
+        keep = None if min(days) <= 0 else max(days) * 86400
+    return DependencyConfig(
+        sweep_interval_seconds=settings.sweeper_interval_seconds,
+        plan=plan_settings(settings),
+        keep_finished_seconds=keep,
+        purge_interval_seconds=retention.interval_seconds if retention else 3600.0,
     )
 
 

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import sys
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,14 +30,17 @@ from rota.services.buckets import BucketOwner
 from rota.services.control import DispatcherSwitchFollower
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
+from rota.services.dependencies import DependencyService
 from rota.services.dispatcher import Dispatcher
 from rota.services.events import EventPublisher
 from rota.services.idempotency import Idempotency
 from rota.services.jobs import JobService
+from rota.services.limits import LimitService
 from rota.services.loader import Loader
 from rota.services.maintenance import Maintenance
 from rota.services.missed import FireWatch
 from rota.services.notifications import NotificationService
+from rota.services.pausing import Pausing
 from rota.services.probes import ProbeReleaser
 from rota.services.reactions import StatusReactions
 from rota.services.recovery import recover_embedded
@@ -48,6 +52,10 @@ from rota.worker.executor import Executor
 from rota.worker.presence import WorkerPresence
 
 log = logging.getLogger(__name__)
+
+_WAITING_FOR_INPUT = ("buckets", "wakeups", "status-tracker", "log-collector", "dead-letters")
+"""The loops that wait for what comes in (the broker's batches, coordination's news) rather
+than for their next pass: cancelled at the stop once they hold nothing."""
 
 
 @dataclass(eq=False, kw_only=True)
@@ -79,6 +87,7 @@ class Runtime:
     auth: AuthService
     idempotency: Idempotency
     backfill: Backfill
+    pausing: Pausing
     probes: ProbeReleaser
     maintenance: Maintenance
     silence: SilenceMonitor
@@ -87,6 +96,8 @@ class Runtime:
     declared: DeclaredSchedules
     switch: DispatcherSwitchFollower
     roster: RosterWatcher
+    limits: LimitService
+    dependencies: DependencyService
     executor: Executor | None = None
     presence: WorkerPresence | None = None
     started_at: datetime | None = field(default=None, init=False)
@@ -102,6 +113,8 @@ class Runtime:
         await self._bootstrap_admin()
         if self.settings.is_embedded:
             await recover_embedded(self.store, utcnow())
+        with contextlib.suppress(Exception):  # its loop tries again
+            await self.limits.publish()
         if self.executor is not None and self.presence is not None:
             await self.presence.start()
             await self.executor.start()
@@ -119,6 +132,7 @@ class Runtime:
         self._spawn(self._relay_wakeups(), "wakeups")
         self._spawn(self.zombies.run(), "zombies")
         self._spawn(self.probes.run(), "auto-disable-probes")
+        self._spawn(self.pausing.run(), "pause-ends")
         self._spawn(self.declared.run(), "declared-schedules")
         if self.settings.silence.enabled:
             self._spawn(self.silence.run(), "silence")
@@ -129,7 +143,9 @@ class Runtime:
         retention = self.settings.retention.enabled
         self._spawn(self.maintenance.run(retention=retention), "maintenance")
         self._spawn(self.roster.run(), "worker-watch")
+        self._spawn(self.dependencies.run(), "dependencies")
         self._spawn(self.switch.run(), "dispatcher-switch")
+        self._spawn(self.limits.run(), "limits")
         self.started_at = utcnow()
         log.info("rota started", extra={"instance_id": self.instance_id})
 
@@ -158,25 +174,25 @@ class Runtime:
         self.dispatcher.stop()
         self.zombies.stop()
         self.probes.stop()
+        self.pausing.stop()
         self.maintenance.stop()
         self.silence.stop()
         self.notifications.stop()
         self.fires.stop()
         self.roster.stop()
+        self.dependencies.stop()
         self.switch.stop()
+        self.limits.stop()
         if self.executor is not None and self.presence is not None:
             await self.executor.stop(grace)
             await self.presence.stop()
         await self._drain_reports(deadline=5.0)
-        # Let an in-flight dispatch batch finish (published and marked) before cancelling.
-        dispatching = [t for t in self._tasks if t.get_name() == "rota-dispatcher"]
-        if dispatching:
-            await asyncio.wait(dispatching, timeout=grace)
         self.loader.stop()
         self.declared.stop()
         self.tracker.stop()
         self.log_collector.stop()
         self.dead_letters.stop()
+        await self._settle(grace)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -189,6 +205,24 @@ class Runtime:
         await self.index.close()
         await self.store.close()
         self.auth.close()
+
+    async def _settle(self, grace: float) -> None:
+        """Let the loops told to stop end by themselves (an in-flight dispatch batch published
+        and marked, a pass's statement done) and the consumers store the batch they hold,
+        before what is left (a consumer waiting for its next batch) is cancelled. A task
+        cancelled inside a statement leaves its connection to be closed behind it: with
+        SQLite, a close that can outlive the store, and the loop."""
+        waiting = {f"rota-{name}" for name in _WAITING_FOR_INPUT}
+        loops = [t for t in self._tasks if t.get_name() not in waiting]
+        if loops:
+            await asyncio.wait(loops, timeout=grace)
+        consumers = (self.tracker.stats, self.log_collector.stats, self.dead_letters.stats)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace
+        while loop.time() < end:  # a poll: `holding` is a flag of the consumers' stats
+            if not any(c.holding for c in consumers):
+                return
+            await asyncio.sleep(0.01)
 
     async def _drain_reports(self, deadline: float) -> None:
         loop = asyncio.get_running_loop()
@@ -299,13 +333,25 @@ class Runtime:
         return out
 
 
-def tune_gc() -> None:
-    """For long-running entry points: move what start-up allocated out of the collector's
-    reach and collect the young generation less often. A scheduler allocates many short-lived
-    records; full collections over a large heap otherwise stall the loop for tens of ms."""
+SWITCH_INTERVAL = 0.0005
+"""Seconds a thread may hold the GIL while another waits for it (Python's default: 5 ms)."""
+
+
+def tune_process() -> None:
+    """For long-running entry points (a server, a worker, a bench).
+
+    The collector: what start-up allocated is moved out of its reach and the young
+    generation is collected less often. A scheduler allocates many short-lived records;
+    full collections over a large heap otherwise stall the loop for tens of ms.
+
+    The GIL: the loop's thread gets it back within :data:`SWITCH_INTERVAL` of asking (not
+    5 ms) from a thread running Python (SQLite's connection threads, the worker's local
+    store, sync handlers), so that a held job's start at its due instant waits for no
+    thread's slice."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
+    sys.setswitchinterval(SWITCH_INTERVAL)
 
 
-__all__: Sequence[str] = ("Runtime", "tune_gc")
+__all__: Sequence[str] = ("Runtime", "tune_process")

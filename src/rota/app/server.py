@@ -14,7 +14,7 @@ import uvicorn
 from rich.console import Console
 from rich.panel import Panel
 
-from rota.app.runtime import Runtime, tune_gc
+from rota.app.runtime import Runtime, tune_process
 from rota.app.settings import Settings
 from rota.app.wiring import build_runtime
 from rota.core.errors import ConfigurationError
@@ -79,7 +79,7 @@ async def _serve(
     tracing = tracing_from_env("rota-server")
     runtime = await prepare(settings, modules, tracing, builtin)
     await runtime.start()
-    tune_gc()
+    tune_process()
     port = sockets[0].getsockname()[1]  # the one chosen, with --port 0
     url = f"http://{_url_host(settings.api.host)}:{port}"
     try:

@@ -233,6 +233,12 @@ class WorkerSettings(BaseModel):
         description="Longest wait for Redis when claiming an attempt; without an answer a "
         "first delivery runs, a redelivered one is not run (zombie detection retries it).",
     )
+    limit_lease_seconds: float = Field(
+        15.0,
+        gt=0,
+        description="How long a slot of a cluster-wide limit stays held without a heartbeat "
+        "(renewed at every one): a killed worker's slots are free after this.",
+    )
 
     def state_path(self, data_dir: Path, worker_id: str) -> Path:
         """Where `rota worker --worker-id worker_id` keeps its local state."""

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from rota.app.adapters import make_broker, make_coordination, make_index, make_store
 from rota.app.configs import (
     auth_config,
+    dependency_config,
     dispatcher_config,
     fire_watch_config,
     jobs_config,
@@ -45,13 +46,16 @@ from rota.services.cancellation import cancel_ahead, cancel_displaced, supersede
 from rota.services.control import DispatcherSwitchFollower
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
+from rota.services.dependencies import DependencyService
 from rota.services.dispatcher import Dispatcher
 from rota.services.events import EventPublisher
 from rota.services.idempotency import Idempotency
 from rota.services.jobs import JobService
+from rota.services.limits import LimitService
 from rota.services.loader import Loader
 from rota.services.maintenance import Maintenance
 from rota.services.missed import FireWatch
+from rota.services.pausing import Pausing
 from rota.services.probes import ProbeReleaser
 from rota.services.reactions import StatusReactions
 from rota.services.silence import KINDS as SILENCE_KINDS
@@ -156,12 +160,22 @@ def build_runtime(
     notifications = build_notifications(
         settings, store, metrics, instance_id, is_leader=lambda: 0 in owner.buckets
     )
+    dependencies = DependencyService(
+        store,
+        store,
+        coordination,
+        dependency_config(sched, settings.retention),
+        events=events,
+        workers=workers,
+        now=utcnow,
+    )
     reactions = StatusReactions(
         events=events,
         dispatcher=dispatcher,
         jobs=jobs,
         on_status=metrics.record_status,
         notify=notifications.status_applied,
+        dependencies=dependencies.status_applied,
     )
     audit = AuditService(store, utcnow)
     silence = settings.silence
@@ -255,6 +269,15 @@ def build_runtime(
         backfill=Backfill(
             store, coordination, jobs_config(sched).plan, utcnow, events=events, workers=workers
         ),
+        pausing=Pausing(
+            store,
+            audit,
+            events,
+            clock=utcnow,
+            cancel_ahead=lambda job_id, reason: cancel_ahead(
+                store, coordination, job_id, reason=reason, now=utcnow(), events=events
+            ),
+        ),
         probes=ProbeReleaser(jobs, interval_seconds=sched.auto_disable_probe_interval_seconds),
         maintenance=Maintenance(
             store,
@@ -277,6 +300,8 @@ def build_runtime(
         declared=DeclaredSchedules(jobs, store, workers),
         switch=DispatcherSwitchFollower(store, dispatcher),
         roster=RosterWatcher(workers, events, lambda: 0 in owner.buckets),
+        limits=LimitService(store, coordination),
+        dependencies=dependencies,
         executor=executor,
         presence=presence,
     )
@@ -333,6 +358,8 @@ def build_executor(
             timeout=ws.claim_timeout_seconds,
             store=local_store,
         ),
+        limits=coordination,
+        limit_lease=max(ws.limit_lease_seconds, ws.heartbeat_seconds * 2),
     )
     _watch_executor(metrics, executor)
     return executor
@@ -438,3 +465,5 @@ def _watch_executor(metrics: RotaMetrics, executor: Executor) -> None:
     watched.claimed_elsewhere = lambda: executor.stats.claimed_elsewhere
     watched.outbox_pending = lambda: executor.reporter.outbox_entries
     watched.jobs_running = lambda: executor.load
+    if (gate := executor.gate) is not None:
+        watched.limit_waiting = lambda: gate.waiting

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rota.app.builtins import load_registry
-from rota.app.runtime import tune_gc
+from rota.app.runtime import tune_process
 from rota.app.settings import Settings
 from rota.app.startup import wait_for
 from rota.app.wiring import build_worker
@@ -89,7 +89,7 @@ async def _run(
         # must find a queue.
         await executor.start()
         await presence.start()
-        tune_gc()  # a full collection would stall the loop, and a held job's start with it
+        tune_process()  # a collection or another thread's GIL slice would delay a held job's start
         started.set()
         log.info(
             "worker started",

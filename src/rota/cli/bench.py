@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 import rota
-from rota.app.runtime import Runtime, tune_gc
+from rota.app.runtime import Runtime, tune_process
 from rota.app.settings import Settings
 from rota.core.errors import ConfigurationError
 from rota.core.models import OccurrenceStatus
@@ -62,14 +62,22 @@ async def _embedded_runtime(
             settings.scheduler.dispatch_lead_seconds = lead
         runtime = await prepare(settings, ["rota.cli.bench"])
         await runtime.start()
-        tune_gc()
+        tune_process()
         try:
             yield runtime, None
         finally:
             await runtime.stop(grace=5)
 
 
-BENCH_PREFIX = "rota-bench"
+BENCH_PREFIX_VARIABLE = "ROTA_BENCH_PREFIX"
+
+
+def bench_prefix() -> str:
+    """The name prefix of the queues and Redis keys of a distributed bench: ``rota-bench``, or
+    ``ROTA_BENCH_PREFIX`` (two benches at once on the same services each need their own)."""
+    return os.environ.get(BENCH_PREFIX_VARIABLE) or "rota-bench"
+
+
 BENCH_WORKER = "bench"
 
 
@@ -83,7 +91,7 @@ async def _distributed_runtime(
     from rota.app.adapters import upgrade_schema
     from rota.app.server import prepare
 
-    settings = Settings(name_prefix=BENCH_PREFIX)
+    settings = Settings(name_prefix=bench_prefix())
     if settings.is_embedded or not settings.database_url:
         raise ConfigurationError(
             "bench --mode distributed needs ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL"
@@ -96,13 +104,13 @@ async def _distributed_runtime(
     await upgrade_schema(settings.effective_database_url)
     runtime = await prepare(settings, [])
     await runtime.start()
-    env = {**os.environ, "ROTA_NAME_PREFIX": BENCH_PREFIX}
+    env = {**os.environ, "ROTA_NAME_PREFIX": bench_prefix()}
     cmd = [sys.executable, "-m", "rota", "worker", "rota.cli.bench", "--worker-id", BENCH_WORKER]
     cmd += ["--concurrency", str(concurrency), "--log-level", "warning"]
     worker = await asyncio.to_thread(subprocess.Popen, cmd, env=env)
     try:
         await _wait_for_worker(runtime, worker)
-        tune_gc()
+        tune_process()
         yield runtime, worker.pid
     finally:
         worker.send_signal(signal.SIGTERM)
@@ -264,8 +272,9 @@ async def run_latency(
             for i in range(jobs)
         ]
         created = await runtime.jobs.create_jobs(specs)
-        done = await _wait_completed(runtime, target, time.monotonic() + spread + 120, baseline)
-        lateness = await _lateness(runtime, {job.id for job in created})
+        deadline = time.monotonic() + spread + 120
+        done = await _wait_completed(runtime, target, deadline, baseline)
+        lateness = await _lateness(runtime, {job.id for job in created}, deadline)
     return {
         "scenario": "latency",
         "mode": mode,
@@ -348,6 +357,7 @@ async def run_cron(
         "firesMissing": expected - counts["distinct"],
         "firesDoubled": counts["doubled"],
         **_lateness_percentiles(started),
+        "slowestSeconds": _slowest_seconds(fires, start),
         "peakRssMiB": round(process.memory_info().rss / 2**20, 1),
         "environment": _environment(),
     }
@@ -355,6 +365,25 @@ async def run_cron(
 
 _Fires = dict[tuple[UUID, datetime, int], float | None]
 """Occurrences by (job, fire, n-th of that fire): their lateness in ms (``None``: unstarted)."""
+
+
+def _slowest_seconds(fires: _Fires, start: datetime, top: int = 3) -> list[dict[str, Any]]:
+    """The fire instants whose starts were latest (by their median): where the tail comes
+    from (a whole burst late, or its last starts)."""
+    by_fire: dict[datetime, list[float]] = {}
+    for (_, fire, _), late in fires.items():
+        if late is not None:
+            by_fire.setdefault(fire, []).append(late)
+    ranked = sorted(by_fire.items(), key=lambda item: -statistics.median(item[1]))
+    return [
+        {
+            "second": (fire - start).total_seconds(),
+            "firstMs": round(min(lates), 2),
+            "p50Ms": round(statistics.median(lates), 2),
+            "maxMs": round(max(lates), 2),
+        }
+        for fire, lates in ranked[:top]
+    ]
 
 
 def _fire_counts(fires: _Fires) -> dict[str, int]:
@@ -397,21 +426,27 @@ async def _fires(
         await asyncio.sleep(0.5)
 
 
-async def _lateness(runtime: Runtime, job_ids: set[UUID]) -> list[float]:
-    """start − scheduled (ms) of the occurrences of these jobs, newest first in the store."""
-    out: list[float] = []
-    cursor: str | None = None
-    while len(out) < len(job_ids):
-        page = await runtime.store.list_occurrences(OccurrenceQuery(limit=1000, cursor=cursor))
-        for occ in page.items:
-            if occ.job_id in job_ids and occ.start_time is not None:
-                out.append((occ.start_time - occ.scheduled_for).total_seconds() * 1000)
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    if len(out) < len(job_ids):
-        raise RuntimeError(f"only {len(out)} of {len(job_ids)} occurrences started")
-    return out
+async def _lateness(runtime: Runtime, job_ids: set[UUID], deadline: float) -> list[float]:
+    """start − scheduled (ms) of the occurrences of these jobs, once every one has started
+    (by the ``deadline``, else an error). The tracker's count that said they were done may
+    have counted reports left on the status queue by an earlier run."""
+    while True:
+        out: list[float] = []
+        cursor: str | None = None
+        while len(out) < len(job_ids):
+            query = OccurrenceQuery(limit=1000, cursor=cursor)
+            page = await runtime.store.list_occurrences(query)
+            for occ in page.items:
+                if occ.job_id in job_ids and occ.start_time is not None:
+                    out.append((occ.start_time - occ.scheduled_for).total_seconds() * 1000)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        if len(out) >= len(job_ids):
+            return out
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(out)} of {len(job_ids)} occurrences started")
+        await asyncio.sleep(0.5)
 
 
 def report(result: dict[str, Any], json_file: Path | None, console: Console) -> None:
@@ -484,7 +519,7 @@ async def _server_process(
             from rota.app.adapters import upgrade_schema
 
             await upgrade_schema(settings.database_url)
-            env["ROTA_NAME_PREFIX"] = BENCH_PREFIX
+            env["ROTA_NAME_PREFIX"] = bench_prefix()
             env.setdefault("ROTA_AUTH_SECRET", secrets.token_urlsafe(48))
         else:
             raise ConfigurationError(

@@ -21,7 +21,7 @@ from uuid import UUID
 import psutil
 
 from rota.app.settings import Settings
-from rota.cli.bench import BENCH_PREFIX, _environment, _percentiles, _server_process
+from rota.cli.bench import _environment, _percentiles, _server_process, bench_prefix
 from rota.cli.capacity_history import fill_history, time_store_reads
 from rota.core.ids import new_id
 from rota.core.models import Occurrence, OccurrenceStatus
@@ -115,7 +115,7 @@ class _Sizes:
         try:
             info = await client.info("memory")
             keys = 0
-            async for key in client.scan_iter(match=f"{BENCH_PREFIX}:*", count=5000):
+            async for key in client.scan_iter(match=f"{bench_prefix()}:*", count=5000):
                 if b":claim:" not in key:  # a fire's; the other benches leave many behind
                     keys += int(await client.memory_usage(key, samples=0) or 0)
             return {"usedMemory": int(info["used_memory"]), "benchKeys": keys}

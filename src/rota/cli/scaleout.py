@@ -33,10 +33,10 @@ import psutil
 from rota.app.settings import Settings
 from rota.cli.bench import (
     _SERVICES,
-    BENCH_PREFIX,
     BENCH_WORKER,
     _environment,
     _server_process,
+    bench_prefix,
 )
 from rota.cli.capacity import _distributed_admin
 from rota.core.errors import ConfigurationError
@@ -63,7 +63,7 @@ CONCURRENCY = 256
 @asynccontextmanager
 async def _workers(count: int) -> AsyncIterator[list[psutil.Process]]:
     """``count`` ``rota worker`` processes of the bench's job module, stopped at the end."""
-    env = {**os.environ, "ROTA_NAME_PREFIX": BENCH_PREFIX}
+    env = {**os.environ, "ROTA_NAME_PREFIX": bench_prefix()}
     cmd = [sys.executable, "-m", "rota", "worker", "rota.cli.bench", "--worker-id", BENCH_WORKER]
     cmd += ["--concurrency", str(CONCURRENCY), "--log-level", "warning"]
     started: list[subprocess.Popen[bytes]] = []
@@ -117,7 +117,7 @@ async def run_scaleout(servers: int = 1, workers: int = 1, jobs: int = 20_000) -
     import asyncpg
     import httpx
 
-    settings = Settings(name_prefix=BENCH_PREFIX)
+    settings = Settings(name_prefix=bench_prefix())
     if settings.is_embedded or not settings.database_url:
         raise ConfigurationError(
             "bench scaleout needs ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL"

@@ -7,14 +7,17 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Final, TypeVar
+from urllib.parse import quote
 from uuid import UUID
 
 import httpx
 import orjson
 from pydantic import BaseModel
 
+from rota.api.schemas.dependencies import GraphRunDetail, GraphRunPage, JobDependenciesOut
 from rota.api.schemas.failed import FailedOccurrenceOut, FailedOccurrencePage
 from rota.api.schemas.jobs import BackfillOut, JobOut, JobPage
+from rota.api.schemas.limits import LimitsOut
 from rota.api.schemas.occurrences import LogPage, OccurrenceDetail, OccurrencePage
 from rota.api.schemas.stats import Overview, Throughput
 from rota.api.schemas.workers import WorkerList
@@ -47,7 +50,26 @@ def _camel(name: str) -> str:
 
 def _body(fields: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword arguments (snake_case) as a JSON body (camelCase); UUIDs as text."""
-    return {_camel(k): (str(v) if isinstance(v, UUID) else v) for k, v in fields.items()}
+    body = {_camel(k): (str(v) if isinstance(v, UUID) else v) for k, v in fields.items()}
+    if body.get("dependsOn") is not None:
+        body["dependsOn"] = upstreams(body["dependsOn"])
+    return body
+
+
+def upstreams(depends_on: Sequence[Any]) -> list[dict[str, str]]:
+    """``depends_on`` as the API takes it: each item a job id (runs after its success), a
+    ``(job id, rule)`` pair, or a mapping with ``job_id``/``jobId`` and ``on``; the rules are
+    ``success``, ``completion`` and ``failure``."""
+    out: list[dict[str, str]] = []
+    for item in depends_on:
+        if isinstance(item, Mapping):
+            job_id, rule = item.get("job_id", item.get("jobId")), item.get("on", "success")
+        elif isinstance(item, (tuple, list)):
+            job_id, rule = item
+        else:
+            job_id, rule = item, "success"
+        out.append({"jobId": str(job_id), "on": str(rule)})
+    return out
 
 
 class Client:
@@ -197,10 +219,12 @@ class Client:
     # --- jobs --------------------------------------------------------------------------------
 
     async def create_job(self, *, idempotency_key: str | None = None, **fields: Any) -> JobOut:
-        """Create a job: ``job_type`` and ``cron_expression`` or ``execute_at`` (both: a cron job
-        that starts at ``execute_at``), and any other job field (``job_data``, ``tags``,
-        ``priority``, …) in snake_case. With ``idempotency_key`` (e.g. a UUID kept with the
-        request), a repeat within 24 h returns the job the first call created."""
+        """Create a job: ``job_type`` and one of ``cron_expression``, ``every`` (an interval:
+        ``"90m"``, ``"1h30m"``) or ``execute_at`` (once), and any other job field
+        (``job_data``, ``tags``, ``priority``, ``start_at``, ``end_at``, ``max_runs``,
+        ``jitter_seconds``, ``misfire_window_seconds``, …) in snake_case. With
+        ``idempotency_key`` (e.g. a UUID kept with the request), a repeat within 24 h
+        returns the job the first call created."""
         answer = await self.request(
             "POST", "/jobs", json=_body(fields), headers=_idempotency(idempotency_key)
         )
@@ -264,6 +288,35 @@ class Client:
     async def delete_job(self, job_id: UUID | str) -> None:
         await self.request("DELETE", f"/jobs/{job_id}")
 
+    async def dependencies(self, job_id: UUID | str) -> JobDependenciesOut:
+        """The jobs ``job_id`` runs after (``depends_on``) and the jobs that run after it."""
+        return await self._get(JobDependenciesOut, f"/jobs/{job_id}/dependencies")
+
+    async def set_dependencies(
+        self, job_id: UUID | str, depends_on: Sequence[Any]
+    ) -> JobDependenciesOut:
+        """Replace the jobs ``job_id`` runs after (see :func:`upstreams` for the items; ``[]``:
+        none). A cycle or an unknown job raises ``ApiValidationError`` on ``dependsOn``."""
+        body = {"dependsOn": upstreams(depends_on)}
+        answer = await self.request("PUT", f"/jobs/{job_id}/dependencies", json=body)
+        return JobDependenciesOut.model_validate(answer)
+
+    async def list_graph_runs(
+        self, *, job_id: UUID | str | None = None, status: str | None = None, limit: int = 50
+    ) -> GraphRunPage:
+        """Graph runs newest first: rooted at ``job_id``, ``running`` or ``finished``."""
+        return await self._get(
+            GraphRunPage,
+            "/graph-runs",
+            jobId=None if job_id is None else str(job_id),
+            status=status,
+            limit=limit,
+        )
+
+    async def get_graph_run(self, run_id: UUID | str) -> GraphRunDetail:
+        """A graph run: its jobs (level, occurrence, status, reason) and the edges."""
+        return await self._get(GraphRunDetail, f"/graph-runs/{run_id}")
+
     async def trigger(
         self,
         job_id: UUID | str,
@@ -296,6 +349,35 @@ class Client:
             body["reason"] = reason
         answer = await self.request("POST", f"/jobs/{job_id}/backfill", json=body)
         return BackfillOut.model_validate(answer)
+
+    async def pause(
+        self,
+        job_id: UUID | str,
+        *,
+        note: str | None = None,
+        until: datetime | str | None = None,
+    ) -> JobOut:
+        """Pause a job: its fires are recorded Skipped (``paused``, with the note) instead of
+        running, until :meth:`resume` or ``until`` (then it resumes by itself). Apart from
+        ``is_active`` and auto-disable."""
+        body: dict[str, Any] = {}
+        if note is not None:
+            body["note"] = note
+        if until is not None:
+            body["until"] = _iso(until)
+        return JobOut.model_validate(await self.request("POST", f"/jobs/{job_id}/pause", json=body))
+
+    async def resume(self, job_id: UUID | str) -> JobOut:
+        """End a job's pause (a job not paused: :class:`ApiError` 409)."""
+        return JobOut.model_validate(await self.request("POST", f"/jobs/{job_id}/resume"))
+
+    async def skip(self, job_id: UUID | str, count: int, *, note: str | None = None) -> JobOut:
+        """Record the job's next ``count`` fires (1..1000) Skipped (``skip_next``, with the
+        note) instead of running them; 0 clears the count (``skip_next`` on the job)."""
+        body: dict[str, Any] = {"count": count}
+        if note is not None:
+            body["note"] = note
+        return JobOut.model_validate(await self.request("POST", f"/jobs/{job_id}/skip", json=body))
 
     async def tags(self) -> dict[str, int]:
         """Every tag in use -> how many jobs carry it."""
@@ -391,6 +473,35 @@ class Client:
     async def delete_failed(self, failed_id: UUID | str) -> None:
         await self.request("DELETE", f"/failed-occurrences/{failed_id}")
 
+    # --- limits -------------------------------------------------------------------------------
+
+    async def limits(self) -> LimitsOut:
+        """The cluster-wide limits of job types, the slots held and the occurrences waiting."""
+        return await self._get(LimitsOut, "/limits")
+
+    async def set_limits(self, limits: Sequence[Mapping[str, Any]]) -> LimitsOut:
+        """Replace every limit (Admin): items like ``{"type": "sync", "max": 2, "key":
+        "customerId"}`` or ``{"type": "mail", "ratePerSecond": 5}``."""
+        answer = await self.request("PUT", "/limits", json={"limits": list(limits)})
+        return LimitsOut.model_validate(answer)
+
+    async def set_limit(
+        self,
+        job_type: str,
+        *,
+        max: int | None = None,
+        key: str | None = None,
+        rate_per_second: float | None = None,
+    ) -> LimitsOut:
+        """Set the limits of one job type (Admin); the others are kept."""
+        body = {"max": max, "key": key, "ratePerSecond": rate_per_second}
+        answer = await self.request("PUT", f"/limits/{_segment(job_type)}", json=body)
+        return LimitsOut.model_validate(answer)
+
+    async def delete_limit(self, job_type: str) -> None:
+        """Lift the limits of one job type (Admin)."""
+        await self.request("DELETE", f"/limits/{_segment(job_type)}")
+
     # --- workers and statistics ------------------------------------------------------------
 
     async def workers(self) -> WorkerList:
@@ -457,6 +568,10 @@ class Client:
                     if event is not None:
                         yield event
                 return
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
 
 
 def _idempotency(key: str | None) -> dict[str, str]:

@@ -11,8 +11,10 @@ from types import TracebackType
 from typing import Any, TypeVar
 from uuid import UUID
 
+from rota.api.schemas.dependencies import GraphRunDetail, GraphRunPage, JobDependenciesOut
 from rota.api.schemas.failed import FailedOccurrenceOut, FailedOccurrencePage
 from rota.api.schemas.jobs import BackfillOut, JobOut, JobPage
+from rota.api.schemas.limits import LimitsOut
 from rota.api.schemas.occurrences import LogPage, OccurrenceDetail, OccurrencePage
 from rota.api.schemas.stats import Overview, Throughput
 from rota.api.schemas.workers import WorkerList
@@ -97,6 +99,18 @@ class SyncClient:
     def delete_job(self, job_id: UUID | str) -> None:
         self._run(self._client.delete_job(job_id))
 
+    def dependencies(self, job_id: UUID | str) -> JobDependenciesOut:
+        return self._run(self._client.dependencies(job_id))
+
+    def set_dependencies(self, job_id: UUID | str, depends_on: Sequence[Any]) -> JobDependenciesOut:
+        return self._run(self._client.set_dependencies(job_id, depends_on))
+
+    def list_graph_runs(self, **filters: Any) -> GraphRunPage:
+        return self._run(self._client.list_graph_runs(**filters))
+
+    def get_graph_run(self, run_id: UUID | str) -> GraphRunDetail:
+        return self._run(self._client.get_graph_run(run_id))
+
     def trigger(self, job_id: UUID | str, **options: Any) -> OccurrenceDetail:
         return self._run(self._client.trigger(job_id, **options))
 
@@ -104,6 +118,15 @@ class SyncClient:
         self, job_id: UUID | str, start: datetime | str, end: datetime | str, **options: Any
     ) -> BackfillOut:
         return self._run(self._client.backfill(job_id, start, end, **options))
+
+    def pause(self, job_id: UUID | str, **options: Any) -> JobOut:
+        return self._run(self._client.pause(job_id, **options))
+
+    def resume(self, job_id: UUID | str) -> JobOut:
+        return self._run(self._client.resume(job_id))
+
+    def skip(self, job_id: UUID | str, count: int, **options: Any) -> JobOut:
+        return self._run(self._client.skip(job_id, count, **options))
 
     def tags(self) -> dict[str, int]:
         return self._run(self._client.tags())
@@ -134,6 +157,18 @@ class SyncClient:
 
     def delete_failed(self, failed_id: UUID | str) -> None:
         self._run(self._client.delete_failed(failed_id))
+
+    def limits(self) -> LimitsOut:
+        return self._run(self._client.limits())
+
+    def set_limits(self, limits: Sequence[Mapping[str, Any]]) -> LimitsOut:
+        return self._run(self._client.set_limits(limits))
+
+    def set_limit(self, job_type: str, **options: Any) -> LimitsOut:
+        return self._run(self._client.set_limit(job_type, **options))
+
+    def delete_limit(self, job_type: str) -> None:
+        self._run(self._client.delete_limit(job_type))
 
     def workers(self) -> WorkerList:
         return self._run(self._client.workers())

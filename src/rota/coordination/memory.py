@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 from uuid import UUID, uuid4
 
+from rota.coordination.limits_memory import MemoryLimits
 from rota.core.events import Event, EventId, format_event_id, parse_event_id
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
@@ -76,7 +77,7 @@ class _Wakeups(Generic[T]):
             self.deliver(None)  # ends a concurrent __anext__
 
 
-class MemoryCoordination(Coordination):
+class MemoryCoordination(MemoryLimits, Coordination):
     """:class:`~rota.core.ports.Coordination` within one process (embedded mode)."""
 
     def __init__(self, *, clock: Clock = time.time, event_cap: int = EVENT_CAP) -> None:
@@ -101,6 +102,7 @@ class MemoryCoordination(Coordination):
         self._epoch_since = clock()
         self._epoch_lost = False
         self._next_claim_purge = 0.0
+        self._init_limits()
 
     async def close(self) -> None:
         subscribers, self._subscribers = self._subscribers, set()

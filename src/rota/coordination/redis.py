@@ -30,6 +30,7 @@ from uuid import UUID, uuid4
 import orjson
 
 from rota.coordination.claim_scripts import CLAIM_SCRIPT, RELEASE_CLAIMS_SCRIPT
+from rota.coordination.limits_redis import RedisLimits
 from rota.core.errors import BackendUnavailableError
 from rota.core.events import Event, EventId, format_event_id, parse_event_id
 from rota.core.jsonlimits import MAX_JSON_DEPTH, value_too_deep
@@ -250,7 +251,7 @@ def _worker_from_json(raw: bytes) -> WorkerInfo:
     )
 
 
-class RedisCoordination(Coordination):
+class RedisCoordination(RedisLimits, Coordination):
     """:class:`~rota.core.ports.Coordination` shared through Redis by every instance.
 
     ``redis`` is a client from :func:`rota.redis.client.connect` (bytes replies); it is closed
@@ -284,6 +285,7 @@ class RedisCoordination(Coordination):
         self._live_workers = redis.register_script(_WORKERS_SCRIPT)
         self._claim = redis.register_script(CLAIM_SCRIPT)
         self._release_claims = redis.register_script(RELEASE_CLAIMS_SCRIPT)
+        self._init_limits(redis)
         self._generation_key = self._keys.registry
         self._generation: bytes | None = None
         self._seen: dict[str, tuple[WorkerInfo, float]] = {}

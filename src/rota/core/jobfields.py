@@ -30,6 +30,10 @@ class Part(enum.Enum):
     AUTO_DISABLE = "auto_disable"
     """The consecutive-failure state: kept by the status tracker; an update writes it only
     when it sets ``is_active`` (which ends the auto-disable state)."""
+    PAUSE = "pause"
+    """The pause and skip state (``POST /jobs/{id}/pause``, ``/resume``, ``/skip``): kept by
+    the pause service, the dispatcher (which counts down ``skip_next``) and the end of a
+    timed pause; never written by an update, not versioned (state, not definition)."""
 
 
 class Shape(enum.Enum):
@@ -48,6 +52,7 @@ class Shape(enum.Enum):
 _API_NAMES: Final = {
     "concurrency_policy": "concurrentExecutionPolicy",
     "average_duration_ms": "averageDuration",
+    "interval_seconds": "every",
 }
 """Attribute names whose API name is not their camelCase spelling (the reference API's)."""
 
@@ -98,6 +103,7 @@ class JobField:
 
 
 _ID, _DEF, _STATS, _AUTO = Part.IDENTITY, Part.DEFINITION, Part.STATISTICS, Part.AUTO_DISABLE
+_PAUSE = Part.PAUSE
 
 
 def _setting(
@@ -142,7 +148,7 @@ JOB_FIELDS: Final[tuple[JobField, ...]] = (
     JobField("next_run_at", _DEF, nullable=True, planned=True),
     JobField("bucket", _DEF, planned=True),
     JobField("version", _DEF, planned=True),
-    JobField("created_at", _ID),
+    JobField("created_at", _ID, planned=True),  # an interval's default anchor
     JobField("updated_at", _DEF),
     JobField("created_by", _ID, nullable=True),
     JobField("updated_by", _DEF, nullable=True),
@@ -162,6 +168,19 @@ JOB_FIELDS: Final[tuple[JobField, ...]] = (
     JobField("probing", _AUTO, planned=True),
     _choice("zombie_policy", ZombiePolicy, nullable=True, planned=False),
     _setting("zombie_threshold_seconds", versioned=True),
+    _setting("interval_seconds", versioned=True, schedule=True, planned=True),
+    _setting("start_at", versioned=True, schedule=True, planned=True),
+    _setting("end_at", versioned=True, schedule=True, planned=True),
+    _setting("max_runs", versioned=True, schedule=True, planned=True),
+    JobField("run_count", _STATS, nullable=True, planned=True),
+    _setting("jitter_seconds", versioned=True, planned=True),
+    _setting("misfire_window_seconds", versioned=True, planned=True),
+    JobField("paused_at", _PAUSE, nullable=True, planned=True),
+    JobField("paused_by", _PAUSE, nullable=True),
+    JobField("pause_note", _PAUSE, nullable=True, planned=True),
+    JobField("paused_until", _PAUSE, nullable=True, planned=True),
+    JobField("skip_next", _PAUSE, nullable=True, planned=True),
+    JobField("skip_note", _PAUSE, nullable=True, planned=True),
 )
 """Every field of :class:`~rota.core.models.Job`, in its order."""
 

@@ -55,6 +55,13 @@ class JobSpec:
     auto_disable_cooldown_seconds: float | None = None
     zombie_policy: ZombiePolicy | str | None = None
     zombie_threshold_seconds: float | None = None
+    interval_seconds: int | str | None = None
+    """API ``every``: a duration (``"90m"``, ``"1h30m"``) or whole seconds."""
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_runs: int | None = None
+    jitter_seconds: float | None = None
+    misfire_window_seconds: float | None = None
 
 
 def as_utc(moment: datetime) -> datetime:

@@ -119,6 +119,13 @@ class SkipReason(enum.StrEnum):
     MISFIRE = "misfire"
     OVERLAP = "overlap"
     NO_WORKER = "no_worker"
+    PAUSED = "paused"
+    """The job was paused (``POST /jobs/{id}/pause``) when the fire came."""
+    SKIP_NEXT = "skip_next"
+    """The fire was one of the next N the job was told to skip (``POST /jobs/{id}/skip``)."""
+    UPSTREAM = "upstream"
+    """A dependent whose upstreams' outcome does not satisfy its rules (the occurrence's
+    ``trigger_reason`` names the upstream and its status)."""
 
 
 class JobSource(enum.StrEnum):
@@ -209,10 +216,50 @@ class Job:
     """``None``: the global default."""
     zombie_threshold_seconds: float | None = None
     """Seconds without a sign of life before an occurrence is a zombie; ``None``: the default."""
+    interval_seconds: int | None = None
+    """An interval schedule (API ``every``): a fire every this many seconds, aligned to
+    ``start_at`` or to the creation time; exclusive with ``cron_expression``/``execute_at``."""
+    start_at: datetime | None = None
+    """A recurring job never fires before it (``None``: from now)."""
+    end_at: datetime | None = None
+    """A recurring job never fires after it; past it, it has no next fire."""
+    max_runs: int | None = None
+    """After this many fires planned to run (``run_count``), the job has no next fire."""
+    run_count: int | None = None
+    """A recurring job's fires planned to run so far (kept by the dispatch; Skipped fires and
+    manual triggers do not count); ``None``: none yet."""
+    jitter_seconds: float | None = None
+    """Each fire is sent a random delay in ``[0, jitter_seconds]`` after its fire time."""
+    misfire_window_seconds: float | None = None
+    """A fire later than this is missed (its misfire policy applies); ``None``: the server's
+    misfire threshold."""
+    paused_at: datetime | None = None
+    """When the job was paused (``None``: it is not): its fires are recorded Skipped
+    (``paused``) instead of running, until it is resumed or ``paused_until`` comes. Distinct
+    from ``is_active`` (off: no fire at all) and from the auto-disable state; neither one
+    changes the other (docs/concepts.md#pause-and-skip)."""
+    paused_by: str | None = None
+    pause_note: str | None = None
+    paused_until: datetime | None = None
+    """When a pause ends by itself (``None``: when resumed by hand)."""
+    skip_next: int | None = None
+    """How many of the job's next fires to record Skipped (``skip_next``) instead of running
+    (``None``: none)."""
+    skip_note: str | None = None
+
+    @property
+    def is_paused(self) -> bool:
+        return self.paused_at is not None
+
+    def paused_for(self, fire: datetime) -> bool:
+        """Whether the fire at ``fire`` falls in the job's pause (before its end, if any)."""
+        return self.paused_at is not None and (
+            self.paused_until is None or fire < self.paused_until
+        )
 
     @property
     def is_recurring(self) -> bool:
-        return self.cron_expression is not None
+        return self.cron_expression is not None or self.interval_seconds is not None
 
     @property
     def success_rate(self) -> float | None:
@@ -287,6 +334,9 @@ class Occurrence:
     traceparent: str | None = None
     """The W3C trace context of the span that created it (tracing on): every attempt's
     message carries it, so retries join the same trace."""
+    jitter_seconds: float | None = None
+    """The random delay its job's jitter added: it was due this long after ``scheduled_for``
+    (which stays the nominal fire time); ``None``: no jitter."""
     status_changes: tuple[StatusChange, ...] = ()
 
     @property

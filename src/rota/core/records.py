@@ -237,13 +237,13 @@ class ProbeScan:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WatchedSchedule:
-    """An active cron job as the missed-fire check reads it
+    """An active recurring (cron or interval) job as the missed-fire check reads it
     (:meth:`SilenceReader.watched_schedules`): its schedule and the latest fire recorded."""
 
     job_id: UUID
     job_type: str
     display_name: str
-    cron_expression: str
+    cron_expression: str | None
     time_zone: str
     execute_at: datetime | None
     created_at: datetime
@@ -251,6 +251,13 @@ class WatchedSchedule:
     last_fire: datetime | None
     """The latest ``scheduled_for`` of its scheduled occurrences (run, queued or Skipped; manual
     runs left out) in the window asked for; ``None``: none there."""
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_runs: int | None = None
+    run_count: int | None = None
+    """Its bounds: no fire is expected before its start, after its end or its last run."""
+    interval_seconds: int | None = None
+    """An interval job's interval (``cron_expression`` is then ``None``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,7 +15,8 @@ from markupsafe import Markup
 from starlette.responses import RedirectResponse, Response
 
 from rota.api.schemas.common import status_name
-from rota.dashboard import audit, lists, overview, pages
+from rota.core.intervals import format_duration
+from rota.dashboard import audit, graphs, lists, overview, pages
 from rota.dashboard.display import human, relative
 from rota.dashboard.session import SESSION_PATH, LoginRequired
 
@@ -33,6 +34,7 @@ def install_dashboard(app: FastAPI) -> None:
     env.filters["time"] = render_time
     env.filters["duration"] = render_duration
     env.filters["percent"] = render_percent
+    env.filters["every"] = format_duration
     env.globals["status_class"] = status_class
     env.globals["status_name"] = status_name
     env.globals["live_trigger"] = live_trigger
@@ -43,6 +45,7 @@ def install_dashboard(app: FastAPI) -> None:
     app.include_router(lists.router)
     app.include_router(pages.router)
     app.include_router(audit.router)
+    app.include_router(graphs.router)
     app.add_exception_handler(LoginRequired, _to_login)
 
 

@@ -35,6 +35,9 @@ _WORDS: Final[dict[str, dict[str, str]]] = {
         "misfire": "missed fire",
         "overlap": "the previous run was still going",
         "no_worker": "no worker online",
+        "paused": "the job was paused",
+        "skip_next": "one of the next fires skipped on request",
+        "upstream": "an upstream's outcome did not meet its rule",
     },
     "FailureType": {
         "retries_exhausted": "retries exhausted",

@@ -4,6 +4,7 @@ its job (one batched read per page), and a job is picked by name, not by its id.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 from uuid import UUID
@@ -36,6 +37,7 @@ from rota.dashboard.pages import (
     render,
 )
 from rota.dashboard.session import DashboardUser
+from rota.services.limits import waiting_for
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(session.require_csrf)])
 
@@ -126,6 +128,7 @@ async def executions_page(
     shown = status_name(statuses[0]) if len(statuses) == 1 else status
     context = {
         "occurrences": page.items,
+        "waiting": await _waiting(runtime, page.items),
         "names": await job_names(runtime.store, (o.job_id for o in page.items)),
         **paging(request, cursor, page.next_cursor),
         "filters": {
@@ -175,13 +178,26 @@ async def occurrence_page(
         "last_seq": lines[-1][0] if lines else 0,
         "failed_record": record,
         "names": await job_names(runtime.store, [occurrence.job_id]),
+        "graph_run_id": await runtime.dependencies.graph_run_of(occurrence_id),
         "job_data": json.dumps(occurrence.job_data, indent=2, default=str),
         "result": None
         if occurrence.result is None
         else json.dumps(occurrence.result, indent=2, default=str),
         "live": live(request, occurrenceId=str(occurrence_id)),
+        "waiting_for": await _waiting_for(runtime, occurrence),
     }
     return render(request, user, "occurrence.html", context, fragments=("occurrence_summary",))
+
+
+async def _waiting_for(runtime: ApiRuntime, occurrence: Occurrence) -> str | None:
+    """The limit a Queued occurrence waits for on a worker (``None``: none, or unknown)."""
+    return (await _waiting(runtime, [occurrence])).get(str(occurrence.id))
+
+
+async def _waiting(runtime: ApiRuntime, occurrences: Iterable[Occurrence]) -> dict[str, str]:
+    """Of these occurrences, the Queued ones a worker holds back for a limit -> the limit."""
+    queued = [str(o.id) for o in occurrences if o.status is OccurrenceStatus.QUEUED]
+    return await waiting_for(runtime.coordination, queued)
 
 
 def _exception_text(user: DashboardUser, runtime: ApiRuntime) -> ExceptionText:

@@ -301,7 +301,11 @@ async def _job_form(
 ) -> Response:
     types = await _job_types(runtime)
     out = JobOut.of(job, runtime.jobs.auto_disable_defaults) if job else None
+    deps = await job_dependencies(runtime, job.id) if job else {"upstreams": []}
+    upstreams = [{"jobId": str(i), "on": rule} for i, _, rule in deps["upstreams"]]
     context = {
+        "depends_on_text": json.dumps(upstreams) if upstreams else "",
+        "upstream_names": [f"{name or i} ({rule})" for i, name, rule in deps["upstreams"]],
         "job": out,
         "etag": job.etag if job else None,
         "job_data_text": json.dumps(out.job_data, indent=2) if out and out.job_data else "",
@@ -324,12 +328,22 @@ async def cron_preview(
     cron: Annotated[str, Query(alias="cronExpression", max_length=200)] = "",
     time_zone: Annotated[str, Query(alias="timeZone", max_length=100)] = "UTC",
     start: Annotated[str, Query(alias="previewFrom", max_length=20)] = "",
+    every: Annotated[str, Query(max_length=40)] = "",
+    start_at: Annotated[str, Query(alias="startAt", max_length=40)] = "",
 ) -> Response:
     """The next fires of a cron expression, shown in its own zone and in UTC; from now, or from
-    the start of ``previewFrom`` (a date, in the job's zone) to check a DST change."""
+    the start of ``previewFrom`` (a date, in the job's zone) to check a DST change. Or of an
+    interval (``every``, aligned to ``startAt``), in UTC."""
     fires: list[tuple[datetime, datetime]] = []
     error = None
-    if cron.strip():
+    if every.strip() and not cron.strip():
+        try:
+            begin = datetime.fromisoformat(start_at.strip()) if start_at.strip() else None
+            shown = runtime.jobs.preview(None, "UTC", None, 8, every=every.strip(), start_at=begin)
+            fires = [(fire, fire) for fire in shown]
+        except (RotaError, ValueError) as exc:
+            error = getattr(exc, "message", None) or str(exc)
+    elif cron.strip():
         try:
             zone = ZoneInfo(time_zone or "UTC")
             after = None
@@ -382,11 +396,31 @@ async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID)
         "durations": json.dumps({"x": [p[0] for p in points], "y": [p[1] for p in points]}),
         "counts": {status_name(s): counts.get(s, 0) for s in OccurrenceStatus},
         "diffs": list(reversed(diffs)),
+        **await job_dependencies(runtime, job_id),
         "live": live(
             request, types="occurrence.created,occurrence.updated,job.updated", jobId=str(job_id)
         ),
     }
     return render(request, user, "job.html", context, fragments=("job_summary", "job_occurrences"))
+
+
+async def job_dependencies(runtime: ApiRuntime, job_id: UUID) -> dict[str, Any]:
+    """What the job page shows: upstreams and dependents (with names) and recent runs."""
+    deps = await runtime.dependencies.dependencies(job_id)
+    ids = [e.upstream_id for e in deps.depends_on] + [e.job_id for e in deps.dependents]
+    names = await runtime.dependencies.names_of(ids)
+    runs = (
+        await runtime.dependencies.list_graph_runs(job_id=job_id, limit=10)
+        if deps.dependents
+        else []
+    )
+    return {
+        "upstreams": [
+            (e.upstream_id, names.get(e.upstream_id, ""), e.rule.value) for e in deps.depends_on
+        ],
+        "dependents": [(e.job_id, names.get(e.job_id, ""), e.rule.value) for e in deps.dependents],
+        "graph_runs": runs,
+    }
 
 
 def _diff(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -462,7 +496,12 @@ async def admin_page(request: Request, user: User, runtime: Runtime) -> Response
     if has_route(request, "/api/v1/admin/dispatcher"):
         status, body = await api_get(request, "/api/v1/admin/dispatcher")
         dispatcher = body if status == 200 and isinstance(body, dict) else None
+    limits = None
+    if has_route(request, "/api/v1/limits"):
+        status, body = await api_get(request, "/api/v1/limits")
+        limits = body if status == 200 and isinstance(body, dict) else None
     context = {
+        "limits": limits,
         "buckets": buckets,
         "depths": depths,
         "config": json.dumps(config, indent=2) if config is not None else None,

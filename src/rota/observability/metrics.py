@@ -151,6 +151,8 @@ class Watched:
     claimed_elsewhere: Callable[[], int] | None = None
     outbox_pending: Callable[[], int] | None = None
     jobs_running: Callable[[], int] | None = None
+    limit_waiting: Callable[[], int] | None = None
+    """Deliveries this worker holds back for a cluster-wide limit."""
     events: Callable[[], tuple[int, int]] | None = None
     """Change events published to the feed and dropped (buffer full, publish failed)."""
 
@@ -357,6 +359,17 @@ class RotaMetrics:
         return generate_latest(self.registry)
 
 
+def _worker_gauges(w: Watched) -> Iterator[GaugeMetricFamily]:
+    if w.jobs_running is not None:
+        yield _gauge("rota_jobs_running", "Handlers running now.", w.jobs_running())
+    if w.limit_waiting is not None:
+        yield _gauge(
+            "rota_limit_waiting",
+            "Occurrences this worker received and holds back for a cluster-wide limit.",
+            w.limit_waiting(),
+        )
+
+
 class _Collector(Collector):
     """The values read at scrape time, and the lock-free histograms."""
 
@@ -412,8 +425,7 @@ class _Collector(Collector):
                 "Messages waiting in the worker's local outbox (the broker was unreachable).",
                 w.outbox_pending(),
             )
-        if w.jobs_running is not None:
-            yield _gauge("rota_jobs_running", "Handlers running now.", w.jobs_running())
+        yield from _worker_gauges(w)
         if w.events is not None:
             published, dropped = w.events()
             yield _counter(

@@ -27,6 +27,11 @@ key                                type    holds
 ``{prefix}:cancellations``         stream  cancellation requests, capped
 ``{prefix}:events``                stream  change events (``GET /events``): field ``e``, a JSON
                                            array of up to 100 ``[type, data]``; capped
+``{prefix}:limits``                string  the job type limits the workers follow (JSON)
+``{prefix}:limit:{slot}``          zset    a limit's semaphore: occurrence id -> lease end (ms)
+``{prefix}:limit-keys``            set     the semaphores' slot keys
+``{prefix}:rate:{type}``           zset    a job type's recent starts (ms), its rate's window
+``{prefix}:limit-waiting``         hash    occurrence id -> ``{expires}:{since}:{label}`` (ms)
 =================================  ======  =====================================================
 """
 
@@ -98,6 +103,18 @@ class RedisKeys:
     @property
     def events(self) -> str:
         return f"{self.prefix}:events"
+
+    @property
+    def limits(self) -> str:
+        return f"{self.prefix}:limits"
+
+    @property
+    def limit_keys(self) -> str:
+        return f"{self.prefix}:limit-keys"
+
+    @property
+    def limit_waiting(self) -> str:
+        return f"{self.prefix}:limit-waiting"
 
     @property
     def pattern(self) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from rota.core.errors import RotaError
+from rota.core.timing import off_the_second
 
 EXPECTED: tuple[type[Exception], ...] = (RotaError, OSError)
 """What a backend outage raises: logged as a warning, without a traceback."""
@@ -72,8 +73,9 @@ async def run_periodically(
       left as it is).
     - ``wait_first``: wait an interval before the first pass too.
     - ``sleep``: how to wait a delay (default: until ``stopping`` or ``kick`` is set, at most
-      the delay); a loop whose step wakes on its own signals passes its own."""
-    wait = sleep or (lambda delay: _wait(delay, stopping, kick))
+      the delay, a delay of a second or more ending :func:`off_the_second`); a loop whose
+      step wakes on its own signals passes its own."""
+    wait = sleep or (lambda delay: _wait(off_the_second(delay), stopping, kick))
 
     def failed(unexpected: bool) -> float:
         if on_error is not None:

@@ -18,11 +18,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from rota.core.cron import CronSchedule
 from rota.core.errors import BackendUnavailableError, ValidationError
 from rota.core.jobspec import as_utc
 from rota.core.models import Occurrence, SkipReason
-from rota.core.planning import PlanSettings, new_occurrence
+from rota.core.planning import PlanSettings, new_occurrence, recurrence
 from rota.core.ports import Coordination, JobAdminStore
 from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
@@ -78,22 +77,25 @@ class Backfill:
                 field="to",
             )
         job = await self._store.get_job(job_id)
-        if job.cron_expression is None:
+        schedule = recurrence(job)
+        if schedule is None:
             raise ValidationError(
                 "a one-time job has no fires to backfill: trigger it to run it again",
                 field="jobId",
             )
-        if job.execute_at is not None:
-            start = max(start, job.execute_at)
-        schedule = CronSchedule.parse(job.cron_expression, job.time_zone)
-        fires = [
-            fire
-            for fire in schedule.fires(start - timedelta(microseconds=1), MAX_FIRES + 1)
-            if fire <= end
-        ]
+        for bound in (job.execute_at if job.cron_expression else None, job.start_at):
+            if bound is not None:
+                start = max(start, bound)
+        if job.end_at is not None:
+            end = min(end, job.end_at)
+        fires: list[datetime] = []
+        fire = schedule.next_after(start - timedelta(microseconds=1))
+        while fire <= end and len(fires) <= MAX_FIRES:
+            fires.append(fire)
+            fire = schedule.next_after(fire)
         if len(fires) > MAX_FIRES:
             raise ValidationError(
-                f"the window holds more than {MAX_FIRES} fires of {job.cron_expression!r}: "
+                f"the window holds more than {MAX_FIRES} fires of the job's schedule: "
                 "backfill it in parts",
                 field="to",
             )

@@ -295,6 +295,8 @@ class Dispatcher:
         result = await self._store.dispatch_due(ids, horizon, planner)
         if self._events is not None:
             self._events.occurrences_created([*result.queued, *result.held, *result.skipped])
+        if any(o.jitter_seconds is not None for o in result.held):
+            self._pending_hint = True  # the sweep sends them when due: aim it at them
         await self._settle_in_flight(MAX_IN_FLIGHT - 1)
         if result.queued:
             publish = self._publish(result.queued, now)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import zoneinfo
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -20,7 +19,8 @@ from uuid import UUID
 import orjson
 
 from rota.core.autodisable import AutoDisableDefaults
-from rota.core.cron import CronSchedule, parse_cached
+from rota.core.bounds import checked_schedule
+from rota.core.cron import CronSchedule
 from rota.core.errors import (
     BackendUnavailableError,
     ConflictError,
@@ -29,6 +29,7 @@ from rota.core.errors import (
 )
 from rota.core.events import EventType, job_changed
 from rota.core.ids import bucket_of, new_id
+from rota.core.intervals import interval_fires, parse_duration
 from rota.core.jobfields import (
     NULLABLE_FIELDS,
     SCHEDULE_FIELDS,
@@ -53,7 +54,6 @@ from rota.core.models import (
 )
 from rota.core.planning import (
     PlanSettings,
-    first_fire,
     first_run_at,
     new_occurrence,
     with_type_defaults,
@@ -198,12 +198,27 @@ class JobService:
         return await self._store.job_versions(job_id)
 
     def preview(
-        self, cron: str, time_zone: str = "UTC", after: datetime | None = None, count: int = 5
+        self,
+        cron: str | None,
+        time_zone: str = "UTC",
+        after: datetime | None = None,
+        count: int = 5,
+        *,
+        every: str | int | None = None,
+        start_at: datetime | None = None,
     ) -> list[datetime]:
-        """The next ``count`` fires of a cron expression after ``after`` (default now), UTC."""
+        """The next ``count`` fires after ``after`` (default now), UTC, of a cron expression
+        or of an interval (``every``, aligned to ``start_at``, else to ``after``)."""
         if not 1 <= count <= MAX_PREVIEW:
             raise ValidationError(f"count must be between 1 and {MAX_PREVIEW}", field="count")
         start = self.now() if after is None else as_utc(after)
+        if every is not None and cron:
+            raise ValidationError("give cron or every, not both", field="every")
+        if every is not None:
+            begin = None if start_at is None else as_utc(start_at)
+            return interval_fires(parse_duration(every), start, count, begin)
+        if not cron:
+            raise ValidationError("give cron or every", field="cron")
         return CronSchedule.parse(cron.strip(), time_zone).fires(start, count)
 
     # --- writing ----------------------------------------------------------------------------
@@ -515,14 +530,9 @@ class JobService:
         if directory is not None and spec.source is not JobSource.CODE:
             # (a code job's data is its worker's own business: declared with it)
             self._check_schema(fields["job_type"], worker_id, spec.job_data, directory)
-        next_run_at = None
-        if fields["is_active"]:
-            schedule = (fields["cron_expression"], fields["time_zone"], fields["execute_at"])
-            next_run_at = first_fire(*schedule, now)
-        return Job(
+        job = Job(
             id=job_id,
             worker_id=worker_id,
-            next_run_at=next_run_at,
             job_data=spec.job_data,
             bucket=bucket_of(job_id, self._config.bucket_count),
             created_at=now,
@@ -533,6 +543,7 @@ class JobService:
             declared_spec=spec.declared_spec,
             **fields,
         )
+        return replace(job, next_run_at=first_run_at(job, now) if job.is_active else None)
 
     async def _next_run(self, old: Job, new: Job, now: datetime) -> datetime | None:
         if not new.is_active:
@@ -702,33 +713,8 @@ def _normalised(job: Job | JobSpec) -> dict[str, Any]:
         "zombie_threshold_seconds": _number(
             job.zombie_threshold_seconds, "zombie_threshold_seconds", positive=True
         ),
-        **_checked_schedule(job.cron_expression, job.time_zone, job.execute_at),
+        **checked_schedule(job),
     }
-
-
-def _checked_schedule(
-    cron_expression: object, time_zone: object, execute_at: object
-) -> dict[str, Any]:
-    cron = _text(cron_expression, "cron_expression").strip() or None
-    zone = _text(time_zone, "time_zone").strip() or "UTC"
-    if cron is None and execute_at is None:
-        raise ValidationError("give cronExpression or executeAt", field="cronExpression")
-    if cron is not None:  # with executeAt too: the cron's fires from executeAt on
-        parse_cached(cron, zone)
-    else:
-        _check_zone(zone)
-    if execute_at is not None:
-        if not isinstance(execute_at, datetime):
-            raise ValidationError("executeAt must be a date and time", field="executeAt")
-        execute_at = as_utc(execute_at)
-    return {"cron_expression": cron, "time_zone": zone, "execute_at": execute_at}
-
-
-def _check_zone(zone: str) -> None:
-    try:
-        zoneinfo.ZoneInfo(zone)
-    except (ValueError, KeyError) as exc:
-        raise ValidationError(f"unknown time zone {zone!r}", field="timeZone") from exc
 
 
 def _text(value: object, field: str) -> str:

@@ -1,21 +1,23 @@
 """Missed fires, noticed in seconds and per job.
 
-The silence monitor (:mod:`rota.services.silence`) flags a cron job only after a whole window
-without any occurrence. This check is finer: every ``interval`` (a second by default) each
-server reads the active cron jobs of the buckets it owns, each with the latest fire recorded
-for it (one statement per page of jobs, :meth:`~rota.core.ports.SilenceReader.watched_schedules`),
-and computes with the job's cron (:mod:`rota.core.cron`) the first fire expected after that
-one. A fire due more than ``grace`` seconds ago and not recorded (no occurrence for that
-``scheduledFor``: run, queued, or Skipped with a reason by the misfire or concurrency policy)
-raises a ``fire_overdue`` alert naming the job and the fire, through the silence monitor's
-alert channel (log, metrics, webhook, ``/admin/alerts``). It is resolved once the job's fires
-are recorded again, up to its latest due one.
+The silence monitor (:mod:`rota.services.silence`) flags a recurring job only after a whole
+window without any occurrence. This check is finer: every ``interval`` (a second by default)
+each server reads the active recurring jobs (cron or interval) of the buckets it owns, each with
+the latest fire recorded for it (one statement per page of jobs,
+:meth:`~rota.core.ports.SilenceReader.watched_schedules`), and computes with the job's schedule
+(:func:`rota.core.planning.first_run_at`) the first fire expected after that one. A fire due
+more than ``grace`` seconds ago and not recorded (no occurrence for that ``scheduledFor``: run,
+queued, or Skipped with a reason by the misfire or concurrency policy) raises a ``fire_overdue``
+alert naming the job and the fire, through the silence monitor's alert channel (log, metrics,
+webhook, ``/admin/alerts``). It is resolved once the job's fires are recorded again, up to its
+latest due one.
 
 Expected fires start after the job was created or last changed (an edit, an enable or a
-probe release all move ``updated_at``), never before its ``execute_at``; disabled jobs expect
-none. The dispatcher records every fire it handles, in order, so the latest recorded fire
-tells which are missing: a dispatcher paused on purpose, stalled or gone shows on every job
-it should have fired within the grace.
+probe release all move ``updated_at``), never before its ``execute_at``; disabled and paused
+jobs expect none (a paused job's fires are recorded Skipped anyway). The dispatcher records
+every fire it handles, in order, so the latest recorded fire tells which are missing: a
+dispatcher paused on purpose, stalled or gone shows on every job it should have fired within
+the grace.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from rota.core.errors import CronError
-from rota.core.models import utcnow
-from rota.core.planning import first_fire
+from rota.core.models import Job, utcnow
+from rota.core.planning import first_run_at
 from rota.core.ports import SilenceReader
 from rota.core.records import WatchedSchedule
 from rota.services._loop import run_periodically
@@ -49,7 +51,7 @@ class FireWatchConfig:
 
 
 class FireWatch:
-    """Compares the expected fires of this server's cron jobs with the recorded ones."""
+    """Compares the expected fires of this server's recurring jobs with the recorded ones."""
 
     def __init__(
         self,
@@ -137,7 +139,24 @@ def overdue_fire(schedule: WatchedSchedule, since: datetime, until: datetime) ->
     if start >= until:
         return None
     try:
-        fire = first_fire(schedule.cron_expression, schedule.time_zone, schedule.execute_at, start)
+        fire = first_run_at(_as_job(schedule), start)
     except CronError:
         return None
     return fire if fire is not None and fire <= until else None
+
+
+def _as_job(schedule: WatchedSchedule) -> Job:
+    """The schedule as a job, for the planner's rules of its fires and bounds."""
+    return Job(
+        id=schedule.job_id,
+        job_type=schedule.job_type,
+        cron_expression=schedule.cron_expression,
+        interval_seconds=schedule.interval_seconds,
+        time_zone=schedule.time_zone,
+        execute_at=schedule.execute_at,
+        created_at=schedule.created_at,
+        start_at=schedule.start_at,
+        end_at=schedule.end_at,
+        max_runs=schedule.max_runs,
+        run_count=schedule.run_count,
+    )

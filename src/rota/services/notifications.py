@@ -210,6 +210,7 @@ class NotificationService:
         self._pending: list[Notice] = []
         self._subscriptions: dict[UUID, Subscription] = {}
         self._loaded_at: float | None = None
+        self._changes = 0  # bumped by every subscription change made here
         self._over: set[UUID] = set()
         """Subscriptions told their dead-letter threshold is passed (until it is not)."""
         self._checked_dead_letters: float | None = None
@@ -235,7 +236,7 @@ class NotificationService:
             )
         )
         await self._store.create_subscription(sub)
-        self._loaded_at = None
+        self._subscriptions_changed()
         return sub
 
     async def update_subscription(
@@ -246,13 +247,13 @@ class NotificationService:
         before = await self._store.get_subscription(subscription_id)
         after = _check(replace(before, updated_at=self._clock(), **changes))
         stored = await self._store.update_subscription(after)
-        self._loaded_at = None
+        self._subscriptions_changed()
         return before, stored
 
     async def delete_subscription(self, subscription_id: UUID) -> Subscription:
         before = await self._store.get_subscription(subscription_id)
         await self._store.delete_subscription(subscription_id)
-        self._loaded_at = None
+        self._subscriptions_changed()
         return before
 
     async def deliveries(
@@ -453,8 +454,14 @@ class NotificationService:
             and loop.time() - self._loaded_at < self._config.subscriptions_ttl_seconds
         ):
             return
+        changes = self._changes
         self._subscriptions = {s.id: s for s in await self._store.list_subscriptions()}
-        self._loaded_at = loop.time()
+        # a change made while the list was read may be missing from it: read again next time
+        self._loaded_at = loop.time() if changes == self._changes else None
+
+    def _subscriptions_changed(self) -> None:
+        self._changes += 1
+        self._loaded_at = None
 
     async def _check_dead_letters(self) -> None:
         loop = asyncio.get_running_loop()

@@ -40,14 +40,17 @@ class StatusReactions:
         jobs: Dropping,
         on_status: Callable[[StatusResult], None] | None = None,
         notify: Callable[[StatusResult], None] | None = None,
+        dependencies: Callable[[StatusResult], None] | None = None,
     ) -> None:
         """``on_status(result)``: called first for every batch (metrics); ``notify(result)``:
-        the notification service hears of every batch (final failures, auto-disables)."""
+        the notification service hears of every batch (final failures, auto-disables);
+        ``dependencies(result)``: the dependency engine (graph runs started and resolved)."""
         self._events = events
         self._dispatcher = dispatcher
         self._jobs = jobs
         self._on_status = on_status
         self._notify = notify
+        self._dependencies = dependencies
         self._background: set[asyncio.Task[None]] = set()
 
     def __call__(self, result: StatusResult) -> None:
@@ -56,6 +59,8 @@ class StatusReactions:
         self._events.status_applied(result)
         if self._notify is not None:
             self._notify(result)
+        if self._dependencies is not None:
+            self._dependencies(result)
         if result.disabled:
             self._drop_disabled(result)
         # A retry (back to Queued) is pending now; a finished occurrence of a Queue-policy job

@@ -25,7 +25,7 @@ import orjson
 
 from rota.core.errors import CronError
 from rota.core.models import Job, utcnow
-from rota.core.planning import first_fire
+from rota.core.planning import first_run_at
 from rota.core.ports import SilenceReader
 from rota.services._loop import run_periodically
 
@@ -259,12 +259,12 @@ class SilenceMonitor:
 
 def _first_expected(job: Job, start: datetime, end: datetime) -> datetime | None:
     """The first fire ``job``'s cron expects in ``(max(start, since it changed), end]`` (none
-    before its ``execute_at``, if it has one)."""
+    before its start, nor after its ``end_at`` or its ``max_runs``)."""
     since = max(start, job.created_at, job.updated_at)
-    if since >= end or job.cron_expression is None:
+    if since >= end or not job.is_recurring:
         return None
     try:
-        fire = first_fire(job.cron_expression, job.time_zone, job.execute_at, since)
+        fire = first_run_at(job, since)
     except CronError:
         return None
     return fire if fire is not None and fire <= end else None

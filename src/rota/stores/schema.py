@@ -114,8 +114,9 @@ rowid) in SQLite."""
 
 CODE_JOBS = text("source = 'code'")
 UNRESOLVED = text("NOT resolved")
-RECURRING = text("cron_expression IS NOT NULL")
+RECURRING = text("cron_expression IS NOT NULL OR interval_seconds IS NOT NULL")
 AUTO_DISABLED = text("disabled_reason IS NOT NULL")
+TIMED_PAUSE = text("paused_until IS NOT NULL")
 """The condition of the partial unique index on code-declared jobs' job types."""
 
 
@@ -165,6 +166,7 @@ def build_metadata(*, partitioned: bool = False) -> MetaData:
     _security(metadata)
     _control(metadata)
     _notifications(metadata)
+    _dependencies(metadata)
     return metadata
 
 
@@ -227,8 +229,23 @@ def _jobs(metadata: MetaData, *, postgres: bool) -> None:
         Column("probing", Boolean(), nullable=False, server_default=false()),
         Column("zombie_policy", String(10)),
         Column("zombie_threshold_seconds", Float()),
+        Column("interval_seconds", Integer()),
+        Column("start_at", UtcDateTime()),
+        Column("end_at", UtcDateTime()),
+        Column("max_runs", Integer()),
+        Column("run_count", Integer()),
+        Column("jitter_seconds", Float()),
+        Column("misfire_window_seconds", Float()),
+        # the pause and skip state (migration 0017): NULL unless used
+        Column("paused_at", UtcDateTime()),
+        Column("paused_by", String(200)),
+        Column("pause_note", Text()),
+        Column("paused_until", UtcDateTime()),
+        Column("skip_next", Integer()),
+        Column("skip_note", Text()),
+        # The schedule: the active jobs by their next fire (the dispatcher's and the hot
+        # window's read, whatever buckets it asks for: their filter is on the rows).
         Index(None, "is_active", "next_run_at"),
-        Index(None, "bucket", "next_run_at"),
         # The jobs list's filters, each in the list's order (newest first, by id).
         Index(None, "job_type", "id"),
         Index(None, "is_active", "id"),
@@ -246,7 +263,15 @@ def _jobs(metadata: MetaData, *, postgres: bool) -> None:
             sqlite_where=CODE_JOBS,
             postgresql_where=CODE_JOBS,
         ),
-        # The cron jobs of a bucket (silence detection), without the one-time ones.
+        # The timed pauses, by their end (the few jobs paused with an end: ended in seconds).
+        Index(
+            "ix_jobs_paused_until",
+            "paused_until",
+            sqlite_where=TIMED_PAUSE,
+            postgresql_where=TIMED_PAUSE,
+        ),
+        # The recurring (cron or interval) jobs of a bucket (silence and missed-fire checks),
+        # without the one-time ones.
         Index(
             "ix_jobs_recurring",
             "bucket",
@@ -327,6 +352,7 @@ def _occurrences(metadata: MetaData, *, partitioned: bool) -> None:
         Column("concurrency_policy", SmallInteger(), nullable=False),
         Column("retry_delay_seconds", Float()),
         Column("traceparent", String(64)),
+        Column("jitter_seconds", Float()),
         keys["pk"],
         UniqueConstraint("job_id", "scheduled_for"),
         Index(None, "job_id", "id"),
@@ -448,6 +474,43 @@ def _control(metadata: MetaData) -> None:
         Column("created_at", UtcDateTime(), nullable=False),
         Column("expires_at", UtcDateTime(), nullable=False),
         Index(None, "expires_at"),
+    )
+
+
+def _dependencies(metadata: MetaData) -> None:
+    # Job dependencies and graph runs (migration 0018): a table of their own, so a job with
+    # none costs nothing. Edges go with either job; graph runs outlive their jobs.
+    Table(
+        "job_dependencies",
+        metadata,
+        Column("job_id", Uuid(), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+        Column("upstream_id", Uuid(), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+        Column("rule", String(16), nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False),
+        PrimaryKeyConstraint("job_id", "upstream_id"),
+        Index(None, "upstream_id"),
+    )
+    Table(
+        "graph_runs",
+        metadata,
+        Column("id", Uuid(), primary_key=True),
+        Column("root_job_id", Uuid(), nullable=False),
+        Column("root_occurrence_id", Uuid(), nullable=False, unique=True),
+        Column("status", String(16), nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False),
+        Column("finished_at", UtcDateTime()),
+        Index(None, "status", "created_at"),
+        Index(None, "root_job_id", "created_at"),
+    )
+    Table(
+        "graph_run_nodes",
+        metadata,
+        Column("run_id", Uuid(), ForeignKey("graph_runs.id", ondelete="CASCADE"), nullable=False),
+        Column("job_id", Uuid(), nullable=False),
+        Column("occurrence_id", Uuid(), nullable=False, unique=True),
+        Column("reason", Text()),
+        Column("created_at", UtcDateTime(), nullable=False),
+        PrimaryKeyConstraint("run_id", "job_id"),
     )
 
 
@@ -651,6 +714,9 @@ audit_entries = metadata.tables["audit_entries"]
 scheduler_control = metadata.tables["scheduler_control"]
 declared_job_types = metadata.tables["declared_job_types"]
 idempotency_keys = metadata.tables["idempotency_keys"]
+job_dependencies = metadata.tables["job_dependencies"]
+graph_runs = metadata.tables["graph_runs"]
+graph_run_nodes = metadata.tables["graph_run_nodes"]
 notification_subscriptions = metadata.tables["notify_subscriptions"]
 notification_deliveries = metadata.tables["notify_deliveries"]
 notification_attempts = metadata.tables["notify_attempts"]

@@ -38,19 +38,24 @@ from rota.core.errors import ValidationError
 from rota.core.models import (
     FailureType,
     JobMessage,
+    LogRecord,
     OccurrenceStatus,
     StatusRecord,
     utcnow,
 )
 from rota.core.ports import Broker, Delivery
+from rota.core.ports.limits import LimitMemory
+from rota.core.timing import off_the_second
 from rota.observability.logs import set_job_context
 from rota.observability.tracing import Tracing
 from rota.sdk.context import JobContext
 from rota.sdk.registry import AnyJobDefinition, JobRegistry
 from rota.worker.claims import AttemptClaims, ClaimVerdict
+from rota.worker.early import Early, Parsed, granted
 from rota.worker.finals import FinalizedAttempts
 from rota.worker.flow import Flow
-from rota.worker.hold import Hold
+from rota.worker.gate import DEFAULT_LIMIT_LEASE, LimitGate
+from rota.worker.hold import Entry, Hold
 from rota.worker.localstore import LocalStore
 from rota.worker.reporter import Reporter
 from rota.worker.run import ExecutorStats, Runner, format_exception, log_finished
@@ -74,45 +79,6 @@ HAND_BACK_AFTER = 600.0
 FINALIZED_RETENTION = 7 * 24 * 3600.0
 FINALIZED_MAX_ENTRIES = 1_000_000
 """The defaults of ``hand_back_after``, ``finalized_retention`` and ``finalized_max_entries``."""
-
-
-class _Early:
-    """What was done for a held delivery before its due instant."""
-
-    __slots__ = ("attempt", "claim", "ctx", "parsed", "released", "version")
-
-    def __init__(
-        self,
-        message: JobMessage,
-        claim: asyncio.Task[ClaimVerdict] | None,
-        parsed: _Parsed,
-        ctx: JobContext,
-    ) -> None:
-        self.attempt = message.attempt
-        self.version = message.job_version
-        self.claim = claim
-        self.parsed = parsed
-        self.ctx = ctx
-        self.released = False
-        """Released by the hold at its due instant, not started yet."""
-
-    def of(self, message: JobMessage) -> bool:
-        """Whether this was done for ``message``'s copy (its attempt and job version)."""
-        return self.attempt == message.attempt and self.version == message.job_version
-
-
-_Parsed = tuple[AnyJobDefinition, Any] | tuple[None, tuple[FailureType, str]]
-"""The definition and parsed data of a message, or ``None`` and why it cannot run."""
-
-
-def _granted(claim: asyncio.Task[ClaimVerdict] | None, claiming: bool) -> bool:
-    """Whether a claim made ahead lets the attempt start now without waiting (``claiming``:
-    the executor claims attempts; without, there is nothing to wait for)."""
-    if claim is None:
-        return not claiming
-    return (
-        claim.done() and not claim.cancelled() and claim.exception() is None and claim.result().run
-    )
 
 
 class Executor:
@@ -151,6 +117,12 @@ class Executor:
     claimed, its data parsed, its context built), so that its start is only its start; a
     claim made ahead for a delivery that then does not start here is given up.
 
+    ``limits`` (optional): the coordination's cluster-wide limits; a delivery of a limited
+    job type waits (without a slot) until it gets a slot of its limit
+    (:mod:`rota.worker.gate`), held for ``limit_lease`` seconds between heartbeats. The
+    consumer's prefetch grows by ``limit_capacity`` (default ``concurrency``) for the
+    deliveries waiting there, so that they do not keep other work from being received.
+
     ``stats`` counts the deliveries skipped, handed back, dropped or cancelled unstarted.
     """
 
@@ -176,6 +148,9 @@ class Executor:
         tracing: Tracing | None = None,
         claims: AttemptClaims | None = None,
         hold_capacity: int = 0,
+        limits: LimitMemory | None = None,
+        limit_lease: float = DEFAULT_LIMIT_LEASE,
+        limit_capacity: int | None = None,
     ) -> None:
         if concurrency < 1 or sync_threads < 1:
             raise ValueError("concurrency and sync_threads must be >= 1")
@@ -185,6 +160,7 @@ class Executor:
             raise ValueError("hold_capacity must be >= 0")
         self._claims = claims
         self._hold_capacity = hold_capacity
+        self._limit_capacity = 0 if limits is None else (limit_capacity or concurrency)
         self.worker_id = worker_id
         self.instance_id = instance_id
         self.concurrency = concurrency
@@ -192,6 +168,10 @@ class Executor:
         self._registry = registry
         self._definitions = dict(registry)
         self._clock = clock
+        self._start_clock: Clock = (
+            functools.partial(datetime.now, UTC) if clock is utcnow else clock
+        )
+        """The clock of a group's starts (the same time, a call less per start)."""
         self._heartbeat_interval = heartbeat_interval
         self._store = store
         self.stats = ExecutorStats()
@@ -209,9 +189,28 @@ class Executor:
             handle=self._start,
             ack=self.reporter.ack_after_flush,
             unstarted=self._unstarted,
+            finished=None if limits is None else self._limit_done,
         )
-        self._hold = Hold(release=self._release, drop=self.reporter.ack_after_flush)
-        self._early: dict[UUID, _Early] = {}
+        self._gate = (
+            None
+            if limits is None
+            else LimitGate(
+                limits,
+                instance_id,
+                room=lambda: self._flow.room,
+                admit=self._flow.admit,
+                note=self._note_waiting,
+                hand_back=self._flow.hand_back,
+                lease=limit_lease,
+            )
+        )
+        self._hold = Hold(
+            release=self._release,
+            drop=self.reporter.ack_after_flush,
+            ready=self._ready,
+            release_group=self._release_group,
+        )
+        self._early: dict[UUID, Early] = {}
         """What was done ahead for the held (or released, not started) deliveries."""
         self._give_up: list[tuple[UUID, int]] = []
         """Attempts claimed ahead that will not start here: their claims to give up."""
@@ -252,6 +251,11 @@ class Executor:
         return self._flow.held
 
     @property
+    def gate(self) -> LimitGate | None:
+        """The cluster-wide limits' gate (``None``: limits not followed)."""
+        return self._gate
+
+    @property
     def early(self) -> int:
         """Deliveries received before their due time, held until it."""
         return len(self._hold)
@@ -275,6 +279,9 @@ class Executor:
             await self.reporter.count_outbox()
         if self._claims is not None:
             await self._claims.load()
+        if self._gate is not None:
+            await self._gate.refresh()
+            self._gate.start()
         self._flow.stopping = False
         self.reporter.start()
         loop = asyncio.get_running_loop()
@@ -296,9 +303,22 @@ class Executor:
         for delivery in self._hold.take_all():
             await self._flow.hand_back(delivery)
         await self._flow.hand_back_held(math.inf)
+        if self._gate is not None:
+            for delivery in await self._gate.stop():
+                await self._flow.hand_back(delivery)
         await self._give_up_claims()
         if self._flow.tasks and grace > 0:
-            await asyncio.wait(self._flow.tasks, timeout=grace)
+            # Draining is being alive: the running ones keep their heartbeats and claims
+            # (else the scheduler takes them for a dead worker's and runs them again).
+            upkeep = asyncio.get_running_loop().create_task(
+                self._keep_running_alive(), name="rota-executor-drain-upkeep"
+            )
+            try:
+                await asyncio.wait(self._flow.tasks, timeout=grace)
+            finally:
+                upkeep.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await upkeep
         self._runner.cancel_all(f"worker stopped; still running after its grace of {grace:g} s")
         if tasks := self._flow.tasks:
             _, stuck = await asyncio.wait(tasks, timeout=_CANCEL_WAIT)
@@ -307,6 +327,8 @@ class Executor:
                     "handlers ignored cancellation at stop",
                     extra={"action": "executor_stop", "count": len(stuck)},
                 )
+        if self._gate is not None:
+            await self._gate.close()
         await self.reporter.stop()
         self._runner.close()
 
@@ -315,8 +337,11 @@ class Executor:
         ``ctx.cancelled`` is set; it is reported Cancelled with ``reason`` (else
         ``cancelled``). ``False`` if it is not running here; it is then remembered, so a
         message for it arriving later is reported Cancelled without running. A held delivery
-        of it (not due yet) is reported Cancelled and acknowledged at once."""
+        of it (not due yet, or waiting for a limit) is reported Cancelled and acknowledged
+        at once."""
         delivery = self._hold.take(occurrence_id)
+        if delivery is None and self._gate is not None:
+            delivery = self._gate.take(occurrence_id)  # waiting for a limit
         if delivery is not None:
             self._early.pop(occurrence_id, None)  # final here: its claim may stay
             self.stats.cancelled_unstarted += 1
@@ -353,7 +378,7 @@ class Executor:
         lets through; those not due yet wait on the hold's timer, those that cannot start yet
         are held by the flow, where their wait is watched (none sits
         unseen in the consumer's buffer until the broker's consumer timeout)."""
-        prefetch = self.concurrency + self._hold_capacity
+        prefetch = self.concurrency + self._hold_capacity + self._limit_capacity
         deliveries = self._broker.consume_jobs(self.worker_id, prefetch)
         clock = time.perf_counter
         since = clock()
@@ -382,7 +407,32 @@ class Executor:
         elif self._hold.hold(delivery):
             self._prepare(delivery)
         else:
+            self._admit(delivery)
+
+    def _admit(self, delivery: Delivery) -> None:
+        """To the flow, through the limits' gate for a limited job type."""
+        gate = self._gate
+        if gate is not None and gate.applies(delivery.message.job_type):
+            gate.wait(delivery)
+        else:
             self._flow.admit(delivery)
+
+    def _limit_done(self, delivery: Delivery) -> None:
+        if self._gate is not None:
+            self._gate.finished(delivery)
+
+    def _note_waiting(self, message: JobMessage, text: str) -> None:
+        """The occurrence waits for a limit: a line in its log says so."""
+        self.reporter.add_log(
+            LogRecord(
+                occurrence_id=message.occurrence_id,
+                timestamp=self._clock(),
+                level="INFO",
+                message=text,
+                category="rota.limits",
+                attempt=message.attempt,
+            )
+        )
 
     def _prepare(self, delivery: Delivery) -> None:
         """While a delivery is held: claim its attempt (one call for the deliveries of this
@@ -400,12 +450,14 @@ class Executor:
             claim = asyncio.get_running_loop().create_task(
                 self._claims.claim(message, careful=delivery.redelivered)
             )
-        self._early[oid] = _Early(message, claim, self._parse(message), self._context(message))
+        self._early[oid] = Early(message, claim, self._parse(message), self._context(message))
 
     def _unstarted(self, delivery: Delivery) -> None:
         """A delivery will not start here (given back, or lost with its channel): give up
         the claim made ahead for it, once it is known."""
         message = delivery.message
+        if self._gate is not None:
+            self._gate.finished(delivery)
         early = self._early.get(message.occurrence_id)
         if early is None or not early.of(message):
             return  # what was done ahead is another copy's
@@ -433,6 +485,42 @@ class Executor:
             batch, self._give_up = self._give_up, []
             await self._claims.release(batch)
 
+    def _ready(self, deliveries: list[Delivery]) -> list[object]:
+        """Held deliveries, shortly before their due instant: the ``Early`` of each that can
+        then start as it is (:meth:`_prepared`, its channel live, no limit to wait for), else
+        ``None``; a cancel in between takes the delivery out of the hold."""
+        tokens: list[object] = [None] * len(deliveries)
+        if self._flow.stopping:
+            return tokens
+        gate, flow = self._gate, self._flow
+        for i, delivery in enumerate(deliveries):
+            job_type = delivery.message.job_type
+            early = self._prepared(delivery)
+            if (
+                early is None
+                or not delivery.is_live
+                or flow.limited(job_type)
+                or (gate is not None and gate.applies(job_type))
+            ):
+                continue
+            tokens[i] = early
+        return tokens
+
+    def _release_group(self, entries: list[Entry]) -> None:
+        """A group's due instant: the readied deliveries start in one tight loop (the flow's
+        :meth:`~rota.worker.flow.Flow.start_ready`), then the others one by one."""
+        rest = self._flow.start_ready(entries, self._run, self._start_clock)
+        if len(rest) < len(entries):
+            early, unstarted = self._early, {id(delivery) for delivery in rest}
+            for entry in entries:
+                if entry.token is None or id(entry.delivery) in unstarted:
+                    continue
+                oid = entry.delivery.message.occurrence_id
+                if early.get(oid) is entry.token:
+                    del early[oid]
+        for delivery in rest:
+            self._release(delivery)
+
     def _release(self, delivery: Delivery) -> None:
         """A held delivery's due instant has come: start it (as if it arrived now)."""
         if not delivery.is_live:
@@ -443,20 +531,34 @@ class Executor:
             early = self._early.get(delivery.message.occurrence_id)
             if early is not None and early.of(delivery.message):
                 early.released = True
-            self._flow.admit(delivery)
+            self._admit(delivery)
 
     # --- upkeep: heartbeats, claims, held deliveries, pruning ---------------------------
 
     async def _housekeep(self) -> None:
         while True:
-            await asyncio.sleep(self._heartbeat_interval)
-            self._beat()
-            if self._claims is not None:
-                running = [(oid, e.ctx.attempt) for oid, e in self._runner.running.items()]
-                await self._claims.renew(running)
+            await asyncio.sleep(off_the_second(self._heartbeat_interval))
+            await self._heartbeat()
             self._drop_dead()
             await self._flow.hand_back_overdue()
+            if self._gate is not None:
+                await self._gate.renew()
+                await self._gate.refresh()
+                await self._gate.hand_back_overdue(self._flow.hand_back_after)
             await self._finals.prune_if_due()
+
+    async def _heartbeat(self) -> None:
+        """The running occurrences' heartbeats (Running again) and their claims renewed."""
+        self._beat()
+        if self._claims is not None:
+            running = [(oid, e.ctx.attempt) for oid, e in self._runner.running.items()]
+            await self._claims.renew(running)
+
+    async def _keep_running_alive(self) -> None:
+        """While a stop lets the running handlers finish: only their heartbeats."""
+        while True:
+            await asyncio.sleep(off_the_second(self._heartbeat_interval))
+            await self._heartbeat()
 
     def _drop_dead(self) -> None:
         """Drop the received, unstarted deliveries whose channel is gone (a lost broker
@@ -481,25 +583,31 @@ class Executor:
         instant whose preparation is complete (claimed ahead, data parsed) starts here and
         now: this is its start time, and its task (:meth:`_run`) reports it and runs its
         handler. Any other goes the whole way (:meth:`_handle`)."""
+        early = self._prepared(delivery)
+        if early is None or not early.released or self._flow.stopping:
+            return self._handle(delivery)
+        del self._early[delivery.message.occurrence_id]
+        return self._run(delivery, early, self._clock())
+
+    def _prepared(self, delivery: Delivery) -> Early | None:
+        """What was done ahead for this very copy, if it lets the delivery start as it is:
+        its data parsed, its claim granted, not redelivered, not running or finalized here."""
         message = delivery.message
         oid = message.occurrence_id
         early = self._early.get(oid)
         if (
             early is None
-            or not early.released
             or not early.of(message)
             or early.parsed[0] is None
             or delivery.redelivered
-            or self._flow.stopping
             or oid in self._runner.running
             or self._finals.known(message)
-            or not _granted(early.claim, self._claims is not None)
+            or not granted(early.claim, self._claims is not None)
         ):
-            return self._handle(delivery)
-        del self._early[oid]
-        return self._run(delivery, early, self._clock())
+            return None
+        return early
 
-    async def _run(self, delivery: Delivery, early: _Early, started: datetime) -> None:
+    async def _run(self, delivery: Delivery, early: Early, started: datetime) -> None:
         """Run a delivery started at ``started`` by :meth:`_start`: its ``Running`` report
         (with that time) and its ack are queued in the task's first step, before its handler
         runs, not while the deliveries released with it are still being started."""
@@ -556,7 +664,7 @@ class Executor:
         self._report_final(message, await self._runner.run(ctx, definition, data, message))
 
     async def _claimed(
-        self, claims: AttemptClaims, delivery: Delivery, early: _Early | None
+        self, claims: AttemptClaims, delivery: Delivery, early: Early | None
     ) -> ClaimVerdict:
         """The claim of the delivery's attempt: the one made ahead if it was granted, else
         asked now."""
@@ -576,11 +684,11 @@ class Executor:
             verdict = await claims.claim(message, careful=True)
         return verdict
 
-    def _forget_early(self, oid: UUID, early: _Early | None) -> None:
+    def _forget_early(self, oid: UUID, early: Early | None) -> None:
         if early is not None:
             del self._early[oid]
 
-    def _parse(self, message: JobMessage) -> _Parsed:
+    def _parse(self, message: JobMessage) -> Parsed:
         """The definition and parsed data, or ``None`` and why it cannot run."""
         definition = self._definitions.get(message.job_type)
         if definition is None:

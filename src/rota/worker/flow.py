@@ -20,11 +20,13 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from rota.core.ports import Delivery
 from rota.sdk.registry import AnyJobDefinition
+from rota.worker.hold import Entry
 from rota.worker.run import ExecutorStats
 
 __all__ = ["Flow"]
@@ -61,6 +63,7 @@ class Flow:
         handle: Callable[[Delivery], Coroutine[Any, Any, None]],
         ack: Callable[[Delivery], None],
         unstarted: Callable[[Delivery], None] = lambda _: None,
+        finished: Callable[[Delivery], None] | None = None,
     ) -> None:
         self._free = concurrency
         self._limits = {
@@ -79,12 +82,22 @@ class Flow:
         self._handle = handle
         self._ack = ack
         self._unstarted = unstarted
+        self._finished = finished
         self.stopping = False
 
     @property
     def held(self) -> int:
         """Deliveries received and waiting for a slot or their job type's turn."""
         return len(self._held)
+
+    @property
+    def hand_back_after(self) -> float:
+        return self._hand_back_after
+
+    @property
+    def room(self) -> int:
+        """How many more deliveries could start now (free slots not promised to held ones)."""
+        return self._free - len(self._held)
 
     @property
     def tasks(self) -> set[asyncio.Task[None]]:
@@ -113,12 +126,21 @@ class Flow:
             held = item.delivery.message
             if held.occurrence_id == message.occurrence_id:
                 if (held.attempt, held.job_version) > (message.attempt, message.job_version):
+                    self._ended(delivery)
                     return True
                 self._held.remove(item)
                 self._forget(item)
                 self._ack(item.delivery)
+                self._ended(item.delivery)
                 return False
         return False
+
+    def _ended(self, delivery: Delivery) -> None:
+        if self._finished is not None:
+            self._finished(delivery)
+
+    def _task_ended(self, delivery: Delivery, _task: asyncio.Task[None]) -> None:
+        self._ended(delivery)
 
     def _hold(self, item: _Held) -> None:
         """Hold it after every held delivery of its priority or higher (the order to start)."""
@@ -170,6 +192,48 @@ class Flow:
         kept.extend(held)
         self._held = kept
 
+    def limited(self, job_type: str) -> bool:
+        """Whether the job type has a concurrency of its own here."""
+        return job_type in self._limits
+
+    def start_ready(
+        self,
+        entries: list[Entry],
+        make: Callable[[Delivery, Any, datetime], Coroutine[Any, Any, None]],
+        clock: Callable[[], datetime],
+    ) -> list[Delivery]:
+        """Start the readied deliveries of a hold's group (:mod:`rota.worker.hold`), all due
+        now, as slots allow, highest priority first: each start is its time and its task,
+        ``make(delivery, token, started)``, in one loop; what the flow keeps of them comes
+        after it. Tokens are only given to job types without a concurrency of their own.
+        None starts while a delivery is held here (those come first) or at stop. Returns the
+        deliveries not started (unreadied, or no slot), in order."""
+        if self.stopping or self._held or not self._free:
+            return [entry.delivery for entry in entries]
+        if len(entries) > self._free:
+            entries = sorted(entries, key=lambda e: -e.delivery.message.priority)
+        loop = asyncio.get_running_loop()
+        task_of = asyncio.Task
+        free = self._free
+        started: list[tuple[asyncio.Task[None], Delivery]] = []
+        rest: list[Delivery] = []
+        for entry in entries:
+            token = entry.token
+            if token is None or not free:
+                rest.append(entry.delivery)
+                continue
+            free -= 1
+            delivery = entry.delivery
+            started.append((task_of(make(delivery, token, clock()), loop=loop), delivery))
+        self._free = free
+        tasks, done, finished = self._tasks, self._done, self._finished
+        for task, delivery in started:
+            tasks.add(task)
+            task.add_done_callback(done)
+            if finished is not None:
+                task.add_done_callback(functools.partial(self._task_ended, delivery))
+        return rest
+
     def _launch(self, delivery: Delivery) -> None:
         job_type = delivery.message.job_type
         self._free -= 1
@@ -180,6 +244,8 @@ class Flow:
             task.add_done_callback(functools.partial(self._done_limited, job_type))
         else:
             task.add_done_callback(self._done)
+        if self._finished is not None:
+            task.add_done_callback(functools.partial(self._task_ended, delivery))
 
     def _done_limited(self, job_type: str, task: asyncio.Task[None]) -> None:
         self._by_type[job_type] -= 1

@@ -11,12 +11,20 @@ timer is armed :data:`SPIN` early and the last stretch is spun on the loop (each
 every other callback run); a delivery is never released before its due instant by the wall
 clock. A delivery whose due time is further than :data:`MAX_HOLD` ahead (a clock far off) is
 not held.
+
+A group's starts are as cheap as they can be: :data:`READY` before the due instant,
+``ready(deliveries)`` checks what can be checked then and gives each delivery a token
+(``None``: nothing ready; a delivery held later is readied when it arrives); at the instant,
+``release_group`` gets the group's :class:`Entry` list at once, so that the starts themselves
+are one tight loop. A delivery taken out in between (cancelled, superseded) is no longer in
+the group: its token goes with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -25,10 +33,15 @@ from uuid import UUID
 from rota.core.models import JobMessage
 from rota.core.ports import Delivery
 
-__all__ = ["MAX_HOLD", "SPIN", "Hold"]
+__all__ = ["MAX_HOLD", "READY", "SPIN", "Entry", "Hold"]
+
+log = logging.getLogger(__name__)
 
 SPIN = 0.002
 """Seconds before a due instant at which its timer fires; the rest is spun on the loop."""
+
+READY = 0.010
+"""Seconds before a due instant at which its group is readied (with ``ready``)."""
 
 MAX_HOLD = 60.0
 """A delivery due further ahead than this is not held (released at once)."""
@@ -39,8 +52,29 @@ def _rank(message: JobMessage) -> tuple[int, int]:
     return message.attempt, message.job_version
 
 
+def collect_young_if_half_full() -> None:
+    """Right after a group's starts: a young generation at least half full is collected now
+    (with the middle one if this collection would take it too), not at whatever instant it
+    fills up, which may be the next group's (a young collection of tens of thousands of
+    objects takes milliseconds)."""
+    young, middle, _ = gc.get_count()
+    threshold_young, threshold_middle, _ = gc.get_threshold()
+    if young > threshold_young // 2:
+        gc.collect(1 if middle + 1 > threshold_middle else 0)
+
+
 class TimerHandle(Protocol):
     def cancel(self) -> None: ...
+
+
+class Entry:
+    """A held delivery and its token from ``ready`` (``None``: not readied)."""
+
+    __slots__ = ("delivery", "token")
+
+    def __init__(self, delivery: Delivery) -> None:
+        self.delivery = delivery
+        self.token: object = None
 
 
 Timer = Callable[[float, Callable[[], None]], TimerHandle]
@@ -61,6 +95,9 @@ class Hold:
     ``release(delivery)`` is called at the due instant; ``drop(delivery)`` for a copy that
     another held delivery of the same occurrence supersedes: the later attempt, else the
     later job version (the job edited before its due time), else the newer delivery.
+    ``ready(deliveries) -> tokens`` (optional) is called once per group when its timer fires
+    ahead of the instant, and ``release_group(entries)`` (optional) instead of ``release``
+    at the instant, with every delivery of the group and its token (see the module).
     ``wall`` is the wall clock (epoch seconds), ``timer`` schedules a callback (both
     injectable for tests).
     """
@@ -70,15 +107,21 @@ class Hold:
         *,
         release: Callable[[Delivery], None],
         drop: Callable[[Delivery], None],
+        ready: Callable[[list[Delivery]], list[object]] | None = None,
+        release_group: Callable[[list[Entry]], None] | None = None,
         wall: Callable[[], float] = time.time,
         timer: Timer = _loop_timer,
     ) -> None:
         self._release = release
         self._drop = drop
+        self._ready = ready
+        self._release_group = release_group
         self._wall = wall
         self._timer = timer
-        self._groups: dict[float, dict[UUID, Delivery]] = {}
+        self._groups: dict[float, dict[UUID, Entry]] = {}
         """Held deliveries by due instant (epoch seconds), then occurrence id."""
+        self._readied: set[float] = set()
+        """The due instants whose groups ``ready`` has seen."""
         self._due: dict[UUID, float] = {}
         self._timers: dict[float, TimerHandle] = {}
 
@@ -94,7 +137,7 @@ class Hold:
             return False
         oid = message.occurrence_id
         if oid in self._due:
-            other = self._groups[self._due[oid]][oid]
+            other = self._groups[self._due[oid]][oid].delivery
             if _rank(other.message) > _rank(message):
                 self._drop(delivery)
                 return True
@@ -104,14 +147,16 @@ class Hold:
         if group is None:
             group = self._groups[due] = {}
             self._arm(due, ahead)
-        group[oid] = delivery
+        entry = group[oid] = Entry(delivery)
         self._due[oid] = due
+        if self._ready is not None and due in self._readied:  # its group readied already
+            entry.token = self._ready([delivery])[0]
         return True
 
     def get(self, occurrence_id: UUID) -> Delivery | None:
         """The held delivery of an occurrence, left held; ``None`` if none is."""
         due = self._due.get(occurrence_id)
-        return None if due is None else self._groups[due][occurrence_id]
+        return None if due is None else self._groups[due][occurrence_id].delivery
 
     def take(self, occurrence_id: UUID) -> Delivery | None:
         """Take a held delivery out (its occurrence was cancelled); ``None`` if none is."""
@@ -120,7 +165,12 @@ class Hold:
     def take_dead(self) -> list[Delivery]:
         """Take out the held deliveries whose channel is gone (the broker delivers them
         again, maybe elsewhere)."""
-        dead = [d for group in self._groups.values() for d in group.values() if not d.is_live]
+        dead = [
+            e.delivery
+            for group in self._groups.values()
+            for e in group.values()
+            if not e.delivery.is_live
+        ]
         for delivery in dead:
             self._take(delivery.message.occurrence_id)
         return dead
@@ -129,10 +179,11 @@ class Hold:
         """Take every held delivery out (at stop), their timers cancelled."""
         for handle in self._timers.values():
             handle.cancel()
-        taken = [d for group in self._groups.values() for d in group.values()]
+        taken = [e.delivery for group in self._groups.values() for e in group.values()]
         self._groups.clear()
         self._due.clear()
         self._timers.clear()
+        self._readied.clear()
         return taken
 
     def _take(self, oid: UUID) -> Delivery | None:
@@ -140,35 +191,58 @@ class Hold:
         if due is None:
             return None
         group = self._groups[due]
-        delivery = group.pop(oid)
+        delivery = group.pop(oid).delivery
         if not group:
             del self._groups[due]
+            self._readied.discard(due)
             handle = self._timers.pop(due, None)
             if handle is not None:
                 handle.cancel()
         return delivery
 
     def _arm(self, due: float, ahead: float) -> None:
-        self._timers[due] = self._timer(max(ahead - SPIN, 0.0), lambda: self._fire(due))
+        early = SPIN if self._ready is None or due in self._readied else SPIN + READY
+        self._timers[due] = self._timer(max(ahead - early, 0.0), lambda: self._fire(due))
 
     def _fire(self, due: float) -> None:
-        if due not in self._groups:
+        group = self._groups.get(due)
+        if group is None:
             return
         ahead = due - self._wall()
-        if ahead > 0:  # early (timer resolution, or the spin's last stretch): not yet
+        if ahead > 0:  # early (readying, timer resolution, the spin's last stretch): not yet
+            if self._ready is not None and due not in self._readied:
+                self._readied.add(due)
+                entries = list(group.values())
+                try:
+                    tokens = self._ready([e.delivery for e in entries])
+                except Exception:  # nothing readied: the group starts one by one
+                    log.exception("readying held deliveries failed", extra={"action": "hold"})
+                    tokens = [None] * len(entries)
+                for entry, token in zip(entries, tokens, strict=True):
+                    entry.token = token
+                ahead = due - self._wall()
             self._arm(due, ahead)
             return
         self._timers.pop(due, None)
-        group = self._groups.pop(due)
+        self._readied.discard(due)
+        del self._groups[due]
         # No garbage collection in the middle of a group's starts (a young-generation pass
-        # costs a millisecond or more with a large heap): it runs, if due, right after them.
+        # costs milliseconds with a large heap): it runs right after them, if due or near.
         collecting = gc.isenabled()
         if collecting and len(group) > 1:
             gc.disable()
         try:
-            for oid, delivery in group.items():
-                del self._due[oid]
-                self._release(delivery)
+            if self._release_group is not None:
+                try:
+                    self._release_group(list(group.values()))
+                finally:
+                    for oid in group:
+                        del self._due[oid]
+            else:
+                for oid, entry in group.items():
+                    del self._due[oid]
+                    self._release(entry.delivery)
         finally:
             if collecting:
                 gc.enable()
+                collect_young_if_half_full()

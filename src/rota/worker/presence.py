@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from rota.core.models import WorkerInfo, utcnow
 from rota.core.ports import Coordination
 from rota.core.records import Cancellation
+from rota.core.timing import off_the_second
 from rota.sdk.registry import JobRegistry
 from rota.worker.executor import Executor
 
@@ -105,7 +106,7 @@ class WorkerPresence:
 
     async def _beat(self) -> None:
         while True:
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(off_the_second(self._interval))
             try:
                 await self.register()
             except Exception as exc:  # never let the heartbeat die

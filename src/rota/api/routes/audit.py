@@ -21,7 +21,8 @@ router = APIRouter(prefix="/audit", tags=["audit"], dependencies=[requires(Role.
     responses=problem_responses(422, 503),
     summary="Audit entries, newest first",
     description="Actions: job.created, job.bulk_created, job.updated, job.deleted, "
-    "job.triggered, job.backfilled, occurrence.cancelled, failed_occurrence.updated, "
+    "job.triggered, job.backfilled, job.paused, job.resumed, job.skip_set, occurrence.cancelled, "
+    "failed_occurrence.updated, "
     "failed_occurrence.retried, failed_occurrence.deleted, user.created, user.updated, "
     "user.password_reset, user.deleted, password.changed, login.succeeded, login.failed, "
     "logout, and the dispatcher's control actions.",

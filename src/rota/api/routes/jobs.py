@@ -16,9 +16,11 @@ from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
 from rota.api.bulkout import JSON, jobs_json
-from rota.api.deps import Audit, Idempotent, Jobs, Runtime, StoreDep
+from rota.api.deps import ApiRuntime, Audit, Idempotent, Jobs, Runtime, StoreDep
 from rota.api.problems import problem_responses
+from rota.api.routes.dependencies import dependencies_out
 from rota.api.schemas.common import MAX_LIMIT, NO_NUL, ApiModel, UtcDatetime, unwrap_partial_updates
+from rota.api.schemas.dependencies import DependencyIn
 from rota.api.schemas.jobs import (
     BackfillOut,
     BackfillRequest,
@@ -30,8 +32,10 @@ from rota.api.schemas.jobs import (
     JobPatch,
     JobVersionList,
     JobVersionOut,
+    PauseRequest,
     Preview,
     ReferenceTriggerRequest,
+    SkipRequest,
     TriggerRequest,
 )
 from rota.api.schemas.occurrences import OccurrenceDetail
@@ -53,6 +57,18 @@ tags = APIRouter(prefix="/tags", tags=["jobs"], dependencies=[requires(Role.VIEW
 AUDITED_IDS = 1000
 """A bulk create's audit entry names at most this many job ids."""
 
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias=HEADER,
+        max_length=MAX_KEY,
+        description="A key of your choice (e.g. a UUID) that makes the creation idempotent: "
+        "a repeat with the same key within 24 h gets the first answer "
+        "(`Idempotent-Replayed: true`) instead of creating again; the same key with another "
+        "body is refused (422), and a repeat while the first is still handled (409).",
+    ),
+]
+
 
 def _audit_view(job: JobOut) -> dict[str, Any]:
     return job.model_dump(mode="json", by_alias=True, exclude={"warnings"})
@@ -72,29 +88,22 @@ async def create_job(
     user: OperatorUser,
     audit: Audit,
     idempotency: Idempotent,
+    runtime: Runtime,
     key: IdempotencyKey = None,
 ) -> Any:
     async def handle() -> tuple[ApiModel, Headers]:
+        upstreams = _upstreams(body.depends_on)
+        if upstreams:  # checked before the job exists: a refused one creates nothing
+            await runtime.dependencies.check_upstreams(upstreams)
         created = await jobs.create_job(body.to_spec(created_by=user.username))
-        job = out(created, jobs, response)
+        if upstreams:
+            await runtime.dependencies.set_dependencies(created.id, upstreams)
+        job = await _with_dependencies(runtime, out(created, jobs, response))
         await audit.record(user.username, "job.created", "job", job.id, after=_audit_view(job))
         response.headers["Location"] = f"/api/v1/jobs/{job.id}"
         return job, kept_headers(response.headers.items())
 
     return await _idempotent(idempotency, key, user.username, "jobs.create", body, handle)
-
-
-IdempotencyKey = Annotated[
-    str | None,
-    Header(
-        alias=HEADER,
-        max_length=MAX_KEY,
-        description="A key of your choice (e.g. a UUID) that makes the creation idempotent: "
-        "a repeat with the same key within 24 h gets the first answer "
-        "(`Idempotent-Replayed: true`) instead of creating again; the same key with another "
-        "body is refused (422), and a repeat while the first is still handled (409).",
-    ),
-]
 
 
 async def _idempotent(
@@ -126,9 +135,13 @@ async def _idempotent(
     return Response(
         content=answer.body,
         status_code=answer.status,
-        media_type="application/json",
+        media_type=JSON,
         headers={**dict(answer.headers), REPLAYED: "true" if answer.replayed else "false"},
     )
+
+
+def _upstreams(depends_on: list[DependencyIn] | None) -> list[dict[str, Any]]:
+    return [{"jobId": d.job_id, "on": d.on} for d in depends_on or ()]
 
 
 def out(job: Any, jobs: JobService, response: Response | None = None) -> JobOut:
@@ -164,9 +177,10 @@ async def create_job_reference(
     user: OperatorUser,
     audit: Audit,
     idempotency: Idempotent,
+    runtime: Runtime,
     key: IdempotencyKey = None,
 ) -> Any:
-    return await create_job(body, jobs, response, user, audit, idempotency, key)
+    return await create_job(body, jobs, response, user, audit, idempotency, runtime, key)
 
 
 def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
@@ -198,6 +212,7 @@ async def update_job_reference(
     user: OperatorUser,
     audit: Audit,
     response: Response,
+    runtime: Runtime,
     body: Annotated[
         dict[str, Any],
         Body(
@@ -214,7 +229,7 @@ async def update_job_reference(
         # As if FastAPI had read the body: every error, each naming its field in camelCase.
         errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
         raise RequestValidationError(errors) from None
-    return await _update(jobs, job_id, patch, user, audit, response, if_match)
+    return await _update(jobs, job_id, patch, user, audit, response, if_match, runtime)
 
 
 async def _update(
@@ -225,10 +240,13 @@ async def _update(
     audit: Audit,
     response: Response,
     if_match: str | None,
+    runtime: Runtime,
 ) -> JobOut:
-    before = out(await jobs.get_job(job_id), jobs)
+    before = await _with_dependencies(runtime, out(await jobs.get_job(job_id), jobs))
+    if patch.depends_on is not None:  # first: a refused one (a cycle) changes nothing
+        await runtime.dependencies.set_dependencies(job_id, _upstreams(patch.depends_on))
     changed = await jobs.update_job(job_id, patch.changes(), by=user.username, if_match=if_match)
-    after = out(changed, jobs, response)
+    after = await _with_dependencies(runtime, out(changed, jobs, response))
     await audit.record(
         user.username,
         "job.updated",
@@ -257,6 +275,13 @@ async def create_jobs(
 ) -> Any:
     """Up to 10,000 jobs in one transaction: all are created or none. Every refused job is
     named in the 422 problem's ``errors`` (``jobs[17].cronExpression``)."""
+
+    for i, item in enumerate(body.jobs):
+        if item.depends_on:
+            raise ValidationError(
+                "not taken by the bulk create: set it with PUT /api/v1/jobs/{id}/dependencies",
+                field=f"jobs[{i}].dependsOn",
+            )
 
     async def handle() -> tuple[bytes, Headers]:
         created = await jobs.create_jobs(
@@ -300,10 +325,18 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", responses=problem_responses(404, 422, 503), summary="Read a job")
-async def get_job(job_id: UUID, jobs: Jobs, response: Response) -> JobOut:
+async def get_job(job_id: UUID, jobs: Jobs, response: Response, runtime: Runtime) -> JobOut:
     job = await jobs.get_job(job_id)
     await jobs.refresh_workers()
-    return out(job, jobs, response)
+    return await _with_dependencies(runtime, out(job, jobs, response))
+
+
+async def _with_dependencies(runtime: ApiRuntime, shown: JobOut) -> JobOut:
+    """One job's answer with its upstreams and dependents."""
+    service = runtime.dependencies
+    deps = await dependencies_out(service, await service.dependencies(shown.id))
+    shown.depends_on, shown.dependents = deps.depends_on, deps.dependents
+    return shown
 
 
 @router.patch(
@@ -318,9 +351,10 @@ async def update_job(
     response: Response,
     user: OperatorUser,
     audit: Audit,
+    runtime: Runtime,
     if_match: IfMatch = None,
 ) -> JobOut:
-    return await _update(jobs, job_id, body, user, audit, response, if_match)
+    return await _update(jobs, job_id, body, user, audit, response, if_match, runtime)
 
 
 @router.delete(
@@ -360,6 +394,53 @@ async def backfill_job(
     after = {"from": body.start.isoformat(), "to": body.end.isoformat(), "created": out.created}
     await audit.record(user.username, "job.backfilled", "job", job_id, after=after)
     return out
+
+
+@router.post(
+    "/{job_id}/pause",
+    responses=problem_responses(404, 413, 422, 503),
+    summary="Pause a job, with a note and an optional end",
+)
+async def pause_job(
+    job_id: UUID,
+    jobs: Jobs,
+    runtime: Runtime,
+    user: OperatorUser,
+    body: Annotated[PauseRequest | None, Body()] = None,
+) -> JobOut:
+    """Its fires are recorded Skipped (reason ``paused``, with the note) instead of running,
+    until it is resumed or ``until`` comes (then it resumes by itself). A paused job paused
+    again gets the new note and end. Apart from ``isActive`` and auto-disable
+    (docs/concepts.md#pause-and-skip)."""
+    body = body or PauseRequest()
+    job = await runtime.pausing.pause(job_id, by=user.username, note=body.note, until=body.until)
+    return job_out(job, jobs)
+
+
+@router.post(
+    "/{job_id}/resume",
+    responses=problem_responses(404, 409, 503),
+    summary="Resume a paused job",
+)
+async def resume_job(job_id: UUID, jobs: Jobs, runtime: Runtime, user: OperatorUser) -> JobOut:
+    """Its next fires run again. 409 if it is not paused. A job also disabled (``isActive``
+    off, or auto-disabled) stays disabled."""
+    job = await runtime.pausing.resume(job_id, by=user.username)
+    return job_out(job, jobs)
+
+
+@router.post(
+    "/{job_id}/skip",
+    responses=problem_responses(404, 413, 422, 503),
+    summary="Skip a job's next fires",
+)
+async def skip_job(
+    job_id: UUID, body: SkipRequest, jobs: Jobs, runtime: Runtime, user: OperatorUser
+) -> JobOut:
+    """Its next ``count`` fires (1..1000) are recorded Skipped (reason ``skip_next``, with the
+    note) instead of running; ``skipNext`` on the job counts down. ``count`` 0 clears it."""
+    job = await runtime.pausing.skip(job_id, body.count, by=user.username, note=body.note)
+    return job_out(job, jobs)
 
 
 @router.post(
@@ -416,16 +497,30 @@ async def job_versions(job_id: UUID, jobs: Jobs) -> JobVersionList:
 
 
 @schedules.get(
-    "/preview", responses=problem_responses(422), summary="The next fires of a cron expression"
+    "/preview",
+    responses=problem_responses(422),
+    summary="The next fires of a cron expression or an interval",
 )
 async def preview(
     jobs: Jobs,
-    cron: Annotated[str, Query(min_length=1, max_length=200)],
+    cron: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     time_zone: Annotated[str, Query(alias="timeZone", max_length=200)] = "UTC",
     after: Annotated[UtcDatetime | None, Query(description="Default: now. Naive: UTC.")] = None,
     count: Annotated[int, Query(ge=1, le=MAX_PREVIEW)] = 5,
+    every: Annotated[
+        str | None,
+        Query(max_length=40, description="An interval ('90m') instead of cron."),
+    ] = None,
+    start_at: Annotated[
+        UtcDatetime | None,
+        Query(alias="startAt", description="With every: the interval's alignment."),
+    ] = None,
 ) -> Preview:
-    return Preview(fires=jobs.preview(cron, time_zone, after, count))
+    """The next fires of ``cron`` (in ``timeZone``) or of ``every`` (aligned to ``startAt``,
+    else to ``after``): one of the two."""
+    return Preview(
+        fires=jobs.preview(cron, time_zone, after, count, every=every, start_at=start_at)
+    )
 
 
 class TagOut(ApiModel):

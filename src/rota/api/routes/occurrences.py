@@ -22,10 +22,11 @@ from rota.api.schemas.occurrences import (
 )
 from rota.api.security import OperatorUser, ShownException, requires
 from rota.api.views import parse_statuses
-from rota.core.models import utcnow
+from rota.core.models import OccurrenceStatus, utcnow
 from rota.core.records import OccurrenceQuery
 from rota.core.security import Role
 from rota.services import cancellation
+from rota.services.limits import waiting_for
 
 router = APIRouter(
     prefix="/occurrences", tags=["occurrences"], dependencies=[requires(Role.VIEWER)]
@@ -72,12 +73,18 @@ async def list_occurrences(
     summary="An occurrence with its status history",
 )
 async def get_occurrence(
-    occurrence_id: UUID, store: StoreDep, shown: ShownException
+    occurrence_id: UUID, store: StoreDep, shown: ShownException, runtime: Runtime
 ) -> OccurrenceDetail:
     occurrence = await store.get_occurrence(occurrence_id)
     lines = await store.occurrence_logs(occurrence_id, after=0, limit=DETAIL_LOG_LINES)
     logs = [LogLine.of(seq, record) for seq, record in lines]
-    return OccurrenceDetail.of(occurrence, shown, logs)
+    waiting = None
+    if occurrence.status is OccurrenceStatus.QUEUED:
+        token = str(occurrence_id)
+        waiting = (await waiting_for(runtime.coordination, [token])).get(token)
+    detail = OccurrenceDetail.of(occurrence, shown, logs, waiting)
+    detail.graph_run_id = await runtime.dependencies.graph_run_of(occurrence_id)
+    return detail
 
 
 @router.get(

@@ -21,7 +21,9 @@ from rota.api.schemas.common import (
     Tags,
     UtcDatetime,
 )
+from rota.api.schemas.dependencies import DependencyOut, DependsOn
 from rota.core.autodisable import AutoDisableDefaults, effective
+from rota.core.intervals import format_duration
 from rota.core.jobfields import BY_NAME, JOB_FIELDS
 from rota.core.jobspec import MAX_SECONDS, JobSpec
 from rota.core.models import (
@@ -51,10 +53,14 @@ _REFERENCE_FIELDS: Final = frozenset({"timeout_minutes", "auto_disable_settings"
 def _job_attributes(body: BaseModel, *, exclude_unset: bool = False) -> dict[str, Any]:
     """A job body's fields by job attribute name (``exclude_unset``: the fields sent only)."""
     values = body.model_dump(
-        exclude_unset=exclude_unset, by_alias=False, exclude=set(_REFERENCE_FIELDS)
+        exclude_unset=exclude_unset, by_alias=False, exclude={*_REFERENCE_FIELDS, "depends_on"}
     )
     return {_ATTRIBUTES.get(name, name): value for name, value in values.items()}
 
+
+Every = Annotated[str, StringConstraints(max_length=40, pattern=NO_NUL)] | int
+"""An interval: a duration text (``"1h30m"``) or whole seconds; checked by the service (422
+naming ``every``)."""
 
 Minutes = Annotated[float, Field(allow_inf_nan=False, gt=0, le=MAX_SECONDS / 60)]
 
@@ -117,8 +123,10 @@ class ReferenceForms(InputModel):
 
 
 class JobCreate(ReferenceForms):
-    """A new job: ``jobType`` and ``cronExpression`` or ``executeAt`` (both: the cron's fires
-    from ``executeAt`` on)."""
+    """A new job: ``jobType`` and one of ``cronExpression``, ``every`` (an interval) or
+    ``executeAt`` (one-time); ``cronExpression`` with ``executeAt`` is the older form of a cron
+    with ``startAt``; none of them: it runs only when triggered, by hand or by its upstreams
+    (``dependsOn``)."""
 
     job_type: ShortText = Field(description="The job type a worker group declares.")
     display_name: ShortText = Field("", description="Defaults to the job type.")
@@ -170,6 +178,40 @@ class JobCreate(ReferenceForms):
         description="Seconds without a heartbeat before a Running occurrence is a "
         "zombie; null: the server default.",
     )
+    every: Every | None = Field(
+        None,
+        description="An interval schedule instead of a cron: a duration like '90m', '1h30m', "
+        "'45s', '2d' (or whole seconds), 1s to 366d; fires aligned to startAt, else to the "
+        "creation time. Exclusive with cronExpression and executeAt.",
+    )
+    start_at: UtcDatetime | None = Field(
+        None, description="A recurring job's first possible fire: none before it."
+    )
+    end_at: UtcDatetime | None = Field(
+        None, description="No fire after it; past it the job has no next fire."
+    )
+    max_runs: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000_000,
+        description="After this many fires planned to run (runCount), no next fire.",
+    )
+    jitter_seconds: Seconds | None = Field(
+        None,
+        ge=0,
+        le=3600,
+        description="Each fire is sent after a random delay in [0, jitterSeconds]; the run "
+        "keeps its nominal scheduledFor and records the delay as its jitterSeconds.",
+    )
+    misfire_window_seconds: Seconds | None = Field(
+        None,
+        ge=1,
+        description="A fire later than this is missed (misfirePolicy applies); null: the "
+        "server's misfire threshold.",
+    )
+    depends_on: DependsOn | None = Field(
+        None, description="The jobs it runs after: [{jobId, on: success|completion|failure}]."
+    )
 
     def to_spec(self, created_by: str | None = None) -> JobSpec:
         return JobSpec(**_job_attributes(self), created_by=created_by)
@@ -200,6 +242,15 @@ class JobPatch(ReferenceForms):
     auto_disable_cooldown_seconds: Seconds | None = Field(None, gt=0)
     zombie_policy: ZombiePolicy | None = None
     zombie_threshold_seconds: Seconds | None = Field(None, gt=0)
+    every: Every | None = None
+    start_at: UtcDatetime | None = None
+    end_at: UtcDatetime | None = None
+    max_runs: int | None = Field(None, ge=1, le=1_000_000_000)
+    jitter_seconds: Seconds | None = Field(None, ge=0, le=3600)
+    misfire_window_seconds: Seconds | None = Field(None, ge=1)
+    depends_on: DependsOn | None = Field(
+        None, description="Replaces the jobs it runs after ([] : none)."
+    )
 
     def changes(self) -> dict[str, Any]:
         """The fields sent, by job attribute name."""
@@ -298,11 +349,45 @@ class JobOut(ApiModel):
     auto_disable_cooldown_seconds: float | None
     zombie_policy: ZombiePolicy | None = Field(description="The job's own; null: the default.")
     zombie_threshold_seconds: float | None
+    every: str | None = Field(description="The interval schedule ('1h30m'); null: none.")
+    interval_seconds: int | None = Field(description="every in seconds.")
+    start_at: datetime | None
+    end_at: datetime | None
+    max_runs: int | None
+    run_count: int | None = Field(
+        description="Fires planned to run so far (read-only; Skipped fires and manual "
+        "triggers do not count); null: none yet."
+    )
+    jitter_seconds: float | None
+    misfire_window_seconds: float | None = Field(description="null: the server's threshold.")
     auto_disable: AutoDisableOut
+    paused: bool = Field(
+        description="Paused (POST /jobs/{id}/pause): its fires are recorded Skipped (`paused`) "
+        "instead of running, until resumed or pausedUntil. Apart from isActive and auto-disable."
+    )
+    pause_note: str | None = Field(description="Why it was paused (null: not paused, no note).")
+    paused_until: datetime | None = Field(
+        description="When the pause ends by itself (null: when resumed by hand)."
+    )
+    paused_by: str | None = Field(description="Who paused it.")
+    paused_at: datetime | None = Field(description="When it was paused (null: not paused).")
+    skip_next: int = Field(
+        description="How many of its next fires are recorded Skipped (`skip_next`) instead of "
+        "running (POST /jobs/{id}/skip); 0: none."
+    )
+    skip_note: str | None = Field(description="Why they are skipped.")
     warnings: list[JobWarningOut] = Field(
         default_factory=list,
         description="What its author should know about the job (empty: nothing); see "
         "JobWarningOut. Not part of the job: not versioned, not in its ETag.",
+    )
+    depends_on: list[DependencyOut] | None = Field(
+        None,
+        description="GET /jobs/{id}: the jobs it runs after (GET /jobs/{id}/dependencies); "
+        "elsewhere null.",
+    )
+    dependents: list[DependencyOut] | None = Field(
+        None, description="GET /jobs/{id}: the jobs that run after it; elsewhere null."
     )
 
     @classmethod
@@ -317,11 +402,14 @@ class JobOut(ApiModel):
             warnings=list(warnings),
             **{name: getattr(job, attribute) for name, attribute in _JOB_OUT_FIELDS},
             tags=list(job.tags),
+            paused=job.is_paused,
+            skip_next=job.skip_next or 0,
             timeout_minutes=None if job.timeout_seconds is None else job.timeout_seconds / 60,
             success_rate=job.success_rate,
             avarage_duration=job.average_duration_ms,
             audit_info=AuditInfoOut.of(job),
             source=job.source.value,
+            every=format_duration(job.interval_seconds),
             auto_disable=AutoDisableOut(
                 threshold=settings.threshold,
                 window_seconds=settings.window_seconds,
@@ -338,7 +426,8 @@ class JobOut(ApiModel):
 _JOB_OUT_FIELDS: Final = tuple(
     (name, _ATTRIBUTES.get(name, name))
     for name in JobOut.model_fields
-    if _ATTRIBUTES.get(name, name) in BY_NAME and name not in ("tags", "source", "warnings")
+    if _ATTRIBUTES.get(name, name) in BY_NAME
+    and name not in ("tags", "source", "warnings", "skip_next", "every")
 )
 """The fields of :class:`JobOut` copied from the job's attribute of the same meaning."""
 
@@ -387,6 +476,27 @@ class BackfillRequest(InputModel):
     end: UtcDatetime = Field(alias="to", description="Its last instant; not in the future.")
     reason: Annotated[str, StringConstraints(max_length=500)] | None = Field(
         None, description="Kept as the trigger reason of each run (default: backfill)."
+    )
+
+
+class PauseRequest(InputModel):
+    """Pause a job: its fires are recorded Skipped (``paused``) until it is resumed, or until
+    ``until`` if given."""
+
+    note: Annotated[str, StringConstraints(max_length=500)] | None = Field(
+        None, description="Why: shown on the job and in the reason of each fire skipped."
+    )
+    until: UtcDatetime | None = Field(
+        None, description="When the pause ends by itself (ISO 8601, in the future)."
+    )
+
+
+class SkipRequest(InputModel):
+    """Skip the job's next ``count`` fires (0 clears the count)."""
+
+    count: int = Field(ge=0, le=1000, description="Fires to skip, 1..1000; 0: clear.")
+    note: Annotated[str, StringConstraints(max_length=500)] | None = Field(
+        None, description="Why: in the reason of each fire skipped."
     )
 
 

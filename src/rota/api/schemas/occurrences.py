@@ -66,8 +66,14 @@ class OccurrenceOut(ApiModel):
     instance_id: str | None = Field(description="The worker instance that reported last.")
     status: OccurrenceStatus
     status_name: str
-    scheduled_for: datetime
+    scheduled_for: datetime = Field(
+        description="The nominal fire time (its identity, unique per job); a run of a job with "
+        "jitter is sent jitterSeconds later."
+    )
     due_at: datetime
+    jitter_seconds: float | None = Field(
+        None, description="The random delay its job's jitter gave it; null: none."
+    )
     start_time: datetime | None
     end_time: datetime | None
     duration_ms: float | None
@@ -97,6 +103,7 @@ class OccurrenceOut(ApiModel):
             "status_name": status_name(occ.status),
             "scheduled_for": occ.scheduled_for,
             "due_at": occ.due_at,
+            "jitter_seconds": occ.jitter_seconds,
             "start_time": occ.start_time,
             "end_time": occ.end_time,
             "duration_ms": occ.duration_ms,
@@ -126,6 +133,16 @@ class OccurrenceDetail(OccurrenceOut):
         description=f"GET /occurrences/{{id}}: its first {DETAIL_LOG_LINES} log lines (the "
         "reference's field; all of them: GET /occurrences/{id}/logs); elsewhere null.",
     )
+    waiting_for: str | None = Field(
+        None,
+        description="GET /occurrences/{id}: the cluster-wide limit a worker holds this Queued "
+        "occurrence back for (its semaphore, or its type for a rate); null when none.",
+    )
+    graph_run_id: UUID | None = Field(
+        None,
+        description="GET /occurrences/{id}: the graph run (job dependencies) it belongs to, "
+        "if any (GET /graph-runs/{id}); elsewhere null.",
+    )
 
     @classmethod
     def of(
@@ -133,6 +150,7 @@ class OccurrenceDetail(OccurrenceOut):
         occ: Occurrence,
         shown: ExceptionText | None = None,
         logs: list[LogLine] | None = None,
+        waiting_for: str | None = None,
     ) -> OccurrenceDetail:
         return cls(
             **cls.fields_of(occ, shown),
@@ -140,6 +158,7 @@ class OccurrenceDetail(OccurrenceOut):
             dispatched_at=occ.dispatched_at,
             status_change_logs=[StatusChangeOut.of(c) for c in occ.status_changes],
             logs=logs,
+            waiting_for=waiting_for,
         )
 
 

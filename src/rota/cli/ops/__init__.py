@@ -1,6 +1,6 @@
 """The operator's commands over the REST API (``login``, ``jobs``, ``runs``, ``failed``,
-``workers``, ``cron preview``; docs/cli.md). They talk to a server only through
-:class:`rota.client.SyncClient`: no settings, service or store is imported here."""
+``workers``, ``cron preview``, ``limits``, ``graph-runs``; docs/cli.md). They talk to a server
+only through :class:`rota.client.SyncClient`: no settings, service or store is imported here."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add the operator's commands to the ``rota`` command."""
-    from rota.cli.ops import account, failed, jobs, misc, runs
+    from rota.cli.ops import account, failed, graphs, jobs, limits, misc, runs
 
     app.command("login")(account.login)
     app.command("logout")(account.logout)
@@ -17,5 +17,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(jobs.app, name="jobs")
     app.add_typer(runs.app, name="runs")
     app.add_typer(failed.app, name="failed")
+    app.add_typer(limits.app, name="limits")
+    app.add_typer(graphs.app, name="graph-runs")
     app.command("workers")(misc.workers)
     app.add_typer(misc.cron_app, name="cron")

@@ -1,5 +1,5 @@
-"""``rota jobs``: list, show, create, edit, delete, trigger, pause, resume. A job is named by
-its id or by its display name when that is unique."""
+"""``rota jobs``: list, show, create, edit, delete, trigger, enable, disable, pause, resume,
+skip, backfill. A job is named by its id or by its display name when that is unique."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ from rota.cli.ops.output import JsonOpt
 from rota.cli.ops.session import API_ERROR, NOT_FOUND, USAGE, connect, fail, quiet_target
 from rota.client import SyncClient
 
-app = typer.Typer(help="Jobs: list, show, create, edit, delete, trigger, pause, resume.")
+app = typer.Typer(
+    help="Jobs: list, show, create, edit, delete, trigger, enable, disable, pause, resume, skip, "
+    "backfill."
+)
 
 PRIORITIES = {"very_low": 0, "low": 1, "medium": 2, "high": 3, "critical": 4}
 POLICIES = {"skip": 0, "queue": 1, "allow_all": 2, "buffer_one": 3, "cancel_other": 4}
@@ -82,15 +85,44 @@ def _schedule(job: JobOut) -> str:
     if job.cron_expression:
         zone = "" if job.time_zone == "UTC" else f" ({job.time_zone})"
         return f"{job.cron_expression}{zone}"
+    if job.every:
+        return f"every {job.every}"
+    if job.execute_at is None:
+        return "on trigger"
     return f"at {output.when(job.execute_at)}"
 
 
+def _runs(job: JobOut) -> str | None:
+    if job.max_runs is None and job.run_count is None:
+        return None
+    limit = "" if job.max_runs is None else f" of {job.max_runs}"
+    return f"{job.run_count or 0}{limit}"
+
+
 def _state(job: JobOut) -> Text:
-    if job.is_active:
-        return Text("active", style="green")
-    if job.auto_disable.disabled_reason:
-        return Text("auto-disabled", style="red")
-    return Text("paused", style="yellow")
+    if not job.is_active:
+        if job.auto_disable.disabled_reason:
+            return Text("auto-disabled", style="red")
+        return Text("disabled", style="yellow")
+    if job.paused:
+        until = "" if job.paused_until is None else f" until {output.when(job.paused_until)}"
+        return Text(f"paused{until}", style="yellow")
+    if job.skip_next:
+        return Text(f"active, skips {job.skip_next}", style="green")
+    return Text("active", style="green")
+
+
+def _pause(job: JobOut) -> str | None:
+    """The pause and skip state in words (``None``: neither)."""
+    said: list[str] = []
+    if job.paused:
+        until = "resumed" if job.paused_until is None else output.when(job.paused_until)
+        note = f": {job.pause_note}" if job.pause_note else ""
+        said.append(f"paused by {job.paused_by or '-'} until {until}{note}")
+    if job.skip_next:
+        note = f": {job.skip_note}" if job.skip_note else ""
+        said.append(f"skips its next {job.skip_next} fires{note}")
+    return "; ".join(said) or None
 
 
 def _rate(job: JobOut) -> str:
@@ -112,8 +144,14 @@ def show_job(job: JobOut, json: bool) -> None:
                 ("type", job.job_type),
                 ("worker group", job.worker_id),
                 ("state", _state(job)),
+                ("pause", _pause(job)),
                 ("schedule", _schedule(job)),
                 ("next run (UTC)", output.when(job.next_run_at)),
+                ("start (UTC)", output.when(job.start_at) if job.start_at else None),
+                ("end (UTC)", output.when(job.end_at) if job.end_at else None),
+                ("runs planned", _runs(job)),
+                ("jitter (s)", job.jitter_seconds),
+                ("misfire window (s)", job.misfire_window_seconds),
                 ("tags", ", ".join(job.tags)),
                 ("priority", priority),
                 ("concurrency policy", policy),
@@ -160,7 +198,8 @@ def list_jobs(
     tag: Annotated[str | None, typer.Option(help="Only jobs with this tag.")] = None,
     job_type: Annotated[str | None, typer.Option("--type", help="Only this job type.")] = None,
     active: Annotated[
-        bool | None, typer.Option("--active/--paused", help="Only active / only paused jobs.")
+        bool | None,
+        typer.Option("--active/--disabled", help="Only active / only disabled jobs (isActive)."),
     ] = None,
     limit: LimitOpt = 50,
     cursor: CursorOpt = None,
@@ -214,6 +253,35 @@ def show(job: JobArg, json: JsonOpt = False) -> None:
 # --- create and edit -------------------------------------------------------------------------
 
 
+RULES = ("success", "completion", "failure")
+
+
+def upstreams_of(client: SyncClient, after: list[str]) -> list[dict[str, str]]:
+    """``--after JOB[:on]`` options as the API's ``dependsOn`` (``none``: no upstream)."""
+    if [a.strip().lower() for a in after] == ["none"]:
+        return []
+    out = []
+    for item in after:
+        ref, _, rule = item.rpartition(":") if item.rpartition(":")[2] in RULES else (item, "", "")
+        out.append({"jobId": str(resolve(client, ref).id), "on": rule or "success"})
+    return out
+
+
+@app.command("deps")
+def deps(job: JobArg, json: JsonOpt = False) -> None:
+    """The jobs a job runs after, and the jobs that run after it."""
+    with connect() as client:
+        found = resolve(client, job)
+        shown = client.dependencies(found.id)
+    if json:
+        output.print_json(shown)
+        return
+    rows = [("after", d.name or "", d.job_id, d.on.value) for d in shown.depends_on]
+    rows += [("before", d.name or "", d.job_id, d.on.value) for d in shown.dependents]
+    title = f"dependencies of {found.display_name}"
+    output.show(output.table(title, ["", "job", "id", "on"], rows))
+
+
 def _json_value(text: str, option: str) -> Any:
     """A JSON option: the JSON itself, or ``@path`` to a file holding it."""
     if text.startswith("@"):
@@ -250,6 +318,15 @@ DataOpt = Annotated[
     str | None, typer.Option("--data", help="The job's data: JSON, or @file holding JSON.")
 ]
 WorkerOpt = Annotated[str | None, typer.Option("--worker", help="The worker group.")]
+AfterOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--after",
+        help="JOB[:on]: run after that job (id or unique name); on is success (default), "
+        "completion or failure. Repeat for more (fan-in); replaces the upstreams. "
+        "--after none clears them.",
+    ),
+]
 PriorityOpt = Annotated[str | None, typer.Option(help="very_low, low, medium, high or critical.")]
 PolicyOpt = Annotated[
     str | None,
@@ -264,6 +341,49 @@ RetriesOpt = Annotated[int | None, typer.Option("--max-retries", help="Retries a
 DelayOpt = Annotated[
     float | None, typer.Option("--retry-delay", help="Seconds before the first retry.")
 ]
+
+
+EveryOpt = Annotated[
+    str | None,
+    typer.Option("--every", help="An interval instead of a cron: 90m, 1h30m, 45s, 2d."),
+]
+StartOpt = Annotated[
+    str | None, typer.Option("--start", help="ISO time: no fire of a recurring job before it.")
+]
+EndOpt = Annotated[
+    str | None, typer.Option("--end", help="ISO time: no fire after it (then no next fire).")
+]
+MaxRunsOpt = Annotated[
+    int | None, typer.Option("--max-runs", help="Stop after this many runs (skipped don't count).")
+]
+JitterOpt = Annotated[
+    float | None,
+    typer.Option("--jitter", help="Seconds (0-3600): each fire is sent a random delay up to it."),
+]
+MisfireWindowOpt = Annotated[
+    float | None,
+    typer.Option("--misfire-window", help="Seconds late before a fire is missed (the job's own)."),
+]
+
+
+def _bounds(
+    every: str | None,
+    start: str | None,
+    end: str | None,
+    max_runs: int | None,
+    jitter: float | None,
+    misfire_window: float | None,
+) -> dict[str, Any]:
+    """The interval and bounds options, in the client's snake_case (those given)."""
+    out = {
+        "every": every,
+        "start_at": start,
+        "end_at": end,
+        "max_runs": max_runs,
+        "jitter_seconds": jitter,
+        "misfire_window_seconds": misfire_window,
+    }
+    return {key: value for key, value in out.items() if value is not None}
 
 
 def _fields(
@@ -334,7 +454,16 @@ def create(
     timeout: TimeoutOpt = None,
     max_retries: RetriesOpt = None,
     retry_delay: DelayOpt = None,
-    paused: Annotated[bool, typer.Option("--paused", help="Create it paused.")] = False,
+    every: EveryOpt = None,
+    start: StartOpt = None,
+    end: EndOpt = None,
+    max_runs: MaxRunsOpt = None,
+    jitter: JitterOpt = None,
+    misfire_window: MisfireWindowOpt = None,
+    after: AfterOpt = None,
+    disabled: Annotated[
+        bool, typer.Option("--disabled", help="Create it disabled (isActive off).")
+    ] = False,
     from_file: Annotated[
         Path | None,
         typer.Option(
@@ -351,7 +480,8 @@ def create(
     ] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Create a job: --type and --cron (recurring) or --at (once); or a JSON body with -f."""
+    """Create a job: --type and --cron or --every (recurring) or --at (once); or a JSON body
+    with -f."""
     body = _file_body(from_file)
     changes = _fields(
         name=name,
@@ -369,14 +499,17 @@ def create(
         max_retries=max_retries,
         retry_delay=retry_delay,
     )
+    changes |= _bounds(every, start, end, max_runs, jitter, misfire_window)
     if job_type is not None:
         changes["job_type"] = job_type
-    if paused:
+    if disabled:
         changes["is_active"] = False
     body.update(changes)
     if "job_type" not in body and "jobType" not in body:
         fail("give the job type: --type (or jobType in --file)", USAGE)
     with connect() as client:
+        if after:
+            body["depends_on"] = upstreams_of(client, after)
         created = client.create_job(idempotency_key=idempotency_key, **body)
     if json:
         output.print_json(created)
@@ -403,6 +536,13 @@ def edit(
     timeout: TimeoutOpt = None,
     max_retries: RetriesOpt = None,
     retry_delay: DelayOpt = None,
+    every: EveryOpt = None,
+    start: StartOpt = None,
+    end: EndOpt = None,
+    max_runs: MaxRunsOpt = None,
+    jitter: JitterOpt = None,
+    misfire_window: MisfireWindowOpt = None,
+    after: AfterOpt = None,
     from_file: Annotated[
         Path | None,
         typer.Option(
@@ -432,12 +572,15 @@ def edit(
         max_retries=max_retries,
         retry_delay=retry_delay,
     )
+    changes |= _bounds(every, start, end, max_runs, jitter, misfire_window)
     if job_type is not None:
         changes["job_type"] = job_type
-    if not changes:
+    if not changes and not after:
         fail("nothing to change: give at least one option (see --help)", USAGE)
     with connect() as client:
         found = resolve(client, job)
+        if after:
+            changes["depends_on"] = upstreams_of(client, after)
         updated = client.update_job(found.id, **changes)
     if json:
         output.print_json(updated)
@@ -473,20 +616,70 @@ def _set_active(job: str, active: bool, json: bool) -> None:
     if json:
         output.print_json(updated)
         return
-    word = "resumed" if active else "paused"
+    word = "enabled" if active else "disabled"
     output.err_print(f"[green]{word} job {output.esc(updated.display_name)}[/green] {updated.id}")
 
 
-@app.command("pause")
-def pause(job: JobArg, json: JsonOpt = False) -> None:
-    """Pause a job: no more fires until resumed (runs already queued go on)."""
+@app.command("disable")
+def disable(job: JobArg, json: JsonOpt = False) -> None:
+    """Switch a job off (isActive): no more fires, none recorded, until enabled."""
     _set_active(job, False, json)
+
+
+@app.command("enable")
+def enable(job: JobArg, json: JsonOpt = False) -> None:
+    """Switch a job on (isActive); also re-enables an auto-disabled job. A pause stays."""
+    _set_active(job, True, json)
+
+
+def _said(word: str, job: JobOut, json: bool) -> None:
+    if json:
+        output.print_json(job)
+        return
+    output.err_print(f"[green]{word} {output.esc(job.display_name)}[/green] {job.id}")
+    said = _pause(job)
+    if said:
+        output.err_print(output.esc(said))
+
+
+@app.command("pause")
+def pause(
+    job: JobArg,
+    note: Annotated[str | None, typer.Option(help="Why (shown on the job and each fire).")] = None,
+    until: Annotated[
+        str | None, typer.Option(help="When it resumes by itself (ISO time, in the future).")
+    ] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Pause a job: its fires are recorded Skipped (paused) instead of running, until resumed
+    or --until. Apart from enable/disable and auto-disable."""
+    with connect() as client:
+        found = resolve(client, job)
+        paused = client.pause(found.id, note=note, until=until)
+    _said("paused", paused, json)
 
 
 @app.command("resume")
 def resume(job: JobArg, json: JsonOpt = False) -> None:
-    """Resume a paused (or auto-disabled) job."""
-    _set_active(job, True, json)
+    """End a job's pause: its next fires run (a disabled job stays disabled)."""
+    with connect() as client:
+        found = resolve(client, job)
+        resumed = client.resume(found.id)
+    _said("resumed", resumed, json)
+
+
+@app.command("skip")
+def skip(
+    job: JobArg,
+    count: Annotated[int, typer.Argument(help="How many of its next fires: 1..1000; 0 clears.")],
+    note: Annotated[str | None, typer.Option(help="Why (in each skipped fire's reason).")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Record a job's next COUNT fires Skipped instead of running them."""
+    with connect() as client:
+        found = resolve(client, job)
+        skipping = client.skip(found.id, count, note=note)
+    _said("skip set for", skipping, json)
 
 
 @app.command("backfill")

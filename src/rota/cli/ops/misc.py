@@ -42,17 +42,27 @@ def workers(json: JsonOpt = False) -> None:
 
 @cron_app.command("preview")
 def preview(
-    expression: Annotated[str, typer.Argument(help='The cron expression, e.g. "0 6 * * 1-5".')],
+    expression: Annotated[
+        str | None, typer.Argument(help='The cron expression, e.g. "0 6 * * 1-5".')
+    ] = None,
     tz: Annotated[str, typer.Option("--tz", help="IANA time zone it runs in.")] = "UTC",
     count: Annotated[int, typer.Option(min=1, max=1000, help="How many fires.")] = 5,
     start: Annotated[
         str | None,
         typer.Option("--from", help="The fires after this ISO time (naive: UTC). Default: now."),
     ] = None,
+    every: Annotated[
+        str | None,
+        typer.Option("--every", help="An interval instead (90m, 1h30m), aligned to --from."),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
-    """The next fire times of a cron expression (asks the server, which checks it)."""
-    params: dict[str, Any] = {"cron": expression, "timeZone": tz, "count": count}
+    """The next fire times of a cron expression, or of an interval with --every (asks the
+    server, which checks it)."""
+    if (expression is None) == (every is None):
+        raise typer.BadParameter("give a cron expression or --every, one of them")
+    params: dict[str, Any] = {"timeZone": tz, "count": count}
+    params |= {"cron": expression} if every is None else {"every": every}
     if start is not None:
         params["after"] = start
     with connect() as client:

@@ -19,8 +19,10 @@ from rota.core.ports.coordination import (
     Signals,
     WorkerRegistry,
 )
+from rota.core.ports.dependencies import DependencyAwareStore, DependencyStore
 from rota.core.ports.idempotency import IdempotencyStore
 from rota.core.ports.index import ScheduleIndex
+from rota.core.ports.pausing import PauseStore
 from rota.core.ports.store import (
     AheadStore,
     AuditStore,
@@ -56,6 +58,8 @@ __all__ = [
     "Coordination",
     "DeadLetterStore",
     "Delivery",
+    "DependencyAwareStore",
+    "DependencyStore",
     "DispatchStore",
     "EventFeed",
     "FailedStore",
@@ -67,6 +71,7 @@ __all__ = [
     "NotificationStore",
     "OccurrenceReader",
     "OccurrenceStore",
+    "PauseStore",
     "RecoveryStore",
     "RetentionStore",
     "ScheduleIndex",

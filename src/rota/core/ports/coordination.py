@@ -9,9 +9,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from uuid import UUID
 
 from rota.core.events import Event
-from rota.core.models import (
-    WorkerInfo,
-)
+from rota.core.models import WorkerInfo
+from rota.core.ports.limits import LimitMemory
 from rota.core.records import (
     Cancellation,
     ClaimBatch,
@@ -162,9 +161,9 @@ class EventFeed(abc.ABC):
         (``aclose``) or the coordination ends it."""
 
 
-class Coordination(BucketLeases, WorkerRegistry, Signals, ClaimMemory, EventFeed):
+class Coordination(BucketLeases, WorkerRegistry, Signals, ClaimMemory, EventFeed, LimitMemory):
     """What scheduler instances and workers share that is not the store: bucket leases,
-    instance heartbeats, the worker registry, and wake-up signals."""
+    instance heartbeats, the worker registry, wake-up signals, and the limits."""
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -1,8 +1,7 @@
 """The store port: the source of truth, cut into one slice per use case.
 
-Each service takes the slice (or the small combination of slices) it uses, so the type
-checker proves what it touches; :class:`Store` is the composite every store adapter
-implements, and the one the contract suite in ``tests/contract/test_store.py`` runs against.
+Each service takes the slice it uses, so the type checker proves what it touches; :class:`Store`
+is the composite every store adapter implements (its contract: ``tests/contract/test_store.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +29,8 @@ from rota.core.notifications import (
     Subscription,
 )
 from rota.core.ports.idempotency import IdempotencyStore
+from rota.core.ports.limits import LimitStore
+from rota.core.ports.pausing import PauseStore
 from rota.core.records import (
     DispatchResult,
     DueEntry,
@@ -412,8 +413,8 @@ class StatsReader(abc.ABC):
         """Every tag with how many jobs carry it, by tag name."""
 
 
-class ControlStore(abc.ABC):
-    """The switch every dispatcher follows."""
+class ControlStore(LimitStore, abc.ABC):
+    """The switch every dispatcher follows, and the limits every worker follows."""
 
     @abc.abstractmethod
     async def dispatcher_state(self) -> DispatcherState:
@@ -495,8 +496,8 @@ class SilenceReader(abc.ABC):
     async def recurring_jobs(
         self, buckets: Sequence[int], limit: int, after: UUID | None = None
     ) -> list[Job]:
-        """Active jobs with a cron expression in ``buckets``, by id, the first ``limit`` after
-        ``after`` (one-time jobs are never read)."""
+        """Active recurring (cron or interval) jobs in ``buckets``, by id, the first ``limit``
+        after ``after`` (one-time jobs are never read)."""
 
     @abc.abstractmethod
     async def jobs_with_fires(
@@ -514,11 +515,11 @@ class SilenceReader(abc.ABC):
         limit: int,
         after: UUID | None = None,
     ) -> list[WatchedSchedule]:
-        """Active jobs with a cron expression in ``buckets``, by id, the first ``limit`` after
-        ``after``, each with its latest fire recorded in ``[since, until]``: the greatest
-        ``scheduled_for`` of its occurrences of any status (Skipped included) that the schedule
-        made (manual runs, which have a trigger reason, left out). One statement per page,
-        whatever the number of jobs."""
+        """Active, unpaused recurring (cron or interval) jobs in ``buckets``, by id, the first
+        ``limit`` after ``after``, each with its latest fire recorded in ``[since, until]``:
+        the greatest ``scheduled_for`` of its occurrences of any status (Skipped included) that
+        the schedule made (manual runs, which have a trigger reason, left out). One statement
+        per page, whatever the number of jobs."""
 
 
 class UserStore(abc.ABC):
@@ -772,6 +773,7 @@ class Store(
     SilenceReader,
     SecurityStore,
     NotificationStore,
+    PauseStore,
 ):
     """The source of truth: jobs, their versions, occurrences, status history, logs.
 

@@ -230,9 +230,9 @@
       const name = input.name;
       if (name.startsWith("_") || name === "select" || input.type === "radio" || input.hasAttribute("data-skip")) return;
       const group = input.closest("[data-kind-group]");
-      if (group && scheduleKind && group.dataset.kindGroup !== scheduleKind) {
+      if (group && scheduleKind && group.dataset.kindGroup.split(" ").indexOf(scheduleKind) < 0) {
         // a field of the other kind (executeAt is in both: a cron's start, a one-time run)
-        if (nullEmpty && !(name in body)) body[name] = null;
+        if (nullEmpty && !(name in body) && name !== "timeZone") body[name] = null;
         return;
       }
       const v = value(input);
@@ -271,9 +271,19 @@
       const schemaError = checkJobData(form);
       if (schemaError) { formError(form, schemaError); return; }
       formError(form, "");
-      const [method, url] = split(form.dataset.apiForm);
+      const [method, template] = split(form.dataset.apiForm);
+      // a {field} of the URL is taken from the form (and not sent in the body)
+      const url = template.replace(/\{(\w+)\}/g, function (_, name) {
+        const v = body[name];
+        delete body[name];
+        return encodeURIComponent(v === undefined || v === null ? "" : String(v));
+      });
       // An edit names the version it was made on: a change made meanwhile is not overwritten.
       const extra = form.dataset.ifMatch ? { "If-Match": form.dataset.ifMatch } : {};
+      // A creation sends the form's own Idempotency-Key: a double click, or a submit again
+      // after a lost answer, gets the job the first made instead of a second one (a refused
+      // request frees the key, so a corrected form is sent as a new creation).
+      if (form.hasAttribute("data-idempotent")) extra["Idempotency-Key"] = formKey(form);
       const response = await call(method, url, body, false, extra);
       if (response.status === 412) {
         formError(form, "Someone changed this job since you opened the form: reload it to see their change, then edit again.");
@@ -298,6 +308,14 @@
       refresh(form.dataset.refresh);
     }
   });
+
+  function formKey(form) {
+    if (!form.dataset.idempotencyKey) {
+      const bytes = crypto.getRandomValues(new Uint8Array(16));  // no secure context needed
+      form.dataset.idempotencyKey = Array.from(bytes, function (b) { return b.toString(16).padStart(2, "0"); }).join("");
+    }
+    return form.dataset.idempotencyKey;
+  }
 
   // --- job data against the job type's schema ----------------------------------------------
   const TYPES = {
@@ -397,7 +415,7 @@
   function formKinds(form) {
     const checked = form.querySelector("input[name=_kind]:checked");
     form.querySelectorAll("[data-kind-group]").forEach(function (group) {
-      group.hidden = !!checked && group.dataset.kindGroup !== checked.value;
+      group.hidden = !!checked && group.dataset.kindGroup.split(" ").indexOf(checked.value) < 0;
     });
   }
 

@@ -22,16 +22,19 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.errors import BackendUnavailableError
-from rota.core.ports import Store
+from rota.core.ports import DependencyAwareStore
 from rota.stores.sql.batches import _FastBatches
 from rota.stores.sql.control import ControlQueries
+from rota.stores.sql.dependencies import DependencyQueries
 from rota.stores.sql.dispatch import DispatchQueries
 from rota.stores.sql.engine import create_store_engine, guard_errors
 from rota.stores.sql.failed import FailedQueries
 from rota.stores.sql.fires import FireQueries
 from rota.stores.sql.idempotency import IdempotencyQueries
 from rota.stores.sql.jobs import JobQueries
+from rota.stores.sql.limits import LimitQueries
 from rota.stores.sql.notifications import NotificationQueries
+from rota.stores.sql.pausing import PauseQueries
 from rota.stores.sql.retention import RetentionQueries
 from rota.stores.sql.security import SecurityQueries
 from rota.stores.sql.stats import StatsQueries
@@ -51,7 +54,10 @@ class SqlStore(
     NotificationQueries,
     IdempotencyQueries,
     FireQueries,
-    Store,
+    PauseQueries,
+    LimitQueries,
+    DependencyQueries,
+    DependencyAwareStore,
 ):
     """The :class:`~rota.core.ports.Store` on SQLite (embedded) or PostgreSQL (distributed).
 

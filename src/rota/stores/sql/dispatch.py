@@ -12,6 +12,7 @@ from uuid import UUID
 from sqlalchemy import (
     ColumnElement,
     Integer,
+    Select,
     Uuid,
     and_,
     bindparam,
@@ -30,18 +31,19 @@ from rota.core.planning import FirePlan
 from rota.core.records import DispatchResult, DueEntry, FirePlanner, StaleOccurrence
 from rota.stores.schema import UtcDateTime, jobs, occurrences, status_changes, utc_text
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
+from rota.stores.sql.pausing import advance_jobs
 from rota.stores.sql.rows import (
     _PLANNING_COLUMNS,
     ACTIVE,
     _change_row,
     _chunks,
+    _last_sign,
     _occurrence_row,
     _to_occurrence,
     _to_planning_job,
     _unique,
 )
 from rota.stores.sql.statements import (
-    _advance_jobs_stmt,
     _fetch_in,
     _insert_changes_stmt,
     _insert_or_skip_stmt,
@@ -61,6 +63,16 @@ class DispatchQueries(AggregateQueries):
     ) -> list[DueEntry]:
         if buckets is not None and not buckets:
             return []
+        async with self._read() as conn:
+            rows = (await conn.execute(self.due_statement(until, buckets, limit))).all()
+        return [DueEntry(r.id, r.bucket, r.next_run_at) for r in rows]
+
+    def due_statement(
+        self, until: datetime, buckets: Sequence[int] | None, limit: int
+    ) -> Select[Any]:
+        """What :meth:`due_jobs` reads: the active jobs due by ``until``, earliest first,
+        through ``ix_jobs_is_active_next_run_at`` whatever the buckets (their filter is on
+        the rows; the schedule needs no index of its own per bucket)."""
         stmt = (
             select(jobs.c.id, jobs.c.bucket, jobs.c.next_run_at)
             .where(jobs.c.is_active.is_(True), jobs.c.next_run_at <= until)
@@ -69,9 +81,7 @@ class DispatchQueries(AggregateQueries):
         )
         if buckets is not None:
             stmt = stmt.where(jobs.c.bucket.in_(list(buckets)))
-        async with self._read() as conn:
-            rows = (await conn.execute(stmt)).all()
-        return [DueEntry(r.id, r.bucket, r.next_run_at) for r in rows]
+        return stmt
 
     async def dispatch_due(
         self, job_ids: Sequence[UUID], now: datetime, planner: FirePlanner
@@ -91,7 +101,7 @@ class DispatchQueries(AggregateQueries):
             active = await self._active_counts(conn, [j.id for j in due])
             plans = _plan_all(due, active, now, planner, next_runs)
             inserted = await self._insert_planned(conn, due, plans)
-            await self._advance_jobs(conn, due, plans)
+            await advance_jobs(self._fast, conn, due, plans)
         for job in due:
             if job.id in plans:
                 plan = plans[job.id]
@@ -185,21 +195,6 @@ class DispatchQueries(AggregateQueries):
         return _insert_or_skip_stmt(
             self._dialect, occurrences, conflict_keys=["job_id", "scheduled_for"]
         )
-
-    async def _advance_jobs(
-        self, conn: AsyncConnection, due: Sequence[Job], plans: dict[UUID, FirePlan]
-    ) -> None:
-        params = [
-            {
-                "b_id": job.id,
-                "b_next": plans[job.id].next_run_at,
-                "b_active": plans[job.id].is_active,
-            }
-            for job in due
-            if job.id in plans
-        ]
-        if params:
-            await self._fast.execute(conn, "advance_jobs", _advance_jobs_stmt, params)
 
     async def insert_occurrences(
         self, occurrences_: Sequence[Occurrence], *, sequential: bool = False
@@ -430,14 +425,6 @@ class DispatchQueries(AggregateQueries):
         return int(result.rowcount)
 
 
-def _last_sign(occurrence: Occurrence) -> datetime:
-    """When a stale occurrence last showed life: its heartbeat or start (Running), its
-    dispatch (Queued)."""
-    if occurrence.status is OccurrenceStatus.QUEUED and occurrence.dispatched_at is not None:
-        return occurrence.dispatched_at
-    return occurrence.last_heartbeat or occurrence.start_time or occurrence.created_at
-
-
 def _due_entry(job_id: UUID, bucket: int, state: Job | FirePlan) -> DueEntry | None:
     if not state.is_active or state.next_run_at is None:
         return None
@@ -492,7 +479,8 @@ def _classify(
             else:
                 if busy and policy is ConcurrencyPolicy.CANCEL_OTHER:
                     displacing[job.id] = occ.id
-                queued.append(occ)
+                # a jittered fire is sent by the sweep when due (scheduled_for + jitter)
+                (held if occ.jitter_seconds is not None else queued).append(occ)
                 busy = True
     return DispatchResult(
         queued=queued, held=held, skipped=skipped, next_runs=next_runs, displacing=displacing

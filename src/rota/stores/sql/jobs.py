@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, delete, insert, select, type_coerce, update
+from sqlalchemy import ColumnElement, delete, insert, or_, select, type_coerce, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -199,7 +199,7 @@ class JobQueries(SqlParts):
                 j.disabled_at.is_not(None),
                 j.is_active.is_(False),
                 j.probing.is_(False),
-                j.cron_expression.is_not(None),
+                or_(j.cron_expression.is_not(None), j.interval_seconds.is_not(None)),
             )
             .order_by(j.id)
             .limit(limit)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy import BigInteger, column, delete, exists, func, select
+from sqlalchemy import BigInteger, ColumnElement, column, delete, exists, func, or_, select
 from sqlalchemy import table as sa_table
 
 from rota.core.models import Job, OccurrenceStatus
@@ -31,6 +31,11 @@ _DEFAULT_LOGS = sa_table(
     column("timestamp", UtcDateTime()),
 )
 """PostgreSQL: the default partition of ``occurrence_logs`` (lines outside every period)."""
+
+
+def _recurring() -> ColumnElement[bool]:
+    """A cron or interval job: the predicate of the ``ix_jobs_recurring`` partial index."""
+    return or_(jobs.c.cron_expression.is_not(None), jobs.c.interval_seconds.is_not(None))
 
 
 class RetentionQueries(AggregateQueries):
@@ -136,9 +141,7 @@ class RetentionQueries(AggregateQueries):
         if not buckets:
             return []
         j = jobs.c
-        stmt = select(jobs).where(
-            j.bucket.in_(list(buckets)), j.cron_expression.is_not(None), j.is_active
-        )
+        stmt = select(jobs).where(j.bucket.in_(list(buckets)), _recurring(), j.is_active)
         if after is not None:
             stmt = stmt.where(j.id > after)
         async with self._read() as conn:
@@ -192,12 +195,22 @@ class RetentionQueries(AggregateQueries):
             j.job_type,
             j.display_name,
             j.cron_expression,
+            j.interval_seconds,
             j.time_zone,
             j.execute_at,
             j.created_at,
             j.updated_at,
+            j.start_at,
+            j.end_at,
+            j.max_runs,
+            j.run_count,
             last_fire.label("last_fire"),
-        ).where(j.bucket.in_(list(buckets)), j.cron_expression.is_not(None), j.is_active)
+        ).where(
+            j.bucket.in_(list(buckets)),
+            _recurring(),
+            j.is_active,
+            j.paused_at.is_(None),  # a paused job's fires are not expected to run
+        )
         if after is not None:
             stmt = stmt.where(j.id > after)
         async with self._read() as conn:
@@ -208,11 +221,16 @@ class RetentionQueries(AggregateQueries):
                 job_type=r.job_type,
                 display_name=r.display_name,
                 cron_expression=r.cron_expression,
+                interval_seconds=r.interval_seconds,
                 time_zone=r.time_zone,
                 execute_at=r.execute_at,
                 created_at=r.created_at,
                 updated_at=r.updated_at,
                 last_fire=r.last_fire,
+                start_at=r.start_at,
+                end_at=r.end_at,
+                max_runs=r.max_runs,
+                run_count=r.run_count,
             )
             for r in rows
         ]

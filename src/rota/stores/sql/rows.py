@@ -4,6 +4,7 @@ status changes and failed occurrences; cursors, pages and id chunks."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from operator import attrgetter
 from typing import Any, TypeVar
 from uuid import UUID
@@ -142,6 +143,14 @@ def _snapshot(job: Job) -> dict[str, Any]:
     return version_snapshot(job)
 
 
+def _last_sign(occurrence: Occurrence) -> datetime:
+    """When a stale occurrence last showed life: its heartbeat or start (Running), its
+    dispatch (Queued)."""
+    if occurrence.status is OccurrenceStatus.QUEUED and occurrence.dispatched_at is not None:
+        return occurrence.dispatched_at
+    return occurrence.last_heartbeat or occurrence.start_time or occurrence.created_at
+
+
 def _occurrence_row(occ: Occurrence, policy: ConcurrencyPolicy) -> dict[str, Any]:
     return {
         "id": occ.id,
@@ -170,6 +179,7 @@ def _occurrence_row(occ: Occurrence, policy: ConcurrencyPolicy) -> dict[str, Any
         "trigger_reason": occ.trigger_reason,
         "retry_delay_seconds": occ.retry_delay_seconds,
         "traceparent": occ.traceparent,
+        "jitter_seconds": occ.jitter_seconds,
         "concurrency_policy": int(policy),
     }
 
@@ -203,6 +213,7 @@ def _to_occurrence(row: Row[Any], changes: tuple[StatusChange, ...] = ()) -> Occ
         trigger_reason=m["trigger_reason"],
         retry_delay_seconds=m["retry_delay_seconds"],
         traceparent=m["traceparent"],
+        jitter_seconds=m.get("jitter_seconds"),
         status_changes=changes,
     )
 

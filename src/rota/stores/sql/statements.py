@@ -98,6 +98,7 @@ def _advance_jobs_stmt() -> UpdateBase:
         .values(
             next_run_at=bindparam("b_next", type_=UtcDateTime()),
             is_active=bindparam("b_active", type_=Boolean()),
+            run_count=bindparam("b_runs", type_=Integer()),
         )
     )
 
@@ -196,7 +197,9 @@ def _undispatched_stmt(
             earlier.c.end_time >= occ.c.created_at,
         )
         held = and_(occ.c.concurrency_policy.in_([int(p) for p in WAITING_POLICIES]), released)
-        stmt = stmt.where(or_(occ.c.created_at <= created_before, held))
+        # A jittered fire is never published by the dispatch that created it: only swept.
+        jittered = occ.c.jitter_seconds.is_not(None)
+        stmt = stmt.where(or_(occ.c.created_at <= created_before, held, jittered))
     return stmt
 
 
