@@ -23,8 +23,8 @@ from rota.core.models import JobMessage, OccurrenceStatus
 from rota.core.ports import Broker
 from rota.core.records import ClaimBatch, ClaimOutcome, ClaimRequest
 from rota.sdk.registry import AnyJobDefinition, JobRegistry
-from rota.worker.claims import CLAIM_EPOCH, AttemptClaims
 from rota.worker import hold as hold_module
+from rota.worker.claims import CLAIM_EPOCH, AttemptClaims
 from rota.worker.executor import Executor
 from tests.helpers import eventually
 from tests.unit import executor_harness
