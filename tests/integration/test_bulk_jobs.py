@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from uuid import UUID
 
 import httpx
 import pytest
@@ -88,3 +89,40 @@ async def test_one_bad_job_refuses_all_and_every_bad_one_is_named(
     assert response.status_code == 422
     assert [e["field"] for e in response.json()["errors"]] == ["jobs"]
     assert (await store.overview(datetime.now(UTC))).jobs == 0
+
+
+async def test_prefer_return_minimal_answers_the_ids_in_order(
+    client: httpx.AsyncClient, store: SqlStore
+) -> None:
+    """``Prefer: return=minimal``: the ids of the created jobs, in the request's order, and
+    the preference named as applied; the jobs are created as without it."""
+    body = {"jobs": [spec(n) for n in range(100)]}
+    headers = {"Prefer": 'respond-async, RETURN="minimal"; x=1'}
+    response = await client.post("/api/v1/jobs/bulk", json=body, headers=headers)
+    assert response.status_code == 201, response.text[:500]
+    assert response.headers["Preference-Applied"] == "return=minimal"
+    answer = response.json()
+    assert set(answer) == {"count", "ids"}
+    assert answer["count"] == 100
+    names = [(await store.get_job(UUID(i))).display_name for i in answer["ids"]]
+    assert names == [f"reminder {n}" for n in range(100)]
+
+    full = await client.post("/api/v1/jobs/bulk", json=body, headers={"Prefer": "return=full"})
+    assert full.status_code == 201
+    assert "Preference-Applied" not in full.headers
+    assert len(full.json()["items"]) == 100
+    assert (await store.overview(datetime.now(UTC))).jobs == 200
+
+
+async def test_a_minimal_answer_is_replayed_for_its_idempotency_key(
+    client: httpx.AsyncClient, store: SqlStore
+) -> None:
+    body = {"jobs": [spec(n) for n in range(3)]}
+    headers = {"Prefer": "return=minimal", "Idempotency-Key": "load-1"}
+    first = await client.post("/api/v1/jobs/bulk", json=body, headers=headers)
+    again = await client.post("/api/v1/jobs/bulk", json=body, headers=headers)
+    assert (first.status_code, again.status_code) == (201, 201)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.headers["Preference-Applied"] == "return=minimal"
+    assert again.json() == first.json()
+    assert (await store.overview(datetime.now(UTC))).jobs == 3

@@ -105,6 +105,12 @@ async def test_jobs_round_trip(client: rota.Client) -> None:
         [{"job_type": "cleanup", "execute_at": "2031-01-01T00:00:00Z"} for _ in range(4)]
     )
     assert len(more) == 4
+    ids = await client.create_jobs_minimal(
+        [{"job_type": "cleanup", "execute_at": FAR, "display_name": f"n{n}"} for n in range(3)]
+    )
+    assert [(await client.get_job(i)).display_name for i in ids] == ["n0", "n1", "n2"]
+    for job_id in ids:
+        await client.delete_job(job_id)
     # a repeated call with its idempotency key returns what the first created
     again = await client.create_jobs(
         [{"job_type": "cleanup", "execute_at": "2031-01-01T00:00:00Z"}], idempotency_key="k-1"

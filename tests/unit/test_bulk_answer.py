@@ -11,8 +11,9 @@ from uuid import UUID
 
 import pytest
 
-from rota.api.bulkout import jobs_json
-from rota.api.schemas.jobs import JobList, JobOut, JobWarningOut
+from rota.api.bulkout import ids_json, jobs_json
+from rota.api.routes.jobs import prefers_minimal
+from rota.api.schemas.jobs import BulkCreatedIds, JobList, JobOut, JobWarningOut
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.models import (
     ConcurrencyPolicy,
@@ -84,3 +85,28 @@ def test_jobs_json_is_what_the_model_writes(warned: bool, defaults: AutoDisableD
     models = [JobWarningOut(code=w.code, message=w.message) for w in warnings]
     expected = JobList(items=[JobOut.of(j, defaults, models) for j in (PLAIN, FULL)])
     assert jobs_json([PLAIN, FULL], service) == expected.model_dump_json(by_alias=True).encode()
+
+
+def test_ids_json_is_what_the_model_writes() -> None:
+    expected = BulkCreatedIds(count=2, ids=[PLAIN.id, FULL.id])
+    assert ids_json([PLAIN, FULL]) == expected.model_dump_json(by_alias=True).encode()
+
+
+@pytest.mark.parametrize(
+    ("header", "minimal"),
+    [
+        (None, False),
+        ("", False),
+        ("return=minimal", True),
+        ("Return = Minimal", True),
+        ('return="minimal"', True),
+        ("respond-async, wait=10, return=minimal;x=1", True),
+        ("return=representation", False),
+        ("return-minimal", False),
+        ("handling=lenient", False),
+    ],
+)
+def test_prefer_return_minimal_is_read_as_rfc_7240_writes_it(
+    header: str | None, minimal: bool
+) -> None:
+    assert prefers_minimal(header) is minimal

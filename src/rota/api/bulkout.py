@@ -102,3 +102,9 @@ def jobs_json(jobs: Sequence[Job], service: JobService) -> bytes:
         for warnings in (service.job_warnings(job),)
     ]
     return to_json({"items": items})
+
+
+def ids_json(jobs: Sequence[Job]) -> bytes:
+    """``{"count": n, "ids": [...]}`` as :class:`~rota.api.schemas.jobs.BulkCreatedIds`
+    would serialize it (a bulk create's answer under ``Prefer: return=minimal``)."""
+    return to_json({"count": len(jobs), "ids": [job.id for job in jobs]})

@@ -481,6 +481,13 @@ def bench_capacity(
             "database in bulk (for millions), the statistics rebuilt from it."
         ),
     ] = "store",
+    answer: Annotated[
+        str,
+        typer.Option(
+            help="full: each bulk answer lists the created jobs in full; minimal: their ids "
+            "only (Prefer: return=minimal)."
+        ),
+    ] = "full",
     json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
 ) -> None:
     """Create many pending jobs through the bulk API of a `rota server` (a process of its
@@ -489,7 +496,7 @@ def bench_capacity(
     from rota.cli.capacity import run_capacity
 
     configure_logging("warning", None, LogFormat.TEXT)
-    result = _run(run_capacity(mode, pending, history, batch, reads, history_fill))
+    result = _run(run_capacity(mode, pending, history, batch, reads, history_fill, answer))
     report(result, json_file, _console())
 
 

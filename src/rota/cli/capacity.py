@@ -237,6 +237,7 @@ async def run_capacity(
     batch: int = 1_000,
     reads: int = 50,
     history_fill: str = "store",
+    answer: str = "full",
 ) -> dict[str, Any]:
     """``pending`` one-time jobs created through ``POST /api/v1/jobs/bulk`` (``batch`` per
     request) on a ``rota server`` of its own, after ``history`` Completed occurrences of one
@@ -245,6 +246,10 @@ async def run_capacity(
     per job, memory and read latencies."""
     if history_fill not in ("store", "sql"):
         raise ValueError(f"history_fill must be store or sql, not {history_fill!r}")
+    if answer not in ("full", "minimal"):
+        raise ValueError(f"answer must be full or minimal, not {answer!r}")
+    # minimal: the bulk answers list the new ids only (Prefer: return=minimal)
+    prefer = {"Prefer": "return=minimal"} if answer == "minimal" else {}
     import httpx
 
     admin, password = f"bench-cap-{secrets.token_hex(4)}", secrets.token_urlsafe(24)
@@ -287,9 +292,10 @@ async def run_capacity(
                         _spec(n, pending, start) for n in range(first, min(pending, first + batch))
                     ]
                 }
-                answer = await http.post("/api/v1/jobs/bulk", json=body)
-                if answer.status_code != 201:
-                    raise RuntimeError(f"bulk create: {answer.status_code} {answer.text[:300]}")
+                created = await http.post("/api/v1/jobs/bulk", json=body, headers=prefer)
+                if created.status_code != 201:
+                    raise RuntimeError(f"bulk create: {created.status_code} {created.text[:300]}")
+                created.json()  # read as a client would
             create_seconds = time.perf_counter() - started
             server_cpu = _cpu(server) - server_cpu
             store_after, redis_after = await sizes.store(), await sizes.redis()
@@ -332,6 +338,7 @@ async def run_capacity(
         "history": history,
         "historyFill": history_fill,
         "batch": batch,
+        "answer": answer,
         "reads": reads,
         "createSeconds": round(create_seconds, 2),
         "jobsPerSecond": round(pending / create_seconds, 1) if create_seconds > 0 else None,

@@ -87,6 +87,11 @@ class SyncClient:
     ) -> list[JobOut]:
         return self._run(self._client.create_jobs(jobs, idempotency_key=idempotency_key))
 
+    def create_jobs_minimal(
+        self, jobs: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> list[UUID]:
+        return self._run(self._client.create_jobs_minimal(jobs, idempotency_key=idempotency_key))
+
     def get_job(self, job_id: UUID | str) -> JobOut:
         return self._run(self._client.get_job(job_id))
 

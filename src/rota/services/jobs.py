@@ -541,9 +541,14 @@ class JobService:
             updated_by=spec.created_by,
             source=spec.source,
             declared_spec=spec.declared_spec,
+            # a one-time job's first fire is its execute_at (first_run_at's answer): the
+            # job is built once, not twice (a bulk create of one-time jobs, issue 19)
+            next_run_at=fields.get("execute_at") if fields.get("is_active", True) else None,
             **fields,
         )
-        return replace(job, next_run_at=first_run_at(job, now) if job.is_active else None)
+        if job.is_active and job.is_recurring:
+            return replace(job, next_run_at=first_run_at(job, now))
+        return job
 
     async def _next_run(self, old: Job, new: Job, now: datetime) -> datetime | None:
         if not new.is_active:

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
-from rota.api.bulkout import JSON, jobs_json
+from rota.api.bulkout import JSON, ids_json, jobs_json
 from rota.api.deps import ApiRuntime, Audit, Idempotent, Jobs, Runtime, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.routes.dependencies import dependencies_out
@@ -25,6 +25,7 @@ from rota.api.schemas.jobs import (
     BackfillOut,
     BackfillRequest,
     BulkCreate,
+    BulkCreatedIds,
     JobCreate,
     JobList,
     JobOut,
@@ -48,6 +49,9 @@ from rota.services.jobs import MAX_PREVIEW, JobService
 
 Headers = tuple[tuple[str, str], ...]
 
+APPLIED = "Preference-Applied"
+"""The answer header naming the ``Prefer`` preference it followed (RFC 7240)."""
+
 REPLAYED = "Idempotent-Replayed"
 """The answer header that says whether it is a repeat's kept answer."""
 
@@ -68,6 +72,31 @@ IdempotencyKey = Annotated[
         "body is refused (422), and a repeat while the first is still handled (409).",
     ),
 ]
+
+
+Prefer = Annotated[
+    str | None,
+    Header(
+        max_length=200,
+        description="`return=minimal` (RFC 7240): the answer lists the new jobs' ids only "
+        '(`{"count": …, "ids": […]}`, `Preference-Applied: return=minimal`), not every job '
+        "in full: about a fifth less of the server's time per job, and much less to read, "
+        "for large loads. Other preferences are ignored.",
+    ),
+]
+
+
+def prefers_minimal(prefer: str | None) -> bool:
+    """Whether a ``Prefer`` header (RFC 7240: preferences separated by commas, each
+    ``name[=value]`` with ``;`` parameters, names case-insensitive) asks for
+    ``return=minimal``."""
+    if not prefer:
+        return False
+    for preference in prefer.split(","):
+        name, _, value = preference.split(";", 1)[0].partition("=")
+        if name.strip().lower() == "return" and value.strip().strip('"').lower() == "minimal":
+            return True
+    return False
 
 
 def _audit_view(job: JobOut) -> dict[str, Any]:
@@ -118,9 +147,9 @@ async def _idempotent(
     its answer kept for repeats (a repeat gets the first answer, ``Idempotent-Replayed:
     true``)."""
     if key is None:
-        made, _ = await handle()
+        made, headers = await handle()
         return (
-            Response(made, status.HTTP_201_CREATED, media_type=JSON)
+            Response(made, status.HTTP_201_CREATED, headers=dict(headers), media_type=JSON)
             if isinstance(made, bytes)
             else made
         )
@@ -260,7 +289,7 @@ async def _update(
 
 @router.post(
     "/bulk",
-    response_model=JobList,
+    response_model=JobList | BulkCreatedIds,
     status_code=status.HTTP_201_CREATED,
     responses=problem_responses(409, 413, 422, 503),
     summary="Create many jobs at once (all or none)",
@@ -272,9 +301,13 @@ async def create_jobs(
     audit: Audit,
     idempotency: Idempotent,
     key: IdempotencyKey = None,
+    prefer: Prefer = None,
 ) -> Any:
     """Up to 10,000 jobs in one transaction: all are created or none. Every refused job is
-    named in the 422 problem's ``errors`` (``jobs[17].cronExpression``)."""
+    named in the 422 problem's ``errors`` (``jobs[17].cronExpression``). The answer lists
+    the created jobs in full, in the request's order; with ``Prefer: return=minimal``,
+    their ids only."""
+    minimal = prefers_minimal(prefer)
 
     for i, item in enumerate(body.jobs):
         if item.depends_on:
@@ -291,6 +324,8 @@ async def create_jobs(
         await audit.record(
             user.username, "job.bulk_created", "job", after={"count": len(created), "ids": ids}
         )
+        if minimal:
+            return ids_json(created), ((APPLIED, "return=minimal"),)
         # The JobList written straight to JSON (the same bytes; no model per job).
         return jobs_json(created, jobs), ()
 

@@ -441,6 +441,14 @@ class JobList(ApiModel):
     items: list[JobOut]
 
 
+class BulkCreatedIds(ApiModel):
+    """A bulk create's answer under ``Prefer: return=minimal``: the new jobs' ids, in the
+    order of the request's jobs."""
+
+    count: int = Field(description="How many jobs were created (all of the request's).")
+    ids: list[UUID]
+
+
 class JobVersionOut(ApiModel):
     version: int
     snapshot: dict[str, Any] = Field(description="The versioned fields as they were.")
