@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from rota.api.schemas.jobs import JobCreate, JobPatch
+from rota.api.schemas.jobs import JobCreate, JobPatch, _job_attributes
+from rota.core.jobspec import JobSpec
 
 CRON = {"jobType": "t", "cronExpression": "@daily"}
 
@@ -68,3 +69,43 @@ def test_a_setting_given_both_ways_must_agree(body: dict[str, object]) -> None:
 def test_out_of_range_or_unknown_reference_fields_are_refused(body: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         JobCreate.model_validate(CRON | body)
+
+
+FULL = {
+    "jobType": "t",
+    "displayName": "d",
+    "description": "x",
+    "tags": ["a", "b"],
+    "workerId": "w",
+    "jobData": '{"n": [1, {"k": null}]}',
+    "every": "1h30m",
+    "timeZone": "Europe/Berlin",
+    "startAt": "2031-01-01T00:00:00Z",
+    "endAt": "2031-02-01T00:00:00+01:00",
+    "isActive": False,
+    "priority": 4,
+    "concurrentExecutionPolicy": 3,
+    "misfirePolicy": "catch_up",
+    "timeoutMinutes": 2,
+    "maxRetries": 3,
+    "retryDelaySeconds": 1.5,
+    "autoDisableSettings": {"threshold": 4, "failureWindowMinutes": 1},
+    "autoDisableCooldownSeconds": 9,
+    "zombiePolicy": "fail",
+    "zombieThresholdSeconds": 30,
+    "maxRuns": 7,
+    "jitterSeconds": 2,
+    "misfireWindowSeconds": 5,
+}
+
+
+@pytest.mark.parametrize("body", [CRON, {"jobType": "t", "executeAt": "2031-01-01T00:00Z"}, FULL])
+def test_a_new_jobs_spec_holds_every_field_as_the_body_dumps_it(body: dict[str, object]) -> None:
+    """The spec is read field by field from the body: the same as from its dump (each field
+    by its job attribute name), the reference's forms folded, ``dependsOn`` left out."""
+    model = JobCreate.model_validate(body | {"dependsOn": []})
+    dumped = _job_attributes(model)
+    assert model.to_spec(created_by="me") == JobSpec(**dumped, created_by="me")
+    assert dumped["interval_seconds"] == ("1h30m" if body is FULL else None)
+    assert dumped["timeout_seconds"] == (120 if body is FULL else None)
+    assert dumped["concurrency_policy"] == (3 if body is FULL else 0)
