@@ -155,6 +155,7 @@ def check_capacity(result: dict[str, Any], mode: str, pending: int, history: int
     per_job = result["storeBytesPerJob"]
     assert per_job["file" if mode == "embedded" else "jobs"] > 0
     assert result["jobsInStore"] == pending + 1  # and the history's job
+    assert result["signIns"] == 1  # a token lasts the short run
     assert result["occurrencesInStore"] == history
     memory = result["serverRssMiB"]
     assert memory["beforeCreate"] > 0

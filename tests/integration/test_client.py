@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import rota
 from rota.api.app import create_app
 from rota.app.configs import auth_config
+from rota.cli.benchauth import SignIn
 from rota.client import (
     ApiAuthError,
     ApiConflictError,
@@ -433,3 +434,30 @@ async def test_limits(client: rota.Client) -> None:
     with pytest.raises(ApiValidationError) as refused:
         await client.set_limit("mail", max=0)
     assert refused.value.status == 422
+
+
+async def test_the_benches_sign_in_again_when_the_token_runs_out(
+    runtime: MiniRuntime, app: FastAPI
+) -> None:
+    """The benches' auth (a ten-million-job creation outlasts a token): it signs in before
+    the first request and again after a 401, and the refused request is sent again."""
+    skew = [timedelta(0)]
+    runtime.auth = AuthService(
+        runtime.store, auth_config(runtime.settings), lambda: datetime.now(UTC) + skew[0]
+    )
+    await ensure_user(runtime.auth, "operator")
+    counter = PathCounter(app)
+    auth = SignIn(username_of("operator"), PASSWORD)
+    transport = httpx.ASGITransport(app=counter)
+    async with httpx.AsyncClient(transport=transport, base_url="http://rota", auth=auth) as http:
+        body = {"jobs": [{"jobType": "x", "executeAt": "2031-01-01T00:00:00Z"}]}
+        minimal = {"Prefer": "return=minimal"}
+        made = await http.post("/api/v1/jobs/bulk", json=body, headers=minimal)
+        assert made.status_code == 201
+        assert (auth.sign_ins, counter.count("/api/v1/auth/login")) == (1, 1)
+        skew[0] += timedelta(hours=1)  # the token ran out: refused, signed in, sent again
+        again = await http.post("/api/v1/jobs/bulk", json=body, headers=minimal)
+        assert again.status_code == 201
+        assert (auth.sign_ins, counter.count("/api/v1/auth/login")) == (2, 2)
+        assert counter.count("/api/v1/jobs/bulk") == 3
+    assert (await runtime.store.overview(datetime.now(UTC))).jobs == 2

@@ -22,6 +22,7 @@ import psutil
 
 from rota.app.settings import Settings
 from rota.cli.bench import _environment, _percentiles, _server_process, bench_prefix
+from rota.cli.benchauth import SignIn
 from rota.cli.capacity_history import fill_history, time_store_reads
 from rota.core.ids import new_id
 from rota.core.models import Occurrence, OccurrenceStatus
@@ -263,11 +264,7 @@ async def run_capacity(
             _server_process(mode, admin, password, data_dir) as (base, server),
             httpx.AsyncClient(base_url=base, timeout=300) as http,
         ):
-            login = await http.post(
-                "/api/v1/auth/login", json={"username": admin, "password": password}
-            )
-            login.raise_for_status()
-            http.headers["Authorization"] = f"Bearer {login.json()['accessToken']}"
+            auth = http.auth = SignIn(admin, password)  # signs in again when its token expires
             start = datetime.now(UTC) + FIRST_DUE
             made = await http.post(
                 "/api/v1/jobs", json={**_spec(0, 1, start), "displayName": "capacity history"}
@@ -339,6 +336,7 @@ async def run_capacity(
         "historyFill": history_fill,
         "batch": batch,
         "answer": answer,
+        "signIns": auth.sign_ins,
         "reads": reads,
         "createSeconds": round(create_seconds, 2),
         "jobsPerSecond": round(pending / create_seconds, 1) if create_seconds > 0 else None,
