@@ -1,40 +1,71 @@
 """The maintained statistics (``rota.stores.sql.aggregates``) equal a fresh scan of the
 occurrences after every kind of write: fires, transitions, retries (automatic, zombie and
 manual), direct inserts, job deletion, retention purges and dropped partitions; and stay
-exact when several stores write at once. On SQLite and PostgreSQL."""
+exact when several stores write at once. The job counts equal a scan of the jobs after
+every write that adds, removes, activates or deactivates a job. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from rota.core.models import Occurrence
+from rota.core.models import Job, Occurrence
+from rota.core.planning import FirePlan
 from rota.core.records import FailedQuery
 from rota.stores.schema import (
     finished_hours,
     finished_minutes,
+    job_totals,
+    jobs,
     occurrence_counts,
     occurrence_totals,
     occurrences,
 )
 from rota.stores.sql import SqlStore
 from rota.stores.sql.aggregates import SHARDS, WINDOWED, minute_of
-from tests.contract.test_store import MINUTE, NOW, T0, S, fired, make_job, minutely, occurrence
+from tests.contract.test_store import (
+    MINUTE,
+    NOW,
+    T0,
+    S,
+    fired,
+    make_job,
+    minutely,
+    occurrence,
+    one_time,
+)
 from tests.contract.test_store import status as report
+from tests.contract.test_store_auto_disable import REASON, Runs, cron_job, disabled_job
 from tests.contract.test_store_partitions import JUNE, MARCH, POSTGRES, fired_at, upkeep
 
 SECOND = timedelta(seconds=1)
 HOUR = timedelta(hours=1)
 
 
+async def assert_jobs_counted(store: SqlStore) -> tuple[int, int]:
+    """``job_totals`` and the overview's job counts equal a count of the jobs; returns them
+    (jobs, active)."""
+    async with store._read() as conn:
+        flags = (await conn.execute(select(jobs.c.is_active))).scalars().all()
+        shards = (await conn.execute(select(job_totals))).all()
+    want = (len(flags), sum(1 for f in flags if f))
+    assert (sum(t.jobs for t in shards), sum(t.active for t in shards)) == want
+    assert {t.shard for t in shards} <= set(range(SHARDS))
+    overview = await store.overview(NOW)
+    assert (overview.jobs, overview.active_jobs) == want
+    return want
+
+
 async def assert_matches_a_scan(store: SqlStore) -> None:
-    """The three aggregate tables (zero rows and shards folded away) equal the scan, and so do
-    the overview's window and every job's counts."""
+    """The aggregate tables (zero rows and shards folded away) equal the scan, and so do the
+    overview's window, its job counts and every job's counts."""
+    await assert_jobs_counted(store)
     async with store._read() as conn:
         rows = (await conn.execute(select(occurrences))).all()
         counts = (await conn.execute(select(occurrence_counts))).all()
@@ -230,3 +261,80 @@ async def test_a_dropped_partition_leaves_the_aggregates(store: SqlStore) -> Non
     await assert_matches_a_scan(store)
     assert (await store.count_occurrences())[S.COMPLETED] == 1
     assert (await store.count_occurrences(job_id=kept.job_id))[S.COMPLETED] == 1
+
+
+async def test_every_write_of_a_job_keeps_the_job_counts(store: SqlStore) -> None:
+    assert await assert_jobs_counted(store) == (0, 0)
+    # created one by one and in bulk, active and not
+    single, off = make_job(), make_job(is_active=False, next_run_at=None)
+    await store.create_jobs([single])
+    await store.create_jobs([off])
+    bulk = [make_job(is_active=n % 3 != 0) for n in range(7)]
+    await store.create_jobs(bulk)
+    assert await assert_jobs_counted(store) == (9, 5)
+    # updated: deactivated, activated again, and changed without touching is_active
+    stored = await store.get_job(single.id)
+    stored = await store.update_job(
+        replace(stored, is_active=False, next_run_at=None, version=2), expected_version=1
+    )
+    assert await assert_jobs_counted(store) == (9, 4)
+    stored = await store.update_job(
+        replace(stored, is_active=True, next_run_at=T0, version=3), expected_version=2
+    )
+    await store.update_job(replace(stored, description="same state"), expected_version=3)
+    assert await assert_jobs_counted(store) == (9, 5)
+    # a fire leaves a job active (a one-time one keeps no next fire); a plan that retires
+    # the job deactivates it
+    once = make_job()
+    await fired(store, once, one_time)
+    assert (await store.get_job(once.id)).is_active
+    recurring = make_job(next_run_at=T0, execute_at=None, cron_expression="* * * * *")
+    await store.create_jobs([recurring])
+
+    def retiring(job: Job, active: int, now: datetime) -> FirePlan:
+        return replace(minutely(job, active, now), next_run_at=None, is_active=False)
+
+    await store.dispatch_due([recurring.id], T0 + 2 * MINUTE, retiring)
+    assert not (await store.get_job(recurring.id)).is_active
+    assert await assert_jobs_counted(store) == (11, 6)
+    # the failure that reaches a job's threshold disables it; a probe enables it again
+    failing = cron_job(auto_disable_threshold=1)
+    await store.create_jobs([failing])
+    assert [d.job_id for d in await Runs(store, failing).apply(S.FAILED, T0)] == [failing.id]
+    assert await assert_jobs_counted(store) == (12, 6)
+    probed = disabled_job(T0 - 2 * MINUTE)
+    await store.create_jobs([probed])
+    released = await store.release_probe(
+        probed.id, seen_disabled_at=T0 - 2 * MINUTE, seen_version=1, next_run_at=T0, at=T0
+    )
+    assert released is not None
+    assert released.disabled_reason == REASON
+    assert await assert_jobs_counted(store) == (13, 7)
+    # deleted, active and not
+    await store.delete_job(released.id)
+    await store.delete_job(off.id)
+    assert await assert_jobs_counted(store) == (11, 6)
+
+
+async def test_jobs_created_and_deleted_at_once_are_counted_exactly(
+    store: SqlStore, store_url: str
+) -> None:
+    others = [SqlStore(store_url) for _ in range(3)]
+    for other in others:
+        await other.open()
+    try:
+        writers = [store, *others]
+        batches = [[make_job(is_active=(i + n) % 2 == 0) for n in range(5)] for i in range(8)]
+
+        async def create(i: int) -> None:
+            await writers[i % 4].create_jobs(batches[i])
+
+        await asyncio.gather(*(create(i) for i in range(8)))
+        doomed = [job.id for batch in batches[:4] for job in batch[:2]]
+        await asyncio.gather(
+            *(writers[i % 4].delete_job(job_id) for i, job_id in enumerate(doomed))
+        )
+    finally:
+        for other in others:
+            await other.close()
+    assert (await assert_jobs_counted(store))[0] == 40 - 8

@@ -406,7 +406,9 @@ def _aggregates(metadata: MetaData) -> None:
     :mod:`rota.stores.sql.aggregates`): counts by job and status, the same by status over a
     few shards (writers pick one at random, so they seldom wait on each other's row), and
     the finished occurrences per minute and per hour of their end (the overview's window:
-    whole hours, then whole minutes, then the rest from the occurrences)."""
+    whole hours, then whole minutes, then the rest from the occurrences); and the jobs and
+    active jobs, over the same few shards, kept by every write that adds or removes a job or
+    changes whether it is active."""
     Table(
         "occurrence_counts",
         metadata,
@@ -444,6 +446,14 @@ def _aggregates(metadata: MetaData) -> None:
         Column("duration_sum", Float(), nullable=False),
         Column("duration_count", BigInteger(), nullable=False),
         PrimaryKeyConstraint("hour", "shard", "status"),
+    )
+    Table(
+        "job_totals",
+        metadata,
+        Column("shard", SmallInteger(), nullable=False),
+        Column("jobs", BigInteger(), nullable=False),
+        Column("active", BigInteger(), nullable=False),
+        PrimaryKeyConstraint("shard"),
     )
 
 
@@ -707,6 +717,7 @@ occurrence_counts = metadata.tables["occurrence_counts"]
 occurrence_totals = metadata.tables["occurrence_totals"]
 finished_minutes = metadata.tables["finished_minutes"]
 finished_hours = metadata.tables["finished_hours"]
+job_totals = metadata.tables["job_totals"]
 users = metadata.tables["users"]
 refresh_tokens = metadata.tables["refresh_tokens"]
 login_throttles = metadata.tables["login_throttles"]

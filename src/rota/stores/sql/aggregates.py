@@ -11,6 +11,11 @@ overview and a job's counts are a few rows to read instead of a scan of the hist
   what the overview's window counts; ``finished_hours`` the same per hour. A window reads
   its whole hours, then the whole minutes before the first of them, then the occurrences
   of the part of a minute before those (the ``(end_time, status)`` index).
+- ``job_totals`` (shard) -> jobs, active: the jobs, and those active, over :data:`SHARDS`
+  rows the same way; added to by every write that creates or deletes a job or changes its
+  ``is_active`` (create, bulk create, update, delete, a dispatch that retires a job, an
+  auto-disable, a probe), in the write's own transaction, so the overview's job counts are
+  a few rows to read however many jobs there are.
 
 Every change is an atomic ``n = n + excluded.n`` upsert, one statement per table per batch
 (deltas summed in memory first), written last in its transaction and in key order: writers
@@ -39,6 +44,7 @@ from rota.core.models import OccurrenceStatus
 from rota.stores.schema import (
     finished_hours,
     finished_minutes,
+    job_totals,
     occurrence_counts,
     occurrence_totals,
 )
@@ -82,11 +88,28 @@ def next_hour(at: datetime) -> int:
 class StatDeltas:
     """The changes a transaction makes to the aggregates, summed before they are written."""
 
-    __slots__ = ("counts", "minutes")
+    __slots__ = ("active", "counts", "jobs", "minutes")
 
     def __init__(self) -> None:
         self.counts: defaultdict[tuple[UUID, int], int] = defaultdict(int)
         self.minutes: defaultdict[tuple[int, int], list[Any]] = defaultdict(lambda: [0, 0.0, 0])
+        self.jobs = 0
+        """Jobs added (less those removed)."""
+        self.active = 0
+        """Active jobs added or activated (less those removed or deactivated)."""
+
+    @classmethod
+    def of_jobs(cls, active: Iterable[bool], sign: int = 1) -> StatDeltas:
+        """Jobs added (``sign`` 1) or removed (-1), given whether each is active."""
+        deltas = cls()
+        for is_active in active:
+            deltas.jobs += sign
+            deltas.active += sign if is_active else 0
+        return deltas
+
+    def activation(self, was: bool, now: bool) -> None:
+        """A job's ``is_active`` changed from ``was`` to ``now`` (or did not)."""
+        self.active += int(bool(now)) - int(bool(was))
 
     def add(
         self,
@@ -129,6 +152,11 @@ class StatDeltas:
             if n
         ]
 
+    def job_rows(self, shard: int) -> list[dict[str, Any]]:
+        if not (self.jobs or self.active):
+            return []
+        return [{"shard": shard, "jobs": self.jobs, "active": self.active}]
+
     def minute_rows(self, shard: int) -> list[dict[str, Any]]:
         return _time_rows("minute", shard, self.minutes)
 
@@ -168,6 +196,8 @@ _TYPES: Final[dict[str, TypeEngine[Any]]] = {
     "n": BigInteger(),
     "duration_sum": Float(),
     "duration_count": BigInteger(),
+    "jobs": BigInteger(),
+    "active": BigInteger(),
 }
 
 
@@ -192,13 +222,16 @@ class AggregateQueries(SqlParts):
 
     async def _write_aggregates(self, conn: AsyncConnection, deltas: StatDeltas) -> None:
         """Add ``deltas`` in ``conn``'s transaction; call it last, after the transaction's
-        other writes."""
+        other writes (or with the rows it writes after locked already). The tables in one
+        order, each in key order: two writers never wait on each other's counter rows the
+        other way round."""
         shard = random.randrange(SHARDS)
         for table, rows in (
             (occurrence_counts, deltas.count_rows()),
             (finished_minutes, deltas.minute_rows(shard)),
             (finished_hours, deltas.hour_rows(shard)),
             (occurrence_totals, deltas.total_rows(shard)),
+            (job_totals, deltas.job_rows(shard)),
         ):
             if rows:
                 make = partial(_add_stmt, self._dialect, table)
@@ -226,13 +259,20 @@ class AggregateQueries(SqlParts):
         await self._write_aggregates(conn, deltas)
 
     async def rebuild_aggregates(self, *, pad_since: datetime | None = None) -> None:
-        """Recompute the aggregates from the occurrences (what migration 0015 does). Not for
-        a live store: writes made meanwhile could be counted twice or not at all.
+        """Recompute the aggregates from the occurrences and the jobs (what migrations 0015
+        and 0021 do). Not for a live store: writes made meanwhile could be counted twice or
+        not at all.
 
         ``pad_since`` (benches): also a row (of zeros) for every shard and final status in
         each minute and hour from then to now, as a busy live store holds them."""
         async with self._write() as conn:
-            for table in (occurrence_counts, occurrence_totals, finished_minutes, finished_hours):
+            for table in (
+                occurrence_counts,
+                occurrence_totals,
+                finished_minutes,
+                finished_hours,
+                job_totals,
+            ):
                 await conn.execute(delete(table))
             for sql in backfill_sql(self._dialect):
                 await conn.execute(text(sql))
@@ -261,7 +301,8 @@ class AggregateQueries(SqlParts):
 
 
 def backfill_sql(dialect: str) -> list[str]:
-    """The statements that fill the (empty) aggregate tables from ``occurrences``."""
+    """The statements that fill the (empty) aggregate tables from ``occurrences`` and
+    ``jobs``."""
     if dialect == "postgresql":
         minute = "floor(extract(epoch FROM end_time) / 60)::bigint * 60"
     else:
@@ -280,4 +321,6 @@ def backfill_sql(dialect: str) -> list[str]:
         "INSERT INTO finished_hours (hour, shard, status, n, duration_sum, duration_count) "
         "SELECT minute / 3600 * 3600, shard, status, sum(n), sum(duration_sum), "
         "sum(duration_count) FROM finished_minutes GROUP BY 1, 2, 3",
+        "INSERT INTO job_totals (shard, jobs, active) SELECT 0, count(*), "
+        "coalesce(sum(CASE WHEN is_active THEN 1 ELSE 0 END), 0) FROM jobs",
     ]

@@ -100,7 +100,12 @@ class DispatchQueries(AggregateQueries):
                     next_runs[job.id] = _due_entry(job.id, job.bucket, job)
             active = await self._active_counts(conn, [j.id for j in due])
             plans = _plan_all(due, active, now, planner, next_runs)
-            inserted = await self._insert_planned(conn, due, plans)
+            deltas = StatDeltas()
+            inserted = await self._insert_planned(conn, due, plans, deltas)
+            for job in due:  # a job retired by its plan (a one-time job's fire, a bound)
+                if job.id in plans:
+                    deltas.activation(job.is_active, plans[job.id].is_active)
+            await self._write_aggregates(conn, deltas)  # the jobs it advances next are locked
             await advance_jobs(self._fast, conn, due, plans)
         for job in due:
             if job.id in plans:
@@ -154,10 +159,15 @@ class DispatchQueries(AggregateQueries):
         return {r[0]: int(r[1]) for r in rows}
 
     async def _insert_planned(
-        self, conn: AsyncConnection, due: Sequence[Job], plans: dict[UUID, FirePlan]
+        self,
+        conn: AsyncConnection,
+        due: Sequence[Job],
+        plans: dict[UUID, FirePlan],
+        deltas: StatDeltas,
     ) -> set[UUID]:
         """Insert the planned occurrences (a fire already recorded is skipped by the unique
-        key) and the creation status change of each one inserted; returns the ids inserted."""
+        key) and the creation status change of each one inserted, counted in ``deltas``;
+        returns the ids inserted."""
         rows = [
             _occurrence_row(occ, job.concurrency_policy)
             for job in due
@@ -186,9 +196,7 @@ class DispatchQueries(AggregateQueries):
         ]
         if changes:
             await self._fast.execute(conn, "insert_changes", _insert_changes_stmt, changes)
-        deltas = StatDeltas()
         deltas.add_rows(row for row in rows if row["id"] in inserted)
-        await self._write_aggregates(conn, deltas)  # the jobs it advances next are locked
         return inserted
 
     def _insert_planned_stmt(self) -> UpdateBase:

@@ -18,8 +18,8 @@ from rota.core.errors import ConflictError, NotFoundError
 from rota.core.models import Job, JobSource, JobVersion, utcnow
 from rota.core.records import JobQuery, Page, ProbeScan
 from rota.stores.schema import job_tags, job_versions, jobs
+from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.batches import copy_rows
-from rota.stores.sql.engine import SqlParts
 from rota.stores.sql.rows import (
     _auto_disable_state,
     _decode_cursor,
@@ -33,7 +33,7 @@ from rota.stores.sql.search import postgresql_search, sqlite_search
 from rota.stores.sql.statements import _insert_stmt
 
 
-class JobQueries(SqlParts):
+class JobQueries(AggregateQueries):
     """Jobs, versions and auto-disable probes of the :class:`~rota.core.ports.Store` port."""
 
     # --- jobs -----------------------------------------------------------------------------
@@ -54,6 +54,7 @@ class JobQueries(SqlParts):
                 await self._fast.execute(
                     conn, "insert_job_tags", partial(_insert_stmt, job_tags), tags
                 )
+            await self._write_aggregates(conn, StatDeltas.of_jobs(j.is_active for j in jobs_))
 
     def _tag_rows(self, jobs_: Sequence[Job]) -> list[dict[str, Any]]:
         """SQLite's ``job_tags`` rows of the jobs (PostgreSQL reads the GIN-indexed column)."""
@@ -133,6 +134,10 @@ class JobQueries(SqlParts):
             if set(job.tags) != set(stored.tags):
                 await self._replace_tags(conn, job, stored.tags)
             row = (await conn.execute(select(jobs).where(jobs.c.id == job.id))).one()
+            if row.is_active != stored.is_active:
+                deltas = StatDeltas()
+                deltas.activation(stored.is_active, row.is_active)
+                await self._write_aggregates(conn, deltas)
         return _to_job(row)
 
     async def _delete_tags(self, conn: AsyncConnection, job_id: UUID, tags: Sequence[str]) -> None:
@@ -157,7 +162,10 @@ class JobQueries(SqlParts):
                 raise NotFoundError("job", job_id)
             await conn.execute(delete(job_versions).where(job_versions.c.job_id == job_id))
             await self._delete_tags(conn, job_id, tags[0] or ())
-            await conn.execute(delete(jobs).where(jobs.c.id == job_id))
+            # whether it was active as it is deleted (not as read above), for the job counts
+            stmt = delete(jobs).where(jobs.c.id == job_id).returning(jobs.c.is_active)
+            gone = (await conn.execute(stmt)).scalars().all()
+            await self._write_aggregates(conn, StatDeltas.of_jobs(gone, -1))
 
     async def code_jobs(self) -> list[Job]:
         stmt = select(jobs).where(jobs.c.source == JobSource.CODE.value).order_by(jobs.c.job_type)
@@ -242,4 +250,7 @@ class JobQueries(SqlParts):
             if (await conn.execute(stmt)).rowcount != 1:
                 return None
             row = (await conn.execute(select(jobs).where(j.id == job_id))).one()
+            deltas = StatDeltas()
+            deltas.activation(False, True)
+            await self._write_aggregates(conn, deltas)
         return _to_job(row)

@@ -28,6 +28,7 @@ from rota.stores.schema import (
     finished_hours,
     finished_minutes,
     job_tags,
+    job_totals,
     jobs,
     occurrence_totals,
     occurrences,
@@ -60,8 +61,9 @@ def _totals_part() -> Select[Any]:
 
 
 def _jobs_part() -> Select[Any]:
-    active = func.coalesce(func.sum(case((jobs.c.is_active, 1), else_=0)), 0)
-    return select(*_row(_JOBS, 0, func.count(), 0.0, active)).select_from(jobs)
+    """The jobs and the active ones, from their maintained counts (a row per shard)."""
+    t = job_totals.c
+    return select(*_row(_JOBS, 0, func.sum(t.jobs), 0.0, func.sum(t.active)))
 
 
 def _edge_part(start: datetime, end: datetime) -> Select[Any]:
@@ -92,7 +94,8 @@ class StatsQueries(SqlParts):
         """One statement over the maintained aggregates (:mod:`rota.stores.sql.aggregates`):
         the totals by status; the window's whole hours from ``finished_hours``, the whole
         minutes before them from ``finished_minutes``, and only part of a minute (``since`` is
-        seldom on one) from the ``(end_time, status)`` index; and the jobs."""
+        seldom on one) from the ``(end_time, status)`` index; and the jobs from
+        ``job_totals``."""
         # The part of a minute before the whole ones: added from the occurrences, or, when
         # ``since`` is in the first half of its minute, that whole minute from the figures
         # less the occurrences before ``since`` (at most half a minute of rows either way).

@@ -92,9 +92,10 @@ class StatusQueries(AggregateQueries):
             )
             before = {r.id: (r.status, r.end_time, r.duration_ms) for r in rows}
             batch = apply_records({oid: Current(*rest[:-1]) for oid, *rest in rows}, records)
-            disabled = await self._write_status_batch(conn, batch)
+            deltas = _status_deltas(batch, before)
+            disabled = await self._write_status_batch(conn, batch, deltas)
             await self._record_final_failures(conn, batch)
-            await self._write_aggregates(conn, _status_deltas(batch, before))
+            await self._write_aggregates(conn, deltas)
         return StatusResult(
             applied=batch.applied,
             ignored=batch.ignored,
@@ -103,10 +104,10 @@ class StatusQueries(AggregateQueries):
         )
 
     async def _write_status_batch(
-        self, conn: AsyncConnection, batch: StatusBatch
+        self, conn: AsyncConnection, batch: StatusBatch, deltas: StatDeltas
     ) -> list[DisabledJob]:
-        """Write the batch's occurrence changes and job statistics; returns the jobs it
-        disabled."""
+        """Write the batch's occurrence changes and job statistics (the jobs it deactivates
+        counted in ``deltas``); returns the jobs it disabled."""
         for columns, params in _occurrence_updates(batch).items():
             await self._fast.execute(
                 conn,
@@ -130,9 +131,11 @@ class StatusQueries(AggregateQueries):
         ]
         if stats:
             await self._fast.execute(conn, "update_stats", _update_stats_stmt, stats)
-        return await self._count_failures(conn, batch)
+        return await self._count_failures(conn, batch, deltas)
 
-    async def _count_failures(self, conn: AsyncConnection, batch: StatusBatch) -> list[DisabledJob]:
+    async def _count_failures(
+        self, conn: AsyncConnection, batch: StatusBatch, deltas: StatDeltas
+    ) -> list[DisabledJob]:
         """Auto-disable: fold the batch's outcomes into the consecutive-failure state of each
         job that had a failure in it (read under lock, one UPDATE for all), disabling the jobs
         that reach their threshold. Jobs with only successes were reset by the statistics
@@ -163,6 +166,7 @@ class StatusQueries(AggregateQueries):
             streak = _streak_of(row, self._auto_disable)
             streak.fold_all(batch.stats[row.id].outcomes)
             params.append(_streak_params(row.id, streak))
+            deltas.activation(row.is_active, streak.is_active)
             if streak.disabled_now:
                 assert streak.disabled_reason is not None
                 disabled.append(
