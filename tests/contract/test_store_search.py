@@ -188,3 +188,69 @@ async def test_sqlite_reads_each_filtered_page_in_index_order(
             plan = " / ".join(str(row[3]) for row in rows)
             assert "TEMP B-TREE" not in plan, (statement, plan)
             assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, (statement, plan)
+
+
+async def test_postgresql_looks_up_a_rare_word_alone_and_tests_the_whole_text(
+    store: Store, store_kind: str
+) -> None:
+    """Among many jobs that share most of a text's words, the index is asked for the rare
+    word only (``Index Cond``), and the rows it finds are tested for the whole text."""
+    if store_kind != "postgres":
+        pytest.skip("PostgreSQL's statistics and plans")
+    assert isinstance(store, SqlStore)
+    common = [make_job(display_name=f"nightly export {n}") for n in range(1000)]
+    other = make_job(display_name="weekly export 777")  # the rare word, not the whole text
+    await store.create_jobs([*common, other])
+    async with store._write() as conn:
+        await conn.exec_driver_sql("ANALYZE jobs")
+    statements: list[tuple[str, Any]] = []
+
+    def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if "ORDER BY" in statement:
+            statements.append((statement, params))
+
+    engine = store._reader.sync_engine  # type: ignore[union-attr]
+    event.listen(engine, "before_cursor_execute", grab)
+    try:
+        assert await found(store, "Nightly Export 777") == [common[777].id]
+        assert await found(store, "export 777") == [other.id, common[777].id]
+        assert await found(store, "777 nightly export") == []  # the words in another order
+        assert await found(store, "nightly export") == [j.id for j in reversed(common)][:50]
+    finally:
+        event.remove(engine, "before_cursor_execute", grab)
+    async with store._read() as conn:
+        driver = (await conn.get_raw_connection()).driver_connection
+        # a small table: no scan or walk of all of it, as the planner would choose at scale
+        await driver.execute("SET enable_seqscan = off; SET enable_indexscan = off")
+        try:
+            rows = await driver.fetch(f"EXPLAIN {statements[0][0]}", *statements[0][1])
+        finally:
+            await driver.execute("RESET enable_seqscan; RESET enable_indexscan")
+    plan = "\n".join(r[0] for r in rows)
+    conditions = [line for line in plan.splitlines() if "Index Cond" in line]
+    assert conditions, plan
+    assert all("%777%" in line and "nightly" not in line.lower() for line in conditions), plan
+    assert "%Nightly Export 777%" in plan  # the whole text: tested on the rows found
+
+
+def test_fragments_are_the_words_an_index_can_look_up() -> None:
+    assert search.fragments("Nightly-export_2024 of #77") == ["nightly", "export", "2024"]
+    assert search.fragments("ab c") == []
+    assert search.fragments("Export export") == ["export"]
+
+
+def test_the_rarest_word_is_looked_up_alone_only_beside_common_ones() -> None:
+    names = [f"nightly export {n}" for n in range(100)]
+    sample = search.ColumnSample(0.0, [("t", 1.0)], [])
+    bounds = search.ColumnSample(0.0, [], names)
+    assert bounds.share("nightly") == 1.0
+    assert bounds.share("export 5") == pytest.approx(11 / 100)  # 5 and 50–59
+    assert search.rarest_fragment("nightly export 4711", [bounds, sample]) == "4711"
+    assert search.rarest_fragment("nightly export", [bounds, sample]) is None  # all common
+    assert search.rarest_fragment("4711", [bounds, sample]) is None  # one word: as it is
+    assert search.rarest_fragment("nightly export 4711", []) is None  # no statistics yet
+    assert search.rarest_fragment("nightly export 5", [bounds]) is None  # "5": too short
+    # Most common values count with their share, the histogram with what they leave.
+    mixed = search.ColumnSample(0.5, [("nightly export 7", 0.3)], ["x 1", "x 2"])
+    assert mixed.share("export") == pytest.approx(0.3)
+    assert mixed.share("x ") == pytest.approx(0.2)

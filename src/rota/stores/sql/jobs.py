@@ -101,7 +101,7 @@ class JobQueries(AggregateQueries):
             stmt = stmt.where(key < _decode_cursor(query.cursor))
         async with self._read() as conn:
             if query.search and self._dialect == "postgresql":
-                stmt = stmt.where(postgresql_search(query.search))
+                stmt = stmt.where(await postgresql_search(conn, query.search))
             elif query.search:
                 stmt = stmt.where(await sqlite_search(conn, query.search))
             rows = (await conn.execute(stmt)).all()

@@ -2,7 +2,14 @@
 type or the description (:data:`~rota.stores.schema.SEARCHED`), served by a text index.
 
 - PostgreSQL: ``ILIKE '%…%'`` on each column, which the ``pg_trgm`` GIN index serves; the planner
-  (from the columns' statistics) chooses between it and walking the jobs newest first.
+  (from the columns' statistics) chooses between it and walking the jobs newest first. The index
+  intersects the rows of every trigram of the text, reading each one's whole list of rows: a
+  text whose words are mostly shared by every job (``capacity job 512345`` among a million
+  ``capacity job N``) read ~4,000 pages for one match. So when the columns' statistics (the
+  sample ``ANALYZE`` keeps in ``pg_stats``) show a word of the text (:func:`fragments`) in
+  few jobs and other words in many, the index is asked for that rare word only, and the rows
+  it finds are tested for the whole text (an expression the index does not serve):
+  :func:`rarest_fragment`.
 - SQLite: the FTS5 ``trigram`` table (a phrase of the searched text: a substring of one column,
   case-insensitive). A text found in few jobs (at most :data:`FEW_MATCHES`) is looked up there;
   one found in many (``capacity``, ``job``) is cheaper to find by walking the jobs newest first
@@ -14,7 +21,11 @@ type or the description (:data:`~rota.stores.schema.SEARCHED`), served by a text
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, literal_column, or_, select, text
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import ColumnElement, and_, func, literal_column, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota.stores.schema import SEARCH_TABLE, SEARCHED, jobs
@@ -27,6 +38,17 @@ fewer for the common texts that take this way)."""
 
 TRIGRAM = 3
 """The shortest text the trigram index can look up."""
+
+RARE = 0.01
+"""PostgreSQL: a word estimated in fewer than this share of the jobs is looked up alone."""
+
+_WORD = re.compile(r"[^\W_]+")
+
+_STATS = text(
+    "SELECT null_frac, most_common_vals::text::text[], most_common_freqs, "
+    "histogram_bounds::text::text[] FROM pg_stats "
+    "WHERE schemaname = current_schema() AND tablename = :table AND attname = ANY(:columns)"
+).bindparams(table=jobs.name, columns=list(SEARCHED))
 
 _COUNT = text(
     f"SELECT count(*) FROM (SELECT 1 FROM {SEARCH_TABLE} "
@@ -50,9 +72,65 @@ def _walk(value: str) -> ColumnElement[bool]:
     return or_(*(jobs.c[name].icontains(value, autoescape=True) for name in SEARCHED))
 
 
-def postgresql_search(value: str) -> ColumnElement[bool]:
+@dataclass(frozen=True, slots=True)
+class ColumnSample:
+    """What ``pg_stats`` holds of one column: its most common values with their shares, the
+    bounds of the histogram of the others, and the share of nulls."""
+
+    null_share: float
+    common: Sequence[tuple[str, float]]
+    bounds: Sequence[str]
+
+    def share(self, word: str) -> float:
+        """The estimated share of the rows holding ``word`` (lower case)."""
+        common = sum(f for v, f in self.common if word in v.lower())
+        if not self.bounds:
+            return common
+        rest = max(0.0, 1.0 - self.null_share - sum(f for _, f in self.common))
+        return common + rest * sum(word in b.lower() for b in self.bounds) / len(self.bounds)
+
+
+def fragments(value: str) -> list[str]:
+    """The words of ``value`` (letters and digits) a trigram index can look up (3 or more
+    characters), lower case, longest first. Each is a substring of ``value``: every job that
+    holds ``value`` holds each of them."""
+    words = {w.lower() for w in _WORD.findall(value) if len(w) >= TRIGRAM}
+    return sorted(words, key=lambda w: (-len(w), w))
+
+
+def rarest_fragment(value: str, samples: Iterable[ColumnSample]) -> str | None:
+    """The word of ``value`` to look up alone, or ``None`` (look up the whole text): the word
+    the samples show in fewest jobs (over every searched column), when that is under
+    :data:`RARE` and ``value`` has other words a lookup of the whole text would read too."""
+    words = fragments(value)
+    columns = list(samples)
+    if len(words) < 2 or not columns:
+        return None
+    shares = {w: min(1.0, sum(c.share(w) for c in columns)) for w in words}
+    rarest = min(words, key=lambda w: shares[w])  # the longest of equals: first
+    return rarest if shares[rarest] < RARE else None
+
+
+async def postgresql_search(conn: AsyncConnection, value: str) -> ColumnElement[bool]:
+    """The condition on ``jobs`` for ``value`` (one read of the columns' statistics)."""
     pattern = like_pattern(value)
-    return or_(*(jobs.c[name].ilike(pattern, escape="\\") for name in SEARCHED))
+    rows = (await conn.execute(_STATS)).all()
+    samples = [
+        ColumnSample(
+            float(nulls or 0), list(zip(vals or (), freqs or (), strict=False)), hist or ()
+        )
+        for nulls, vals, freqs, hist in rows
+    ]
+    word = rarest_fragment(value, samples)
+    if word is None:
+        return or_(*(jobs.c[name].ilike(pattern, escape="\\") for name in SEARCHED))
+    rare = like_pattern(word)
+    return and_(
+        or_(*(jobs.c[name].ilike(rare, escape="\\") for name in SEARCHED)),
+        # the whole text, tested on the rows found: through coalesce(), which the index
+        # does not serve (else the planner would look it up too)
+        or_(*(func.coalesce(jobs.c[name], "").ilike(pattern, escape="\\") for name in SEARCHED)),
+    )
 
 
 async def sqlite_search(conn: AsyncConnection, value: str) -> ColumnElement[bool]:
