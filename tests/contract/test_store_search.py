@@ -198,11 +198,21 @@ async def test_postgresql_looks_up_a_rare_word_alone_and_tests_the_whole_text(
     if store_kind != "postgres":
         pytest.skip("PostgreSQL's statistics and plans")
     assert isinstance(store, SqlStore)
-    common = [make_job(display_name=f"nightly export {n}") for n in range(1000)]
-    other = make_job(display_name="weekly export 777")  # the rare word, not the whole text
-    await store.create_jobs([*common, other])
+    common = {n: make_job(display_name=f"nightly export {n}") for n in range(1000, 2000)}
+    await store.create_jobs(list(common.values()))
     async with store._write() as conn:
         await conn.exec_driver_sql("ANALYZE jobs")
+        bounds = (
+            await conn.exec_driver_sql(
+                "SELECT histogram_bounds::text::text[] FROM pg_stats "
+                "WHERE tablename = 'jobs' AND attname = 'display_name'"
+            )
+        ).scalar_one()
+    # a number the sample's histogram does not show (most of them: ~100 bounds of 1,000)
+    n = next(n for n in range(1500, 2000) if not any(str(n) in b for b in bounds))
+    target = common[n]
+    other = make_job(display_name=f"weekly export {n}")  # the rare word, not the whole text
+    await store.create_jobs([other])
     statements: list[tuple[str, Any]] = []
 
     def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
@@ -212,10 +222,11 @@ async def test_postgresql_looks_up_a_rare_word_alone_and_tests_the_whole_text(
     engine = store._reader.sync_engine  # type: ignore[union-attr]
     event.listen(engine, "before_cursor_execute", grab)
     try:
-        assert await found(store, "Nightly Export 777") == [common[777].id]
-        assert await found(store, "export 777") == [other.id, common[777].id]
-        assert await found(store, "777 nightly export") == []  # the words in another order
-        assert await found(store, "nightly export") == [j.id for j in reversed(common)][:50]
+        assert await found(store, f"Nightly Export {n}") == [target.id]
+        assert await found(store, f"export {n}") == [other.id, target.id]
+        assert await found(store, f"{n} nightly export") == []  # the words in another order
+        newest = [j.id for j in reversed(common.values())][:50]
+        assert await found(store, "nightly export") == newest
     finally:
         event.remove(engine, "before_cursor_execute", grab)
     async with store._read() as conn:
@@ -229,8 +240,8 @@ async def test_postgresql_looks_up_a_rare_word_alone_and_tests_the_whole_text(
     plan = "\n".join(r[0] for r in rows)
     conditions = [line for line in plan.splitlines() if "Index Cond" in line]
     assert conditions, plan
-    assert all("%777%" in line and "nightly" not in line.lower() for line in conditions), plan
-    assert "%Nightly Export 777%" in plan  # the whole text: tested on the rows found
+    assert all(f"%{n}%" in line and "nightly" not in line.lower() for line in conditions), plan
+    assert f"%Nightly Export {n}%" in plan  # the whole text: tested on the rows found
 
 
 def test_fragments_are_the_words_an_index_can_look_up() -> None:
@@ -240,16 +251,18 @@ def test_fragments_are_the_words_an_index_can_look_up() -> None:
 
 
 def test_the_rarest_word_is_looked_up_alone_only_beside_common_ones() -> None:
-    names = [f"nightly export {n}" for n in range(100)]
+    names = [f"nightly export {n}" for n in range(100, 200)]
     sample = search.ColumnSample(0.0, [("t", 1.0)], [])
     bounds = search.ColumnSample(0.0, [], names)
     assert bounds.share("nightly") == 1.0
-    assert bounds.share("export 5") == pytest.approx(11 / 100)  # 5 and 50–59
+    assert bounds.share("export 15") == pytest.approx(10 / 100)  # 150–159
     assert search.rarest_fragment("nightly export 4711", [bounds, sample]) == "4711"
     assert search.rarest_fragment("nightly export", [bounds, sample]) is None  # all common
     assert search.rarest_fragment("4711", [bounds, sample]) is None  # one word: as it is
     assert search.rarest_fragment("nightly export 4711", []) is None  # no statistics yet
-    assert search.rarest_fragment("nightly export 5", [bounds]) is None  # "5": too short
+    assert search.rarest_fragment("nightly export 47", [bounds]) is None  # "47": too short
+    assert bounds.share("142") == pytest.approx(0.01)
+    assert search.rarest_fragment("nightly export 142", [bounds]) is None  # in one bound: ~1 %
     # Most common values count with their share, the histogram with what they leave.
     mixed = search.ColumnSample(0.5, [("nightly export 7", 0.3)], ["x 1", "x 2"])
     assert mixed.share("export") == pytest.approx(0.3)
