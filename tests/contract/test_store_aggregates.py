@@ -26,6 +26,7 @@ from rota.stores.schema import (
     occurrence_counts,
     occurrence_totals,
     occurrences,
+    tag_counts,
 )
 from rota.stores.sql import SqlStore
 from rota.stores.sql.aggregates import SHARDS, WINDOWED, minute_of
@@ -49,11 +50,17 @@ HOUR = timedelta(hours=1)
 
 
 async def assert_jobs_counted(store: SqlStore) -> tuple[int, int]:
-    """``job_totals`` and the overview's job counts equal a count of the jobs; returns them
-    (jobs, active)."""
+    """``job_totals`` and the overview's job counts equal a count of the jobs, and the tags
+    in use (``tag_counts``) a count of the jobs' tags; returns (jobs, active)."""
     async with store._read() as conn:
-        flags = (await conn.execute(select(jobs.c.is_active))).scalars().all()
+        rows = (await conn.execute(select(jobs.c.is_active, jobs.c.tags))).all()
         shards = (await conn.execute(select(job_totals))).all()
+        tag_shards = (await conn.execute(select(tag_counts.c.shard))).scalars().all()
+    flags = [r.is_active for r in rows]
+    want_tags = Counter(tag for r in rows for tag in set(r.tags or ()))
+    assert {t.tag: t.jobs for t in await store.tags()} == dict(want_tags)
+    assert [t.tag for t in await store.tags()] == sorted(want_tags)
+    assert set(tag_shards) <= set(range(SHARDS))
     want = (len(flags), sum(1 for f in flags if f))
     assert (sum(t.jobs for t in shards), sum(t.active for t in shards)) == want
     assert {t.shard for t in shards} <= set(range(SHARDS))
@@ -266,10 +273,11 @@ async def test_a_dropped_partition_leaves_the_aggregates(store: SqlStore) -> Non
 async def test_every_write_of_a_job_keeps_the_job_counts(store: SqlStore) -> None:
     assert await assert_jobs_counted(store) == (0, 0)
     # created one by one and in bulk, active and not
-    single, off = make_job(), make_job(is_active=False, next_run_at=None)
+    single = make_job(tags=("mail", "daily"))
+    off = make_job(is_active=False, next_run_at=None, tags=("mail",))
     await store.create_jobs([single])
     await store.create_jobs([off])
-    bulk = [make_job(is_active=n % 3 != 0) for n in range(7)]
+    bulk = [make_job(is_active=n % 3 != 0, tags=("bulk", f"n{n % 2}")) for n in range(7)]
     await store.create_jobs(bulk)
     assert await assert_jobs_counted(store) == (9, 5)
     # updated: deactivated, activated again, and changed without touching is_active
@@ -281,7 +289,11 @@ async def test_every_write_of_a_job_keeps_the_job_counts(store: SqlStore) -> Non
     stored = await store.update_job(
         replace(stored, is_active=True, next_run_at=T0, version=3), expected_version=2
     )
-    await store.update_job(replace(stored, description="same state"), expected_version=3)
+    stored = await store.update_job(replace(stored, description="same state"), expected_version=3)
+    assert await assert_jobs_counted(store) == (9, 5)
+    # retagged: one tag kept, one gone (no job holds it any more), one new
+    await store.update_job(replace(stored, tags=("mail", "weekly")), expected_version=3)
+    assert "daily" not in {t.tag for t in await store.tags()}
     assert await assert_jobs_counted(store) == (9, 5)
     # a fire leaves a job active (a one-time one keeps no next fire); a plan that retires
     # the job deactivates it
@@ -324,7 +336,10 @@ async def test_jobs_created_and_deleted_at_once_are_counted_exactly(
         await other.open()
     try:
         writers = [store, *others]
-        batches = [[make_job(is_active=(i + n) % 2 == 0) for n in range(5)] for i in range(8)]
+        batches = [
+            [make_job(is_active=(i + n) % 2 == 0, tags=("all", f"t{n}")) for n in range(5)]
+            for i in range(8)
+        ]
 
         async def create(i: int) -> None:
             await writers[i % 4].create_jobs(batches[i])

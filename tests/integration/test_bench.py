@@ -163,7 +163,7 @@ def check_capacity(result: dict[str, Any], mode: str, pending: int, history: int
     assert result["benchRssMiB"] > 0
     reads = result["readLatency"]
     names = {"jobsList", "jobsSearch", "jobsSearchCommon", "jobOccurrences", "executionsList"}
-    names |= {"overview", "jobsDeepPage", "executionsDeepPage"}
+    names |= {"overview", "tags", "jobsDeepPage", "executionsDeepPage"}
     names |= {"jobStats", "storeOverview", "storeJobCounts"}
     assert set(reads) == names
     for read in reads.values():

@@ -307,6 +307,7 @@ async def run_capacity(
                 "jobOccurrences": f"/api/v1/occurrences?jobId={history_job['id']}",
                 "executionsList": "/api/v1/occurrences",
                 "overview": "/api/v1/stats/overview",
+                "tags": "/api/v1/tags",
                 "jobStats": f"/api/v1/jobs/{history_job['id']}",
             }
             walks: dict[str, Any] = {}

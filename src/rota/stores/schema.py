@@ -408,7 +408,8 @@ def _aggregates(metadata: MetaData) -> None:
     the finished occurrences per minute and per hour of their end (the overview's window:
     whole hours, then whole minutes, then the rest from the occurrences); and the jobs and
     active jobs, over the same few shards, kept by every write that adds or removes a job or
-    changes whether it is active."""
+    changes whether it is active; and the jobs holding each tag, per tag and shard, kept by
+    every write that adds, removes or retags a job."""
     Table(
         "occurrence_counts",
         metadata,
@@ -454,6 +455,14 @@ def _aggregates(metadata: MetaData) -> None:
         Column("jobs", BigInteger(), nullable=False),
         Column("active", BigInteger(), nullable=False),
         PrimaryKeyConstraint("shard"),
+    )
+    Table(
+        "tag_counts",
+        metadata,
+        Column("tag", String(200), nullable=False),
+        Column("shard", SmallInteger(), nullable=False),
+        Column("n", BigInteger(), nullable=False),
+        PrimaryKeyConstraint("tag", "shard"),
     )
 
 
@@ -718,6 +727,7 @@ occurrence_totals = metadata.tables["occurrence_totals"]
 finished_minutes = metadata.tables["finished_minutes"]
 finished_hours = metadata.tables["finished_hours"]
 job_totals = metadata.tables["job_totals"]
+tag_counts = metadata.tables["tag_counts"]
 users = metadata.tables["users"]
 refresh_tokens = metadata.tables["refresh_tokens"]
 login_throttles = metadata.tables["login_throttles"]

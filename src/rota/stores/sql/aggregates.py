@@ -16,6 +16,8 @@ overview and a job's counts are a few rows to read instead of a scan of the hist
   ``is_active`` (create, bulk create, update, delete, a dispatch that retires a job, an
   auto-disable, a probe), in the write's own transaction, so the overview's job counts are
   a few rows to read however many jobs there are.
+- ``tag_counts`` (tag, shard) -> n: the jobs holding each tag, kept by the writes that create,
+  delete or retag a job; the tags in use and their counts are a read of these rows.
 
 Every change is an atomic ``n = n + excluded.n`` upsert, one statement per table per batch
 (deltas summed in memory first), written last in its transaction and in key order: writers
@@ -34,7 +36,17 @@ from functools import partial
 from typing import Any, Final
 from uuid import UUID
 
-from sqlalchemy import BigInteger, Float, SmallInteger, Table, Uuid, bindparam, delete, text
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    SmallInteger,
+    String,
+    Table,
+    Uuid,
+    bindparam,
+    delete,
+    text,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
@@ -47,6 +59,7 @@ from rota.stores.schema import (
     job_totals,
     occurrence_counts,
     occurrence_totals,
+    tag_counts,
 )
 from rota.stores.sql.engine import SqlParts
 
@@ -88,7 +101,7 @@ def next_hour(at: datetime) -> int:
 class StatDeltas:
     """The changes a transaction makes to the aggregates, summed before they are written."""
 
-    __slots__ = ("active", "counts", "jobs", "minutes")
+    __slots__ = ("active", "counts", "jobs", "minutes", "tags")
 
     def __init__(self) -> None:
         self.counts: defaultdict[tuple[UUID, int], int] = defaultdict(int)
@@ -97,15 +110,29 @@ class StatDeltas:
         """Jobs added (less those removed)."""
         self.active = 0
         """Active jobs added or activated (less those removed or deactivated)."""
+        self.tags: defaultdict[str, int] = defaultdict(int)
+        """Tag -> jobs holding it added (less those removed)."""
 
     @classmethod
-    def of_jobs(cls, active: Iterable[bool], sign: int = 1) -> StatDeltas:
-        """Jobs added (``sign`` 1) or removed (-1), given whether each is active."""
+    def of_jobs(
+        cls, jobs: Iterable[tuple[bool, Iterable[str] | None]], sign: int = 1
+    ) -> StatDeltas:
+        """Jobs added (``sign`` 1) or removed (-1), given whether each is active and its
+        tags."""
         deltas = cls()
-        for is_active in active:
+        for is_active, tags in jobs:
             deltas.jobs += sign
             deltas.active += sign if is_active else 0
+            deltas.retag((), tags or (), sign)
         return deltas
+
+    def retag(self, was: Iterable[str], now: Iterable[str], sign: int = 1) -> None:
+        """A job's tags changed from ``was`` to ``now`` (each tag counted once a job)."""
+        old, new = set(was), set(now)
+        for tag in new - old:
+            self.tags[tag] += sign
+        for tag in old - new:
+            self.tags[tag] -= sign
 
     def activation(self, was: bool, now: bool) -> None:
         """A job's ``is_active`` changed from ``was`` to ``now`` (or did not)."""
@@ -151,6 +178,9 @@ class StatDeltas:
             for status, n in sorted(by_status.items())
             if n
         ]
+
+    def tag_rows(self, shard: int) -> list[dict[str, Any]]:
+        return [{"tag": tag, "shard": shard, "n": n} for tag, n in sorted(self.tags.items()) if n]
 
     def job_rows(self, shard: int) -> list[dict[str, Any]]:
         if not (self.jobs or self.active):
@@ -198,6 +228,7 @@ _TYPES: Final[dict[str, TypeEngine[Any]]] = {
     "duration_count": BigInteger(),
     "jobs": BigInteger(),
     "active": BigInteger(),
+    "tag": String(200),
 }
 
 
@@ -232,6 +263,7 @@ class AggregateQueries(SqlParts):
             (finished_hours, deltas.hour_rows(shard)),
             (occurrence_totals, deltas.total_rows(shard)),
             (job_totals, deltas.job_rows(shard)),
+            (tag_counts, deltas.tag_rows(shard)),
         ):
             if rows:
                 make = partial(_add_stmt, self._dialect, table)
@@ -272,6 +304,7 @@ class AggregateQueries(SqlParts):
                 finished_minutes,
                 finished_hours,
                 job_totals,
+                tag_counts,
             ):
                 await conn.execute(delete(table))
             for sql in backfill_sql(self._dialect):
@@ -300,6 +333,16 @@ class AggregateQueries(SqlParts):
             await self._fast.execute(conn, "add:" + table.name, make, rows)
 
 
+TAG_BACKFILL: Final = {
+    "postgresql": "INSERT INTO tag_counts (tag, shard, n) SELECT t.value, 0, count(*) "
+    "FROM jobs, jsonb_array_elements_text(jobs.tags) AS t(value) GROUP BY t.value",
+    "sqlite": "INSERT INTO tag_counts (tag, shard, n) "
+    "SELECT tag, 0, count(*) FROM job_tags GROUP BY tag",
+}
+"""``tag_counts`` from the stored jobs (PostgreSQL: their ``tags`` column; SQLite: the
+``job_tags`` rows)."""
+
+
 def backfill_sql(dialect: str) -> list[str]:
     """The statements that fill the (empty) aggregate tables from ``occurrences`` and
     ``jobs``."""
@@ -323,4 +366,5 @@ def backfill_sql(dialect: str) -> list[str]:
         "sum(duration_count) FROM finished_minutes GROUP BY 1, 2, 3",
         "INSERT INTO job_totals (shard, jobs, active) SELECT 0, count(*), "
         "coalesce(sum(CASE WHEN is_active THEN 1 ELSE 0 END), 0) FROM jobs",
+        TAG_BACKFILL[dialect],
     ]

@@ -54,7 +54,8 @@ class JobQueries(AggregateQueries):
                 await self._fast.execute(
                     conn, "insert_job_tags", partial(_insert_stmt, job_tags), tags
                 )
-            await self._write_aggregates(conn, StatDeltas.of_jobs(j.is_active for j in jobs_))
+            added = StatDeltas.of_jobs((j.is_active, j.tags) for j in jobs_)
+            await self._write_aggregates(conn, added)
 
     def _tag_rows(self, jobs_: Sequence[Job]) -> list[dict[str, Any]]:
         """SQLite's ``job_tags`` rows of the jobs (PostgreSQL reads the GIN-indexed column)."""
@@ -134,10 +135,10 @@ class JobQueries(AggregateQueries):
             if set(job.tags) != set(stored.tags):
                 await self._replace_tags(conn, job, stored.tags)
             row = (await conn.execute(select(jobs).where(jobs.c.id == job.id))).one()
-            if row.is_active != stored.is_active:
-                deltas = StatDeltas()
-                deltas.activation(stored.is_active, row.is_active)
-                await self._write_aggregates(conn, deltas)
+            deltas = StatDeltas()
+            deltas.activation(stored.is_active, row.is_active)
+            deltas.retag(stored.tags, row.tags or ())
+            await self._write_aggregates(conn, deltas)
         return _to_job(row)
 
     async def _delete_tags(self, conn: AsyncConnection, job_id: UUID, tags: Sequence[str]) -> None:
@@ -162,10 +163,11 @@ class JobQueries(AggregateQueries):
                 raise NotFoundError("job", job_id)
             await conn.execute(delete(job_versions).where(job_versions.c.job_id == job_id))
             await self._delete_tags(conn, job_id, tags[0] or ())
-            # whether it was active as it is deleted (not as read above), for the job counts
-            stmt = delete(jobs).where(jobs.c.id == job_id).returning(jobs.c.is_active)
-            gone = (await conn.execute(stmt)).scalars().all()
-            await self._write_aggregates(conn, StatDeltas.of_jobs(gone, -1))
+            # whether it was active, and its tags, as it is deleted (for the counts)
+            stmt = delete(jobs).where(jobs.c.id == job_id)
+            gone = (await conn.execute(stmt.returning(jobs.c.is_active, jobs.c.tags))).all()
+            deleted = StatDeltas.of_jobs(((r.is_active, r.tags) for r in gone), -1)
+            await self._write_aggregates(conn, deleted)
 
     async def code_jobs(self) -> list[Job]:
         stmt = select(jobs).where(jobs.c.source == JobSource.CODE.value).order_by(jobs.c.job_type)

@@ -18,7 +18,6 @@ from sqlalchemy import (
     func,
     literal,
     select,
-    true,
     union_all,
 )
 
@@ -27,11 +26,10 @@ from rota.core.records import StoreOverview, TagCount, ThroughputPoint
 from rota.stores.schema import (
     finished_hours,
     finished_minutes,
-    job_tags,
     job_totals,
-    jobs,
     occurrence_totals,
     occurrences,
+    tag_counts,
 )
 from rota.stores.sql.aggregates import EPOCH, HOUR, MINUTE, minute_of, next_hour, next_minute
 from rota.stores.sql.engine import SqlParts
@@ -211,18 +209,10 @@ class StatsQueries(SqlParts):
         return [ThroughputPoint(start + i * step, completed[i], failed[i]) for i in range(buckets)]
 
     async def tags(self) -> list[TagCount]:
-        if self._dialect == "postgresql":  # the jobs' tags column (no job_tags table there)
-            tag = func.jsonb_array_elements_text(jobs.c.tags).table_valued("value").alias("t")
-            stmt = (
-                select(tag.c.value, func.count())
-                .select_from(jobs)
-                .join(tag, true())
-                .group_by(tag.c.value)
-                .order_by(tag.c.value)
-            )
-        else:
-            t = job_tags.c
-            stmt = select(t.tag, func.count()).group_by(t.tag).order_by(t.tag)
+        """From the maintained ``tag_counts`` (a few rows a tag), not the jobs."""
+        t = tag_counts.c
+        n = func.sum(t.n)
+        stmt = select(t.tag, n).group_by(t.tag).having(n > 0).order_by(t.tag)
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
         return [TagCount(str(tag), int(n)) for tag, n in rows]
