@@ -22,6 +22,7 @@ from rota.stores.schema import (
     finished_hours,
     finished_minutes,
     job_totals,
+    job_type_counts,
     jobs,
     occurrence_counts,
     occurrence_totals,
@@ -53,14 +54,20 @@ async def assert_jobs_counted(store: SqlStore) -> tuple[int, int]:
     """``job_totals`` and the overview's job counts equal a count of the jobs, and the tags
     in use (``tag_counts``) a count of the jobs' tags; returns (jobs, active)."""
     async with store._read() as conn:
-        rows = (await conn.execute(select(jobs.c.is_active, jobs.c.tags))).all()
+        rows = (await conn.execute(select(jobs.c.is_active, jobs.c.tags, jobs.c.job_type))).all()
         shards = (await conn.execute(select(job_totals))).all()
+        types = (await conn.execute(select(job_type_counts))).all()
         tag_shards = (await conn.execute(select(tag_counts.c.shard))).scalars().all()
     flags = [r.is_active for r in rows]
     want_tags = Counter(tag for r in rows for tag in set(r.tags or ()))
     assert {t.tag: t.jobs for t in await store.tags()} == dict(want_tags)
     assert [t.tag for t in await store.tags()] == sorted(want_tags)
     assert set(tag_shards) <= set(range(SHARDS))
+    got_types: Counter[str] = Counter()
+    for t in types:
+        got_types[t.job_type] += t.n
+    assert +got_types == Counter(r.job_type for r in rows)
+    assert {t.shard for t in types} <= set(range(SHARDS))
     want = (len(flags), sum(1 for f in flags if f))
     assert (sum(t.jobs for t in shards), sum(t.active for t in shards)) == want
     assert {t.shard for t in shards} <= set(range(SHARDS))
@@ -291,8 +298,9 @@ async def test_every_write_of_a_job_keeps_the_job_counts(store: SqlStore) -> Non
     )
     stored = await store.update_job(replace(stored, description="same state"), expected_version=3)
     assert await assert_jobs_counted(store) == (9, 5)
-    # retagged: one tag kept, one gone (no job holds it any more), one new
-    await store.update_job(replace(stored, tags=("mail", "weekly")), expected_version=3)
+    # retagged: one tag kept, one gone (no job holds it any more), one new; and retyped
+    retagged = replace(stored, tags=("mail", "weekly"), job_type="send-digest", version=4)
+    await store.update_job(retagged, expected_version=3)
     assert "daily" not in {t.tag for t in await store.tags()}
     assert await assert_jobs_counted(store) == (9, 5)
     # a fire leaves a job active (a one-time one keeps no next fire); a plan that retires

@@ -53,11 +53,19 @@ async def texts(store: Store) -> dict[str, Job]:
     return jobs
 
 
-@pytest.mark.parametrize("few", [search.FEW_MATCHES, 0])  # SQLite: the index, and the walk
+@pytest.mark.parametrize(
+    ("few", "types"),
+    [
+        (search.FEW_MATCHES, search.MANY_TYPES),  # SQLite: the index
+        (0, search.MANY_TYPES),  # SQLite: the walk
+        (search.FEW_MATCHES, 0),  # the job types that match as a subquery
+    ],
+)
 async def test_search_is_a_case_insensitive_substring_of_any_searched_column(
-    store: Store, texts: dict[str, Job], few: int, monkeypatch: pytest.MonkeyPatch
+    store: Store, texts: dict[str, Job], few: int, types: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(search, "FEW_MATCHES", few)
+    monkeypatch.setattr(search, "MANY_TYPES", types)
     j = {name: job.id for name, job in texts.items()}
     assert await found(store, "sales report") == [j["report"]]  # two words: one substring
     assert await found(store, "ghtly sAL") == [j["report"]]
@@ -65,6 +73,8 @@ async def test_search_is_a_case_insensitive_substring_of_any_searched_column(
     assert await found(store, "sale") == [j["plain"], j["percent"], j["report"]]
     assert await found(store, "report sales") == []  # words in another order: not a substring
     assert await found(store, "nightlyx") == []
+    assert await found(store, "quotes") == [j["quote"]]  # a job type alone
+    assert await found(store, "S.SAL") == [j["report"]]  # inside the type, another case
 
 
 async def test_search_takes_every_character_literally(store: Store, texts: dict[str, Job]) -> None:

@@ -123,10 +123,16 @@ TIMED_PAUSE = text("paused_until IS NOT NULL")
 SEARCHED = ("display_name", "job_type", "description")
 """The jobs' columns ``?search=`` looks into (a case-insensitive substring of any)."""
 
+TEXT_INDEXED = ("display_name", "description")
+"""The searched columns the text index holds (migration 0023). The job type, the same for
+many jobs, is found among the job types in use (``job_type_counts``), then by the
+``(job_type, id)`` index."""
+
 SEARCH_TABLE = "jobs_search"
 """SQLite: the FTS5 table (``trigram`` tokenizer, external content: ``jobs``' rowid) indexing
-:data:`SEARCHED`, kept in step by triggers (migration 0012); not declared here, being a virtual
-table (with shadow tables ``jobs_search_data``, ``_idx``, ``_docsize``, ``_config``)."""
+:data:`TEXT_INDEXED`, kept in step by triggers (migrations 0012, 0023); not declared here,
+being a virtual table (with shadow tables ``jobs_search_data``, ``_idx``, ``_docsize``,
+``_config``)."""
 
 
 def is_search_table(name: str) -> bool:
@@ -156,9 +162,9 @@ def build_metadata(*, partitioned: bool = False) -> MetaData:
     if partitioned:  # PostgreSQL: the jobs search's trigram index (SQLite: SEARCH_TABLE)
         Index(
             "ix_jobs_search",
-            *(metadata.tables["jobs"].c[name] for name in SEARCHED),
+            *(metadata.tables["jobs"].c[name] for name in TEXT_INDEXED),
             postgresql_using="gin",
-            postgresql_ops=dict.fromkeys(SEARCHED, "gin_trgm_ops"),
+            postgresql_ops=dict.fromkeys(TEXT_INDEXED, "gin_trgm_ops"),
         )
     _occurrences(metadata, partitioned=partitioned)
     _aggregates(metadata)
@@ -408,8 +414,9 @@ def _aggregates(metadata: MetaData) -> None:
     the finished occurrences per minute and per hour of their end (the overview's window:
     whole hours, then whole minutes, then the rest from the occurrences); and the jobs and
     active jobs, over the same few shards, kept by every write that adds or removes a job or
-    changes whether it is active; and the jobs holding each tag, per tag and shard, kept by
-    every write that adds, removes or retags a job."""
+    changes whether it is active; and the jobs of each job type and holding each tag, per
+    type or tag and shard, kept by every write that adds or removes a job or changes its type
+    or tags."""
     Table(
         "occurrence_counts",
         metadata,
@@ -455,6 +462,14 @@ def _aggregates(metadata: MetaData) -> None:
         Column("jobs", BigInteger(), nullable=False),
         Column("active", BigInteger(), nullable=False),
         PrimaryKeyConstraint("shard"),
+    )
+    Table(
+        "job_type_counts",
+        metadata,
+        Column("job_type", String(200), nullable=False),
+        Column("shard", SmallInteger(), nullable=False),
+        Column("n", BigInteger(), nullable=False),
+        PrimaryKeyConstraint("job_type", "shard"),
     )
     Table(
         "tag_counts",
@@ -728,6 +743,7 @@ finished_minutes = metadata.tables["finished_minutes"]
 finished_hours = metadata.tables["finished_hours"]
 job_totals = metadata.tables["job_totals"]
 tag_counts = metadata.tables["tag_counts"]
+job_type_counts = metadata.tables["job_type_counts"]
 users = metadata.tables["users"]
 refresh_tokens = metadata.tables["refresh_tokens"]
 login_throttles = metadata.tables["login_throttles"]

@@ -18,6 +18,9 @@ overview and a job's counts are a few rows to read instead of a scan of the hist
   a few rows to read however many jobs there are.
 - ``tag_counts`` (tag, shard) -> n: the jobs holding each tag, kept by the writes that create,
   delete or retag a job; the tags in use and their counts are a read of these rows.
+- ``job_type_counts`` (job_type, shard) -> n: the jobs of each type, kept by the writes that
+  create, delete or change the type of a job; the search finds a text in the job types in use
+  there (the text index leaves the type out: migration 0023).
 
 Every change is an atomic ``n = n + excluded.n`` upsert, one statement per table per batch
 (deltas summed in memory first), written last in its transaction and in key order: writers
@@ -57,6 +60,7 @@ from rota.stores.schema import (
     finished_hours,
     finished_minutes,
     job_totals,
+    job_type_counts,
     occurrence_counts,
     occurrence_totals,
     tag_counts,
@@ -101,7 +105,7 @@ def next_hour(at: datetime) -> int:
 class StatDeltas:
     """The changes a transaction makes to the aggregates, summed before they are written."""
 
-    __slots__ = ("active", "counts", "jobs", "minutes", "tags")
+    __slots__ = ("active", "counts", "jobs", "minutes", "tags", "types")
 
     def __init__(self) -> None:
         self.counts: defaultdict[tuple[UUID, int], int] = defaultdict(int)
@@ -112,19 +116,28 @@ class StatDeltas:
         """Active jobs added or activated (less those removed or deactivated)."""
         self.tags: defaultdict[str, int] = defaultdict(int)
         """Tag -> jobs holding it added (less those removed)."""
+        self.types: defaultdict[str, int] = defaultdict(int)
+        """Job type -> jobs of it added (less those removed)."""
 
     @classmethod
     def of_jobs(
-        cls, jobs: Iterable[tuple[bool, Iterable[str] | None]], sign: int = 1
+        cls, jobs: Iterable[tuple[str, bool, Iterable[str] | None]], sign: int = 1
     ) -> StatDeltas:
-        """Jobs added (``sign`` 1) or removed (-1), given whether each is active and its
-        tags."""
+        """Jobs added (``sign`` 1) or removed (-1), given the job type of each, whether it is
+        active, and its tags."""
         deltas = cls()
-        for is_active, tags in jobs:
+        for job_type, is_active, tags in jobs:
             deltas.jobs += sign
             deltas.active += sign if is_active else 0
+            deltas.types[job_type] += sign
             deltas.retag((), tags or (), sign)
         return deltas
+
+    def retype(self, was: str, now: str) -> None:
+        """A job's type changed from ``was`` to ``now`` (or did not)."""
+        if was != now:
+            self.types[was] -= 1
+            self.types[now] += 1
 
     def retag(self, was: Iterable[str], now: Iterable[str], sign: int = 1) -> None:
         """A job's tags changed from ``was`` to ``now`` (each tag counted once a job)."""
@@ -182,6 +195,9 @@ class StatDeltas:
     def tag_rows(self, shard: int) -> list[dict[str, Any]]:
         return [{"tag": tag, "shard": shard, "n": n} for tag, n in sorted(self.tags.items()) if n]
 
+    def type_rows(self, shard: int) -> list[dict[str, Any]]:
+        return [{"job_type": t, "shard": shard, "n": n} for t, n in sorted(self.types.items()) if n]
+
     def job_rows(self, shard: int) -> list[dict[str, Any]]:
         if not (self.jobs or self.active):
             return []
@@ -229,6 +245,7 @@ _TYPES: Final[dict[str, TypeEngine[Any]]] = {
     "jobs": BigInteger(),
     "active": BigInteger(),
     "tag": String(200),
+    "job_type": String(200),
 }
 
 
@@ -263,6 +280,7 @@ class AggregateQueries(SqlParts):
             (finished_hours, deltas.hour_rows(shard)),
             (occurrence_totals, deltas.total_rows(shard)),
             (job_totals, deltas.job_rows(shard)),
+            (job_type_counts, deltas.type_rows(shard)),
             (tag_counts, deltas.tag_rows(shard)),
         ):
             if rows:
@@ -304,6 +322,7 @@ class AggregateQueries(SqlParts):
                 finished_minutes,
                 finished_hours,
                 job_totals,
+                job_type_counts,
                 tag_counts,
             ):
                 await conn.execute(delete(table))
@@ -367,4 +386,6 @@ def backfill_sql(dialect: str) -> list[str]:
         "INSERT INTO job_totals (shard, jobs, active) SELECT 0, count(*), "
         "coalesce(sum(CASE WHEN is_active THEN 1 ELSE 0 END), 0) FROM jobs",
         TAG_BACKFILL[dialect],
+        "INSERT INTO job_type_counts (job_type, shard, n) "
+        "SELECT job_type, 0, count(*) FROM jobs GROUP BY job_type",
     ]

@@ -54,7 +54,7 @@ class JobQueries(AggregateQueries):
                 await self._fast.execute(
                     conn, "insert_job_tags", partial(_insert_stmt, job_tags), tags
                 )
-            added = StatDeltas.of_jobs((j.is_active, j.tags) for j in jobs_)
+            added = StatDeltas.of_jobs((j.job_type, j.is_active, j.tags) for j in jobs_)
             await self._write_aggregates(conn, added)
 
     def _tag_rows(self, jobs_: Sequence[Job]) -> list[dict[str, Any]]:
@@ -138,6 +138,7 @@ class JobQueries(AggregateQueries):
             deltas = StatDeltas()
             deltas.activation(stored.is_active, row.is_active)
             deltas.retag(stored.tags, row.tags or ())
+            deltas.retype(stored.job_type, row.job_type)
             await self._write_aggregates(conn, deltas)
         return _to_job(row)
 
@@ -165,8 +166,9 @@ class JobQueries(AggregateQueries):
             await self._delete_tags(conn, job_id, tags[0] or ())
             # whether it was active, and its tags, as it is deleted (for the counts)
             stmt = delete(jobs).where(jobs.c.id == job_id)
-            gone = (await conn.execute(stmt.returning(jobs.c.is_active, jobs.c.tags))).all()
-            deleted = StatDeltas.of_jobs(((r.is_active, r.tags) for r in gone), -1)
+            found = stmt.returning(jobs.c.job_type, jobs.c.is_active, jobs.c.tags)
+            gone = (await conn.execute(found)).all()
+            deleted = StatDeltas.of_jobs(((r.job_type, r.is_active, r.tags) for r in gone), -1)
             await self._write_aggregates(conn, deleted)
 
     async def code_jobs(self) -> list[Job]:

@@ -1,5 +1,9 @@
 """The jobs search (``?search=``): a case-insensitive substring of the display name, the job
-type or the description (:data:`~rota.stores.schema.SEARCHED`), served by a text index.
+type or the description (:data:`~rota.stores.schema.SEARCHED`), served by a text index over the
+display name and the description (:data:`~rota.stores.schema.TEXT_INDEXED`). The job type is
+the same for many jobs: its trigrams would list every job of the type, so the text is looked
+for in the job types in use (``job_type_counts``, a few rows), and the jobs of the types that
+hold it are found by the ``(job_type, id)`` index (:func:`type_condition`).
 
 - PostgreSQL: ``ILIKE '%…%'`` on each column, which the ``pg_trgm`` GIN index serves; the planner
   (from the columns' statistics) chooses between it and walking the jobs newest first. The index
@@ -24,11 +28,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, literal_column, or_, select, text
+from sqlalchemy import ColumnElement, Select, and_, func, literal_column, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rota.stores.schema import SEARCH_TABLE, SEARCHED, jobs
+from rota.stores.schema import SEARCH_TABLE, SEARCHED, TEXT_INDEXED, job_type_counts, jobs
 
 FEW_MATCHES = 2000
 """SQLite: up to this many matching jobs, the text index finds them all and they are sorted;
@@ -38,6 +43,10 @@ fewer for the common texts that take this way)."""
 
 TRIGRAM = 3
 """The shortest text the trigram index can look up."""
+
+MANY_TYPES = 200
+"""At most this many job types that hold a text are listed in the search's condition; beyond,
+the condition asks the types in use again, as a subquery."""
 
 RARE = 0.005
 """PostgreSQL: a word estimated in fewer than this share of the jobs is looked up alone. With
@@ -50,7 +59,7 @@ _STATS = text(
     "SELECT null_frac, most_common_vals::text::text[], most_common_freqs, "
     "histogram_bounds::text::text[] FROM pg_stats "
     "WHERE schemaname = current_schema() AND tablename = :table AND attname = ANY(:columns)"
-).bindparams(table=jobs.name, columns=list(SEARCHED))
+).bindparams(table=jobs.name, columns=list(TEXT_INDEXED))
 
 _COUNT = text(
     f"SELECT count(*) FROM (SELECT 1 FROM {SEARCH_TABLE} "
@@ -113,8 +122,41 @@ def rarest_fragment(value: str, samples: Iterable[ColumnSample]) -> str | None:
     return rarest if shares[rarest] < RARE else None
 
 
+def _typed(value: str) -> Select[Any]:
+    """The job types in use that hold ``value`` (case-insensitive), with their jobs."""
+    t = job_type_counts.c
+    n = func.sum(t.n)
+    matching = t.job_type.icontains(value, autoescape=True)
+    return select(t.job_type, n).where(matching).group_by(t.job_type).having(n > 0)
+
+
+async def type_condition(
+    conn: AsyncConnection, value: str
+) -> tuple[ColumnElement[bool] | None, int]:
+    """The condition on ``jobs`` for the job types that hold ``value`` (``None``: no type
+    does), and how many jobs those types have. Up to :data:`MANY_TYPES` types are listed
+    (the ``(job_type, id)`` index reads their jobs); more are a subquery."""
+    rows = (await conn.execute(_typed(value).limit(MANY_TYPES + 1))).all()
+    if not rows:
+        return None, 0
+    count = sum(int(n) for _, n in rows)
+    if len(rows) > MANY_TYPES:
+        return jobs.c.job_type.in_(
+            _typed(value).with_only_columns(job_type_counts.c.job_type)
+        ), count
+    return jobs.c.job_type.in_([job_type for job_type, _ in rows]), count
+
+
 async def postgresql_search(conn: AsyncConnection, value: str) -> ColumnElement[bool]:
-    """The condition on ``jobs`` for ``value`` (one read of the columns' statistics)."""
+    """The condition on ``jobs`` for ``value`` (one read of the columns' statistics, one of
+    the job types in use)."""
+    types, _ = await type_condition(conn, value)
+    found = await _postgresql_text(conn, value)
+    return found if types is None else or_(found, types)
+
+
+async def _postgresql_text(conn: AsyncConnection, value: str) -> ColumnElement[bool]:
+    """The condition for ``value`` in the columns of the text index."""
     pattern = like_pattern(value)
     rows = (await conn.execute(_STATS)).all()
     samples = [
@@ -125,25 +167,30 @@ async def postgresql_search(conn: AsyncConnection, value: str) -> ColumnElement[
     ]
     word = rarest_fragment(value, samples)
     if word is None:
-        return or_(*(jobs.c[name].ilike(pattern, escape="\\") for name in SEARCHED))
+        return or_(*(jobs.c[name].ilike(pattern, escape="\\") for name in TEXT_INDEXED))
     rare = like_pattern(word)
+    whole = (func.coalesce(jobs.c[name], "").ilike(pattern, escape="\\") for name in TEXT_INDEXED)
     return and_(
-        or_(*(jobs.c[name].ilike(rare, escape="\\") for name in SEARCHED)),
+        or_(*(jobs.c[name].ilike(rare, escape="\\") for name in TEXT_INDEXED)),
         # the whole text, tested on the rows found: through coalesce(), which the index
         # does not serve (else the planner would look it up too)
-        or_(*(func.coalesce(jobs.c[name], "").ilike(pattern, escape="\\") for name in SEARCHED)),
+        or_(*whole),
     )
 
 
 async def sqlite_search(conn: AsyncConnection, value: str) -> ColumnElement[bool]:
     """The condition on ``jobs`` for ``value`` (one read of the index to count its matches,
-    up to :data:`FEW_MATCHES` + 1)."""
+    up to :data:`FEW_MATCHES` + 1, and one of the job types in use)."""
     if len(value) < TRIGRAM:
         return _walk(value)
     phrase = fts_phrase(value)
     found = (await conn.execute(_COUNT, {"phrase": phrase, "few": FEW_MATCHES + 1})).scalar_one()
     if found > FEW_MATCHES:
         return _walk(value)
+    types, typed = await type_condition(conn, value)
+    if found + typed > FEW_MATCHES:
+        return _walk(value)
     matched = select(text("rowid")).select_from(text(SEARCH_TABLE))
     matched = matched.where(text(f"{SEARCH_TABLE} MATCH :phrase").bindparams(phrase=phrase))
-    return literal_column(f"{jobs.name}.rowid").in_(matched)
+    in_text = literal_column(f"{jobs.name}.rowid").in_(matched)
+    return in_text if types is None else or_(in_text, types)
