@@ -463,21 +463,19 @@ def _aggregates(metadata: MetaData) -> None:
         Column("active", BigInteger(), nullable=False),
         PrimaryKeyConstraint("shard"),
     )
+    _jobs_by(metadata, "job_type_counts", "job_type")
+    _jobs_by(metadata, "tag_counts", "tag")
+
+
+def _jobs_by(metadata: MetaData, name: str, key: str) -> None:
+    """A count of jobs per ``key`` (a text of up to 200 characters), over shard rows."""
     Table(
-        "job_type_counts",
+        name,
         metadata,
-        Column("job_type", String(200), nullable=False),
+        Column(key, String(200), nullable=False),
         Column("shard", SmallInteger(), nullable=False),
         Column("n", BigInteger(), nullable=False),
-        PrimaryKeyConstraint("job_type", "shard"),
-    )
-    Table(
-        "tag_counts",
-        metadata,
-        Column("tag", String(200), nullable=False),
-        Column("shard", SmallInteger(), nullable=False),
-        Column("n", BigInteger(), nullable=False),
-        PrimaryKeyConstraint("tag", "shard"),
+        PrimaryKeyConstraint(key, "shard"),
     )
 
 

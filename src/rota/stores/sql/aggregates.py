@@ -193,10 +193,10 @@ class StatDeltas:
         ]
 
     def tag_rows(self, shard: int) -> list[dict[str, Any]]:
-        return [{"tag": tag, "shard": shard, "n": n} for tag, n in sorted(self.tags.items()) if n]
+        return _keyed_rows("tag", shard, self.tags)
 
     def type_rows(self, shard: int) -> list[dict[str, Any]]:
-        return [{"job_type": t, "shard": shard, "n": n} for t, n in sorted(self.types.items()) if n]
+        return _keyed_rows("job_type", shard, self.types)
 
     def job_rows(self, shard: int) -> list[dict[str, Any]]:
         if not (self.jobs or self.active):
@@ -214,6 +214,11 @@ class StatDeltas:
             into[1] += dsum
             into[2] += dcount
         return _time_rows("hour", shard, hours)
+
+
+def _keyed_rows(key: str, shard: int, counts: dict[str, int]) -> list[dict[str, Any]]:
+    """The rows of a (``key``, shard) -> n count table, in key order, zero deltas left out."""
+    return [{key: value, "shard": shard, "n": n} for value, n in sorted(counts.items()) if n]
 
 
 def _time_rows(

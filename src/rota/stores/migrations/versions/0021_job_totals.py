@@ -27,7 +27,8 @@ BACKFILL = (
     "INSERT INTO job_totals (shard, jobs, active) "
     "SELECT 0, count(*), coalesce(sum(CASE WHEN is_active THEN 1 ELSE 0 END), 0) FROM jobs"
 )
-"""Shard 0 from the stored jobs (also run by ``rebuild_aggregates``)."""
+"""Shard 0 from the stored jobs (``rebuild_aggregates`` runs the same statement, from
+``backfill_sql``: a migration keeps its own copy)."""
 
 
 def upgrade() -> None:
