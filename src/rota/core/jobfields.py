@@ -87,6 +87,10 @@ class JobField:
     """With ``Shape.ENUM``: the enum its values belong to."""
     stored_as: str | None = None
     """The store's column, when it is not named as the field."""
+    stored_default: object = None
+    """The value nearly every job has, which a compact store keeps as ``NULL`` (PostgreSQL,
+    migration 0024: a new job's run counts, misfire policy, time zone and source cost no
+    bytes); a ``NULL`` of the column reads as it. ``None``: the column holds the value."""
 
     def __post_init__(self) -> None:
         if (self.shape is Shape.ENUM) != (self.enum is not None):
@@ -117,13 +121,18 @@ def _setting(
 
 
 def _choice(
-    name: str, kind: type[enum.Enum], *, nullable: bool = False, planned: bool = True
+    name: str,
+    kind: type[enum.Enum],
+    *,
+    nullable: bool = False,
+    planned: bool = True,
+    stored_default: object = None,
 ) -> JobField:
     """A definition field a change may set, whose values are the members of ``kind``
     (versioned: a setting)."""
     return JobField(
         name, _DEF, updatable=True, nullable=nullable, versioned=True, planned=planned,
-        shape=Shape.ENUM, enum=kind,
+        shape=Shape.ENUM, enum=kind, stored_default=stored_default,
     )  # fmt: skip
 
 
@@ -136,12 +145,20 @@ JOB_FIELDS: Final[tuple[JobField, ...]] = (
     JobField("tags", _DEF, updatable=True, shape=Shape.TUPLE),
     _setting("job_data", versioned=True, planned=True),
     _setting("cron_expression", versioned=True, schedule=True, planned=True),
-    JobField("time_zone", _DEF, updatable=True, versioned=True, schedule=True, planned=True),
+    JobField(
+        "time_zone",
+        _DEF,
+        updatable=True,
+        versioned=True,
+        schedule=True,
+        planned=True,
+        stored_default="UTC",
+    ),
     _setting("execute_at", versioned=True, schedule=True, planned=True),
     JobField("is_active", _DEF, updatable=True, planned=True),
     _choice("priority", Priority),
     _choice("concurrency_policy", ConcurrencyPolicy),
-    _choice("misfire_policy", MisfirePolicy),
+    _choice("misfire_policy", MisfirePolicy, stored_default=MisfirePolicy.FIRE_ONCE),
     _setting("timeout_seconds", versioned=True, planned=True),
     _setting("max_retries", versioned=True, planned=True),
     _setting("retry_delay_seconds", versioned=True, planned=True),
@@ -152,16 +169,16 @@ JOB_FIELDS: Final[tuple[JobField, ...]] = (
     JobField("updated_at", _DEF),
     JobField("created_by", _ID, nullable=True),
     JobField("updated_by", _DEF, nullable=True),
-    JobField("total_executions", _STATS),
-    JobField("success_count", _STATS),
-    JobField("failure_count", _STATS),
+    JobField("total_executions", _STATS, stored_default=0),
+    JobField("success_count", _STATS, stored_default=0),
+    JobField("failure_count", _STATS, stored_default=0),
     JobField("average_duration_ms", _STATS, nullable=True),
-    JobField("source", _ID, shape=Shape.ENUM, enum=JobSource),
+    JobField("source", _ID, shape=Shape.ENUM, enum=JobSource, stored_default=JobSource.API),
     JobField("declared_spec", _DEF, updatable=True, nullable=True, shape=Shape.MAPPING),
     _setting("auto_disable_threshold", versioned=True),
     _setting("auto_disable_window_seconds", versioned=True),
     _setting("auto_disable_cooldown_seconds", versioned=True),
-    JobField("consecutive_failures", _AUTO),
+    JobField("consecutive_failures", _AUTO, stored_default=0),
     JobField("last_failure_at", _AUTO, nullable=True),
     JobField("disabled_reason", _AUTO, nullable=True),
     JobField("disabled_at", _AUTO, nullable=True),

@@ -117,6 +117,8 @@ UNRESOLVED = text("NOT resolved")
 RECURRING = text("cron_expression IS NOT NULL OR interval_seconds IS NOT NULL")
 AUTO_DISABLED = text("disabled_reason IS NOT NULL")
 TIMED_PAUSE = text("paused_until IS NOT NULL")
+ACTIVE = text("is_active")
+INACTIVE = text("NOT is_active")
 """The condition of the partial unique index on code-declared jobs' job types."""
 
 
@@ -126,7 +128,7 @@ SEARCHED = ("display_name", "job_type", "description")
 TEXT_INDEXED = ("display_name", "description")
 """The searched columns the text index holds (migration 0023). The job type, the same for
 many jobs, is found among the job types in use (``job_type_counts``), then by the
-``(job_type, id)`` index."""
+index on the job type."""
 
 SEARCH_TABLE = "jobs_search"
 """SQLite: the FTS5 table (``trigram`` tokenizer, external content: ``jobs``' rowid) indexing
@@ -181,6 +183,30 @@ def _jobs(metadata: MetaData, *, postgres: bool) -> None:
     # tag filter is ``tags @> '["t"]'``); SQLite has no such index, so it also keeps a row
     # per (tag, job) in ``job_tags`` (migration 0013: before, PostgreSQL had those rows too,
     # about 230 bytes per job of two tags).
+    # PostgreSQL keeps the values most jobs share as NULL (migration 0024: see
+    # rota.core.jobfields.JobField.stored_default); SQLite keeps a 0 in no bytes, and a
+    # column of its cannot lose NOT NULL without a copy of the table.
+    compact = postgres
+    # The schedule: the active jobs by their next fire (the dispatcher's and the hot
+    # window's read, whatever buckets it asks for: their filter is on the rows), and the
+    # jobs list's filters. SQLite: (is_active, next_run_at), and each filter in the list's
+    # order (newest first, by id). PostgreSQL (migration 0024): the schedule of the active
+    # jobs only, the inactive jobs by id, the type alone (deduplicated: ~7 B a job, not 50);
+    # the planner walks the primary key newest first for a value many jobs hold and sorts
+    # the jobs of a rare one (from the schedule's index for the active ones).
+    by_filter = (
+        (
+            Index("ix_jobs_schedule", "next_run_at", postgresql_where=ACTIVE),
+            Index("ix_jobs_inactive", "id", postgresql_where=INACTIVE),
+            Index(None, "job_type"),
+        )
+        if postgres
+        else (
+            Index(None, "is_active", "next_run_at"),
+            Index(None, "job_type", "id"),
+            Index(None, "is_active", "id"),
+        )
+    )
     by_tag: tuple[Index, ...] = ()
     if postgres:
         by_tag = (
@@ -202,12 +228,12 @@ def _jobs(metadata: MetaData, *, postgres: bool) -> None:
         Column("tags", TAGS, nullable=False),
         Column("job_data", Json()),
         Column("cron_expression", String(200)),
-        Column("time_zone", String(100), nullable=False),
+        Column("time_zone", String(100), nullable=compact),
         Column("execute_at", UtcDateTime()),
         Column("is_active", Boolean(), nullable=False),
         Column("priority", SmallInteger(), nullable=False),
         Column("concurrency_policy", SmallInteger(), nullable=False),
-        Column("misfire_policy", String(20), nullable=False),
+        Column("misfire_policy", String(20), nullable=compact),
         Column("timeout_seconds", Float()),
         Column("max_retries", Integer()),
         Column("retry_delay_seconds", Float()),
@@ -215,20 +241,20 @@ def _jobs(metadata: MetaData, *, postgres: bool) -> None:
         Column("bucket", Integer(), nullable=False),
         Column("version", Integer(), nullable=False),
         Column("created_at", UtcDateTime(), nullable=False),
-        Column("updated_at", UtcDateTime(), nullable=False),
+        Column("updated_at", UtcDateTime(), nullable=compact),
         Column("created_by", String(200)),
         Column("updated_by", String(200)),
-        Column("total_executions", BigInteger(), nullable=False),
-        Column("success_count", BigInteger(), nullable=False),
-        Column("failure_count", BigInteger(), nullable=False),
+        Column("total_executions", BigInteger(), nullable=compact),
+        Column("success_count", BigInteger(), nullable=compact),
+        Column("failure_count", BigInteger(), nullable=compact),
         Column("average_duration_ms", Float()),
-        Column("duration_samples", BigInteger(), nullable=False),
-        Column("source", String(10), nullable=False, server_default="api"),
+        Column("duration_samples", BigInteger(), nullable=compact),
+        Column("source", String(10), nullable=compact, server_default="api"),
         Column("declared_spec", Json()),
         Column("auto_disable_threshold", Integer()),
         Column("auto_disable_window_seconds", Float()),
         Column("auto_disable_cooldown_seconds", Float()),
-        Column("consecutive_failures", Integer(), nullable=False, server_default="0"),
+        Column("consecutive_failures", Integer(), nullable=compact, server_default="0"),
         Column("last_failure_at", UtcDateTime()),
         Column("disabled_reason", Text()),
         Column("disabled_at", UtcDateTime()),
@@ -249,12 +275,7 @@ def _jobs(metadata: MetaData, *, postgres: bool) -> None:
         Column("paused_until", UtcDateTime()),
         Column("skip_next", Integer()),
         Column("skip_note", Text()),
-        # The schedule: the active jobs by their next fire (the dispatcher's and the hot
-        # window's read, whatever buckets it asks for: their filter is on the rows).
-        Index(None, "is_active", "next_run_at"),
-        # The jobs list's filters, each in the list's order (newest first, by id).
-        Index(None, "job_type", "id"),
-        Index(None, "is_active", "id"),
+        *by_filter,
         Index(
             "ix_jobs_auto_disabled",
             "id",

@@ -21,6 +21,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -71,11 +72,13 @@ class DispatchQueries(AggregateQueries):
         self, until: datetime, buckets: Sequence[int] | None, limit: int
     ) -> Select[Any]:
         """What :meth:`due_jobs` reads: the active jobs due by ``until``, earliest first,
-        through ``ix_jobs_is_active_next_run_at`` whatever the buckets (their filter is on
-        the rows; the schedule needs no index of its own per bucket)."""
+        through the schedule's index whatever the buckets (their filter is on the rows; the
+        schedule needs no index of its own per bucket): ``(is_active, next_run_at)`` on
+        SQLite, ``ix_jobs_schedule`` (``next_run_at`` of the active jobs) on PostgreSQL,
+        whose planner takes a partial index for ``is_active = true`` (not ``IS true``)."""
         stmt = (
             select(jobs.c.id, jobs.c.bucket, jobs.c.next_run_at)
-            .where(jobs.c.is_active.is_(True), jobs.c.next_run_at <= until)
+            .where(jobs.c.is_active == true(), jobs.c.next_run_at <= until)
             .order_by(jobs.c.next_run_at, jobs.c.id)
             .limit(max(0, limit))
         )

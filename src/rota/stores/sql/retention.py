@@ -196,10 +196,10 @@ class RetentionQueries(AggregateQueries):
             j.display_name,
             j.cron_expression,
             j.interval_seconds,
-            j.time_zone,
+            func.coalesce(j.time_zone, "UTC").label("time_zone"),  # NULL: UTC (0024)
             j.execute_at,
             j.created_at,
-            j.updated_at,
+            func.coalesce(j.updated_at, j.created_at).label("updated_at"),
             j.start_at,
             j.end_at,
             j.max_runs,

@@ -57,12 +57,14 @@ def _encoder(field: JobField) -> Codec | None:
 
 def _decoder(field: JobField) -> Codec | None:
     """How a job field's value is read from its column (``None``: as it is; a mapping comes
-    back as the dict it was written as)."""
-    kind = field.enum
+    back as the dict it was written as; a ``NULL`` as the field's ``stored_default``)."""
+    kind, default = field.enum, field.stored_default
     if kind is not None:
-        return lambda value: None if value is None else kind(value)
+        return lambda value: default if value is None else kind(value)
     if field.shape is Shape.TUPLE:
         return tuple
+    if default is not None:
+        return lambda value: default if value is None else value
     return None
 
 
@@ -86,6 +88,12 @@ _AUTO_DISABLE_STATE = tuple(f.column for f in JOB_FIELDS if f.part is Part.AUTO_
 _STORE_ONLY_COLUMNS = ("duration_samples",)
 """Job columns that are no field of a job: the completed runs the average duration is over."""
 
+_STORED_DEFAULTS = (
+    *((f.column, _enum_value(d)) for f in JOB_FIELDS if (d := f.stored_default) is not None),
+    ("duration_samples", 0),
+)
+"""The columns a compact store keeps as ``NULL`` when they hold this (encoded) value."""
+
 
 def _job_columns(job: Job, part: Part | None = None) -> dict[str, Any]:
     """The columns of one part of a job (``None``: of every part), by column name."""
@@ -106,20 +114,29 @@ def _auto_disable_state(job: Job) -> dict[str, Any]:
     return _job_columns(job, Part.AUTO_DISABLE)
 
 
-def _job_row(job: Job) -> dict[str, Any]:
+def _job_row(job: Job, *, compact: bool = False) -> dict[str, Any]:
+    """A new job's row. ``compact`` (PostgreSQL, migration 0024): the values every new job
+    shares are ``NULL`` (see ``JobField.stored_default``), and so are ``updated_at`` and
+    ``updated_by`` while they are the creation's."""
     row = _job_columns(job)
     row["duration_samples"] = 0 if job.average_duration_ms is None else job.success_count
+    if compact:
+        for column, default in _STORED_DEFAULTS:
+            if row[column] == default:
+                row[column] = None
+        if job.updated_at == job.created_at and job.updated_by == job.created_by:
+            row["updated_at"] = row["updated_by"] = None
     return row
 
 
 def _to_job(row: Row[Any]) -> Job:
     m = row._mapping
-    return Job(
-        **{
-            name: m[column] if decode is None else decode(m[column])
-            for name, column, decode in _READS
-        }
-    )
+    fields = {
+        name: m[column] if decode is None else decode(m[column]) for name, column, decode in _READS
+    }
+    if fields["updated_at"] is None:  # a compact row never changed: its creation's
+        fields["updated_at"], fields["updated_by"] = fields["created_at"], fields["created_by"]
+    return Job(**fields)
 
 
 _PLANNING = tuple((f.name, f.column, _decoder(f)) for f in JOB_FIELDS if f.planned)

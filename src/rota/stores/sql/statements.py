@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Float,
     Integer,
@@ -124,19 +125,22 @@ def _update_stats_stmt() -> UpdateBase:
     reset = bindparam("b_reset", type_=Boolean())
     dcount = bindparam("b_dcount", type_=Integer())
     dsum = bindparam("b_dsum", type_=Float())
-    samples = j.duration_samples + dcount
-    known = func.coalesce(j.average_duration_ms * j.duration_samples, literal_column("0.0"))
-    average = case(
-        (samples > j.duration_samples, (known + dsum) / samples),
-        else_=j.average_duration_ms,
-    )
+    # PostgreSQL keeps a new job's counts as NULL (migration 0024): NULL is 0
+    zero = literal_column("0", type_=BigInteger())
+    had = func.coalesce(j.duration_samples, zero)
+    samples = had + dcount
+    known = func.coalesce(j.average_duration_ms * had, literal_column("0.0"))
+    average = case((samples > had, (known + dsum) / samples), else_=j.average_duration_ms)
     return (
         update(jobs)
         .where(j.id == bindparam("b_id", type_=Uuid()))
         .values(
-            total_executions=j.total_executions + bindparam("b_total", type_=Integer()),
-            success_count=j.success_count + bindparam("b_success", type_=Integer()),
-            failure_count=j.failure_count + bindparam("b_failure", type_=Integer()),
+            total_executions=func.coalesce(j.total_executions, zero)
+            + bindparam("b_total", type_=Integer()),
+            success_count=func.coalesce(j.success_count, zero)
+            + bindparam("b_success", type_=Integer()),
+            failure_count=func.coalesce(j.failure_count, zero)
+            + bindparam("b_failure", type_=Integer()),
             duration_samples=samples,
             average_duration_ms=average,
             consecutive_failures=case((reset, literal_column("0")), else_=j.consecutive_failures),

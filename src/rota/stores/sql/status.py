@@ -357,7 +357,7 @@ def _streak_of(row: Row[Any], defaults: AutoDisableDefaults) -> Streak:
         defaults,
         threshold=m["auto_disable_threshold"],
         window_seconds=m["auto_disable_window_seconds"],
-        consecutive_failures=m["consecutive_failures"],
+        consecutive_failures=m["consecutive_failures"] or 0,  # NULL: 0 (migration 0024)
         last_failure_at=m["last_failure_at"],
         is_active=m["is_active"],
         next_run_at=m["next_run_at"],
