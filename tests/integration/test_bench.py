@@ -165,6 +165,7 @@ def check_capacity(result: dict[str, Any], mode: str, pending: int, history: int
     names = {"jobsList", "jobsSearch", "jobsSearchCommon", "jobOccurrences", "executionsList"}
     names |= {"overview", "tags", "jobsDeepPage", "executionsDeepPage"}
     names |= {"jobStats", "storeOverview", "storeJobCounts"}
+    names |= {"jobsOfType", "jobsOfOtherType", "jobsActive", "jobsInactive"}
     assert set(reads) == names
     for read in reads.values():
         assert read["reads"] == 5

@@ -309,6 +309,11 @@ async def run_capacity(
                 "overview": "/api/v1/stats/overview",
                 "tags": "/api/v1/tags",
                 "jobStats": f"/api/v1/jobs/{history_job['id']}",
+                # the list's filters, on a value every job holds and on one none does
+                "jobsOfType": f"/api/v1/jobs?jobType={JOB_TYPE}",
+                "jobsOfOtherType": f"/api/v1/jobs?jobType={JOB_TYPE}.other",
+                "jobsActive": "/api/v1/jobs?isActive=true",
+                "jobsInactive": "/api/v1/jobs?isActive=false",
             }
             walks: dict[str, Any] = {}
             deep: dict[str, int] = {}
