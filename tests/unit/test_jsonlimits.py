@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import enum
 import json
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -82,3 +84,16 @@ def test_where_is_looked_for_only_so_far() -> None:
     assert max_depth_exceeded(late, 5)
     assert too_deep_at(late, 5) == ()
     assert too_deep_at(late.replace("x" * LOCATE_CHARS, "x"), 5) == ("jobData", 0, 0, 0, 0)
+
+
+class Colour(enum.StrEnum):
+    RED = "red"
+
+
+def test_any_mapping_and_sequence_count_and_a_scalar_subclass_does_not() -> None:
+    """The scalars of JSON are skipped by their exact type; anything else takes the full
+    test (a read-only mapping, a tuple, a str enum)."""
+    value = MappingProxyType({"a": (1, [Colour.RED]), "b": "x"})
+    assert value_too_deep(value, 2)
+    assert not value_too_deep(value, 3)
+    assert not value_too_deep(Colour.RED, 0)

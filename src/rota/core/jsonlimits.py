@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 MAX_JSON_DEPTH: Final = 128
@@ -32,7 +32,9 @@ _TOKENS: Final = re.compile(r'"[^"]*(?:"|\Z)|[\[\]{},:]')
 """The tokens that make a path, in text without escaped quotes or backslashes: strings (an
 unterminated one runs to the end) and punctuation."""
 _OPENERS: Final = frozenset("[{")
-_CONTAINERS: Final = (Mapping, list, tuple)
+_ARRAYS: Final = (list, tuple)
+_SCALARS: Final = frozenset((str, int, float, bool, type(None)))
+"""The types of JSON's scalars (their subclasses take the slower test)."""
 _NOT_STRUCTURE: Final = bytes(b for b in range(256) if b not in b'[]{}"')
 LOCATE_CHARS: Final = 1 << 20
 """How far into a text :func:`too_deep_at` looks for where it goes too deep (it steps through
@@ -157,14 +159,18 @@ def value_too_deep(value: object, limit: int) -> bool:
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            children: Sequence[object] = list(item.values())
-        elif isinstance(item, list | tuple):
-            children = item
+        if type(item) in _SCALARS:  # the common case, without the ABC's isinstance
+            continue
+        if isinstance(item, _ARRAYS):
+            children: Iterable[object] = item
+        elif isinstance(item, Mapping):
+            children = item.values()
         else:
             continue
         depth += 1
         if depth > limit:
             return True
-        stack.extend((child, depth) for child in children if isinstance(child, _CONTAINERS))
+        for child in children:
+            if type(child) not in _SCALARS:
+                stack.append((child, depth))
     return False
