@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from rota.core.ids import new_id
 from rota.core.jobfields import JOB_FIELDS
@@ -24,6 +24,7 @@ from rota.stores.sql import SqlStore
 from rota.stores.sql.rows import _STORED_DEFAULTS
 from tests.contract.test_store import NOW, T0, S, fired, make_job, status
 from tests.contract.test_store_auto_disable import REASON, disabled_job
+from tests.contract.test_store_search import page_reads
 
 COMPACT = [column for column, _ in _STORED_DEFAULTS] + ["updated_at", "updated_by"]
 
@@ -139,20 +140,10 @@ async def test_postgresql_plans_a_rare_filter_value_from_its_index(
     await store.create_jobs([make_job(job_type="rare", is_active=False) for _ in range(3)])
     async with store._write() as conn:
         await conn.exec_driver_sql("ANALYZE jobs")
-    statements: list[tuple[str, Any]] = []
-
-    def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        if "ORDER BY" in statement:
-            statements.append((statement, params))
-
-    engine = store._reader.sync_engine  # type: ignore[union-attr]
-    event.listen(engine, "before_cursor_execute", grab)
-    try:
+    with page_reads(store) as statements:
         for query in (JobQuery(job_type="rare"), JobQuery(is_active=False)):
             await store.list_jobs(query)
         await store.list_jobs(JobQuery(is_active=True))
-    finally:
-        event.remove(engine, "before_cursor_execute", grab)
     assert "'rare'" in statements[0][0]
     plans = []
     async with store._read() as conn:

@@ -7,6 +7,8 @@ kept in step with creates, updates and deletes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 from uuid import UUID
@@ -154,6 +156,24 @@ async def test_filtered_lists_page_newest_first_without_gaps(store: Store) -> No
         assert await all_pages(store, query) == expected, query
 
 
+@contextmanager
+def page_reads(store: SqlStore) -> Iterator[list[tuple[str, Any]]]:
+    """The statements that read a page (``ORDER BY``: not ``BEGIN``, nor a search's count or
+    statistics) run by the store's readers meanwhile, with their parameters."""
+    statements: list[tuple[str, Any]] = []
+
+    def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if "ORDER BY" in statement:
+            statements.append((statement, params))
+
+    engine = store._reader.sync_engine  # type: ignore[union-attr]
+    event.listen(engine, "before_cursor_execute", grab)
+    try:
+        yield statements
+    finally:
+        event.remove(engine, "before_cursor_execute", grab)
+
+
 async def test_sqlite_reads_each_filtered_page_in_index_order(
     store: Store, store_kind: str
 ) -> None:
@@ -163,12 +183,6 @@ async def test_sqlite_reads_each_filtered_page_in_index_order(
     if store_kind != "sqlite":
         pytest.skip("SQLite's plans")
     assert isinstance(store, SqlStore)
-    statements: list[tuple[str, Any]] = []
-
-    def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        if "ORDER BY" in statement:  # the page's read (not BEGIN, nor the search's count)
-            statements.append((statement, params))
-
     cursor = new_id().hex
     queries = [
         JobQuery(cursor=cursor),
@@ -178,16 +192,12 @@ async def test_sqlite_reads_each_filtered_page_in_index_order(
         JobQuery(tag="t", cursor=cursor),
         JobQuery(search="ab", cursor=cursor),
     ]
-    engine = store._reader.sync_engine  # type: ignore[union-attr]
-    event.listen(engine, "before_cursor_execute", grab)
-    try:
+    with page_reads(store) as statements:
         for query in queries:
             await store.list_jobs(query)
         await store.list_failed(FailedQuery(job_id=new_id(), cursor=cursor))
         await store.list_failed(FailedQuery(resolved=False, cursor=cursor))
         await store.list_failed(FailedQuery(failure_types=(FailureType.PERMANENT,), cursor=cursor))
-    finally:
-        event.remove(engine, "before_cursor_execute", grab)
     assert len(statements) == len(queries) + 3
     async with store._read() as conn:
         driver = (await conn.get_raw_connection()).driver_connection
@@ -223,22 +233,12 @@ async def test_postgresql_looks_up_a_rare_word_alone_and_tests_the_whole_text(
     target = common[n]
     other = make_job(display_name=f"weekly export {n}")  # the rare word, not the whole text
     await store.create_jobs([other])
-    statements: list[tuple[str, Any]] = []
-
-    def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        if "ORDER BY" in statement:
-            statements.append((statement, params))
-
-    engine = store._reader.sync_engine  # type: ignore[union-attr]
-    event.listen(engine, "before_cursor_execute", grab)
-    try:
+    with page_reads(store) as statements:
         assert await found(store, f"Nightly Export {n}") == [target.id]
         assert await found(store, f"export {n}") == [other.id, target.id]
         assert await found(store, f"{n} nightly export") == []  # the words in another order
         newest = [j.id for j in reversed(common.values())][:50]
         assert await found(store, "nightly export") == newest
-    finally:
-        event.remove(engine, "before_cursor_execute", grab)
     async with store._read() as conn:
         driver = (await conn.get_raw_connection()).driver_connection
         # a small table: no scan or walk of all of it, as the planner would choose at scale
