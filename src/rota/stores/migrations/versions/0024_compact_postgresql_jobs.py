@@ -1,24 +1,19 @@
-"""A pending job costs less on PostgreSQL (issue 19): two of its indexes are lighter, and
-the values most jobs share are kept as NULL.
+"""A pending job costs less on PostgreSQL (issue 19): the values most jobs share are kept as
+NULL, and the indexes on a job's state hold each job once.
 
-- The schedule, ``(is_active, next_run_at)``, holds the active jobs only:
-  ``ix_jobs_schedule`` on ``next_run_at`` where ``is_active`` (22 B a job instead of 32),
-  and the inactive ones are found by ``ix_jobs_inactive`` on ``id`` where ``NOT
-  is_active``. ``(is_active, id)`` is dropped (41 B a job): the jobs list filtered by state
-  walks the primary key newest first when most jobs are in that state, and takes those
-  that are not from one of the two (the planner chooses from the column's statistics).
-- ``(job_type, id)`` becomes ``(job_type)``: B-tree deduplication keeps one entry per type
-  and page with the list of its rows (about 7 B a job instead of 50). The list filtered by
-  a type, and the search's types, walk the primary key when the type is common and sort the
-  few jobs of a rare one.
 - The run counts (``total_executions``, ``success_count``, ``failure_count``,
   ``duration_samples``, ``consecutive_failures``), ``misfire_policy``, ``time_zone`` and
   ``source`` may be NULL: NULL is the value every new job has (0, ``fire_once``, ``UTC``,
   ``api``); ``updated_at`` and ``updated_by`` are NULL until the job is first changed (they
-  read as its creation). Rows written before keep their values, which read the same.
+  read as its creation). Rows written before keep their values, which read the same. A new
+  job's row: 200 B instead of 283.
+- ``(is_active, next_run_at)`` and ``(is_active, id)`` become partial indexes, each job in
+  the one of its state: ``ix_jobs_schedule`` (``next_run_at`` where ``is_active``: the
+  dispatcher's read), ``ix_jobs_active`` and ``ix_jobs_inactive`` (``id``: the jobs list
+  filtered by state, newest first). 54 B a pending job instead of 72.
 
-SQLite keeps its indexes (no deduplication, no bitmap scans) and its columns (a column
-cannot lose ``NOT NULL`` there without a copy of the table, and it keeps a 0 in no bytes).
+SQLite keeps its columns (a column cannot lose ``NOT NULL`` there without a copy of the
+table, and it keeps a 0 in no bytes) and its indexes.
 
 Revision ID: 0024
 Revises: 0023
@@ -52,11 +47,10 @@ def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute("CREATE INDEX ix_jobs_schedule ON jobs (next_run_at) WHERE is_active")
+    op.execute("CREATE INDEX ix_jobs_active ON jobs (id) WHERE is_active")
     op.execute("CREATE INDEX ix_jobs_inactive ON jobs (id) WHERE NOT is_active")
     op.execute("DROP INDEX IF EXISTS ix_jobs_is_active_next_run_at")
     op.execute("DROP INDEX IF EXISTS ix_jobs_is_active_id")
-    op.execute("DROP INDEX IF EXISTS ix_jobs_job_type_id")
-    op.execute("CREATE INDEX ix_jobs_job_type ON jobs (job_type)")
     for column in (*_NULL_IS_DEFAULT, "updated_at"):
         op.execute(f"ALTER TABLE jobs ALTER COLUMN {column} DROP NOT NULL")
 
@@ -64,16 +58,18 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    for column, value in _NULL_IS_DEFAULT.items():
-        op.execute(f"UPDATE jobs SET {column} = {value} WHERE {column} IS NULL")
-        op.execute(f"ALTER TABLE jobs ALTER COLUMN {column} SET NOT NULL")
+    # one pass over the rows that hold a NULL (every job created since the upgrade)
+    values = ", ".join(f"{c} = coalesce({c}, {v})" for c, v in _NULL_IS_DEFAULT.items())
+    nulls = " OR ".join(f"{c} IS NULL" for c in (*_NULL_IS_DEFAULT, "updated_at"))
     op.execute(
-        "UPDATE jobs SET updated_at = created_at, updated_by = created_by WHERE updated_at IS NULL"
+        f"UPDATE jobs SET {values}, "
+        "updated_by = CASE WHEN updated_at IS NULL THEN created_by ELSE updated_by END, "
+        f"updated_at = coalesce(updated_at, created_at) WHERE {nulls}"
     )
-    op.execute("ALTER TABLE jobs ALTER COLUMN updated_at SET NOT NULL")
-    op.execute("DROP INDEX IF EXISTS ix_jobs_job_type")
-    op.execute("CREATE INDEX ix_jobs_job_type_id ON jobs (job_type, id)")
+    for column in (*_NULL_IS_DEFAULT, "updated_at"):
+        op.execute(f"ALTER TABLE jobs ALTER COLUMN {column} SET NOT NULL")
     op.execute("CREATE INDEX ix_jobs_is_active_id ON jobs (is_active, id)")
     op.execute("CREATE INDEX ix_jobs_is_active_next_run_at ON jobs (is_active, next_run_at)")
     op.execute("DROP INDEX IF EXISTS ix_jobs_inactive")
+    op.execute("DROP INDEX IF EXISTS ix_jobs_active")
     op.execute("DROP INDEX IF EXISTS ix_jobs_schedule")
