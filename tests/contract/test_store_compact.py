@@ -2,8 +2,9 @@
 ``NULL`` (``JobField.stored_default``; ``updated_at``/``updated_by`` while they are the
 creation's) and read back as those values, whichever way the job is written (one insert, a
 bulk ``COPY``) or read (get, list, the fire watch); writes that add to a ``NULL`` count
-from 0. SQLite keeps the values themselves. The lists filtered by type or state, which have
-no ``(filter, id)`` index on PostgreSQL, give the same pages on both stores."""
+from 0. SQLite keeps the values themselves. On PostgreSQL, a page of the jobs of one type or
+one state is a range of an index in the list's order (the pages themselves:
+``test_store_search.test_filtered_lists_page_newest_first_without_gaps``)."""
 
 from __future__ import annotations
 
@@ -101,30 +102,6 @@ async def test_a_released_probe_keeps_its_creator_as_its_editor(store: Store) ->
     assert (released.updated_at, released.updated_by) == (NOW, "ana")
     assert released.disabled_reason == REASON
     assert released.consecutive_failures == 3
-
-
-async def test_lists_filtered_by_type_and_state_page_newest_first(store: Store) -> None:
-    """Common and rare values of each filter (PostgreSQL: no ``(filter, id)`` index; the
-    value is in the statement, so each is planned for what it is)."""
-    common = [make_job(job_type="common") for _ in range(30)]
-    rare = [make_job(job_type="rare", is_active=False) for _ in range(3)]
-    await store.create_jobs(common + rare)
-    newest = sorted(common + rare, key=lambda j: j.id, reverse=True)
-
-    async def pages(query: JobQuery) -> list[Any]:
-        ids, cursor = [], None
-        while True:
-            page = await store.list_jobs(replace(query, limit=4, cursor=cursor))
-            ids += [j.id for j in page.items]
-            cursor = page.next_cursor
-            if cursor is None:
-                return ids
-
-    assert await pages(JobQuery(job_type="common")) == [j.id for j in newest if j in common]
-    assert await pages(JobQuery(job_type="rare")) == [j.id for j in newest if j in rare]
-    assert await pages(JobQuery(is_active=False)) == [j.id for j in newest if j in rare]
-    assert await pages(JobQuery(is_active=True)) == [j.id for j in newest if j in common]
-    assert await pages(JobQuery(job_type="it's; --")) == []  # a literal, escaped
 
 
 async def test_postgresql_reads_each_filtered_page_from_its_index(

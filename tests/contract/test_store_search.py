@@ -144,6 +144,7 @@ async def test_filtered_lists_page_newest_first_without_gaps(store: Store) -> No
         (JobQuery(limit=2), [j.id for j in newest]),
         (JobQuery(job_type="a", limit=2), [j.id for j in newest if j.job_type == "a"]),
         (JobQuery(is_active=False, limit=2), [j.id for j in newest if not j.is_active]),
+        (JobQuery(is_active=True, limit=2), [j.id for j in newest if j.is_active]),
         (JobQuery(tag="t1", limit=2), [j.id for j in newest if "t1" in j.tags]),
         (JobQuery(tag="all", limit=4), [j.id for j in newest]),
         (

@@ -113,13 +113,14 @@ rowid) in SQLite."""
 
 
 CODE_JOBS = text("source = 'code'")
+"""The condition of the partial unique index on code-declared jobs' job types."""
 UNRESOLVED = text("NOT resolved")
 RECURRING = text("cron_expression IS NOT NULL OR interval_seconds IS NOT NULL")
 AUTO_DISABLED = text("disabled_reason IS NOT NULL")
 TIMED_PAUSE = text("paused_until IS NOT NULL")
 ACTIVE = text("is_active")
 INACTIVE = text("NOT is_active")
-"""The condition of the partial unique index on code-declared jobs' job types."""
+"""PostgreSQL: the conditions of the partial indexes on a job's state (migration 0024)."""
 
 
 SEARCHED = ("display_name", "job_type", "description")
@@ -128,7 +129,7 @@ SEARCHED = ("display_name", "job_type", "description")
 TEXT_INDEXED = ("display_name", "description")
 """The searched columns the text index holds (migration 0023). The job type, the same for
 many jobs, is found among the job types in use (``job_type_counts``), then by the
-index on the job type."""
+``(job_type, id)`` index."""
 
 SEARCH_TABLE = "jobs_search"
 """SQLite: the FTS5 table (``trigram`` tokenizer, external content: ``jobs``' rowid) indexing

@@ -3,7 +3,7 @@ type or the description (:data:`~rota.stores.schema.SEARCHED`), served by a text
 display name and the description (:data:`~rota.stores.schema.TEXT_INDEXED`). The job type is
 the same for many jobs: its trigrams would list every job of the type, so the text is looked
 for in the job types in use (``job_type_counts``, a few rows), and the jobs of the types that
-hold it are found by the index on the job type (:func:`type_condition`).
+hold it are found by the ``(job_type, id)`` index (:func:`type_condition`).
 
 - PostgreSQL: ``ILIKE '%…%'`` on each column, which the ``pg_trgm`` GIN index serves; the planner
   (from the columns' statistics) chooses between it and walking the jobs newest first. The index
@@ -135,7 +135,7 @@ async def type_condition(
 ) -> tuple[ColumnElement[bool] | None, int]:
     """The condition on ``jobs`` for the job types that hold ``value`` (``None``: no type
     does), and how many jobs those types have. Up to :data:`MANY_TYPES` types are listed
-    (the index on the job type reads their jobs); more are a subquery."""
+    (the ``(job_type, id)`` index reads their jobs); more are a subquery."""
     rows = (await conn.execute(_typed(value).limit(MANY_TYPES + 1))).all()
     if not rows:
         return None, 0
