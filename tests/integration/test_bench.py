@@ -152,6 +152,11 @@ def check_capacity(result: dict[str, Any], mode: str, pending: int, history: int
     assert (result["pending"], result["history"], result["reads"]) == (pending, history, 5)
     assert result["jobsPerSecond"] > 0
     assert result["serverCpuMicrosPerJob"] > 0
+    create_cpu = result["createCpuMicrosPerJob"]
+    assert create_cpu["server"] > 0  # the server's, the client's, and the services'
+    assert create_cpu["bench"] > 0
+    if mode == "distributed":
+        assert create_cpu["postgres"] > 0
     per_job = result["storeBytesPerJob"]
     assert per_job["file" if mode == "embedded" else "jobs"] > 0
     assert result["jobsInStore"] == pending + 1  # and the history's job

@@ -159,9 +159,10 @@ _SERVICES = {"postgres": "postgres", "beam.smp": "rabbitmq", "redis-server": "re
 """Process names of the services whose CPU a run reports when they run on this machine."""
 
 
-def _cpu_seconds(worker_pid: int | None) -> dict[str, float]:
-    """CPU seconds (user + system) used so far by this process ("bench": the server runtime),
-    the worker process, and the services running on this machine, by name."""
+def _cpu_seconds(worker_pid: int | None, worker: str = "worker") -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process ("bench": the server runtime,
+    or the client), the process ``worker_pid`` (named ``worker``), and the services running on
+    this machine, by name."""
     out: dict[str, float] = {}
 
     def add(name: str, process: psutil.Process) -> None:
@@ -171,7 +172,7 @@ def _cpu_seconds(worker_pid: int | None) -> dict[str, float]:
 
     add("bench", psutil.Process())
     if worker_pid is not None:
-        add("worker", psutil.Process(worker_pid))
+        add(worker, psutil.Process(worker_pid))
     for process in psutil.process_iter(["name"]):
         service = _SERVICES.get(process.info["name"] or "")
         if service is not None:

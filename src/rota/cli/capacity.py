@@ -21,7 +21,14 @@ from uuid import UUID
 import psutil
 
 from rota.app.settings import Settings
-from rota.cli.bench import _environment, _percentiles, _server_process, bench_prefix
+from rota.cli.bench import (
+    _cpu_per_job,
+    _cpu_seconds,
+    _environment,
+    _percentiles,
+    _server_process,
+    bench_prefix,
+)
 from rota.cli.benchauth import SignIn
 from rota.cli.capacity_history import fill_history, time_store_reads
 from rota.core.ids import new_id
@@ -282,6 +289,7 @@ async def run_capacity(
             store_before, redis_before = await sizes.store(), await sizes.redis()
             server_rss_before = server.memory_info().rss
             server_cpu = _cpu(server)
+            cpu_before = _cpu_seconds(server.pid, "server")
             started = time.perf_counter()
             for first in range(0, pending, batch):
                 body = {
@@ -295,6 +303,7 @@ async def run_capacity(
                 created.json()  # read as a client would
             create_seconds = time.perf_counter() - started
             server_cpu = _cpu(server) - server_cpu
+            create_cpu = _cpu_per_job(cpu_before, _cpu_seconds(server.pid, "server"), pending)
             store_after, redis_after = await sizes.store(), await sizes.redis()
             server_rss_created = server.memory_info().rss
             indexed_created = await _index_entries(http)
@@ -349,6 +358,10 @@ async def run_capacity(
         # The server's CPU (user + system) over the creation, per job: what the load of a
         # shared machine moves much less than the rate (not counted: PostgreSQL's own).
         "serverCpuMicrosPerJob": round(server_cpu / pending * 1e6, 1) if pending else None,
+        # Every process's CPU over the creation, per job: the server, the bench (the client
+        # building and sending the bodies) and the services on this machine (PostgreSQL's
+        # backends, which write the rows, their indexes and the WAL).
+        "createCpuMicrosPerJob": create_cpu,
         "historySeconds": round(history_seconds, 2),
         "storeBytesDelta": store_delta,
         "storeBytesPerJob": per_job,

@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from rota.core.quickinit import quick_init
+
 JsonValue = Any
 """Anything :mod:`orjson` can encode."""
 
@@ -156,6 +158,7 @@ class FailureType(enum.StrEnum):
     INVALID_DATA = "invalid_data"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
     """A job definition: what to run, with what data, when and how.
@@ -277,6 +280,7 @@ class Job:
         return f'"{self.version}-{self.updated_at.timestamp():.6f}-{state}"'
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobVersion:
     job_id: UUID
@@ -286,6 +290,7 @@ class JobVersion:
     created_at: datetime
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StatusChange:
     timestamp: datetime
@@ -296,6 +301,7 @@ class StatusChange:
     reason: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Occurrence:
     """One fire of a job. Its id is a UUIDv7 and doubles as the correlation id."""
@@ -344,6 +350,7 @@ class Occurrence:
         return self.attempt - 1
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FailedOccurrence:
     """The dead-letter record of an occurrence that will not run again by itself."""
@@ -371,6 +378,7 @@ class FailedOccurrence:
 # --- records on the wire (DESIGN.md §5) -------------------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobMessage:
     """What the dispatcher publishes for a worker to run."""
@@ -404,6 +412,7 @@ class JobMessage:
         return self.retry_count + 1
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StatusRecord:
     """A worker's (or the scheduler's own) report on an occurrence."""
@@ -425,6 +434,7 @@ class StatusRecord:
     Running report had."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogRecord:
     occurrence_id: UUID
@@ -440,6 +450,7 @@ class LogRecord:
     outbox, a redelivered batch) with the same ``(attempt, line)`` is stored once."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerInfo:
     """One worker instance as it registers itself (heartbeats refresh it)."""
@@ -458,6 +469,7 @@ class WorkerInfo:
     last_heartbeat: datetime = field(default_factory=utcnow)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DispatcherState:
     """Whether the dispatchers of every server are stopped (no fire is dispatched while they
