@@ -189,27 +189,19 @@ def _distinct(params: Sequence[tuple[Any, ...]], keys: tuple[int, ...]) -> bool:
     return len({tuple(row[i] for i in keys) for row in params}) == len(params)
 
 
-async def copy_rows(conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-    """PostgreSQL: ``rows`` (every column of ``table``, by name, values as the column types
-    take them) written by ``COPY … FROM STDIN`` in binary (asyncpg's
-    ``copy_records_to_table``): the cheapest way in for a bulk of new rows, for the server
-    (no statement, no arrays to unpack) and for the client (one encoding per value).
+async def copy_records(conn: AsyncConnection, table: Table, records: Sequence[Any]) -> None:
+    """PostgreSQL: ``records`` (each the values of every column of ``table``, in the
+    table's column order, as the column types take them: a JSON column's as its text)
+    written by ``COPY … FROM STDIN`` in binary (asyncpg's ``copy_records_to_table``): the
+    cheapest way in for a bulk of new rows, for the server (no statement, no arrays to
+    unpack) and for the client (one encoding per value).
 
     It runs on the transaction's connection; on its own it is atomic (all rows or none)."""
-    columns = [c.name for c in table.columns]
-    json_at = [i for i, c in enumerate(table.columns) if isinstance(c.type, JSON)]
-    get = itemgetter(*columns)
-    records: list[Sequence[Any]] = []
-    for row in rows:
-        values = list(get(row))
-        for i in json_at:
-            if values[i] is not None:
-                values[i] = _json_dumps(values[i])
-        records.append(values)
     from asyncpg.exceptions import IntegrityConstraintViolationError
 
     raw = await conn.get_raw_connection()
     driver: Any = raw.driver_connection
+    columns = [c.name for c in table.columns]
     try:
         await driver.copy_records_to_table(table.name, records=records, columns=columns)
     except IntegrityConstraintViolationError as exc:  # as guard_errors does for statements

@@ -29,9 +29,10 @@ from rota.core.models import Job, JobSource, JobVersion, utcnow
 from rota.core.records import JobQuery, Page, ProbeScan
 from rota.stores.schema import job_tags, job_versions, jobs
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
-from rota.stores.sql.batches import copy_rows
+from rota.stores.sql.batches import copy_records
 from rota.stores.sql.rows import (
     _auto_disable_state,
+    _copy_record,
     _decode_cursor,
     _job_definition,
     _job_row,
@@ -51,15 +52,15 @@ class JobQueries(AggregateQueries):
     async def create_jobs(self, jobs_: Sequence[Job]) -> None:
         if not jobs_:
             return
-        compact = self._dialect == "postgresql"  # its shared values as NULL (0024)
-        rows = [_job_row(j, compact=compact) for j in jobs_]
+        postgresql = self._dialect == "postgresql"  # its shared values as NULL (0024)
         tags = self._tag_rows(jobs_)
         async with self._write() as conn:
-            if len(rows) == 1:
-                await conn.execute(insert(jobs), rows)
-            elif self._dialect == "postgresql":  # a bulk create: COPY, the only write here
-                await copy_rows(conn, jobs, rows)
+            if len(jobs_) == 1:
+                await conn.execute(insert(jobs), [_job_row(jobs_[0], compact=postgresql)])
+            elif postgresql:  # a bulk create: COPY, the only write here
+                await copy_records(conn, jobs, [_copy_record(j) for j in jobs_])
             else:  # a bulk create: driver-level parameters, one executemany
+                rows = [_job_row(j) for j in jobs_]
                 await self._fast.execute(conn, "insert_jobs", partial(_insert_stmt, jobs), rows)
             if tags:
                 await self._fast.execute(

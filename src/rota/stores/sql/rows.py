@@ -9,7 +9,7 @@ from operator import attrgetter
 from typing import Any, TypeVar
 from uuid import UUID
 
-from sqlalchemy import Row
+from sqlalchemy import JSON, Row
 
 from rota.core.errors import ValidationError
 from rota.core.jobfields import JOB_FIELDS, JobField, Part, Shape, version_snapshot
@@ -25,6 +25,7 @@ from rota.core.models import (
 )
 from rota.core.records import Page, truncate_text
 from rota.stores.schema import jobs
+from rota.stores.sql.engine import _json_dumps
 
 T = TypeVar("T")
 
@@ -127,6 +128,63 @@ def _job_row(job: Job, *, compact: bool = False) -> dict[str, Any]:
         if job.updated_at == job.created_at and job.updated_by == job.created_by:
             row["updated_at"] = row["updated_by"] = None
     return row
+
+
+_JSON_COLUMNS = frozenset(c.name for c in jobs.columns if isinstance(c.type, JSON))
+
+
+def _copy_writer(json_text: Codec) -> Callable[[Job], list[Any]]:
+    """What makes a new job's compact ``COPY`` record (PostgreSQL): its values in the order
+    of the ``jobs`` table's columns, as :func:`_job_row` with ``compact`` gives them and with
+    the JSON columns as their text (``json_text``), built in one pass over the job instead of
+    through a row by name (issue 19: a bulk create's rows were a tenth of its server time)."""
+    by_column = {f.column: f for f in JOB_FIELDS}
+    names = [c.name for c in jobs.columns]
+    if [n for n in names if n not in by_column] != list(_STORE_ONLY_COLUMNS):
+        raise RuntimeError("the jobs table's store-only columns changed: update _copy_writer")
+    samples = names.index("duration_samples")  # inserted last, at its column
+    fields = [by_column[n] for n in names if n in by_column]
+    get_all = attrgetter(*(f.name for f in fields))
+    compact = dict(_STORED_DEFAULTS)
+    steps = [
+        step
+        for i, f in enumerate(fields)
+        for step in _copy_steps(i, f, f.column in _JSON_COLUMNS, compact, json_text)
+    ]
+    at = {f.name: i for i, f in enumerate(fields)}
+    updated, created = (at["updated_at"], at["updated_by"]), (at["created_at"], at["created_by"])
+
+    def record(job: Job) -> list[Any]:
+        values = list(get_all(job))
+        for i, step in steps:
+            values[i] = step(values[i])
+        if values[updated[0]] == values[created[0]] and values[updated[1]] == values[created[1]]:
+            values[updated[0]] = values[updated[1]] = None
+        count = 0 if job.average_duration_ms is None else job.success_count
+        values.insert(samples, count or None)
+        return values
+
+    return record
+
+
+def _copy_steps(
+    i: int, field: JobField, json_column: bool, compact: dict[str, Any], json_text: Codec
+) -> list[tuple[int, Codec]]:
+    """The conversions of one field's value into its compact COPY value, in order."""
+    out: list[tuple[int, Codec]] = []
+    encode = _encoder(field)
+    if encode is not None:
+        out.append((i, encode))
+    if json_column:
+        out.append((i, lambda value: None if value is None else json_text(value)))
+    if field.column in compact:
+        default = compact[field.column]
+        out.append((i, lambda value: None if value == default else value))
+    return out
+
+
+_copy_record = _copy_writer(_json_dumps)
+"""A new job's compact COPY record (see :func:`_copy_writer`)."""
 
 
 def _to_job(row: Row[Any]) -> Job:
