@@ -186,7 +186,7 @@ def test_capacity_scenario_embedded(tmp_path: Path) -> None:
     args = ("capacity", "--pending", "2000", "--history", "500", "--reads", "5")
     result: dict[str, Any] = bench(tmp_path, *args)
     check_capacity(result, "embedded", 2000, 500)
-    assert result["answer"] == "full"
+    assert (result["answer"], result["concurrency"]) == ("full", 1)
     assert result["redisBytesDelta"] is None
 
 
@@ -202,10 +202,13 @@ def test_capacity_scenario_distributed(tmp_path: Path, distributed_env: dict[str
         "5",
         "--answer",
         "minimal",
+        "--concurrency",
+        "3",
         env=distributed_env,
     )
-    check_capacity(result, "distributed", 2000, 500)  # every job created, ids answered
-    assert (result["batch"], result["answer"]) == (500, "minimal")
+    # every job created (4 requests, 3 in flight at first), ids answered
+    check_capacity(result, "distributed", 2000, 500)
+    assert (result["batch"], result["answer"], result["concurrency"]) == (500, "minimal", 3)
     redis = result["redisBytesAfter"]
     assert redis["usedMemory"] > 0
     assert redis["benchKeys"] > 0  # the event stream, the instance's registration

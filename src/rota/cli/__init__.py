@@ -488,6 +488,9 @@ def bench_capacity(
             "only (Prefer: return=minimal)."
         ),
     ] = "full",
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=16, help="Bulk requests in flight at once.")
+    ] = 1,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
 ) -> None:
     """Create many pending jobs through the bulk API of a `rota server` (a process of its
@@ -496,7 +499,9 @@ def bench_capacity(
     from rota.cli.capacity import run_capacity
 
     configure_logging("warning", None, LogFormat.TEXT)
-    result = _run(run_capacity(mode, pending, history, batch, reads, history_fill, answer))
+    result = _run(
+        run_capacity(mode, pending, history, batch, reads, history_fill, answer, concurrency)
+    )
     report(result, json_file, _console())
 
 

@@ -9,6 +9,7 @@ of the reads a user makes.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import sqlite3
 import tempfile
@@ -212,6 +213,36 @@ async def _deep_cursor(http: Any, path: str, page: int) -> tuple[str | None, int
     return cursor, reached, samples
 
 
+async def _create(
+    http: Any,
+    pending: int,
+    batch: int,
+    concurrency: int,
+    start: datetime,
+    headers: dict[str, str],
+) -> None:
+    """The ``pending`` jobs in bulk requests of ``batch``, ``concurrency`` of them in flight
+    (as a client importing many jobs would send them: each request's body is built as it is
+    sent)."""
+    firsts = iter(range(0, pending, batch))
+
+    async def sender() -> None:
+        for first in firsts:  # shared: each sender takes the next batch
+            body = {
+                "jobs": [
+                    _spec(n, pending, start) for n in range(first, min(pending, first + batch))
+                ]
+            }
+            created = await http.post("/api/v1/jobs/bulk", json=body, headers=headers)
+            if created.status_code != 201:
+                raise RuntimeError(f"bulk create: {created.status_code} {created.text[:300]}")
+            created.json()  # read as a client would
+
+    async with asyncio.TaskGroup() as senders:
+        for _ in range(concurrency):
+            senders.create_task(sender())
+
+
 async def _time_reads(
     http: Any, paths: dict[str, str], reads: int, server: psutil.Process
 ) -> dict[str, Any]:
@@ -246,6 +277,7 @@ async def run_capacity(
     reads: int = 50,
     history_fill: str = "store",
     answer: str = "full",
+    concurrency: int = 1,
 ) -> dict[str, Any]:
     """``pending`` one-time jobs created through ``POST /api/v1/jobs/bulk`` (``batch`` per
     request) on a ``rota server`` of its own, after ``history`` Completed occurrences of one
@@ -254,6 +286,8 @@ async def run_capacity(
     per job, memory and read latencies."""
     if history_fill not in ("store", "sql"):
         raise ValueError(f"history_fill must be store or sql, not {history_fill!r}")
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be 1 or more, not {concurrency}")
     if answer not in ("full", "minimal"):
         raise ValueError(f"answer must be full or minimal, not {answer!r}")
     # minimal: the bulk answers list the new ids only (Prefer: return=minimal)
@@ -291,16 +325,7 @@ async def run_capacity(
             server_cpu = _cpu(server)
             cpu_before = _cpu_seconds(server.pid, "server")
             started = time.perf_counter()
-            for first in range(0, pending, batch):
-                body = {
-                    "jobs": [
-                        _spec(n, pending, start) for n in range(first, min(pending, first + batch))
-                    ]
-                }
-                created = await http.post("/api/v1/jobs/bulk", json=body, headers=prefer)
-                if created.status_code != 201:
-                    raise RuntimeError(f"bulk create: {created.status_code} {created.text[:300]}")
-                created.json()  # read as a client would
+            await _create(http, pending, batch, concurrency, start, prefer)
             create_seconds = time.perf_counter() - started
             server_cpu = _cpu(server) - server_cpu
             create_cpu = _cpu_per_job(cpu_before, _cpu_seconds(server.pid, "server"), pending)
@@ -351,6 +376,7 @@ async def run_capacity(
         "historyFill": history_fill,
         "batch": batch,
         "answer": answer,
+        "concurrency": concurrency,
         "signIns": auth.sign_ins,
         "reads": reads,
         "createSeconds": round(create_seconds, 2),
