@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import uuid
 
-import uuid_utils
+from uuid_utils import compat
 
 
 def new_id() -> uuid.UUID:
-    """A new UUIDv7 as a standard :class:`uuid.UUID`."""
-    return uuid.UUID(bytes=uuid_utils.uuid7().bytes)
+    """A new UUIDv7 as a standard :class:`uuid.UUID` (``uuid_utils.compat`` makes it one
+    without the copy through bytes)."""
+    return compat.uuid7()
 
 
 def bucket_of(job_id: uuid.UUID, bucket_count: int) -> int:

@@ -68,6 +68,8 @@ class JobSpec:
 
 def as_utc(moment: datetime) -> datetime:
     """The same instant in UTC; a naive datetime is taken as UTC."""
+    if moment.tzinfo is UTC:  # already (a body's date-time is made UTC as it is read)
+        return moment
     if moment.tzinfo is None:
         return moment.replace(tzinfo=UTC)
     try:

@@ -750,6 +750,8 @@ def _flag(value: object, field: str) -> bool:
 
 
 def _enum(kind: type[E], value: Any, field: str) -> E:
+    if type(value) is kind:  # a member already (what the API's bodies hold)
+        return value
     try:
         return kind(value)
     except ValueError as exc:
