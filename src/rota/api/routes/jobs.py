@@ -38,6 +38,7 @@ from rota.api.schemas.jobs import (
     ReferenceTriggerRequest,
     SkipRequest,
     TriggerRequest,
+    item_spec,
 )
 from rota.api.schemas.occurrences import OccurrenceDetail
 from rota.api.security import OperatorUser, requires
@@ -310,7 +311,7 @@ async def create_jobs(
     minimal = prefers_minimal(prefer)
 
     for i, item in enumerate(body.jobs):
-        if item.depends_on:
+        if item.get("depends_on"):
             raise ValidationError(
                 "not taken by the bulk create: set it with PUT /api/v1/jobs/{id}/dependencies",
                 field=f"jobs[{i}].dependsOn",
@@ -318,7 +319,7 @@ async def create_jobs(
 
     async def handle() -> tuple[bytes, Headers]:
         created = await jobs.create_jobs(
-            [item.to_spec(created_by=user.username) for item in body.jobs], field_prefix="jobs"
+            [item_spec(item, user.username) for item in body.jobs], field_prefix="jobs"
         )
         ids = [str(job.id) for job in created[:AUDITED_IDS]]
         await audit.record(

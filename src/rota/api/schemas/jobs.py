@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, NotRequired, Required
 from uuid import UUID
 
-from pydantic import BaseModel, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 from pydantic.alias_generators import to_snake
+from typing_extensions import TypedDict
 
 from rota.api.schemas.common import (
     MAX_BULK,
@@ -107,19 +115,29 @@ class ReferenceForms(InputModel):
     @model_validator(mode="after")
     def _fold_reference_forms(self) -> ReferenceForms:
         sent = self.model_fields_set
-        folded: dict[str, Any] = {}
-        if "timeout_minutes" in sent:
-            minutes = self.timeout_minutes
-            folded["timeout_seconds"] = None if minutes is None else minutes * 60
-        if self.auto_disable_settings is not None:
-            folded.update(self.auto_disable_settings.settings())
-        for name, value in folded.items():
-            if name in sent and getattr(self, name) != value:
-                alias = _ALIASES[name]
-                raise ValueError(f"{alias} is given twice (once in the reference's form)")
+        if "timeout_minutes" not in sent and self.auto_disable_settings is None:
+            return self
+        given = {name: getattr(self, name) for name in sent}
+        for name, value in _folded(given).items():
             setattr(self, name, value)
             sent.add(name)
         return self
+
+
+def _folded(given: dict[str, Any]) -> dict[str, Any]:
+    """The Rota fields the reference's forms among ``given`` (the body's fields sent, by
+    field name) set; ``ValueError`` when one is also given in Rota's form, otherwise."""
+    folded: dict[str, Any] = {}
+    if "timeout_minutes" in given:
+        minutes = given["timeout_minutes"]
+        folded["timeout_seconds"] = None if minutes is None else minutes * 60
+    settings = given.get("auto_disable_settings")
+    if settings is not None:
+        folded.update(settings.settings())
+    for name, value in folded.items():
+        if name in given and given[name] != value:
+            raise ValueError(f"{_ALIASES[name]} is given twice (once in the reference's form)")
+    return folded
 
 
 class JobCreate(ReferenceForms):
@@ -272,8 +290,55 @@ class JobPatch(ReferenceForms):
         return _job_attributes(self, exclude_unset=True)
 
 
+def _item_fields() -> dict[str, Any]:
+    """:class:`JobCreate`'s fields as the keys of a typed dict: the same types, limits,
+    aliases and descriptions; no defaults (a key not sent takes the spec's)."""
+    annotated: Any = Annotated  # built from the model's fields, which mypy cannot follow
+    out: dict[str, Any] = {}
+    for name, info in JobCreate.model_fields.items():
+        meta = Field(alias=info.alias, description=info.description)
+        kind = annotated[(info.annotation, *info.metadata, meta)]
+        out[name] = Required[kind] if info.is_required() else NotRequired[kind]
+    return out
+
+
+if TYPE_CHECKING:
+    JobCreateItem = dict[str, Any]
+else:
+    JobCreateItem = TypedDict("JobCreateItem", _item_fields())
+    JobCreateItem.__doc__ = JobCreate.__doc__
+    JobCreateItem.__pydantic_config__ = ConfigDict(
+        extra="forbid", validate_by_name=True, validate_by_alias=True
+    )
+"""A job of a bulk create: a :class:`JobCreate` read as a dict of the fields sent, which
+pydantic builds in about half the time of a model, and its spec made without a pass over the
+fields not sent (issue 19: a 10,000-job bulk create). A test holds its spec to
+:meth:`JobCreate.to_spec`'s."""
+
+
+def _fold_item(item: dict[str, Any]) -> dict[str, Any]:
+    """A bulk job's reference forms folded into Rota's fields, as :class:`ReferenceForms`."""
+    if "timeout_minutes" in item or item.get("auto_disable_settings") is not None:
+        item.update(_folded(item))
+    return item
+
+
+def item_spec(item: dict[str, Any], created_by: str | None = None) -> JobSpec:
+    """The spec of a bulk create's job (``dependsOn`` is not taken there)."""
+    return JobSpec(
+        **{_ATTRIBUTES.get(name, name): value for name, value in item.items() if name in _SPEC},
+        created_by=created_by,
+    )
+
+
+_SPEC: Final = frozenset(name for name, _ in _SPEC_FIELDS)
+
+
 class BulkCreate(InputModel):
-    jobs: Annotated[list[JobCreate], Field(min_length=1, max_length=MAX_BULK)]
+    jobs: Annotated[
+        list[Annotated[JobCreateItem, AfterValidator(_fold_item)]],
+        Field(min_length=1, max_length=MAX_BULK),
+    ]
 
 
 class AutoDisableOut(ApiModel):
