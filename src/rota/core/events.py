@@ -178,6 +178,8 @@ def occurrence_logs(records: Sequence[LogRecord]) -> list[Event]:
 
 def job_changed(kind: EventType, job_ids: Iterable[UUID], **extra: JsonValue) -> list[Event]:
     """``job.created`` / ``job.updated`` / ``job.deleted`` events, one per job."""
+    if not extra:  # (a bulk create's thousands of events: no merge per event)
+        return [Event(kind, {"jobId": str(job_id)}) for job_id in job_ids]
     return [Event(kind, {"jobId": str(job_id), **extra}) for job_id in job_ids]
 
 

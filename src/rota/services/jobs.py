@@ -733,13 +733,14 @@ def _text(value: object, field: str) -> str:
 def _tags(value: Iterable[str] | str | None) -> tuple[str, ...]:
     if value is None:
         return ()
-    raw = value.split(",") if isinstance(value, str) else list(value)
+    raw = value.split(",") if isinstance(value, str) else value
     tags: dict[str, None] = {}
     for tag in raw:
         if not isinstance(tag, str):
             raise ValidationError("tags must be strings", field="tags")
-        if tag.strip():
-            tags[tag.strip()] = None
+        stripped = tag.strip()
+        if stripped:
+            tags[stripped] = None
     return tuple(tags)
 
 
