@@ -10,9 +10,12 @@ import json
 import types
 import typing
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
+
+import pytest
+from sqlalchemy import JSON
 
 from rota.api.schemas import JobOut, JobPatch
 from rota.core.jobfields import (
@@ -37,6 +40,7 @@ from rota.core.models import (
 )
 from rota.stores.schema import jobs
 from rota.stores.sql import rows as sql_rows
+from rota.stores.sql.engine import _json_dumps
 
 HINTS = typing.get_type_hints(Job)
 
@@ -236,3 +240,49 @@ def test_every_setting_is_versioned_and_no_label_or_state_is() -> None:
     settings = {f.name for f in JOB_FIELDS if f.part is Part.DEFINITION and f.updatable}
     labels = {"display_name", "description", "tags", "is_active", "declared_spec"}
     assert set(VERSIONED_FIELDS) == settings - labels
+
+
+def _compact_by_name(job: Job) -> list[Any]:
+    """The compact row by name, in the table's column order, its JSON columns as text."""
+    row = sql_rows._job_row(job, compact=True)
+    return [
+        _json_dumps(row[c.name])
+        if isinstance(c.type, JSON) and row[c.name] is not None
+        else row[c.name]
+        for c in jobs.columns
+    ]
+
+
+_T0 = datetime(2030, 1, 1, tzinfo=UTC)
+_NEW = Job(id=uuid4(), job_type="mail", created_at=_T0, updated_at=_T0, execute_at=_T0, bucket=3)
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        _NEW,
+        _everything_set(),
+        Job(id=uuid4(), job_type="x", created_at=_T0, updated_at=_T0, updated_by="bob"),
+        Job(id=uuid4(), job_type="x", created_at=_T0, updated_at=_T0 + timedelta(seconds=1)),
+        Job(id=uuid4(), job_type="x", created_at=_T0, updated_at=_T0, success_count=3),
+    ],
+    ids=["new", "everything-set", "changed-by-another", "changed-later", "no-average"],
+)
+def test_a_bulk_creates_copy_record_is_the_compact_row_in_column_order(job: Job) -> None:
+    assert sql_rows._copy_record(job) == _compact_by_name(job)
+
+
+def test_a_new_jobs_copy_record_holds_null_for_the_shared_values_only() -> None:
+    names = [c.name for c in jobs.columns]
+    record = dict(zip(names, sql_rows._copy_record(_NEW), strict=True))
+    for column in ("time_zone", "misfire_policy", "source", "total_executions", "updated_at"):
+        assert record[column] is None, column
+    assert (record["duration_samples"], record["updated_by"]) == (None, None)
+    assert (record["id"], record["execute_at"], record["bucket"]) == (_NEW.id, _T0, 3)
+    used = dict(zip(names, sql_rows._copy_record(_everything_set()), strict=True))
+    assert (used["time_zone"], used["misfire_policy"], used["source"]) == (
+        "Europe/Paris",
+        "catch_up",
+        "code",
+    )
+    assert (used["duration_samples"], used["tags"], used["updated_by"]) == (6, '["a","b"]', "bob")
