@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -117,3 +118,29 @@ def test_what_it_cannot_build_like_dataclasses_is_refused() -> None:
     for cls in (Mutable, NoSlots, Positional, PostInit, NotInInit):
         with pytest.raises(TypeError):
             quick_init(cls)
+
+
+def test_inherited_fields_are_written_through_the_base_class_slot() -> None:
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class Base:
+        a: int = 1
+
+    @quick_init
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class Child(Base):
+        b: list[int] = field(default_factory=list)
+
+    child = Child(a=5)
+    assert (child.a, child.b) == (5, [])
+    assert Child().b is not Child().b  # a factory's value each time
+
+
+def test_type_hints_and_clashing_names() -> None:
+    assert typing.get_type_hints(models.Job.__init__)["job_type"] is str
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class Private:
+        _set0: int = 0
+
+    with pytest.raises(TypeError, match="clash"):
+        quick_init(Private)

@@ -3,6 +3,7 @@ by the job bodies, on create and on a partial change."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -144,8 +145,47 @@ def test_a_bulk_jobs_spec_is_the_single_create_s(body: dict[str, object]) -> Non
     ],
 )
 def test_a_bulk_job_is_refused_where_a_single_one_is(body: dict[str, object]) -> None:
-    with pytest.raises(ValidationError):
+    """With the same errors: type, message, and the field after the job's position."""
+    with pytest.raises(ValidationError) as single:
         JobCreate.model_validate(CRON | body)
-    with pytest.raises(ValidationError) as refused:
+    with pytest.raises(ValidationError) as bulk:
         BulkCreate.model_validate({"jobs": [CRON, CRON | body]})
-    assert refused.value.errors()[0]["loc"][:2] == ("jobs", 1)  # the job named by position
+    expected = [(("jobs", 1, *e["loc"]), e["type"], e["msg"]) for e in single.value.errors()]
+    assert [(e["loc"], e["type"], e["msg"]) for e in bulk.value.errors()] == expected
+
+
+def test_an_idempotent_bulk_repeat_compares_every_job_in_full() -> None:
+    """As when the jobs were models: a field sent with its default is the same body."""
+
+    def canonical(*jobs: dict[str, object]) -> bytes:
+        return BulkCreate.model_validate({"jobs": list(jobs)}).canonical_json()
+
+    bare = canonical({"jobType": "t"}, CRON)
+    assert canonical({"jobType": "t", "priority": 2, "timeZone": "UTC"}, CRON) == bare
+    assert canonical({"job_type": "t", "is_active": True}, CRON) == bare
+    assert canonical({"jobType": "t", "priority": 3}, CRON) != bare
+    assert canonical(CRON, {"jobType": "t"}) != bare  # the jobs' order counts
+    shown = json.loads(bare)["jobs"][0]
+    assert set(shown) == {f.alias for f in JobCreate.model_fields.values()}
+
+
+def test_a_bulk_job_is_documented_as_a_single_one() -> None:
+    item = BulkCreate.model_json_schema()["$defs"]["JobCreateItem"]
+    single = JobCreate.model_json_schema()
+    assert item["properties"] == single["properties"]  # types, limits, defaults, texts
+    keys = ("required", "additionalProperties", "description")
+    assert [item.get(k) for k in keys] == [single.get(k) for k in keys]
+
+
+def test_what_the_bulk_item_copies_of_the_single_body_is_all_it_has() -> None:
+    """The bulk item is generated from JobCreate's fields' types, limits, aliases and
+    descriptions: a validator or a field setting added to JobCreate would not reach it."""
+    decorators = JobCreate.__pydantic_decorators__
+    assert list(decorators.model_validators) == ["_fold_reference_forms"]
+    assert not decorators.field_validators
+    assert not decorators.validators
+    for name, info in JobCreate.model_fields.items():
+        assert info.validation_alias in (None, info.alias), name
+        others = (info.examples, info.deprecated, info.discriminator, info.json_schema_extra)
+        assert others == (None, None, None, None), name
+        assert info.validate_default in (None, False), name

@@ -33,10 +33,12 @@ def quick_init(cls: type[T]) -> type[T]:
     fields: tuple[dataclasses.Field[Any], ...] = dataclasses.fields(cls)  # type: ignore[arg-type]
     if not all(f.kw_only and f.init for f in fields):
         raise TypeError(f"{cls.__name__}: every field must be keyword-only and set by __init__")
+    if any(f.name == "self" or f.name.startswith("_") for f in fields):
+        raise TypeError(f"{cls.__name__}: a field named self or _… would clash in __init__")
     scope: dict[str, Any] = {"_UNSET": _UNSET}
     params_, lines = [], []
     for i, f in enumerate(fields):
-        scope[f"_set{i}"] = cls.__dict__[f.name].__set__  # the slot's member descriptor
+        scope[f"_set{i}"] = _slot(cls, f.name).__set__
         value = f.name
         if f.default is not dataclasses.MISSING:
             scope[f"_default{i}"] = f.default
@@ -55,6 +57,15 @@ def quick_init(cls: type[T]) -> type[T]:
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     init.__doc__ = cls.__init__.__doc__
+    init.__annotations__ = dict(cls.__init__.__annotations__)
     init.__wrapped__ = cls.__init__
     setattr(cls, "__init__", init)  # noqa: B010 - mypy refuses assigning a method
     return cls
+
+
+def _slot(cls: type, name: str) -> Any:
+    """The member descriptor of the slot ``name`` (of ``cls`` or of a dataclass it extends)."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    raise TypeError(f"{cls.__name__}.{name} has no slot")

@@ -160,7 +160,11 @@ async def _idempotent(
         raw = made if isinstance(made, bytes) else made.model_dump_json(by_alias=True).encode()
         return Answer(201, raw, headers)
 
-    fingerprint = body.model_dump_json(by_alias=True).encode()
+    fingerprint = (
+        body.canonical_json()
+        if isinstance(body, BulkCreate)
+        else body.model_dump_json(by_alias=True).encode()
+    )
     answer = await idempotency.answer(key, caller, operation, fingerprint, answered)
     return Response(
         content=answer.body,

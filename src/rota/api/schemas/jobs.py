@@ -16,6 +16,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_snake
+from pydantic.fields import FieldInfo
+from pydantic_core import to_jsonable_python
 from typing_extensions import TypedDict
 
 from rota.api.schemas.common import (
@@ -296,10 +298,18 @@ def _item_fields() -> dict[str, Any]:
     annotated: Any = Annotated  # built from the model's fields, which mypy cannot follow
     out: dict[str, Any] = {}
     for name, info in JobCreate.model_fields.items():
-        meta = Field(alias=info.alias, description=info.description)
+        # the default shown in the schema only (as JobCreate's): a key not sent stays unsent
+        shown = {} if info.is_required() else {"default": _shown_default(info)}
+        if info.default_factory is not None:
+            shown = {}  # (pydantic shows no default made by a factory)
+        meta = Field(alias=info.alias, description=info.description, json_schema_extra=shown)
         kind = annotated[(info.annotation, *info.metadata, meta)]
         out[name] = Required[kind] if info.is_required() else NotRequired[kind]
     return out
+
+
+def _shown_default(info: FieldInfo) -> Any:
+    return to_jsonable_python(info.get_default(call_default_factory=True))
 
 
 if TYPE_CHECKING:
@@ -339,6 +349,16 @@ class BulkCreate(InputModel):
         list[Annotated[JobCreateItem, AfterValidator(_fold_item)]],
         Field(min_length=1, max_length=MAX_BULK),
     ]
+
+    def canonical_json(self) -> bytes:
+        """The body as an idempotent repeat is compared: every job in full, each field with
+        its default when not sent (so sending a default or not is the same body)."""
+        full = _FullBulk(jobs=[JobCreate.model_validate(item) for item in self.jobs])
+        return full.model_dump_json(by_alias=True).encode()
+
+
+class _FullBulk(InputModel):
+    jobs: list[JobCreate]
 
 
 class AutoDisableOut(ApiModel):

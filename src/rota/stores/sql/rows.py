@@ -177,11 +177,11 @@ def _copy_steps(
     encode = _encoder(field)
     if encode is not None:
         out.append((i, encode))
-    if json_column:
-        out.append((i, lambda value: None if value is None else json_text(value)))
-    if field.column in compact:
+    if field.column in compact:  # (an encoded value against the encoded default)
         default = compact[field.column]
         out.append((i, lambda value: None if value == default else value))
+    if json_column:
+        out.append((i, lambda value: None if value is None else json_text(value)))
     return out
 
 
