@@ -11,11 +11,13 @@ import types
 import typing
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 from uuid import uuid4
 
 import pytest
 from sqlalchemy import JSON
+from sqlalchemy.dialects import sqlite
 
 from rota.api.schemas import JobOut, JobPatch
 from rota.core.jobfields import (
@@ -40,7 +42,9 @@ from rota.core.models import (
 )
 from rota.stores.schema import jobs
 from rota.stores.sql import rows as sql_rows
+from rota.stores.sql.batches import _FastBatches
 from rota.stores.sql.engine import _json_dumps
+from rota.stores.sql.statements import _insert_stmt
 
 HINTS = typing.get_type_hints(Job)
 
@@ -269,7 +273,15 @@ _NEW = Job(id=uuid4(), job_type="mail", created_at=_T0, updated_at=_T0, execute_
     ids=["new", "everything-set", "changed-by-another", "changed-later", "no-average"],
 )
 def test_a_bulk_creates_copy_record_is_the_compact_row_in_column_order(job: Job) -> None:
-    assert sql_rows._copy_record(job) == _compact_by_name(job)
+    assert list(sql_rows._copy_record(job)) == _compact_by_name(job)
+
+
+@pytest.mark.parametrize("job", [_NEW, _everything_set()], ids=["new", "everything-set"])
+def test_a_bulk_creates_sqlite_parameters_are_the_rows_as_the_insert_takes_them(job: Job) -> None:
+    fast = _FastBatches("sqlite")
+    prepared = fast._prepare(_insert_stmt(jobs), SimpleNamespace(dialect=sqlite.dialect()))
+    assert prepared.names == tuple(c.name for c in jobs.columns)  # the record's order
+    assert sql_rows._sqlite_record(job) == fast._params(prepared, [sql_rows._job_row(job)])[0]
 
 
 def test_a_new_jobs_copy_record_holds_null_for_the_shared_values_only() -> None:

@@ -56,6 +56,8 @@ class _Prepared:
     keys: tuple[int, ...] = ()
     """Positions of the parameters in an UPDATE's WHERE clause: the columnar form is used
     only when no two rows share them (``UPDATE … FROM`` would apply just one of them)."""
+    names: tuple[str, ...] = ()
+    """The parameters' names in statement order."""
 
 
 _CAST = re.compile(r"\$(\d+)::(TIMESTAMP WITH TIME ZONE|DOUBLE PRECISION|[A-Z]+)")
@@ -129,6 +131,24 @@ class _FastBatches:
             result = await conn.exec_driver_sql(prepared.sql, params)
         return int(result.rowcount)
 
+    async def execute_records(
+        self,
+        conn: AsyncConnection,
+        key: str,
+        make: Callable[[], UpdateBase],
+        names: Sequence[str],
+        records: Sequence[tuple[Any, ...]],
+    ) -> int:
+        """As :meth:`execute`, with each row's parameters already as the driver takes them,
+        in the order ``names`` (which must be the statement's)."""
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = self._prepared[key] = self._prepare(make(), conn)
+        if prepared.names != tuple(names):
+            raise RuntimeError(f"{key}: the records' order is not the statement's")
+        result = await conn.exec_driver_sql(prepared.sql, list(records))
+        return int(result.rowcount)
+
     @staticmethod
     def _params(prepared: _Prepared, rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
         values = prepared.values
@@ -167,6 +187,7 @@ class _FastBatches:
             tuple(converters),
             None if columnar is None else columnar[0],
             () if columnar is None else columnar[1],
+            tuple(names),
         )
 
     def _converter(self, type_: Any) -> _Converter | None:

@@ -38,10 +38,14 @@ from rota.stores.sql.rows import (
     _job_row,
     _page,
     _snapshot,
+    _sqlite_record,
     _to_job,
 )
 from rota.stores.sql.search import postgresql_search, sqlite_search
 from rota.stores.sql.statements import _insert_stmt
+
+_JOB_COLUMNS = tuple(c.name for c in jobs.columns)
+"""The order of a bulk create's SQLite parameters (``_sqlite_record``)."""
 
 
 class JobQueries(AggregateQueries):
@@ -60,8 +64,13 @@ class JobQueries(AggregateQueries):
             elif postgresql:  # a bulk create: COPY, the only write here
                 await copy_records(conn, jobs, [_copy_record(j) for j in jobs_])
             else:  # a bulk create: driver-level parameters, one executemany
-                rows = [_job_row(j) for j in jobs_]
-                await self._fast.execute(conn, "insert_jobs", partial(_insert_stmt, jobs), rows)
+                await self._fast.execute_records(
+                    conn,
+                    "insert_jobs",
+                    partial(_insert_stmt, jobs),
+                    _JOB_COLUMNS,
+                    [_sqlite_record(j) for j in jobs_],
+                )
             if tags:
                 await self._fast.execute(
                     conn, "insert_job_tags", partial(_insert_stmt, job_tags), tags

@@ -9,7 +9,7 @@ from operator import attrgetter
 from typing import Any, TypeVar
 from uuid import UUID
 
-from sqlalchemy import JSON, Row
+from sqlalchemy import JSON, Row, Uuid
 
 from rota.core.errors import ValidationError
 from rota.core.jobfields import JOB_FIELDS, JobField, Part, Shape, version_snapshot
@@ -24,7 +24,7 @@ from rota.core.models import (
     StatusChange,
 )
 from rota.core.records import Page, truncate_text
-from rota.stores.schema import jobs
+from rota.stores.schema import UtcDateTime, jobs, utc_text
 from rota.stores.sql.engine import _json_dumps
 
 T = TypeVar("T")
@@ -132,61 +132,73 @@ def _job_row(job: Job, *, compact: bool = False) -> dict[str, Any]:
     return row
 
 
-_JSON_COLUMNS = frozenset(c.name for c in jobs.columns if isinstance(c.type, JSON))
-
-
-def _copy_writer(json_text: Codec) -> Callable[[Job], list[Any]]:
-    """What makes a new job's compact ``COPY`` record (PostgreSQL): its values in the order
-    of the ``jobs`` table's columns, as :func:`_job_row` with ``compact`` gives them and with
-    the JSON columns as their text (``json_text``), built in one pass over the job instead of
-    through a row by name (issue 19: a bulk create's rows were a tenth of its server time)."""
+def _record_writer(
+    json_text: Codec,
+    *,
+    compact: bool,
+    uuid_text: Codec | None = None,
+    moment_text: Codec | None = None,
+) -> Callable[[Job], tuple[Any, ...]]:
+    """What makes a new job's record for a bulk insert: its values in the order of the
+    ``jobs`` table's columns, as :func:`_job_row` gives them (``compact``: PostgreSQL's
+    shared values as ``NULL``) and as the driver takes them: the JSON columns as their text
+    (``json_text``), and for SQLite the ids and times as text (``uuid_text``,
+    ``moment_text``). Built in one pass over the job instead of through a row by name (issue
+    19: a bulk create's rows were a tenth of its server time)."""
     by_column = {f.column: f for f in JOB_FIELDS}
     names = [c.name for c in jobs.columns]
     if [n for n in names if n not in by_column] != list(_STORE_ONLY_COLUMNS):
-        raise RuntimeError("the jobs table's store-only columns changed: update _copy_writer")
+        raise RuntimeError("the jobs table's store-only columns changed: update _record_writer")
     samples = names.index("duration_samples")  # inserted last, at its column
+    columns = {c.name: c for c in jobs.columns}
     fields = [by_column[n] for n in names if n in by_column]
     get_all = attrgetter(*(f.name for f in fields))
-    compact = dict(_STORED_DEFAULTS)
-    steps = [
-        step
-        for i, f in enumerate(fields)
-        for step in _copy_steps(i, f, f.column in _JSON_COLUMNS, compact, json_text)
-    ]
+    defaults = dict(_STORED_DEFAULTS) if compact else {}
+    texts = {UtcDateTime: moment_text, Uuid: uuid_text, JSON: json_text}
+    steps = []
+    for i, f in enumerate(fields):
+        text = next(
+            (t for kind, t in texts.items() if isinstance(columns[f.column].type, kind)), None
+        )
+        steps.extend(_record_steps(i, f, defaults, text))
     at = {f.name: i for i, f in enumerate(fields)}
-    updated, created = (at["updated_at"], at["updated_by"]), (at["created_at"], at["created_by"])
+    updated = (at["updated_at"], at["updated_by"])
 
-    def record(job: Job) -> list[Any]:
+    def record(job: Job) -> tuple[Any, ...]:
         values = list(get_all(job))
+        if compact and job.updated_at == job.created_at and job.updated_by == job.created_by:
+            values[updated[0]] = values[updated[1]] = None
         for i, step in steps:
             values[i] = step(values[i])
-        if values[updated[0]] == values[created[0]] and values[updated[1]] == values[created[1]]:
-            values[updated[0]] = values[updated[1]] = None
         count = 0 if job.average_duration_ms is None else job.success_count
-        values.insert(samples, count or None)
-        return values
+        values.insert(samples, (count or None) if compact else count)
+        return tuple(values)
 
     return record
 
 
-def _copy_steps(
-    i: int, field: JobField, json_column: bool, compact: dict[str, Any], json_text: Codec
+def _record_steps(
+    i: int, field: JobField, defaults: dict[str, Any], text: Codec | None
 ) -> list[tuple[int, Codec]]:
-    """The conversions of one field's value into its compact COPY value, in order."""
+    """The conversions of one field's value into its record value, in order."""
     out: list[tuple[int, Codec]] = []
     encode = _encoder(field)
     if encode is not None:
         out.append((i, encode))
-    if field.column in compact:  # (an encoded value against the encoded default)
-        default = compact[field.column]
+    if field.column in defaults:  # (an encoded value against the encoded default)
+        default = defaults[field.column]
         out.append((i, lambda value: None if value == default else value))
-    if json_column:
-        out.append((i, lambda value: None if value is None else json_text(value)))
+    if text is not None:
+        out.append((i, lambda value: None if value is None else text(value)))
     return out
 
 
-_copy_record = _copy_writer(_json_dumps)
-"""A new job's compact COPY record (see :func:`_copy_writer`)."""
+_copy_record = _record_writer(_json_dumps, compact=True)
+"""A new job's compact COPY record (PostgreSQL; see :func:`_record_writer`)."""
+_sqlite_record = _record_writer(
+    _json_dumps, compact=False, uuid_text=attrgetter("hex"), moment_text=utc_text
+)
+"""A new job's executemany parameters (SQLite; see :func:`_record_writer`)."""
 
 
 def _to_job(row: Row[Any]) -> Job:
