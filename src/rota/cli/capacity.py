@@ -51,11 +51,6 @@ its cursor found by following the ``nextCursor`` of each page before it; the las
 there are fewer)."""
 
 
-def _cpu(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
-
-
 def _mib(n: int) -> float:
     return round(n / 2**20, 1)
 
@@ -326,12 +321,10 @@ async def run_capacity(
                 history_seconds = await _write_history(url, history_job, history)
             store_before, redis_before = await sizes.store(), await sizes.redis()
             server_rss_before = server.memory_info().rss
-            server_cpu = _cpu(server)
             cpu_before = _cpu_seconds(server.pid, "server")
             started = time.perf_counter()
             await _create(http, pending, batch, concurrency, start, headers)
             create_seconds = time.perf_counter() - started
-            server_cpu = _cpu(server) - server_cpu
             create_cpu = _cpu_per_job(cpu_before, _cpu_seconds(server.pid, "server"), pending)
             store_after, redis_after = await sizes.store(), await sizes.redis()
             server_rss_created = server.memory_info().rss
@@ -387,7 +380,7 @@ async def run_capacity(
         "jobsPerSecond": round(pending / create_seconds, 1) if create_seconds > 0 else None,
         # The server's CPU (user + system) over the creation, per job: what the load of a
         # shared machine moves much less than the rate (not counted: PostgreSQL's own).
-        "serverCpuMicrosPerJob": round(server_cpu / pending * 1e6, 1) if pending else None,
+        "serverCpuMicrosPerJob": create_cpu.get("server"),
         # Every process's CPU over the creation, per job: the server, the bench (the client
         # building and sending the bodies) and the services on this machine (PostgreSQL's
         # backends, which write the rows, their indexes and the WAL).

@@ -120,9 +120,7 @@ class _FastBatches:
     ) -> int:
         """Run the statement ``make()`` (cached under ``key``) once per row; returns the
         driver's row count (``-1`` when it reports none)."""
-        prepared = self._prepared.get(key)
-        if prepared is None:
-            prepared = self._prepared[key] = self._prepare(make(), conn)
+        prepared = self._prepared_for(key, make, conn)
         params = self._params(prepared, rows)
         if prepared.columnar is not None and len(params) > 1 and _distinct(params, prepared.keys):
             arrays = tuple(list(column) for column in zip(*params, strict=True))
@@ -141,13 +139,26 @@ class _FastBatches:
     ) -> int:
         """As :meth:`execute`, with each row's parameters already as the driver takes them,
         in the order ``names`` (which must be the statement's)."""
-        prepared = self._prepared.get(key)
-        if prepared is None:
-            prepared = self._prepared[key] = self._prepare(make(), conn)
-        if prepared.names != tuple(names):
-            raise RuntimeError(f"{key}: the records' order is not the statement's")
+        prepared = self._prepared_for(key, make, conn, names)
         result = await conn.exec_driver_sql(prepared.sql, list(records))
         return int(result.rowcount)
+
+    def _prepared_for(
+        self,
+        key: str,
+        make: Callable[[], UpdateBase],
+        conn: AsyncConnection,
+        names: Sequence[str] | None = None,
+    ) -> _Prepared:
+        """The statement ``make()`` compiled once per store (under ``key``); with ``names``,
+        checked once to take its parameters in that order."""
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = self._prepare(make(), conn)
+            if names is not None and prepared.names != tuple(names):
+                raise RuntimeError(f"{key}: the records' order is not the statement's")
+            self._prepared[key] = prepared
+        return prepared
 
     @staticmethod
     def _params(prepared: _Prepared, rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -31,6 +31,7 @@ from rota.stores.schema import job_tags, job_versions, jobs
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.batches import copy_records
 from rota.stores.sql.rows import (
+    JOB_COLUMNS,
     _auto_disable_state,
     _copy_record,
     _decode_cursor,
@@ -43,9 +44,6 @@ from rota.stores.sql.rows import (
 )
 from rota.stores.sql.search import postgresql_search, sqlite_search
 from rota.stores.sql.statements import _insert_stmt
-
-_JOB_COLUMNS = tuple(c.name for c in jobs.columns)
-"""The order of a bulk create's SQLite parameters (``_sqlite_record``)."""
 
 
 class JobQueries(AggregateQueries):
@@ -68,7 +66,7 @@ class JobQueries(AggregateQueries):
                     conn,
                     "insert_jobs",
                     partial(_insert_stmt, jobs),
-                    _JOB_COLUMNS,
+                    JOB_COLUMNS,
                     [_sqlite_record(j) for j in jobs_],
                 )
             if tags:

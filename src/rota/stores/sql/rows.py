@@ -81,7 +81,6 @@ def _writes(fields: Sequence[JobField]) -> _Writes:
     return read, tuple((f.column, _encoder(f)) for f in fields)
 
 
-_WRITE_ALL = _writes(JOB_FIELDS)
 _WRITE_PARTS = {part: _writes([f for f in JOB_FIELDS if f.part is part]) for part in Part}
 _READS = tuple((f.name, f.column, _decoder(f)) for f in JOB_FIELDS)
 
@@ -98,9 +97,9 @@ _STORED_DEFAULTS = (
 """The columns a compact store keeps as ``NULL`` when they hold this (encoded) value."""
 
 
-def _job_columns(job: Job, part: Part | None = None) -> dict[str, Any]:
-    """The columns of one part of a job (``None``: of every part), by column name."""
-    read, codecs = _WRITE_ALL if part is None else _WRITE_PARTS[part]
+def _job_columns(job: Job, part: Part) -> dict[str, Any]:
+    """The columns of one part of a job, by column name."""
+    read, codecs = _WRITE_PARTS[part]
     return {
         column: value if encode is None else encode(value)
         for (column, encode), value in zip(codecs, read(job), strict=True)
@@ -118,40 +117,35 @@ def _auto_disable_state(job: Job) -> dict[str, Any]:
 
 
 def _job_row(job: Job, *, compact: bool = False) -> dict[str, Any]:
-    """A new job's row. ``compact`` (PostgreSQL, migration 0024): the values every new job
-    shares are ``NULL`` (see ``JobField.stored_default``), and so are ``updated_at`` and
-    ``updated_by`` while they are the creation's."""
-    row = _job_columns(job)
-    row["duration_samples"] = 0 if job.average_duration_ms is None else job.success_count
-    if compact:
-        for column, default in _STORED_DEFAULTS:
-            if row[column] == default:
-                row[column] = None
-        if job.updated_at == job.created_at and job.updated_by == job.created_by:
-            row["updated_at"] = row["updated_by"] = None
-    return row
+    """A new job's row, by column name, values as the column types take them. ``compact``
+    (PostgreSQL, migration 0024): the values every new job shares are ``NULL`` (see
+    ``JobField.stored_default``), and so are ``updated_at`` and ``updated_by`` while they
+    are the creation's."""
+    return dict(zip(JOB_COLUMNS, _ROWS[compact](job), strict=True))
+
+
+JOB_COLUMNS = tuple(c.name for c in jobs.columns)
+"""The ``jobs`` table's columns in order: the order of a new job's records."""
 
 
 def _record_writer(
-    json_text: Codec,
+    json_text: Codec | None = None,
     *,
     compact: bool,
     uuid_text: Codec | None = None,
     moment_text: Codec | None = None,
 ) -> Callable[[Job], tuple[Any, ...]]:
     """What makes a new job's record for a bulk insert: its values in the order of the
-    ``jobs`` table's columns, as :func:`_job_row` gives them (``compact``: PostgreSQL's
-    shared values as ``NULL``) and as the driver takes them: the JSON columns as their text
-    (``json_text``), and for SQLite the ids and times as text (``uuid_text``,
-    ``moment_text``). Built in one pass over the job instead of through a row by name (issue
-    19: a bulk create's rows were a tenth of its server time)."""
+    ``jobs`` table's columns (``compact``: PostgreSQL's shared values as ``NULL``), and, for
+    a driver called directly, the JSON columns as their text (``json_text``) and SQLite's ids
+    and times as text (``uuid_text``, ``moment_text``). Built in one pass over the job (issue
+    19: a bulk create's rows by name were a tenth of its server time)."""
     by_column = {f.column: f for f in JOB_FIELDS}
-    names = [c.name for c in jobs.columns]
-    if [n for n in names if n not in by_column] != list(_STORE_ONLY_COLUMNS):
+    if [n for n in JOB_COLUMNS if n not in by_column] != list(_STORE_ONLY_COLUMNS):
         raise RuntimeError("the jobs table's store-only columns changed: update _record_writer")
-    samples = names.index("duration_samples")  # inserted last, at its column
+    samples = JOB_COLUMNS.index("duration_samples")  # inserted last, at its column
     columns = {c.name: c for c in jobs.columns}
-    fields = [by_column[n] for n in names if n in by_column]
+    fields = [by_column[n] for n in JOB_COLUMNS if n in by_column]
     get_all = attrgetter(*(f.name for f in fields))
     defaults = dict(_STORED_DEFAULTS) if compact else {}
     texts = {UtcDateTime: moment_text, Uuid: uuid_text, JSON: json_text}
@@ -193,6 +187,8 @@ def _record_steps(
     return out
 
 
+_ROWS = {compact: _record_writer(compact=compact) for compact in (False, True)}
+"""A new job's values for a statement (SQLAlchemy converts them), by ``compact``."""
 _copy_record = _record_writer(_json_dumps, compact=True)
 """A new job's compact COPY record (PostgreSQL; see :func:`_record_writer`)."""
 _sqlite_record = _record_writer(
