@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -159,20 +159,23 @@ _SERVICES = {"postgres": "postgres", "beam.smp": "rabbitmq", "redis-server": "re
 """Process names of the services whose CPU a run reports when they run on this machine."""
 
 
-def _cpu_seconds(worker_pid: int | None, worker: str = "worker") -> dict[str, float]:
-    """CPU seconds (user + system) used so far by this process ("bench": the server runtime,
-    or the client), the process ``worker_pid`` (named ``worker``), and the services running on
-    this machine, by name."""
-    out: dict[str, float] = {}
+CpuSeconds = dict[tuple[str, int], float]
+"""CPU seconds (user + system) used so far, by role and process id."""
 
-    def add(name: str, process: psutil.Process) -> None:
+
+def _cpu_seconds(roles: Mapping[str, Sequence[psutil.Process]]) -> CpuSeconds:
+    """The CPU used so far by the given processes (by role) and by the services running on
+    this machine (by their name: ``postgres``, ``rabbitmq``, ``redis``), process by process."""
+    out: CpuSeconds = {}
+
+    def add(role: str, process: psutil.Process) -> None:
         with contextlib.suppress(psutil.Error):
             times = process.cpu_times()
-            out[name] = out.get(name, 0.0) + times.user + times.system
+            out[role, process.pid] = times.user + times.system
 
-    add("bench", psutil.Process())
-    if worker_pid is not None:
-        add(worker, psutil.Process(worker_pid))
+    for role, members in roles.items():
+        for process in members:
+            add(role, process)
     for process in psutil.process_iter(["name"]):
         service = _SERVICES.get(process.info["name"] or "")
         if service is not None:
@@ -180,13 +183,17 @@ def _cpu_seconds(worker_pid: int | None, worker: str = "worker") -> dict[str, fl
     return out
 
 
-def _cpu_per_job(before: dict[str, float], after: dict[str, float], jobs: int) -> dict[str, float]:
-    """Microseconds of CPU per job each process used between two :func:`_cpu_seconds`."""
+def _cpu_per_job(before: CpuSeconds, after: CpuSeconds, jobs: int) -> dict[str, float]:
+    """Microseconds of CPU per job each role used between two :func:`_cpu_seconds`: the
+    processes alive at the second reading, each from its first (or from its start). A process
+    that ended in between (a database backend closing) is left out: summing the live ones
+    by role would count its CPU before and not after, and go below zero."""
     if jobs <= 0:
         return {}
-    return {
-        name: round((after[name] - before.get(name, 0.0)) * 1e6 / jobs, 1) for name in sorted(after)
-    }
+    used: dict[str, float] = {}
+    for (role, pid), seconds in after.items():
+        used[role] = used.get(role, 0.0) + seconds - before.get((role, pid), 0.0)
+    return {role: round(used[role] * 1e6 / jobs, 1) for role in sorted(used)}
 
 
 def _environment() -> dict[str, Any]:
@@ -212,10 +219,13 @@ async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[s
         t0 = time.perf_counter()
         await runtime.jobs.create_jobs(specs)
         created = time.perf_counter()
-        cpu_before = _cpu_seconds(worker_pid)
+        roles = {"bench": [psutil.Process()]}
+        if worker_pid is not None:
+            roles["worker"] = [psutil.Process(worker_pid)]
+        cpu_before = _cpu_seconds(roles)
         done = await _wait_completed(runtime, target, time.monotonic() + 600, baseline)
         finished = time.perf_counter()
-        cpu = _cpu_per_job(cpu_before, _cpu_seconds(worker_pid), done)
+        cpu = _cpu_per_job(cpu_before, _cpu_seconds(roles), done)
         elapsed = finished - created
     return {
         "scenario": "throughput",

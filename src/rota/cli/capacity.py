@@ -321,11 +321,12 @@ async def run_capacity(
                 history_seconds = await _write_history(url, history_job, history)
             store_before, redis_before = await sizes.store(), await sizes.redis()
             server_rss_before = server.memory_info().rss
-            cpu_before = _cpu_seconds(server.pid, "server")
+            roles = {"server": [server], "bench": [me]}  # the bench: the client
+            cpu_before = _cpu_seconds(roles)
             started = time.perf_counter()
             await _create(http, pending, batch, concurrency, start, headers)
             create_seconds = time.perf_counter() - started
-            create_cpu = _cpu_per_job(cpu_before, _cpu_seconds(server.pid, "server"), pending)
+            create_cpu = _cpu_per_job(cpu_before, _cpu_seconds(roles), pending)
             store_after, redis_after = await sizes.store(), await sizes.redis()
             server_rss_created = server.memory_info().rss
             indexed_created = await _index_entries(http)

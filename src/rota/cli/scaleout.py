@@ -32,8 +32,9 @@ import psutil
 
 from rota.app.settings import Settings
 from rota.cli.bench import (
-    _SERVICES,
     BENCH_WORKER,
+    _cpu_per_job,
+    _cpu_seconds,
     _environment,
     _server_process,
     bench_prefix,
@@ -89,26 +90,6 @@ async def _until(what: str, check: Any, deadline: float) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"bench scaleout: {what} not within the deadline")
         await asyncio.sleep(0.1)
-
-
-def _cpu(processes: dict[str, list[psutil.Process]]) -> dict[str, float]:
-    """CPU seconds (user + system) used so far, by role: the given processes, and the
-    services running on this machine."""
-    out: dict[str, float] = {}
-
-    def add(name: str, process: psutil.Process) -> None:
-        with contextlib.suppress(psutil.Error):
-            times = process.cpu_times()
-            out[name] = out.get(name, 0.0) + times.user + times.system
-
-    for role, members in processes.items():
-        for process in members:
-            add(role, process)
-    for process in psutil.process_iter(["name"]):
-        service = _SERVICES.get(process.info["name"] or "")
-        if service is not None:
-            add(service, process)
-    return out
 
 
 async def run_scaleout(servers: int = 1, workers: int = 1, jobs: int = 20_000) -> dict[str, Any]:
@@ -190,7 +171,7 @@ async def run_scaleout(servers: int = 1, workers: int = 1, jobs: int = 20_000) -
             create_seconds = time.perf_counter() - created_at
             created_late = datetime.now(UTC) >= due
             roles = {"servers": [p for _, p in started], "workers": worker_processes}
-            cpu_before = _cpu(roles)
+            cpu_before = _cpu_seconds(roles)
             connection = await asyncpg.connect(dsn)
             try:
                 completed = int(OccurrenceStatus.COMPLETED)
@@ -205,15 +186,12 @@ async def run_scaleout(servers: int = 1, workers: int = 1, jobs: int = 20_000) -
                     return bool(done >= jobs)
 
                 await _until("every occurrence Completed", finished, time.monotonic() + 900)
-                cpu_after = _cpu(roles)
+                cpu_after = _cpu_seconds(roles)
                 done, total, distinct, last_end = await connection.fetchrow(query, due, completed)
             finally:
                 await connection.close()
     run_seconds = (last_end - due).total_seconds()
-    cpu = {
-        role: round((cpu_after[role] - cpu_before.get(role, 0.0)) / jobs * 1e6, 1)
-        for role in cpu_after
-    }
+    cpu = _cpu_per_job(cpu_before, cpu_after, jobs)
     return {
         "scenario": "scaleout",
         "mode": "distributed",
