@@ -34,3 +34,27 @@ async def test_a_late_mark_dispatched_does_not_hide_a_retry_from_the_sweeper(
     assert [o.id for o in await store.undispatched(retry_at, 10)] == [occ.id], (
         f"attempt 2 is marked dispatched at {stored.dispatched_at}: the sweeper never sends it"
     )
+
+
+async def test_a_batch_mark_sets_each_published_attempt_once_in_any_order(
+    store: Store,
+) -> None:
+    # PostgreSQL marks a batch in one statement: each occurrence given, in whatever order
+    # and however often, is marked; one already marked keeps its time; a mark of an attempt
+    # that was since requeued as the next one leaves that one undispatched.
+    occs = [await fired(store, make_job()) for _ in range(4)]
+    fresh, again, requeued, earlier = occs
+    await store.mark_dispatched([earlier], NOW - MINUTE)
+    await store.apply_status(
+        [
+            status(requeued, S.RUNNING),
+            status(requeued, S.FAILED, retry_at=NOW + MINUTE, exception="boom"),
+        ]
+    )
+    await store.mark_dispatched([again, earlier, requeued, fresh, again][::-1], NOW)
+    stored = {o.id: await store.get_occurrence(o.id) for o in occs}
+    assert stored[fresh.id].dispatched_at == NOW
+    assert stored[again.id].dispatched_at == NOW
+    assert stored[earlier.id].dispatched_at == NOW - MINUTE
+    assert (stored[requeued.id].attempt, stored[requeued.id].dispatched_at) == (2, None)
+    assert [o.id for o in await store.undispatched(NOW + MINUTE, 10)] == [requeued.id]

@@ -22,7 +22,7 @@ from rota.stores.schema import (
     status_changes,
 )
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
-from rota.stores.sql.rows import _change_row, _occurrence_row, _to_occurrence
+from rota.stores.sql.rows import _change_row, _chunks, _occurrence_row, _to_occurrence
 
 _d = job_dependencies.c
 _r = graph_runs.c
@@ -227,17 +227,26 @@ class DependencyQueries(AggregateQueries):
         first_edge = (
             select(func.min(_d.created_at)).where(_d.upstream_id == occ.c.job_id).scalar_subquery()
         )
-        stmt = (
-            select(occ)
-            .where(
-                occ.c.job_id.in_(select(_d.upstream_id)),
-                occ.c.created_at >= since,
-                occ.c.created_at >= first_edge,
-                occ.c.status != int(OccurrenceStatus.SKIPPED),
-                ~exists().where(_n.occurrence_id == occ.c.id),
-            )
-            .order_by(occ.c.created_at)
-            .limit(limit)
-        )
+        found: list[Occurrence] = []
         async with self._read() as conn:
-            return [_to_occurrence(r) for r in (await conn.execute(stmt)).all()]
+            # The root jobs first (a small table): the occurrences are then read by job, from
+            # the (job_id, id) index. Asked as a subquery, the planner may scan every
+            # occurrence, and does when it believes the dependencies many (an empty table
+            # never analyzed): a full scan on each sweep whether a dependency exists or not.
+            roots = list((await conn.execute(select(_d.upstream_id).distinct())).scalars())
+            for chunk in _chunks(sorted(roots)):
+                stmt = (
+                    select(occ)
+                    .where(
+                        self._member(occ.c.job_id, chunk),
+                        occ.c.created_at >= since,
+                        occ.c.created_at >= first_edge,
+                        occ.c.status != int(OccurrenceStatus.SKIPPED),
+                        ~exists().where(_n.occurrence_id == occ.c.id),
+                    )
+                    .order_by(occ.c.created_at)
+                    .limit(max(0, limit))
+                )
+                found += [_to_occurrence(r) for r in (await conn.execute(stmt)).all()]
+        found.sort(key=lambda o: o.created_at)
+        return found[: max(0, limit)]

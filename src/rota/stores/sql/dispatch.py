@@ -53,6 +53,21 @@ from rota.stores.sql.statements import (
 
 log = logging.getLogger(__name__)
 
+_MARK_DISPATCHED_PG = f"""
+WITH marked AS (
+    SELECT o.id, o.scheduled_for FROM {occurrences.name} AS o
+    JOIN unnest($2::UUID[], $3::TIMESTAMP WITH TIME ZONE[], $4::INTEGER[]) AS v(id, key_at, attempt)
+        ON o.id = v.id AND o.scheduled_for = v.key_at AND o.attempt = v.attempt
+    WHERE o.dispatched_at IS NULL
+    ORDER BY o.id
+    FOR UPDATE OF o
+)
+UPDATE {occurrences.name} SET dispatched_at = $1::TIMESTAMP WITH TIME ZONE FROM marked
+WHERE {occurrences.name}.id = marked.id AND {occurrences.name}.scheduled_for = marked.scheduled_for
+"""
+"""PostgreSQL: mark a batch of published occurrences dispatched in one statement, locking
+them in id order (the status tracker's order) first."""
+
 
 class DispatchQueries(AggregateQueries):
     """Scheduling of the :class:`~rota.core.ports.Store` port: dispatch and the sweeps."""
@@ -239,27 +254,38 @@ class DispatchQueries(AggregateQueries):
     async def mark_dispatched(self, published: Sequence[Occurrence], at: datetime) -> None:
         if not published:
             return
-        c = occurrences.c
         # Only the attempt that was published, and only while it is still undispatched: a
         # mark that arrives after the attempt failed and was requeued as the next one (its
-        # ``dispatched_at`` cleared for the sweeper) must not hide that retry.
-        stmt = (
-            update(occurrences)
-            .where(
-                c.id == bindparam("b_id", type_=Uuid()),
-                c.scheduled_for == bindparam("b_key_at", type_=UtcDateTime()),
-                c.attempt == bindparam("b_attempt", type_=Integer()),
-                c.dispatched_at.is_(None),
-            )
-            .values(dispatched_at=at)
-        )
-        seen: set[UUID] = set()
-        params: list[dict[str, Any]] = []
+        # ``dispatched_at`` cleared for the sweeper) must not hide that retry. In id order,
+        # as the status tracker locks them (a worker may report on them meanwhile).
+        first: dict[UUID, tuple[datetime, int]] = {}
         for o in published:
-            if o.id not in seen:
-                seen.add(o.id)
-                params.append({"b_id": o.id, "b_key_at": o.scheduled_for, "b_attempt": o.attempt})
+            first.setdefault(o.id, (o.scheduled_for, o.attempt))
+        marks = sorted(first.items())
         async with self._write() as conn:
+            if self._dialect == "postgresql":
+                # One statement for the batch, not one per occurrence.
+                ids, keys = zip(*marks, strict=True)
+                key_ats, attempts = zip(*keys, strict=True)
+                await conn.exec_driver_sql(
+                    _MARK_DISPATCHED_PG, (at, list(ids), list(key_ats), list(attempts))
+                )
+                return
+            c = occurrences.c
+            stmt = (
+                update(occurrences)
+                .where(
+                    c.id == bindparam("b_id", type_=Uuid()),
+                    c.scheduled_for == bindparam("b_key_at", type_=UtcDateTime()),
+                    c.attempt == bindparam("b_attempt", type_=Integer()),
+                    c.dispatched_at.is_(None),
+                )
+                .values(dispatched_at=at)
+            )
+            params = [
+                {"b_id": oid, "b_key_at": key_at, "b_attempt": attempt}
+                for oid, (key_at, attempt) in marks
+            ]
             await conn.execute(stmt, params)
 
     async def undispatched(

@@ -106,7 +106,10 @@ class PauseQueries(SqlParts):
             .with_for_update(skip_locked=True)
         )
         async with self._read() as conn:  # most of the time none: no write transaction
-            if (await conn.execute(select(_j.id).where(ended).limit(1))).first() is None:
+            # Ordered, so that the partial index is the plan whatever the statistics say
+            # (unordered, a table just bulk-loaded, not yet analyzed, was scanned whole).
+            probe = select(_j.id).where(ended).order_by(_j.paused_until).limit(1)
+            if (await conn.execute(probe)).first() is None:
                 return []
         async with self._write() as conn:
             before = {r.id: _to_job(r) for r in (await conn.execute(found)).all()}
