@@ -45,28 +45,15 @@ from rota.stores.sql.rows import (
     _unique,
 )
 from rota.stores.sql.statements import (
+    _MARK_DISPATCHED_PG,
     _fetch_in,
     _insert_changes_stmt,
     _insert_or_skip_stmt,
+    _mark_dispatched_stmt,
     _undispatched_stmt,
 )
 
 log = logging.getLogger(__name__)
-
-_MARK_DISPATCHED_PG = f"""
-WITH marked AS (
-    SELECT o.id, o.scheduled_for FROM {occurrences.name} AS o
-    JOIN unnest($2::UUID[], $3::TIMESTAMP WITH TIME ZONE[], $4::INTEGER[]) AS v(id, key_at, attempt)
-        ON o.id = v.id AND o.scheduled_for = v.key_at AND o.attempt = v.attempt
-    WHERE o.dispatched_at IS NULL
-    ORDER BY o.id
-    FOR UPDATE OF o
-)
-UPDATE {occurrences.name} SET dispatched_at = $1::TIMESTAMP WITH TIME ZONE FROM marked
-WHERE {occurrences.name}.id = marked.id AND {occurrences.name}.scheduled_for = marked.scheduled_for
-"""
-"""PostgreSQL: mark a batch of published occurrences dispatched in one statement, locking
-them in id order (the status tracker's order) first."""
 
 
 class DispatchQueries(AggregateQueries):
@@ -263,25 +250,14 @@ class DispatchQueries(AggregateQueries):
             first.setdefault(o.id, (o.scheduled_for, o.attempt))
         marks = sorted(first.items())
         async with self._write() as conn:
-            if self._dialect == "postgresql":
-                # One statement for the batch, not one per occurrence.
+            if self._dialect == "postgresql":  # one statement for the batch, not one each
                 ids, keys = zip(*marks, strict=True)
                 key_ats, attempts = zip(*keys, strict=True)
                 await conn.exec_driver_sql(
                     _MARK_DISPATCHED_PG, (at, list(ids), list(key_ats), list(attempts))
                 )
                 return
-            c = occurrences.c
-            stmt = (
-                update(occurrences)
-                .where(
-                    c.id == bindparam("b_id", type_=Uuid()),
-                    c.scheduled_for == bindparam("b_key_at", type_=UtcDateTime()),
-                    c.attempt == bindparam("b_attempt", type_=Integer()),
-                    c.dispatched_at.is_(None),
-                )
-                .values(dispatched_at=at)
-            )
+            stmt = _mark_dispatched_stmt(at)
             params = [
                 {"b_id": oid, "b_key_at": key_at, "b_attempt": attempt}
                 for oid, (key_at, attempt) in marks

@@ -168,6 +168,38 @@ def _update_streaks_stmt() -> UpdateBase:
     )
 
 
+_MARK_DISPATCHED_PG = f"""
+WITH marked AS (
+    SELECT o.id, o.scheduled_for FROM {occurrences.name} AS o
+    JOIN unnest($2::UUID[], $3::TIMESTAMP WITH TIME ZONE[], $4::INTEGER[]) AS v(id, key_at, attempt)
+        ON o.id = v.id AND o.scheduled_for = v.key_at AND o.attempt = v.attempt
+    WHERE o.dispatched_at IS NULL
+    ORDER BY o.id
+    FOR UPDATE OF o
+)
+UPDATE {occurrences.name} SET dispatched_at = $1::TIMESTAMP WITH TIME ZONE FROM marked
+WHERE {occurrences.name}.id = marked.id AND {occurrences.name}.scheduled_for = marked.scheduled_for
+"""
+"""PostgreSQL: mark a batch of published occurrences dispatched in one statement, locking
+them in id order (the status tracker's order) first."""
+
+
+def _mark_dispatched_stmt(at: datetime) -> UpdateBase:
+    """SQLite: mark one published occurrence dispatched at ``at`` (run once per occurrence):
+    only the attempt that was published, and only while it is still undispatched."""
+    c = occurrences.c
+    return (
+        update(occurrences)
+        .where(
+            c.id == bindparam("b_id", type_=Uuid()),
+            c.scheduled_for == bindparam("b_key_at", type_=UtcDateTime()),
+            c.attempt == bindparam("b_attempt", type_=Integer()),
+            c.dispatched_at.is_(None),
+        )
+        .values(dispatched_at=at)
+    )
+
+
 def _undispatched_stmt(
     due_before: datetime, limit: int, created_before: datetime | None
 ) -> Select[Any]:
