@@ -6,34 +6,15 @@ sweep's catch-up read every job and every occurrence on each sweep)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from rota.core.dependencies import Dependency
 from rota.core.ports import Store
 from rota.stores.sql import SqlStore
 from tests.contract.test_store import NOW, T0, make_job, occurrence
-
-
-@contextmanager
-def reads(store: SqlStore) -> Iterator[list[tuple[str, Any]]]:
-    """Every statement the store's readers run meanwhile, with its parameters."""
-    statements: list[tuple[str, Any]] = []
-
-    def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        statements.append((statement, params))
-
-    engine = store._reader.sync_engine  # type: ignore[union-attr]
-    event.listen(engine, "before_cursor_execute", grab)
-    try:
-        yield statements
-    finally:
-        event.remove(engine, "before_cursor_execute", grab)
+from tests.contract.test_store_search import page_reads
 
 
 async def test_the_end_of_pause_probe_reads_the_paused_jobs_index_on_a_fresh_load(
@@ -43,7 +24,7 @@ async def test_the_end_of_pause_probe_reads_the_paused_jobs_index_on_a_fresh_loa
         pytest.skip("PostgreSQL's statistics and plans")
     assert isinstance(store, SqlStore)
     await store.create_jobs([make_job() for _ in range(20_000)])  # COPY; not analyzed
-    with reads(store) as statements:
+    with page_reads(store, only="") as statements:
         assert await store.end_pauses(NOW, 10) == []
     [(probe, params)] = [s for s in statements if "paused_until" in s[0]]
     async with store._read() as conn:
@@ -61,10 +42,10 @@ async def test_the_graph_sweep_reads_no_occurrence_without_a_dependency(
     await store.create_jobs([a, b])
     await store.insert_occurrences([occurrence(a, NOW)])
     since = T0 - timedelta(hours=1)
-    with reads(store) as statements:
+    with page_reads(store, only="") as statements:
         assert await store.unrooted_occurrences(since, 10) == []
     assert statements, "the sweep asked nothing"
     assert not [s for s, _ in statements if "FROM occurrences" in s], statements
     await store.set_dependencies(b.id, [Dependency(b.id, a.id)], T0)
-    with reads(store) as statements:
+    with page_reads(store, only="") as statements:
         assert len(await store.unrooted_occurrences(since, 10)) == 1

@@ -158,13 +158,14 @@ async def test_filtered_lists_page_newest_first_without_gaps(store: Store) -> No
 
 
 @contextmanager
-def page_reads(store: SqlStore) -> Iterator[list[tuple[str, Any]]]:
-    """The statements that read a page (``ORDER BY``: not ``BEGIN``, nor a search's count or
-    statistics) run by the store's readers meanwhile, with their parameters."""
+def page_reads(store: SqlStore, *, only: str = "ORDER BY") -> Iterator[list[tuple[str, Any]]]:
+    """The statements with ``only`` in them (by default those that read a page, ``ORDER BY``:
+    not ``BEGIN``, nor a search's count or statistics) run by the store's readers meanwhile,
+    with their parameters; ``only=""``: every statement."""
     statements: list[tuple[str, Any]] = []
 
     def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        if "ORDER BY" in statement:
+        if only in statement:
             statements.append((statement, params))
 
     engine = store._reader.sync_engine  # type: ignore[union-attr]
