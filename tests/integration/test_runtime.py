@@ -249,6 +249,25 @@ async def test_a_stopped_dispatcher_fires_nothing_until_resumed(runtime: Runtime
     runtime.dispatcher.resume()
 
 
+async def test_an_iteration_under_way_when_the_dispatcher_stops_commits_nothing(
+    runtime: Runtime,
+) -> None:
+    # An iteration that passed its pause check before the pause came goes on to fire a
+    # batch (here called directly, as that iteration would): it commits nothing, and the
+    # job stays due for when the dispatcher is resumed.
+    dispatcher = runtime.dispatcher
+    dispatcher.pause("maintenance")
+    job = await runtime.jobs.create_job({"job_type": "it.fast", "execute_at": runtime.jobs.now()})
+    assert await dispatcher.dispatch_due(dispatcher._buckets()) == 0
+    assert await occurrences(runtime, job.id) == []
+    dispatcher.resume()
+
+    async def fired() -> bool:
+        return S.COMPLETED in await statuses(runtime, job.id)
+
+    await eventually(fired, 15, "the fire after resuming")
+
+
 async def test_the_stop_lets_its_loops_end_by_themselves(runtime: Runtime) -> None:
     """Told to stop, the periodic loops end by themselves (a task cancelled inside a statement
     leaves its connection to be closed behind it); only those waiting for input are cancelled."""

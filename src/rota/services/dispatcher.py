@@ -291,6 +291,11 @@ class Dispatcher:
         def planner(job: Job, active: int, _horizon: datetime) -> FirePlan:
             return self._plan(job, active, now, horizon)
 
+        if self._paused_reason is not None:
+            # Paused while this iteration was under way (the check at its start passed):
+            # nothing is committed after the pause. The entries stay in the index.
+            self._busy = False
+            return 0
         ids = [e.job_id for e in entries]
         result = await self._store.dispatch_due(ids, horizon, planner)
         if self._events is not None:
@@ -319,7 +324,8 @@ class Dispatcher:
 
         Each batch is claimed in the store first, so that several servers sweeping at once
         never publish the same occurrence twice; a batch whose publishing fails is released
-        for the next sweep. Stops between batches when the dispatcher is stopping. The next
+        for the next sweep. Stops between batches when the dispatcher is stopping or paused
+        (a pause that comes while an iteration is under way). The next
         sweep is due at the earliest pending due time (a retry's) if that comes before the
         sweep interval ends, so a retry is published when it is due, not up to an interval
         later."""
@@ -327,7 +333,7 @@ class Dispatcher:
         self._next_pending_check = time.time() + self._config.sweeper_interval_seconds
         total = 0
         batch = self._config.dispatch_batch_size
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and self._paused_reason is None:
             now = self._clock()
             created_before = now - self._pending_grace if self._pending_grace else None
             claim_until = now + self._claim_time
@@ -341,7 +347,9 @@ class Dispatcher:
             self.stats.republished += len(pending)
             if len(pending) < batch:
                 break
-        if not self._stopping.is_set():
+        if self._paused_reason is not None:
+            self._pending_hint = True  # swept again as soon as the dispatcher resumes
+        elif not self._stopping.is_set():
             await self._aim_next_sweep(created_before)
         return total
 
