@@ -16,7 +16,6 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_snake
-from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 from typing_extensions import TypedDict
 
@@ -293,18 +292,14 @@ def _item_fields() -> dict[str, Any]:
     annotated: Any = Annotated  # built from the model's fields, which mypy cannot follow
     out: dict[str, Any] = {}
     for name, info in JobCreate.model_fields.items():
-        # the default shown in the schema only (as JobCreate's): a key not sent stays unsent
-        shown = {} if info.is_required() else {"default": _shown_default(info)}
-        if info.default_factory is not None:
-            shown = {}  # (pydantic shows no default made by a factory)
+        # the default shown in the schema only, as JobCreate's (which shows none made by a
+        # factory): a key not sent stays unsent
+        plain = not info.is_required() and info.default_factory is None
+        shown = {"default": to_jsonable_python(info.default)} if plain else {}
         meta = Field(alias=info.alias, description=info.description, json_schema_extra=shown)
         kind = annotated[(info.annotation, *info.metadata, meta)]
         out[name] = Required[kind] if info.is_required() else NotRequired[kind]
     return out
-
-
-def _shown_default(info: FieldInfo) -> Any:
-    return to_jsonable_python(info.get_default(call_default_factory=True))
 
 
 if TYPE_CHECKING:
