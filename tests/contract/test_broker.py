@@ -320,6 +320,25 @@ async def test_close_ends_consumers_and_hands_back_unsettled(
     await stop(fresh)
 
 
+async def test_a_close_while_consumers_start_ends_them(
+    broker: Broker, names: Callable[[str], str]
+) -> None:
+    """The broker's close comes while each consumer is still opening its channel (on a busy
+    machine it takes longer than the tests above wait): the iteration ends, no error."""
+    group, kind = names("grp"), names("kind")
+    await broker.declare_worker_group(group, [kind])
+    starting = [
+        asyncio.ensure_future(anext(broker.consume_jobs(group, 5))),
+        asyncio.ensure_future(anext(broker.consume_status(10, 0.05))),
+    ]
+    await asyncio.sleep(0)  # each is under way, none has its channel yet
+    await broker.close()
+    for task in starting:
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(task, WAIT)
+    await broker.start()
+
+
 async def test_many_messages_arrive_whole_and_in_order(
     broker: Broker, names: Callable[[str], str]
 ) -> None:

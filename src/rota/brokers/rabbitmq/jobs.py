@@ -109,7 +109,11 @@ class _JobConsumer:
 
     async def __anext__(self) -> Delivery:
         if self._channel is None and not self.closed:
-            await self._open()
+            try:
+                await self._open()
+            except BackendUnavailableError:
+                if not self.closed:
+                    raise  # stopped while opening (the broker's close): the iteration ends
         while not self.closed:
             while self._ready:
                 delivery = await self._deliver(self._ready.popleft())

@@ -102,7 +102,11 @@ class _QueueConsumer(ABC, Generic[T]):
 
     async def __anext__(self) -> Batch[T]:
         if self._channel is None and not self.closed:
-            await self._start()
+            try:
+                await self._start()
+            except BackendUnavailableError:
+                if not self.closed:
+                    raise  # closed while starting (the broker's close): the iteration ends
         loop = asyncio.get_running_loop()
         while not self.closed:
             if self._buffered >= self._max_items:
@@ -129,6 +133,9 @@ class _QueueConsumer(ABC, Generic[T]):
         except BaseException:
             await _quietly(channel.close(), "close channel")
             raise
+        if self.closed:  # closed while starting: nothing is taken from this channel
+            await _quietly(channel.close(), "close channel")
+            return
         self._channel = channel
 
     async def _on_message(self, incoming: AbstractIncomingMessage) -> None:
