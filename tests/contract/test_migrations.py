@@ -9,13 +9,15 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from rota.core.errors import BackendUnavailableError
 from rota.stores.migrate import alembic_config, current_revision, downgrade, upgrade
 from rota.stores.partitions import is_partition_name
-from rota.stores.schema import is_search_table, metadata_for
+from rota.stores.schema import is_search_table, metadata_for, occurrence_counts
 from rota.stores.sql import SqlStore, create_store_engine
+from tests.contract.test_store import S, fired, make_job, status
 
 
 def _declared(name: str | None, kind: str, parents: Any) -> bool:
@@ -80,3 +82,52 @@ async def test_store_refuses_a_database_never_migrated(tmp_path: Path) -> None:
 async def test_upgrade_of_unreachable_database_raises_backend_unavailable() -> None:
     with pytest.raises(BackendUnavailableError):
         await upgrade("postgresql://postgres@127.0.0.1:1/nowhere")
+
+
+async def test_migration_0025_keeps_a_jobs_in_flight_counts_out_of_the_count_rows(
+    empty_url: str,
+) -> None:
+    """Upgraded, ``occurrence_counts`` holds the settled statuses only (its rows of zeros
+    gone too); downgraded, the in-flight ones are counted again from the occurrences."""
+    await upgrade(empty_url)
+    queued_job, done_job = make_job(), make_job()
+    store = SqlStore(empty_url)
+    await store.open()
+    try:
+        await fired(store, queued_job)
+        done = await fired(store, done_job)
+        await store.apply_status([status(done, S.RUNNING), status(done, S.COMPLETED)])
+    finally:
+        await store.close()
+
+    async def count_rows() -> set[tuple[Any, int, int]]:
+        engine = create_store_engine(empty_url, pool_size=1)
+        try:
+            async with engine.connect() as conn:
+                c = occurrence_counts.c
+                rows = await conn.execute(select(c.job_id, c.status, c.n))
+                return {(j, int(s), int(n)) for j, s, n in rows}
+        finally:
+            await engine.dispose()
+
+    settled = {(done_job.id, int(S.COMPLETED), 1)}
+    assert await count_rows() == settled
+    await downgrade(empty_url, "0024")
+    assert await count_rows() == settled | {(queued_job.id, int(S.QUEUED), 1)}
+    engine = create_store_engine(empty_url, pool_size=1)
+    try:
+        async with engine.begin() as conn:  # a row of zeros, as the code before 0025 left
+            await conn.execute(
+                occurrence_counts.insert().values(job_id=done_job.id, status=int(S.QUEUED), n=0)
+            )
+    finally:
+        await engine.dispose()
+    await upgrade(empty_url)
+    assert await count_rows() == settled
+    store = SqlStore(empty_url)
+    await store.open()
+    try:
+        assert (await store.count_occurrences(job_id=queued_job.id))[S.QUEUED] == 1
+        assert (await store.count_occurrences(job_id=done_job.id))[S.COMPLETED] == 1
+    finally:
+        await store.close()

@@ -2,7 +2,12 @@
 in the transaction of every write that adds, changes or removes an occurrence, so the
 overview and a job's counts are a few rows to read instead of a scan of the history.
 
-- ``occurrence_counts`` (job_id, status) -> n: a job's occurrences by status.
+- ``occurrence_counts`` (job_id, status) -> n: a job's occurrences by status, for the
+  statuses an occurrence settles in; the in-flight ones (:data:`LIVE`: Queued, Running) are
+  counted from the occurrences themselves when asked (the ``(job_id, status, id)`` index: as
+  many entries as the job has queued or running). Counting them here cost every occurrence
+  two more writes (its Queued row added to, then taken from) and left a row of zeros per
+  job behind: a one-time job's history was two count rows, now one.
 - ``occurrence_totals`` (shard, status) -> n: the same over every job, in :data:`SHARDS`
   rows per status; each transaction adds to one shard chosen at random, so concurrent
   writers (several trackers, distributed) seldom wait on the same row. A read sums them.
@@ -80,6 +85,9 @@ WINDOWED: Final = frozenset(
     )
 )
 """The statuses the overview's window counts by ``end_time``."""
+LIVE: Final = frozenset((int(OccurrenceStatus.QUEUED), int(OccurrenceStatus.RUNNING)))
+"""The in-flight statuses: in ``occurrence_totals``, but not in ``occurrence_counts`` (a job's
+are counted from its occurrences)."""
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MINUTE: Final = timedelta(minutes=1)
 HOUR: Final = timedelta(hours=1)
@@ -176,10 +184,11 @@ class StatDeltas:
             self.add(m["job_id"], m["status"], m["end_time"], m["duration_ms"], sign)
 
     def count_rows(self) -> list[dict[str, Any]]:
+        """The rows of ``occurrence_counts``: the settled statuses only (not :data:`LIVE`)."""
         return [
             {"job_id": job_id, "status": status, "n": n}
             for (job_id, status), n in sorted(self.counts.items())
-            if n
+            if n and status not in LIVE
         ]
 
     def total_rows(self, shard: int) -> list[dict[str, Any]]:
@@ -375,11 +384,13 @@ def backfill_sql(dialect: str) -> list[str]:
     else:
         minute = "CAST(strftime('%s', end_time) AS INTEGER) / 60 * 60"
     windowed = ", ".join(str(s) for s in sorted(WINDOWED))
+    live = ", ".join(str(s) for s in sorted(LIVE))
     return [
         "INSERT INTO occurrence_counts (job_id, status, n) "
-        "SELECT job_id, status, count(*) FROM occurrences GROUP BY job_id, status",
+        f"SELECT job_id, status, count(*) FROM occurrences WHERE status NOT IN ({live}) "
+        "GROUP BY job_id, status",
         "INSERT INTO occurrence_totals (shard, status, n) "
-        "SELECT 0, status, sum(n) FROM occurrence_counts GROUP BY status",
+        "SELECT 0, status, count(*) FROM occurrences GROUP BY status",
         "INSERT INTO finished_minutes "
         "(minute, shard, status, n, duration_sum, duration_count) "
         f"SELECT {minute}, 0, status, count(*), coalesce(sum(duration_ms), 0), "

@@ -10,7 +10,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import Row, func, select, update
+from sqlalchemy import CompoundSelect, Row, Select, func, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota.core.autodisable import AutoDisableDefaults
@@ -26,7 +26,7 @@ from rota.stores.schema import (
     occurrences,
     status_changes,
 )
-from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
+from rota.stores.sql.aggregates import LIVE, AggregateQueries, StatDeltas
 from rota.stores.sql.rows import (
     _AUTO_DISABLE_STATE,
     _decode_cursor,
@@ -311,17 +311,27 @@ class StatusQueries(AggregateQueries):
         self, statuses: Sequence[OccurrenceStatus] = (), job_id: UUID | None = None
     ) -> dict[OccurrenceStatus, int]:
         """Every asked status (every status when none is given) with its count, zeros included:
-        from the maintained counts (:mod:`rota.stores.sql.aggregates`), not the occurrences."""
+        from the maintained counts (:mod:`rota.stores.sql.aggregates`), not the occurrences;
+        a job's in-flight ones (:data:`LIVE`) from its occurrences, in the same statement."""
+        asked = [int(s) for s in statuses or OccurrenceStatus]
+        stmt: Select[Any] | CompoundSelect[Any]
         if job_id is None:
             t = occurrence_totals.c
-            stmt = select(t.status, func.sum(t.n)).group_by(t.status)
-            wanted = t.status
+            stmt = select(t.status, func.sum(t.n)).where(t.status.in_(asked)).group_by(t.status)
         else:
-            c = occurrence_counts.c
-            stmt = select(c.status, c.n).where(c.job_id == job_id)
-            wanted = c.status
-        if statuses:
-            stmt = stmt.where(wanted.in_([int(s) for s in statuses]))
+            c, o = occurrence_counts.c, occurrences.c
+            settled = [s for s in asked if s not in LIVE]
+            live = [s for s in asked if s in LIVE]
+            parts = []
+            if settled:
+                parts.append(select(c.status, c.n).where(c.job_id == job_id, c.status.in_(settled)))
+            if live:
+                parts.append(
+                    select(o.status, func.count())
+                    .where(o.job_id == job_id, o.status.in_(live))
+                    .group_by(o.status)
+                )
+            stmt = parts[0] if len(parts) == 1 else union_all(*parts)
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
         counts = dict.fromkeys(statuses or tuple(OccurrenceStatus), 0)
