@@ -111,7 +111,7 @@ class _JobConsumer:
         if self._channel is None and not self.closed:
             try:
                 await self._open()
-            except BackendUnavailableError:
+            except Exception:  # a lost connection's error, translated or not (aiormq's own)
                 if not self.closed:
                     raise  # stopped while opening (the broker's close): the iteration ends
         while not self.closed:

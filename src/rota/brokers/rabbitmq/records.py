@@ -104,7 +104,7 @@ class _QueueConsumer(ABC, Generic[T]):
         if self._channel is None and not self.closed:
             try:
                 await self._start()
-            except BackendUnavailableError:
+            except Exception:  # a lost connection's error, translated or not (aiormq's own)
                 if not self.closed:
                     raise  # closed while starting (the broker's close): the iteration ends
         loop = asyncio.get_running_loop()
