@@ -121,6 +121,10 @@ TIMED_PAUSE = text("paused_until IS NOT NULL")
 ACTIVE = text("is_active")
 INACTIVE = text("NOT is_active")
 """PostgreSQL: the conditions of the partial indexes on a job's state (migration 0024)."""
+QUEUED_ONLY = text("status = 0")
+"""The condition of the partial index of the Queued occurrences (migration 0026): the sweeps'
+index holds the occurrences waiting for a worker, not the history. A statement that reads it
+names the status as a literal (see ``rota.stores.sql.statements.QUEUED_LITERAL``)."""
 
 
 SEARCHED = ("display_name", "job_type", "description")
@@ -383,7 +387,14 @@ def _occurrences(metadata: MetaData, *, partitioned: bool) -> None:
         Index(None, "job_id", "id"),
         Index(None, "job_id", "status", "id"),
         Index(None, "status", "id"),
-        Index(None, "status", "dispatched_at", "due_at"),
+        Index(
+            "ix_occurrences_queued",
+            "status",  # an equality for SQLite's planner, which has no statistics
+            "dispatched_at",
+            "due_at",
+            postgresql_where=QUEUED_ONLY,
+            sqlite_where=QUEUED_ONLY,
+        ),
         Index(None, "end_time", "status"),
         **keys["kw"],
     )

@@ -46,6 +46,7 @@ from rota.stores.sql.rows import (
 )
 from rota.stores.sql.statements import (
     _MARK_DISPATCHED_PG,
+    QUEUED_LITERAL,
     _fetch_in,
     _insert_changes_stmt,
     _insert_or_skip_stmt,
@@ -280,9 +281,8 @@ class DispatchQueries(AggregateQueries):
         created_before: datetime | None = None,
         claim_until: datetime,
     ) -> list[Occurrence]:
-        # PostgreSQL: the rows are locked (others skip them) until the claim commits, and a
-        # row claimed meanwhile fails the re-checked ``due_at`` condition. SQLite: the writer
-        # lock serializes claimers.
+        # PostgreSQL: the rows are locked (others skip them) until the claim commits, and a row
+        # claimed meanwhile fails the re-checked ``due_at``. SQLite: its writer lock serializes.
         stmt = _undispatched_stmt(due_before, limit, created_before).with_for_update(
             skip_locked=True, of=occurrences
         )
@@ -331,7 +331,7 @@ class DispatchQueries(AggregateQueries):
     ) -> list[StaleOccurrence]:
         # Running rows are few (bounded by the workers' slots): the (status, id) index finds
         # them, and each one's silence is compared with its job's threshold. Queued rows may
-        # be many (a backlog): the (status, dispatched_at, due_at) index cuts them down to
+        # be many (a backlog): ``ix_occurrences_queued`` (theirs only) cuts them down to
         # those dispatched before the global Queued threshold first.
         occ, j = occurrences.c, jobs.c
         joined = occurrences.outerjoin(jobs, j.id == occ.job_id)
@@ -353,7 +353,7 @@ class DispatchQueries(AggregateQueries):
             select(occurrences, j.zombie_policy, own)
             .select_from(joined)
             .where(
-                occ.status == int(OccurrenceStatus.QUEUED),
+                occ.status == QUEUED_LITERAL,
                 occ.dispatched_at.is_not(None),
                 occ.dispatched_at < queued_before,
                 or_(own.is_(None), self._silence(occ.dispatched_at, now) > own),

@@ -33,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
+from sqlalchemy.sql.elements import ColumnClause
 
 from rota.core.models import WAITING_POLICIES, OccurrenceStatus
 from rota.stores.schema import (
@@ -200,6 +201,13 @@ def _mark_dispatched_stmt(at: datetime) -> UpdateBase:
     )
 
 
+QUEUED_LITERAL: ColumnClause[Any] = literal_column(str(int(OccurrenceStatus.QUEUED)))
+"""Queued as a literal: a sweep that says ``status = 0`` in its text can read the partial
+index of the Queued occurrences (``ix_occurrences_queued``, migration 0026), on either store;
+a bound parameter cannot (a prepared statement's generic plan is made for any value, and
+SQLite does not look into parameters for a partial index)."""
+
+
 def _undispatched_stmt(
     due_before: datetime, limit: int, created_before: datetime | None
 ) -> Select[Any]:
@@ -215,7 +223,7 @@ def _undispatched_stmt(
     stmt = (
         select(occ)
         .where(
-            occ.c.status == int(OccurrenceStatus.QUEUED),
+            occ.c.status == QUEUED_LITERAL,
             occ.c.dispatched_at.is_(None),
             occ.c.due_at <= due_before,
             or_(occ.c.concurrency_policy.not_in([int(p) for p in WAITING_POLICIES]), ~waiting),
