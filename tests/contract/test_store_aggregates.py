@@ -30,7 +30,8 @@ from rota.stores.schema import (
     tag_counts,
 )
 from rota.stores.sql import SqlStore
-from rota.stores.sql.aggregates import LIVE, SHARDS, WINDOWED, minute_of
+from rota.stores.sql.aggregates import SHARDS, WINDOWED, minute_of
+from rota.stores.sql.rows import ACTIVE
 from tests.contract.test_store import (
     MINUTE,
     NOW,
@@ -88,9 +89,9 @@ async def assert_matches_a_scan(store: SqlStore) -> None:
         hours = (await conn.execute(select(finished_hours))).all()
     want_counts = Counter((r.job_id, r.status) for r in rows)
     # a job's in-flight occurrences are counted from the occurrences, never kept (0025)
-    assert not [c for c in counts if c.status in LIVE]
+    assert not [c for c in counts if c.status in ACTIVE]
     assert {(c.job_id, c.status): c.n for c in counts if c.n} == {
-        key: n for key, n in want_counts.items() if key[1] not in LIVE
+        key: n for key, n in want_counts.items() if key[1] not in ACTIVE
     }
     want_totals = Counter(r.status for r in rows)
     got_totals: Counter[int] = Counter()

@@ -3,7 +3,7 @@ in the transaction of every write that adds, changes or removes an occurrence, s
 overview and a job's counts are a few rows to read instead of a scan of the history.
 
 - ``occurrence_counts`` (job_id, status) -> n: a job's occurrences by status, for the
-  statuses an occurrence settles in; the in-flight ones (:data:`LIVE`: Queued, Running) are
+  statuses an occurrence settles in; the in-flight ones (Queued, Running: ``rows.ACTIVE``) are
   counted from the occurrences themselves when asked (the ``(job_id, status, id)`` index: as
   many entries as the job has queued or running). Counting them here cost every occurrence
   two more writes (its Queued row added to, then taken from) and left a row of zeros per
@@ -71,6 +71,7 @@ from rota.stores.schema import (
     tag_counts,
 )
 from rota.stores.sql.engine import SqlParts
+from rota.stores.sql.rows import ACTIVE
 
 SHARDS: Final = 8
 """Rows per status of ``occurrence_totals`` and per minute and status of
@@ -85,9 +86,6 @@ WINDOWED: Final = frozenset(
     )
 )
 """The statuses the overview's window counts by ``end_time``."""
-LIVE: Final = frozenset((int(OccurrenceStatus.QUEUED), int(OccurrenceStatus.RUNNING)))
-"""The in-flight statuses: in ``occurrence_totals``, but not in ``occurrence_counts`` (a job's
-are counted from its occurrences)."""
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MINUTE: Final = timedelta(minutes=1)
 HOUR: Final = timedelta(hours=1)
@@ -184,11 +182,11 @@ class StatDeltas:
             self.add(m["job_id"], m["status"], m["end_time"], m["duration_ms"], sign)
 
     def count_rows(self) -> list[dict[str, Any]]:
-        """The rows of ``occurrence_counts``: the settled statuses only (not :data:`LIVE`)."""
+        """The rows of ``occurrence_counts``: the settled statuses only (not ``ACTIVE``)."""
         return [
             {"job_id": job_id, "status": status, "n": n}
             for (job_id, status), n in sorted(self.counts.items())
-            if n and status not in LIVE
+            if n and status not in ACTIVE
         ]
 
     def total_rows(self, shard: int) -> list[dict[str, Any]]:
@@ -384,7 +382,7 @@ def backfill_sql(dialect: str) -> list[str]:
     else:
         minute = "CAST(strftime('%s', end_time) AS INTEGER) / 60 * 60"
     windowed = ", ".join(str(s) for s in sorted(WINDOWED))
-    live = ", ".join(str(s) for s in sorted(LIVE))
+    live = ", ".join(str(s) for s in ACTIVE)
     return [
         "INSERT INTO occurrence_counts (job_id, status, n) "
         f"SELECT job_id, status, count(*) FROM occurrences WHERE status NOT IN ({live}) "

@@ -26,9 +26,10 @@ from rota.stores.schema import (
     occurrences,
     status_changes,
 )
-from rota.stores.sql.aggregates import LIVE, AggregateQueries, StatDeltas
+from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import (
     _AUTO_DISABLE_STATE,
+    ACTIVE,
     _decode_cursor,
     _page,
     _to_change,
@@ -312,7 +313,7 @@ class StatusQueries(AggregateQueries):
     ) -> dict[OccurrenceStatus, int]:
         """Every asked status (every status when none is given) with its count, zeros included:
         from the maintained counts (:mod:`rota.stores.sql.aggregates`), not the occurrences;
-        a job's in-flight ones (:data:`LIVE`) from its occurrences, in the same statement."""
+        a job's in-flight ones (``ACTIVE``) from its occurrences, in the same statement."""
         asked = [int(s) for s in statuses or OccurrenceStatus]
         stmt: Select[Any] | CompoundSelect[Any]
         if job_id is None:
@@ -320,8 +321,8 @@ class StatusQueries(AggregateQueries):
             stmt = select(t.status, func.sum(t.n)).where(t.status.in_(asked)).group_by(t.status)
         else:
             c, o = occurrence_counts.c, occurrences.c
-            settled = [s for s in asked if s not in LIVE]
-            live = [s for s in asked if s in LIVE]
+            settled = [s for s in asked if s not in ACTIVE]
+            live = [s for s in asked if s in ACTIVE]
             parts = []
             if settled:
                 parts.append(select(c.status, c.n).where(c.job_id == job_id, c.status.in_(settled)))
