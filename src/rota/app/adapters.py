@@ -5,11 +5,13 @@ reach the store through :func:`make_store` and :func:`upgrade_schema`."""
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 from rota.app.settings import Settings
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.errors import ConfigurationError
 from rota.core.ports import Broker, Coordination, DependencyAwareStore, ScheduleIndex
+from rota.stores.files import StoreOwnerLock
 
 
 def check_mode(settings: Settings) -> None:
@@ -62,6 +64,17 @@ def make_store(
     from rota.stores.sql import SqlStore
 
     return SqlStore(url, auto_disable=auto_disable)
+
+
+def store_owner_lock(url: str) -> StoreOwnerLock | None:
+    """The lock that makes one process the owner of the SQLite store at ``url`` (not taken
+    yet); ``None`` for PostgreSQL, which many servers share by design."""
+    from rota.stores.urls import sqlite_path
+
+    path = sqlite_path(url)
+    if path is None or str(path) == ":memory:":  # refused when the store opens
+        return None
+    return StoreOwnerLock(Path(path).absolute())
 
 
 async def upgrade_schema(url: str) -> None:

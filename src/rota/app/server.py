@@ -54,15 +54,29 @@ async def serve(
     """``dev_admin`` (``rota dev``): with no Admin yet, create ``admin`` with a generated
     password and print the login.
 
-    The listening address is bound first, before the store is migrated or anything printed: a
-    taken port ends the start at once with an error naming it (a ``ConfigurationError``: exit
-    code 2 in the CLI)."""
-    sockets = bind_listen_sockets(settings.api.host, settings.api.port)
+    Before the store is migrated or anything printed: a SQLite store is taken for this
+    process (its owner lock, held until the end; another process holding it ends the start
+    with an error naming that process), and the listening address is bound (a taken port
+    ends the start with an error naming it). Both are a ``ConfigurationError``: exit code 2
+    in the CLI."""
+    from rota.app.adapters import store_owner_lock
+
+    lock = store_owner_lock(settings.effective_database_url)
     try:
-        await _serve(settings, modules, sockets, demo, console, dev_admin, builtin)
+        # A store in use is named first (a second `rota dev` on the same port too); a data
+        # dir that does not exist yet is created only once the port is bound.
+        taken = lock is not None and lock.acquire(create=False)
+        sockets = bind_listen_sockets(settings.api.host, settings.api.port)
+        try:
+            if lock is not None and not taken:
+                lock.acquire()
+            await _serve(settings, modules, sockets, demo, console, dev_admin, builtin)
+        finally:
+            for sock in sockets:
+                sock.close()
     finally:
-        for sock in sockets:
-            sock.close()
+        if lock is not None:
+            lock.release()
 
 
 async def _serve(
