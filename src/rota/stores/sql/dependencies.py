@@ -9,6 +9,7 @@ from uuid import UUID
 
 from sqlalchemy import delete, exists, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota.core.dependencies import Dependency, DependencyRule, GraphNode, GraphRun, GraphRunStatus
 from rota.core.errors import NotFoundError
@@ -41,6 +42,39 @@ def _run(row: Any, nodes: tuple[GraphNode, ...] = ()) -> GraphRun:
     )
 
 
+async def write_edges(
+    conn: AsyncConnection,
+    dialect: str,
+    job_id: UUID,
+    edges: Sequence[Dependency],
+    at: datetime,
+    *,
+    replace: bool,
+) -> None:
+    """Give ``job_id`` the upstreams ``edges`` in the caller's transaction (``replace``: in
+    place of those it has). Every upstream must exist: a missing one (deleted meanwhile) is a
+    ``NotFoundError`` naming it. On PostgreSQL the upstreams found are locked (``FOR KEY
+    SHARE``) until the commit, so none is deleted between this look and the edge's insert;
+    SQLite's one writer serializes the same."""
+    upstreams = [e.upstream_id for e in edges]
+    if upstreams:
+        stmt = select(jobs.c.id).where(jobs.c.id.in_(upstreams))
+        if dialect == "postgresql":
+            stmt = stmt.with_for_update(key_share=True)
+        found = set((await conn.execute(stmt)).scalars())
+        for upstream in upstreams:
+            if upstream not in found:
+                raise NotFoundError("job", upstream)
+    if replace:
+        await conn.execute(delete(job_dependencies).where(_d.job_id == job_id))
+    rows = [
+        {"job_id": job_id, "upstream_id": e.upstream_id, "rule": e.rule.value, "created_at": at}
+        for e in edges
+    ]
+    if rows:
+        await conn.execute(insert(job_dependencies), rows)
+
+
 class DependencyQueries(AggregateQueries):
     """The :class:`~rota.core.ports.DependencyStore` slice of the store."""
 
@@ -51,17 +85,11 @@ class DependencyQueries(AggregateQueries):
     async def set_dependencies(
         self, job_id: UUID, edges: Sequence[Dependency], at: datetime
     ) -> None:
-        rows = [
-            {"job_id": job_id, "upstream_id": e.upstream_id, "rule": e.rule.value, "created_at": at}
-            for e in edges
-        ]
         async with self._write() as conn:
             found = (await conn.execute(select(jobs.c.id).where(jobs.c.id == job_id))).first()
             if found is None:
                 raise NotFoundError("job", job_id)
-            await conn.execute(delete(job_dependencies).where(_d.job_id == job_id))
-            if rows:
-                await conn.execute(insert(job_dependencies), rows)
+            await write_edges(conn, self._dialect, job_id, edges, at, replace=True)
 
     async def dependency_edges(self, job_ids: Sequence[UUID] | None = None) -> list[Dependency]:
         stmt = select(_d.job_id, _d.upstream_id, _d.rule).order_by(_d.job_id, _d.upstream_id)

@@ -24,12 +24,15 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota.core.autodisable import AutoDisableDefaults, probe_due
+from rota.core.dependencies import Dependency
 from rota.core.errors import ConflictError, NotFoundError
 from rota.core.models import Job, JobSource, JobVersion, utcnow
 from rota.core.records import JobQuery, Page, ProbeScan
+from rota.core.security import AuditEntry
 from rota.stores.schema import job_tags, job_versions, jobs
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.batches import copy_records
+from rota.stores.sql.dependencies import write_edges
 from rota.stores.sql.rows import (
     JOB_COLUMNS,
     _auto_disable_state,
@@ -43,6 +46,7 @@ from rota.stores.sql.rows import (
     _to_job,
 )
 from rota.stores.sql.search import postgresql_search, sqlite_search
+from rota.stores.sql.security import insert_audit
 from rota.stores.sql.statements import _insert_stmt
 
 
@@ -54,27 +58,42 @@ class JobQueries(AggregateQueries):
     async def create_jobs(self, jobs_: Sequence[Job]) -> None:
         if not jobs_:
             return
+        async with self._write() as conn:
+            await self._insert_jobs(conn, jobs_)
+
+    async def create_linked_jobs(
+        self, jobs_: Sequence[Job], edges: Sequence[Dependency], audit: Sequence[AuditEntry]
+    ) -> None:
+        """The :class:`~rota.core.ports.DependencyStore` slice's create: the jobs, their
+        upstreams and their audit entries in one transaction."""
+        if not jobs_:
+            return
+        async with self._write() as conn:
+            await self._insert_jobs(conn, jobs_)
+            at = jobs_[0].created_at
+            for job_id, linked in _by_job(edges).items():
+                await write_edges(conn, self._dialect, job_id, linked, at, replace=False)
+            await insert_audit(conn, audit)
+
+    async def _insert_jobs(self, conn: AsyncConnection, jobs_: Sequence[Job]) -> None:
         postgresql = self._dialect == "postgresql"  # its shared values as NULL (0024)
         tags = self._tag_rows(jobs_)
-        async with self._write() as conn:
-            if len(jobs_) == 1:
-                await conn.execute(insert(jobs), [_job_row(jobs_[0], compact=postgresql)])
-            elif postgresql:  # a bulk create: COPY, the only write here
-                await copy_records(conn, jobs, [_copy_record(j) for j in jobs_])
-            else:  # a bulk create: driver-level parameters, one executemany
-                await self._fast.execute_records(
-                    conn,
-                    "insert_jobs",
-                    partial(_insert_stmt, jobs),
-                    JOB_COLUMNS,
-                    [_sqlite_record(j) for j in jobs_],
-                )
-            if tags:
-                await self._fast.execute(
-                    conn, "insert_job_tags", partial(_insert_stmt, job_tags), tags
-                )
-            added = StatDeltas.of_jobs((j.job_type, j.is_active, j.tags) for j in jobs_)
-            await self._write_aggregates(conn, added)
+        if len(jobs_) == 1:
+            await conn.execute(insert(jobs), [_job_row(jobs_[0], compact=postgresql)])
+        elif postgresql:  # a bulk create: COPY, the only write here
+            await copy_records(conn, jobs, [_copy_record(j) for j in jobs_])
+        else:  # a bulk create: driver-level parameters, one executemany
+            await self._fast.execute_records(
+                conn,
+                "insert_jobs",
+                partial(_insert_stmt, jobs),
+                JOB_COLUMNS,
+                [_sqlite_record(j) for j in jobs_],
+            )
+        if tags:
+            await self._fast.execute(conn, "insert_job_tags", partial(_insert_stmt, job_tags), tags)
+        added = StatDeltas.of_jobs((j.job_type, j.is_active, j.tags) for j in jobs_)
+        await self._write_aggregates(conn, added)
 
     def _tag_rows(self, jobs_: Sequence[Job]) -> list[dict[str, Any]]:
         """SQLite's ``job_tags`` rows of the jobs (PostgreSQL reads the GIN-indexed column)."""
@@ -148,36 +167,60 @@ class JobQueries(AggregateQueries):
 
     async def update_job(self, job: Job, *, expected_version: int, with_state: bool = False) -> Job:
         async with self._write() as conn:
-            stmt = select(jobs).where(jobs.c.id == job.id).with_for_update()
-            row = (await conn.execute(stmt)).first()
-            if row is None:
-                raise NotFoundError("job", job.id)
-            stored = _to_job(row)
-            if stored.version != expected_version:
-                raise ConflictError(
-                    f"job {job.id} is at version {stored.version}, not {expected_version}"
+            return await self._update_job(conn, job, expected_version, with_state)
+
+    async def update_linked_job(
+        self,
+        job: Job,
+        *,
+        expected_version: int,
+        with_state: bool = False,
+        edges: Sequence[Dependency] | None,
+        audit: Sequence[AuditEntry],
+    ) -> Job:
+        """The :class:`~rota.core.ports.DependencyStore` slice's update: the job, its
+        upstreams and the audit entries in one transaction."""
+        async with self._write() as conn:
+            stored = await self._update_job(conn, job, expected_version, with_state)
+            if edges is not None:
+                at = job.updated_at or utcnow()
+                await write_edges(conn, self._dialect, job.id, edges, at, replace=True)
+            await insert_audit(conn, audit)
+        return stored
+
+    async def _update_job(
+        self, conn: AsyncConnection, job: Job, expected_version: int, with_state: bool
+    ) -> Job:
+        stmt = select(jobs).where(jobs.c.id == job.id).with_for_update()
+        row = (await conn.execute(stmt)).first()
+        if row is None:
+            raise NotFoundError("job", job.id)
+        stored = _to_job(row)
+        if stored.version != expected_version:
+            raise ConflictError(
+                f"job {job.id} is at version {stored.version}, not {expected_version}"
+            )
+        if job.version > expected_version:
+            await conn.execute(
+                insert(job_versions).values(
+                    job_id=job.id,
+                    version=stored.version,
+                    snapshot=_snapshot(stored),
+                    created_at=utcnow(),
                 )
-            if job.version > expected_version:
-                await conn.execute(
-                    insert(job_versions).values(
-                        job_id=job.id,
-                        version=stored.version,
-                        snapshot=_snapshot(stored),
-                        created_at=utcnow(),
-                    )
-                )
-            values = _job_definition(job)
-            if with_state:
-                values.update(_auto_disable_state(job))
-            await conn.execute(update(jobs).where(jobs.c.id == job.id).values(values))
-            if set(job.tags) != set(stored.tags):
-                await self._replace_tags(conn, job, stored.tags)
-            row = (await conn.execute(select(jobs).where(jobs.c.id == job.id))).one()
-            deltas = StatDeltas()
-            deltas.activation(stored.is_active, row.is_active)
-            deltas.retag(stored.tags, row.tags or ())
-            deltas.retype(stored.job_type, row.job_type)
-            await self._write_aggregates(conn, deltas)
+            )
+        values = _job_definition(job)
+        if with_state:
+            values.update(_auto_disable_state(job))
+        await conn.execute(update(jobs).where(jobs.c.id == job.id).values(values))
+        if set(job.tags) != set(stored.tags):
+            await self._replace_tags(conn, job, stored.tags)
+        row = (await conn.execute(select(jobs).where(jobs.c.id == job.id))).one()
+        deltas = StatDeltas()
+        deltas.activation(stored.is_active, row.is_active)
+        deltas.retag(stored.tags, row.tags or ())
+        deltas.retype(stored.job_type, row.job_type)
+        await self._write_aggregates(conn, deltas)
         return _to_job(row)
 
     async def _delete_tags(self, conn: AsyncConnection, job_id: UUID, tags: Sequence[str]) -> None:
@@ -303,3 +346,10 @@ class JobQueries(AggregateQueries):
             deltas.activation(False, True)
             await self._write_aggregates(conn, deltas)
         return _to_job(row)
+
+
+def _by_job(edges: Sequence[Dependency]) -> dict[UUID, list[Dependency]]:
+    found: dict[UUID, list[Dependency]] = {}
+    for edge in edges:
+        found.setdefault(edge.job_id, []).append(edge)
+    return found

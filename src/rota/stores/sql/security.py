@@ -413,21 +413,8 @@ class SecurityQueries:
     async def append_audit(self, entries: Sequence[AuditEntry]) -> None:
         if not entries:
             return
-        rows = [
-            {
-                "id": e.id,
-                "at": e.at,
-                "actor": e.actor,
-                "action": e.action,
-                "resource_type": e.resource_type,
-                "resource_id": e.resource_id,
-                "before": e.before,
-                "after": e.after,
-            }
-            for e in entries
-        ]
         async with self._write() as conn:
-            await conn.execute(insert(audit_entries), rows)
+            await insert_audit(conn, entries)
 
     async def list_audit(self, query: AuditQuery) -> Page[AuditEntry]:
         a = audit_entries.c
@@ -456,3 +443,24 @@ class SecurityQueries:
 
 
 __all__ = ("SecurityQueries",)
+
+
+async def insert_audit(conn: AsyncConnection, entries: Sequence[AuditEntry]) -> None:
+    """Insert audit entries in the caller's transaction (also the one of the change they
+    describe: :meth:`~rota.stores.sql.jobs.JobQueries.create_linked_jobs`)."""
+    if not entries:
+        return
+    rows = [
+        {
+            "id": e.id,
+            "at": e.at,
+            "actor": e.actor,
+            "action": e.action,
+            "resource_type": e.resource_type,
+            "resource_id": e.resource_id,
+            "before": e.before,
+            "after": e.after,
+        }
+        for e in entries
+    ]
+    await conn.execute(insert(audit_entries), rows)
