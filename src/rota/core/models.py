@@ -412,6 +412,15 @@ class JobMessage:
         return self.retry_count + 1
 
 
+UNKNOWN_HOLDER = ""
+"""The ``instance_id`` of a ``Running`` report for an attempt whose holder nobody knows: a
+redelivered copy whose claim was lost with the claim memory (or could not be read), which the
+reporting worker did not run (``docs/protocol.md`` §12). No worker instance has this id, so
+the occurrence is one of a worker that is not registered: unless a real holder reports it
+(and is then named its holder), the dead-worker sweep gives it its next attempt once it has
+been silent for the dead-worker silence (5 s), not the zombie threshold."""
+
+
 @quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StatusRecord:

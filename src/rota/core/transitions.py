@@ -11,7 +11,9 @@ The rules (DESIGN.md §2, the store's contract in ``tests/contract/test_store*.p
 - a record of an older attempt than the occurrence's is ``late``; one the transition table
   (:func:`~rota.core.models.can_transition`) forbids is ``transition``; one for an occurrence
   the store does not hold is ``unknown``: all three are ignored (counted, never applied);
-- Running on Running of the same attempt is a heartbeat (only ``last_heartbeat`` moves);
+- Running on Running of the same attempt is a heartbeat (only ``last_heartbeat`` moves; and
+  the reporting instance is named the holder of an occurrence Running for the unknown holder,
+  :data:`~rota.core.models.UNKNOWN_HOLDER`);
 - Failed with a ``retry_at`` requeues the occurrence as the next attempt, due at ``retry_at``;
   Queued of a newer attempt (a zombie requeued) does the same, due at the record's time;
 - a final status counts in the job's statistics; Completed and final failures (Failed,
@@ -37,6 +39,7 @@ from rota.core.autodisable import (
     probe_failed_reason,
 )
 from rota.core.models import (
+    UNKNOWN_HOLDER,
     WAITING_POLICIES,
     ConcurrencyPolicy,
     FailureType,
@@ -63,6 +66,7 @@ CURRENT_FIELDS = (
     "last_heartbeat",
     "scheduled_for",
     "concurrency_policy",
+    "instance_id",
 )
 """The occurrence fields :class:`Current` is built from, in its constructor's order."""
 
@@ -83,6 +87,7 @@ class Current:
         "changed",
         "concurrency_policy",
         "duration_ms",
+        "instance_id",
         "job_id",
         "job_type",
         "last_heartbeat",
@@ -104,6 +109,7 @@ class Current:
         last_heartbeat: datetime | None,
         scheduled_for: datetime,
         concurrency_policy: int = int(ConcurrencyPolicy.SKIP),
+        instance_id: str | None = None,
     ) -> None:
         self.job_id = job_id
         self.job_type = job_type
@@ -117,6 +123,9 @@ class Current:
         """Part of the key: on PostgreSQL it names the time partition the row is in."""
         self.concurrency_policy = concurrency_policy
         """Its job's, as of its creation (Queue: its end may release the next one)."""
+        self.instance_id = instance_id
+        """The worker instance that reported it last (:data:`UNKNOWN_HOLDER`: a copy whose
+        claim was lost reported it, its real holder unknown)."""
         self.changed: dict[str, Any] = {}
 
 
@@ -190,7 +199,7 @@ def apply_change(
     current.attempt = changed["attempt"] = attempt
     changed["status"] = int(to)
     if record.instance_id is not None:
-        changed["instance_id"] = record.instance_id
+        current.instance_id = changed["instance_id"] = record.instance_id
     if record.exception is not None or to is OccurrenceStatus.COMPLETED:
         changed["exception"] = record.exception  # a completed run clears an earlier attempt's
     if to is _QUEUED:  # a new attempt, due at its retry time
@@ -280,6 +289,10 @@ class StatusBatch:
             self.heartbeats += 1
             if current.last_heartbeat is None or record.timestamp > current.last_heartbeat:
                 current.last_heartbeat = current.changed["last_heartbeat"] = record.timestamp
+            if current.instance_id == UNKNOWN_HOLDER and record.instance_id:
+                # the real holder of an attempt a copy reported for nobody: named, so that
+                # its own registration and heartbeats tell whether it lives
+                current.instance_id = current.changed["instance_id"] = record.instance_id
             return
         if isinstance(outcome, str):
             self.ignored.append(IgnoredRecord(record=record, reason=outcome))

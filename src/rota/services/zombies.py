@@ -29,8 +29,13 @@ also silent in the store for ``dead_silence`` seconds (their Running re-reports 
 worker cut off from the registry alone still reports through the broker), and for the Unknown
 ones (an attempt its worker reported interrupted at a stop, :mod:`rota.worker.run`): each gets
 its next attempt at once, by the same policy, without the per-occurrence threshold, which stays
-as the backstop for a live worker that lost a job. Only the server that ``is_leader()`` (the
-owner of bucket 0, as for maintenance) does this; without a registry it is not done.
+as the backstop for a live worker that lost a job. An occurrence reported Running for the
+unknown holder (:data:`~rota.core.models.UNKNOWN_HOLDER`: a redelivered copy whose claim was
+lost, not run by the worker that got it) is one of an unregistered instance too: unless its
+real holder reports it within the silence (and is named its holder), it was never started, or
+its holder died before reporting, and it gets its next attempt then. Only the server that
+``is_leader()`` (the owner of bucket 0, as for maintenance) does this; without a registry it is
+not done.
 
 A requeue is bounded (``max_requeues`` attempts beyond the occurrence's retries), so a handler
 that kills its worker every time ends Failed (``zombie``) with a dead-letter record.
@@ -49,6 +54,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from rota.core.models import (
+    UNKNOWN_HOLDER,
     FailureType,
     Occurrence,
     OccurrenceStatus,
@@ -148,6 +154,11 @@ def orphan_reason(occurrence: Occurrence, now: datetime) -> str:
         return occurrence.exception or "interrupted"
     last = occurrence.last_heartbeat or occurrence.start_time or occurrence.created_at
     silent = max(0, round((now - last).total_seconds()))
+    if occurrence.instance_id == UNKNOWN_HOLDER:
+        return (
+            "redelivered while its claim was lost (Redis lost its data, or could not be "
+            f"read) and reported running by no worker instance for {silent} s"
+        )
     return (
         f"worker instance {occurrence.instance_id} is gone (its registration expired); "
         f"no heartbeat for {silent} s"

@@ -11,10 +11,14 @@ The claim memory may be lost (Redis flushed, or restarted with nothing on disk).
 token tells: the token last seen is kept (in the worker's local store, so a restarted worker
 knows it too) and sent with every claim; a different token means the memory was lost, and for
 the claim TTL after that loss a delivery flagged *redelivered* (a copy that may have run before
-the loss) is not run: it is marked taken by an unknown owner instead, and zombie detection
-gives the occurrence a new attempt. A first delivery still runs. The same holds while Redis
-cannot be reached (every call is bounded by ``timeout``): a first delivery runs, and its claim
-is written once Redis answers again; a redelivered one is not run.
+the loss) is not run: it is marked taken by an unknown owner instead, and reported Running for
+the unknown holder (:data:`~rota.core.models.UNKNOWN_HOLDER`). The store settles it: if a real
+holder reports the attempt, that holder is named and its heartbeats tell whether it lives;
+otherwise (never started, or its holder died before reporting) the dead-worker sweep gives the
+occurrence its next attempt after the dead-worker silence (5 s), not the zombie threshold. A
+first delivery still runs. The same holds while Redis cannot be reached (every call is bounded
+by ``timeout``): a first delivery runs, and its claim is written once Redis answers again; a
+redelivered one is not run.
 
 Attempts running here are re-claimed on every :meth:`AttemptClaims.renew` (the executor's
 heartbeat): that renews their expiry and puts them back at once into a memory that lost them.
