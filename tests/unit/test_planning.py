@@ -88,13 +88,58 @@ def test_queue_concurrency_queues_behind_the_active_one() -> None:
     assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)]
 
 
-def test_catch_up_with_skip_concurrency_runs_one_and_records_overlaps() -> None:
+def test_catch_up_with_skip_concurrency_runs_every_missed_fire_one_after_another() -> None:
     now = T0 + timedelta(minutes=2, seconds=45)
-    plan = plan_fires(every_minute(misfire_policy=MisfirePolicy.CATCH_UP), 0, now, SETTINGS)
+    job = every_minute(misfire_policy=MisfirePolicy.CATCH_UP)
+    plan = plan_fires(job, 0, now, SETTINGS, dispatched_at=now)
+    assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)] * 3
+    assert plan.sequential
+    # the first goes at once; the others wait for the one before them (not sent yet)
+    assert [o.dispatched_at for o in plan.occurrences] == [now, None, None]
+
+
+def test_skip_fires_late_within_the_threshold_all_run_after_a_gap() -> None:
+    """A failover's backlog: nothing ran for 5 s, every fire is late but within the threshold;
+    none is judged against another fire of the same plan."""
+    job = Job(
+        id=new_id(), job_type="t", cron_expression="* * * * * *", next_run_at=T0
+    )  # every second, Skip (the default)
+    now = T0 + timedelta(seconds=4, milliseconds=300)
+    plan = plan_fires(job, 0, now, SETTINGS, horizon=now + timedelta(milliseconds=500))
+    assert [o.scheduled_for for o in plan.occurrences] == [
+        T0 + timedelta(seconds=s) for s in range(5)
+    ]
+    assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)] * 5
+    assert plan.sequential
+    # the fire not due yet (12:00:05, within the lead) is left for its due time: the
+    # backlog may have ended by then
+    assert plan.next_run_at == T0 + timedelta(seconds=5)
+
+
+def test_skip_fires_due_while_a_run_from_before_is_in_progress_are_overlaps() -> None:
+    job = every_minute(misfire_policy=MisfirePolicy.CATCH_UP)
+    now = T0 + timedelta(minutes=2, seconds=45)
+    plan = plan_fires(job, 1, now, SETTINGS)
+    assert statuses(plan) == [(OccurrenceStatus.SKIPPED, "overlap")] * 3
+    assert not plan.sequential
+
+
+def test_a_single_skip_fire_is_not_sequential() -> None:
+    plan = plan_fires(every_minute(), 0, T0 + timedelta(seconds=1), SETTINGS, dispatched_at=T0)
+    assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)]
+    assert not plan.sequential
+    assert plan.occurrences[0].dispatched_at == T0
+
+
+def test_a_probing_job_runs_one_fire_of_a_backlog() -> None:
+    job = every_minute(misfire_policy=MisfirePolicy.CATCH_UP, probing=True)
+    now = T0 + timedelta(minutes=2, seconds=45)
+    plan = plan_fires(job, 0, now, SETTINGS)
     assert (
         statuses(plan)
         == [(OccurrenceStatus.QUEUED, None)] + [(OccurrenceStatus.SKIPPED, "overlap")] * 2
     )
+    assert not plan.sequential
 
 
 def test_buffer_one_queues_one_behind_the_active_one_and_skips_more() -> None:

@@ -51,6 +51,11 @@ class FirePlan:
     run_count: int | None = None
     """The job's fires planned to run so far (its ``run_count`` after this plan): a recurring
     job's Queued fires are counted, Skipped ones are not."""
+    sequential: bool = False
+    """Its Queued fires run one after another, oldest first (each waits, as a Queue-policy
+    fire does, until the one before it has ended): a Skip-policy job with several late fires
+    due at once (a failover's backlog, ``catch_up``'s missed fires) runs them all, never two
+    at the same time."""
 
 
 class Recurrence(Protocol):
@@ -147,9 +152,13 @@ def plan_fires(
     horizon: datetime | None = None,
     rng: Callable[[], float] = random.random,
 ) -> FirePlan:
-    """Plan the fires of a due job. ``active``: its occurrences Queued or Running now.
-    The Skip policy, and a job that is ``probing``, run a fire only when none is active;
-    BufferOne when at most one is (it then waits for it).
+    """Plan the fires of a due job. ``active``: its occurrences Queued or Running now, all
+    from before this plan: the runs really in progress.
+    The Skip policy runs a due fire only when none is active, judged against those runs
+    alone, never against a fire of this same plan: the fires due at once (late ones after a
+    failover, ``catch_up``'s missed ones) all run, one after another (``sequential``).
+    A job that is ``probing`` runs one fire at a time, this plan's included; BufferOne a
+    fire when at most one is active, this plan's included (it then waits for it).
     ``has_worker``: whether any worker has ever declared the job's type (of its group, if it
     names one); if not, every fire is recorded Skipped ``no_worker``.
     ``dispatched_at``: record the Queued occurrences as handed to the broker at that time.
@@ -178,6 +187,11 @@ def plan_fires(
     policy = ConcurrencyPolicy(job.concurrency_policy)
     limit, cancels = policy.limit, policy is ConcurrencyPolicy.CANCEL_OTHER
     skips_left, skips_used = job.skip_next or 0, 0
+    # Skip: a due fire is judged against the runs from before this plan only; the fires of
+    # this plan that run wait for each other (sequential). A fire not due yet is judged with
+    # them (left for its due time behind one of this plan): it may then run on time.
+    own_runs_count = job.probing or policy is not ConcurrencyPolicy.SKIP
+    queued = 0
     for fire, run in zip(fires, runs, strict=True):
         reason: SkipReason | None = None
         note: str | None = None
@@ -193,8 +207,8 @@ def plan_fires(
             skips_left, skips_used = skips_left - 1, skips_used + 1
         elif not has_worker:
             reason = SkipReason.NO_WORKER
-        elif running_now > 0 and (
-            job.probing or (limit is not None and running_now > limit) or (cancels and fire > now)
+        elif (busy := running_now if own_runs_count or fire > now else active) > 0 and (
+            job.probing or (limit is not None and busy > limit) or (cancels and fire > now)
         ):
             if fire > now:
                 # Not due yet (planned ahead by the dispatch lead): whether it overlaps (or,
@@ -209,6 +223,9 @@ def plan_fires(
         else:
             running_now += 1
         jitter = _jitter(job, rng) if reason is None else None
+        # the second and later runs of a Skip plan wait their turn: not sent at once
+        waits = reason is None and not own_runs_count and queued > 0
+        queued += reason is None
         occurrences.append(
             new_occurrence(
                 job,
@@ -216,7 +233,9 @@ def plan_fires(
                 now,
                 settings,
                 skip_reason=reason,
-                dispatched_at=dispatched_at if reason is None and jitter is None else None,
+                dispatched_at=dispatched_at
+                if reason is None and jitter is None and not waits
+                else None,
                 note=note,
                 jitter_seconds=jitter,
             )
@@ -232,7 +251,14 @@ def plan_fires(
         is_active=job.is_active,
         skips_used=skips_used,
         run_count=_run_count(job, occurrences),
+        sequential=not own_runs_count and queued > 1,
     )
+
+
+def stored_policy(job: Job, plan: FirePlan) -> ConcurrencyPolicy:
+    """The concurrency policy the store keeps with the plan's occurrences (what the sweep
+    reads to hold one behind an earlier one): Queue for a sequential plan, else the job's."""
+    return ConcurrencyPolicy.QUEUE if plan.sequential else ConcurrencyPolicy(job.concurrency_policy)
 
 
 def _jitter(job: Job, rng: Callable[[], float]) -> float | None:
