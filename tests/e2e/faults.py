@@ -43,7 +43,6 @@ from .distributed import (
 FAST = {
     # the loader re-syncs the index every 2 s (a flushed index is rebuilt within that)
     "ROTA_SCHEDULER__LOADER_INTERVAL_SECONDS": "2",
-    "ROTA_SCHEDULER__LEASE_SECONDS": "5",
     # a Running occurrence silent for 10 s (its worker gone) is a zombie; looked for every 1 s
     "ROTA_SCHEDULER__ZOMBIE_THRESHOLD_SECONDS": "10",
     "ROTA_SCHEDULER__ZOMBIE_INTERVAL_SECONDS": "1",

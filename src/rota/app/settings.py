@@ -139,7 +139,12 @@ class SchedulerSettings(BaseModel):
     auto_disable_probe_interval_seconds: float = Field(
         30.0, gt=0, description="How often each server looks for cooled-down disabled jobs."
     )
-    lease_seconds: float = Field(10.0, gt=0)
+    lease_seconds: float = Field(
+        3.0,
+        gt=0,
+        description="A server's bucket leases (and its heartbeat) last this long and are renewed "
+        "every third of it: a killed server's buckets are taken over within about 4/3 of it.",
+    )
     default_max_retries: int = Field(0, ge=0)
 
     @model_validator(mode="after")
