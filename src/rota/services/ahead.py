@@ -1,0 +1,80 @@
+"""A manual trigger of a Skip-policy job and the fires sent ahead of their due time.
+
+The dispatcher commits and sends a fire up to the dispatch lead (0.5 s) before it is due; the
+worker holds it until then. Such a fire is not a run in progress: it does not refuse a
+trigger (:func:`in_progress`). It was planned before the trigger came, so the Skip policy
+judges it again at its due time against the triggered run (:func:`judge_at_due`): just before
+its due instant, if the triggered run is still Queued or Running, the fire is cancelled
+(reason ``overlap``: its worker drops it unstarted); if the triggered run has ended, the fire
+runs as sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from rota.core.models import Occurrence, OccurrenceStatus
+from rota.core.ports import OccurrenceStore, Signals
+from rota.services.cancellation import _cancel_queued, cancel_text
+from rota.services.events import EventPublisher
+
+S = OccurrenceStatus
+log = logging.getLogger(__name__)
+
+JUDGE_BEFORE = timedelta(milliseconds=100)
+"""A fire sent ahead is judged this long before its due instant: its cancel must reach the
+worker holding it before the worker starts it (the worker looks 10 ms before)."""
+LAST_NOTICE = timedelta(milliseconds=30)
+"""Judged later than this before its due instant (a busy server), the fire is left to run as
+sent: a cancel could come after its start."""
+OVERLAP = "overlap: a manual run of the job was still in progress at its due time"
+
+
+def in_progress(active: Sequence[Occurrence], now: datetime) -> list[Occurrence]:
+    """The runs of ``active`` (a job's Queued and Running occurrences) really in progress:
+    all but the fires not due yet (sent ahead, held by a worker until their time)."""
+    return [o for o in active if o.status is not S.QUEUED or o.scheduled_for <= now]
+
+
+def ahead(active: Sequence[Occurrence], now: datetime) -> list[Occurrence]:
+    """The fires of ``active`` not due yet (Queued, their fire time after ``now``)."""
+    return [o for o in active if o.status is S.QUEUED and o.scheduled_for > now]
+
+
+async def judge_at_due(
+    store: OccurrenceStore,
+    coordination: Signals,
+    fire: Occurrence,
+    triggered: UUID,
+    *,
+    clock: Callable[[], datetime],
+    events: EventPublisher | None = None,
+) -> bool:
+    """At :data:`JUDGE_BEFORE` before ``fire`` is due, cancel it (reason :data:`OVERLAP`)
+    if the triggered run ``triggered`` is still Queued or Running; ``True`` if cancelled."""
+    wait = (fire.scheduled_for - JUDGE_BEFORE - clock()).total_seconds()
+    if wait > 0:
+        await asyncio.sleep(wait)
+    if clock() > fire.scheduled_for - LAST_NOTICE:
+        return False
+    run = await store.get_occurrence(triggered)
+    if run.status not in (S.QUEUED, S.RUNNING):
+        return False
+    current = await store.get_occurrence(fire.id)
+    if current.status is not S.QUEUED or current.attempt != fire.attempt:
+        return False
+    cancelled = await _cancel_queued(
+        store, coordination, current, cancel_text(OVERLAP), clock(), events
+    )
+    if cancelled:
+        log.info(
+            "fire %s cancelled: the manual run %s was still in progress at its due time",
+            fire.id,
+            triggered,
+            extra={"action": "ahead_overlap", "job_id": fire.job_id, "occurrence_id": fire.id},
+        )
+    return cancelled

@@ -1,0 +1,87 @@
+"""A manual trigger of a Skip-policy job is not refused by a fire sent ahead of its due time
+(the dispatch lead: committed, sent, held by the worker until due), and that fire is judged at
+its due time against the triggered run: cancelled (reason ``overlap``, never started) if the
+triggered run is still going, run as sent if it has ended. Embedded runtime, a long lead so
+that the hold is wide enough to act in."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import UUID
+
+import pytest
+
+from rota.app.runtime import Runtime
+from rota.core.errors import ConflictError
+from rota.core.models import Occurrence, OccurrenceStatus
+from rota.core.records import OccurrenceQuery
+from rota.services.ahead import OVERLAP
+from tests.helpers import RuntimeFactory, eventually
+
+S = OccurrenceStatus
+LEAD = 3.0
+
+
+@pytest.fixture
+async def runtime(runtime_factory: RuntimeFactory) -> Runtime:
+    overrides = {"scheduler.dispatch_lead_seconds": LEAD}
+    return await runtime_factory(overrides, ["tests.integration.runtime_jobs"])
+
+
+async def held(rt: Runtime, job_id: UUID) -> Occurrence:
+    found: list[Occurrence] = []
+
+    async def sent() -> bool:
+        page = await rt.store.list_occurrences(OccurrenceQuery(job_id=job_id, limit=10))
+        found[:] = [o for o in page.items if o.dispatched_at is not None]
+        return bool(found)
+
+    await eventually(sent, 15, "a fire sent ahead")
+    assert rt.jobs.now() < found[0].scheduled_for, "the test was too slow to see the hold"
+    return found[0]
+
+
+async def final(rt: Runtime, occurrence_id: UUID) -> Occurrence:
+    async def ended() -> Occurrence | None:
+        o = await rt.store.get_occurrence(occurrence_id)
+        return o if o.status.is_terminal else None
+
+    await eventually(ended, 20, f"occurrence {occurrence_id} ended")
+    return await rt.store.get_occurrence(occurrence_id)
+
+
+async def test_a_fire_sent_ahead_does_not_refuse_a_trigger_and_yields_to_it_at_its_due_time(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    due = rt.jobs.now() + timedelta(seconds=LEAD + 1.0)
+    job = await rt.jobs.create_job({"job_type": "it.two_seconds", "execute_at": due})
+    fire = await held(rt, job.id)
+    # a trigger during the hold, the fire's due time inside the triggered run's 2.2 s
+    await eventually(lambda: rt.jobs.now() >= due - timedelta(seconds=1.5), 10, "the hold")
+    triggered = await rt.jobs.trigger(job.id, reason="test")
+    assert triggered.status is S.QUEUED
+    # the triggered run is in progress now: a second trigger is refused
+    with pytest.raises(ConflictError):
+        await rt.jobs.trigger(job.id, reason="again")
+    ended = await final(rt, fire.id)
+    assert ended.status is S.CANCELLED
+    assert ended.exception == f"cancelled: {OVERLAP}"
+    assert ended.start_time is None  # never started
+    assert (await final(rt, triggered.id)).status is S.COMPLETED
+
+
+async def test_a_fire_sent_ahead_runs_when_the_triggered_run_ended_before_its_due_time(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    due = rt.jobs.now() + timedelta(seconds=LEAD + 0.5)
+    job = await rt.jobs.create_job({"job_type": "it.fast", "execute_at": due})
+    fire = await held(rt, job.id)
+    triggered = await rt.jobs.trigger(job.id, reason="test")
+    assert (await final(rt, triggered.id)).status is S.COMPLETED
+    assert rt.jobs.now() < due - timedelta(seconds=0.5), "the test was too slow"
+    ran = await final(rt, fire.id)
+    assert ran.status is S.COMPLETED
+    assert ran.start_time is not None
+    assert ran.start_time >= due
