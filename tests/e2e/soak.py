@@ -22,7 +22,8 @@ one-time job has completed and every cron job has finished a fire scheduled afte
 
 **Checks** (:func:`check`): no fire lost, no attempt started twice, no fire completed twice,
 every occurrence finished or explained, every attempt cut short by a kill followed by a new
-recorded attempt. Their exact definitions are in docs/reliability.md.
+recorded attempt, no fire Skipped as an overlap while nothing of its job was in progress
+(:mod:`tests.e2e.overlaps`). Their exact definitions are in docs/reliability.md.
 
 Every wait has a deadline; every service is restored (and checked up) in ``finally``.
 """
@@ -79,6 +80,7 @@ from .faults import (
     wait_workers,
     warm_up,
 )
+from .overlaps import unjustified_overlaps
 
 FAULT_KINDS = (
     "kill9_server",
@@ -202,6 +204,7 @@ class Report:
             ("occurrences", f.get("occurrences")),
             ("  by status", f.get("by_status")),
             ("  skipped by reason", f.get("skipped")),
+            ("  overlap skips while idle", f.get("overlaps_while_idle")),
             ("one-time jobs by kind", f.get("once_by_kind")),
             ("attempts started", f.get("attempts")),
             ("attempts cut short by a kill", f.get("cut_short")),
@@ -586,6 +589,14 @@ def check(soak: Soak) -> tuple[dict[str, Any], dict[str, list[str]]]:
     figures, problems = evaluate(
         jobs, occurrences, run_records(soak.runs), soak.killed_pids, soak.disabled_at
     )
+    # 6. no fire Skipped as an overlap while nothing of its job was in progress
+    overlaps = [
+        f"job {o['job_id']} fire {o['scheduled_for']:%H:%M:%S} Skipped (overlap) at "
+        f"{o['created_at']:%H:%M:%S.%f}: nothing of the job was in progress"
+        for o in unjustified_overlaps(c)
+    ]
+    figures["overlaps_while_idle"] = len(overlaps)
+    problems["no overlap skip while nothing ran"] = overlaps
     figures["cancels"] = dict(soak.cancels)
     figures["api_errors"] = soak.api_errors
     problems["work flows again after every fault"] = list(soak.problems)

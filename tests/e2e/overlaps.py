@@ -1,0 +1,42 @@
+"""Fires recorded ``Skipped`` (reason ``overlap``) while nothing of their job was in progress:
+the check the chaos soak and the failover tests share (docs/reliability.md, "Chaos soak").
+
+A Skip-policy fire is judged against the runs of its job that existed before the dispatch
+that recorded it (docs/concepts.md): an overlap skip is justified by another occurrence of
+the job, not skipped itself, recorded *earlier* (``created_at`` before the skip's: a fire of
+the same dispatch never counts) and not over yet when the skip was recorded, as the store
+saw it: still open, ended (its final status change) after the skip's creation in the
+store's order of changes, or ended by its worker's clock less than a second before it (a
+report being committed while the dispatch read the store).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .distributed import Cluster
+from .faults import sql
+
+UNJUSTIFIED_OVERLAPS = """
+    SELECT s.id, s.job_id, s.scheduled_for, s.created_at
+      FROM occurrences s
+     WHERE s.status = 7 AND s.skip_reason = 'overlap'
+       AND NOT EXISTS (
+           SELECT 1 FROM occurrences o
+            WHERE o.job_id = s.job_id AND o.id <> s.id AND o.status <> 7
+              AND o.created_at < s.created_at
+              AND (o.status IN (0, 1, 6)
+                   OR o.end_time IS NULL
+                   OR o.end_time > s.created_at - interval '1 second'
+                   OR EXISTS (
+                       SELECT 1 FROM occurrence_status_changes f
+                        WHERE f.occurrence_id = o.id AND f.to_status IN (2, 3, 4, 5)
+                          AND f.id > (SELECT min(c.id) FROM occurrence_status_changes c
+                                       WHERE c.occurrence_id = s.id))))
+     ORDER BY s.scheduled_for
+"""
+
+
+def unjustified_overlaps(c: Cluster) -> list[dict[str, Any]]:
+    """The overlap skips of the cluster's store that no run in progress explains."""
+    return sql(c, UNJUSTIFIED_OVERLAPS)
