@@ -512,19 +512,45 @@ async def test_undispatched_mark_and_reset(store: Store) -> None:
     assert (await store.get_occurrence(c.id)).dispatched_at == NOW
 
 
-async def test_undispatched_leaves_out_what_is_younger_than_created_before(
+async def test_dispatch_due_claims_what_the_caller_sends_until_claim_until(
     store: Store,
 ) -> None:
-    job = make_job()
+    """A fire the dispatcher publishes itself is inserted claimed (its ``due_at`` holds the
+    claim, as a sweep's does): no sweep sends it meanwhile; the mark ends the claim; a claim
+    that runs out (the dispatcher died before publishing) leaves it to the sweep. A fire held
+    behind an active one (Queue policy) is not claimed: the sweep sends it once released."""
+    job = make_job(execute_at=None, next_run_at=T0 - MINUTE)
+    queue = make_job(
+        execute_at=None, next_run_at=T0 - MINUTE, concurrency_policy=ConcurrencyPolicy.QUEUE
+    )
+    await store.create_jobs([job, queue])
+    result = await store.dispatch_due([job.id, queue.id], NOW, minutely, claim_until=CLAIM)
+    [held] = result.held
+    sent = list(result.queued)
+    assert len(sent) == 3
+    assert held.job_id == queue.id
+    for occ in sent:  # the result keeps each one's own due time; the row holds the claim
+        assert (await store.get_occurrence(occ.id)).due_at == CLAIM != occ.due_at
+    assert (await store.get_occurrence(held.id)).due_at == held.due_at
+    assert await store.undispatched(CLAIM - MINUTE, 10) == []  # held: behind queue's first
+    assert await store.claim_undispatched(CLAIM - MINUTE, 10, claim_until=CLAIM) == []
+
+    published = [o for o in sent if o.job_id == job.id]
+    died = [o for o in sent if o.job_id == queue.id]
+    await store.mark_dispatched(published, NOW)
+    for occ in published:  # the claim ended: dispatched, with its own due time again
+        stored = await store.get_occurrence(occ.id)
+        assert (stored.dispatched_at, stored.due_at) == (NOW, occ.due_at)
+    # The queue job's first was never marked: its claim runs out at CLAIM, then it is swept.
+    retaken = await store.claim_undispatched(CLAIM, 10, claim_until=CLAIM + MINUTE)
+    assert [o.id for o in retaken] == [o.id for o in died]
+
+
+async def test_dispatch_due_without_claim_until_leaves_due_at_alone(store: Store) -> None:
+    job = make_job(execute_at=None, next_run_at=T0 - MINUTE)
     await store.create_jobs([job])
-    # A catch-up fire: due long ago, but created (dispatched) just now.
-    old = occurrence(job, T0, created_at=T0 + 10 * MINUTE)
-    fresh = occurrence(job, T0 + MINUTE, created_at=T0 + 20 * MINUTE)
-    await store.insert_occurrences([old, fresh])
-    due = T0 + 30 * MINUTE
-    assert [o.id for o in await store.undispatched(due, 10)] == [old.id, fresh.id]
-    swept = await store.undispatched(due, 10, created_before=T0 + 15 * MINUTE)
-    assert [o.id for o in swept] == [old.id]
+    result = await store.dispatch_due([job.id], NOW, minutely)
+    assert [o.id for o in await store.undispatched(NOW, 10)] == [o.id for o in result.queued]
 
 
 # --- status -----------------------------------------------------------------------------------
@@ -916,18 +942,17 @@ async def test_claim_hides_occurrences_until_finished_or_run_out(store: Store) -
     assert await store.undispatched(CLAIM + MINUTE, 10) == []
 
 
-async def test_claim_respects_hold_and_creation_cutoff(store: Store) -> None:
+async def test_claim_respects_hold_and_takes_what_was_just_created(store: Store) -> None:
     job = make_job(concurrency_policy=ConcurrencyPolicy.QUEUE)
     await store.create_jobs([job])
     first = occurrence(job, T0, created_at=T0)
     second = occurrence(job, T0 + MINUTE, created_at=T0)
-    fresh = occurrence(make_job(), T0, created_at=T0 + 20 * MINUTE)
+    # a manual trigger created this instant: no age spares it (only a claim would)
+    fresh = occurrence(make_job(), T0, created_at=T0 + 5 * MINUTE)
     await store.create_jobs([make_job(id=fresh.job_id)])
     await store.insert_occurrences([first, second, fresh])
-    claimed = await store.claim_undispatched(
-        T0 + 5 * MINUTE, 10, created_before=T0 + MINUTE, claim_until=CLAIM
-    )
-    assert [o.id for o in claimed] == [first.id]  # second is held, fresh too young
+    claimed = await store.claim_undispatched(T0 + 5 * MINUTE, 10, claim_until=CLAIM)
+    assert {o.id for o in claimed} == {first.id, fresh.id}  # second is held
 
 
 async def test_finish_claim_leaves_an_occurrence_that_moved_on(store: Store) -> None:

@@ -62,7 +62,12 @@ class SchedulerSettings(BaseModel):
     max_recorded_misses: int = Field(1000, ge=1)
     sweeper_interval_seconds: float = Field(5.0, gt=0)
     sweeper_grace_seconds: float = Field(
-        2.0, ge=0, description="Distributed: pending occurrences younger than this are not swept."
+        2.0,
+        ge=0,
+        description="Distributed: the occurrences a fire commits are claimed for the dispatcher "
+        "publishing them this long (no sweep sends them meanwhile; if its server dies first, a "
+        "sweep sends them then). Triggers, retries, released dependents and backfills wait for "
+        "nothing: they are swept at once.",
     )
     sweeper_claim_seconds: float = Field(
         30.0,

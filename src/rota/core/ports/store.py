@@ -271,7 +271,12 @@ class DispatchStore(abc.ABC):
 
     @abc.abstractmethod
     async def dispatch_due(
-        self, job_ids: Sequence[UUID], now: datetime, planner: FirePlanner
+        self,
+        job_ids: Sequence[UUID],
+        now: datetime,
+        planner: FirePlanner,
+        *,
+        claim_until: datetime | None = None,
     ) -> DispatchResult:
         """Fire the given jobs that are due, in one write transaction.
 
@@ -280,23 +285,23 @@ class DispatchStore(abc.ABC):
         occurrences (a fire whose (job, scheduled_for) already exists is not inserted again:
         a double dispatch is impossible); set the job's ``next_run_at`` (and ``is_active``) from
         the plan. A Queued occurrence of a Queue-policy job that has an earlier active
-        occurrence is *held*. Report every requested job's resulting next fire.
+        occurrence is *held*. Report every requested job's resulting next fire. ``claim_until``:
+        the result's ``queued`` (the caller sends them) are inserted claimed until then, as by
+        :meth:`claim_undispatched` (``due_at``), ended by :meth:`mark_dispatched`.
         """
 
     @abc.abstractmethod
     async def mark_dispatched(self, published: Sequence[Occurrence], at: datetime) -> None:
         """Record that these occurrences' messages were handed to the broker: each row is
         marked only while it still holds the published attempt and is undispatched, so a
-        late mark never lands on a retry requeued meanwhile (which the sweeper must send)."""
+        late mark never lands on a retry requeued meanwhile (which the sweeper must send).
+        Each row's ``due_at`` is the occurrence's own again (a fire's claim ends)."""
 
     @abc.abstractmethod
-    async def undispatched(
-        self, due_before: datetime, limit: int, *, created_before: datetime | None = None
-    ) -> list[Occurrence]:
-        """Queued occurrences never handed to the broker with ``due_at <= due_before`` (and,
-        if given, ``created_at <= created_before``: leaves out what a dispatcher may be
-        publishing right now), earliest due first, leaving out those held behind an earlier
-        active occurrence of a Queue-policy job. The sweeper republishes them."""
+    async def undispatched(self, due_before: datetime, limit: int) -> list[Occurrence]:
+        """Queued occurrences never handed to the broker with ``due_at <= due_before`` (so not
+        claimed past it), earliest due first, leaving out those held behind an earlier active
+        occurrence of a Queue-policy job. The sweeper republishes them."""
 
     @abc.abstractmethod
     async def claim_undispatched(
@@ -304,7 +309,6 @@ class DispatchStore(abc.ABC):
         due_before: datetime,
         limit: int,
         *,
-        created_before: datetime | None = None,
         claim_until: datetime,
     ) -> list[Occurrence]:
         """Take the occurrences :meth:`undispatched` would return, atomically: each one is

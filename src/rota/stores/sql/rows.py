@@ -236,7 +236,10 @@ def _last_sign(occurrence: Occurrence) -> datetime:
     return occurrence.last_heartbeat or occurrence.start_time or occurrence.created_at
 
 
-def _occurrence_row(occ: Occurrence, policy: ConcurrencyPolicy) -> dict[str, Any]:
+def _occurrence_row(
+    occ: Occurrence, policy: ConcurrencyPolicy, claimed_until: datetime | None = None
+) -> dict[str, Any]:
+    """The row of ``occ``; ``claimed_until``: its ``due_at`` holds a dispatch claim."""
     return {
         "id": occ.id,
         "job_id": occ.job_id,
@@ -244,7 +247,7 @@ def _occurrence_row(occ: Occurrence, policy: ConcurrencyPolicy) -> dict[str, Any
         "worker_id": occ.worker_id,
         "status": int(occ.status),
         "scheduled_for": occ.scheduled_for,
-        "due_at": occ.due_at,
+        "due_at": claimed_until or occ.due_at,
         "created_at": occ.created_at,
         "attempt": occ.attempt,
         "max_retries": occ.max_retries,

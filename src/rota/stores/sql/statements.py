@@ -171,23 +171,28 @@ def _update_streaks_stmt() -> UpdateBase:
 
 _MARK_DISPATCHED_PG = f"""
 WITH marked AS (
-    SELECT o.id, o.scheduled_for FROM {occurrences.name} AS o
-    JOIN unnest($2::UUID[], $3::TIMESTAMP WITH TIME ZONE[], $4::INTEGER[]) AS v(id, key_at, attempt)
+    SELECT o.id, o.scheduled_for, v.due_at FROM {occurrences.name} AS o
+    JOIN unnest(
+        $2::UUID[], $3::TIMESTAMP WITH TIME ZONE[], $4::INTEGER[], $5::TIMESTAMP WITH TIME ZONE[]
+    ) AS v(id, key_at, attempt, due_at)
         ON o.id = v.id AND o.scheduled_for = v.key_at AND o.attempt = v.attempt
     WHERE o.dispatched_at IS NULL
     ORDER BY o.id
     FOR UPDATE OF o
 )
-UPDATE {occurrences.name} SET dispatched_at = $1::TIMESTAMP WITH TIME ZONE FROM marked
+UPDATE {occurrences.name} SET dispatched_at = $1::TIMESTAMP WITH TIME ZONE, due_at = marked.due_at
+FROM marked
 WHERE {occurrences.name}.id = marked.id AND {occurrences.name}.scheduled_for = marked.scheduled_for
 """
 """PostgreSQL: mark a batch of published occurrences dispatched in one statement, locking
-them in id order (the status tracker's order) first."""
+them in id order (the status tracker's order) first; each one's ``due_at`` is its own again
+(the fire's claim ends)."""
 
 
 def _mark_dispatched_stmt(at: datetime) -> UpdateBase:
     """SQLite: mark one published occurrence dispatched at ``at`` (run once per occurrence):
-    only the attempt that was published, and only while it is still undispatched."""
+    only the attempt that was published, and only while it is still undispatched; its
+    ``due_at`` is its own again (the fire's claim ends)."""
     c = occurrences.c
     return (
         update(occurrences)
@@ -197,7 +202,7 @@ def _mark_dispatched_stmt(at: datetime) -> UpdateBase:
             c.attempt == bindparam("b_attempt", type_=Integer()),
             c.dispatched_at.is_(None),
         )
-        .values(dispatched_at=at)
+        .values(dispatched_at=at, due_at=bindparam("b_due", type_=UtcDateTime()))
     )
 
 
@@ -208,11 +213,10 @@ a bound parameter cannot (a prepared statement's generic plan is made for any va
 SQLite does not look into parameters for a partial index)."""
 
 
-def _undispatched_stmt(
-    due_before: datetime, limit: int, created_before: datetime | None
-) -> Select[Any]:
-    """Queued, never dispatched, due, not held behind an earlier active occurrence of a
-    Queue-policy job; earliest due first."""
+def _undispatched_stmt(due_before: datetime, limit: int) -> Select[Any]:
+    """Queued, never dispatched, due (a claim, the sweep's or the fire's, holds ``due_at``
+    past its end), not held behind an earlier active occurrence of a Queue-policy job;
+    earliest due first."""
     occ = occurrences
     earlier = occurrences.alias("earlier")
     waiting = exists().where(
@@ -220,7 +224,7 @@ def _undispatched_stmt(
         earlier.c.status.in_(ACTIVE),
         earlier.c.id < occ.c.id,
     )
-    stmt = (
+    return (
         select(occ)
         .where(
             occ.c.status == QUEUED_LITERAL,
@@ -231,20 +235,6 @@ def _undispatched_stmt(
         .order_by(occ.c.due_at, occ.c.id)
         .limit(max(0, limit))
     )
-    if created_before is not None:
-        # The grace spares what another server's dispatcher may be publishing right now. An
-        # occurrence held behind an earlier one (Queue policy: that one ended after it was
-        # created) was never published: released, it goes at once.
-        released = exists().where(
-            earlier.c.job_id == occ.c.job_id,
-            earlier.c.id < occ.c.id,
-            earlier.c.end_time >= occ.c.created_at,
-        )
-        held = and_(occ.c.concurrency_policy.in_([int(p) for p in WAITING_POLICIES]), released)
-        # A jittered fire is never published by the dispatch that created it: only swept.
-        jittered = occ.c.jitter_seconds.is_not(None)
-        stmt = stmt.where(or_(occ.c.created_at <= created_before, held, jittered))
-    return stmt
 
 
 def _insert_failed_stmt(dialect: str) -> UpdateBase:
