@@ -52,6 +52,7 @@ async def held_deliveries_start_by_priority(broker: Broker, start: StartExecutor
             scheduled_for=NOW,
             timestamp=NOW,
             priority=priority,
+            worker_id=executor.worker_id,
         )
         await broker.publish_jobs([message])
         return message

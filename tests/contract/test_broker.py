@@ -12,7 +12,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -86,7 +86,8 @@ def names() -> Callable[[str], str]:
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-def job(job_type: str, priority: Priority = Priority.MEDIUM) -> JobMessage:
+def job(group: str, job_type: str, priority: Priority = Priority.MEDIUM) -> JobMessage:
+    """A job message sent to worker group ``group``."""
     oid = uuid.uuid4()
     return JobMessage(
         occurrence_id=oid,
@@ -96,6 +97,7 @@ def job(job_type: str, priority: Priority = Priority.MEDIUM) -> JobMessage:
         scheduled_for=NOW,
         timestamp=NOW,
         priority=priority,
+        worker_id=group,
     )
 
 
@@ -147,7 +149,7 @@ async def test_higher_priority_first_then_publication_order(
     await broker.declare_worker_group(group, [kind])
     p = Priority
     plan = [p.MEDIUM, p.LOW, p.CRITICAL, p.MEDIUM, p.HIGH, p.VERY_LOW, p.CRITICAL, p.LOW]
-    messages = [job(kind, prio) for prio in plan]
+    messages = [job(group, kind, prio) for prio in plan]
     await broker.publish_jobs(messages)
     consumer = broker.consume_jobs(group, 100)
     got = await take_n(consumer, len(messages))
@@ -160,32 +162,43 @@ async def test_higher_priority_first_then_publication_order(
     await stop(consumer)
 
 
-async def test_routing_by_job_type_to_every_declaring_group(
+async def test_each_message_goes_to_the_one_group_it_names(
     broker: Broker, harness: Harness, names: Callable[[str], str]
 ) -> None:
-    one, two = names("one"), names("two")
-    shared, only_two, nobody = names("Shared"), names("OnlyTwo"), names("Nobody")
+    """No copies: a job type both groups run reaches only the group its message names; a
+    group no one declared yet gets its queue made, and keeps the message."""
+    one, two, later = names("one"), names("two"), names("later")
+    shared = names("Shared")
     await broker.declare_worker_group(one, [shared])
-    await broker.declare_worker_group(two, [shared.lower(), only_two])  # case-insensitive
-    await broker.declare_worker_group(two, [shared])  # re-declaring adds nothing twice
-    m_shared, m_two, m_nobody = job(shared), job(only_two), job(nobody)
-    await broker.publish_jobs([m_shared, m_two, m_nobody])
+    await broker.declare_worker_group(two, [shared])
+    to_one, to_two, to_later = job(one, shared), job(two, shared), job(later, shared)
+    await broker.publish_jobs([to_one, to_two, to_later])
 
-    depths = await broker.queue_depths()
+    depths = await broker.queue_depths([later])
     assert depths[f"{harness.prefix}.jobs.{one}"] == 1
-    assert depths[f"{harness.prefix}.jobs.{two}"] == 2
+    assert depths[f"{harness.prefix}.jobs.{two}"] == 1
+    assert depths[f"{harness.prefix}.jobs.{later}"] == 1
 
-    c1, c2 = broker.consume_jobs(one, 10), broker.consume_jobs(two, 10)
-    got1, got2 = await take_n(c1, 1), await take_n(c2, 2)
-    assert [d.message.occurrence_id for d in got1] == [m_shared.occurrence_id]
-    assert [d.message.occurrence_id for d in got2] == [m_shared.occurrence_id, m_two.occurrence_id]
-    for d in got1 + got2:
+    consumers = [broker.consume_jobs(g, 10) for g in (one, two, later)]
+    got = [await take(c) for c in consumers]
+    assert [d.message.occurrence_id for d in got] == [
+        m.occurrence_id for m in (to_one, to_two, to_later)
+    ]
+    for d in got:
         await d.ack()
-    await cancel(await stays_pending(c1))  # the undeclared type went nowhere
-    await cancel(await stays_pending(c2))
-    assert m_nobody.occurrence_id not in await harness.dead_letters()
-    for c in (c1, c2):
+    for c in consumers:
+        await cancel(await stays_pending(c))  # nothing else came: no copy anywhere
         await stop(c)
+
+
+async def test_a_message_naming_no_group_is_refused(
+    broker: Broker, harness: Harness, names: Callable[[str], str]
+) -> None:
+    group, kind = names("grp"), names("Kind")
+    await broker.declare_worker_group(group, [kind])
+    with pytest.raises(ValueError, match="names no worker group"):
+        await broker.publish_jobs([job(group, kind), replace(job(group, kind), worker_id=None)])
+    assert (await broker.queue_depths([group]))[f"{harness.prefix}.jobs.{group}"] == 0
 
 
 async def test_consumers_of_a_group_share_its_queue(
@@ -194,11 +207,11 @@ async def test_consumers_of_a_group_share_its_queue(
     group, kind = names("grp"), names("kind")
     await broker.declare_worker_group(group, [kind])
     first, second = broker.consume_jobs(group, 1), broker.consume_jobs(group, 1)
-    await broker.publish_jobs([job(kind), job(kind)])
+    await broker.publish_jobs([job(group, kind), job(group, kind)])
     a, b = await take(first), await take(second)
     assert a.message.occurrence_id != b.message.occurrence_id
 
-    more = [job(kind) for _ in range(40)]
+    more = [job(group, kind) for _ in range(40)]
     await broker.publish_jobs(more)
     seen: list[uuid.UUID] = [a.message.occurrence_id, b.message.occurrence_id]
     held = [a, b]
@@ -228,7 +241,7 @@ async def test_prefetch_bounds_unsettled_deliveries(
 ) -> None:
     group, kind = names("grp"), names("kind")
     await broker.declare_worker_group(group, [kind])
-    messages = [job(kind) for _ in range(4)]
+    messages = [job(group, kind) for _ in range(4)]
     await broker.publish_jobs(messages)
     consumer = broker.consume_jobs(group, 2)
     first, second = await take_n(consumer, 2)
@@ -250,7 +263,7 @@ async def test_requeued_message_is_redelivered_flagged(
 ) -> None:
     group, kind = names("grp"), names("kind")
     await broker.declare_worker_group(group, [kind])
-    m1, m2 = job(kind), job(kind)
+    m1, m2 = job(group, kind), job(group, kind)
     await broker.publish_jobs([m1, m2])
     consumer = broker.consume_jobs(group, 1)
     first = await take(consumer)
@@ -274,7 +287,7 @@ async def test_rejected_message_goes_to_dead_letters(
 ) -> None:
     group, kind = names("grp"), names("kind")
     await broker.declare_worker_group(group, [kind])
-    doomed, fine = job(kind), job(kind)
+    doomed, fine = job(group, kind), job(group, kind)
     await broker.publish_jobs([doomed, fine])
     consumer = broker.consume_jobs(group, 1)
     delivery = await take(consumer)
@@ -292,7 +305,7 @@ async def test_close_ends_consumers_and_hands_back_unsettled(
 ) -> None:
     group, kind = names("grp"), names("kind")
     await broker.declare_worker_group(group, [kind])
-    message = job(kind)
+    message = job(group, kind)
     await broker.publish_jobs([message])
     consumer = broker.consume_jobs(group, 5)
     delivery = await take(consumer)
@@ -309,7 +322,7 @@ async def test_close_ends_consumers_and_hands_back_unsettled(
     with pytest.raises(StopAsyncIteration):
         await take(consumer)
     with pytest.raises(BackendUnavailableError):
-        await broker.publish_jobs([job(kind)])
+        await broker.publish_jobs([job(group, kind)])
 
     await broker.start()  # reconnect: the unsettled message comes again
     fresh = broker.consume_jobs(group, 5)
@@ -348,7 +361,7 @@ async def test_many_messages_arrive_whole_and_in_order(
     """More messages than a publish window (RabbitMQ writes a window as one payload)."""
     group, kind = names("grp"), names("kind")
     await broker.declare_worker_group(group, [kind])
-    messages = [job(kind) for _ in range(2500)]
+    messages = [job(group, kind) for _ in range(2500)]
     await broker.publish_jobs(messages)
     consumer = broker.consume_jobs(group, 500)
     got: list[uuid.UUID] = []
@@ -368,7 +381,7 @@ async def test_acks_settle_only_their_own_deliveries(
     ``multiple`` ack may only cover what is really done)."""
     group, kind = names("grp"), names("kind")
     await broker.declare_worker_group(group, [kind])
-    messages = [job(kind) for _ in range(6)]
+    messages = [job(group, kind) for _ in range(6)]
     await broker.publish_jobs(messages)
     consumer = broker.consume_jobs(group, 10)
     first, second, third, *rest = await take_n(consumer, 6)
@@ -399,7 +412,7 @@ async def test_acks_of_a_burst_settle_every_delivery(
     comes again after the broker's connection is closed."""
     group, kind = names("grp"), names("kind")
     await broker.declare_worker_group(group, [kind])
-    messages = [job(kind) for _ in range(250)]
+    messages = [job(group, kind) for _ in range(250)]
     await broker.publish_jobs(messages)
     consumer = broker.consume_jobs(group, 100)
     first = await take(consumer)  # open until half the others are settled
@@ -442,7 +455,7 @@ async def test_rabbitmq_deliveries_reach_the_consumer_without_a_task_each(
     monkeypatch.setattr(_JobConsumer, "_on_message", counted)
     group, kind = names("grp"), names("kind")
     await broker.declare_worker_group(group, [kind])
-    messages = [job(kind) for _ in range(5)]
+    messages = [job(group, kind) for _ in range(5)]
     await broker.publish_jobs(messages)
     consumer = broker.consume_jobs(group, 10)
     got = await take_n(consumer, 5)
@@ -458,7 +471,7 @@ async def test_queue_depths_name_every_queue(
 ) -> None:
     group, kind = names("grp"), names("kind")
     await broker.declare_worker_group(group, [kind])
-    await broker.publish_jobs([job(kind), job(kind, Priority.HIGH)])
+    await broker.publish_jobs([job(group, kind), job(group, kind, Priority.HIGH)])
     await broker.publish_status([status()])
     await broker.publish_status([status(), status()])
     await broker.publish_logs([log("a")])
@@ -552,7 +565,7 @@ async def test_queue_depths_of_named_groups(
 ) -> None:
     group, kind, never = names("grp"), names("kind"), names("never-declared")
     await broker.declare_worker_group(group, [kind])
-    await broker.publish_jobs([job(kind)])
+    await broker.publish_jobs([job(group, kind)])
     depths = await broker.queue_depths([group, never])
     assert depths[f"{harness.prefix}.jobs.{group}"] == 1
     assert f"{harness.prefix}.jobs.{never}" not in depths

@@ -54,8 +54,7 @@ async def poison(harness: Harness, group: str, kind: str, body: bytes) -> None:
     assert isinstance(target, RabbitMQBroker)
     # Published raw to the group's queue: its consumer cannot decode it and rejects it.
     amqp = target.names
-    key = amqp.job_routing_key(kind, job(kind).occurrence_id)
-    await target._publish([target._record_item(amqp.jobs_exchange, key, body)])
+    await target._publish([target._record_item("", amqp.job_queue(group), body)])
     consumer = target.consume_jobs(group, 1)
     pending = await stays_pending(consumer)  # nothing readable comes out of it
     await cancel(pending)
@@ -69,7 +68,7 @@ async def test_rejected_job_messages_come_out_decoded_and_go_once_acked(
 ) -> None:
     group, kind = names("grp"), names("kind")
     await broker.declare_worker_group(group, [kind])
-    messages = [job(kind) for _ in range(3)]
+    messages = [job(group, kind) for _ in range(3)]
     await broker.publish_jobs(messages)
     await reject_all(broker, group, 3)
 
@@ -102,7 +101,7 @@ async def test_unacknowledged_batch_comes_again_to_the_next_consumer(
 ) -> None:
     group, kind = names("grp"), names("kind")
     await broker.declare_worker_group(group, [kind])
-    message = job(kind)
+    message = job(group, kind)
     await broker.publish_jobs([message])
     await reject_all(broker, group, 1)
     letters: Batches = broker.consume_dead_letters(10, 0.05)

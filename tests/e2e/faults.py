@@ -223,15 +223,15 @@ def names(c: Cluster) -> AmqpNames:
     return AmqpNames(c.env["ROTA_NAME_PREFIX"])
 
 
-async def _publish(
-    url: str, exchange: str, items: Sequence[tuple[str, bytes, dict[str, Any]]]
-) -> None:
+async def _publish(url: str, items: Sequence[tuple[str, bytes, dict[str, Any]]]) -> None:
+    """Publish ``(routing key, body, headers)`` to the default exchange: the routing key is a
+    queue's name."""
     import aio_pika
 
     connection = await aio_pika.connect(url, timeout=10)
     async with connection:
         channel = await connection.channel(on_return_raises=True)  # confirms on
-        target = await channel.get_exchange(exchange)
+        target = channel.default_exchange
         for routing_key, body, headers in items:
             message = aio_pika.Message(
                 body, headers=headers, content_type=CONTENT_TYPE, delivery_mode=PERSISTENT
@@ -239,9 +239,13 @@ async def _publish(
             await target.publish(message, routing_key, mandatory=True)
 
 
-def publish_raw(c: Cluster, items: Sequence[tuple[str, bytes, dict[str, Any]]]) -> None:
-    """Publish ``(routing key, body, headers)`` to the jobs exchange (confirmed, routed)."""
-    asyncio.run(_publish(c.env["ROTA_AMQP_URL"], names(c).jobs_exchange, items))
+def publish_raw(
+    c: Cluster, items: Sequence[tuple[bytes, dict[str, Any]]], group: str = "e2e"
+) -> None:
+    """Publish ``(body, headers)`` to the job queue of worker group ``group``, as the
+    dispatcher does (the default exchange; confirmed, routed)."""
+    key = names(c).job_queue(group)
+    asyncio.run(_publish(c.env["ROTA_AMQP_URL"], [(key, b, h) for b, h in items]))
 
 
 def job_message(c: Cluster, occurrence_id: str) -> JobMessage:
@@ -260,7 +264,7 @@ def job_message(c: Cluster, occurrence_id: str) -> JobMessage:
         priority=Priority(row["priority"]),
         timeout_seconds=row["timeout_seconds"],
         job_version=row["job_version"],
-        worker_id=row["worker_id"],
+        worker_id=row["worker_id"] or "e2e",
         original_correlation_id=row["id"],
     )
 
@@ -269,10 +273,9 @@ def publish_job_message(c: Cluster, occurrence_id: str, copies: int) -> None:
     """Publish the job message of an occurrence ``copies`` times more, as the dispatcher does
     (same body, headers, routing key and exchange)."""
     message = job_message(c, occurrence_id)
-    key = names(c).job_routing_key(message.job_type, message.occurrence_id)
     body = encode_job_message(message)
     headers: dict[str, Any] = dict(job_message_headers(message))
-    publish_raw(c, [(key, body, headers)] * copies)
+    publish_raw(c, [(body, headers)] * copies, message.worker_id or "e2e")
 
 
 async def _queue_depths(c: Cluster, worker_id: str) -> dict[str, int]:

@@ -18,7 +18,6 @@ shorten the loader interval, leases, heartbeats and the zombie threshold (10 s i
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -511,7 +510,7 @@ def test_poison_messages_are_dead_lettered_and_the_worker_goes_on(
         b"",
     ]
     published = time.monotonic()
-    publish_raw(c, [(f"e2e.record.{os.urandom(4).hex()}", body, {}) for body in garbage])
+    publish_raw(c, [(body, {}) for body in garbage])
 
     # Today the dead letters wait in the dead-letter queue; once the servers' dead-letter
     # handler consumes it, each becomes a failed-occurrence record of failure type poison.

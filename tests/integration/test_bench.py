@@ -57,7 +57,7 @@ async def _remove(prefix: str) -> None:
         for queue in (names.job_queue(BENCH_WORKER), names.status_queue, names.logs_queue):
             await channel.queue_delete(queue)
         await channel.queue_delete(names.dead_letter_queue)
-        for exchange in (names.jobs_exchange, names.status_exchange, names.logs_exchange):
+        for exchange in (names.status_exchange, names.logs_exchange):
             await channel.exchange_delete(exchange)
         await channel.exchange_delete(names.dead_letter_exchange)
     finally:

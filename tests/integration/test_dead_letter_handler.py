@@ -111,8 +111,8 @@ async def test_unreadable_job_message_on_rabbitmq_becomes_a_poison_record(
     try:
         await broker.declare_worker_group("grp", ["Send"])
         body = b'{"occurrenceId": "01", "jobType": "Send"}'
-        key = broker.names.job_routing_key("Send", uuid.uuid4())
-        await broker._publish([broker._record_item(broker.names.jobs_exchange, key, body)])
+        key = broker.names.job_queue("grp")  # the group's queue, on the default exchange
+        await broker._publish([broker._record_item("", key, body)])
         consumer = broker.consume_jobs("grp", 1)
         taking = asyncio.ensure_future(anext(consumer))  # the consumer rejects it, yields none
 

@@ -18,7 +18,7 @@ from rota.app.settings import SchedulerSettings
 from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
 from rota.core.ids import bucket_of, new_id
-from rota.core.models import Job
+from rota.core.models import Job, utcnow
 from rota.core.records import IndexEntry, OccurrenceQuery
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.dispatcher import LOCKED_RETRY_SECONDS, Dispatcher
@@ -58,13 +58,14 @@ async def test_a_locked_due_job_stays_in_the_index_and_fires_once_the_lock_is_go
         bucket=bucket_of(job_id, BUCKETS),
     )
     await store.create_jobs([job])
+    await store.record_job_types([("report", "w")], utcnow())  # a group runs it
     index = MemoryScheduleIndex()
     await index.upsert([IndexEntry(job.id, job.bucket, due.timestamp())])
     dispatcher = Dispatcher(
         store,
         index,
         InProcessBroker(),
-        WorkerDirectory(MemoryCoordination()),
+        WorkerDirectory(MemoryCoordination(), history=store),
         dispatcher_config(SchedulerSettings()),
         lambda: [job.bucket],
     )

@@ -37,6 +37,7 @@ def _message(retry_count: int) -> JobMessage:
         max_retries=3,
         retry_delay_seconds=0.25 if retry_count else None,
         original_correlation_id=occurrence_id,
+        worker_id="headers",
     )
 
 

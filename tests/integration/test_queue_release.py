@@ -60,6 +60,7 @@ async def test_a_held_occurrence_goes_when_another_server_applies_the_end_before
         concurrency_policy=ConcurrencyPolicy.QUEUE,
     )
     await store_a.create_jobs([job])
+    await store_a.record_job_types([("report", "w")], utcnow())  # a group runs it
     first = new_occurrence(job, now - timedelta(seconds=1), now, PlanSettings(), dispatched_at=now)
     await store_a.insert_occurrences([first])
     running = StatusRecord(occurrence_id=first.id, status=S.RUNNING, timestamp=now)
@@ -73,7 +74,7 @@ async def test_a_held_occurrence_goes_when_another_server_applies_the_end_before
         store_b,
         MemoryScheduleIndex(),
         broker,
-        WorkerDirectory(MemoryCoordination()),
+        WorkerDirectory(MemoryCoordination(), history=store_b),
         dispatcher_config(SchedulerSettings(sweeper_interval_seconds=5.0)),
         lambda: [],
         pending_grace=GRACE,

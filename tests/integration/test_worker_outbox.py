@@ -148,7 +148,7 @@ def job_message(job_type: str, **fields: Any) -> JobMessage:
         job_data=None,
         scheduled_for=NOW,
         timestamp=NOW,
-        **fields,
+        **{"worker_id": GROUP, **fields},
     )
 
 

@@ -150,7 +150,7 @@ class Harness:
             job_data=data,
             scheduled_for=fields.pop("scheduled_for", NOW),
             timestamp=NOW,
-            **fields,
+            **{"worker_id": WORKER, **fields},
         )
         await self.broker.publish_jobs([message])
         return message

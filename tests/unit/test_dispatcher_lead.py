@@ -28,6 +28,7 @@ async def test_a_fire_within_the_lead_is_dispatched_ahead(store: SqlStore, lead:
     due = (utcnow() + AHEAD).replace(microsecond=0)
     job = Job(id=new_id(), job_type="report", execute_at=due, next_run_at=due)
     await store.create_jobs([job])
+    await store.record_job_types([("report", "w")], utcnow())  # a group runs it
     index = MemoryScheduleIndex()
     await index.upsert([IndexEntry(job.id, job.bucket, due.timestamp())])
     settings = SchedulerSettings(dispatch_lead_seconds=lead)
@@ -35,7 +36,7 @@ async def test_a_fire_within_the_lead_is_dispatched_ahead(store: SqlStore, lead:
         store,
         index,
         InProcessBroker(),
-        WorkerDirectory(MemoryCoordination()),
+        WorkerDirectory(MemoryCoordination(), history=store),
         dispatcher_config(settings),
         lambda: [job.bucket],
     )

@@ -264,7 +264,7 @@ def _message(retry_count: int, **fields: Any) -> JobMessage:
         timestamp=NOW,
         retry_count=retry_count,
         max_retries=99,
-        **fields,
+        **{"worker_id": WORKER, **fields},
     )
 
 
@@ -527,6 +527,7 @@ async def test_cancel_before_the_message_arrives(harness: Harness, observer: Obs
         job_data=None,
         scheduled_for=NOW,
         timestamp=NOW,
+        worker_id=WORKER,
     )
     await harness.broker.publish_jobs([message])
     record = await observer.wait_final(occurrence_id)

@@ -3,10 +3,8 @@
 Semantics follow the RabbitMQ topology of DESIGN.md §5 so that services and workers behave the
 same on both:
 
-* **Routing is by job type, with topic semantics.** Every worker group that declared a job type
-  (case-insensitively, as RabbitMQ routing keys are lowercased) gets its own copy of a message
-  of that type: a type declared by two groups is run by both. The message's ``worker_id`` does
-  not route. A message of a type nobody declared is dropped.
+* **Each message goes to one group**: the queue of the worker group its ``worker_id`` names
+  (the dispatcher's choice), made if it does not exist yet; never a copy to another group.
 * **One queue per group, shared by its consumers.** Within a queue, higher priority first, then
   publication order. A message given back (``reject(requeue=True)``, or still unsettled when
   the broker closes) returns to its original place, flagged ``redelivered``.
@@ -65,10 +63,11 @@ class _GroupQueue:
     messages are always older than every never-delivered one of their level, so taking from
     the heap first keeps publication order exactly."""
 
-    __slots__ = ("fresh", "name", "returned", "size", "waiters")
+    __slots__ = ("fresh", "name", "returned", "size", "waiters", "worker_id")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, worker_id: str) -> None:
         self.name = name
+        self.worker_id = worker_id
         self.fresh: list[deque[_Item]] = [deque() for _ in range(_LEVELS)]
         self.returned: list[list[_Item]] = [[] for _ in range(_LEVELS)]
         self.size = 0
@@ -356,7 +355,6 @@ class InProcessBroker(Broker):
     def __init__(self, *, prefix: str = "rota", dead_letter_limit: int = 10_000) -> None:
         self._prefix = prefix
         self._groups: dict[str, _GroupQueue] = {}
-        self._routes: dict[str, list[_GroupQueue]] = {}
         self._seq = itertools.count()
         self._consumers: set[_JobConsumer] = set()
         self._batch_consumers: set[_BatchConsumer[Any]] = set()
@@ -393,26 +391,23 @@ class InProcessBroker(Broker):
             batch_consumer.stop()
 
     async def declare_worker_group(self, worker_id: str, job_types: Sequence[str]) -> None:
-        group = self._group(worker_id)
-        for job_type in job_types:
-            routed = self._routes.setdefault(job_type.lower(), [])
-            if group not in routed:
-                routed.append(group)
+        self._group(worker_id)  # the types route nothing: the dispatcher names the group
 
     async def publish_jobs(self, messages: Sequence[JobMessage]) -> None:
         self._check_open()
-        routes = self._routes
+        for message in messages:
+            if not message.worker_id:
+                raise ValueError(
+                    f"job message {message.occurrence_id} names no worker group to send it to"
+                )
         seq = self._seq
         touched: set[_GroupQueue] = set()
+        group: _GroupQueue | None = None
         for message in messages:
-            groups = routes.get(message.job_type.lower())
-            if not groups:
-                continue
-            level = min(max(int(message.priority), 0), _TOP)
-            item = (next(seq), message)
-            for group in groups:
-                group.put(level, item)
-                touched.add(group)
+            if group is None or group.worker_id != message.worker_id:
+                group = self._group(message.worker_id or "")
+            group.put(min(max(int(message.priority), 0), _TOP), (next(seq), message))
+            touched.add(group)
         for group in touched:
             group.wake_all()
 
@@ -453,7 +448,9 @@ class InProcessBroker(Broker):
     def _group(self, worker_id: str) -> _GroupQueue:
         group = self._groups.get(worker_id)
         if group is None:
-            group = self._groups[worker_id] = _GroupQueue(f"{self._prefix}.jobs.{worker_id}")
+            group = self._groups[worker_id] = _GroupQueue(
+                f"{self._prefix}.jobs.{worker_id}", worker_id
+            )
         return group
 
     # --- dead letters ----------------------------------------------------------------------

@@ -182,6 +182,16 @@ class DispatchResult:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DeclinedResult:
+    """What :meth:`~rota.core.ports.routing.RoutingStore.return_declined` did."""
+
+    returned: list[UUID] = field(default_factory=list)
+    """Handed back to the dispatcher, to be sent to a group that runs them."""
+    unserved: list[UUID] = field(default_factory=list)
+    """No group runs them now: the decline stands (their attempt fails)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AppliedChange:
     occurrence_id: UUID
     job_id: UUID

@@ -24,11 +24,10 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from rota.core.errors import BackendUnavailableError, ConflictError, NotFoundError
-from rota.core.models import Job, JobMessage, LogRecord, Occurrence, OccurrenceStatus, StatusRecord
+from rota.core.models import Job, LogRecord, Occurrence, OccurrenceStatus, StatusRecord
 from rota.core.planning import is_fire
 from rota.core.ports import AheadStore, OccurrenceStore, Signals
 from rota.core.records import OccurrenceQuery
-from rota.services.dispatcher import to_message
 from rota.services.events import EventPublisher
 
 S = OccurrenceStatus
@@ -172,7 +171,7 @@ EDITED = "job edited before its due time"
 async def supersede_ahead(
     store: AheadStore,
     coordination: Signals,
-    publish: Callable[[Sequence[JobMessage]], Awaitable[None]],
+    publish: Callable[[Sequence[Occurrence], datetime], Awaitable[None]],
     job: Job,
     *,
     max_retries: int,
@@ -202,7 +201,7 @@ async def supersede_ahead(
             cancelled += 1
     renewed = await store.supersede_queued(job, keep, max_retries)
     if renewed:
-        await publish([to_message(o, now) for o in renewed])
+        await publish(renewed, now)  # each to the one worker group the dispatcher picks
         try:
             await coordination.cancel([o.id for o in renewed], EDITED, superseded_below=job.version)
         except BackendUnavailableError as exc:  # a worker holding an old copy on its own

@@ -17,6 +17,7 @@ from rota.core.ports import Broker, StatusStore
 from rota.core.records import Batch, StatusResult
 from rota.services._loop import Backoff, run_periodically
 from rota.services.events import EventPublisher
+from rota.services.routing import DeclinedAttempts
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -103,11 +104,17 @@ class StatusTracker(_BatchConsumer[StatusRecord]):
         batch_size: int,
         max_wait: float,
         on_applied: Callable[[StatusResult], None] | None = None,
+        declines: DeclinedAttempts | None = None,
     ) -> None:
+        """``declines``: settles the attempts a worker group declined (a job type it does
+        not run) before the rest of the batch is applied."""
         super().__init__(store, broker, batch_size=batch_size, max_wait=max_wait)
         self._on_applied = on_applied
+        self._declines = declines
 
     async def handle(self, records: Sequence[StatusRecord]) -> StatusResult:
+        if self._declines is not None:
+            records = await self._declines.settle(records)
         result = await self._store.apply_status(records)
         self.stats.batches += 1
         self.stats.applied += len(result.applied)

@@ -6,11 +6,14 @@ not taken for one of a type nothing runs."""
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from rota.core.errors import BackendUnavailableError
 from rota.core.events import Event, worker_changed
@@ -53,6 +56,8 @@ class WorkerDirectory:
         self._defaults: dict[str, Mapping[str, Any]] = {}
         self._roster: tuple[tuple[str, datetime], ...] = ()
         self._generation = 0
+        self._capacity: dict[str, int] = {}
+        self._routes: dict[tuple[str, str | None], _Route | None] = {}
 
     async def refresh(self, *, force: bool = False) -> None:
         if not force and time.monotonic() - self._read_at < self._max_age:
@@ -60,11 +65,26 @@ class WorkerDirectory:
         workers = await self._coordination.workers()
         by_type: dict[str, set[str]] = {}
         defaults: dict[str, Mapping[str, Any]] = {}
+        newest: dict[str, WorkerInfo] = {}
+        capacity: dict[str, int] = {}
         for worker in workers:
+            group = worker.worker_id
+            capacity[group] = capacity.get(group, 0) + max(worker.concurrency, 1)
+            seen = newest.get(group)
+            if seen is None or (worker.started_at, worker.instance_id) > (
+                seen.started_at,
+                seen.instance_id,
+            ):
+                newest[group] = worker
+        # A group runs what its most recently started instance declares: a type a deploy
+        # took away from the group stops reaching it as soon as one new instance registers.
+        for group, worker in sorted(newest.items()):
             for job_type, description in worker.job_types.items():
-                by_type.setdefault(job_type, set()).add(worker.worker_id)
+                by_type.setdefault(job_type, set()).add(group)
                 defaults.setdefault(job_type, description)
         self._workers, self._by_type, self._defaults = workers, by_type, defaults
+        self._capacity = capacity
+        self._routes.clear()
         roster = tuple((w.instance_id, w.started_at) for w in workers)
         if roster != self._roster:
             self._roster = roster
@@ -137,6 +157,33 @@ class WorkerDirectory:
     def groups_for(self, job_type: str) -> set[str]:
         return set(self._by_type.get(job_type, ()))
 
+    def route(self, job_type: str, worker_id: str | None, key: UUID) -> str | None:
+        """The one worker group an occurrence of ``job_type`` is sent to (``key``: its id,
+        which spreads the occurrences of a type over the groups that run it).
+
+        A job naming its group (``worker_id``) goes to that group, live or not (its queue
+        keeps the message until an instance takes it). Otherwise: one of the live groups
+        that run the type, in proportion to their instances' concurrency; if none is live,
+        one of the groups that ever declared it and are not live now (a group live without
+        the type has stopped running it); ``None`` when there is no such group (the
+        occurrence waits, undispatched, for a worker)."""
+        if worker_id is not None:
+            return worker_id
+        route = self._routes.get((job_type, None), _MISSING)
+        if route is _MISSING:
+            route = self._routes[(job_type, None)] = self._route_of(job_type)
+        if route is None:
+            return None
+        assert isinstance(route, _Route)
+        return route.pick(key)
+
+    def _route_of(self, job_type: str) -> _Route | None:
+        live = sorted(self._by_type.get(job_type, ()))
+        if live:
+            return _Route(live, [self._capacity.get(group, 1) for group in live])
+        gone = sorted(self._declared.get(job_type, set()) - set(self._capacity))
+        return _Route(gone, [1] * len(gone)) if gone else None
+
     @property
     def workers(self) -> list[WorkerInfo]:
         return list(self._workers)
@@ -146,6 +193,27 @@ class WorkerDirectory:
         """Changes whenever a worker instance registers or goes away (not on heartbeats):
         what the instances declare can only have changed when this has."""
         return self._generation
+
+
+class _Route:
+    """The groups an unpinned job type is sent to, with their weights."""
+
+    __slots__ = ("_bounds", "_groups", "_total")
+
+    def __init__(self, groups: list[str], weights: list[int]) -> None:
+        self._groups = groups
+        self._bounds = list(itertools.accumulate(weights))
+        self._total = self._bounds[-1]
+
+    def pick(self, key: UUID) -> str:
+        if len(self._groups) == 1:
+            return self._groups[0]
+        # The low bits of a UUIDv7 are random: an even spread by weight, and the same group
+        # for the same occurrence while the roster stays as it is.
+        return self._groups[bisect.bisect_right(self._bounds, key.int % self._total)]
+
+
+_MISSING: Any = object()
 
 
 def _declaration(info: WorkerInfo) -> tuple[str, int, tuple[str, ...], str]:

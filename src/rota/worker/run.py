@@ -84,6 +84,8 @@ class ExecutorStats:
     cancelled_unstarted: int = 0
     """Deliveries of occurrences cancelled before they started: reported Cancelled, the
     handler not run."""
+    declined: int = 0
+    """Deliveries of a job type this worker does not run, handed back to the servers."""
 
 
 # --- outcomes ---------------------------------------------------------------------------------
@@ -449,6 +451,33 @@ class Runner:
 
 _QUIET = frozenset({S.COMPLETED, S.CANCELLED})
 _STATUS_NAMES = {S.TIMED_OUT: "TimedOut"}
+
+
+def declined(message: JobMessage, worker_id: str, instance_id: str, at: datetime) -> StatusRecord:
+    """The report of a delivery of a job type this worker does not run (its group no longer
+    declares it, or it was sent here before a deploy took the type away): ``Failed`` with
+    ``unknown_job_type``, sent at once and acknowledged, without claiming the attempt. The
+    servers send the attempt to a group that runs the type, or fail it when none does
+    (docs/concepts.md#worker-groups-and-routing)."""
+    log.info(
+        "declined: worker %r does not run job type %r (the servers send it elsewhere)",
+        worker_id,
+        message.job_type,
+        extra={
+            "action": "declined",
+            "occurrence_id": str(message.occurrence_id),
+            "attempt": message.attempt,
+        },
+    )
+    return StatusRecord(
+        occurrence_id=message.occurrence_id,
+        status=S.FAILED,
+        timestamp=at,
+        attempt=message.attempt,
+        instance_id=instance_id,
+        exception=f"no handler for job type {message.job_type!r} in worker {worker_id!r}",
+        failure_type=FailureType.UNKNOWN_JOB_TYPE,
+    )
 
 
 def log_finished(job_type: str, record: StatusRecord) -> None:

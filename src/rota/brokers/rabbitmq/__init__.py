@@ -1,9 +1,10 @@
 """The RabbitMQ broker (distributed mode), on aio-pika: the topology of DESIGN.md §5.
 
-* **Topology** (names and arguments in :mod:`.names`): a topic exchange routes
-  job messages by ``{jobtype}.{occurrenceId}`` to one durable classic priority queue per worker
-  group, bound with ``{jobtype}.*`` for each job type the group declared; job queues dead-letter
-  to the DLX and its queue. Status and log records travel through fanout exchanges to durable
+* **Topology** (names and arguments in :mod:`.names`): one durable classic priority queue per
+  worker group; a job message is published to the queue of the one group its ``worker_id``
+  names (through the default exchange: no binding, no copy to another group; the queue is
+  declared first if this broker has not declared it yet); job queues dead-letter to the DLX
+  and its queue. Status and log records travel through fanout exchanges to durable
   queues of the same names. Everything is declared explicitly, for RabbitMQ 3.10 and 4.x alike.
 * **Publishing**: persistent messages on one publisher-confirm channel; a batch is written out
   in windows of many messages whose confirms are gathered together, every window bounded by
@@ -50,7 +51,6 @@ from rota.brokers.rabbitmq.dead_letters import _DeadLetterConsumer, received_dea
 from rota.brokers.rabbitmq.jobs import _JobConsumer
 from rota.brokers.rabbitmq.names import (
     DLX_EXCHANGE_TYPE,
-    JOBS_EXCHANGE_TYPE,
     LOGS_EXCHANGE_TYPE,
     STATUS_EXCHANGE_TYPE,
     AmqpNames,
@@ -112,7 +112,8 @@ class RabbitMQBroker(Broker):
         self._window = publish_window
         self._connection: AbstractRobustConnection | None = None
         self._publisher: AbstractRobustChannel | None = None
-        self._bindings: dict[str, set[str]] = {}
+        self._groups: set[str] = set()
+        """The worker groups whose job queue this broker declared (again after a reconnect)."""
         """Binding keys by worker group, declared or consumed through this broker."""
         self._job_consumers: set[_JobConsumer] = set()
         self._batch_consumers: set[_QueueConsumer[Any]] = set()
@@ -217,9 +218,6 @@ class RabbitMQBroker(Broker):
     async def _declare_topology(self, channel: AbstractChannel) -> None:
         names = self.names
         record_arguments = _table(names.record_queue_arguments())
-        await channel.exchange_declare(
-            names.jobs_exchange, exchange_type=JOBS_EXCHANGE_TYPE, durable=True
-        )
         for exchange, kind, queue in (
             (names.dead_letter_exchange, DLX_EXCHANGE_TYPE, names.dead_letter_queue),
             (names.status_exchange, STATUS_EXCHANGE_TYPE, names.status_queue),
@@ -231,17 +229,13 @@ class RabbitMQBroker(Broker):
 
     async def _declare_all(self, channel: AbstractChannel) -> None:
         await self._declare_topology(channel)
-        for worker_id, keys in list(self._bindings.items()):
-            await self._declare_group(channel, worker_id, keys)
+        await self._declare_groups(channel, sorted(self._groups))
 
-    async def _declare_group(
-        self, channel: AbstractChannel, worker_id: str, keys: Iterable[str]
-    ) -> None:
-        queue = self.names.job_queue(worker_id)
+    async def _declare_groups(self, channel: AbstractChannel, worker_ids: Iterable[str]) -> None:
         arguments = _table(self.names.job_queue_arguments())
-        await channel.queue_declare(queue, durable=True, arguments=arguments)
-        for key in keys:
-            await channel.queue_bind(queue, self.names.jobs_exchange, routing_key=key)
+        for worker_id in worker_ids:
+            queue = self.names.job_queue(worker_id)
+            await channel.queue_declare(queue, durable=True, arguments=arguments)
 
     async def _declare_job_queue(
         self, channel: AbstractRobustChannel, worker_id: str
@@ -252,7 +246,7 @@ class RabbitMQBroker(Broker):
             durable=True,
             arguments=self.names.job_queue_arguments(),
         )
-        self._bindings.setdefault(worker_id, set())
+        self._groups.add(worker_id)
         return queue
 
     async def _declare_record_queue(
@@ -263,16 +257,20 @@ class RabbitMQBroker(Broker):
         )
 
     async def declare_worker_group(self, worker_id: str, job_types: Sequence[str]) -> None:
-        try:
-            keys = sorted({self.names.job_binding_key(job_type) for job_type in job_types})
-        except ValueError as exc:
-            raise ValidationError(str(exc), field="jobTypes") from exc
+        # The job types route nothing here: the dispatcher addresses the group's queue.
+        await self._ensure_groups([worker_id])
+
+    async def _ensure_groups(self, worker_ids: Iterable[str]) -> None:
+        """Declare the job queues of these groups that this broker has not declared yet."""
+        missing = sorted(set(worker_ids) - self._groups)
+        if not missing:
+            return
         await self._declare(
             self._open_connection(),
-            f"declare worker group {worker_id!r}",
-            partial(self._declare_group, worker_id=worker_id, keys=keys),
+            f"declare the job queue of {', '.join(map(repr, missing))}",
+            partial(self._declare_groups, worker_ids=missing),
         )
-        self._bindings.setdefault(worker_id, set()).update(keys)
+        self._groups.update(missing)
 
     # --- publishing -------------------------------------------------------------------------
 
@@ -291,7 +289,9 @@ class RabbitMQBroker(Broker):
         if self._connection is None:
             raise BackendUnavailableError("the RabbitMQ broker is closed")
         if messages:
-            await self._publish([job_item(self.names, message) for message in messages])
+            items = [job_item(self.names, message) for message in messages]
+            await self._ensure_groups({message.worker_id or "" for message in messages})
+            await self._publish(items)
 
     async def publish_status(self, records: Sequence[StatusRecord]) -> None:
         if self._connection is None:
@@ -364,7 +364,7 @@ class RabbitMQBroker(Broker):
         and of ``groups``, and in the status, log and dead-letter queues (passive declares:
         a queue that does not exist is left out)."""
         names = self.names
-        known = sorted(set(self._bindings) | set(groups))
+        known = sorted(self._groups | set(groups))
         queues = [names.job_queue(group) for group in known]
         queues += [names.status_queue, names.logs_queue, names.dead_letter_queue]
         channel = await self._new_channel()

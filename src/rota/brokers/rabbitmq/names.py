@@ -8,7 +8,7 @@ queues (quorum queues refuse ``x-max-priority`` before 4.0), per-consumer prefet
 
 ::
 
-    {prefix}.jobs    topic   --{jobtype}.*-->  {prefix}.jobs.{group}   (one per worker group)
+    (default)        direct  --{prefix}.jobs.{group}-->  {prefix}.jobs.{group}  (one per group)
     {prefix}.status  fanout  ------------->    {prefix}.status
     {prefix}.logs    fanout  ------------->    {prefix}.logs
     {prefix}.dlx     fanout  ------------->    {prefix}.dlq   (job queues dead-letter here)
@@ -17,7 +17,6 @@ queues (quorum queues refuse ``x-max-priority`` before 4.0), per-consumer prefet
 from __future__ import annotations
 
 from dataclasses import dataclass
-from uuid import UUID
 
 from rota.core.wire import (
     CONTENT_TYPE,
@@ -34,7 +33,6 @@ QUEUE_TYPE = "classic"
 PERSISTENT = 2
 """``delivery_mode`` of every message Rota publishes."""
 
-JOBS_EXCHANGE_TYPE = "topic"
 STATUS_EXCHANGE_TYPE = "fanout"
 LOGS_EXCHANGE_TYPE = "fanout"
 DLX_EXCHANGE_TYPE = "fanout"
@@ -53,7 +51,6 @@ __all__ = [
     "HEADER_MAX_RETRIES",
     "HEADER_ORIGINAL_CORRELATION_ID",
     "HEADER_RETRY_COUNT",
-    "JOBS_EXCHANGE_TYPE",
     "LOGS_EXCHANGE_TYPE",
     "MAX_PRIORITY",
     "PERSISTENT",
@@ -62,18 +59,12 @@ __all__ = [
     "AmqpNames",
 ]
 
-_WILDCARDS = frozenset("*#")
-
 
 @dataclass(frozen=True, slots=True)
 class AmqpNames:
     """The names of one Rota installation's exchanges and queues, under ``prefix``."""
 
     prefix: str = DEFAULT_PREFIX
-
-    @property
-    def jobs_exchange(self) -> str:
-        return f"{self.prefix}.jobs"
 
     @property
     def status_exchange(self) -> str:
@@ -100,18 +91,9 @@ class AmqpNames:
         return f"{self.prefix}.dlq"
 
     def job_queue(self, worker_id: str) -> str:
-        """The job queue of a worker group."""
+        """The job queue of a worker group: also the routing key, on the default exchange,
+        of the job messages sent to the group."""
         return f"{self.prefix}.jobs.{worker_id}"
-
-    def job_routing_key(self, job_type: str, occurrence_id: UUID) -> str:
-        return f"{job_type.lower()}.{occurrence_id}"
-
-    def job_binding_key(self, job_type: str) -> str:
-        """The pattern binding a group's queue to a job type (``ValueError`` for a job type
-        holding a topic wildcard, which would bind other types too)."""
-        if _WILDCARDS.intersection(job_type):
-            raise ValueError(f"job type {job_type!r} must not contain '*' or '#'")
-        return f"{job_type.lower()}.*"
 
     def job_queue_arguments(self) -> dict[str, str | int]:
         return {

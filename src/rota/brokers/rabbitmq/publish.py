@@ -179,8 +179,10 @@ def job_item(names: AmqpNames, message: JobMessage) -> _Published:
         message_id=occurrence_id,
         message_type=message.job_type,
     )
-    key = names.job_routing_key(message.job_type, message.occurrence_id)
-    return names.jobs_exchange, key, encode_job_message(message), properties
+    if not message.worker_id:
+        raise ValueError(f"job message {occurrence_id} names no worker group to send it to")
+    # The default exchange: the routing key is the group's queue, which receives it alone.
+    return "", names.job_queue(message.worker_id), encode_job_message(message), properties
 
 
 def record_item(exchange: str, routing_key: str, body: bytes) -> _Published:

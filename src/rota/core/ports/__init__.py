@@ -23,6 +23,7 @@ from rota.core.ports.dependencies import DependencyAwareStore, DependencyStore
 from rota.core.ports.idempotency import IdempotencyStore
 from rota.core.ports.index import ScheduleIndex
 from rota.core.ports.pausing import PauseStore
+from rota.core.ports.routing import RoutedDispatchStore, RoutingStore
 from rota.core.ports.store import (
     AheadStore,
     AuditStore,
@@ -74,6 +75,8 @@ __all__ = [
     "PauseStore",
     "RecoveryStore",
     "RetentionStore",
+    "RoutedDispatchStore",
+    "RoutingStore",
     "ScheduleIndex",
     "SecurityStore",
     "Signals",

@@ -41,8 +41,9 @@ class Delivery(abc.ABC):
 class Broker(abc.ABC):
     """Moves job messages to workers and status/log records back (DESIGN.md §5).
 
-    Job messages are routed by job type to the queues of the worker groups that declared it;
-    within a queue, higher priority first, then publication order. Publishing returns once the
+    Each job message goes to the queue of the one worker group its ``worker_id`` names (the
+    dispatcher chooses it; never a copy to another group); within a queue, higher priority
+    first, then publication order. Publishing returns once the
     broker has taken responsibility for the messages (confirms awaited) and raises
     ``BackendUnavailableError`` when it cannot within its timeout.
     """
@@ -57,14 +58,15 @@ class Broker(abc.ABC):
 
     @abc.abstractmethod
     async def declare_worker_group(self, worker_id: str, job_types: Sequence[str]) -> None:
-        """Make sure the group's job queue exists and receives messages of these job types
-        (bindings are added, never removed here). Messages routed to it are kept until
-        consumed, even when no consumer is attached."""
+        """Make sure the group's job queue exists. Messages sent to it are kept until
+        consumed, even when no consumer is attached. (``job_types``: what the group runs;
+        routing does not depend on it: the dispatcher names the group of each message.)"""
 
     @abc.abstractmethod
     async def publish_jobs(self, messages: Sequence[JobMessage]) -> None:
-        """Publish job messages (persistent, with their priority). Messages of a job type no
-        group has declared are dropped."""
+        """Publish job messages (persistent, with their priority), each to the queue of the
+        group its ``worker_id`` names (the queue is made if it does not exist). A message
+        naming no group is a ``ValueError``."""
 
     @abc.abstractmethod
     def consume_jobs(self, worker_id: str, prefetch: int) -> AsyncIterator[Delivery]:

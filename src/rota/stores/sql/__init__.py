@@ -36,6 +36,7 @@ from rota.stores.sql.limits import LimitQueries
 from rota.stores.sql.notifications import NotificationQueries
 from rota.stores.sql.pausing import PauseQueries
 from rota.stores.sql.retention import RetentionQueries
+from rota.stores.sql.routing import RoutingQueries
 from rota.stores.sql.security import SecurityQueries
 from rota.stores.sql.stats import StatsQueries
 from rota.stores.sql.status import StatusQueries
@@ -57,6 +58,7 @@ class SqlStore(
     PauseQueries,
     LimitQueries,
     DependencyQueries,
+    RoutingQueries,
     DependencyAwareStore,
 ):
     """The :class:`~rota.core.ports.Store` on SQLite (embedded) or PostgreSQL (distributed).
