@@ -1,5 +1,6 @@
-"""The dispatcher's pending sweep claims what it publishes: on a real SQLite store shared by
-several dispatchers (as by several servers), with the in-process broker."""
+"""The dispatcher's pending sweep claims what it publishes, and leaves alone only what another
+dispatcher's fire claimed (no age-based grace): on a real SQLite store shared by several
+dispatchers (as by several servers), with the in-process broker."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from rota.brokers.inprocess import InProcessBroker
 from rota.coordination.memory import MemoryCoordination
 from rota.core.errors import BackendUnavailableError
 from rota.core.ids import new_id
-from rota.core.models import Job, JobMessage, Occurrence
+from rota.core.models import Job, JobMessage, Occurrence, WorkerInfo, utcnow
 from rota.core.planning import PlanSettings, new_occurrence
+from rota.core.records import IndexEntry, OccurrenceQuery
 from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.dispatcher import Dispatcher
 from rota.services.workers import WorkerDirectory
@@ -25,6 +27,9 @@ from rota.stores.sql import SqlStore
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 NOW = T0 + timedelta(minutes=5)
+GRACE = 2.0
+"""``ROTA_SCHEDULER__SWEEPER_GRACE_SECONDS``' default: how long a fire's own claim lasts in
+the distributed mode."""
 
 
 class RecordingBroker(InProcessBroker):
@@ -50,21 +55,30 @@ async def stores(url: str) -> AsyncIterator[list[SqlStore]]:
     opened = [SqlStore(url) for _ in range(3)]
     for store in opened:
         await store.open()
+    await opened[0].record_job_types([("report", "w")], T0)  # the group the sweeps send to
     yield opened
     for store in opened:
         await store.close()
 
 
-def dispatcher(store: SqlStore, broker: RecordingBroker, batch: int = 7) -> Dispatcher:
+def dispatcher(
+    store: SqlStore,
+    broker: RecordingBroker,
+    batch: int = 7,
+    *,
+    at: datetime = NOW,
+    grace: float = 0.0,
+) -> Dispatcher:
     settings = SchedulerSettings(dispatch_batch_size=batch, sweeper_claim_seconds=60)
     return Dispatcher(
         store,
         MemoryScheduleIndex(),
         broker,
-        WorkerDirectory(MemoryCoordination()),
+        WorkerDirectory(MemoryCoordination(), history=store),
         dispatcher_config(settings),
         lambda: [],
-        lambda: NOW,
+        lambda: at,
+        pending_grace=grace,
     )
 
 
@@ -108,3 +122,79 @@ async def test_failed_publish_releases_the_claim(stores: list[SqlStore]) -> None
     broker.fail = False
     assert await dispatcher(store, broker).dispatch_pending() == 3
     assert broker.published == [o.id for o in occs]
+
+
+# --- what a distributed sweep leaves alone ----------------------------------------------------
+
+
+async def test_a_distributed_sweep_publishes_what_was_created_this_instant(
+    stores: list[SqlStore],
+) -> None:
+    """A trigger, a dead letter's retry, a released dependent, a backfill's run: created just
+    now and unclaimed, published by the first sweep (its wake-up's), however young."""
+    job = Job(id=new_id(), job_type="report", execute_at=NOW, next_run_at=None)
+    await stores[0].create_jobs([job])
+    triggered = new_occurrence(job, NOW, NOW, PlanSettings(), trigger_reason="manual")
+    await stores[0].insert_occurrences([triggered])
+    broker = RecordingBroker()
+    assert await dispatcher(stores[1], broker, grace=GRACE).dispatch_pending() == 1
+    assert broker.published == [triggered.id]
+
+
+async def fire_once(store: SqlStore, broker: RecordingBroker) -> Occurrence:
+    """Fire a due job through a distributed dispatcher (the real clock) and return its
+    occurrence as stored (publishing failed if ``broker.fail``: the server died meanwhile)."""
+    due = (utcnow() - timedelta(seconds=1)).replace(microsecond=0)
+    job = Job(id=new_id(), job_type="report", execute_at=due, next_run_at=due)
+    await store.create_jobs([job])
+    index = MemoryScheduleIndex()
+    await index.upsert([IndexEntry(job.id, job.bucket, due.timestamp())])
+    coordination = MemoryCoordination()
+    worker = WorkerInfo(
+        instance_id="w-1", worker_id="w", host="h", pid=1, job_types={"report": {}}, concurrency=1
+    )
+    await coordination.register_worker(worker, 60)
+    firing = Dispatcher(
+        store,
+        index,
+        broker,
+        WorkerDirectory(coordination),
+        dispatcher_config(SchedulerSettings()),
+        lambda: [job.bucket],
+        pending_grace=GRACE,
+    )
+    if broker.fail:
+        with pytest.raises(BackendUnavailableError):
+            await firing.dispatch_due([job.bucket])
+    else:
+        assert await firing.dispatch_due([job.bucket]) == 1
+    [occ] = (await store.list_occurrences(OccurrenceQuery(job_id=job.id))).items
+    return occ
+
+
+async def test_a_fire_is_left_to_its_dispatcher_until_its_claim_runs_out(
+    stores: list[SqlStore],
+) -> None:
+    dead = RecordingBroker()
+    dead.fail = True  # the firing server dies between its commit and its publish
+    occ = await fire_once(stores[0], dead)
+    claim_end = occ.created_at + timedelta(seconds=GRACE)
+    assert (occ.dispatched_at, occ.due_at) == (None, claim_end)  # claimed in the insert
+
+    broker = RecordingBroker()
+    early = claim_end - timedelta(milliseconds=1)
+    assert await dispatcher(stores[1], broker, at=early, grace=GRACE).dispatch_pending() == 0
+    # the sweeper is the backstop: the claim ran out, another server sends it
+    assert await dispatcher(stores[2], broker, at=claim_end, grace=GRACE).dispatch_pending() == 1
+    assert broker.published == [occ.id]
+
+
+async def test_a_published_fire_ends_its_claim(stores: list[SqlStore]) -> None:
+    broker = RecordingBroker()
+    occ = await fire_once(stores[0], broker)
+    assert broker.published == [occ.id]
+    assert occ.dispatched_at is not None
+    assert occ.due_at == occ.scheduled_for  # its own due time again, not the claim's end
+    later = occ.created_at + timedelta(seconds=GRACE)
+    assert await dispatcher(stores[1], broker, at=later, grace=GRACE).dispatch_pending() == 0
+    assert broker.published == [occ.id]

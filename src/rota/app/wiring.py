@@ -38,6 +38,7 @@ from rota.core.ports import Broker, Coordination
 from rota.observability.metrics import RotaMetrics
 from rota.observability.tracing import Tracing, tracing_from_env
 from rota.sdk.registry import JobRegistry
+from rota.services.ahead import judge_at_due
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.backfill import Backfill
@@ -58,6 +59,7 @@ from rota.services.missed import FireWatch
 from rota.services.pausing import Pausing
 from rota.services.probes import ProbeReleaser
 from rota.services.reactions import StatusReactions
+from rota.services.routing import DeclinedAttempts
 from rota.services.silence import KINDS as SILENCE_KINDS
 from rota.services.silence import Alert, SilenceMonitor
 from rota.services.tracker import LogCollector, StatusTracker
@@ -132,6 +134,15 @@ def build_runtime(
         interval_seconds=sched.loader_interval_seconds,
         on_loaded=dispatcher.wake,
     )
+    dependencies = DependencyService(
+        store,
+        store,
+        coordination,
+        dependency_config(sched, settings.retention),
+        events=events,
+        workers=workers,
+        now=utcnow,
+    )
     jobs = JobService(
         store,
         index,
@@ -149,25 +160,20 @@ def build_runtime(
         supersede_ahead=lambda job: supersede_ahead(
             store,
             coordination,
-            broker.publish_jobs,
+            dispatcher.publish_addressed,
             job,
             max_retries=sched.default_max_retries if job.max_retries is None else job.max_retries,
             now=utcnow(),
             events=events,
         ),
         workers=workers,
+        on_dependencies=dependencies.refresh,
+        judge_ahead=lambda fire, triggered: judge_at_due(
+            store, coordination, fire, triggered, clock=utcnow, events=events
+        ),
     )
     notifications = build_notifications(
         settings, store, metrics, instance_id, is_leader=lambda: 0 in owner.buckets
-    )
-    dependencies = DependencyService(
-        store,
-        store,
-        coordination,
-        dependency_config(sched, settings.retention),
-        events=events,
-        workers=workers,
-        now=utcnow,
     )
     reactions = StatusReactions(
         events=events,
@@ -234,6 +240,7 @@ def build_runtime(
             batch_size=batching.batch_size,
             max_wait=batching.max_wait_seconds,
             on_applied=reactions,
+            declines=DeclinedAttempts(store, store, workers, on_returned=dispatcher.wake),
         ),
         log_collector=LogCollector(
             store,

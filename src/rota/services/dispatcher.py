@@ -22,7 +22,7 @@ from uuid import UUID
 from rota.core.errors import RotaError
 from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, utcnow
 from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
-from rota.core.ports import Broker, DispatchStore, ScheduleIndex
+from rota.core.ports import Broker, RoutedDispatchStore, ScheduleIndex
 from rota.core.records import DispatchResult, DueEntry, IndexEntry
 from rota.services._loop import Backoff, run_periodically
 from rota.services.events import EventPublisher
@@ -70,8 +70,9 @@ DEFERRED_TOLERANCE = 1e-6
 (not advanced: left for its due time)."""
 
 
-def to_message(occurrence: Occurrence, now: datetime) -> JobMessage:
-    """The wire message for an occurrence's current attempt."""
+def to_message(occurrence: Occurrence, now: datetime, group: str | None = None) -> JobMessage:
+    """The wire message for an occurrence's current attempt, addressed to the worker
+    ``group`` (default: the group the job names)."""
     return JobMessage(
         occurrence_id=occurrence.id,
         job_id=occurrence.job_id,
@@ -84,7 +85,7 @@ def to_message(occurrence: Occurrence, now: datetime) -> JobMessage:
         priority=occurrence.priority,
         timeout_seconds=occurrence.timeout_seconds,
         job_version=occurrence.job_version,
-        worker_id=occurrence.worker_id,
+        worker_id=occurrence.worker_id if group is None else group,
         original_correlation_id=occurrence.id,
         retry_delay_seconds=occurrence.retry_delay_seconds,
         traceparent=occurrence.traceparent,
@@ -109,7 +110,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        store: DispatchStore,
+        store: RoutedDispatchStore,
         index: ScheduleIndex,
         broker: Broker,
         workers: WorkerDirectory,
@@ -129,9 +130,13 @@ class Dispatcher:
         mode, where a crash between commit and publish loses the whole process and start-up
         recovery hands every Queued occurrence to the dispatcher again.
 
-        ``pending_grace``: pending occurrences younger than this are left alone by the sweep,
-        so that an occurrence another instance's dispatcher is publishing right now is not
-        published twice (distributed mode; 0 in the embedded mode, which has one dispatcher).
+        ``pending_grace``: the occurrences a fire commits for this dispatcher to publish are
+        claimed for it this long, in the same insert, as a sweep claims what it publishes: no
+        sweep of another instance publishes them a second time meanwhile, and if this one dies
+        before sending them a sweep sends them when the claim runs out. A sweep leaves nothing
+        else alone: a trigger, a retry, a released dependent or a backfill is published by the
+        first sweep its wake-up brings (distributed mode; 0 in the embedded mode: no claim,
+        its one dispatcher never sweeps while it publishes).
 
         ``on_fired(result, now)``: called once per fired batch (metrics). ``stamp(plan)``:
         returns the plan with its occurrences marked (their trace context; tracing on).
@@ -143,7 +148,7 @@ class Dispatcher:
         self._stamp = stamp
         self._mark_on_commit = mark_on_commit
         self._events = events
-        self._pending_grace = timedelta(seconds=pending_grace)
+        self._fire_claim = timedelta(seconds=pending_grace)
         self._claim_time = timedelta(seconds=config.sweeper_claim_seconds)
         self._store = store
         self._index = index
@@ -297,7 +302,8 @@ class Dispatcher:
             self._busy = False
             return 0
         ids = [e.job_id for e in entries]
-        result = await self._store.dispatch_due(ids, horizon, planner)
+        claim = now + self._fire_claim if self._fire_claim else None  # (see ``pending_grace``)
+        result = await self._store.dispatch_due(ids, horizon, planner, claim_until=claim)
         if self._events is not None:
             self._events.occurrences_created([*result.queued, *result.held, *result.skipped])
         if any(o.jitter_seconds is not None for o in result.held):
@@ -335,11 +341,8 @@ class Dispatcher:
         batch = self._config.dispatch_batch_size
         while not self._stopping.is_set() and self._paused_reason is None:
             now = self._clock()
-            created_before = now - self._pending_grace if self._pending_grace else None
             claim_until = now + self._claim_time
-            pending = await self._store.claim_undispatched(
-                now, batch, created_before=created_before, claim_until=claim_until
-            )
+            pending = await self._store.claim_undispatched(now, batch, claim_until=claim_until)
             if not pending:
                 break
             await self._publish_claimed(pending, now, claim_until)
@@ -350,25 +353,28 @@ class Dispatcher:
         if self._paused_reason is not None:
             self._pending_hint = True  # swept again as soon as the dispatcher resumes
         elif not self._stopping.is_set():
-            await self._aim_next_sweep(created_before)
+            await self._aim_next_sweep()
         return total
 
-    async def _aim_next_sweep(self, created_before: datetime | None) -> None:
+    async def _aim_next_sweep(self) -> None:
         """Bring the next sweep forward to the earliest occurrence that becomes due before it
-        (a retry waiting for its due time)."""
+        (a retry waiting for its due time, a jittered fire, a claim that runs out: a server
+        that died before publishing what it claimed)."""
         now = self._clock()
         interval = timedelta(seconds=self._config.sweeper_interval_seconds)
-        upcoming = await self._store.undispatched(now + interval, 1, created_before=created_before)
+        upcoming = await self._store.undispatched(now + interval, 1)
         if upcoming:
-            # Due already but not claimed (another server holds it): look again shortly.
+            # Due already but not claimed (another server is claiming it): look again shortly.
             delay = max((upcoming[0].due_at - now).total_seconds(), MIN_SWEEP_GAP)
             self._next_pending_check = min(self._next_pending_check, time.time() + delay)
 
     async def _publish_claimed(
         self, claimed: Sequence[Occurrence], now: datetime, claim_until: datetime
     ) -> None:
+        await self._workers.refresh()
+        messages, sent, unrouted = self._addressed(claimed, now)
         try:
-            await self._broker.publish_jobs([to_message(o, now) for o in claimed])
+            await self._broker.publish_jobs(messages)
         except BaseException:
             # Give them back at once; if even that fails, the claim runs out by itself.
             with contextlib.suppress(RotaError, OSError):
@@ -376,7 +382,44 @@ class Dispatcher:
                     self._store.finish_claim(claimed, claim_until, dispatched_at=None)
                 )
             raise
-        await self._store.finish_claim(claimed, claim_until, dispatched_at=now)
+        await self._store.finish_claim(sent, claim_until, dispatched_at=now)
+        if unrouted:  # no group to send them to: they wait for a worker, swept again
+            await self._store.finish_claim(unrouted, claim_until, dispatched_at=None)
+
+    async def publish_addressed(self, occurrences: Sequence[Occurrence], now: datetime) -> None:
+        """Send occurrences already marked dispatched (sent again after an edit of their job),
+        each to the one group that is to run it; one that no group can take now is handed
+        back to the sweep."""
+        await self._workers.refresh()
+        messages, _sent, unrouted = self._addressed(occurrences, now)
+        await self._broker.publish_jobs(messages)
+        if unrouted:
+            await self._store.undispatch(unrouted)
+
+    def _addressed(
+        self, occurrences: Sequence[Occurrence], now: datetime
+    ) -> tuple[list[JobMessage], list[Occurrence], list[Occurrence]]:
+        """Each occurrence's message addressed to the one worker group that is to run it
+        (:meth:`WorkerDirectory.route`); the occurrences sent, and those no group can take
+        now."""
+        route = self._workers.route
+        messages: list[JobMessage] = []
+        sent: list[Occurrence] = []
+        unrouted: list[Occurrence] = []
+        for o in occurrences:
+            group = route(o.job_type, o.worker_id, o.id)
+            if group is None:
+                unrouted.append(o)
+            else:
+                messages.append(to_message(o, now, group))
+                sent.append(o)
+        if unrouted:
+            log.warning(
+                "%d occurrence(s) wait undispatched: no worker group runs their job type now",
+                len(unrouted),
+                extra={"action": "unrouted", "job_type": unrouted[0].job_type},
+            )
+        return messages, sent, unrouted
 
     async def _settle_done_in_flight(self) -> None:
         """Settle the publications that have ended (oldest first, up to the first still
@@ -422,10 +465,14 @@ class Dispatcher:
     async def _publish(self, occurrences: Sequence[Occurrence], now: datetime) -> None:
         if not occurrences:
             return
-        await self._broker.publish_jobs([to_message(o, now) for o in occurrences])
-        unmarked = [o for o in occurrences if o.dispatched_at is None]
+        messages, sent, unrouted = self._addressed(occurrences, now)
+        await self._broker.publish_jobs(messages)
+        unmarked = [o for o in sent if o.dispatched_at is None]
         if unmarked:
             await self._store.mark_dispatched(unmarked, now)
+        marked = [o for o in unrouted if o.dispatched_at is not None]
+        if marked:  # marked in the dispatch transaction (embedded): unmark for the sweep
+            await self._store.undispatch(marked)
 
     async def _update_index(
         self, entries: Sequence[IndexEntry], next_runs: dict[UUID, DueEntry | None]

@@ -36,6 +36,7 @@ from uuid import UUID
 
 from rota.core.errors import ValidationError
 from rota.core.models import (
+    UNKNOWN_HOLDER,
     FailureType,
     JobMessage,
     LogRecord,
@@ -58,7 +59,7 @@ from rota.worker.gate import DEFAULT_LIMIT_LEASE, LimitGate
 from rota.worker.hold import Entry, Hold
 from rota.worker.localstore import LocalStore
 from rota.worker.reporter import Reporter
-from rota.worker.run import ExecutorStats, Runner, format_exception, log_finished
+from rota.worker.run import ExecutorStats, Runner, declined, format_exception, log_finished
 
 __all__ = ["Executor", "ExecutorStats", "Reporter", "format_exception"]
 
@@ -398,7 +399,9 @@ class Executor:
 
     def _accept(self, delivery: Delivery) -> None:
         message = delivery.message
-        if self._finals.known(message):
+        if message.job_type not in self._definitions:
+            self._decline(delivery)
+        elif self._finals.known(message):
             self._skip(delivery)
         elif self._superseded and message.job_version < self._superseded.get(
             message.occurrence_id, 0
@@ -690,10 +693,7 @@ class Executor:
 
     def _parse(self, message: JobMessage) -> Parsed:
         """The definition and parsed data, or ``None`` and why it cannot run."""
-        definition = self._definitions.get(message.job_type)
-        if definition is None:
-            text = f"no handler for job type {message.job_type!r} in worker {self.worker_id!r}"
-            return None, (FailureType.UNKNOWN_JOB_TYPE, text)
+        definition = self._definitions[message.job_type]  # an unknown one is declined
         try:
             data = definition.parse_data(message.job_data) if definition.takes_data else None
         except ValidationError as exc:
@@ -740,6 +740,13 @@ class Executor:
 
     # --- deliveries acknowledged without running ------------------------------------------
 
+    def _decline(self, delivery: Delivery) -> None:
+        """A job type not run here (:func:`~rota.worker.run.declined`): no claim, no slot."""
+        self.stats.declined += 1
+        now = self._clock()
+        self.reporter.add_status(declined(delivery.message, self.worker_id, self.instance_id, now))
+        self.reporter.ack_after_flush(delivery)
+
     def _skip(self, delivery: Delivery) -> None:
         message = delivery.message
         self.stats.duplicates_skipped += 1
@@ -759,10 +766,9 @@ class Executor:
 
         A redelivered message means the channel of an earlier delivery died: its holder may
         have died before its Running report went out, leaving the occurrence Queued with
-        nobody to run it. So it is reported Running for its holder (``None`` if unknown), as
-        of the claim: a live holder's own reports supersede it (a Running occurrence takes it
-        as an older heartbeat), and a dead one's silence makes it a zombie that gets a new
-        attempt after the zombie threshold."""
+        nobody to run it. So it is reported Running for its holder as of the claim: a live
+        holder's reports supersede it (an older heartbeat), a dead one's silence gets it its
+        next attempt; an unknown holder (``UNKNOWN_HOLDER``) is settled by the store."""
         message = delivery.message
         self.stats.claimed_elsewhere += 1
         log.info(
@@ -777,8 +783,8 @@ class Executor:
             },
         )
         if delivery.redelivered:
-            at = self._clock()
-            if verdict.claimed_at is not None:
+            at = self._clock()  # an unknown holder's: now, the store's silence starts now
+            if verdict.claimed_at is not None and verdict.owner is not None:
                 at = min(at, datetime.fromtimestamp(verdict.claimed_at, UTC))
             self.reporter.add_status(
                 StatusRecord(
@@ -786,7 +792,7 @@ class Executor:
                     status=S.RUNNING,
                     timestamp=at,
                     attempt=message.attempt,
-                    instance_id=verdict.owner,
+                    instance_id=UNKNOWN_HOLDER if verdict.owner is None else verdict.owner,
                 )
             )
         self.reporter.ack_after_flush(delivery)

@@ -1,5 +1,6 @@
 """The store's slice for job dependencies: the edges between jobs and the graph runs
-(:mod:`rota.core.dependencies`, :mod:`rota.services.dependencies`)."""
+(:mod:`rota.core.dependencies`, :mod:`rota.services.dependencies`), and jobs written with their
+edges and their audit entry in one transaction."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from datetime import datetime
 from uuid import UUID
 
 from rota.core.dependencies import Dependency, GraphRun
-from rota.core.models import Occurrence
+from rota.core.models import Job, Occurrence
+from rota.core.ports.routing import RoutedDispatchStore
 from rota.core.ports.store import Store
+from rota.core.security import AuditEntry
 
 
 class DependencyStore(abc.ABC):
@@ -25,6 +28,31 @@ class DependencyStore(abc.ABC):
         """Replace the upstreams of ``job_id`` with ``edges`` (their ``job_id`` is
         ``job_id``; they exist from ``at``), in one transaction. The service has checked
         them (upstreams exist, no cycle). Deleting a job deletes its edges, both ways."""
+
+    @abc.abstractmethod
+    async def create_linked_jobs(
+        self, jobs: Sequence[Job], edges: Sequence[Dependency], audit: Sequence[AuditEntry]
+    ) -> None:
+        """Insert ``jobs`` (as :meth:`~rota.core.ports.JobStore.create_jobs` does), the
+        dependency ``edges`` of those new jobs, and the ``audit`` entries, in one transaction:
+        all or nothing. An upstream that does not exist as the transaction runs (deleted
+        meanwhile) raises ``NotFoundError("job", upstream_id)`` and nothing is written; an
+        upstream seen there cannot be deleted before the commit."""
+
+    @abc.abstractmethod
+    async def update_linked_job(
+        self,
+        job: Job,
+        *,
+        expected_version: int,
+        with_state: bool = False,
+        edges: Sequence[Dependency] | None,
+        audit: Sequence[AuditEntry],
+    ) -> Job:
+        """:meth:`~rota.core.ports.JobStore.update_job`, with the job's upstreams replaced by
+        ``edges`` (``None``: left as they are; checked as :meth:`create_linked_jobs` checks
+        them; the service has checked them for cycles) and the ``audit`` entries written, in
+        the same transaction: a refused change writes none of them."""
 
     @abc.abstractmethod
     async def dependency_edges(self, job_ids: Sequence[UUID] | None = None) -> list[Dependency]:
@@ -77,6 +105,6 @@ class DependencyStore(abc.ABC):
         catch-up of runs whose start was lost), oldest first."""
 
 
-class DependencyAwareStore(Store, DependencyStore, abc.ABC):
-    """The store with its dependency slice: what a store adapter implements (kept apart from
-    :class:`~rota.core.ports.Store`, whose module is at its length cap)."""
+class DependencyAwareStore(Store, DependencyStore, RoutedDispatchStore, abc.ABC):
+    """The store with its dependency and routing slices: what a store adapter implements
+    (kept apart from :class:`~rota.core.ports.Store`, whose module is at its length cap)."""

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
 
 from rota.core.models import ConcurrencyPolicy, Job, Occurrence, OccurrenceStatus, ZombiePolicy
-from rota.core.planning import FirePlan
+from rota.core.planning import FirePlan, stored_policy
 from rota.core.records import DispatchResult, DueEntry, FirePlanner, StaleOccurrence
 from rota.stores.schema import UtcDateTime, jobs, occurrences, status_changes, utc_text
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
@@ -90,7 +90,12 @@ class DispatchQueries(AggregateQueries):
         return stmt
 
     async def dispatch_due(
-        self, job_ids: Sequence[UUID], now: datetime, planner: FirePlanner
+        self,
+        job_ids: Sequence[UUID],
+        now: datetime,
+        planner: FirePlanner,
+        *,
+        claim_until: datetime | None = None,
     ) -> DispatchResult:
         ids = _unique(job_ids)
         if not ids:
@@ -107,7 +112,10 @@ class DispatchQueries(AggregateQueries):
             active = await self._active_counts(conn, [j.id for j in due])
             plans = _plan_all(due, active, now, planner, next_runs)
             deltas = StatDeltas()
-            inserted = await self._insert_planned(conn, due, plans, deltas)
+            planned = {o.id for plan in plans.values() for o in plan.occurrences}
+            sent = _classify(due, plans, active, planned, {}).queued if claim_until else []
+            claim = {o.id: max(o.due_at, claim_until or o.due_at) for o in sent}
+            inserted = await self._insert_planned(conn, due, plans, deltas, claim)
             for job in due:  # a job retired by its plan (a one-time job's fire, a bound)
                 if job.id in plans:
                     deltas.activation(job.is_active, plans[job.id].is_active)
@@ -170,12 +178,13 @@ class DispatchQueries(AggregateQueries):
         due: Sequence[Job],
         plans: dict[UUID, FirePlan],
         deltas: StatDeltas,
+        claim: dict[UUID, datetime],
     ) -> set[UUID]:
-        """Insert the planned occurrences (a fire already recorded is skipped by the unique
-        key) and the creation status change of each one inserted, counted in ``deltas``;
-        returns the ids inserted."""
-        rows = [
-            _occurrence_row(occ, job.concurrency_policy)
+        """Insert the planned occurrences (a recorded fire is skipped by the unique key; one in
+        ``claim`` gets that ``due_at``: claimed for the caller, who sends it) and the creation
+        status change of each one inserted, counted in ``deltas``; returns the ids inserted."""
+        rows = [  # a sequential plan's fires wait for each other as a Queue-policy job's do
+            _occurrence_row(occ, stored_policy(job, plans[job.id]), claim.get(occ.id))
             for job in due
             if job.id in plans
             for occ in plans[job.id].occurrences
@@ -246,44 +255,35 @@ class DispatchQueries(AggregateQueries):
         # mark that arrives after the attempt failed and was requeued as the next one (its
         # ``dispatched_at`` cleared for the sweeper) must not hide that retry. In id order,
         # as the status tracker locks them (a worker may report on them meanwhile).
-        first: dict[UUID, tuple[datetime, int]] = {}
+        first: dict[UUID, tuple[datetime, int, datetime]] = {}
         for o in published:
-            first.setdefault(o.id, (o.scheduled_for, o.attempt))
+            first.setdefault(o.id, (o.scheduled_for, o.attempt, o.due_at))
         marks = sorted(first.items())
         async with self._write() as conn:
             if self._dialect == "postgresql":  # one statement for the batch, not one each
                 ids, keys = zip(*marks, strict=True)
-                key_ats, attempts = zip(*keys, strict=True)
-                await conn.exec_driver_sql(
-                    _MARK_DISPATCHED_PG, (at, list(ids), list(key_ats), list(attempts))
-                )
+                columns = [list(ids), *map(list, zip(*keys, strict=True))]
+                await conn.exec_driver_sql(_MARK_DISPATCHED_PG, (at, *columns))
                 return
             stmt = _mark_dispatched_stmt(at)
             params = [
-                {"b_id": oid, "b_key_at": key_at, "b_attempt": attempt}
-                for oid, (key_at, attempt) in marks
+                {"b_id": oid, "b_key_at": key_at, "b_attempt": attempt, "b_due": due}
+                for oid, (key_at, attempt, due) in marks
             ]
             await conn.execute(stmt, params)
 
-    async def undispatched(
-        self, due_before: datetime, limit: int, *, created_before: datetime | None = None
-    ) -> list[Occurrence]:
-        stmt = _undispatched_stmt(due_before, limit, created_before)
+    async def undispatched(self, due_before: datetime, limit: int) -> list[Occurrence]:
+        stmt = _undispatched_stmt(due_before, limit)
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
         return [_to_occurrence(r) for r in rows]
 
     async def claim_undispatched(
-        self,
-        due_before: datetime,
-        limit: int,
-        *,
-        created_before: datetime | None = None,
-        claim_until: datetime,
+        self, due_before: datetime, limit: int, *, claim_until: datetime
     ) -> list[Occurrence]:
         # PostgreSQL: the rows are locked (others skip them) until the claim commits, and a row
         # claimed meanwhile fails the re-checked ``due_at``. SQLite: its writer lock serializes.
-        stmt = _undispatched_stmt(due_before, limit, created_before).with_for_update(
+        stmt = _undispatched_stmt(due_before, limit).with_for_update(
             skip_locked=True, of=occurrences
         )
         async with self._write() as conn:
@@ -470,8 +470,8 @@ def _classify(
     inserted: set[UUID],
     next_runs: dict[UUID, DueEntry | None],
 ) -> DispatchResult:
-    """Sort the inserted occurrences into queued, held (Queue policy, behind an earlier active
-    occurrence) and skipped."""
+    """Sort the inserted occurrences into queued, held (Queue policy or a sequential plan,
+    behind an earlier active occurrence) and skipped."""
     queued: list[Occurrence] = []
     held: list[Occurrence] = []
     skipped: list[Occurrence] = []
@@ -487,7 +487,7 @@ def _classify(
                 continue
             if occ.status is not OccurrenceStatus.QUEUED:
                 skipped.append(occ)
-            elif policy.waits and busy:
+            elif (policy.waits or plan.sequential) and busy:
                 held.append(occ)
             else:
                 if busy and policy is ConcurrencyPolicy.CANCEL_OTHER:
