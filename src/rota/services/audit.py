@@ -3,17 +3,52 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from rota.core.dependencies import Dependency
 from rota.core.errors import BackendUnavailableError
 from rota.core.ids import new_id
+from rota.core.models import Job
 from rota.core.ports import AuditStore
 from rota.core.records import Page
 from rota.core.security import AuditEntry, AuditQuery
 
 log = logging.getLogger(__name__)
+
+
+JobView = Callable[[Sequence[Job], Sequence[Dependency]], Awaitable[Any]]
+"""The new state of changed jobs as their audit entry records it: given the jobs about to be
+stored and their upstreams (the API's view of a job, a bulk create's count and ids)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditNote:
+    """An audit entry to write in the transaction of the change it describes (a job created
+    or changed by :class:`~rota.services.jobs.JobService`): the change and its record are
+    stored together or not at all."""
+
+    actor: str
+    action: str
+    after: JobView
+    before: Any = None
+
+    async def entry(
+        self, jobs: Sequence[Job], edges: Sequence[Dependency], at: datetime
+    ) -> AuditEntry:
+        """The entry for ``jobs`` (one job: its id is the entry's resource id)."""
+        return AuditEntry(
+            id=new_id(),
+            at=at,
+            actor=self.actor,
+            action=self.action,
+            resource_type="job",
+            resource_id=str(jobs[0].id) if len(jobs) == 1 else None,
+            before=self.before,
+            after=await self.after(jobs, edges),
+        )
 
 
 class AuditService:

@@ -124,6 +124,24 @@ def parse_dependencies(job_id: UUID, raw: Sequence[Any]) -> list[Dependency]:
     return edges
 
 
+def upstream_refused(exc: NotFoundError, edges: Sequence[Dependency]) -> ValidationError | None:
+    """The ``ValidationError`` on ``dependsOn[i].jobId`` for a store's ``NotFoundError``
+    naming one of ``edges``' upstreams (one deleted meanwhile); ``None`` for another."""
+    for i, edge in enumerate(edges):
+        if exc.kind == "job" and exc.key == edge.upstream_id:
+            return ValidationError(f"no job {edge.upstream_id}", field=f"{FIELD}[{i}].jobId")
+    return None
+
+
+async def refuse_cycle(store: DependencyStore, job_id: UUID, edges: Sequence[Dependency]) -> None:
+    """``ValidationError`` on ``dependsOn`` if ``job_id`` with the upstreams ``edges`` would
+    close a cycle (naming the jobs along it)."""
+    cycle = find_cycle(await store.dependency_edges(), job_id, [e.upstream_id for e in edges])
+    if cycle is not None:
+        path = " -> ".join(str(j) for j in cycle)
+        raise ValidationError(f"a cycle: {path}", field=FIELD)
+
+
 class DependencyService:
     """Dependencies set and shown, and the engine of graph runs."""
 
@@ -172,13 +190,11 @@ class DependencyService:
                 raise ValidationError(
                     f"no job {edge.upstream_id}", field=f"{FIELD}[{i}].jobId"
                 ) from None
-        cycle = find_cycle(
-            await self._store.dependency_edges(), job_id, [e.upstream_id for e in edges]
-        )
-        if cycle is not None:
-            path = " -> ".join(str(j) for j in cycle)
-            raise ValidationError(f"a cycle: {path}", field=FIELD)
-        await self._store.set_dependencies(job_id, edges, self._now())
+        await refuse_cycle(self._store, job_id, edges)
+        try:
+            await self._store.set_dependencies(job_id, edges, self._now())
+        except NotFoundError as exc:  # an upstream deleted meanwhile
+            raise (upstream_refused(exc, edges) or exc) from None
         await self.refresh()
         return await self.dependencies(job_id)
 
@@ -212,17 +228,6 @@ class DependencyService:
         self, *, job_id: UUID | None = None, running: bool | None = None, limit: int = 50
     ) -> list[GraphRun]:
         return await self._store.list_graph_runs(job_id=job_id, running=running, limit=limit)
-
-    async def check_upstreams(self, raw: Sequence[Any]) -> None:
-        """Check the upstreams a job about to be created names (shape, count, existence):
-        ``ValidationError`` on ``dependsOn``. A new job closes no cycle."""
-        for i, edge in enumerate(parse_dependencies(new_id(), raw)):
-            try:
-                await self._jobs.get_job(edge.upstream_id)
-            except NotFoundError:
-                raise ValidationError(
-                    f"no job {edge.upstream_id}", field=f"{FIELD}[{i}].jobId"
-                ) from None
 
     async def graph_run_of(self, occurrence_id: UUID) -> UUID | None:
         return (await self._store.graph_runs_of([occurrence_id])).get(occurrence_id)

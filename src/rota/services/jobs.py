@@ -8,22 +8,23 @@ the write still stands and the loader heals the index later.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import math
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 from uuid import UUID
 
 import orjson
 
 from rota.core.autodisable import AutoDisableDefaults
-from rota.core.bounds import checked_schedule
 from rota.core.cron import CronSchedule
+from rota.core.dependencies import Dependency
 from rota.core.errors import (
     BackendUnavailableError,
     ConflictError,
+    NotFoundError,
     PreconditionFailedError,
     ValidationError,
 )
@@ -37,7 +38,7 @@ from rota.core.jobfields import (
     VERSIONED_FIELDS,
     api_name,
 )
-from rota.core.jobspec import MAX_SECONDS, JobSpec, as_utc
+from rota.core.jobspec import JobSpec, as_utc
 from rota.core.jsonlimits import DEFAULT_JSON_DEPTH, value_too_deep
 from rota.core.models import (
     ConcurrencyPolicy,
@@ -45,12 +46,9 @@ from rota.core.models import (
     JobSource,
     JobVersion,
     JsonValue,
-    MisfirePolicy,
     Occurrence,
     OccurrenceStatus,
-    Priority,
     SkipReason,
-    ZombiePolicy,
 )
 from rota.core.planning import (
     PlanSettings,
@@ -58,15 +56,23 @@ from rota.core.planning import (
     new_occurrence,
     with_type_defaults,
 )
-from rota.core.ports import Coordination, JobAdminStore, JobTypeHistory, ScheduleIndex
+from rota.core.ports import (
+    Coordination,
+    DependencyStore,
+    JobAdminStore,
+    JobTypeHistory,
+    ScheduleIndex,
+)
 from rota.core.records import IndexEntry, JobQuery, OccurrenceQuery, Page
+from rota.services.ahead import ahead, in_progress
+from rota.services.audit import AuditNote
 from rota.services.dataschema import DataSchemas
+from rota.services.dependencies import parse_dependencies, refuse_cycle, upstream_refused
 from rota.services.events import EventPublisher
+from rota.services.jobvalues import normalised, text_value
 from rota.services.workers import WorkerDirectory
 
 logger = logging.getLogger(__name__)
-
-E = TypeVar("E", Priority, ConcurrencyPolicy, MisfirePolicy, ZombiePolicy)
 
 GroupLookup = Callable[[str], set[str]]
 """Job type -> the worker groups declaring it."""
@@ -127,6 +133,8 @@ class JobService:
         supersede_ahead: Callable[[Job], Awaitable[object]] | None = None,
         workers: WorkerDirectory | None = None,
         schemas: DataSchemas | None = None,
+        on_dependencies: Callable[[], Awaitable[object]] | None = None,
+        judge_ahead: Callable[[Occurrence, UUID], Coroutine[Any, Any, object]] | None = None,
     ) -> None:
         """``cancel_ahead(job_id, reason)``: cancels the job's occurrences sent ahead of their
         due time (the dispatch lead), after the job was disabled or deleted;
@@ -141,7 +149,15 @@ class JobService:
         publisher); without one they gather in a publisher of the service's own that nothing
         publishes (tests). ``workers``: the runtime's worker directory (the job types live
         and ever declared, their data schemas); default: one of the service's own, with the
-        store as its history if the store keeps one. ``schemas``: the data schema checker."""
+        store as its history if the store keeps one. ``schemas``: the data schema checker.
+        ``on_dependencies()``: called after a create or change that set a job's upstreams
+        (the dependency engine reads the graph again). ``judge_ahead(fire, triggered)``:
+        judges a Skip-policy fire sent ahead at its due time against a manual run
+        (:func:`rota.services.ahead.judge_at_due`; without it the fire runs as sent)."""
+        self._on_dependencies = on_dependencies
+        self._judge_ahead = judge_ahead
+        self._judging: set[asyncio.Task[object]] = set()
+        self._linked = store if isinstance(store, DependencyStore) else None
         self._on_triggered = on_triggered
         self._cancel_ahead = cancel_ahead
         self._supersede_ahead = supersede_ahead
@@ -223,19 +239,37 @@ class JobService:
 
     # --- writing ----------------------------------------------------------------------------
 
-    async def create_job(self, spec: JobSpec | Mapping[str, Any]) -> Job:
-        """Validate and insert one job; a mapping holds :class:`JobSpec` fields by name."""
-        (job,) = await self.create_jobs([spec])
+    async def create_job(
+        self,
+        spec: JobSpec | Mapping[str, Any],
+        *,
+        depends_on: Sequence[Any] = (),
+        audit: AuditNote | None = None,
+    ) -> Job:
+        """Validate and insert one job; a mapping holds :class:`JobSpec` fields by name.
+        ``depends_on``: its upstreams (as :func:`parse_dependencies` takes them); see
+        :meth:`create_jobs`."""
+        (job,) = await self.create_jobs([spec], depends_on=depends_on, audit=audit)
         return job
 
     async def create_jobs(
-        self, specs: Sequence[JobSpec | Mapping[str, Any]], *, field_prefix: str = ""
+        self,
+        specs: Sequence[JobSpec | Mapping[str, Any]],
+        *,
+        field_prefix: str = "",
+        depends_on: Sequence[Any] = (),
+        audit: AuditNote | None = None,
     ) -> list[Job]:
         """Validate and insert jobs in one store call (all or nothing).
 
         In a batch, a refused spec's error field is prefixed with ``field_prefix`` and its
         position (``jobs[3].jobType``); every refused spec is reported (up to
         :data:`MAX_REPORTED_ERRORS`), in the raised error's ``errors``.
+
+        ``depends_on`` (one job only): its upstreams; ``audit``: the entry that records the
+        creation. The jobs, the upstreams and the entry are written in one transaction: an
+        unknown upstream (or one deleted meanwhile) is a ``ValidationError`` on ``dependsOn``
+        and leaves no job behind.
         """
         now = self.now()
         jobs: list[Job] = []
@@ -261,9 +295,19 @@ class JobService:
             count = f"{len(refused)}{'+' if len(refused) >= MAX_REPORTED_ERRORS else ''}"
             message = first.message if len(refused) == 1 else f"{count} jobs are invalid"
             raise ValidationError(message, field=first.field, errors=refused)
-        await self._store.create_jobs(jobs)
+        edges = parse_dependencies(jobs[0].id, depends_on) if depends_on else []
+        if edges or audit is not None:
+            entries = [] if audit is None else [await audit.entry(jobs, edges, now)]
+            try:
+                await self._linked_store().create_linked_jobs(jobs, edges, entries)
+            except NotFoundError as exc:  # an upstream that is not there (any more)
+                raise (upstream_refused(exc, edges) or exc) from None
+        else:
+            await self._store.create_jobs(jobs)
         self.events.emit(job_changed(EventType.JOB_CREATED, [j.id for j in jobs]))
         await self._sync_index(jobs, now, remove_cold=False)
+        if edges and self._on_dependencies is not None:
+            await self._guarded(self._on_dependencies())
         return jobs
 
     async def update_job(
@@ -273,8 +317,13 @@ class JobService:
         *,
         by: str | None = None,
         if_match: str | None = None,
+        depends_on: Sequence[Any] | None = None,
+        audit: AuditNote | None = None,
     ) -> Job:
-        """Apply a partial change (snake_case attribute names).
+        """Apply a partial change (snake_case attribute names); with ``depends_on``, the job's
+        upstreams replace those it has (an unknown one, the job itself or a cycle: a
+        ``ValidationError`` on ``dependsOn``); ``audit``: the entry that records the change.
+        The change, the upstreams and the entry are written in one transaction.
 
         A change of a versioned field bumps the version (the store keeps the old snapshot); a
         change of the schedule or of ``is_active`` recomputes the next fire. A concurrent change
@@ -289,8 +338,11 @@ class JobService:
         (say ``isActive: true`` read before an auto-disable) is refused, not obeyed.
         """
         _check_change_keys(changes)
+        edges = None if depends_on is None else parse_dependencies(job_id, depends_on)
         current = await self._store.get_job(job_id)
         check_etag(current, if_match)
+        if edges is not None:
+            await refuse_cycle(self._linked_store(), job_id, edges)
         now = self.now()
         candidate = replace(current, **changes)
         with_state = "is_active" in changes
@@ -320,16 +372,56 @@ class JobService:
             updated_at=now,
             updated_by=by,
         )
-        stored = await self._store.update_job(
-            changed, expected_version=current.version, with_state=with_state
-        )
+        if edges is None and audit is None:
+            stored = await self._store.update_job(
+                changed, expected_version=current.version, with_state=with_state
+            )
+        else:
+            stored = await self._update_linked(changed, current, with_state, edges, audit, now)
         self.events.emit(job_changed(EventType.JOB_UPDATED, [stored.id]))
+        if edges is not None and self._on_dependencies is not None:
+            await self._guarded(self._on_dependencies())
         await self._sync_index([stored], now, remove_cold=True)
         if current.is_active and not stored.is_active and self._cancel_ahead is not None:
             await self._cancel_ahead(stored.id, "job disabled before its due time")
         elif versioned and stored.is_active and self._supersede_ahead is not None:
             await self._supersede_ahead(stored)
         return stored
+
+    async def _update_linked(
+        self,
+        changed: Job,
+        current: Job,
+        with_state: bool,
+        edges: list[Dependency] | None,
+        audit: AuditNote | None,
+        now: datetime,
+    ) -> Job:
+        """The change with its new upstreams (``None``: unchanged) and audit entry."""
+        linked = self._linked_store()
+        if audit is None:
+            entries = []
+        else:
+            upstreams = edges
+            if upstreams is None:  # as they stay: the entry shows them
+                found = await linked.dependency_edges([changed.id])
+                upstreams = [e for e in found if e.job_id == changed.id]
+            entries = [await audit.entry([changed], upstreams, now)]
+        try:
+            return await linked.update_linked_job(
+                changed,
+                expected_version=current.version,
+                with_state=with_state,
+                edges=edges,
+                audit=entries,
+            )
+        except NotFoundError as exc:  # an upstream deleted meanwhile, or the job itself
+            raise (upstream_refused(exc, edges or ()) or exc) from None
+
+    def _linked_store(self) -> DependencyStore:
+        if self._linked is None:
+            raise TypeError("this store keeps no dependencies: use a DependencyAwareStore")
+        return self._linked
 
     async def release_probes(self, page_size: int = 500) -> list[Job]:
         """Let probe runs through for the auto-disabled recurring jobs whose cooldown has
@@ -400,11 +492,13 @@ class JobService:
     ) -> Occurrence:
         """Run a job now, outside its schedule: a Queued occurrence the dispatcher publishes.
 
-        With the Skip policy and an occurrence of the job still Queued or Running, refuse with
-        ``ConflictError`` unless ``force``. ``job_data`` (when given) replaces the job's data
-        for this run only. An inactive job can be triggered too (a manual run is explicit).
-        A job whose type no worker has ever declared gets its occurrence recorded Skipped
-        (``no_worker``), as its fires are: nothing would ever run it.
+        With the Skip policy and a run of the job in progress (Running, or Queued and due: a
+        fire sent ahead and not due yet is none), refuse with ``ConflictError`` unless
+        ``force``; a fire sent ahead is judged at its due time against this run.
+        ``job_data`` (when given) replaces the job's data for this run only. An inactive job
+        can be triggered too (a manual run is explicit). A job whose type no worker has ever
+        declared gets its occurrence recorded Skipped (``no_worker``), as its fires are:
+        nothing would ever run it.
         """
         if job_data is not None:
             self.check_job_data(job_data)
@@ -412,8 +506,9 @@ class JobService:
         directory = await self._fresh_directory()
         if job_data is not None and directory is not None:
             self._check_schema(job.job_type, job.worker_id, job_data, directory)
+        sent_ahead: list[Occurrence] = []
         if job.concurrency_policy is ConcurrencyPolicy.SKIP and not force:
-            await self._refuse_overlap(job)
+            sent_ahead = await self._refuse_overlap(job)
         now = self.now()
         description = None if directory is None else directory.type_description(job.job_type)
         job = with_type_defaults(job, description)
@@ -433,6 +528,11 @@ class JobService:
         await self._store.insert_occurrences([occurrence])
         if self._on_triggered is not None:
             self._on_triggered(occurrence)
+        if self._judge_ahead is not None and occurrence.status is OccurrenceStatus.QUEUED:
+            for fire in sent_ahead:
+                task = asyncio.create_task(self._judge_ahead(fire, occurrence.id))
+                self._judging.add(task)
+                task.add_done_callback(self._judging.discard)
         self.events.occurrences_created([occurrence])
         await self._guarded(self._coordination.wake(now.timestamp()))
         return occurrence
@@ -521,7 +621,7 @@ class JobService:
         workers: GroupLookup,
         directory: WorkerDirectory | None = None,
     ) -> Job:
-        fields = _normalised(spec)
+        fields = normalised(spec)
         self.check_job_data(spec.job_data)
         job_id = new_id()
         worker_id = spec.worker_id
@@ -574,14 +674,17 @@ class JobService:
         )
         return any(o.scheduled_for == job.execute_at for o in page.items)
 
-    async def _refuse_overlap(self, job: Job) -> None:
-        active = (OccurrenceStatus.QUEUED, OccurrenceStatus.RUNNING)
-        counts = await self._store.count_occurrences(active, job_id=job.id)
-        if sum(counts.values()) > 0:
+    async def _refuse_overlap(self, job: Job) -> list[Occurrence]:
+        """Refuse a run in progress; returns the fires sent ahead, not due yet."""
+        statuses = (OccurrenceStatus.QUEUED, OccurrenceStatus.RUNNING)
+        query = OccurrenceQuery(job_id=job.id, statuses=statuses, limit=100)
+        active, now = (await self._store.list_occurrences(query)).items, self.now()
+        if in_progress(active, now):
             raise ConflictError(
                 f"job {job.id} has an occurrence queued or running and its concurrency policy "
                 "is Skip; trigger with force to run it anyway"
             )
+        return ahead(active, now)
 
     async def _fresh_directory(self) -> WorkerDirectory | None:
         """The live workers' declarations, read now; ``None`` if the registry is down."""
@@ -669,7 +772,7 @@ def _resolve(job: Job, workers: GroupLookup) -> str | None:
 
 
 def _resolve_group(job_type: object, worker_id: object, workers: GroupLookup) -> str | None:
-    given = _text(worker_id, "worker_id").strip()
+    given = text_value(worker_id, "worker_id").strip()
     if given:
         return given
     return _pick_group(job_type, workers) if isinstance(job_type, str) else None
@@ -682,106 +785,4 @@ def _pick_group(job_type: str, workers: GroupLookup) -> str | None:
 
 def _normalise(job: Job) -> Job:
     """The job with its inputs checked and put in canonical form, or ``ValidationError``."""
-    return replace(job, **_normalised(job))
-
-
-def _normalised(job: Job | JobSpec) -> dict[str, Any]:
-    """A job's (or a spec's) definition fields checked and in canonical form, by attribute
-    name, or ``ValidationError``."""
-    job_type = _text(job.job_type, "job_type").strip()
-    if not job_type:
-        raise ValidationError("jobType must not be empty", field="jobType")
-    return {
-        "job_type": job_type,
-        "display_name": _text(job.display_name, "display_name").strip() or job_type,
-        "description": _text(job.description, "description"),
-        "tags": _tags(job.tags),
-        "is_active": _flag(job.is_active, "is_active"),
-        "priority": _enum(Priority, job.priority, "priority"),
-        "concurrency_policy": _enum(
-            ConcurrencyPolicy, job.concurrency_policy, "concurrency_policy"
-        ),
-        "misfire_policy": _enum(MisfirePolicy, job.misfire_policy, "misfire_policy"),
-        "timeout_seconds": _number(job.timeout_seconds, "timeout_seconds", positive=True),
-        "max_retries": _count(job.max_retries, "max_retries"),
-        "retry_delay_seconds": _number(job.retry_delay_seconds, "retry_delay_seconds"),
-        "auto_disable_threshold": _count(job.auto_disable_threshold, "auto_disable_threshold"),
-        "auto_disable_window_seconds": _number(
-            job.auto_disable_window_seconds, "auto_disable_window_seconds", positive=True
-        ),
-        "auto_disable_cooldown_seconds": _number(
-            job.auto_disable_cooldown_seconds, "auto_disable_cooldown_seconds", positive=True
-        ),
-        "zombie_policy": None
-        if job.zombie_policy is None
-        else _enum(ZombiePolicy, job.zombie_policy, "zombie_policy"),
-        "zombie_threshold_seconds": _number(
-            job.zombie_threshold_seconds, "zombie_threshold_seconds", positive=True
-        ),
-        **checked_schedule(job),
-    }
-
-
-def _text(value: object, field: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ValidationError(f"{api_name(field)} must be a string", field=api_name(field))
-    return value
-
-
-def _tags(value: Iterable[str] | str | None) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    raw = value.split(",") if isinstance(value, str) else value
-    tags: dict[str, None] = {}
-    for tag in raw:
-        if not isinstance(tag, str):
-            raise ValidationError("tags must be strings", field="tags")
-        stripped = tag.strip()
-        if stripped:
-            tags[stripped] = None
-    return tuple(tags)
-
-
-def _flag(value: object, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValidationError(f"{api_name(field)} must be true or false", field=api_name(field))
-    return value
-
-
-def _enum(kind: type[E], value: Any, field: str) -> E:
-    if type(value) is kind:  # a member already (what the API's bodies hold)
-        return value
-    try:
-        return kind(value)
-    except ValueError as exc:
-        allowed = ", ".join(repr(m.value) for m in kind)
-        raise ValidationError(
-            f"{api_name(field)} must be one of {allowed}", field=api_name(field)
-        ) from exc
-
-
-def _number(value: object, field: str, *, positive: bool = False) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(f"{api_name(field)} must be a number", field=api_name(field))
-    if value < 0 or (positive and value == 0):
-        bound = "greater than 0" if positive else "at least 0"
-        raise ValidationError(f"{api_name(field)} must be {bound}", field=api_name(field))
-    if not math.isfinite(value) or value > MAX_SECONDS:
-        raise ValidationError(
-            f"{api_name(field)} must be at most {MAX_SECONDS} (10 years)", field=api_name(field)
-        )
-    return float(value)
-
-
-def _count(value: object, field: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValidationError(
-            f"{api_name(field)} must be a whole number, at least 0", field=api_name(field)
-        )
-    return value
+    return replace(job, **normalised(job))

@@ -6,7 +6,7 @@ Also the reference's shapes: ``POST /jobs/job`` (create) and ``PUT /jobs/job`` w
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -43,8 +43,12 @@ from rota.api.schemas.jobs import (
 from rota.api.schemas.occurrences import OccurrenceDetail
 from rota.api.security import OperatorUser, requires
 from rota.api.views import job_out
+from rota.core.dependencies import Dependency
 from rota.core.errors import ValidationError
+from rota.core.models import Job
 from rota.core.security import Role
+from rota.services.audit import AuditNote, JobView
+from rota.services.dependencies import JobDependencies
 from rota.services.idempotency import HEADER, MAX_KEY, Answer, Idempotency, kept_headers
 from rota.services.jobs import MAX_PREVIEW, JobService
 
@@ -116,20 +120,20 @@ async def create_job(
     jobs: Jobs,
     response: Response,
     user: OperatorUser,
-    audit: Audit,
     idempotency: Idempotent,
     runtime: Runtime,
     key: IdempotencyKey = None,
 ) -> Any:
     async def handle() -> tuple[ApiModel, Headers]:
-        upstreams = _upstreams(body.depends_on)
-        if upstreams:  # checked before the job exists: a refused one creates nothing
-            await runtime.dependencies.check_upstreams(upstreams)
-        created = await jobs.create_job(body.to_spec(created_by=user.username))
-        if upstreams:
-            await runtime.dependencies.set_dependencies(created.id, upstreams)
+        # the job, its upstreams and its audit entry: one transaction (all or nothing)
+        created = await jobs.create_job(
+            body.to_spec(created_by=user.username),
+            depends_on=_upstreams(body.depends_on),
+            audit=AuditNote(
+                actor=user.username, action="job.created", after=_job_view(runtime, jobs)
+            ),
+        )
         job = await _with_dependencies(runtime, out(created, jobs, response))
-        await audit.record(user.username, "job.created", "job", job.id, after=_audit_view(job))
         response.headers["Location"] = f"/api/v1/jobs/{job.id}"
         return job, kept_headers(response.headers.items())
 
@@ -178,6 +182,23 @@ def _upstreams(depends_on: list[DependencyIn] | None) -> list[dict[str, Any]]:
     return [{"jobId": d.job_id, "on": d.on} for d in depends_on or ()]
 
 
+def _job_view(runtime: ApiRuntime, jobs: JobService) -> JobView:
+    """A job's audit view as the API shows the job, from the values about to be stored and
+    its upstreams (its dependents as they are)."""
+
+    async def view(changed: Sequence[Job], upstreams: Sequence[Dependency]) -> dict[str, Any]:
+        (job,) = changed
+        service = runtime.dependencies
+        now = await service.dependencies(job.id)
+        deps = JobDependencies(job_id=job.id, depends_on=list(upstreams), dependents=now.dependents)
+        shown = out(job, jobs)
+        full = await dependencies_out(service, deps)
+        shown.depends_on, shown.dependents = full.depends_on, full.dependents
+        return _audit_view(shown)
+
+    return view
+
+
 def out(job: Any, jobs: JobService, response: Response | None = None) -> JobOut:
     """The job as the API shows it, with its warnings (from the worker registry as last
     read); with ``response``, its entity tag as the ``ETag``."""
@@ -209,12 +230,11 @@ async def create_job_reference(
     jobs: Jobs,
     response: Response,
     user: OperatorUser,
-    audit: Audit,
     idempotency: Idempotent,
     runtime: Runtime,
     key: IdempotencyKey = None,
 ) -> Any:
-    return await create_job(body, jobs, response, user, audit, idempotency, runtime, key)
+    return await create_job(body, jobs, response, user, idempotency, runtime, key)
 
 
 def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
@@ -244,7 +264,6 @@ def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
 async def update_job_reference(
     jobs: Jobs,
     user: OperatorUser,
-    audit: Audit,
     response: Response,
     runtime: Runtime,
     body: Annotated[
@@ -263,7 +282,7 @@ async def update_job_reference(
         # As if FastAPI had read the body: every error, each naming its field in camelCase.
         errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
         raise RequestValidationError(errors) from None
-    return await _update(jobs, job_id, patch, user, audit, response, if_match, runtime)
+    return await _update(jobs, job_id, patch, user, response, if_match, runtime)
 
 
 async def _update(
@@ -271,25 +290,26 @@ async def _update(
     job_id: UUID,
     patch: JobPatch,
     user: OperatorUser,
-    audit: Audit,
     response: Response,
     if_match: str | None,
     runtime: Runtime,
 ) -> JobOut:
     before = await _with_dependencies(runtime, out(await jobs.get_job(job_id), jobs))
-    if patch.depends_on is not None:  # first: a refused one (a cycle) changes nothing
-        await runtime.dependencies.set_dependencies(job_id, _upstreams(patch.depends_on))
-    changed = await jobs.update_job(job_id, patch.changes(), by=user.username, if_match=if_match)
-    after = await _with_dependencies(runtime, out(changed, jobs, response))
-    await audit.record(
-        user.username,
-        "job.updated",
-        "job",
+    # the change, the new upstreams and the audit entry: one transaction (all or nothing)
+    changed = await jobs.update_job(
         job_id,
-        before=_audit_view(before),
-        after=_audit_view(after),
+        patch.changes(),
+        by=user.username,
+        if_match=if_match,
+        depends_on=None if patch.depends_on is None else _upstreams(patch.depends_on),
+        audit=AuditNote(
+            actor=user.username,
+            action="job.updated",
+            before=_audit_view(before),
+            after=_job_view(runtime, jobs),
+        ),
     )
-    return after
+    return await _with_dependencies(runtime, out(changed, jobs, response))
 
 
 @router.post(
@@ -303,7 +323,6 @@ async def create_jobs(
     body: BulkCreate,
     jobs: Jobs,
     user: OperatorUser,
-    audit: Audit,
     idempotency: Idempotent,
     key: IdempotencyKey = None,
     prefer: Prefer = None,
@@ -321,13 +340,15 @@ async def create_jobs(
                 field=f"jobs[{i}].dependsOn",
             )
 
+    async def listed(created: Sequence[Job], _: object) -> dict[str, Any]:
+        return {"count": len(created), "ids": [str(job.id) for job in created[:AUDITED_IDS]]}
+
     async def handle() -> tuple[bytes, Headers]:
+        # the jobs and the audit entry: one transaction
         created = await jobs.create_jobs(
-            [item_spec(item, user.username) for item in body.jobs], field_prefix="jobs"
-        )
-        ids = [str(job.id) for job in created[:AUDITED_IDS]]
-        await audit.record(
-            user.username, "job.bulk_created", "job", after={"count": len(created), "ids": ids}
+            [item_spec(item, user.username) for item in body.jobs],
+            field_prefix="jobs",
+            audit=AuditNote(actor=user.username, action="job.bulk_created", after=listed),
         )
         if minimal:
             return ids_json(created), ((APPLIED, "return=minimal"),)
@@ -390,11 +411,10 @@ async def update_job(
     jobs: Jobs,
     response: Response,
     user: OperatorUser,
-    audit: Audit,
     runtime: Runtime,
     if_match: IfMatch = None,
 ) -> JobOut:
-    return await _update(jobs, job_id, body, user, audit, response, if_match, runtime)
+    return await _update(jobs, job_id, body, user, response, if_match, runtime)
 
 
 @router.delete(
