@@ -29,7 +29,9 @@ from tests.helpers import eventually
 S = OccurrenceStatus
 GRACE = 2.0
 """``ROTA_SCHEDULER__SWEEPER_GRACE_SECONDS``' default: the distributed mode's."""
-DISPATCH_GAP = timedelta(milliseconds=100)
+DISPATCH_GAP = timedelta(seconds=1)
+"""Released at once, not by a later sweep (5 s apart here) nor after a claim (2 s): a bound
+far from both, and from what a loaded machine adds to an immediate release (136 ms seen)."""
 
 
 class NoJobs:
