@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from rota.coordination.memory import MemoryCoordination
+from tests.unit.registry_clock import Clock
+
 
 @pytest.fixture
 def data_dir(tmp_path: Path, sqlite_template: Path) -> Path:
@@ -18,3 +21,15 @@ def data_dir(tmp_path: Path, sqlite_template: Path) -> Path:
     data.mkdir()
     shutil.copyfile(sqlite_template, data / "rota.db")
     return data
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A stepped clock at ``registry_clock.T0`` (a module with a clock of its own overrides it)."""
+    return Clock()
+
+
+@pytest.fixture
+def coordination(clock: Clock) -> MemoryCoordination:
+    """The in-memory coordination on :func:`clock` (registrations expire by it)."""
+    return MemoryCoordination(clock=clock.epoch)

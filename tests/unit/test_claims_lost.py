@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from uuid import UUID
-
-import pytest
 
 import rota
 from rota.brokers.inprocess import InProcessBroker
@@ -33,7 +31,6 @@ from rota.core.models import (
     Occurrence,
     OccurrenceStatus,
     StatusRecord,
-    WorkerInfo,
     utcnow,
 )
 from rota.core.planning import PlanSettings, new_occurrence
@@ -46,48 +43,12 @@ from rota.worker.claims import CLAIM_EPOCH, AttemptClaims
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
 from tests.helpers import eventually
+from tests.unit.registry_clock import T0, Clock, info
 
 S = OccurrenceStatus
-T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 SILENCE = 5.0
 THRESHOLD = 30.0
 WORKER = "test-worker"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def epoch(self) -> float:
-        return self.now.timestamp()
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def coordination(clock: Clock) -> MemoryCoordination:
-    return MemoryCoordination(clock=clock.epoch)
-
-
-def info(instance: str) -> WorkerInfo:
-    return WorkerInfo(
-        instance_id=instance,
-        worker_id="g",
-        host="h",
-        pid=1,
-        job_types={"report": {}},
-        concurrency=1,
-        started_at=T0,
-    )
 
 
 def detector(store: SqlStore, clock: Clock, coordination: MemoryCoordination) -> ZombieDetector:

@@ -4,9 +4,7 @@ the detector on one injected clock; and the attempts a worker interrupted at its
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
-import pytest
+from datetime import datetime, timedelta
 
 from rota.coordination.memory import MemoryCoordination
 from rota.core.ids import new_id
@@ -16,56 +14,17 @@ from rota.core.models import (
     Occurrence,
     OccurrenceStatus,
     StatusRecord,
-    WorkerInfo,
     ZombiePolicy,
 )
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.services.zombies import ZombieDetector
 from rota.stores.sql import SqlStore
+from tests.unit.registry_clock import T0, Clock, info
 
 S = OccurrenceStatus
-T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 TTL = 6.0
 """The registration's lifetime: three missed heartbeats of 2 s (the defaults)."""
 SILENCE = 5.0
-
-
-class Clock:
-    """One clock for the store's records, the detector and the registry's expiry."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def epoch(self) -> float:
-        return self.now.timestamp()
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def coordination(clock: Clock) -> MemoryCoordination:
-    return MemoryCoordination(clock=clock.epoch)
-
-
-def info(instance: str) -> WorkerInfo:
-    return WorkerInfo(
-        instance_id=instance,
-        worker_id="g",
-        host="h",
-        pid=1,
-        job_types={"report": {}},
-        concurrency=1,
-        started_at=T0,
-    )
 
 
 def detector(
