@@ -14,9 +14,9 @@ import pytest
 from rota.app.runtime import Runtime
 from rota.core.errors import ConflictError
 from rota.core.models import Occurrence, OccurrenceStatus
-from rota.core.records import OccurrenceQuery
 from rota.services.ahead import OVERLAP
 from tests.helpers import RuntimeFactory, eventually
+from tests.integration.test_dispatch_lead import held_occurrence as held
 
 S = OccurrenceStatus
 LEAD = 3.0
@@ -26,19 +26,6 @@ LEAD = 3.0
 async def runtime(runtime_factory: RuntimeFactory) -> Runtime:
     overrides = {"scheduler.dispatch_lead_seconds": LEAD}
     return await runtime_factory(overrides, ["tests.integration.runtime_jobs"])
-
-
-async def held(rt: Runtime, job_id: UUID) -> Occurrence:
-    found: list[Occurrence] = []
-
-    async def sent() -> bool:
-        page = await rt.store.list_occurrences(OccurrenceQuery(job_id=job_id, limit=10))
-        found[:] = [o for o in page.items if o.dispatched_at is not None]
-        return bool(found)
-
-    await eventually(sent, 15, "a fire sent ahead")
-    assert rt.jobs.now() < found[0].scheduled_for, "the test was too slow to see the hold"
-    return found[0]
 
 
 async def final(rt: Runtime, occurrence_id: UUID) -> Occurrence:
