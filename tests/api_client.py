@@ -16,7 +16,7 @@ from fastapi import FastAPI
 
 from rota.core.errors import ConflictError
 from rota.core.ids import new_id
-from rota.core.security import Role, User
+from rota.core.security import Principal, Role, User
 from rota.services.auth import AuthService
 
 PASSWORD: Final = "correct horse battery staple"
@@ -74,5 +74,49 @@ async def api_client(
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(
         transport=transport, base_url="http://rota", headers=headers
+    ) as http:
+        yield http
+
+
+async def api_key(
+    app: FastAPI,
+    role: str | Role,
+    *,
+    job_types: tuple[str, ...] = (),
+    tags: tuple[str, ...] = (),
+    name: str | None = None,
+) -> str:
+    """A new API key of ``role`` (with a scope if ``job_types`` or ``tags``), created by the
+    test Admin through the service: its token, ``rota_<id>_<secret>``."""
+    runtime = app.state.runtime
+    admin = await ensure_user(runtime.auth, Role.ADMIN)
+    by = Principal(admin.id, admin.username, admin.role)
+    _, token = await runtime.api_keys.create(
+        by,
+        name=name or f"test-key-{new_id().hex[:12]}",
+        role=Role.parse(str(role)),
+        job_types=job_types,
+        tags=tags,
+    )
+    token_: str = token
+    return token_
+
+
+@asynccontextmanager
+async def api_key_client(
+    app: FastAPI,
+    role: str | Role = "admin",
+    *,
+    job_types: tuple[str, ...] = (),
+    tags: tuple[str, ...] = (),
+    header: str = "Authorization",
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client on ``app`` that sends a new API key of ``role`` (``Authorization: Bearer``,
+    or ``X-API-Key`` with ``header="X-API-Key"``)."""
+    token = await api_key(app, role, job_types=job_types, tags=tags)
+    value = f"Bearer {token}" if header == "Authorization" else token
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://rota", headers={header: value}
     ) as http:
         yield http

@@ -19,13 +19,21 @@ import pytest
 from fastapi import FastAPI
 
 from rota.api.app import API_PREFIX, PUBLIC_PATHS, create_app
+from rota.api.scopes import SCOPED_ROUTES
 from rota.api.security import ACCESS_COOKIE, REFRESH_COOKIE, route_role
 from rota.api.security import api_routes as served_routes
 from rota.app.runtime import Runtime
 from rota.app.server import prepare
 from rota.core.ids import new_id
 from rota.core.security import Role
-from tests.api_client import PASSWORD, access_token, api_client, ensure_user, username_of
+from tests.api_client import (
+    PASSWORD,
+    access_token,
+    api_client,
+    api_key_client,
+    ensure_user,
+    username_of,
+)
 from tests.helpers import RuntimeFactory, settings_for
 
 PROBLEM = "application/problem+json"
@@ -157,6 +165,60 @@ async def test_the_role_matrix(app: FastAPI) -> None:
         for cm in clients.values():
             await cm.__aexit__(None, None, None)
     assert checked >= 4 * 20
+
+
+KEY_ROLES: list[Role] = [Role.VIEWER, Role.OPERATOR, Role.ADMIN]
+
+
+async def test_the_role_matrix_with_api_keys(app: FastAPI) -> None:
+    """Every route x an API key of each role, and a scoped Operator key: a key is the role it
+    was given (403 below the route's role, neither 401 nor 403 at or above it), no key may use
+    the session routes (/auth/...), and a scoped key may call only the routes of its jobs
+    (docs/security.md#scopes: 403 elsewhere)."""
+    clients = {role: api_key_client(app, role) for role in KEY_ROLES}
+    scoped_cm = api_key_client(app, Role.OPERATOR, job_types=("billing.sync",))
+    opened = {role: await cm.__aenter__() for role, cm in clients.items()}
+    scoped = await scoped_cm.__aenter__()
+    checked = 0
+    try:
+        for route in api_routes(app):
+            needed = route_role(route)
+            path = _call_path(route)
+            for method in sorted(route.methods):
+                body = None if method in ("GET", "DELETE") else {}
+                session = route.path.startswith(f"{API_PREFIX}/auth/") and needed is not None
+                for role in KEY_ROLES:
+                    allowed = needed is None or (role.allows(needed) and not session)
+                    if allowed and _streams(route):
+                        continue
+                    response = await opened[role].request(method, path, json=body)
+                    where = f"{method} {route.path} as a {role} key: {response.text[:200]}"
+                    if needed is None:
+                        assert response.status_code < 500, where
+                    elif allowed:
+                        assert response.status_code not in (401, 403), where
+                    else:
+                        assert_problem(response, 403)
+                    checked += 1
+                may = needed is None or (
+                    Role.OPERATOR.allows(needed) and (method, route.path) in SCOPED_ROUTES
+                )
+                if may and _streams(route):
+                    continue
+                response = await scoped.request(method, path, json=body)
+                where = f"{method} {route.path} as a scoped key: {response.text[:200]}"
+                if needed is None:
+                    assert response.status_code < 500, where
+                elif may:
+                    assert response.status_code not in (401, 403), where
+                else:
+                    assert_problem(response, 403)
+                checked += 1
+    finally:
+        for cm in clients.values():
+            await cm.__aexit__(None, None, None)
+        await scoped_cm.__aexit__(None, None, None)
+    assert checked >= 4 * 60
 
 
 # --- bad tokens --------------------------------------------------------------------------------

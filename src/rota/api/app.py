@@ -18,6 +18,7 @@ from rota.api.problems import (
 from rota.api.routes import (
     admin,
     alerts,
+    apikeys,
     audit,
     auth,
     dependencies,
@@ -89,6 +90,7 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
         alerts.router,
         notifications.router,
         users.router,
+        apikeys.router,
         audit.router,
         events.router,
         stats.router,

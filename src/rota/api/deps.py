@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 
 from rota.app.settings import Settings
 from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
+from rota.services.apikeys import ApiKeyService
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.backfill import Backfill
@@ -60,6 +61,9 @@ class ApiRuntime(Protocol):
     @property
     def dependencies(self) -> DependencyService: ...
 
+    @property
+    def api_keys(self) -> ApiKeyService: ...
+
     async def health(self) -> dict[str, str]:
         """Component name -> ``"ok"`` or the text of its error."""
         ...
@@ -89,9 +93,14 @@ def get_idempotency(request: Request) -> Idempotency:
     return get_runtime(request).idempotency
 
 
+def get_api_keys(request: Request) -> ApiKeyService:
+    return get_runtime(request).api_keys
+
+
 Runtime = Annotated[ApiRuntime, Depends(get_runtime)]
 Jobs = Annotated[JobService, Depends(get_jobs)]
 StoreDep = Annotated[Store, Depends(get_store)]
 Auth = Annotated[AuthService, Depends(get_auth)]
 Audit = Annotated[AuditService, Depends(get_audit)]
 Idempotent = Annotated[Idempotency, Depends(get_idempotency)]
+ApiKeys = Annotated[ApiKeyService, Depends(get_api_keys)]

@@ -271,7 +271,11 @@ def _overloaded(request: Request, exc: Exception) -> JSONResponse:
 
 def _forbidden(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PermissionDeniedError)
-    return problem_response(request.url.path, 403, detail=exc.message, type_=FORBIDDEN)
+    field = getattr(exc, "field", None)  # a scoped API key's refusal names the field
+    errors = [FieldError(field=field, message=exc.message)] if field else []
+    return problem_response(
+        request.url.path, 403, detail=exc.message, type_=FORBIDDEN, errors=errors
+    )
 
 
 def _unreadable(cause: BaseException) -> str:

@@ -23,6 +23,7 @@ from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
 from rota.observability.metrics import RotaMetrics
 from rota.observability.tracing import Tracing
 from rota.sdk.registry import JobRegistry
+from rota.services.apikeys import ApiKeyService
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.backfill import Backfill
@@ -98,6 +99,7 @@ class Runtime:
     roster: RosterWatcher
     limits: LimitService
     dependencies: DependencyService
+    api_keys: ApiKeyService
     executor: Executor | None = None
     presence: WorkerPresence | None = None
     started_at: datetime | None = field(default=None, init=False)
