@@ -94,6 +94,26 @@ async def test_what_a_backfill_refuses(client: httpx.AsyncClient) -> None:
     assert missing.status_code == 404
 
 
+async def test_a_window_from_year_one_is_refused_naming_from(client: httpx.AsyncClient) -> None:
+    """A window starting at 0001-01-01 was a 500 (the schedule stepped out of Python's dates)."""
+    for zone in ("UTC", "America/New_York"):
+        job = (await client.post("/api/v1/jobs", json=HOURLY | {"timeZone": zone})).json()
+        path = f"/api/v1/jobs/{job['id']}/backfill"
+        for start, end in [
+            ("0001-01-01T00:00:00Z", "0001-01-01T00:00:00Z"),
+            ("0001-01-01T00:00:00Z", hour(1).isoformat()),
+            ("0001-01-01T00:00:00.000001Z", "0001-01-03T00:00:00Z"),
+            ("1969-12-31T23:00:00Z", "1970-01-01T01:00:00Z"),
+        ]:
+            answer = await client.post(path, json={"from": start, "to": end})
+            assert answer.status_code == 422, (zone, start, answer.text)
+            assert answer.json()["errors"][0]["field"] == "from", answer.text
+        epoch = {"from": "1970-01-01T00:00:00Z", "to": "1970-01-01T02:00:00Z"}
+        answer = await client.post(path, json=epoch)
+        assert answer.status_code == 201, answer.text
+        assert answer.json()["fires"] == 3
+
+
 async def test_backfilled_runs_complete_one_after_another_oldest_first(
     runtime_factory: RuntimeFactory,
 ) -> None:

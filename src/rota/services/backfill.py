@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from rota.core.errors import BackendUnavailableError, ValidationError
@@ -26,10 +26,13 @@ from rota.core.ports import Coordination, JobAdminStore
 from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
 
-__all__ = ["MAX_FIRES", "Backfill", "BackfillResult"]
+__all__ = ["EARLIEST", "MAX_FIRES", "Backfill", "BackfillResult"]
 
 MAX_FIRES = 1000
 """The most fires one backfill covers (a larger window is refused: backfill it in parts)."""
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+"""The earliest start of a window: fires before it are not computed (a cron schedule near the
+year 1 would step outside the dates Python can hold)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,8 @@ class Backfill:
         self, job_id: UUID, start: datetime, end: datetime, *, reason: str | None = None
     ) -> BackfillResult:
         start, end, now = as_utc(start), as_utc(end), self._clock()
+        if start < EARLIEST:
+            raise ValidationError(f"from must not be before {EARLIEST.isoformat()}", field="from")
         if end < start:
             raise ValidationError("to must not be before from", field="to")
         if end > now:
