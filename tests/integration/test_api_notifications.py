@@ -85,6 +85,12 @@ async def test_an_email_subscription_scoped_to_a_job(client: httpx.AsyncClient) 
         (WEBHOOK | {"url": "ftp://files.example.org/x"}, "url"),
         (WEBHOOK | {"url": "http://127.0.0.1:8080/hook"}, "url"),  # loopback, not allowed
         (WEBHOOK | {"url": "http://169.254.169.254/latest"}, "url"),  # link-local metadata
+        (WEBHOOK | {"url": "http://metadata.google.internal/x"}, "url"),  # its name
+        (WEBHOOK | {"url": "http://[fd00:ec2::254]/x"}, "url"),  # AWS's, over IPv6
+        (WEBHOOK | {"url": "http://2852039166/x"}, "url"),  # 169.254.169.254 as one number
+        (WEBHOOK | {"url": "http://localhost:8080/hook"}, "url"),  # loopback by name
+        (WEBHOOK | {"url": "https://user:pass@hooks.example.org/x"}, "url"),  # credentials
+        (WEBHOOK | {"url": "file:///etc/passwd"}, "url"),
         (WEBHOOK | {"url": None}, "url"),
         (WEBHOOK | {"events": []}, "events"),
         (WEBHOOK | {"events": ["occurrence.exploded"]}, "events"),
@@ -111,10 +117,29 @@ async def test_a_change_is_checked_like_a_creation(client: httpx.AsyncClient) ->
     sub = await create(client)
     path = f"{SUBS}/{sub['id']}"
     assert_problem(await client.patch(path, json={"url": "http://10.0.0.8/x"}), 422)
+    for url in ("http://metadata.google.internal/", "https://u:p@hooks.example.org/"):
+        assert fields(assert_problem(await client.patch(path, json={"url": url}), 422)) == ["url"]
     assert_problem(await client.patch(path, json={"name": None}), 422)
     assert_problem(await client.patch(path, json={"channel": "email"}), 422)  # no recipients
     assert_problem(await client.patch(f"{SUBS}/{new_id()}", json={"name": "x"}), 404)
     assert (await client.get(path)).json()["url"] == WEBHOOK["url"]
+
+
+async def test_a_change_of_scope_to_a_job_is_applied(client: httpx.AsyncClient) -> None:
+    """``jobId`` in a change was a 500 (the camelCase name reached the service)."""
+    sub = await create(client)
+    path = f"{SUBS}/{sub['id']}"
+    job_id = str(new_id())
+    r = await client.patch(path, json={"jobId": job_id})
+    assert r.status_code == 200, r.text
+    assert (r.json()["scope"], r.json()["jobId"]) == ("job", job_id)
+    assert (await client.get(path)).json()["jobId"] == job_id
+    # a job and a tag at once is refused naming the field; null widens the scope again
+    problem = assert_problem(await client.patch(path, json={"tag": "billing"}), 422)
+    assert fields(problem) == ["tag"]
+    r = await client.patch(path, json={"jobId": None})
+    assert r.status_code == 200, r.text
+    assert (r.json()["scope"], r.json()["jobId"]) == ("global", None)
 
 
 async def test_only_admins_manage_subscriptions(app: FastAPI, client: httpx.AsyncClient) -> None:

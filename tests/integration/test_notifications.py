@@ -23,7 +23,14 @@ from aiosmtpd.controller import Controller
 
 from rota.api.app import create_app
 from rota.app.runtime import Runtime
-from rota.core.notifications import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from rota.core.notifications import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    Channel,
+    NotificationEvent,
+    verify,
+)
+from rota.services.notifications import SubscriptionInput
 from tests.api_client import api_client
 from tests.helpers import RuntimeFactory, eventually
 
@@ -247,11 +254,23 @@ async def test_loopback_is_refused_unless_allowed(
         {"notifications.interval_seconds": 0.1, "notifications.max_attempts": 1}, JOBS
     )
     async with admin(rt) as http:
-        # a host name is checked when sent: localhost resolves to loopback
-        hook = await subscribe(
-            http, name="hook", channel="webhook", events=["occurrence.failed"],
-            url=f"http://localhost:{receiver.port}/hook", secret=SECRET,
+        # localhost is loopback without a look-up: refused when subscribed
+        refused = await http.post(SUBS, json={
+            "name": "hook", "channel": "webhook", "events": ["occurrence.failed"],
+            "url": f"http://localhost:{receiver.port}/hook", "secret": SECRET,
+        })  # fmt: skip
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["errors"][0]["field"] == "url"
+        # a host name is checked when sent too (one stored before, or whose DNS changed)
+        stored = await rt.notifications.create_subscription(
+            SubscriptionInput(
+                name="hook", events=frozenset({NotificationEvent.OCCURRENCE_FAILED}),
+                channel=Channel.WEBHOOK, url=f"http://localhost:{receiver.port}/hook",
+                secret=SECRET,
+            ),
+            "test",
         )  # fmt: skip
+        hook = {"id": str(stored.id)}
         await rt.jobs.create_job({"job_type": "it.notify.fails", "execute_at": rt.jobs.now()})
 
         async def given_up() -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from rota.app.builtins import load_registry
 from rota.builtin import parse_names, split_modules
 from rota.builtin.config import HttpSettings, SmtpSettings, SqlSettings
 from rota.builtin.email import EmailSend
-from rota.builtin.http import HttpRequest
+from rota.builtin.http import HttpRequest, data_check, url_refusal
 from rota.builtin.sql import SqlExecute, engine_url, jsonable
 from rota.cli import app
 from rota.core.addresses import AddressPolicy, embedded_ipv4, is_public, parse_address
@@ -88,6 +88,64 @@ def test_the_allow_and_deny_lists() -> None:
     assert policy.host_refusal("forbidden.example.com") is None
     only_listed = AddressPolicy.from_settings(HttpSettings(allow_public=False))
     assert only_listed.refusal("h", ipaddress.IPv4Address("8.8.8.8")) is not None
+
+
+def test_numbers_a_resolver_reads_as_an_address_are_addresses() -> None:
+    metadata = ipaddress.IPv4Address("169.254.169.254")
+    for text in ("2852039166", "0xa9fea9fe", "0251.0376.0251.0376", "169.254.43518",
+                 "169.254.169.254."):  # fmt: skip
+        assert parse_address(text) == metadata, text
+    assert parse_address("127.1") == ipaddress.IPv4Address("127.0.0.1")
+    for name in ("deadbeef", "abc", "1e100.net", "0x", "example.com."):
+        assert parse_address(name) is None, name
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["169.254.169.254", "[fd00:ec2::254]", "2852039166", "metadata.google.internal",
+     "METADATA.Google.Internal.", "metadata.goog", "metadata", "instance-data",
+     "localhost", "app.localhost", "127.1", "[::1]"],
+)  # fmt: skip
+def test_what_is_refused_without_a_look_up(host: str) -> None:
+    assert AddressPolicy().static_refusal(host) is not None
+    assert url_refusal(AddressPolicy(), f"http://{host}/x") is not None
+
+
+def test_what_a_static_check_leaves_to_the_look_up() -> None:
+    policy = AddressPolicy()
+    for host in ("example.org", "hooks.example.org.", "8.8.8.8", "[2606:4700::1111]"):
+        assert policy.static_refusal(host) is None, host
+    # the settings decide as they do at run time: an allowed name or network passes
+    allowed = AddressPolicy.from_settings(
+        HttpSettings(allow_hosts="localhost", allow_networks="169.254.169.254/32")
+    )
+    assert allowed.static_refusal("localhost") is None
+    assert allowed.static_refusal("metadata.google.internal") is None
+    assert allowed.static_refusal("127.0.0.1") is not None
+    loopback_v4 = AddressPolicy.from_settings(HttpSettings(allow_networks="127.0.0.0/8"))
+    assert "::1" in (loopback_v4.static_refusal("localhost") or "")  # every address must pass
+    denied = AddressPolicy.from_settings(HttpSettings(deny_hosts="*.example.org"))
+    assert "denied" in (denied.static_refusal("a.example.org") or "")
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("file:///etc/passwd", "only http:// and https://"),
+        ("gopher://example.org/", "only http:// and https://"),
+        ("https://user:pass@example.org/", "no user:password@"),
+        ("https://token@example.org/", "no user:password@"),
+        ("http:///x", "no host"),
+        ("https://example.org/ok", None),
+    ],
+)
+def test_the_url_rules_checked_at_create(url: str, why: str | None) -> None:
+    refusal = url_refusal(AddressPolicy(), url)
+    assert (refusal is None) if why is None else (why in (refusal or "")), refusal
+    check = data_check(HttpSettings())
+    assert check({"url": url}) == (None if why is None else ("url", refusal))
+    assert check({"url": {"$secret": "X"}}) is None  # not text: the schema's and worker's
+    assert check("not an object") is None
 
 
 def test_a_bad_network_setting_is_refused() -> None:

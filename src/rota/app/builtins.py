@@ -15,6 +15,7 @@ from rota.core.errors import ConfigurationError
 from rota.core.ports import MaintenanceStore
 from rota.sdk.job import JobDefinition
 from rota.sdk.registry import JobRegistry, load_jobs
+from rota.services.dataschema import DataCheck
 
 if TYPE_CHECKING:
     from rota.builtin.maintenance import OpenStore
@@ -55,6 +56,15 @@ def builtin_definitions(settings: Settings, name: str) -> list[JobDefinition[...
         policy = retention_policy(settings.retention)
         return maintenance.definitions(_store_opener(settings), policy)
     raise ConfigurationError(f"unknown built-in worker {name!r}")
+
+
+def builtin_data_checks(settings: Settings) -> dict[str, DataCheck]:
+    """The server's checks of built-in job types' data at create, update and trigger, under
+    the same settings as their workers (``http.request``'s URL: ``ROTA_HTTP__…``); whether
+    or not this process runs the built-in workers."""
+    from rota.builtin import http
+
+    return {http.JOB_TYPE: http.data_check(settings.http)}
 
 
 def _store_opener(settings: Settings) -> OpenStore:

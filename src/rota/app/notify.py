@@ -86,6 +86,8 @@ def webhook_sender(settings: NotificationSettings, user_agent: str = "rota-notif
         except ValueError as exc:
             return SendResult(ok=False, error=f"the URL {exc}")
         target = httpx.URL(url)
+        if target.userinfo:
+            return SendResult(ok=False, error="refused: user:password@ in the URL")
         port = target.port or (443 if target.scheme == "https" else 80)
         try:
             addresses = await checked_addresses(policy, target.host, port)

@@ -13,7 +13,7 @@ import asyncio
 import re
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,7 +33,7 @@ from rota.core.addresses import AddressPolicy, IPAddress
 from rota.core.errors import PermanentError, RotaError
 from rota.sdk.job import JobContext, JobData, JobDefinition, job
 
-__all__ = ["HttpRequest", "HttpStatusError", "definitions"]
+__all__ = ["HttpRequest", "HttpStatusError", "data_check", "definitions", "url_refusal"]
 
 JOB_TYPE = "http.request"
 MAX_URL_LENGTH = 2048
@@ -130,6 +130,34 @@ def check_url(url: str) -> httpx.URL:
     if parsed.userinfo:
         raise ValueError("no user:password@ in the URL: send an Authorization header")
     return parsed
+
+
+def url_refusal(policy: AddressPolicy, url: str) -> str | None:
+    """Why ``url`` is refused without a look-up (not http(s), no host, credentials in it, or
+    a host the policy refuses as it is written: :meth:`AddressPolicy.static_refusal`), or
+    ``None``. The worker resolves a host name that passes and checks each address it gets."""
+    try:
+        parsed = check_url(url)
+    except ValueError as exc:
+        return str(exc)
+    return policy.static_refusal(parsed.host)
+
+
+def data_check(settings: HttpSettings) -> Callable[[Any], tuple[str, str] | None]:
+    """The server's check of ``http.request`` job data at create, update and trigger (the
+    composition root hands it to the job service): ``("url", why)`` for a URL
+    :func:`url_refusal` refuses under ``settings``' policy, else ``None``. Data that is no
+    object or whose ``url`` is no text is left to the data schema and the worker."""
+    policy = AddressPolicy.from_settings(settings)
+
+    def check(data: Any) -> tuple[str, str] | None:
+        url = data.get("url") if isinstance(data, dict) else None
+        if not isinstance(url, str):
+            return None
+        why = url_refusal(policy, url)
+        return None if why is None else ("url", why)
+
+    return check
 
 
 @dataclass(slots=True)

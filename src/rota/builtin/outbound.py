@@ -28,7 +28,7 @@ async def checked_addresses(policy: AddressPolicy, host: str, port: int) -> list
     """The addresses ``host`` resolves to (itself if it is an IP address), each checked:
     :class:`AddressRefusedError` if one is refused (a name that also points inside is refused
     whole), :class:`UnresolvedError` if the look-up fails or finds nothing."""
-    refusal = policy.host_refusal(host)
+    refusal = policy.static_refusal(host)  # denied names, literal and well-known addresses
     if refusal:
         raise AddressRefusedError(refusal)
     literal = parse_address(host)

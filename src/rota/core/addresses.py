@@ -14,6 +14,8 @@ and the connection to a checked address are :mod:`rota.builtin.outbound`'s)."""
 from __future__ import annotations
 
 import ipaddress
+import re
+import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
@@ -53,12 +55,48 @@ def parse_hosts(value: str) -> tuple[str, ...]:
 
 
 def parse_address(text: str) -> IPAddress | None:
-    """``text`` as an IP address (brackets and an IPv6 zone are dropped), else ``None``."""
+    """``text`` as an IP address (brackets, an IPv6 zone and a trailing dot are dropped), else
+    ``None``. The IPv4 forms a resolver reads as an address without asking DNS count too
+    (``2852039166``, ``0xa9fea9fe``, ``0251.0376.0251.0376``, ``127.1``)."""
     text = text.strip().removeprefix("[").removesuffix("]").split("%", 1)[0]
     try:
         return ipaddress.ip_address(text)
     except ValueError:
+        pass
+    text = text.removesuffix(".")
+    if not text or not _NUMERIC_HOST.fullmatch(text):
         return None
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        pass
+    try:  # inet_aton: the numbers-and-dots forms getaddrinfo takes as an address
+        return ipaddress.IPv4Address(socket.inet_aton(text))
+    except OSError:
+        return None
+
+
+_NUMERIC_HOST = re.compile(r"[0-9a-fA-FxX.:]+")
+
+KNOWN_NAMES: dict[str, tuple[str, ...]] = {
+    "localhost": ("127.0.0.1", "::1"),
+    "metadata": ("169.254.169.254",),
+    "metadata.google.internal": ("169.254.169.254",),
+    "metadata.goog": ("169.254.169.254",),
+    "instance-data": ("169.254.169.254",),
+    "instance-data.ec2.internal": ("169.254.169.254",),
+}
+"""Host names whose addresses are known without asking DNS: ``localhost`` (and every
+``*.localhost``, RFC 6761) and the cloud metadata services' names (Google Cloud, AWS)."""
+
+
+def known_addresses(host: str) -> list[IPAddress]:
+    """The addresses of a :data:`KNOWN_NAMES` host (any case, a trailing dot allowed), else
+    ``[]``."""
+    name = host.strip().lower().rstrip(".")
+    if name.endswith(".localhost"):
+        name = "localhost"
+    return [ipaddress.ip_address(a) for a in KNOWN_NAMES.get(name, ())]
 
 
 def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
@@ -172,6 +210,18 @@ class AddressPolicy:
         if _host_matches(host, self.deny_hosts):
             return f"host {host} is denied by the settings ({self.env_prefix}DENY_HOSTS)"
         return None
+
+    def static_refusal(self, host: str) -> str | None:
+        """Why ``host`` is refused before any look-up, or ``None``: a name the settings deny,
+        an IP address the policy refuses, or a name whose addresses are known without DNS
+        (``localhost``, the cloud metadata names: :data:`KNOWN_NAMES`) that it refuses. What
+        a create checks; a host name that passes is still resolved and checked when used."""
+        refusal = self.host_refusal(host)
+        if refusal is not None:
+            return refusal
+        literal = parse_address(host)
+        known = [literal] if literal is not None else known_addresses(host)
+        return self.refusal(host, known) if known else None
 
     def refusal(
         self, host: str, addresses: IPAddress | str | Sequence[IPAddress | str]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -97,6 +97,9 @@ class SubscriptionInput:
     recipients: tuple[str, ...] = ()
     threshold: int = 0
     enabled: bool = True
+
+
+_CHANGEABLE = frozenset(field.name for field in fields(SubscriptionInput))
 
 
 def _check(sub: Subscription) -> Subscription:
@@ -244,6 +247,9 @@ class NotificationService:
     ) -> tuple[Subscription, Subscription]:
         """Apply ``changes`` (field name -> value, of :class:`SubscriptionInput`'s fields);
         returns the subscription before and after."""
+        unknown = sorted(changes.keys() - _CHANGEABLE)
+        if unknown:
+            raise ValidationError("not a field of a subscription", field=unknown[0])
         before = await self._store.get_subscription(subscription_id)
         after = _check(replace(before, updated_at=self._clock(), **changes))
         stored = await self._store.update_subscription(after)

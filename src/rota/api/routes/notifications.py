@@ -22,7 +22,7 @@ from rota.api.schemas.notifications import (
     SubscriptionPatch,
 )
 from rota.api.security import AdminUser, requires
-from rota.core.addresses import AddressPolicy, parse_address
+from rota.core.addresses import AddressPolicy
 from rota.core.errors import ValidationError
 from rota.core.notifications import Channel
 from rota.core.security import Role
@@ -44,15 +44,13 @@ def _service(runtime: Runtime) -> NotificationService:
 
 
 def _check_url(runtime: Runtime, url: str | None) -> None:
-    """A URL naming an IP address the settings do not allow is refused now (a host name is
-    checked when each delivery is sent: what it resolves to may change)."""
+    """A URL whose host the settings refuse as it is written (an IP address, ``localhost``,
+    a cloud metadata name: :meth:`AddressPolicy.static_refusal`) is refused now; a host name
+    is also resolved and checked when each delivery is sent (what it resolves to may change)."""
     if url is None:
         return
     host = urlsplit(url).hostname or ""
-    address = parse_address(host)
-    if address is None:
-        return
-    why = AddressPolicy.from_settings(runtime.settings.notifications).refusal(host, address)
+    why = AddressPolicy.from_settings(runtime.settings.notifications).static_refusal(host)
     if why is not None:
         raise ValidationError(f"url: {why}", field="url")
 
@@ -113,7 +111,8 @@ async def get_subscription(subscription_id: UUID, runtime: Runtime) -> Subscript
 
 
 def _changes(body: SubscriptionPatch) -> dict[str, Any]:
-    changes = body.model_dump(exclude_unset=True)
+    # by field name (``job_id``), not by the camelCase alias the bodies serialise with
+    changes = body.model_dump(exclude_unset=True, by_alias=False)
     for key in ("name", "events", "channel", "threshold", "enabled", "recipients"):
         if key in changes and changes[key] is None:
             raise ValidationError(f"{key} cannot be null", field=key)

@@ -32,6 +32,11 @@ def http_url(value: str) -> str:
     parts = urlsplit(value.strip())
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise ValueError("must be an http:// or https:// URL with a host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "no user:password@ in the URL (it would be shown and stored in clear): "
+            "the receiver checks the X-Rota-Signature made with the secret"
+        )
     return value.strip()
 
 
