@@ -28,6 +28,7 @@ class Cli:
             "XDG_CONFIG_HOME": str(self.config),
             "ROTA_URL": None,
             "ROTA_TOKEN": None,
+            "ROTA_API_KEY": None,
             "COLUMNS": "200",
             **extra,
         }

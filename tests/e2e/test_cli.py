@@ -398,3 +398,40 @@ def test_a_dependency_graph_runs_from_its_first_job(cli: Cli) -> None:
     d_run = cli.json("runs", "show", nodes["chain-d"]["occurrenceId"])
     assert d_run["graphRunId"] == run["id"]
     assert "graph run" in cli.ok("graph-runs", "show", run["id"]).stdout
+
+
+def test_api_keys_create_use_login_and_revoke(
+    cli: Cli, server: RotaProcess, tmp_path: Path
+) -> None:
+    created = cli.json("keys", "create", "cli-svc", "--role", "operator", "--tag", "svc")
+    key = created["key"]
+    assert key.startswith("rota_")
+    assert (created["role"], created["tags"]) == ("Operator", ["svc"])
+    # ROTA_URL + ROTA_API_KEY: no file, no sign-in
+    service = Cli(server.base, tmp_path / "service")
+    env = {"ROTA_URL": server.base, "ROTA_API_KEY": key}
+    made = service.run(
+        "jobs", "create", "--type", "cli.ok", "--cron", FAR, "--tag", "svc", "--json", **env
+    )
+    assert made.exit_code == OK, made.stderr
+    assert orjson.loads(made.stdout)["createdBy"] == "key:cli-svc"
+    outside = service.run("jobs", "create", "--type", "cli.ok", "--cron", FAR, **env)
+    assert outside.exit_code == AUTH
+    assert "tags" in outside.stderr
+    whoami = service.run("whoami", **env)
+    assert whoami.exit_code == OK, whoami.stderr
+    assert "API key rota_" in whoami.stdout
+    # rota login --api-key keeps it in the private file
+    kept = Cli(server.base, tmp_path / "kept")
+    kept.ok("login", "--url", server.base, "--api-key", "--password-stdin", input=key + "\n")
+    entry = kept.credentials()["servers"][server.base]
+    assert entry["accessToken"] == key
+    assert [j["createdBy"] for j in kept.json("jobs", "list")["items"]] == ["key:cli-svc"]
+    assert kept.run("keys", "list").exit_code == AUTH  # an Operator key: no key management
+    # the Admin sees it used, and revokes it: refused at once
+    listed = {k["name"]: k for k in cli.json("keys", "list")}
+    assert listed["cli-svc"]["lastUsedAt"] is not None
+    cli.ok("keys", "revoke", created["id"])
+    assert kept.run("jobs", "list").exit_code == AUTH
+    assert service.run("jobs", "list", **env).exit_code == AUTH
+    assert cli.json("keys", "list")[0]["revokedAt"] is not None

@@ -1,7 +1,8 @@
 """Schemathesis over the API's own OpenAPI document: every operation, valid and invalid input.
 
 The embedded runtime (SQLite in a temporary directory, a worker running the test jobs) serves
-the app in process; each request goes through ``tests/api_client.py`` signed in as an Admin.
+the app in process; each request goes through ``tests/api_client.py`` signed in as an Admin,
+and again with an Admin's API key (``Authorization: Bearer rota_…``).
 The operations are read from the OpenAPI document when the tests are collected, so a new
 route is tested without a change here. Each operation gets a bounded, derandomized number of
 examples (valid data, valid data aimed at seeded records, and invalid data), and every answer
@@ -41,7 +42,7 @@ from schemathesis.config import SchemathesisConfig
 from rota.api.app import create_app
 from rota.app.runtime import Runtime
 from rota.app.server import prepare
-from tests.api_client import api_client, ensure_user
+from tests.api_client import api_client, api_key_client, ensure_user
 from tests.helpers import eventually, settings_for
 
 MAX_EXAMPLES: Final = int(os.environ.get("ROTA_SCHEMATHESIS_EXAMPLES", "25"))
@@ -105,19 +106,26 @@ class Api:
 
     portal: anyio.from_thread.BlockingPortal
     http: httpx.AsyncClient
+    key_http: httpx.AsyncClient
+    """The same app through an Admin's API key."""
     schema: Any
     seeds: dict[str, str]
     """Path parameter -> the id of a record that exists (a job, an occurrence, …)."""
 
-    def send(self, case: Any) -> httpx.Response:
-        return self.portal.call(_send, self.http, case)
+    def send(self, case: Any, credential: str = "token") -> httpx.Response:
+        http = self.key_http if credential == "key" else self.http
+        return self.portal.call(_send, http, case)
 
 
 async def _send(http: httpx.AsyncClient, case: Any) -> httpx.Response:
     """The case as schemathesis would send it, through the signed-in client (whose
     ``Authorization`` wins over a generated one)."""
     kwargs = case.as_transport_kwargs(base_url=BASE)
-    headers = {k: v for k, v in kwargs.get("headers", {}).items() if k.lower() != "authorization"}
+    headers = {
+        k: v
+        for k, v in kwargs.get("headers", {}).items()
+        if k.lower() not in ("authorization", "x-api-key")
+    }
     cookies = kwargs.get("cookies") or {}
     if cookies:
         headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
@@ -167,7 +175,9 @@ async def _seed(runtime: Runtime, http: httpx.AsyncClient) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def _serve(data_dir: Path) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, Any], Any]]:
+async def _serve(
+    data_dir: Path,
+) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient, dict[str, Any], Any]]:
     settings_ = settings_for(data_dir)
     runtime = await prepare(
         settings_, ["tests.integration.runtime_jobs", "tests.integration.failed_jobs"]
@@ -175,9 +185,9 @@ async def _serve(data_dir: Path) -> AsyncIterator[tuple[httpx.AsyncClient, dict[
     await runtime.start()
     try:
         app = create_app(runtime)
-        async with api_client(app, "admin") as http:
+        async with api_client(app, "admin") as http, api_key_client(app, "admin") as key_http:
             seeds = await _seed(runtime, http)
-            yield http, seeds, app.openapi()
+            yield http, key_http, seeds, app.openapi()
     finally:
         await runtime.stop(grace=2)
 
@@ -187,9 +197,10 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     data_dir = tmp_path_factory.mktemp("schemathesis")
     with (
         anyio.from_thread.start_blocking_portal() as portal,
-        portal.wrap_async_context_manager(_serve(data_dir)) as (http, seeds, spec),
+        portal.wrap_async_context_manager(_serve(data_dir)) as (http, key_http, seeds, spec),
     ):
-        yield Api(portal, http, schemathesis.openapi.from_dict(spec, config=CONFIG), seeds)
+        schema = schemathesis.openapi.from_dict(spec, config=CONFIG)
+        yield Api(portal, http, key_http, schema, seeds)
 
 
 def _path_names(path: str) -> list[str]:
@@ -213,8 +224,9 @@ def _cases(api: Api, method: str, path: str) -> st.SearchStrategy[tuple[Any, boo
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("credential", ["token", "key"])
 @pytest.mark.parametrize("operation", OPERATIONS)
-def test_operation_conforms(api: Api, operation: str) -> None:
+def test_operation_conforms(api: Api, operation: str, credential: str) -> None:
     method, path = operation.split(" ", 1)
 
     @settings(
@@ -228,7 +240,7 @@ def test_operation_conforms(api: Api, operation: str) -> None:
     @given(_cases(api, method, path))
     def conforms(drawn: tuple[Any, bool]) -> None:
         case, negative = drawn
-        response = api.send(case)
+        response = api.send(case, credential)
         checks = NEGATIVE_CHECKS if negative else CHECKS
         case.validate_response(response, checks=checks, headers=dict(response.request.headers))
 

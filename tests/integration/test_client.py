@@ -461,3 +461,66 @@ async def test_the_benches_sign_in_again_when_the_token_runs_out(
         assert (auth.sign_ins, counter.count("/api/v1/auth/login")) == (2, 2)
         assert counter.count("/api/v1/jobs/bulk") == 3
     assert (await runtime.store.overview(datetime.now(UTC))).jobs == 2
+
+
+# --- API keys --------------------------------------------------------------------------------
+
+
+async def test_a_client_with_an_api_key_and_the_key_methods(
+    app: FastAPI, client: rota.Client
+) -> None:
+    created = await client.create_api_key("reports", "operator", tags=["reports"])
+    assert created.key.startswith(created.prefix)
+    assert [k.name for k in await client.list_api_keys()] == ["reports"]
+    async with rota.Client(
+        "http://rota", api_key=created.key, transport=StreamingASGITransport(app)
+    ) as service:
+        job = await service.create_job(job_type="r", cron_expression="@daily", tags=["reports"])
+        assert job.created_by == "key:reports"
+        assert [j.id for j in (await service.list_jobs()).items] == [job.id]
+        with pytest.raises(ApiAuthError) as outside:
+            await service.create_job(job_type="r", cron_expression="@daily", tags=["ops"])
+        assert outside.value.status == 403
+        revoked = await client.revoke_api_key(created.id)
+        assert revoked.revoked_at is not None
+        with pytest.raises(ApiAuthError) as refused:
+            await service.list_jobs()
+        assert refused.value.status == 401
+
+
+def test_an_api_key_is_the_only_credential() -> None:
+    with pytest.raises(ValueError, match="one"):
+        rota.Client("http://rota", api_key="rota_x", token="t")
+    with pytest.raises(ValueError, match="one"):
+        rota.Client("http://rota", api_key="rota_x", username="u", password="p")
+
+
+def test_sync_client_with_an_api_key(tmp_path: Path) -> None:
+    holder: dict[str, Any] = {}
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await holder["app"](scope, receive, send)
+
+    stack = AsyncExitStack()
+    with rota.SyncClient(
+        "http://rota",
+        username=username_of("admin"),
+        password=PASSWORD,
+        transport=StreamingASGITransport(app),
+    ) as admin:
+        rt = admin.call(stack.enter_async_context(sqlite_runtime(tmp_path)))
+        admin.call(ensure_user(rt.auth, "admin"))
+        holder["app"] = create_app(rt)
+        try:
+            key = admin.create_api_key("nightly", "viewer")
+            with rota.SyncClient(
+                "http://rota", api_key=key.key, transport=StreamingASGITransport(app)
+            ) as service:
+                assert service.list_jobs().items == []
+                with pytest.raises(ApiAuthError) as denied:
+                    service.create_job(job_type="x", cron_expression="@daily")
+                assert denied.value.status == 403
+            assert admin.revoke_api_key(key.id).revoked_by == username_of("admin")
+            assert [k.name for k in admin.list_api_keys()] == ["nightly"]
+        finally:
+            admin.call(stack.aclose())

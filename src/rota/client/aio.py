@@ -14,6 +14,7 @@ import httpx
 import orjson
 from pydantic import BaseModel
 
+from rota.api.schemas.apikeys import ApiKeyCreated, ApiKeyList, ApiKeyOut
 from rota.api.schemas.dependencies import GraphRunDetail, GraphRunPage, JobDependenciesOut
 from rota.api.schemas.failed import FailedOccurrenceOut, FailedOccurrencePage
 from rota.api.schemas.jobs import BackfillOut, JobOut, JobPage
@@ -75,7 +76,8 @@ def upstreams(depends_on: Sequence[Any]) -> list[dict[str, str]]:
 class Client:
     """An async client of one Rota server.
 
-    Give either ``token`` (an access token) or ``username`` and ``password``: the client then
+    Give ``api_key`` (an API key, ``rota_…``: sent as a bearer token on every request, nothing
+    to renew), ``token`` (an access token) or ``username`` and ``password``: the client then
     signs in (``POST /auth/login``) on its first request and, when the server answers 401 to
     an expired token, renews it once with the refresh token (``POST /auth/refresh``), signing
     in again if that fails. ``transport`` replaces the network (tests pass an ASGI transport);
@@ -89,10 +91,13 @@ class Client:
         token: str | None = None,
         username: str | None = None,
         password: str | None = None,
+        api_key: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = 30.0,
         headers: Mapping[str, str] | None = None,
     ) -> None:
+        if api_key is not None and (token is not None or username is not None):
+            raise ValueError("give an API key, a token, or a username and password: one")
         if token is not None and (username is not None or password is not None):
             raise ValueError("give a token, or a username and password, not both")
         if (username is None) != (password is None):
@@ -103,7 +108,7 @@ class Client:
             timeout=timeout,
             headers=dict(headers or {}),
         )
-        self._token = token
+        self._token = token if api_key is None else api_key
         self._refresh_token: str | None = None
         self._username = username
         self._password = password
@@ -524,6 +529,34 @@ class Client:
 
     async def throughput(self, window: str = "24h", bucket: str | None = None) -> Throughput:
         return await self._get(Throughput, "/stats/throughput", window=window, bucket=bucket)
+
+    # --- API keys (Admin) --------------------------------------------------------------------
+
+    async def create_api_key(
+        self,
+        name: str,
+        role: str,
+        *,
+        job_types: Sequence[str] | None = None,
+        tags: Sequence[str] | None = None,
+        expires_at: datetime | str | None = None,
+    ) -> ApiKeyCreated:
+        """A new API key; its ``key`` is shown this once."""
+        body: dict[str, Any] = {"name": name, "role": role}
+        if job_types:
+            body["jobTypes"] = list(job_types)
+        if tags:
+            body["tags"] = list(tags)
+        if expires_at is not None:
+            body["expiresAt"] = _iso(expires_at)
+        return ApiKeyCreated.model_validate(await self.request("POST", "/api-keys", json=body))
+
+    async def list_api_keys(self) -> list[ApiKeyOut]:
+        return ApiKeyList.model_validate(await self.request("GET", "/api-keys")).items
+
+    async def revoke_api_key(self, key_id: UUID | str) -> ApiKeyOut:
+        answer = await self.request("DELETE", f"/api-keys/{_segment(str(key_id))}")
+        return ApiKeyOut.model_validate(answer)
 
     # --- events ------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 from uuid import UUID
 
+from rota.api.schemas.apikeys import ApiKeyCreated, ApiKeyOut
 from rota.api.schemas.dependencies import GraphRunDetail, GraphRunPage, JobDependenciesOut
 from rota.api.schemas.failed import FailedOccurrenceOut, FailedOccurrencePage
 from rota.api.schemas.jobs import BackfillOut, JobOut, JobPage
@@ -78,6 +79,15 @@ class SyncClient:
 
     def login(self) -> None:
         self._run(self._client.login())
+
+    def create_api_key(self, name: str, role: str, **options: Any) -> ApiKeyCreated:
+        return self._run(self._client.create_api_key(name, role, **options))
+
+    def list_api_keys(self) -> list[ApiKeyOut]:
+        return self._run(self._client.list_api_keys())
+
+    def revoke_api_key(self, key_id: UUID | str) -> ApiKeyOut:
+        return self._run(self._client.revoke_api_key(key_id))
 
     def create_job(self, *, idempotency_key: str | None = None, **fields: Any) -> JobOut:
         return self._run(self._client.create_job(idempotency_key=idempotency_key, **fields))

@@ -1,6 +1,7 @@
 """The operator's commands over the REST API (``login``, ``jobs``, ``runs``, ``failed``,
-``workers``, ``cron preview``, ``limits``, ``graph-runs``; docs/cli.md). They talk to a server
-only through :class:`rota.client.SyncClient`: no settings, service or store is imported here."""
+``workers``, ``cron preview``, ``limits``, ``graph-runs``, ``keys``; docs/cli.md). They talk
+to a server only through :class:`rota.client.SyncClient`: no settings, service or store is
+imported here."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add the operator's commands to the ``rota`` command."""
-    from rota.cli.ops import account, failed, graphs, jobs, limits, misc, runs
+    from rota.cli.ops import account, failed, graphs, jobs, keys, limits, misc, runs
 
     app.command("login")(account.login)
     app.command("logout")(account.logout)
@@ -19,5 +20,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(failed.app, name="failed")
     app.add_typer(limits.app, name="limits")
     app.add_typer(graphs.app, name="graph-runs")
+    app.add_typer(keys.app, name="keys")
     app.command("workers")(misc.workers)
     app.add_typer(misc.cron_app, name="cron")

@@ -1,11 +1,12 @@
 """Where the operator's commands find their server and token, and how every failure ends a
 command with a documented exit code (docs/cli.md, "Exit codes").
 
-The server and token come from ``ROTA_URL`` / ``ROTA_TOKEN`` when set, else from the
-credentials file ``rota login`` writes (``$XDG_CONFIG_HOME/rota/credentials.json``, mode
-0600): per server, the username, the access token, its expiry and the refresh token. An
-access token lives 15 minutes at most; a command that finds it (nearly) expired renews it with
-the refresh token first (``POST /auth/refresh``) and saves the new pair, under a file lock so
+The server and token come from ``ROTA_URL`` / ``ROTA_API_KEY`` (an API key) /
+``ROTA_TOKEN`` when set, else from the credentials file ``rota login`` writes
+(``$XDG_CONFIG_HOME/rota/credentials.json``, mode 0600): per server, the username, the access
+token, its expiry and the refresh token (or a kept API key). An access token lives 15 minutes
+at most; a command that finds it (nearly) expired renews it with the refresh token first
+(``POST /auth/refresh``) and saves the new pair, under a file lock so
 two commands never present the same single-use refresh token.
 """
 
@@ -38,6 +39,9 @@ OK, API_ERROR, USAGE, AUTH, NOT_FOUND, UNREACHABLE = 0, 1, 2, 3, 4, 5
 """The exit codes (docs/cli.md)."""
 
 RENEW_BEFORE = 60.0
+KEY_EXPIRES_AT = 253402300799.0
+"""The saved expiry of an API key's login (9999-12-31): the server decides when it ends."""
+API_KEY_USER = "(API key)"
 """Seconds before its expiry an access token is renewed."""
 TIMEOUT = 30.0
 
@@ -216,17 +220,22 @@ def _renewed(login: Login) -> Login:
         return fresh
 
 
+def is_api_key(token: str) -> bool:
+    return token.startswith("rota_")
+
+
 def target() -> Target:
-    """The server and token to use: ``ROTA_URL`` / ``ROTA_TOKEN`` win over the saved login."""
+    """The server and token to use: ``ROTA_URL`` / ``ROTA_API_KEY`` / ``ROTA_TOKEN`` win over
+    the saved login (an API key over a token)."""
     env_url = os.environ.get("ROTA_URL") or None
-    env_token = os.environ.get("ROTA_TOKEN") or None
+    env_token = os.environ.get("ROTA_API_KEY") or os.environ.get("ROTA_TOKEN") or None
     url = normalise_url(env_url) if env_url else None
     if env_token:
         login = stored()
         if url is None:
             url = login.url if login is not None else None
         if url is None:
-            fail("ROTA_TOKEN is set but no server: set ROTA_URL too", AUTH)
+            fail("ROTA_API_KEY or ROTA_TOKEN is set but no server: set ROTA_URL too", AUTH)
         return Target(url, env_token, None)
     login = stored(url)
     if login is None:
@@ -240,7 +249,7 @@ def quiet_target() -> Target | None:
     """:func:`target` for shell completion: nothing printed, nothing renewed (``None`` when
     there is no usable token)."""
     env_url = os.environ.get("ROTA_URL") or None
-    env_token = os.environ.get("ROTA_TOKEN") or None
+    env_token = os.environ.get("ROTA_API_KEY") or os.environ.get("ROTA_TOKEN") or None
     url = normalise_url(env_url) if env_url else None
     try:
         login = stored(url)
@@ -264,7 +273,7 @@ def connect(where: Target | None = None) -> Iterator[SyncClient]:
     """A client of the target server (default: :func:`target`), signed in; any failure inside
     ends the command with its exit code."""
     where = where or target()
-    hint = "run `rota login`" if where.username is not None else "check ROTA_TOKEN"
+    hint = "run `rota login`" if where.username is not None else "check ROTA_API_KEY/ROTA_TOKEN"
     with guarded(hint), SyncClient(where.url, token=where.token, timeout=TIMEOUT) as client:
         yield client
 
