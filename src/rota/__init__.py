@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rota.core.errors import PermanentError, RotaError
+from rota.core.secretrefs import secret
 from rota.sdk.context import JobContext
 from rota.sdk.job import JobData, JobDefinition, job
 
@@ -32,6 +33,7 @@ __all__ = [
     "RotaError",
     "SyncClient",
     "job",
+    "secret",
 ]
 
 _CLIENT = frozenset({"ApiError", "Client", "SyncClient"})

@@ -34,7 +34,6 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from rota.core.errors import ValidationError
 from rota.core.models import (
     UNKNOWN_HOLDER,
     FailureType,
@@ -60,6 +59,7 @@ from rota.worker.hold import Entry, Hold
 from rota.worker.localstore import LocalStore
 from rota.worker.reporter import Reporter
 from rota.worker.run import ExecutorStats, Runner, declined, format_exception, log_finished
+from rota.worker.secrets import WorkerSecrets
 
 __all__ = ["Executor", "ExecutorStats", "Reporter", "format_exception"]
 
@@ -125,6 +125,7 @@ class Executor:
     deliveries waiting there, so that they do not keep other work from being received.
 
     ``stats`` counts the deliveries skipped, handed back, dropped or cancelled unstarted.
+    ``secrets``: the secret references' values, masked in reports (:mod:`rota.worker.secrets`).
     """
 
     def __init__(
@@ -152,6 +153,7 @@ class Executor:
         limits: LimitMemory | None = None,
         limit_lease: float = DEFAULT_LIMIT_LEASE,
         limit_capacity: int | None = None,
+        secrets: WorkerSecrets | None = None,
     ) -> None:
         if concurrency < 1 or sync_threads < 1:
             raise ValueError("concurrency and sync_threads must be >= 1")
@@ -222,6 +224,7 @@ class Executor:
         self._finals = FinalizedAttempts(
             store, retention=finalized_retention, max_entries=finalized_max_entries
         )
+        self._secrets = WorkerSecrets() if secrets is None else secrets
         self._runner = Runner(
             worker_id=worker_id,
             instance_id=instance_id,
@@ -232,6 +235,7 @@ class Executor:
             rng=rng or random.Random(),
             on_finished=on_finished,
             tracing=tracing if tracing is not None and tracing.enabled else None,
+            mask=self._secrets.record,
         )
         self._intake: asyncio.Task[None] | None = None
         self._housekeeping: asyncio.Task[None] | None = None
@@ -692,13 +696,9 @@ class Executor:
             del self._early[oid]
 
     def _parse(self, message: JobMessage) -> Parsed:
-        """The definition and parsed data, or ``None`` and why it cannot run."""
-        definition = self._definitions[message.job_type]  # an unknown one is declined
-        try:
-            data = definition.parse_data(message.job_data) if definition.takes_data else None
-        except ValidationError as exc:
-            return None, (FailureType.INVALID_DATA, exc.message)
-        return definition, data
+        """The definition and parsed data (its secret references resolved), or ``None`` and
+        why it cannot run."""
+        return self._secrets.parse(self._definitions[message.job_type], message)
 
     def _report_unrun(
         self,
@@ -730,10 +730,11 @@ class Executor:
             max_retries=message.max_retries,
             scheduled_for=message.scheduled_for,
             instance_id=self.instance_id,
-            log_sink=self.reporter.add_log,
+            log_sink=self._secrets.sink(self.reporter.add_log),
         )
 
     def _report_final(self, message: JobMessage, record: StatusRecord) -> None:
+        record = self._secrets.record(record)  # no resolved secret leaves the worker
         log_finished(message.job_type, record)
         self.reporter.add_status(record)
         self._finals.remember(record.occurrence_id, record.attempt)

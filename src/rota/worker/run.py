@@ -165,8 +165,11 @@ class Runner:
         rng: random.Random,
         on_finished: Callable[[str, float | None], None] | None,
         tracing: Tracing | None,
+        mask: Callable[[StatusRecord], StatusRecord] | None = None,
     ) -> None:
         self.default_timeout = default_timeout
+        self._mask = mask
+        """Masks secret values in a final record before it is traced or returned."""
         self._worker_id = worker_id
         self._instance_id = instance_id
         self._sync_threads = sync_threads
@@ -256,10 +259,14 @@ class Runner:
         self, ctx: JobContext, definition: AnyJobDefinition, data: Any, message: JobMessage
     ) -> StatusRecord:
         """Supervise the handler, inside its trace span when tracing is on."""
+        mask = self._mask
         if self._tracing is None:
-            return await self._supervise(ctx, definition, data, message)
+            record = await self._supervise(ctx, definition, data, message)
+            return record if mask is None else mask(record)
         with self._tracing.run_span(message) as end_span:
             record = await self._supervise(ctx, definition, data, message)
+            if mask is not None:
+                record = mask(record)
             end_span(record)
             return record
 
