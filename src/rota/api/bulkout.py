@@ -84,6 +84,7 @@ def _job(job: Job, defaults: AutoDisableDefaults, warnings: list[dict[str, str]]
             },
             _A["paused"]: job.paused_at is not None,
             _A["skip_next"]: job.skip_next or 0,
+            _A["job_data_redacted"]: False,  # an Operator's answer: the data shown
             _A["warnings"]: warnings,
             _A["depends_on"]: None,
             _A["dependents"]: None,

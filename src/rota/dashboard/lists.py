@@ -35,6 +35,7 @@ from rota.dashboard.pages import (
     page_url,
     paging,
     render,
+    shows_job_data,
 )
 from rota.dashboard.session import DashboardUser
 from rota.services.limits import waiting_for
@@ -179,7 +180,9 @@ async def occurrence_page(
         "failed_record": record,
         "names": await job_names(runtime.store, [occurrence.job_id]),
         "graph_run_id": await runtime.dependencies.graph_run_of(occurrence_id),
-        "job_data": json.dumps(occurrence.job_data, indent=2, default=str),
+        "job_data": json.dumps(occurrence.job_data, indent=2, default=str)
+        if shows_job_data(user, runtime)
+        else None,
         "result": None
         if occurrence.result is None
         else json.dumps(occurrence.result, indent=2, default=str),

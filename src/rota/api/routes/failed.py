@@ -16,7 +16,7 @@ from rota.api.schemas.failed import (
     FailedOccurrenceUpdate,
 )
 from rota.api.schemas.occurrences import OccurrenceDetail
-from rota.api.security import OperatorUser, ShownException, requires
+from rota.api.security import JobDataShown, OperatorUser, ShownException, requires
 from rota.core.errors import ValidationError
 from rota.core.models import FailureType
 from rota.core.records import FailedQuery
@@ -57,6 +57,7 @@ def parse_failure_types(values: list[str]) -> tuple[FailureType, ...]:
 async def list_failed(
     store: StoreDep,
     shown: ShownException,
+    with_data: JobDataShown,
     job_id: Annotated[UUID | None, Query(alias="jobId")] = None,
     failure_type: Annotated[
         list[FilterToken],
@@ -82,8 +83,9 @@ async def list_failed(
         cursor=cursor or None,
     )
     page = await store.list_failed(query)
+    items = [FailedOccurrenceOut.of(r, shown) for r in page.items]
     return FailedOccurrencePage(
-        items=[FailedOccurrenceOut.of(r, shown) for r in page.items],
+        items=items if with_data else [item.redacted() for item in items],
         next_cursor=page.next_cursor,
     )
 
@@ -92,9 +94,10 @@ async def list_failed(
     "/{failed_id}", responses=problem_responses(404, 422, 503), summary="A failed occurrence"
 )
 async def get_failed(
-    failed_id: UUID, store: StoreDep, shown: ShownException
+    failed_id: UUID, store: StoreDep, shown: ShownException, with_data: JobDataShown
 ) -> FailedOccurrenceOut:
-    return FailedOccurrenceOut.of(await store.get_failed(failed_id), shown)
+    record = FailedOccurrenceOut.of(await store.get_failed(failed_id), shown)
+    return record if with_data else record.redacted()
 
 
 @router.put(

@@ -20,7 +20,7 @@ from rota.api.schemas.occurrences import (
     OccurrenceOut,
     OccurrencePage,
 )
-from rota.api.security import OperatorUser, ShownException, requires
+from rota.api.security import JobDataShown, OperatorUser, ShownException, requires
 from rota.api.views import parse_statuses
 from rota.core.models import OccurrenceStatus, utcnow
 from rota.core.records import OccurrenceQuery
@@ -73,7 +73,11 @@ async def list_occurrences(
     summary="An occurrence with its status history",
 )
 async def get_occurrence(
-    occurrence_id: UUID, store: StoreDep, shown: ShownException, runtime: Runtime
+    occurrence_id: UUID,
+    store: StoreDep,
+    shown: ShownException,
+    runtime: Runtime,
+    with_data: JobDataShown,
 ) -> OccurrenceDetail:
     occurrence = await store.get_occurrence(occurrence_id)
     lines = await store.occurrence_logs(occurrence_id, after=0, limit=DETAIL_LOG_LINES)
@@ -84,7 +88,7 @@ async def get_occurrence(
         waiting = (await waiting_for(runtime.coordination, [token])).get(token)
     detail = OccurrenceDetail.of(occurrence, shown, logs, waiting)
     detail.graph_run_id = await runtime.dependencies.graph_run_of(occurrence_id)
-    return detail
+    return detail if with_data else detail.redacted()
 
 
 @router.get(

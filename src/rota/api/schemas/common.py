@@ -172,6 +172,14 @@ class ApiModel(BaseModel):
     )
 
 
+REDACTED_JOB_DATA = (
+    "true: the job data is hidden from the caller (a Viewer, unless ROTA_API__VIEWER_JOB_DATA "
+    "is on) and jobData is null; false: jobData is the data as stored (secret references "
+    'such as {"$secret": "NAME"} as they were written, never their values).'
+)
+"""The description of every ``jobDataRedacted`` field."""
+
+
 class InputModel(ApiModel):
     """Request bodies refuse unknown fields: a typo must not be a silent no-op."""
 

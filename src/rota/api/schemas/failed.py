@@ -8,7 +8,13 @@ from uuid import UUID
 
 from pydantic import Field, StringConstraints, model_validator
 
-from rota.api.schemas.common import NO_NUL, ApiModel, InputModel, unwrap_partial_updates
+from rota.api.schemas.common import (
+    NO_NUL,
+    REDACTED_JOB_DATA,
+    ApiModel,
+    InputModel,
+    unwrap_partial_updates,
+)
 from rota.core.models import FailedOccurrence, FailureType
 from rota.core.security import ExceptionText
 
@@ -48,6 +54,7 @@ class FailedOccurrenceOut(ApiModel):
     )
     exception: str | None = Field(description="Why it failed (cut at 10,000 characters).")
     job_data: Any
+    job_data_redacted: bool = Field(False, description=REDACTED_JOB_DATA)
     attempts: int = Field(description="The attempt that failed last (0: none ran).")
     retry_count: int = Field(description="Retries before it failed: attempts - 1.")
     failed_at: datetime
@@ -60,6 +67,10 @@ class FailedOccurrenceOut(ApiModel):
     raw_message: str | None = Field(
         description="A poison message's body as received (cut), when it could not be read."
     )
+
+    def redacted(self) -> FailedOccurrenceOut:
+        """This record without its job data (what a Viewer is shown by default)."""
+        return self.model_copy(update={"job_data": None, "job_data_redacted": True})
 
     @classmethod
     def of(

@@ -22,6 +22,7 @@ from typing_extensions import TypedDict
 from rota.api.schemas.common import (
     MAX_BULK,
     NO_NUL,
+    REDACTED_JOB_DATA,
     ApiModel,
     InputModel,
     JobData,
@@ -401,6 +402,7 @@ class JobOut(ApiModel):
     worker_id: str | None
     job_type: str
     job_data: Any
+    job_data_redacted: bool = Field(False, description=REDACTED_JOB_DATA)
     cron_expression: str | None
     time_zone: str
     execute_at: datetime | None
@@ -479,6 +481,10 @@ class JobOut(ApiModel):
         None, description="GET /jobs/{id}: the jobs that run after it; elsewhere null."
     )
 
+    def redacted(self) -> JobOut:
+        """This job without its data (what a Viewer is shown by default)."""
+        return self.model_copy(update={"job_data": None, "job_data_redacted": True})
+
     @classmethod
     def of(
         cls,
@@ -516,7 +522,7 @@ _JOB_OUT_FIELDS: Final = tuple(
     (name, _ATTRIBUTES.get(name, name))
     for name in JobOut.model_fields
     if _ATTRIBUTES.get(name, name) in BY_NAME
-    and name not in ("tags", "source", "warnings", "skip_next", "every")
+    and name not in ("tags", "source", "warnings", "skip_next", "every", "job_data_redacted")
 )
 """The fields of :class:`JobOut` copied from the job's attribute of the same meaning."""
 
@@ -542,6 +548,16 @@ class JobVersionOut(ApiModel):
     version: int
     snapshot: dict[str, Any] = Field(description="The versioned fields as they were.")
     created_at: datetime
+    job_data_redacted: bool = Field(
+        False, description=f"{REDACTED_JOB_DATA} (here: the snapshot's jobData)"
+    )
+
+    def redacted(self) -> JobVersionOut:
+        """This version without its data (``snapshot.jobData`` null)."""
+        snapshot = {**self.snapshot, "jobData": None} if "jobData" in self.snapshot else None
+        return self.model_copy(
+            update={"snapshot": snapshot or self.snapshot, "job_data_redacted": True}
+        )
 
     @classmethod
     def of(cls, version: JobVersion) -> JobVersionOut:

@@ -8,7 +8,13 @@ from uuid import UUID
 
 from pydantic import Field, StringConstraints
 
-from rota.api.schemas.common import NO_NUL, ApiModel, InputModel, status_name
+from rota.api.schemas.common import (
+    NO_NUL,
+    REDACTED_JOB_DATA,
+    ApiModel,
+    InputModel,
+    status_name,
+)
 from rota.core.models import LogRecord, Occurrence, OccurrenceStatus, StatusChange
 from rota.core.security import ExceptionText
 
@@ -126,6 +132,7 @@ class OccurrenceOut(ApiModel):
 
 class OccurrenceDetail(OccurrenceOut):
     job_data: Any
+    job_data_redacted: bool = Field(False, description=REDACTED_JOB_DATA)
     dispatched_at: datetime | None
     status_change_logs: list[StatusChangeOut] = Field(description="Oldest first.")
     logs: list[LogLine] | None = Field(
@@ -143,6 +150,10 @@ class OccurrenceDetail(OccurrenceOut):
         description="GET /occurrences/{id}: the graph run (job dependencies) it belongs to, "
         "if any (GET /graph-runs/{id}); elsewhere null.",
     )
+
+    def redacted(self) -> OccurrenceDetail:
+        """This occurrence without its job data (what a Viewer is shown by default)."""
+        return self.model_copy(update={"job_data": None, "job_data_redacted": True})
 
     @classmethod
     def of(
