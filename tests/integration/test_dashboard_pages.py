@@ -9,6 +9,7 @@ from uuid import UUID
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from rota.api.app import create_app
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord, WorkerInfo
@@ -367,3 +368,26 @@ async def test_version_diff_compares_times_as_times(client: httpx.AsyncClient) -
     assert "2030-01-01T00:00:00Z" in page
     assert "2030-01-02T00:00:00Z" in page
     assert page.count('<th scope="row">') == 1  # only executeAt changed
+
+
+async def test_the_users_page_lists_api_keys_for_admins_only(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    created = await client.post(
+        "/api/v1/api-keys",
+        json={"name": "page-svc", "role": "operator", "jobTypes": ["billing.sync"]},
+    )
+    assert created.status_code == 201, created.text
+    key = created.json()
+    page = await client.get("/users")
+    assert page.status_code == 200
+    assert 'data-key="page-svc"' in page.text
+    assert key["prefix"] in page.text
+    assert "types: billing.sync" in page.text
+    assert f"DELETE /api/v1/api-keys/{key['id']}" in page.text
+    assert 'data-api-form="POST /api/v1/api-keys"' in page.text
+    assert key["key"] not in page.text  # the secret is never shown again
+    async with api_client(app, "operator") as operator:
+        other = await operator.get("/users")
+        assert "page-svc" not in other.text
+        assert "Admins only." in other.text

@@ -177,6 +177,11 @@
     const link = el.dataset.created && id
       ? { href: el.dataset.created.replace("{id}", id), label: el.dataset.createdLabel } : null;
     const message = el.dataset.done || "Done.";
+    if (el.dataset.showKey && body && body.key) {
+      // a new API key: shown this once, in the page (never stored by the dashboard)
+      const box = document.querySelector(el.dataset.showKey);
+      if (box) { box.querySelector("code").textContent = body.key; box.hidden = false; }
+    }
     if (el.dataset.next) {
       // the message outlives the move to the next page
       try { sessionStorage.setItem("rota-flash", JSON.stringify({ text: message, link: link })); } catch (e) { /* private mode */ }
@@ -218,6 +223,10 @@
     if (kind === "float") return parseFloat(raw);
     if (kind === "json") return JSON.parse(raw);
     if (kind === "datetime") return raw.length === 16 ? raw + ":00Z" : raw + "Z";
+    if (kind === "list") {
+      const items = raw.split(",").map(function (s) { return s.trim(); }).filter(Boolean);
+      return items.length ? items : undefined;
+    }
     return raw;
   }
 
