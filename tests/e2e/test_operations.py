@@ -20,9 +20,12 @@ from .distributed import Cluster, Proc, distributed_env  # noqa: F401  (fixture)
 pytestmark = pytest.mark.slow
 
 
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    response = httpx.get(url, timeout=10)
-    assert response.status_code == 200
+def scrape(
+    url: str, token: str | None = None
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = httpx.get(url, timeout=10, headers=headers)
+    assert response.status_code == 200, response.text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(response.text)
@@ -36,11 +39,18 @@ def test_server_and_worker_metrics_health_and_logs(
 ) -> None:
     cluster = Cluster(distributed_env, tmp_path)
     metrics_port = free_port()
+    server_metrics = free_port()
+    token = "e2e-scrape-token-0123456789"
     try:
-        server = cluster.server("server")
+        # the server's metrics on a port of their own (open there), none on the API's port
+        server = cluster.server("server", ROTA_METRICS__PORT=str(server_metrics))
         args = ["worker", str(HERE / "jobs.py"), "--worker-id", "e2e", "--concurrency", "4"]
         args += ["--metrics-port", str(metrics_port)]
-        env = {**distributed_env, "ROTA_DATA_DIR": str(tmp_path / "data-worker")}
+        env = {
+            **distributed_env,
+            "ROTA_DATA_DIR": str(tmp_path / "data-worker"),
+            "ROTA_METRICS__TOKEN": token,  # the worker's need the token
+        }
         cluster.procs.append(Proc(args, env, tmp_path / "worker.log"))
         worker_base = f"http://127.0.0.1:{metrics_port}"
 
@@ -62,7 +72,8 @@ def test_server_and_worker_metrics_health_and_logs(
             return sum(o["status"] == 2 for o in cluster.occurrences(job["id"])) >= 3
 
         wait_until(three_completed, 40, f"no completed fires: {cluster.logs()}")
-        served = scrape(f"http://127.0.0.1:{server.port}/metrics")
+        assert httpx.get(f"http://127.0.0.1:{server.port}/metrics").status_code == 404
+        served = scrape(f"http://127.0.0.1:{server_metrics}/metrics")
         tick = (("job_type", "e2e.tick"),)
         assert served[("rota_occurrences_completed_total", tick)] >= 3
         assert served[("rota_occurrences_created_total", (("source", "schedule"),))] >= 3
@@ -71,7 +82,8 @@ def test_server_and_worker_metrics_health_and_logs(
         assert served[("rota_dispatch_lateness_seconds_count", ())] >= 3
         prefix = distributed_env["ROTA_NAME_PREFIX"]
         assert (("rota_queue_depth", (("queue", f"{prefix}.status"),))) in served
-        at_worker = scrape(f"{worker_base}/metrics")
+        assert httpx.get(f"{worker_base}/metrics", timeout=5).status_code == 401
+        at_worker = scrape(f"{worker_base}/metrics", token)
         assert at_worker[("rota_job_duration_seconds_count", (("job_type", "e2e.tick"),))] >= 3
         assert at_worker[("rota_outbox_pending", ())] == 0
         assert ("rota_occurrences_completed_total", tick) not in at_worker  # server-only

@@ -7,9 +7,11 @@ from uuid import UUID
 import httpx
 import pytest
 from pydantic import SecretStr
+from rich.console import Console
 
 from rota.api.app import create_app
 from rota.app.runtime import Runtime
+from rota.app.server import _metrics_port
 from rota.core.models import OccurrenceStatus
 from tests.api_client import api_client
 from tests.api_runtime import MiniRuntime
@@ -34,28 +36,79 @@ async def full_runtime(runtime_factory: RuntimeFactory) -> Runtime:
     return await runtime_factory(grace=1)
 
 
-async def test_metrics_are_open_unless_a_token_is_set(full_runtime: Runtime) -> None:
-    app = create_app(full_runtime)
-    async with api_client(app, role=None) as anonymous:
+TOKEN = "scrape-token-0123456789"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+async def test_metrics_are_closed_by_default_outside_development(full_runtime: Runtime) -> None:
+    settings = full_runtime.settings
+    async with api_client(create_app(full_runtime), role=None) as anonymous:
+        for environment in ("production", "test"):
+            settings.environment = environment  # type: ignore[assignment]
+            refused = await anonymous.get("/metrics")
+            assert refused.status_code == 403, refused.text
+            detail = refused.json()["detail"]
+            assert all(
+                name in detail
+                for name in ("ROTA_METRICS__TOKEN", "ROTA_METRICS__PORT", "ROTA_METRICS__PUBLIC")
+            )
+        settings.metrics.public = True  # said so
         assert (await anonymous.get("/metrics")).status_code == 200
-        full_runtime.settings.api.metrics_token = SecretStr("scrape-token-0123456789")
+        settings.metrics.public = None
+        settings.environment = "development"  # rota dev: open unless said otherwise
+        assert (await anonymous.get("/metrics")).status_code == 200
+        settings.metrics.public = False
+        assert (await anonymous.get("/metrics")).status_code == 403
+    async with api_client(create_app(full_runtime), role="admin") as admin:
+        assert (await admin.get("/metrics")).status_code == 403  # a scrape, not a sign-in
+
+
+@pytest.mark.parametrize("older_name", [False, True])
+async def test_metrics_with_a_token(full_runtime: Runtime, older_name: bool) -> None:
+    settings = full_runtime.settings
+    if older_name:  # ROTA_API__METRICS_TOKEN, still read
+        settings.api.metrics_token = SecretStr(TOKEN)
+    else:
+        settings.metrics.token = SecretStr(TOKEN)
+    settings.metrics.public = True  # the token wins
+    async with api_client(create_app(full_runtime), role=None) as anonymous:
         refused = [
             await anonymous.get("/metrics"),
             await anonymous.get("/metrics", headers={"Authorization": "Bearer wrong"}),
-            await anonymous.get(
-                "/metrics", headers={"Authorization": "Basic scrape-token-0123456789"}
-            ),
-            await anonymous.get(
-                "/metrics", headers={"Authorization": "Bearer scrape-token-01234567890"}
-            ),
+            await anonymous.get("/metrics", headers={"Authorization": f"Basic {TOKEN}"}),
+            await anonymous.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}0"}),
         ]
         assert [r.status_code for r in refused] == [401, 401, 401, 401]
-        assert "ROTA_API__METRICS_TOKEN" in refused[0].json()["detail"]
-        allowed = await anonymous.get(
-            "/metrics", headers={"Authorization": "Bearer scrape-token-0123456789"}
-        )
+        assert "ROTA_METRICS__TOKEN" in refused[0].json()["detail"]
+        allowed = await anonymous.get("/metrics", headers=BEARER)
         assert allowed.status_code == 200
         assert "rota_" in allowed.text
+
+
+async def test_metrics_on_a_port_of_their_own(full_runtime: Runtime) -> None:
+    """ROTA_METRICS__PORT: the API's /metrics is a 404 naming it, and the port serves them
+    (open, or with the token when one is set), gauges read at each scrape."""
+    settings = full_runtime.settings
+    settings.metrics.port = 0
+    async with api_client(create_app(full_runtime), role=None) as anonymous:
+        moved = await anonymous.get("/metrics", headers=BEARER)
+        assert moved.status_code == 404
+        assert "ROTA_METRICS__PORT" in moved.json()["detail"]
+    for token in (None, TOKEN):
+        settings.metrics.token = None if token is None else SecretStr(token)
+        scrape = await _metrics_port(settings, full_runtime, Console(quiet=True))
+        assert scrape is not None
+        try:
+            url = f"http://127.0.0.1:{scrape.port}"
+            async with httpx.AsyncClient(base_url=url) as http:
+                open_scrape = await http.get("/metrics")
+                assert open_scrape.status_code == (200 if token is None else 401)
+                answer = await http.get("/metrics", headers=BEARER)
+                assert answer.status_code == 200
+                assert "rota_queue_depth{" in answer.text  # read by the refresh
+                assert (await http.get("/health")).status_code == 404  # the API's port has it
+        finally:
+            await scrape.close()
 
 
 # --- tracebacks ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 @pytest.fixture
 async def runtime(runtime_factory: RuntimeFactory) -> Runtime:
-    overrides = {"scheduler.sweeper_interval_seconds": 0.2}
+    overrides = {"scheduler.sweeper_interval_seconds": 0.2, "metrics.public": True}
     return await runtime_factory(overrides, ["tests.integration.ops_jobs"])
 
 

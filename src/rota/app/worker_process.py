@@ -80,7 +80,7 @@ async def _run(
             lambda: worker_health(executor, started, stop),
             host=ws.metrics_host,
             port=ws.metrics_port,
-            token=token.get_secret_value() if (token := settings.api.metrics_token) else None,
+            token=settings.metrics_token,
         )
         await endpoint.start()
     try:

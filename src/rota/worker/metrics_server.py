@@ -1,14 +1,15 @@
-"""A worker's own small HTTP endpoint (``ROTA_WORKER__METRICS_PORT``): ``GET /metrics``
-(Prometheus text format) and ``GET /health`` (JSON; 200 while the worker takes jobs, 503
-once it stops). It runs in the worker's event loop: a loop too blocked to answer is also a
-failed health check."""
+"""A small HTTP endpoint of its own: ``GET /metrics`` (Prometheus text format) and ``GET
+/health`` (JSON; for a worker, 200 while it takes jobs, 503 once it stops): a worker's
+(``ROTA_WORKER__METRICS_PORT``) and a server's when its metrics have a port of their own
+(``ROTA_METRICS__PORT``). It runs in the process's event loop: a loop too blocked to answer
+is also a failed health check."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -32,12 +33,19 @@ class MetricsServer:
     def __init__(
         self,
         metrics: RotaMetrics,
-        health: Health,
+        health: Health | None,
         *,
         host: str,
         port: int,
         token: str | None = None,
+        refresh: Callable[[], Awaitable[None]] | None = None,
+        setting: str = "ROTA_WORKER__METRICS_PORT",
     ) -> None:
+        """``health``: ``None`` serves no ``/health`` (a server answers it on the API's
+        port); ``refresh()``: brings the gauges up to date before each scrape; ``setting``:
+        the port's setting, named when it cannot be served."""
+        self._refresh = refresh
+        self._setting = setting
         self._metrics = metrics
         self._token = token
         self._health = health
@@ -52,12 +60,12 @@ class MetricsServer:
             self._server = await asyncio.start_server(self._serve, self._host, self._port)
         except OSError as exc:
             raise ConfigurationError(
-                f"cannot serve worker metrics on {self._host}:{self._port} "
-                f"(ROTA_WORKER__METRICS_PORT): {exc.strerror or exc}"
+                f"cannot serve metrics on {self._host}:{self._port} "
+                f"({self._setting}): {exc.strerror or exc}"
             ) from exc
         self.port = int(self._server.sockets[0].getsockname()[1])
         log.info(
-            "worker metrics and health on http://%s:%d", self._host, self.port,
+            "metrics and health on http://%s:%d", self._host, self.port,
             extra={"action": "metrics_server"},
         )  # fmt: skip
 
@@ -72,7 +80,7 @@ class MetricsServer:
         try:
             async with asyncio.timeout(READ_TIMEOUT):
                 head = await reader.readuntil(b"\r\n\r\n")
-            status, content_type, body = self._respond(head)
+            status, content_type, body = await self._respond(head)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             status, content_type, body = "400 Bad Request", "text/plain", b"bad request\n"
         except Exception:
@@ -89,7 +97,7 @@ class MetricsServer:
         with contextlib.suppress(Exception):
             await writer.wait_closed()
 
-    def _respond(self, head: bytes) -> tuple[str, str, bytes]:
+    async def _respond(self, head: bytes) -> tuple[str, str, bytes]:
         if len(head) > MAX_REQUEST_BYTES:
             return "400 Bad Request", "text/plain", b"request too large\n"
         parts = head.split(b"\r\n", 1)[0].split()
@@ -101,8 +109,10 @@ class MetricsServer:
         if target == b"/metrics":
             if not scrape_allowed(_header(head, b"authorization"), self._token):
                 return "401 Unauthorized", "text/plain", b"send Authorization: Bearer <token>\n"
+            if self._refresh is not None:
+                await self._refresh()  # the gauges that are read when scraped
             return "200 OK", CONTENT_TYPE, self._metrics.exposition()
-        if target == b"/health":
+        if target == b"/health" and self._health is not None:
             healthy, details = self._health()
             body = orjson.dumps({"status": "ok" if healthy else "unavailable", **details})
             return ("200 OK" if healthy else "503 Service Unavailable"), "application/json", body

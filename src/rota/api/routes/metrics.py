@@ -1,8 +1,10 @@
 """``GET /metrics``: the server's Prometheus metrics in the text exposition format.
 
-Outside ``/api/v1`` and the OpenAPI description. Open by default, for Prometheus on a private
-network (it tells counts and names of queues and worker groups, nothing else); with
-``ROTA_API__METRICS_TOKEN`` set it needs ``Authorization: Bearer <token>`` (401 otherwise)."""
+Outside ``/api/v1`` and the OpenAPI description. Who may read it (``ROTA_METRICS__…``,
+docs/operations.md): with a token set, whoever sends ``Authorization: Bearer <token>`` (401
+otherwise); with its own port (``ROTA_METRICS__PORT``), nobody here (404: it is served there,
+:mod:`rota.app.server`); else anyone only if ``ROTA_METRICS__PUBLIC`` (by default in
+development), nobody otherwise (403 saying how to open it)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from fastapi import APIRouter, Request, Response
 
 from rota.api.deps import Runtime
 from rota.api.problems import problem_responses
-from rota.core.errors import AuthenticationError
+from rota.core.errors import AuthenticationError, NotFoundError, PermissionDeniedError
 from rota.observability.metrics import CONTENT_TYPE, RotaMetrics, scrape_allowed
 
 router = APIRouter(tags=["monitoring"])
@@ -32,15 +34,23 @@ class _WithMetrics(Protocol):
     include_in_schema=False,
     responses={
         200: {"content": {CONTENT_TYPE: {}}, "description": "The metrics"},
-        **problem_responses(401, 503),
+        **problem_responses(401, 403, 404, 503),
     },
 )
 async def metrics(runtime: Runtime, request: Request) -> Response:
-    token = runtime.settings.api.metrics_token
-    secret = token.get_secret_value() if token is not None else None
-    if not scrape_allowed(request.headers.get("authorization"), secret):
+    settings = runtime.settings
+    token = settings.metrics_token
+    if settings.metrics.port is not None:
+        raise NotFoundError("/metrics", "on the API's port (it is on ROTA_METRICS__PORT)")
+    if token is None and not settings.metrics_public:
+        raise PermissionDeniedError(
+            "the metrics are not public: set ROTA_METRICS__TOKEN (then scrape with "
+            "'Authorization: Bearer <token>'), ROTA_METRICS__PORT (a port of their own) or "
+            "ROTA_METRICS__PUBLIC=true"
+        )
+    if not scrape_allowed(request.headers.get("authorization"), token):
         raise AuthenticationError(
-            "the metrics need 'Authorization: Bearer <token>' (ROTA_API__METRICS_TOKEN)"
+            "the metrics need 'Authorization: Bearer <token>' (ROTA_METRICS__TOKEN)"
         )
     wired = cast(_WithMetrics, runtime)
     await wired.refresh_metrics()
