@@ -164,7 +164,7 @@ class DependencyQueries(AggregateQueries):
             inserted = [
                 _occurrence_row(o, policies.get(o.job_id, ConcurrencyPolicy.ALLOW_ALL)) for o in new
             ]
-            await conn.execute(insert(occurrences), inserted)
+            await conn.execute(insert(occurrences), self._seal_rows(inserted))
             changes = [_change_row(o.id, c) for o in new for c in o.status_changes]
             if changes:
                 await conn.execute(insert(status_changes), changes)
@@ -275,6 +275,9 @@ class DependencyQueries(AggregateQueries):
                     .order_by(occ.c.created_at)
                     .limit(max(0, limit))
                 )
-                found += [_to_occurrence(r) for r in (await conn.execute(stmt)).all()]
+                found += [
+                    self._open_occurrence(_to_occurrence(r))
+                    for r in (await conn.execute(stmt)).all()
+                ]
         found.sort(key=lambda o: o.created_at)
         return found[: max(0, limit)]

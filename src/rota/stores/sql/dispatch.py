@@ -139,7 +139,7 @@ class DispatchQueries(AggregateQueries):
             ),
             ids,
         )
-        return {r[0]: _to_planning_job(r) for r in rows}
+        return {r[0]: self._open_job(_to_planning_job(r)) for r in rows}
 
     async def _absent_jobs(
         self, conn: AsyncConnection, ids: Sequence[UUID]
@@ -189,7 +189,7 @@ class DispatchQueries(AggregateQueries):
             if job.id in plans
             for occ in plans[job.id].occurrences
         ]
-        if not rows:
+        if not self._seal_rows(rows):
             return set()
         count = await self._fast.execute(conn, "insert_planned", self._insert_planned_stmt, rows)
         planned = [row["id"] for row in rows]
@@ -241,7 +241,7 @@ class DispatchQueries(AggregateQueries):
                 _occurrence_row(o, policies.get(o.job_id, ConcurrencyPolicy.SKIP))
                 for o in occurrences_
             ]
-            await conn.execute(insert(occurrences), inserted)
+            await conn.execute(insert(occurrences), self._seal_rows(inserted))
             if changes:
                 await conn.execute(insert(status_changes), changes)
             deltas = StatDeltas()
@@ -276,7 +276,7 @@ class DispatchQueries(AggregateQueries):
         stmt = _undispatched_stmt(due_before, limit)
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
-        return [_to_occurrence(r) for r in rows]
+        return [self._open_occurrence(_to_occurrence(r)) for r in rows]
 
     async def claim_undispatched(
         self, due_before: datetime, limit: int, *, claim_until: datetime
@@ -295,7 +295,7 @@ class DispatchQueries(AggregateQueries):
                     .where(occurrences.c.id.in_(chunk))
                     .values(due_at=claim_until)
                 )
-        return [_to_occurrence(r) for r in rows]
+        return [self._open_occurrence(_to_occurrence(r)) for r in rows]
 
     async def finish_claim(
         self,
@@ -365,7 +365,7 @@ class DispatchQueries(AggregateQueries):
             rows = [*(await conn.execute(running)).all(), *(await conn.execute(queued)).all()]
         found = [
             StaleOccurrence(
-                occurrence=_to_occurrence(r),
+                occurrence=self._open_occurrence(_to_occurrence(r)),
                 zombie_policy=None if r.zombie_policy is None else ZombiePolicy(r.zombie_policy),
                 zombie_threshold_seconds=r.zombie_threshold_seconds,
             )
@@ -407,7 +407,7 @@ class DispatchQueries(AggregateQueries):
             rows = (await conn.execute(stmt)).all()
         return [
             StaleOccurrence(
-                occurrence=_to_occurrence(r),
+                occurrence=self._open_occurrence(_to_occurrence(r)),
                 zombie_policy=None if r.zombie_policy is None else ZombiePolicy(r.zombie_policy),
                 zombie_threshold_seconds=r.zombie_threshold_seconds,
             )

@@ -20,6 +20,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.errors import BackendUnavailableError, ConflictError
+from rota.stores.sql.sealing import Sealing
 from rota.stores.urls import dialect_of, to_async_url
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ async def guard_errors() -> AsyncIterator[None]:
         raise
 
 
-class SqlParts:
+class SqlParts(Sealing):
     """What every query mixin of :class:`~rota.stores.sql.SqlStore` shares: the dialect, the
     fast batches, the auto-disable defaults and the connections (the store's own)."""
 

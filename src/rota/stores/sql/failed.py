@@ -86,7 +86,7 @@ class FailedQueries(AggregateQueries):
     async def record_dead_letters(self, records: Sequence[FailedOccurrence]) -> int:
         if not records:
             return 0
-        rows = [_failed_row(r) for r in records]
+        rows = [self._seal_failed_row(_failed_row(r)) for r in records]
         ids = _unique(r.id for r in records)
         async with self._write() as conn:
             before = await self._count_failed(conn, ids)
@@ -119,7 +119,7 @@ class FailedQueries(AggregateQueries):
             stmt = stmt.where(f.id < _decode_cursor(query.cursor))
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
-        return _page([_to_failed(r) for r in rows], limit, lambda r: r.id)
+        return _page([self._open_failed(_to_failed(r)) for r in rows], limit, lambda r: r.id)
 
     async def get_failed(self, failed_id: UUID) -> FailedOccurrence:
         stmt = select(failed_occurrences).where(failed_occurrences.c.id == failed_id)
@@ -127,7 +127,7 @@ class FailedQueries(AggregateQueries):
             row = (await conn.execute(stmt)).first()
         if row is None:
             raise NotFoundError("failed occurrence", failed_id)
-        return _to_failed(row)
+        return self._open_failed(_to_failed(row))
 
     async def update_failed(
         self,
@@ -145,7 +145,7 @@ class FailedQueries(AggregateQueries):
             row = (await conn.execute(stmt)).first()
             if row is None:
                 raise NotFoundError("failed occurrence", failed_id)
-            stored = _to_failed(row)
+            stored = self._open_failed(_to_failed(row))
             values: dict[str, Any] = {}
             if resolution_note is not None:
                 values["resolution_note"] = resolution_note
@@ -170,7 +170,7 @@ class FailedQueries(AggregateQueries):
                         "failed-occurrence record"
                     ) from exc
             row = (await conn.execute(select(failed_occurrences).where(f.id == failed_id))).one()
-        return _to_failed(row)
+        return self._open_failed(_to_failed(row))
 
     async def delete_failed(self, failed_id: UUID) -> None:
         async with self._write() as conn:
@@ -190,7 +190,7 @@ class FailedQueries(AggregateQueries):
             row = (await conn.execute(stmt)).first()
             if row is None:
                 raise NotFoundError("failed occurrence", failed_id)
-            record = _to_failed(row)
+            record = self._open_failed(_to_failed(row))
             occurrence_id = record.occurrence_id
             if occurrence_id is None:
                 raise ConflictError(

@@ -33,6 +33,7 @@ from rota.stores.schema import job_tags, job_versions, jobs
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.batches import copy_records
 from rota.stores.sql.dependencies import write_edges
+from rota.stores.sql.engine import _json_dumps
 from rota.stores.sql.rows import (
     JOB_COLUMNS,
     _auto_disable_state,
@@ -48,6 +49,9 @@ from rota.stores.sql.rows import (
 from rota.stores.sql.search import postgresql_search, sqlite_search
 from rota.stores.sql.security import insert_audit
 from rota.stores.sql.statements import _insert_stmt
+
+_JOB_DATA_AT = JOB_COLUMNS.index("job_data")
+"""Where a new job's record holds its job data."""
 
 
 class JobQueries(AggregateQueries):
@@ -79,21 +83,38 @@ class JobQueries(AggregateQueries):
         postgresql = self._dialect == "postgresql"  # its shared values as NULL (0024)
         tags = self._tag_rows(jobs_)
         if len(jobs_) == 1:
-            await conn.execute(insert(jobs), [_job_row(jobs_[0], compact=postgresql)])
+            row = _job_row(jobs_[0], compact=postgresql)
+            row["job_data"] = self._sealed_job_data(jobs_[0].id, row["job_data"])
+            await conn.execute(insert(jobs), [row])
         elif postgresql:  # a bulk create: COPY, the only write here
-            await copy_records(conn, jobs, [_copy_record(j) for j in jobs_])
+            records = self._sealed_records(jobs_, [_copy_record(j) for j in jobs_])
+            await copy_records(conn, jobs, records)
         else:  # a bulk create: driver-level parameters, one executemany
             await self._fast.execute_records(
                 conn,
                 "insert_jobs",
                 partial(_insert_stmt, jobs),
                 JOB_COLUMNS,
-                [_sqlite_record(j) for j in jobs_],
+                self._sealed_records(jobs_, [_sqlite_record(j) for j in jobs_]),
             )
         if tags:
             await self._fast.execute(conn, "insert_job_tags", partial(_insert_stmt, job_tags), tags)
         added = StatDeltas.of_jobs((j.job_type, j.is_active, j.tags) for j in jobs_)
         await self._write_aggregates(conn, added)
+
+    def _sealed_records(
+        self, jobs_: Sequence[Job], records: list[tuple[Any, ...]]
+    ) -> list[tuple[Any, ...]]:
+        """A bulk create's records (their JSON columns as text) with the job data sealed."""
+        if self._seal is None:
+            return records
+        at = _JOB_DATA_AT
+        for n, job in enumerate(jobs_):
+            if job.job_data is not None:
+                record = list(records[n])
+                record[at] = _json_dumps(self._sealed_job_data(job.id, job.job_data))
+                records[n] = tuple(record)
+        return records
 
     def _tag_rows(self, jobs_: Sequence[Job]) -> list[dict[str, Any]]:
         """SQLite's ``job_tags`` rows of the jobs (PostgreSQL reads the GIN-indexed column)."""
@@ -112,7 +133,7 @@ class JobQueries(AggregateQueries):
             row = (await conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
         if row is None:
             raise NotFoundError("job", job_id)
-        return _to_job(row)
+        return self._open_job(_to_job(row))
 
     async def list_jobs(self, query: JobQuery) -> Page[Job]:
         limit = max(1, query.limit)
@@ -154,7 +175,7 @@ class JobQueries(AggregateQueries):
             elif query.search:
                 stmt = stmt.where(await sqlite_search(conn, query.search))
             rows = (await conn.execute(stmt)).all()
-        return _page([_to_job(r) for r in rows], limit, lambda j: j.id)
+        return _page([self._open_job(_to_job(r)) for r in rows], limit, lambda j: j.id)
 
     def _seen(self, value: Any) -> Any:
         """A filter's value as the planner must see it. PostgreSQL keeps the jobs of each
@@ -195,7 +216,7 @@ class JobQueries(AggregateQueries):
         row = (await conn.execute(stmt)).first()
         if row is None:
             raise NotFoundError("job", job.id)
-        stored = _to_job(row)
+        stored = self._open_job(_to_job(row))
         if stored.version != expected_version:
             raise ConflictError(
                 f"job {job.id} is at version {stored.version}, not {expected_version}"
@@ -205,11 +226,12 @@ class JobQueries(AggregateQueries):
                 insert(job_versions).values(
                     job_id=job.id,
                     version=stored.version,
-                    snapshot=_snapshot(stored),
+                    snapshot=self._seal_snapshot(job.id, _snapshot(stored)),
                     created_at=utcnow(),
                 )
             )
         values = _job_definition(job)
+        values["job_data"] = self._sealed_job_data(job.id, values["job_data"])
         if with_state:
             values.update(_auto_disable_state(job))
         await conn.execute(update(jobs).where(jobs.c.id == job.id).values(values))
@@ -221,7 +243,7 @@ class JobQueries(AggregateQueries):
         deltas.retag(stored.tags, row.tags or ())
         deltas.retype(stored.job_type, row.job_type)
         await self._write_aggregates(conn, deltas)
-        return _to_job(row)
+        return self._open_job(_to_job(row))
 
     async def _delete_tags(self, conn: AsyncConnection, job_id: UUID, tags: Sequence[str]) -> None:
         """SQLite: the job's tag rows, by their key (tag, job): no index on the job."""
@@ -256,7 +278,7 @@ class JobQueries(AggregateQueries):
         stmt = select(jobs).where(jobs.c.source == JobSource.CODE.value).order_by(jobs.c.job_type)
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
-        return [_to_job(r) for r in rows]
+        return [self._open_job(_to_job(r)) for r in rows]
 
     async def job_versions(self, job_id: UUID) -> list[JobVersion]:
         stmt = (
@@ -268,7 +290,10 @@ class JobQueries(AggregateQueries):
             rows = (await conn.execute(stmt)).all()
         return [
             JobVersion(
-                job_id=r.job_id, version=r.version, snapshot=r.snapshot, created_at=r.created_at
+                job_id=r.job_id,
+                version=r.version,
+                snapshot=self._open_snapshot(r.job_id, r.version, r.snapshot),
+                created_at=r.created_at,
             )
             for r in rows
         ]
@@ -303,7 +328,7 @@ class JobQueries(AggregateQueries):
             stmt = stmt.where(j.id > after)
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
-        candidates = [_to_job(r) for r in rows]
+        candidates = [self._open_job(_to_job(r)) for r in rows]
         # The cooldown is per job (or the default): compared here rather than with interval
         # arithmetic that differs between SQLite and PostgreSQL.
         due = [job for job in candidates if probe_due(job, defaults, now)]
@@ -345,7 +370,7 @@ class JobQueries(AggregateQueries):
             deltas = StatDeltas()
             deltas.activation(False, True)
             await self._write_aggregates(conn, deltas)
-        return _to_job(row)
+        return self._open_job(_to_job(row))
 
 
 def _by_job(edges: Sequence[Dependency]) -> dict[UUID, list[Dependency]]:

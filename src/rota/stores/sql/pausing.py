@@ -130,4 +130,4 @@ class PauseQueries(SqlParts):
     ) -> Job | None:
         stmt = update(jobs).where(_j.id == job_id, *conditions).values(values).returning(jobs)
         row = (await conn.execute(stmt)).first()
-        return None if row is None else _to_job(row)
+        return None if row is None else self._open_job(_to_job(row))

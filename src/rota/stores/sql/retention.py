@@ -146,7 +146,7 @@ class RetentionQueries(AggregateQueries):
             stmt = stmt.where(j.id > after)
         async with self._read() as conn:
             rows = (await conn.execute(stmt.order_by(j.id).limit(limit))).all()
-        return [_to_job(r) for r in rows]
+        return [self._open_job(_to_job(r)) for r in rows]
 
     async def jobs_with_fires(
         self, job_ids: Sequence[UUID], start: datetime, end: datetime

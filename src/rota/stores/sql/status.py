@@ -110,6 +110,9 @@ class StatusQueries(AggregateQueries):
         """Write the batch's occurrence changes and job statistics (the jobs it deactivates
         counted in ``deltas``); returns the jobs it disabled."""
         for columns, params in _occurrence_updates(batch).items():
+            if self._seal is not None and "result" in columns:
+                for param in params:
+                    param["result"] = self._sealed_result(param["id"], param["result"])
             await self._fast.execute(
                 conn,
                 "update_occurrences:" + ",".join(columns),
@@ -231,7 +234,7 @@ class StatusQueries(AggregateQueries):
             .values(
                 job_type=job.job_type,
                 worker_id=job.worker_id,
-                job_data=job.job_data,
+                job_data=self._sealed_job_data(job.id, job.job_data),
                 priority=int(job.priority),
                 timeout_seconds=job.timeout_seconds,
                 retry_delay_seconds=job.retry_delay_seconds,
@@ -242,7 +245,9 @@ class StatusQueries(AggregateQueries):
         )
         async with self._write() as conn:
             rows = (await conn.execute(stmt)).all()
-        return sorted((_to_occurrence(r) for r in rows), key=lambda o: o.scheduled_for)
+        return sorted(
+            (self._open_occurrence(_to_occurrence(r)) for r in rows), key=lambda o: o.scheduled_for
+        )
 
     async def get_occurrence(self, occurrence_id: UUID) -> Occurrence:
         async with self._read() as conn:
@@ -258,7 +263,7 @@ class StatusQueries(AggregateQueries):
                     .order_by(status_changes.c.id)
                 )
             ).all()
-        return _to_occurrence(row, tuple(_to_change(c) for c in changes))
+        return self._open_occurrence(_to_occurrence(row, tuple(_to_change(c) for c in changes)))
 
     async def list_occurrences(self, query: OccurrenceQuery) -> Page[Occurrence]:
         """Filters: ``scheduled_after <= scheduled_for < scheduled_before``."""
@@ -277,7 +282,9 @@ class StatusQueries(AggregateQueries):
             stmt = stmt.where(occ.c.id < _decode_cursor(query.cursor))
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
-        return _page([_to_occurrence(r) for r in rows], limit, lambda o: o.id)
+        return _page(
+            [self._open_occurrence(_to_occurrence(r)) for r in rows], limit, lambda o: o.id
+        )
 
     async def occurrence_logs(
         self, occurrence_id: UUID, *, after: int = 0, limit: int = 1000
