@@ -4,6 +4,8 @@ reach the store through :func:`make_store` and :func:`upgrade_schema`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from rota.app.settings import Settings
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.errors import ConfigurationError
 from rota.core.ports import Broker, Coordination, DependencyAwareStore, ScheduleIndex
+from rota.core.sealing import DataSeal
 from rota.stores.files import StoreOwnerLock
 
 
@@ -58,12 +61,13 @@ def make_broker(settings: Settings) -> Broker:
 
 
 def make_store(
-    url: str, *, auto_disable: AutoDisableDefaults | None = None
+    url: str, *, auto_disable: AutoDisableDefaults | None = None, seal: DataSeal | None = None
 ) -> DependencyAwareStore:
-    """The SQL store (SQLite or PostgreSQL) at ``url``; not opened yet."""
+    """The SQL store (SQLite or PostgreSQL) at ``url``; not opened yet. ``seal``: the keys
+    job data and results are encrypted with at rest."""
     from rota.stores.sql import SqlStore
 
-    return SqlStore(url, auto_disable=auto_disable)
+    return SqlStore(url, auto_disable=auto_disable, seal=seal)
 
 
 def store_owner_lock(url: str) -> StoreOwnerLock | None:
@@ -95,3 +99,47 @@ async def rebuild_statistics(url: str, *, pad_since: datetime | None = None) -> 
         await store.rebuild_aggregates(pad_since=pad_since)
     finally:
         await store.close()
+
+
+async def reencrypt_store(
+    url: str,
+    seal: DataSeal,
+    *,
+    batch: int,
+    tables: Sequence[str],
+    after: str | None = None,
+    progress: Callable[[ReencryptProgress], None],
+) -> None:
+    """``rota maintenance reencrypt``: every sealed value of ``tables`` moved to the current
+    key in batches of ``batch`` rows (``after``: resume the first table after this key);
+    ``progress`` is told after each batch."""
+    from rota.stores.sql import SqlStore
+
+    store = SqlStore(url)
+    await store.open()
+    try:
+        for table in tables:
+            total = rewritten = unopened = 0
+            while True:
+                done = await store.reencrypt_batch(seal, table, after, batch)
+                total += done.read
+                rewritten += done.rewritten
+                unopened += done.unopened
+                after = done.last
+                progress(ReencryptProgress(table, total, rewritten, unopened, after))
+                if after is None:
+                    break
+    finally:
+        await store.close()
+
+
+@dataclass(frozen=True, slots=True)
+class ReencryptProgress:
+    """After a batch: the table, its rows read and rewritten so far, the values that did not
+    open (left as they are), the last key read (``None``: the table is done)."""
+
+    table: str
+    read: int
+    rewritten: int
+    unopened: int
+    last: str | None

@@ -25,6 +25,8 @@ from rich.console import Console
 from rota.app.settings import Settings
 from rota.app.startup import redact_url
 from rota.cli.ops import register as register_operator_commands
+from rota.cli.reencrypt import key as new_key_command
+from rota.cli.reencrypt import reencrypt as reencrypt_command
 from rota.core.errors import RotaError
 from rota.observability.logs import LogFormat
 from rota.services.maintenance import MaintenanceReport, RetentionPolicy
@@ -259,8 +261,19 @@ async def _reach_database(url: str, wait_seconds: float) -> None:
     await store.close()
 
 
-@app.command()
+maintenance_app = typer.Typer(
+    invoke_without_command=True,
+    help="With no command: apply the retention settings once (ROTA_RETENTION__…) and print "
+    "what was deleted. reencrypt and new-key: the encryption keys' upkeep.",
+)
+app.add_typer(maintenance_app, name="maintenance")
+maintenance_app.command("reencrypt")(reencrypt_command)
+maintenance_app.command("new-key")(new_key_command)
+
+
+@maintenance_app.callback()
 def maintenance(
+    ctx: typer.Context,
     database_url: Annotated[
         str | None, typer.Option(help="Defaults to ROTA_DATABASE_URL or the data dir's SQLite.")
     ] = None,
@@ -268,6 +281,8 @@ def maintenance(
     """Apply the retention settings once (ROTA_RETENTION__…): delete old occurrences, log
     lines and resolved dead letters in small batches (on PostgreSQL also create the coming
     time partitions and drop the expired ones), and print what was deleted."""
+    if ctx.invoked_subcommand is not None:
+        return
 
     settings = load_settings()
     configure_logging("warning", settings.log_format)

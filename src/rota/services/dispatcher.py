@@ -24,6 +24,7 @@ from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, utc
 from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
 from rota.core.ports import Broker, RoutedDispatchStore, ScheduleIndex
 from rota.core.records import DispatchResult, DueEntry, IndexEntry
+from rota.core.sealing import DataSeal, sealed_message
 from rota.services._loop import Backoff, run_periodically
 from rota.services.events import EventPublisher
 from rota.services.workers import WorkerDirectory
@@ -124,6 +125,7 @@ class Dispatcher:
         stamp: Callable[[FirePlan], FirePlan] | None = None,
         events: EventPublisher | None = None,
         displace: Callable[[dict[UUID, UUID]], Awaitable[object]] | None = None,
+        seal: DataSeal | None = None,
     ) -> None:
         """``mark_on_commit``: record Skip-policy occurrences as dispatched in the dispatch
         transaction itself instead of in a second one after publishing. Only for the embedded
@@ -143,6 +145,8 @@ class Dispatcher:
         ``displace(displacing)``: cancels the occurrences a CancelOther job's newer fire
         replaces (in the background, after the new ones are sent).
         """
+        self._seal = seal
+        """Seals the job data of the messages sent (None: sent as the store holds it)."""
         self._displace = displace
         self._on_fired = on_fired
         self._stamp = stamp
@@ -411,7 +415,7 @@ class Dispatcher:
             if group is None:
                 unrouted.append(o)
             else:
-                messages.append(to_message(o, now, group))
+                messages.append(sealed_message(self._seal, to_message(o, now, group)))
                 sent.append(o)
         if unrouted:
             log.warning(
