@@ -26,7 +26,7 @@ WORKDIR /app
 COPY pyproject.toml constraints.txt README.md ./
 COPY src ./src
 COPY --from=assets /assets/vendor ./src/rota/dashboard/static/vendor
-RUN pip install -c constraints.txt '.[postgres,redis,rabbitmq]' \
+RUN pip install -c constraints.txt '.[postgres,redis,rabbitmq,encryption]' \
  && useradd --create-home --uid 10001 rota
 USER rota
 ENV ROTA_DATA_DIR=/home/rota/.rota

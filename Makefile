@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 # The extras `rota dev` and the distributed mode run with (no test, lint or tracing tools).
-RUN_EXTRAS := postgres,redis,rabbitmq,email
+RUN_EXTRAS := postgres,redis,rabbitmq,email,encryption
 VENDOR := src/rota/dashboard/static/vendor
 VENDOR_STAMP := $(VENDOR)/.copied
 

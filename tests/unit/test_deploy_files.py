@@ -68,7 +68,7 @@ def test_the_worker_module_has_job_handlers(compose: dict[str, Any]) -> None:
 
 def test_the_image_runs_rota_with_the_distributed_extras() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "'.[postgres,redis,rabbitmq]'" in dockerfile
+    assert "'.[postgres,redis,rabbitmq,encryption]'" in dockerfile  # encryption at rest
     assert 'ENTRYPOINT ["rota"]' in dockerfile
 
 
