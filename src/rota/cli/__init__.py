@@ -75,13 +75,18 @@ def load_settings(**overrides: Any) -> Settings:
     """The settings from the environment and ``rota.toml``; a bad value ends the command with
     the variable it came from and what is wrong (exit code 2), not a traceback."""
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
+        settings.encryption.seal()  # malformed keys: an error naming the setting, no key
     except pydantic.ValidationError as exc:
         console = _console()
         for error in exc.errors():
             name = "ROTA_" + "__".join(str(part) for part in error["loc"]).upper()
             console.print(f"[red]error:[/red] {name}: {error['msg']}")
         raise typer.Exit(2) from None
+    except RotaError as exc:
+        _console().print(f"[red]error:[/red] {exc.message}")
+        raise typer.Exit(2) from None
+    return settings
 
 
 def configure_logging(

@@ -36,7 +36,7 @@ def reencrypt(
     try:
         seal = settings.encryption.seal()
     except KeySettingError as exc:
-        raise typer.BadParameter(str(exc), param_hint="ROTA_ENCRYPTION__KEYS") from None
+        raise typer.BadParameter(exc.message, param_hint="ROTA_ENCRYPTION__KEYS") from None
     if seal is None:
         raise typer.BadParameter(
             "set the keys to re-encrypt with (nothing to do without them)",

@@ -25,6 +25,7 @@ from uuid import UUID
 
 import orjson
 
+from rota.core.errors import ConfigurationError
 from rota.core.models import JobMessage, JsonValue, StatusRecord
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class SealError(Exception):
     associated data, or a malformed envelope. The message names no key."""
 
 
-class KeySettingError(ValueError):
+class KeySettingError(ConfigurationError):
     """The keys setting is malformed; the message names the setting, never a key."""
 
 
