@@ -28,6 +28,7 @@ JOB_KEYS = {
     "workerId",
     "jobType",
     "jobData",
+    "jobDataRedacted",
     "cronExpression",
     "timeZone",
     "executeAt",
