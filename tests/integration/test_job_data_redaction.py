@@ -121,7 +121,8 @@ async def test_dashboard_pages_show_job_data_by_role(runtime: MiniRuntime, role:
         assert "needs the Operator role" in edit.text
     else:
         assert "new-plain-token" in execution.text
-        assert "old-plain-token" in job_page.text and "new-plain-token" in job_page.text
+        assert "old-plain-token" in job_page.text
+        assert "new-plain-token" in job_page.text
         assert edit.status_code == 200
         assert "new-plain-token" in edit.text
 

@@ -55,7 +55,9 @@ def test_a_missing_secret_names_the_reference_not_a_value() -> None:
     with pytest.raises(MissingSecretError) as caught:
         resolve(DATA, {"BILLING_TOKEN": "sk_live_abc123"}.get)
     text = str(caught.value)
-    assert "'OTHER'" in text and "jobData.list[0]" in text and "ROTA_SECRET_OTHER" in text
+    assert "'OTHER'" in text
+    assert "jobData.list[0]" in text
+    assert "ROTA_SECRET_OTHER" in text
     assert "sk_live_abc123" not in text
 
 
