@@ -1,12 +1,14 @@
 """Encryption at rest, on SQLite and PostgreSQL: with keys, the rows hold no plain job data or
 result (read raw), the store's reads give them back plain (jobs, bulk creates by COPY and
-executemany, versions, occurrences, results, dead letters); ``rota maintenance reencrypt``'s
-batches move every value to the newest key, and a run stopped halfway resumes."""
+executemany, versions, occurrences, results, dead letters, kept idempotent answers);
+``rota maintenance reencrypt``'s batches move every value to the newest key, and a run stopped
+halfway resumes."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,9 +17,15 @@ from sqlalchemy import select, text
 from rota.core.models import FailureType, OccurrenceStatus
 from rota.core.records import FailedQuery
 from rota.core.sealing import DataSeal, envelope_version, is_envelope, new_key
-from rota.stores.schema import failed_occurrences, job_versions, jobs, occurrences
+from rota.stores.schema import (
+    failed_occurrences,
+    idempotency_keys,
+    job_versions,
+    jobs,
+    occurrences,
+)
 from rota.stores.sql import SqlStore
-from tests.contract.test_store import fired, make_job, status
+from tests.contract.test_store import NOW, fired, make_job, status
 
 S = OccurrenceStatus
 K1, K2 = new_key(), new_key()
@@ -159,3 +167,15 @@ async def test_reencrypt_moves_every_value_to_the_newest_key_and_resumes(
         ]
     finally:
         await rotated.close()
+
+
+async def test_a_kept_idempotent_answer_is_sealed(sealed: SqlStore) -> None:
+    now = NOW
+    assert await sealed.claim_idempotency_key("s1", "f", now, now + timedelta(days=1)) is None
+    body = b'{"jobData": {"headers": {"Authorization": "Bearer tok-5e3c"}}}'
+    await sealed.complete_idempotency_key("s1", 201, body, [], now + timedelta(days=1))
+    [raw] = await raw_values(sealed, idempotency_keys.c.body)
+    assert b"tok-5e3c" not in bytes(raw)
+    kept = await sealed.claim_idempotency_key("s1", "f", now, now + timedelta(days=1))
+    assert kept is not None
+    assert kept.body == body

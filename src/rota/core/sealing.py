@@ -38,6 +38,7 @@ REENCRYPT_TABLES = ("jobs", "job_versions", "occurrences", "failed_occurrences")
 """The tables that hold sealed values (``rota maintenance reencrypt --table``)."""
 _VERSION = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _NONCE = 12
+_BYTES_MARK = b"$enc:"
 _KEY_BYTES = 32
 
 
@@ -63,6 +64,11 @@ def result_aad(occurrence_id: UUID) -> bytes:
 def failed_data_aad(failed_id: UUID) -> bytes:
     """Associated data of a failed occurrence's (dead letter's) copy of the job data."""
     return b"rota:failed_data:" + failed_id.bytes
+
+
+def idempotency_aad(scope: str) -> bytes:
+    """Associated data of a kept idempotent answer (its body holds the job's data)."""
+    return b"rota:idempotency:" + scope.encode()
 
 
 def is_envelope(value: object) -> bool:
@@ -209,6 +215,32 @@ class DataSeal:
             ) from None
         result: Any = orjson.loads(plain)
         return result
+
+    def seal_bytes(self, data: bytes, aad: bytes) -> bytes:
+        """``data`` sealed as bytes (``$enc:<version>:`` + nonce + ciphertext); as it is
+        when decrypt-only."""
+        version = self.current
+        if version is None:
+            return data
+        nonce = os.urandom(_NONCE)
+        sealed = self._ciphers[version].encrypt(nonce, data, aad)
+        return b"".join((_BYTES_MARK, version.encode(), b":", nonce, sealed))
+
+    def open_bytes(self, data: bytes, aad: bytes) -> bytes:
+        """The plain bytes of :meth:`seal_bytes`; other bytes as they are. Raises
+        :class:`SealError` when they do not open."""
+        if not data.startswith(_BYTES_MARK):
+            return data
+        version, sep, raw = data[len(_BYTES_MARK) :].partition(b":")
+        cipher = self._ciphers.get(version.decode(errors="replace"))
+        if not sep or cipher is None or len(raw) < _NONCE + 16:
+            raise SealError(f"sealed with an unknown key version {version!r}")
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            return cipher.decrypt(raw[:_NONCE], raw[_NONCE:], aad)
+        except InvalidTag:
+            raise SealError(f"the sealed bytes do not open with key {version!r}") from None
 
     def stale(self, value: object) -> bool:
         """Whether ``value`` is not as the current key would store it: an envelope of an

@@ -9,7 +9,9 @@ from datetime import datetime
 from sqlalchemy import delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from rota.core.errors import BackendUnavailableError
 from rota.core.records import IdempotentResult
+from rota.core.sealing import SealError, idempotency_aad
 from rota.stores.schema import idempotency_keys
 from rota.stores.sql.engine import SqlParts
 
@@ -51,7 +53,7 @@ class IdempotencyQueries(SqlParts):
             fingerprint=found.fingerprint,
             created_at=found.created_at,
             status=found.status,
-            body=None if found.body is None else bytes(found.body),
+            body=None if found.body is None else self._opened_body(scope, bytes(found.body)),
             headers=tuple((str(k), str(v)) for k, v in (found.headers or [])),
         )
 
@@ -63,6 +65,8 @@ class IdempotencyQueries(SqlParts):
         headers: Sequence[tuple[str, str]],
         expires_at: datetime,
     ) -> None:
+        if self._seal is not None:  # the answer holds the job's data: sealed at rest too
+            body = self._seal.seal_bytes(body, idempotency_aad(scope))
         values = {
             "status": status,
             "body": body,
@@ -71,6 +75,16 @@ class IdempotencyQueries(SqlParts):
         }
         async with self._write() as conn:
             await conn.execute(update(idempotency_keys).where(_t.scope == scope).values(values))
+
+    def _opened_body(self, scope: str, body: bytes) -> bytes:
+        if self._seal is None:
+            return body
+        try:
+            return self._seal.open_bytes(body, idempotency_aad(scope))
+        except SealError as exc:
+            raise BackendUnavailableError(
+                f"a kept idempotent answer cannot be opened: {exc}"
+            ) from None
 
     async def release_idempotency_key(self, scope: str) -> None:
         stmt = delete(idempotency_keys).where(_t.scope == scope, _t.status.is_(None))
