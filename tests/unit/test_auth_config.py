@@ -19,6 +19,7 @@ from rota.app.settings import Settings
 from rota.app.wiring import build_runtime
 from rota.cli import app
 from rota.core.errors import ConfigurationError
+from tests.helpers import settings_for
 
 
 def test_production_refuses_to_start_without_a_secret(tmp_path: Path) -> None:
@@ -140,6 +141,51 @@ def test_rota_user_commands(data_dir: Path) -> None:
     listed = runner.invoke(app, ["user", "list", *data])
     assert listed.exit_code == 0
     assert listed.stdout.split() == ["alice", "Admin", "active"]
+
+
+def test_rota_user_commands_apply_the_password_policy(data_dir: Path) -> None:
+    runner = CliRunner()
+    data = ["--data-dir", str(data_dir)]
+    spaces = runner.invoke(
+        app, ["user", "create", "bob", "--password-stdin", *data], input=" " * 11 + "a\n"
+    )
+    assert spaces.exit_code == 2
+    assert "at least 12 characters" in spaces.output
+    assert "password" in spaces.output
+    made = runner.invoke(
+        app, ["user", "create", "bob", "--password-stdin", *data], input="bob's long passphrase\n"
+    )
+    assert made.exit_code == 0, made.output
+    common = runner.invoke(
+        app, ["user", "password", "bob", "--password-stdin", *data], input="Changeme2024!\n"
+    )
+    assert common.exit_code == 2
+    assert "most common passwords" in common.output
+
+
+@pytest.mark.parametrize(
+    ("password", "why"),
+    [(" " * 11 + "a", "at least 12"), ("Password123!", "too easy to guess")],
+)
+async def test_a_weak_admin_password_from_the_environment_stops_the_start(
+    tmp_path: Path, password: str, why: str
+) -> None:
+    """ROTA_ADMIN_PASSWORD is held to the policy in every environment, development too: a
+    weak one ends the start (while no Admin exists), naming the variables and why."""
+    for environment in ("production", "development"):
+        settings = settings_for(
+            tmp_path / environment,
+            environment=environment,
+            auth_secret=SecretStr(secrets.token_urlsafe(48)),
+            admin_user="root",
+            admin_password=SecretStr(password),
+        )
+        runtime = await prepare(settings, [])
+        try:
+            with pytest.raises(ConfigurationError, match=f"ROTA_ADMIN_PASSWORD: .*{why}"):
+                await runtime.start()
+        finally:
+            await runtime.stop(grace=0)
 
 
 async def test_rota_dev_prints_a_generated_admin_once(data_dir: Path) -> None:

@@ -1,5 +1,6 @@
-"""The password policy (length, the username, the bundled list of common passwords and the
-usual ways of dressing them up) and the signing-secret check of production."""
+"""The password policy (real characters, one repeated character, the username, zxcvbn's
+maintained lists of common passwords and the usual ways of dressing them up) and the
+signing-secret check of production."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from rota.core.security import (
     check_password,
     common_passwords,
     exception_message,
+    real_characters,
     secret_weakness,
 )
+from rota.services.auth import generate_password
 
 
 def test_the_bundled_list_is_package_data_of_common_passwords() -> None:
+    """(What the signing-secret check reads; passwords are judged by zxcvbn's lists.)"""
     common = common_passwords()
     assert len(common) > 200
     assert {"password", "123456", "qwerty", "letmein", "iloveyou"} <= common
@@ -30,13 +34,20 @@ def test_the_bundled_list_is_package_data_of_common_passwords() -> None:
         ("P@ssw0rd2024!", "most common"),  # swaps and decoration
         ("Summer2024!!!", "most common"),
         ("!!Letmein2025", "most common"),
+        ("Changeme2024!", "most common"),
         ("iloveyou-1234", "most common"),
-        ("monkey monkey 7", "common words"),
+        ("123456789012", "most common"),
+        ("monkey monkey 7", "short pattern"),
         ("abcabcabcabc", "short pattern"),
         ("hunter2hunter2", "short pattern"),
-        ("123456789012", "neighbouring"),
         ("abcdefghijklmn", "neighbouring"),
         ("9876543210987", "neighbouring"),
+        ("asdfghjkl;'\\zxc", "neighbouring keys"),
+        ("rota rota rota 2024", "short pattern"),
+        ("ada ada ada ada 99", "short pattern"),
+        ("benjamin1985!", "common words or names"),
+        ("aaaaaaab12cd", "mostly one character"),  # 7 of 12
+        ("x" * 1024, "mostly one character"),
     ],
 )
 def test_easy_passwords_are_refused_naming_the_field(password: str, why: str) -> None:
@@ -50,17 +61,47 @@ def test_easy_passwords_are_refused_naming_the_field(password: str, why: str) ->
     "password",
     [
         "correct horse battery staple",
+        "  correct horse battery staple  ",
         "e2e admin passphrase",
         "Tr0ub4dor&3-xyzzy",
         "viewer passphrase 1",
+        "purple monkey dishwasher",
+        "Blue-Horse-42",
+        "Kx8#mPq2vL9z",
     ],
 )
 def test_good_passwords_pass(password: str) -> None:
     check_password("ada", password)
 
 
+@pytest.mark.parametrize(
+    ("password", "real"),
+    [
+        (" " * 11 + "a", 1),  # the report: 11 spaces and an a
+        ("\t  Kx8#mPq2vL9\n", 11),  # the whitespace around it does not count
+        ("Kx8#m    Pq2vL9", 12),  # a run of spaces inside counts once: 12 is enough
+        ("Kx8#m\u3000Pq2vL", 11),  # any Unicode space, normalised
+    ],
+)
+def test_length_counts_real_characters(password: str, real: int) -> None:
+    assert len(real_characters(password)) == real
+    if real < 12:
+        with pytest.raises(ValidationError, match=f"at least 12 characters.*it has {real}") as e:
+            check_password("ada", password, field="newPassword")
+        assert e.value.field == "newPassword"
+        assert "spaces" in e.value.message
+    else:
+        check_password("ada", password)
+
+
+def test_the_generated_passwords_pass() -> None:
+    """What `rota dev` prints (and `rota user … --generate`)."""
+    for _ in range(300):
+        check_password("admin", generate_password())
+
+
 def test_random_passwords_pass() -> None:
-    for _ in range(500):
+    for _ in range(300):
         check_password("ada", secrets.token_urlsafe(12))
 
 
