@@ -167,13 +167,16 @@ async def test_config_masks_secrets(runtime: MiniRuntime, client: httpx.AsyncCli
         database_url="postgresql://rota:s3cret-pw@db.internal:5432/rota",
         redis_url="redis://:redis-pw@cache:6379/0",
         amqp_url="amqp://guest:guest-pw@mq:5672/%2F",
+        alert_webhook_url="https://hooks.example.com/in?channel=ops&token=hook-token",
+        auth={"previous_secrets": "an-old-signing-secret-that-was-rotated-out-0123"},
     )
     response = await client.get("/api/v1/admin/config")
     assert response.status_code == 200
     text = response.text
-    for secret in ("s3cret-pw", "redis-pw", "guest-pw"):
+    for secret in ("s3cret-pw", "redis-pw", "guest-pw", "hook-token", "an-old-signing-secret"):
         assert secret not in text
     body = response.json()
+    assert body["alertWebhookUrl"] == "https://hooks.example.com/in?channel=ops&token=********"
     assert body["databaseUrl"] == "postgresql://rota:********@db.internal:5432/rota"
     assert body["redisUrl"] == "redis://:********@cache:6379/0"
     assert body["effectiveDatabaseUrl"] == body["databaseUrl"]

@@ -299,10 +299,12 @@ def test_configuration_is_shown_without_secrets() -> None:
             "database_url": "postgresql://rota:hunter2@db/rota",
             "auth": {"jwt_secret": "s" * 40, "access_token_minutes": 15},
             "redis_url": None,
+            "alert_webhook_url": "https://hooks.example/x?channel=ops&token=hunter3",
         }
     )
     assert shown == {
-        "database_url": "postgresql://***@db/rota",
+        "alert_webhook_url": "https://hooks.example/x?channel=ops&token=***",
+        "database_url": "postgresql://rota:***@db/rota",
         "auth": {"jwt_secret": "***", "access_token_minutes": 15},
         "redis_url": None,
     }

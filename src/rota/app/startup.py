@@ -8,9 +8,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from urllib.parse import urlsplit, urlunsplit
 
 from rota.core.errors import BackendUnavailableError
+from rota.core.redact import mask_url, mask_urls
 
 log = logging.getLogger(__name__)
 
@@ -19,18 +19,9 @@ MAX_DELAY = 5.0
 
 
 def redact_url(url: str) -> str:
-    """``url`` without its password (``scheme://user:***@host``); other URLs unchanged."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """``url`` as it may be printed or logged: :func:`rota.core.redact.mask_url` (its
+    password and secret query parameters hidden)."""
+    return mask_url(url)
 
 
 async def wait_for(
@@ -57,11 +48,11 @@ async def wait_for(
             if left <= 0:
                 raise BackendUnavailableError(
                     f"{service} at {where} did not answer within {within:g} s "
-                    f"({tries} tries): {exc}"
+                    f"({tries} tries): {mask_urls(str(exc))}"
                 ) from exc
             log.warning(
                 "waiting for %s at %s (try %d, %.0f s left): %s",
-                service, where, tries, left, exc,
+                service, where, tries, left, mask_urls(str(exc)),
                 extra={"action": "wait_for_dependency", "service": service},
             )  # fmt: skip
             await asyncio.sleep(min(delay, left))

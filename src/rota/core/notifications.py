@@ -71,8 +71,9 @@ class Subscription:
     """Scope: only the events of jobs carrying this tag."""
     url: str | None = None
     """Webhook: the http(s) URL the JSON body is POSTed to."""
-    secret: str | None = None
-    """Webhook: the HMAC-SHA256 key of the signature."""
+    secret: str | None = field(default=None, repr=False)
+    """Webhook: the HMAC-SHA256 key of the signature (never in a ``repr``, so never in a
+    log line)."""
     recipients: tuple[str, ...] = ()
     """Email: the addresses told."""
     threshold: int = 0

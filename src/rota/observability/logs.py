@@ -15,9 +15,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import orjson
+
+from rota.core.redact import mask_urls
 
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
     "message",
@@ -78,7 +80,37 @@ class ContextFilter(logging.Filter):
         return True
 
 
-class JsonFormatter(logging.Formatter):
+class SecretFilter(logging.Filter):
+    """Masks every URL in a line (its password, its secret query parameters:
+    :func:`rota.core.redact.mask_urls`): the message with its arguments, and the text of an
+    exception, of our lines and of the libraries' (a driver's connection error naming its
+    URL; the formatters mask the exception's text). On the handler, so it sees every line
+    written."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask_urls(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+class _MaskedExceptions(logging.Formatter):
+    def formatException(self, ei: Any) -> str:
+        return mask_urls(super().formatException(ei))
+
+
+QUIET_LOGGERS: Final = {
+    # httpx logs each request at INFO: the dashboard's calls to the API inside the server
+    "httpx": logging.WARNING,
+    "alembic": logging.WARNING,
+    # aiosqlite's DEBUG lines carry every statement's parameters: password hashes,
+    # webhook secrets, job data
+    "aiosqlite": logging.INFO,
+}
+
+
+class JsonFormatter(_MaskedExceptions):
     """One JSON object per line: time, level, logger, message, and every ``extra`` field."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -96,7 +128,7 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
-class TextFormatter(logging.Formatter):
+class TextFormatter(_MaskedExceptions):
     """One readable line: ``HH:MM:SS.mmm LEVEL source: message [key=value …]``.
 
     The source is the job type on a line written inside a job (the handler's own lines and the
@@ -169,6 +201,7 @@ def configure(
     text = LogFormat(fmt) is LogFormat.TEXT
     handler.setFormatter(TextFormatter() if text else JsonFormatter())
     handler.addFilter(ContextFilter())
+    handler.addFilter(SecretFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -181,6 +214,5 @@ def configure(
     else:
         access.setLevel(logging.WARNING)
         logging.getLogger("uvicorn.error").setLevel(logging.NOTSET)
-    # httpx logs each request at INFO: the dashboard's calls to the API inside the server
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    for name, quiet in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(quiet)

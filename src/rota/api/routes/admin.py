@@ -4,10 +4,8 @@ effective configuration (secrets masked)."""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Protocol, cast
-from urllib.parse import urlsplit, urlunsplit
 
 from fastapi import APIRouter, Body
 from pydantic import Field, StringConstraints
@@ -19,6 +17,7 @@ from rota.api.schemas.admin import BucketOut, BucketsOut, InstanceOut, Reliabili
 from rota.api.schemas.common import NO_NUL, ApiModel, InputModel
 from rota.api.security import OperatorUser, requires
 from rota.core.models import DispatcherState, utcnow
+from rota.core.redact import is_secret_name, mask_urls
 from rota.core.security import Role
 from rota.services.buckets import bucket_overview
 from rota.services.control import switch_dispatcher
@@ -245,32 +244,18 @@ async def config(runtime: Runtime) -> dict[str, Any]:
 
 
 MASK = "********"
-_SECRET_NAME = re.compile(
-    r"(password|passwd|secret|token|credential|api_?key|private_?key|(^|_)key$)", re.I
-)
-
-
-def _mask_url(value: str) -> str:
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return value
-    if not parts.scheme or parts.password is None:
-        return value
-    host = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))
 
 
 def mask_secrets(value: Any, name: str = "") -> Any:
-    """``value`` with secrets masked (the text of any field whose name says it is one, any
-    password in a URL: ``scheme://user:password@host``) and its keys in camelCase."""
+    """``value`` with secrets masked (the text of any field whose name says it is one; in
+    URLs, passwords and secret query parameters: :mod:`rota.core.redact`) and its keys in
+    camelCase."""
     if isinstance(value, dict):
         return {to_camel(str(k)): mask_secrets(v, str(k)) for k, v in value.items()}
     if isinstance(value, list):
         return [mask_secrets(v, name) for v in value]
-    if isinstance(value, str | bytes) and value and _SECRET_NAME.search(name):
+    if isinstance(value, str | bytes) and value and is_secret_name(name):
         return MASK
-    if isinstance(value, str) and "://" in value:
-        return _mask_url(value)
+    if isinstance(value, str):
+        return mask_urls(value, MASK)
     return value
