@@ -168,6 +168,22 @@ def auth_secret(settings: Settings) -> bytes:
     return _secret_file(settings.data_dir / SECRET_FILE)
 
 
+def previous_secrets(settings: Settings) -> tuple[bytes, ...]:
+    """ROTA_AUTH__PREVIOUS_SECRETS: the secrets that signed before the current one
+    (comma-separated), accepted for verification only; each at least 32 bytes."""
+    value = settings.auth.previous_secrets
+    if value is None:
+        return ()
+    found = tuple(p.strip().encode() for p in value.get_secret_value().split(",") if p.strip())
+    for number, secret in enumerate(found, 1):
+        if len(secret) < MIN_SECRET_BYTES:
+            raise ConfigurationError(
+                f"ROTA_AUTH__PREVIOUS_SECRETS: secret {number} has {len(secret)} bytes; each "
+                f"must have at least {MIN_SECRET_BYTES} (like ROTA_AUTH_SECRET)"
+            )
+    return found
+
+
 def _secret_file(path: Path) -> bytes:
     try:
         secret = path.read_bytes().strip()
@@ -188,6 +204,7 @@ def auth_config(settings: Settings) -> AuthConfig:
     auth = settings.auth
     return AuthConfig(
         secret=auth_secret(settings),
+        previous_secrets=previous_secrets(settings),
         access_ttl=timedelta(minutes=auth.access_token_minutes),
         refresh_ttl=timedelta(days=auth.refresh_token_days),
         max_failed_logins=auth.max_failed_logins,

@@ -32,7 +32,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from uuid import UUID
 
@@ -49,7 +49,7 @@ from rota.core.errors import (
     ValidationError,
 )
 from rota.core.ids import new_id
-from rota.core.ports import SecurityStore
+from rota.core.ports import AccountStore
 from rota.core.records import Page
 from rota.core.security import (
     MIN_SECRET_BYTES,
@@ -85,6 +85,9 @@ _CLAIMS: Final = ["exp", "iat", "nbf", "iss", "aud", "sub", "jti"]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuthConfig:
     secret: bytes
+    previous_secrets: tuple[bytes, ...] = ()
+    """Secrets that signed tokens before a rotation: accepted for verification only (the
+    current ``secret`` signs)."""
     access_ttl: timedelta = MAX_ACCESS_TTL
     refresh_ttl: timedelta = timedelta(days=14)
     max_failed_logins: int = 5
@@ -104,6 +107,8 @@ class AuthConfig:
     def __post_init__(self) -> None:
         if len(self.secret) < MIN_SECRET_BYTES:
             raise ValueError(f"the token secret must have at least {MIN_SECRET_BYTES} bytes")
+        if any(len(old) < MIN_SECRET_BYTES for old in self.previous_secrets):
+            raise ValueError(f"each previous secret must have at least {MIN_SECRET_BYTES} bytes")
         if not timedelta(0) < self.access_ttl <= MAX_ACCESS_TTL:
             raise ValueError("access tokens live more than 0 and at most 15 minutes")
 
@@ -137,7 +142,7 @@ class AuthService:
 
     def __init__(
         self,
-        store: SecurityStore,
+        store: AccountStore,
         config: AuthConfig,
         clock: Callable[[], datetime],
         *,
@@ -385,7 +390,9 @@ class AuthService:
                 "sub": str(user.id),
                 "name": user.username,
                 "role": user.role.value,
-                "iat": now,
+                # Microseconds: a token issued in the same second as a password change (and
+                # before it) must not outlive it (``tokens_valid_after``).
+                "iat": issued_at(now),
                 "nbf": now,
                 "exp": now + self.config.access_ttl,
             }
@@ -411,28 +418,47 @@ class AuthService:
         expired or not yet valid, a wrong issuer or audience, a missing claim, or a user that
         is gone or inactive."""
         try:
-            claims = jwt.decode(
-                access_token,
-                self.config.secret,
-                algorithms=[ALGORITHM],
-                audience=self.config.audience,
-                issuer=self.config.issuer,
-                options={
-                    "require": _CLAIMS,
-                    # Times are checked below against this service's clock.
-                    "verify_exp": False,
-                    "verify_nbf": False,
-                    "verify_iat": False,
-                },
-            )
+            claims = self._decode(access_token)
             self._check_times(claims)
             user_id = UUID(str(claims["sub"]))
-        except (jwt.PyJWTError, ValueError, TypeError) as exc:
+            issued = datetime.fromtimestamp(float(claims["iat"]), UTC)
+        except (jwt.PyJWTError, ValueError, TypeError, OverflowError, OSError) as exc:
             raise AuthenticationError(f"invalid access token: {exc}") from None
         user = await self._active_user(user_id)
         if user is None:
             raise AuthenticationError("invalid access token: the user is not active")
+        if user.tokens_valid_after is not None and issued <= user.tokens_valid_after:
+            raise AuthenticationError(
+                "invalid access token: the user's sessions were ended (a password or role "
+                "change, or a deactivation): sign in again"
+            )
         return Principal(user.id, user.username, user.role, str(claims["jti"]))
+
+    def _decode(self, access_token: str) -> dict[str, Any]:
+        """The claims, the signature checked with the current secret, then each previous one
+        (a rotation: tokens signed before it stay good until they expire)."""
+        keys = (self.config.secret, *self.config.previous_secrets)
+        for key in keys[:-1]:
+            with contextlib.suppress(jwt.InvalidSignatureError):
+                return self._decode_with(access_token, key)
+        return self._decode_with(access_token, keys[-1])
+
+    def _decode_with(self, access_token: str, key: bytes) -> dict[str, Any]:
+        claims: dict[str, Any] = jwt.decode(
+            access_token,
+            key,
+            algorithms=[ALGORITHM],
+            audience=self.config.audience,
+            issuer=self.config.issuer,
+            options={
+                "require": _CLAIMS,
+                # Times are checked below against this service's clock.
+                "verify_exp": False,
+                "verify_nbf": False,
+                "verify_iat": False,
+            },
+        )
+        return claims
 
     def _check_times(self, claims: dict[str, Any]) -> None:
         now = self._clock().timestamp()
@@ -458,7 +484,8 @@ class AuthService:
 
     async def change_password(self, principal: Principal, current: str, new: str) -> User:
         """Change the caller's password after checking the current one (a wrong one counts as
-        a failed login). Every refresh token of the user is revoked."""
+        a failed login). Every session of the user ends (its access tokens, this one included,
+        and its refresh tokens)."""
         user = await self._store.get_user(principal.user_id)
         ok, _ = await self._check(user.username, current, client=None, action="password change")
         if not ok:
@@ -467,11 +494,9 @@ class AuthService:
         if new == current:
             raise ValidationError("the new password is the current one", field="newPassword")
         check_password(user.username, new, field="newPassword")
-        stored = await self._store.update_user(
-            replace(user, password_hash=await self.hash_password(new), updated_at=now)
+        return await self._store.update_user_ending_sessions(
+            replace(user, password_hash=await self.hash_password(new), updated_at=now), now
         )
-        await self._store.revoke_refresh_tokens(now, user_id=user.id)
-        return stored
 
     # --- users (admin) --------------------------------------------------------------------------
 
@@ -511,10 +536,16 @@ class AuthService:
         role: Role | None = None,
         is_active: bool | None = None,
         password: str | None = None,
+        actor: Principal | None = None,
+        current_password: str | None = None,
     ) -> User:
         """Change a user's role, active flag or password (a reset: it also unlocks the user).
-        Deactivating or resetting revokes the user's refresh tokens. ``ConflictError`` when
-        it would leave no active Admin."""
+        A reset, a role change and a deactivation end the user's sessions (access and refresh
+        tokens). ``ConflictError`` when it would leave no active Admin. ``actor`` (the
+        caller) setting its own password must give ``current_password`` (else a
+        ``ValidationError`` on ``currentPassword``; a wrong one counts as a failed login)."""
+        if password is not None and actor is not None and actor.user_id == user_id:
+            await self._check_own_password(actor, current_password)
         now = self._clock()
         user = await self._store.get_user(user_id)
         changed = replace(user, updated_at=now)
@@ -530,10 +561,28 @@ class AuthService:
                 failed_logins=0,
                 locked_until=None,
             )
-        stored = await self._store.update_user(changed)
-        if password is not None or is_active is False:
-            await self._store.revoke_refresh_tokens(now, user_id=user_id)
-        return stored
+        ends = (
+            password is not None
+            or (is_active is False and user.is_active)
+            or (role is not None and role is not user.role)
+        )
+        if ends:
+            return await self._store.update_user_ending_sessions(changed, now)
+        return await self._store.update_user(changed)
+
+    async def _check_own_password(self, actor: Principal, current: str | None) -> None:
+        """Whoever changes its own password proves it knows the current one (a stolen
+        session alone must not take the account over)."""
+        if current is None:
+            raise ValidationError(
+                "changing your own password needs your current password: send "
+                "currentPassword (or use PUT /api/v1/auth/password)",
+                field="currentPassword",
+            )
+        name = (await self._store.get_user(actor.user_id)).username
+        ok, _ = await self._check(name, current, client=None, action="password change")
+        if not ok:
+            raise ValidationError("the current password is wrong", field="currentPassword")
 
     async def delete_user(self, user_id: UUID) -> User:
         return await self._store.delete_user(user_id)
@@ -555,7 +604,8 @@ class AuthService:
                     return None
                 raise
         check_password(name, password)
-        return await self._store.update_user(
+        now = self._clock()
+        return await self._store.update_user_ending_sessions(
             replace(
                 existing,
                 role=Role.ADMIN,
@@ -563,9 +613,16 @@ class AuthService:
                 password_hash=await self.hash_password(password),
                 failed_logins=0,
                 locked_until=None,
-                updated_at=self._clock(),
-            )
+                updated_at=now,
+            ),
+            now,
         )
+
+
+def issued_at(now: datetime) -> float:
+    """A token's ``iat``: seconds since the epoch with microseconds (JWT allows a fraction),
+    compared with ``tokens_valid_after`` as a time of the same precision."""
+    return round(now.timestamp(), 6)
 
 
 def generate_password() -> str:

@@ -189,7 +189,8 @@ async def me(user: SignedIn, auth: Auth) -> UserOut:
     summary="Change the signed-in user's password",
     description="Needs the current password (a wrong one counts as a failed login). The new "
     "one: at least 12 characters, not the username, not a common password. Ends every "
-    "login of the user (refresh tokens revoked).",
+    "session of the user at once, this one included (access tokens, dashboard sessions and "
+    "refresh tokens): sign in again with the new password.",
 )
 async def change_password(
     user: SignedIn, body: PasswordChange, auth: Auth, audit: Audit

@@ -56,9 +56,11 @@ async def get_user(user_id: UUID, auth: Auth) -> UserOut:
     "/{user_id}",
     responses=problem_responses(404, 409, 413, 422, 503),
     summary="Change a user's role or active flag, or reset its password",
-    description="A password reset also unlocks the user; a reset or a deactivation ends the "
-    "user's logins (refresh tokens revoked; its access tokens stop working at once). "
-    "Demoting or deactivating the last active Admin is a 409.",
+    description="A password reset also unlocks the user; a reset, a role change or a "
+    "deactivation ends the user's sessions at once (its access tokens, dashboard sessions "
+    "and refresh tokens). Setting one's own password here needs currentPassword (422 "
+    "without it or with a wrong one). Demoting or deactivating the last active Admin is a "
+    "409.",
 )
 async def update_user(
     user_id: UUID, body: UserPatch, auth: Auth, audit: Audit, admin: AdminUser
@@ -66,10 +68,16 @@ async def update_user(
     before = UserOut.of(await auth.get_user(user_id))
     after = UserOut.of(
         await auth.update_user(
-            user_id, role=body.role, is_active=body.is_active, password=body.password
+            user_id,
+            role=body.role,
+            is_active=body.is_active,
+            password=body.password,
+            actor=admin,
+            current_password=body.current_password,
         )
     )
-    changes = body.model_dump(exclude_unset=True, exclude={"password"}, by_alias=True)
+    secret = {"password", "current_password"}
+    changes = body.model_dump(exclude_unset=True, exclude=secret, by_alias=True)
     action = "user.password_reset" if body.password is not None and not changes else "user.updated"
     after_view = after.audit() | ({"passwordReset": True} if body.password else {})
     await audit.record(

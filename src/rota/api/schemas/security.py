@@ -108,6 +108,11 @@ class UserPatch(InputModel):
     password: Password | None = Field(
         None, description="A password reset: also unlocks the user and ends its sessions."
     )
+    current_password: Password | None = Field(
+        None,
+        description="The caller's current password: needed when an Admin sets its own "
+        "password here (else 422 on currentPassword).",
+    )
 
 
 class AuditOut(ApiModel):
