@@ -49,7 +49,7 @@ def test_a_builtin_worker_process_runs_each_builtin_job(
     smtp: tuple[int, _Inbox],
     tmp_path: Path,
 ) -> None:
-    cluster.server("s1")
+    cluster.server("s1", ROTA_HTTP__ALLOW_NETWORKS="127.0.0.1/32")  # the same lists as the worker
     smtp_port, inbox = smtp
     with http_server() as web:
         env = {
