@@ -1,6 +1,7 @@
 """Encryption at rest, on SQLite and PostgreSQL: with keys, the rows hold no plain job data or
 result (read raw), the store's reads give them back plain (jobs, bulk creates by COPY and
-executemany, versions, occurrences, results, dead letters, kept idempotent answers);
+executemany, versions, occurrences, results, dead letters, kept idempotent answers,
+job audit entries);
 ``rota maintenance reencrypt``'s batches move every value to the newest key, and a run stopped
 halfway resumes."""
 
@@ -10,14 +11,18 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 import pytest
 from sqlalchemy import select, text
 
+from rota.core.ids import new_id
 from rota.core.models import FailureType, OccurrenceStatus
 from rota.core.records import FailedQuery
 from rota.core.sealing import DataSeal, envelope_version, is_envelope, new_key
+from rota.core.security import AuditEntry, AuditQuery
 from rota.stores.schema import (
+    audit_entries,
     failed_occurrences,
     idempotency_keys,
     job_versions,
@@ -131,6 +136,7 @@ async def test_reencrypt_moves_every_value_to_the_newest_key_and_resumes(
     await sealed.create_jobs(made)
     occ = await fired(sealed, make_job(job_data=DATA))
     await sealed.apply_status([status(occ, S.COMPLETED, result={"r": 1})])
+    await sealed.append_audit([audit_of(made[0].id)])
     rotated_seal = DataSeal.from_setting(f"v2:{K2},v1:{K1}")
     rotated = SqlStore(store_url, seal=rotated_seal)
     await rotated.open()
@@ -142,8 +148,10 @@ async def test_reencrypt_moves_every_value_to_the_newest_key_and_resumes(
         assert sorted(versions) == ["v1"] * 4 + ["v2"] * 2  # stopped after one batch
         again = await rotated.reencrypt_batch(rotated_seal, "jobs", None, 100)  # rerun
         assert (again.read, again.rewritten, again.last) == (6, 4, None)
-        for table in ("job_versions", "occurrences", "failed_occurrences"):
+        for table in ("job_versions", "occurrences", "failed_occurrences", "audit_entries"):
             await rotated.reencrypt_batch(rotated_seal, table, None, 100)
+        [before] = await raw_values(rotated, audit_entries.c.before)
+        assert envelope_version(before["jobData"]) == "v2"
         for column in (jobs.c.job_data, occurrences.c.job_data, occurrences.c.result):
             assert {envelope_version(v) for v in await raw_values(rotated, column)} == {"v2"}
         # the old key can go: every read opens with v2 alone
@@ -179,3 +187,27 @@ async def test_a_kept_idempotent_answer_is_sealed(sealed: SqlStore) -> None:
     kept = await sealed.claim_idempotency_key("s1", "f", now, now + timedelta(days=1))
     assert kept is not None
     assert kept.body == body
+
+
+def audit_of(job_id: UUID) -> AuditEntry:
+    return AuditEntry(
+        id=new_id(),
+        at=NOW,
+        actor="ann",
+        action="job.updated",
+        resource_type="job",
+        resource_id=str(job_id),
+        before={"displayName": "a", "jobData": DATA},
+        after={"displayName": "b", "jobData": None},
+    )
+
+
+async def test_a_jobs_audit_entries_hold_its_data_sealed(sealed: SqlStore) -> None:
+    job = make_job(job_data=DATA)
+    entry = audit_of(job.id)
+    await sealed.append_audit([entry])
+    [before] = await raw_values(sealed, audit_entries.c.before)
+    assert "tok-5e3c" not in str(before)
+    assert before["displayName"] == "a"  # the rest stays readable
+    [read] = (await sealed.list_audit(AuditQuery(resource_id=str(job.id)))).items
+    assert read == entry

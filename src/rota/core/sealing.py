@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 ENVELOPE_KEY = "$enc"
 """The one key of a sealed value's object."""
 KEYS_SETTING = "ROTA_ENCRYPTION__KEYS"
-REENCRYPT_TABLES = ("jobs", "job_versions", "occurrences", "failed_occurrences")
+REENCRYPT_TABLES = ("jobs", "job_versions", "occurrences", "failed_occurrences", "audit_entries")
 """The tables that hold sealed values (``rota maintenance reencrypt --table``)."""
 _VERSION = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _NONCE = 12

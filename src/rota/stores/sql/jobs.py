@@ -77,7 +77,7 @@ class JobQueries(AggregateQueries):
             at = jobs_[0].created_at
             for job_id, linked in _by_job(edges).items():
                 await write_edges(conn, self._dialect, job_id, linked, at, replace=False)
-            await insert_audit(conn, audit)
+            await insert_audit(conn, self._sealed_audit(audit))
 
     async def _insert_jobs(self, conn: AsyncConnection, jobs_: Sequence[Job]) -> None:
         postgresql = self._dialect == "postgresql"  # its shared values as NULL (0024)
@@ -206,7 +206,7 @@ class JobQueries(AggregateQueries):
             if edges is not None:
                 at = job.updated_at or utcnow()
                 await write_edges(conn, self._dialect, job.id, edges, at, replace=True)
-            await insert_audit(conn, audit)
+            await insert_audit(conn, self._sealed_audit(audit))
         return stored
 
     async def _update_job(

@@ -22,7 +22,7 @@ from rota.core.sealing import (
     job_data_aad,
     result_aad,
 )
-from rota.stores.schema import failed_occurrences, job_versions, jobs, occurrences
+from rota.stores.schema import audit_entries, failed_occurrences, job_versions, jobs, occurrences
 from rota.stores.sql.engine import SqlParts
 
 
@@ -50,6 +50,19 @@ def _moved(seal: DataSeal, value: JsonValue, aad: bytes) -> tuple[JsonValue, boo
     if seal.current is None:
         return plain, True, False
     return seal.seal(plain, aad), True, False
+
+
+_STATES = ("snapshot", "before", "after")
+"""Columns whose value is an object holding the job data under ``jobData``."""
+
+
+def _audit_aad(resource_type: str, resource_id: str | None) -> bytes | None:
+    if resource_type != "job" or resource_id is None:
+        return None
+    try:
+        return job_data_aad(UUID(resource_id))
+    except ValueError:
+        return None
 
 
 class ReencryptQueries(SqlParts):
@@ -89,6 +102,7 @@ _TABLES: dict[str, Table] = {
     "job_versions": job_versions,
     "occurrences": occurrences,
     "failed_occurrences": failed_occurrences,
+    "audit_entries": audit_entries,
 }
 
 
@@ -105,6 +119,8 @@ def _value_columns(t: Table) -> list[Any]:
         return [t.c.snapshot]
     if t is occurrences:
         return [t.c.job_id, t.c.job_data, t.c.result]
+    if t is audit_entries:
+        return [t.c.resource_type, t.c.resource_id, t.c.before, t.c.after]
     return [t.c.job_id, t.c.job_data]
 
 
@@ -130,8 +146,8 @@ def _row_values(seal: DataSeal, table: str, m: Any) -> tuple[dict[str, Any], int
         new, changed, failed = _moved(seal, value, aad)
         bad += failed
         if changed:
-            if column == "snapshot":
-                out[column] = {**m["snapshot"], "jobData": new}
+            if column in _STATES:
+                out[column] = {**m[column], "jobData": new}
             else:
                 out[column] = new
     return out, bad
@@ -144,6 +160,12 @@ def _sealed_values(table: str, m: Any) -> Iterator[tuple[str, JsonValue, bytes]]
         snapshot = m["snapshot"]
         if isinstance(snapshot, dict):
             yield "snapshot", snapshot.get("jobData"), job_data_aad(m["job_id"])
+    elif table == "audit_entries":
+        aad = _audit_aad(m["resource_type"], m["resource_id"])
+        for column in ("before", "after"):
+            state = m[column]
+            if aad is not None and isinstance(state, dict):
+                yield column, state.get("jobData"), aad
     elif table == "occurrences":
         yield "job_data", m["job_data"], job_data_aad(m["job_id"])
         yield "result", m["result"], result_aad(m["id"])

@@ -11,6 +11,7 @@ when it names no job). With no keys (``_seal`` is ``None``) every step is one te
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 from uuid import UUID
@@ -24,6 +25,7 @@ from rota.core.sealing import (
     job_data_aad,
     result_aad,
 )
+from rota.core.security import AuditEntry
 
 _log = logging.getLogger(__name__)
 
@@ -32,6 +34,16 @@ def _failed_aad(job_id: UUID | None, failed_id: UUID) -> bytes:
     """A failed occurrence's job data is its job's (bound to the job, so the final-failure
     record copies the occurrence's envelope as it is); a poison message's, to the record."""
     return failed_data_aad(failed_id) if job_id is None else job_data_aad(job_id)
+
+
+def _audit_aad(entry: AuditEntry) -> bytes | None:
+    """The job data's associated data for an audit entry of a job; ``None`` for others."""
+    if entry.resource_type != "job" or entry.resource_id is None:
+        return None
+    try:
+        return job_data_aad(UUID(str(entry.resource_id)))
+    except ValueError:
+        return None
 
 
 class Sealing:
@@ -79,7 +91,37 @@ class Sealing:
             return snapshot
         return {**snapshot, "jobData": self._opened(data, job_data_aad(job_id))}
 
+    def _open_audit(self, entry: AuditEntry) -> AuditEntry:
+        """An audit entry of a job with the job data of its states opened."""
+        if self._seal is None or (aad := _audit_aad(entry)) is None:
+            return entry
+        before, after = (self._audit_state(s, aad, open_=True) for s in (entry.before, entry.after))
+        return replace(entry, before=before, after=after)
+
+    def _audit_state(self, state: Any, aad: bytes, *, open_: bool) -> Any:
+        if not isinstance(state, dict) or state.get("jobData") is None:
+            return state
+        data = state["jobData"]
+        assert self._seal is not None
+        new = self._opened(data, aad) if open_ else self._seal.seal(data, aad)
+        return {**state, "jobData": new}
+
     # --- writes ---------------------------------------------------------------------------
+
+    def _sealed_audit(self, entries: Sequence[AuditEntry]) -> Sequence[AuditEntry]:
+        """Audit entries with the job data in the states of a job's entries sealed (what a
+        change of a job records holds its data)."""
+        if self._seal is None:
+            return entries
+        out = []
+        for entry in entries:
+            aad = _audit_aad(entry)
+            if aad is not None:
+                before = self._audit_state(entry.before, aad, open_=False)
+                after = self._audit_state(entry.after, aad, open_=False)
+                entry = replace(entry, before=before, after=after)
+            out.append(entry)
+        return out
 
     def _sealed_job_data(self, job_id: UUID, value: JsonValue) -> JsonValue:
         seal = self._seal
