@@ -81,8 +81,18 @@ def test_a_builtin_worker_process_runs_each_builtin_job(
             "email": create("email.send", {"to": ["ann@example.com"], "subject": "from e2e",
                                            "text": "hello"}),
             "maintenance": create("rota.maintenance", None),
-            "refused": create("http.request", {"url": "http://169.254.169.254/latest/"}),
+            # allowed at create (loopback is listed), refused when it runs: the hop is not
+            "refused": create("http.request", {
+                "url": f"{web.url}/redirect?to=http://169.254.169.254/latest/"}),
         }  # fmt: skip
+        # what needs no look-up is refused by the server, naming the field
+        metadata = {"jobType": "http.request", "workerId": "builtin",
+                    "executeAt": "2031-01-01T00:00:00Z",
+                    "jobData": {"url": "http://169.254.169.254/latest/"}}  # fmt: skip
+        base = cluster.base
+        at_create = cluster.session.request("POST", f"{base}/jobs", base, json=metadata)
+        assert at_create.status_code == 422, at_create.text
+        assert at_create.json()["errors"][0]["field"] == "jobData.url"
         settle(cluster, list(jobs.values()), 60)
 
     def final(name: str) -> dict[str, Any]:
