@@ -111,3 +111,19 @@ def test_mask_settings() -> None:
     assert is_secret_name("X-Api-Key")
     assert not is_secret_name("secrets_dir")
     assert not is_secret_name("access_token_minutes")
+
+
+def test_configuration_errors_name_urls_masked() -> None:
+    """A URL refused at start is named in the error (the console's last line), masked."""
+    from rota.core.errors import ConfigurationError
+    from rota.redis.client import connect
+    from rota.stores.urls import dialect_of
+
+    with pytest.raises(ConfigurationError) as database:
+        dialect_of("postgres ql://rota:hunter2@db/rota")
+    assert "rota:***@db" in str(database.value)
+    with pytest.raises(ConfigurationError) as redis:
+        connect("redis://:hunter2@cache:notaport/0")
+    assert "redis://:***@cache:notaport/0" in str(redis.value)
+    for error in (database, redis):
+        assert "hunter2" not in str(error.value)

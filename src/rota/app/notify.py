@@ -34,6 +34,7 @@ from rota.core.notifications import (
     sign,
 )
 from rota.core.ports import NotificationStore
+from rota.core.redact import mask_urls
 from rota.observability.metrics import RotaMetrics
 from rota.services.notifications import (
     NotificationService,
@@ -50,7 +51,7 @@ def alert_webhook(url: str, timeout: float) -> Callable[[Alert], Awaitable[None]
     try:
         url = http_url(url)
     except ValueError as exc:
-        raise ConfigurationError(f"the alert webhook URL {url!r} {exc}") from None
+        raise ConfigurationError(mask_urls(f"the alert webhook URL {url!r} {exc}")) from None
 
     async def send(alert: Alert) -> None:
         body = {"source": "rota", "alert": alert_json(alert)}
@@ -112,7 +113,7 @@ def webhook_sender(settings: NotificationSettings, user_agent: str = "rota-notif
                 )
                 await response.aclose()
             except httpx.HTTPError as exc:
-                return SendResult(ok=False, error=f"{type(exc).__name__}: {exc}")
+                return SendResult(ok=False, error=mask_urls(f"{type(exc).__name__}: {exc}"))
         code = response.status_code
         if 200 <= code < 300:
             return SendResult(ok=True, status_code=code)

@@ -31,6 +31,7 @@ from rota.builtin.outbound import (
 )
 from rota.core.addresses import AddressPolicy, IPAddress
 from rota.core.errors import PermanentError, RotaError
+from rota.core.redact import mask_url
 from rota.sdk.job import JobContext, JobData, JobDefinition, job
 
 __all__ = ["HttpRequest", "HttpStatusError", "data_check", "definitions", "url_refusal"]
@@ -216,7 +217,7 @@ class Fetcher:
             raise RotaError(f"no complete answer within {seconds} s") from None
         elapsed = time.monotonic() - started
         log.info(
-            "%s %s: %s %s in %.3f s", data.method, response.url, response.status,
+            "%s %s: %s %s in %.3f s", data.method, mask_url(str(response.url)), response.status,
             response.reason, elapsed,
         )  # fmt: skip
         self._check_status(data, response)

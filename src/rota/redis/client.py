@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from rota.core.errors import BackendUnavailableError, ConfigurationError
+from rota.core.redact import mask_urls
 from rota.redis.keys import RedisKeys
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def connect(
             max_connections=max_connections,
         )
     except ValueError as exc:
-        raise ConfigurationError(f"invalid Redis URL {url!r}: {exc}") from exc
+        raise ConfigurationError(mask_urls(f"invalid Redis URL {url!r}: {exc}")) from exc
 
 
 def _transient_errors() -> tuple[type[BaseException], ...]:

@@ -11,6 +11,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from rota.core.errors import ConfigurationError
+from rota.core.redact import mask_urls
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -27,7 +28,7 @@ def _parse(url: str) -> URL:
     try:
         return make_url(url)
     except ArgumentError as exc:
-        raise ConfigurationError(f"invalid database URL {url!r}: {exc}") from exc
+        raise ConfigurationError(mask_urls(f"invalid database URL {url!r}: {exc}")) from exc
 
 
 def _driver(url: URL) -> tuple[Dialect, str]:
