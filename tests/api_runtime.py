@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rota.app.builtins import builtin_data_checks
 from rota.app.configs import auth_config, jobs_config
 from rota.app.settings import Settings
 from rota.brokers.inprocess import InProcessBroker
@@ -20,9 +21,11 @@ from rota.core.errors import BackendUnavailableError
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
 from rota.indexes.memory import MemoryScheduleIndex
+from rota.services.apikeys import ApiKeyService
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.backfill import Backfill
+from rota.services.dataschema import DataSchemas
 from rota.services.dependencies import DependencyService
 from rota.services.events import EventPublisher
 from rota.services.idempotency import Idempotency
@@ -56,11 +59,13 @@ class MiniRuntime:
     pausing: Pausing = field(init=False)
     notifications: NotificationService = field(init=False)
     dependencies: DependencyService = field(init=False)
+    api_keys: ApiKeyService = field(init=False)
     """Subscriptions for the API; its loop does not run here (nothing is sent)."""
 
     def __post_init__(self) -> None:
         self.auth = AuthService(self.store, auth_config(self.settings), self.jobs.now)
         self.audit = AuditService(self.store, self.jobs.now)
+        self.api_keys = ApiKeyService(self.store, self.audit, self.jobs.now)
         self.idempotency = Idempotency(self.store, self.jobs.now)
         self.backfill = Backfill(
             self.store,
@@ -125,6 +130,7 @@ def mini_runtime(
         jobs_config(settings.scheduler),
         lambda: datetime.now(UTC),
         events=events,
+        schemas=DataSchemas(checks=builtin_data_checks(settings)),  # as the wiring's
     )
     return MiniRuntime(settings, store, index, InProcessBroker(), coordination, jobs, events)
 

@@ -400,6 +400,28 @@ def test_a_viewer_sees_no_actions_and_a_forged_action_is_refused(
         assert api.get("/occurrences", params={"jobId": job["id"]}).json()["items"] == []
 
 
+def test_a_viewer_sees_no_job_data_and_no_job_form(page: Page, server: Server) -> None:
+    with server.api() as api:
+        job = api.post(
+            "/jobs",
+            json={
+                "jobType": "browser.tick",
+                "cronExpression": "0 0 1 1 *",
+                "jobData": {"token": "plain-token-browser-42"},
+            },
+        ).json()
+        occurrence = api.post(f"/jobs/{job['id']}/trigger", json={}).json()
+    sign_in(page, server, VIEWER)
+    page.goto(f"{server.url}/executions/{occurrence['id']}")
+    expect(page.get_by_test_id("job-data-hidden")).to_contain_text("Hidden: your role (Viewer)")
+    assert "plain-token-browser-42" not in page.content()
+    response = page.goto(f"{server.url}/jobs/{job['id']}/edit")
+    assert response is not None
+    assert response.status == 403
+    expect(page.get_by_role("heading", name="Not allowed")).to_be_visible()
+    assert "plain-token-browser-42" not in page.content()
+
+
 def test_admin_stops_and_resumes_dispatching(admin_page: Page, server: Server) -> None:
     page = admin_page
     page.goto(f"{server.url}/admin")
@@ -430,7 +452,7 @@ def test_an_admin_manages_users(admin_page: Page, server: Server, artifacts: Pat
     page.get_by_test_id("create-user").click()
     expect(page.locator("#form-error")).to_contain_text("password")
     page.get_by_label("Password").fill("a-long-enough-password-2026")
-    page.get_by_label("Role").select_option("Operator")
+    page.get_by_label("Role", exact=True).select_option("Operator")
     page.get_by_test_id("create-user").click()
     row = page.locator('[data-testid=user-row][data-user="newcomer"]')
     expect(row).to_contain_text("Operator")
@@ -444,6 +466,37 @@ def test_an_admin_manages_users(admin_page: Page, server: Server, artifacts: Pat
     with server.api() as api:
         names = [u["username"] for u in api.get("/users").json()["items"]]
     assert "newcomer" not in names
+
+
+def test_an_admin_creates_an_api_key_seen_once_and_revokes_it(
+    admin_page: Page, server: Server, artifacts: Path
+) -> None:
+    page = admin_page
+    page.goto(f"{server.url}/users")
+    page.get_by_label("Key name").fill("browser-svc")
+    page.get_by_label("Key role").select_option("Operator")
+    page.get_by_label("Tags (scope, optional)").fill("billing, reports")
+    page.get_by_test_id("create-key").click()
+    shown = page.get_by_test_id("new-key-value")
+    expect(shown).to_have_text(re.compile(r"^rota_[0-9a-f]{32}_[A-Za-z0-9_-]{43}$"))
+    key = shown.inner_text()
+    page.screenshot(path=artifacts / "users-new-key.png", full_page=True)
+    # the key works for the API, as its role
+    with server.api() as api:
+        answer = api.get("/jobs", headers={"Authorization": f"Bearer {key}"})
+        assert answer.status_code == 200, answer.text
+    page.get_by_test_id("new-key-done").click()
+    row = page.locator('[data-testid=key-row][data-key="browser-svc"]')
+    expect(row).to_contain_text("Operator")
+    expect(row).to_contain_text("tags: billing, reports")
+    expect(row).to_contain_text("active")
+    assert key not in page.content()  # shown once: never again
+    page.on("dialog", lambda dialog: dialog.accept())
+    row.get_by_role("button", name="Revoke").click()
+    expect(row).to_contain_text("revoked")
+    with server.api() as api:
+        answer = api.get("/jobs", headers={"Authorization": f"Bearer {key}"})
+        assert answer.status_code == 401
 
 
 def test_an_expired_session_is_renewed_once_for_parallel_pages_and_parts(

@@ -102,6 +102,52 @@ async def test_a_password_reset_gets_the_policy(admin: httpx.AsyncClient) -> Non
     assert (await login(admin, "ada", NEW_PASSWORD)).status_code == 200
 
 
+WEAK = [
+    (" " * 11 + "a", "at least 12 characters, not counting the spaces"),  # the report
+    ("   Kx8#mPq2vL9   ", "at least 12 characters, not counting the spaces"),  # 11 inside
+    ("aaaaaaab12cd", "mostly one character repeated"),
+    ("Changeme2024!", "one of the most common passwords"),
+    ("qwertyuiop12", "one of the most common passwords"),
+    ("abcabcabcabc", "repeats a short pattern"),
+]
+
+
+@pytest.mark.parametrize(("weak", "why"), WEAK)
+async def test_every_route_that_sets_a_password_applies_the_policy(
+    app: FastAPI, admin: httpx.AsyncClient, weak: str, why: str
+) -> None:
+    """Create (Admin), reset (Admin), an Admin's own password, and one's own password
+    (PUT /auth/password): a 422 naming the field, saying why; nothing changed."""
+
+    def refused(response: httpx.Response, field: str) -> None:
+        problem = assert_problem(response, 422)
+        assert [e["field"] for e in problem["errors"]] == [field], problem
+        assert why in problem["errors"][0]["message"], problem
+
+    create = {"username": "ada", "password": weak, "role": "Viewer"}
+    refused(await admin.post(USERS, json=create), "password")
+    user = await create_user(admin, "ada")
+    refused(await admin.patch(f"{USERS}/{user['id']}", json={"password": weak}), "password")
+    me = (await admin.get("/api/v1/auth/me")).json()
+    own = {"password": weak, "currentPassword": PASSWORD}
+    refused(await admin.patch(f"{USERS}/{me['id']}", json=own), "password")
+    headers = await bearer(admin, "ada", NEW_PASSWORD)
+    change = {"currentPassword": NEW_PASSWORD, "newPassword": weak}
+    refused(await admin.put("/api/v1/auth/password", json=change, headers=headers), "newPassword")
+    assert (await login(admin, "ada", NEW_PASSWORD)).status_code == 200
+    assert (await login(admin, username_of("admin"), PASSWORD)).status_code == 200
+
+
+async def test_a_strong_password_with_spaces_around_it_is_taken_as_typed(
+    admin: httpx.AsyncClient,
+) -> None:
+    """The spaces around it do not count towards the length, but they are part of it."""
+    typed = "  purple monkey dishwasher  "
+    await create_user(admin, "ada", password=typed)
+    assert (await login(admin, "ada", typed)).status_code == 200
+    assert (await login(admin, "ada", typed.strip())).status_code == 401
+
+
 async def test_a_taken_username_is_a_conflict_case_insensitively(
     admin: httpx.AsyncClient,
 ) -> None:
@@ -120,7 +166,9 @@ async def test_role_change_deactivation_and_password_reset(
         assert_problem(await anon.post("/api/v1/jobs", json=job, headers=headers), 403)
         r = await admin.patch(f"{USERS}/{user['id']}", json={"role": "Operator"})
         assert r.json()["role"] == "Operator"
-        # The role counts at once, without a new token.
+        # A role change ends the user's sessions at once; the next sign-in carries the role.
+        assert_problem(await anon.post("/api/v1/jobs", json=job, headers=headers), 401)
+        headers = await bearer(anon, "ada", NEW_PASSWORD)
         created = await anon.post("/api/v1/jobs", json=job, headers=headers)
         assert created.status_code == 201, created.text
         r = await admin.patch(f"{USERS}/{user['id']}", json={"isActive": False})

@@ -155,13 +155,22 @@ async def test_refresh_tokens_expire(auth: AuthService, clock: Clock) -> None:
         await auth.refresh(tokens.refresh_token)
 
 
-async def test_refresh_carries_the_current_role(auth: AuthService) -> None:
+async def test_a_role_change_ends_the_sessions_and_the_next_login_carries_it(
+    auth: AuthService, clock: Clock
+) -> None:
     await auth.create_user("root", PASSWORD, Role.ADMIN)
     user = await auth.create_user("ada", PASSWORD, Role.VIEWER)
     tokens = await auth.login("ada", PASSWORD)
+    await auth.update_user(user.id, role=Role.VIEWER)  # no change: the session goes on
+    assert (await auth.authenticate(tokens.access_token)).role is Role.VIEWER
     await auth.update_user(user.id, role=Role.OPERATOR)
-    refreshed = await auth.refresh(tokens.refresh_token)
-    assert (await auth.authenticate(refreshed.access_token)).role is Role.OPERATOR
+    with pytest.raises(AuthenticationError, match="sessions were ended"):
+        await auth.authenticate(tokens.access_token)
+    with pytest.raises(AuthenticationError):
+        await auth.refresh(tokens.refresh_token)
+    clock.now += timedelta(microseconds=1)
+    again = await auth.login("ada", PASSWORD)
+    assert (await auth.authenticate(again.access_token)).role is Role.OPERATOR
 
 
 async def test_logout_revokes_the_login(auth: AuthService) -> None:
@@ -180,7 +189,8 @@ async def test_logout_revokes_the_login(auth: AuthService) -> None:
         ("ada", "short", "at least 12"),
         ("adalovelace", "adalovelace1", "username"),
         ("ada", "password1234", "most common passwords"),
-        ("ada", "zzzzzzzzzzzzzzzz", "short pattern"),
+        ("ada", "zzzzzzzzzzzzzzzz", "mostly one character"),
+        ("ada", " " * 11 + "a", "at least 12"),
         ("ada", "x" * 1025, "at most"),
     ],
 )
@@ -405,3 +415,58 @@ async def test_a_sign_in_abandoned_mid_check_releases_the_name(
     release.set()
     await auth.login("ada", PASSWORD)  # not BUSY: the lease was ended
     auth.close()
+
+
+async def test_a_token_of_the_same_second_as_a_change_ends_and_the_next_one_lives(
+    auth: AuthService, clock: Clock
+) -> None:
+    """``iat`` has microseconds: a token issued 0.1 s before a password change (in the same
+    second) is refused, one issued 0.1 s after it (the same second again) is accepted."""
+    await auth.create_user("ada", PASSWORD, Role.VIEWER)
+    clock.now = T0 + timedelta(milliseconds=100)
+    before = await auth.login("ada", PASSWORD)
+    principal = await auth.authenticate(before.access_token)
+    clock.now = T0 + timedelta(milliseconds=200)
+    await auth.change_password(principal, PASSWORD, "another passphrase 1")
+    clock.now = T0 + timedelta(milliseconds=300)
+    after = await auth.login("ada", "another passphrase 1")
+    with pytest.raises(AuthenticationError, match="sessions were ended"):
+        await auth.authenticate(before.access_token)
+    assert (await auth.authenticate(after.access_token)).username == "ada"
+    # The instant never moves back: an older change written later keeps the newer one.
+    user = await auth.get_user(principal.user_id)
+    assert user.tokens_valid_after == T0 + timedelta(milliseconds=200)
+    again = await auth.store.update_user_ending_sessions(user, T0)
+    assert again.tokens_valid_after == T0 + timedelta(milliseconds=200)
+
+
+async def test_the_bootstrap_of_an_existing_user_ends_its_sessions(
+    auth: AuthService, clock: Clock
+) -> None:
+    await auth.create_user("ada", PASSWORD, Role.VIEWER)
+    tokens = await auth.login("ada", PASSWORD)
+    clock.now += timedelta(seconds=1)
+    assert await auth.ensure_admin("ada", "the bootstrap passphrase") is not None
+    with pytest.raises(AuthenticationError):
+        await auth.authenticate(tokens.access_token)
+
+
+async def test_previous_secrets_verify_but_never_sign(store: SqlStore, clock: Clock) -> None:
+    hasher = PasswordHash((Argon2Hasher(time_cost=1, memory_cost=1024, parallelism=1),))
+    old = AuthService(store, AuthConfig(secret=b"o" * 32), clock, hasher=hasher)
+    await old.create_user("ada", PASSWORD, Role.VIEWER)
+    token = (await old.login("ada", PASSWORD)).access_token
+    rotated = AuthService(
+        store, AuthConfig(secret=SECRET, previous_secrets=(b"p" * 32, b"o" * 32)), clock
+    )
+    assert (await rotated.authenticate(token)).username == "ada"
+    dropped = AuthService(store, AuthConfig(secret=SECRET, previous_secrets=(b"p" * 32,)), clock)
+    with pytest.raises(AuthenticationError, match="Signature verification failed"):
+        await dropped.authenticate(token)
+    fresh = (await rotated.login("ada", PASSWORD)).access_token
+    with pytest.raises(AuthenticationError):
+        await old.authenticate(fresh)  # signed with the current secret only
+    with pytest.raises(ValueError, match="previous secret"):
+        AuthConfig(secret=SECRET, previous_secrets=(b"short",))
+    for service in (old, rotated, dropped):
+        service.close()

@@ -20,12 +20,14 @@ from fastapi.routing import APIRoute
 
 from rota.api.deps import get_runtime
 from rota.api.problems import PROBLEM_JSON, Problem
+from rota.api.scopes import check_scope
 from rota.core.errors import AuthenticationError, PermissionDeniedError
 from rota.core.security import ExceptionText, Principal, Role, exception_message
 
 ACCESS_COOKIE: Final = "rota_access"
 REFRESH_COOKIE: Final = "rota_refresh"
 CSRF_HEADER: Final = "X-Rota-CSRF"
+API_KEY_HEADER: Final = "X-API-Key"
 SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 PUBLIC: Final = "public"
 """The role name of a route anyone may call (login, refresh, health)."""
@@ -44,11 +46,19 @@ def _bearer(request: Request) -> str | None:
 
 
 async def current_user(request: Request) -> Principal:
-    """The signed-in user: ``AuthenticationError`` (401) without a valid access token;
-    ``PermissionDeniedError`` (403) for a cookie-signed change without ``X-Rota-CSRF: 1``."""
-    auth = get_runtime(request).auth
+    """The signed-in user, or the API key (``Authorization: Bearer rota_…`` or
+    ``X-API-Key: rota_…``): ``AuthenticationError`` (401) without a valid access token or
+    key; ``PermissionDeniedError`` (403) for a cookie-signed change without
+    ``X-Rota-CSRF: 1``."""
+    runtime = get_runtime(request)
+    auth = runtime.auth
     token = _bearer(request)
+    api_key = request.headers.get(API_KEY_HEADER)
+    if api_key is not None and token is None:
+        return await runtime.api_keys.authenticate(api_key)
     if token is not None:
+        if runtime.api_keys.is_key(token):
+            return await runtime.api_keys.authenticate(token)
         return await auth.authenticate(token)
     cookie = request.cookies.get(ACCESS_COOKIE)
     if not cookie:
@@ -70,12 +80,15 @@ class RoleCheck:
     def __init__(self, role: Role) -> None:
         self.role = role
 
-    async def __call__(self, user: Annotated[Principal, Depends(current_user)]) -> Principal:
+    async def __call__(
+        self, request: Request, user: Annotated[Principal, Depends(current_user)]
+    ) -> Principal:
         if not user.role.allows(self.role):
             raise PermissionDeniedError(
                 f"this needs the {self.role.value} role (or higher); "
                 f"{user.username} is {user.role.value}"
             )
+        await check_scope(request, user)
         return user
 
     def __repr__(self) -> str:
@@ -119,6 +132,21 @@ ShownException = Annotated[ExceptionText, Depends(_exception_text)]
 """A route parameter: the caller's :func:`exception_view`."""
 
 
+def sees_job_data(role: Role, viewer_job_data: bool) -> bool:
+    """Whether a caller of ``role`` (whatever its credential) is shown job data: Operators
+    and Admins always, Viewers only when ``viewer_job_data`` (``ROTA_API__VIEWER_JOB_DATA``)."""
+    return role is not Role.VIEWER or viewer_job_data
+
+
+async def _job_data_shown(request: Request, user: ViewerUser) -> bool:
+    return sees_job_data(user.role, get_runtime(request).settings.api.viewer_job_data)
+
+
+JobDataShown = Annotated[bool, Depends(_job_data_shown)]
+"""A route parameter: whether the caller is shown job data (:func:`sees_job_data`); if not,
+the route answers each model's ``redacted()``."""
+
+
 def _roles(dependant: Dependant) -> set[Role]:
     found: set[Role] = set()
     for sub in dependant.dependencies:
@@ -153,6 +181,13 @@ SECURITY_SCHEMES: Final = {
         "scheme": "bearer",
         "bearerFormat": "JWT",
         "description": "An access token from POST /api/v1/auth/login (15 minutes at most).",
+    },
+    "apiKey": {
+        "type": "apiKey",
+        "in": "header",
+        "name": API_KEY_HEADER,
+        "description": "An API key (rota_<id>_<secret>, from POST /api/v1/api-keys); it may "
+        "also be sent as 'Authorization: Bearer <key>'.",
     },
     "cookie": {
         "type": "apiKey",
@@ -201,7 +236,7 @@ def _document(operation: dict[str, Any], role: Role | None, public: bool) -> Non
         operation["description"] = f"{line}\n\n{description}".strip()
         return
     operation["x-rota-role"] = role.value
-    operation["security"] = [{"bearer": []}, {"cookie": []}]
+    operation["security"] = [{"bearer": []}, {"apiKey": []}, {"cookie": []}]
     higher = "" if role is Role.ADMIN else " or higher"
     line = f"**Role:** {role.value}{higher}."
     operation["description"] = f"{line}\n\n{description}".strip()

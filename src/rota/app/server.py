@@ -16,9 +16,11 @@ from rich.panel import Panel
 
 from rota.app.runtime import Runtime, tune_process
 from rota.app.settings import Settings
+from rota.app.startup import redact_url
 from rota.app.wiring import build_runtime
 from rota.core.errors import ConfigurationError
 from rota.observability.tracing import Tracing, tracing_from_env
+from rota.worker.metrics_server import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +98,9 @@ async def _serve(
     tune_process()
     port = sockets[0].getsockname()[1]  # the one chosen, with --port 0
     url = f"http://{_url_host(settings.api.host)}:{port}"
+    scrape: MetricsServer | None = None
     try:
+        scrape = await _metrics_port(settings, runtime, console)
         if dev_admin:
             await ensure_dev_admin(runtime, console, url)
         if demo:
@@ -110,13 +114,37 @@ async def _serve(
         console.print(
             f"[bold]Rota[/bold] is running: dashboard {url}/  API {url}/api/v1  docs {url}/docs"
         )
-        console.print(f"store: {settings.effective_database_url}")
+        console.print(f"store: {redact_url(settings.effective_database_url)}")
         await server.serve(sockets=sockets)
     finally:
+        if scrape is not None:
+            await scrape.close()
         with contextlib.suppress(asyncio.CancelledError):
             await runtime.stop()
         tracing.shutdown()
         console.print("Rota stopped.")
+
+
+async def _metrics_port(
+    settings: Settings, runtime: Runtime, console: Console
+) -> MetricsServer | None:
+    """``GET /metrics`` on a port of its own (``ROTA_METRICS__PORT``), started, or ``None``
+    when it is served on the API's port."""
+    ms = settings.metrics
+    if ms.port is None:
+        return None
+    scrape = MetricsServer(
+        runtime.metrics,
+        None,
+        host=ms.host,
+        port=ms.port,
+        token=settings.metrics_token,
+        refresh=runtime.refresh_metrics,
+        setting="ROTA_METRICS__PORT",
+    )
+    await scrape.start()
+    console.print(f"metrics: http://{_url_host(ms.host)}:{scrape.port}/metrics")
+    return scrape
 
 
 def bind_listen_sockets(host: str, port: int) -> list[socket.socket]:

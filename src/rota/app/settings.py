@@ -22,6 +22,7 @@ from rota.core.addresses import check_networks
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.jsonlimits import DEFAULT_JSON_DEPTH, MAX_JSON_DEPTH
 from rota.core.models import ZombiePolicy
+from rota.core.sealing import DataSeal
 
 
 def http_url(value: str) -> str:
@@ -249,6 +250,12 @@ class WorkerSettings(BaseModel):
         description="How long a slot of a cluster-wide limit stays held without a heartbeat "
         "(renewed at every one): a killed worker's slots are free after this.",
     )
+    secrets_dir: Path | None = Field(
+        None,
+        description="A directory of secret files (Docker or Kubernetes secrets): a secret "
+        'reference {"$secret": "NAME"} in job data reads the file NAME there when the '
+        "environment variable ROTA_SECRET_NAME is not set; unset: environment only.",
+    )
 
     def state_path(self, data_dir: Path, worker_id: str) -> Path:
         """Where `rota worker --worker-id worker_id` keeps its local state."""
@@ -380,6 +387,12 @@ class NotificationSettings(BaseModel):
 
 
 class AuthSettings(BaseModel):
+    previous_secrets: SecretStr | None = Field(
+        None,
+        description="Comma-separated signing secrets used before ROTA_AUTH_SECRET (a "
+        "rotation): tokens and dashboard sessions they signed are still accepted until they "
+        "expire; nothing new is signed with them. Each at least 32 bytes.",
+    )
     access_token_minutes: float = Field(
         15.0, gt=0, le=15, description="Lifetime of an access token (a JWT), at most 15 minutes."
     )
@@ -435,6 +448,33 @@ class AuthSettings(BaseModel):
     )
 
 
+class MetricsSettings(BaseModel):
+    """Who may read ``GET /metrics`` (``ROTA_METRICS__…``; docs/operations.md)."""
+
+    token: SecretStr | None = Field(
+        None,
+        description="GET /metrics needs 'Authorization: Bearer <token>': the server's (on the "
+        "API's port or its own) and a worker's. Wins over public.",
+    )
+    port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="`rota server` / `rota dev`: serve GET /metrics (and GET /health) on this "
+        "port of metrics.host instead of the API's (0: any free port, logged at start); open "
+        "unless the token is set.",
+    )
+    host: str = Field(
+        "127.0.0.1", description="The interface of that port (0.0.0.0 in a container)."
+    )
+    public: bool | None = Field(
+        None,
+        description="GET /metrics on the API's port without a token, to anyone who reaches "
+        "it; unset: true in development (rota dev), false otherwise (then it needs the "
+        "token, or the port).",
+    )
+
+
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -446,15 +486,20 @@ class ApiSettings(BaseModel):
     )
     metrics_token: SecretStr | None = Field(
         None,
-        description="When set, GET /metrics needs 'Authorization: Bearer <token>' (the "
-        "server's and a worker's); unset: /metrics is open, for Prometheus on a private "
-        "network.",
+        description="The older name of metrics.token (ROTA_METRICS__TOKEN), still read when "
+        "that is unset.",
     )
     viewer_tracebacks: bool = Field(
         True,
         description="Show Viewers the traceback of an execution's exception (API and "
         "dashboard); false: the exception's message only (Operators and Admins still see "
         "it all).",
+    )
+    viewer_job_data: bool = Field(
+        False,
+        description="Show Viewers the job data of jobs, their versions, executions and failed "
+        "executions (API and dashboard); false: redacted (jobDataRedacted: true). Operators "
+        "and Admins always see it.",
     )
     max_body_bytes: int = Field(
         16 * 1024 * 1024,
@@ -486,6 +531,37 @@ class ApiSettings(BaseModel):
         ge=4096,
         description="Requests whose headers together are larger than this are refused (431).",
     )
+
+
+class EncryptionSettings(BaseModel):
+    """Job data and results encrypted at rest (docs/security.md, "Encryption at rest")."""
+
+    keys: SecretStr | None = Field(
+        None,
+        description="Versioned AES-256 keys, newest first: v2:<base64 of 32 bytes>,v1:<…> or "
+        'a JSON object {"v2": "<base64>", …}. The first (or `current`) encrypts, all decrypt. '
+        "Unset: nothing is encrypted.",
+    )
+    current: str | None = Field(
+        None,
+        description="The key version that encrypts (default: the first of `keys`); `none`: "
+        "decrypt only (the first step of turning encryption on or of a rotation).",
+    )
+    plain_to_workers: bool = Field(
+        False,
+        description="Send workers the job data in plain text over the broker. Off: the job "
+        "message carries the encrypted envelope, and workers need the same keys.",
+    )
+
+    def seal(self) -> DataSeal | None:
+        """The keys, or ``None`` when none is set. A malformed setting raises
+        :class:`~rota.core.sealing.KeySettingError` naming it, never a key (checked when a
+        server or worker is built, not here: pydantic's errors show the input)."""
+        keys: Any = self.keys
+        if keys is None:
+            return None
+        text = keys.get_secret_value() if isinstance(keys, SecretStr) else str(keys)
+        return DataSeal.from_setting(text, self.current)
 
 
 class Settings(BaseSettings):
@@ -522,6 +598,7 @@ class Settings(BaseSettings):
     tracker: TrackerSettings = TrackerSettings()
     worker: WorkerSettings = WorkerSettings()
     api: ApiSettings = ApiSettings()
+    metrics: MetricsSettings = MetricsSettings()
     retention: RetentionSettings = RetentionSettings()
     silence: SilenceSettings = SilenceSettings()
     notifications: NotificationSettings = NotificationSettings()
@@ -531,6 +608,7 @@ class Settings(BaseSettings):
         "http:// or https:// URL.",
     )
     auth: AuthSettings = AuthSettings()
+    encryption: EncryptionSettings = EncryptionSettings()
     auth_secret: SecretStr | None = Field(
         None,
         description="The key that signs access tokens (HS256): at least 32 bytes, the same on "
@@ -569,6 +647,21 @@ class Settings(BaseSettings):
         ``auth.cookie_secure`` setting, never in development (``rota dev`` serves plain
         HTTP)."""
         return self.auth.cookie_secure and self.environment != "development"
+
+    @property
+    def metrics_token(self) -> str | None:
+        """The token ``GET /metrics`` needs (``metrics.token``, else the older
+        ``api.metrics_token``), or ``None``."""
+        token = self.metrics.token or self.api.metrics_token
+        return token.get_secret_value() if token is not None else None
+
+    @property
+    def metrics_public(self) -> bool:
+        """Whether the API's ``GET /metrics`` is open without a token: ``metrics.public``,
+        by default only in development."""
+        if self.metrics.public is not None:
+            return self.metrics.public
+        return self.environment == "development"
 
     @property
     def is_embedded(self) -> bool:

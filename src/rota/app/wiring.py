@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from rota.app.adapters import make_broker, make_coordination, make_index, make_store
+from rota.app.builtins import builtin_data_checks
 from rota.app.configs import (
     auth_config,
     dependency_config,
@@ -39,12 +40,14 @@ from rota.observability.metrics import RotaMetrics
 from rota.observability.tracing import Tracing, tracing_from_env
 from rota.sdk.registry import JobRegistry
 from rota.services.ahead import judge_at_due
+from rota.services.apikeys import ApiKeyService
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
 from rota.services.backfill import Backfill
 from rota.services.buckets import BucketOwner
 from rota.services.cancellation import cancel_ahead, cancel_displaced, supersede_ahead
 from rota.services.control import DispatcherSwitchFollower
+from rota.services.dataschema import DataSchemas
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
 from rota.services.dependencies import DependencyService
@@ -74,6 +77,8 @@ from rota.worker.executor import (
 )
 from rota.worker.localstore import LocalStore
 from rota.worker.presence import WorkerPresence
+from rota.worker.sealing import SealingBroker
+from rota.worker.secrets import WorkerSecrets
 
 EMBEDDED_WORKER_ID = "embedded"
 
@@ -88,8 +93,9 @@ def build_runtime(
     """Pick the adapters the settings name and build a :class:`Runtime` (with its own metrics
     registry; ``tracing`` off unless given). With a ``registry``, the embedded mode runs its
     worker in the same process."""
+    seal = settings.encryption.seal()
     store = make_store(
-        settings.effective_database_url, auto_disable=settings.scheduler.auto_disable
+        settings.effective_database_url, auto_disable=settings.scheduler.auto_disable, seal=seal
     )
     broker = make_broker(settings)
     index = make_index(settings)
@@ -125,6 +131,7 @@ def build_runtime(
         displace=lambda displacing: cancel_displaced(
             store, coordination, displacing, now=utcnow(), events=events
         ),
+        seal=None if settings.encryption.plain_to_workers else seal,
     )
     loader = Loader(
         store,
@@ -167,6 +174,7 @@ def build_runtime(
             events=events,
         ),
         workers=workers,
+        schemas=DataSchemas(checks=builtin_data_checks(settings)),
         on_dependencies=dependencies.refresh,
         judge_ahead=lambda fire, triggered: judge_at_due(
             store, coordination, fire, triggered, clock=utcnow, events=events
@@ -309,6 +317,7 @@ def build_runtime(
         roster=RosterWatcher(workers, events, lambda: 0 in owner.buckets),
         limits=LimitService(store, coordination),
         dependencies=dependencies,
+        api_keys=ApiKeyService(store, audit, utcnow),
         executor=executor,
         presence=presence,
     )
@@ -339,8 +348,9 @@ def build_executor(
     instance_id = new_instance_id(worker_id)
     slots = ws.concurrency if concurrency is None else concurrency
     standalone = local_store is not None
+    seal = settings.encryption.seal()
     executor = Executor(
-        broker,
+        broker if seal is None else SealingBroker(broker, seal),
         registry,
         worker_id=worker_id,
         instance_id=instance_id,
@@ -367,6 +377,7 @@ def build_executor(
         ),
         limits=coordination,
         limit_lease=max(ws.limit_lease_seconds, ws.heartbeat_seconds * 2),
+        secrets=WorkerSecrets(directory=ws.secrets_dir),
     )
     _watch_executor(metrics, executor)
     return executor

@@ -7,15 +7,19 @@ import functools
 import itertools
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
 from rota.core.errors import ValidationError
+
+if TYPE_CHECKING:
+    from rota.core.apikeys import KeyScope
 
 
 class Role(enum.StrEnum):
@@ -51,7 +55,8 @@ _RANKS: Final = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
 class User:
     id: UUID
     username: str
-    password_hash: str
+    password_hash: str = field(repr=False)
+    """Never in a ``repr``, so never in a log line."""
     role: Role
     is_active: bool = True
     failed_logins: int = 0
@@ -59,6 +64,10 @@ class User:
     locked_until: datetime | None = None
     created_at: datetime
     updated_at: datetime
+    tokens_valid_after: datetime | None = None
+    """Access tokens issued at or before this instant are refused (a password change or
+    reset, a role change, a deactivation ended them); set only through
+    :class:`~rota.core.ports.sessions.SessionStore`, never moved back."""
 
     def locked(self, now: datetime) -> bool:
         return self.locked_until is not None and self.locked_until > now
@@ -154,12 +163,13 @@ class AuditQuery:
 MIN_PASSWORD_LENGTH: Final = 12
 MAX_PASSWORD_LENGTH: Final = 1024
 COMMON_PASSWORDS_FILE: Final = "common-passwords.txt"
-"""Package data of ``rota.core``: the most common passwords and the words they are made of."""
+"""Package data of ``rota.core``: the most common passwords and the words they are made of,
+for the signing-secret check (:func:`secret_weakness`); passwords are judged by zxcvbn's
+maintained lists (:func:`password_weakness`)."""
 
 USERNAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$"
 
 _LEET: Final = str.maketrans("0134578@$!|", "oieastbasil")
-_EDGES: Final = re.compile(r"^[^a-z]+|[^a-z]+$")
 _WORDS: Final = re.compile(r"[a-z]+")
 
 
@@ -188,49 +198,80 @@ def _sequential(text: str) -> bool:
     return regular >= 0.7 * (len(steps) - 1)
 
 
-def _common_words(text: str, common: frozenset[str]) -> bool:
-    """Made of one common word (repeated or not) and decoration."""
-    words = {w for w in _WORDS.findall(text) if len(w) > 1}
-    return len(words) == 1 and words <= common
+MIN_PASSWORD_SCORE: Final = 4
+"""The least zxcvbn score a password needs (0-4; 4: an estimated 10^10 guesses or more, about
+30 core-years of argon2id; 3 would let ``Summer2024!!!`` and ``Changeme2024!`` through)."""
+ZXCVBN_MAX_LENGTH: Final = 72
+"""zxcvbn judges at most this many characters (its own limit): a longer password is judged by
+its first 72, which must already be hard to guess."""
+
+_REASONS: Final = {
+    "passwords": "it is one of the most common passwords, or made of them",
+    "user_inputs": "it is made of the username or the name Rota",
+    "repeat": "it repeats a short pattern",
+    "sequence": "it is a run of neighbouring characters",
+    "spatial": "it is a pattern of neighbouring keys",
+    "date": "it is mostly a date",
+    "regex": "it is mostly a year",
+}
+_WORDS_REASON: Final = "it is made of common words or names"
 
 
-def password_weakness(password: str) -> str | None:
+def real_characters(password: str) -> str:
+    """``password`` as its characters are counted: Unicode-normalised (NFKC), without the
+    whitespace around it, every run of whitespace inside it one space."""
+    return " ".join(unicodedata.normalize("NFKC", password).split())
+
+
+def password_weakness(password: str, username: str = "") -> str | None:
     """Why ``password`` is easy to guess (``None``: it is not, as far as this check sees).
 
-    Refused: a common password; one made of a common word (or two) with digits and symbols
-    around it or the usual letter-for-digit swaps (``P@ssw0rd2024!``); a short unit repeated
-    (``abcabcabcabc``); a run of neighbouring characters (``123456789012``, ``abcdefghijkl``)."""
-    common = common_passwords()
-    lowered = password.lower()
-    core = _EDGES.sub("", lowered).translate(_LEET)
-    squeezed = re.sub(r"[^a-z0-9]", "", lowered)
-    if lowered in common or core in common or squeezed in common:
-        return "it is one of the most common passwords"
-    if _period(squeezed or lowered) <= len(squeezed or lowered) // 2:
-        return "it repeats a short pattern"
-    if _sequential(squeezed or lowered):
-        return "it is a run of neighbouring characters"
-    if _common_words(lowered.translate(_LEET), common):
-        return "it is made of common words"
-    return None
+    Judged by zxcvbn (the ``zxcvbn`` package: the most common passwords of its maintained
+    frequency lists, English words, names, keyboard patterns, repeats, runs, dates, the usual
+    letter-for-digit swaps and decorations, and ``username``): refused under
+    :data:`MIN_PASSWORD_SCORE`, the reason named after its weakest part."""
+    from zxcvbn import zxcvbn
+
+    inputs = [name for name in (username, "rota") if name]
+    result = zxcvbn(password[:ZXCVBN_MAX_LENGTH], user_inputs=inputs)
+    if result["score"] >= MIN_PASSWORD_SCORE:
+        return None
+    weakest = "words"
+    longest = 0
+    for match in result["sequence"]:
+        pattern = str(match.get("pattern"))
+        kind = str(match.get("dictionary_name")) if pattern == "dictionary" else pattern
+        size = len(str(match.get("token", "")))
+        if kind != "bruteforce" and (size > longest or (kind == "passwords" and size == longest)):
+            weakest, longest = kind, size
+    return _REASONS.get(weakest, _WORDS_REASON)
 
 
 def check_password(username: str, password: str, *, field: str = "password") -> None:
-    """Refuse a password that breaks the policy: at least 12 characters (at most 1024), not
-    (mostly) the username, not easy to guess (:func:`password_weakness`). The error names
-    ``field``."""
-    if len(password) < MIN_PASSWORD_LENGTH:
-        raise ValidationError(
-            f"the password must have at least {MIN_PASSWORD_LENGTH} characters", field=field
-        )
+    """Refuse a password that breaks the policy: at least 12 characters not counting the
+    whitespace around it or repeated inside it (:func:`real_characters`; at most 1024 in
+    all), not mostly one character, not (mostly) the username, not easy to guess
+    (:func:`password_weakness`). The error names ``field`` and says why."""
     if len(password) > MAX_PASSWORD_LENGTH:
         raise ValidationError(
             f"the password must have at most {MAX_PASSWORD_LENGTH} characters", field=field
         )
-    lowered = password.lower()
-    if username and username.lower() in lowered and len(username) * 2 > len(password):
+    real = real_characters(password)
+    if len(real) < MIN_PASSWORD_LENGTH:
+        raise ValidationError(
+            f"the password must have at least {MIN_PASSWORD_LENGTH} characters, not counting "
+            f"the spaces around it or repeated spaces (it has {len(real)})",
+            field=field,
+        )
+    if Counter(real).most_common(1)[0][1] * 2 > len(real):
+        raise ValidationError(
+            "the password is too easy to guess: it is mostly one character repeated",
+            field=field,
+        )
+    lowered = real.lower()
+    if username and username.lower() in lowered and len(username) * 2 > len(real):
         raise ValidationError("the password must not be (mostly) the username", field=field)
-    weakness = password_weakness(password)
+    weakness = password_weakness(real, username)
     if weakness is not None:
         raise ValidationError(
             f"the password is too easy to guess: {weakness}; use a long passphrase of "
@@ -300,6 +341,20 @@ class Principal:
     """Who is calling: the signed-in user as the API sees it."""
 
     user_id: UUID
+    """The user's id; for an API key, the key's id."""
     username: str
+    """The user's name; for an API key, ``key:<name>`` (what the audit log names)."""
     role: Role
     token_id: str = field(default="")
+    key_id: UUID | None = None
+    """Set when the caller is an API key (not a signed-in user)."""
+    scope: KeyScope | None = None
+    """An API key's scope (``None``: everything its role allows)."""
+
+    @property
+    def is_key(self) -> bool:
+        return self.key_id is not None
+
+    @property
+    def scoped(self) -> bool:
+        return self.scope is not None and self.scope.scoped

@@ -22,11 +22,14 @@ from starlette.responses import RedirectResponse, Response
 from rota.api.deps import ApiRuntime, get_runtime
 from rota.api.schemas.common import status_name
 from rota.api.schemas.jobs import JobOut
+from rota.api.security import sees_job_data
 from rota.api.views import group_workers, job_out
 from rota.core.errors import NotFoundError, RotaError
 from rota.core.jobfields import version_snapshot
 from rota.core.models import Job, Occurrence, OccurrenceStatus
 from rota.core.records import OccurrenceQuery
+from rota.core.redact import mask_settings
+from rota.core.security import Role
 from rota.dashboard import session
 from rota.dashboard.display import CHOICES, human
 from rota.dashboard.session import DashboardUser
@@ -289,6 +292,8 @@ async def new_job(request: Request, user: User, runtime: Runtime) -> Response:
 
 @router.get("/jobs/{job_id}/edit")
 async def edit_job(request: Request, user: User, runtime: Runtime, job_id: UUID) -> Response:
+    if not user.can_operate:  # the form shows the job's data: Operators and Admins only
+        return render(request, user, "forbidden.html", {"role": "Operator"}, status_code=403)
     try:
         job = await runtime.jobs.get_job(job_id)
     except NotFoundError:
@@ -381,11 +386,12 @@ async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID)
     out = job_out(job, runtime.jobs)
     current = version_snapshot(job)
     snapshots = [dict(v.snapshot) for v in versions] + [current]
+    hidden = not shows_job_data(user, runtime)
     diffs = [
         {
             "version": v.version,
             "created_at": v.created_at,
-            "changes": _diff(snapshots[i], snapshots[i + 1]),
+            "changes": _diff(snapshots[i], snapshots[i + 1], hidden),
         }
         for i, v in enumerate(versions)
     ]
@@ -423,7 +429,18 @@ async def job_dependencies(runtime: ApiRuntime, job_id: UUID) -> dict[str, Any]:
     }
 
 
-def _diff(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str, str]]:
+def shows_job_data(user: DashboardUser, runtime: ApiRuntime) -> bool:
+    """The API's rule (:func:`rota.api.security.sees_job_data`) for a dashboard user."""
+    return sees_job_data(Role.parse(user.role.label), runtime.settings.api.viewer_job_data)
+
+
+HIDDEN = "(hidden from Viewers)"
+"""What a user who may not see job data is shown in its place."""
+
+
+def _diff(
+    before: dict[str, Any], after: dict[str, Any], hidden: bool = False
+) -> list[tuple[str, str, str]]:
     def text(value: Any) -> str:
         if isinstance(value, str) and value[:4].isdigit():
             with contextlib.suppress(ValueError):  # snapshots keep times as text
@@ -440,6 +457,8 @@ def _diff(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str,
             kind = CHOICES.get(key)
             if kind is not None:  # an enum's value in words
                 old, new = human(before.get(key), kind), human(after.get(key), kind)
+            if hidden and key == "jobData":  # that it changed, not what it holds
+                old = new = HIDDEN
             changes.append((key, old, new))
     return changes
 
@@ -459,25 +478,10 @@ async def workers_page(request: Request, user: User, runtime: Runtime) -> Respon
     return render(request, user, "workers.html", context, fragments=("workers_table",))
 
 
-_SECRET_WORDS = ("password", "secret", "token", "key")
-
-
-def _is_secret(key: str) -> bool:
-    """``jwt_secret``, ``admin_password``, ``api_key``: yes; ``access_token_minutes``: no."""
-    words = key.lower().split("_")
-    return words[-1] in _SECRET_WORDS or "password" in words or "secret" in words
-
-
 def redact(value: Any, key: str = "") -> Any:
-    """Settings as shown to an Admin: secrets hidden, credentials cut out of URLs."""
-    if isinstance(value, dict):
-        return {k: redact(v, k) for k, v in value.items()}
-    if _is_secret(key) and value:
-        return "***"
-    if isinstance(value, str) and "://" in value and "@" in value:
-        scheme, rest = value.split("://", 1)
-        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
-    return value
+    """Settings as shown to an Admin: secrets hidden, URLs masked (passwords and secret
+    query parameters: :func:`rota.core.redact.mask_settings`)."""
+    return mask_settings(value, key)
 
 
 @router.get("/admin")
@@ -538,7 +542,14 @@ async def users_page(request: Request, user: User) -> Response:
             users = body.get("items", [])
         else:
             error = f"The API answered {status}."
-    context = {"users": users, "available": available, "error": error}
+    keys: list[dict[str, Any]] = []
+    if available and user.is_admin and has_route(request, "/api/v1/api-keys"):
+        status, body = await api_get(request, "/api/v1/api-keys")
+        if status == 200 and isinstance(body, dict):
+            keys = body.get("items", [])
+        else:
+            error = f"The API answered {status}."
+    context = {"users": users, "keys": keys, "available": available, "error": error}
     return render(request, user, "users.html", context)
 
 

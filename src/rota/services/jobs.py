@@ -64,6 +64,7 @@ from rota.core.ports import (
     ScheduleIndex,
 )
 from rota.core.records import IndexEntry, JobQuery, OccurrenceQuery, Page
+from rota.core.secretrefs import placeholders, references
 from rota.services.ahead import ahead, in_progress
 from rota.services.audit import AuditNote
 from rota.services.dataschema import DataSchemas
@@ -362,7 +363,7 @@ class JobService:
         changed = _normalise(candidate)
         if "job_data" in changes:
             self.check_job_data(changed.job_data)
-        if directory is not None:
+        if {"worker_id", "job_type", "job_data"} & set(changes):
             self._check_schema(changed.job_type, changed.worker_id, changed.job_data, directory)
         versioned = any(getattr(current, f) != getattr(changed, f) for f in VERSIONED_FIELDS)
         changed = replace(
@@ -504,7 +505,7 @@ class JobService:
             self.check_job_data(job_data)
         job = await self._store.get_job(job_id)
         directory = await self._fresh_directory()
-        if job_data is not None and directory is not None:
+        if job_data is not None:
             self._check_schema(job.job_type, job.worker_id, job_data, directory)
         sent_ahead: list[Occurrence] = []
         if job.concurrency_policy is ConcurrencyPolicy.SKIP and not force:
@@ -576,14 +577,18 @@ class JobService:
         job_type: str,
         worker_id: str | None,
         data: JsonValue,
-        directory: WorkerDirectory,
+        directory: WorkerDirectory | None,
         field: str = "jobData",
     ) -> None:
-        """``ValidationError`` (field ``jobData.<path>``) when ``data`` does not fit the data
-        schema a live worker published for ``job_type`` (of ``worker_id``'s group if one of
-        it is live); no check when none did."""
+        """``ValidationError`` (field ``jobData.<path>``) when ``data`` breaks the server's
+        own rules of ``job_type`` (``schemas.check_rules``: the URL rules of ``http.request``),
+        or does not fit the data schema a live worker published for it (of ``worker_id``'s
+        group if one of it is live); no schema check when none did or the registry is down."""
+        self.schemas.check_rules(job_type, data, field)
+        if directory is None:
+            return
         description = directory.type_description(job_type.strip(), worker_id)
-        self.schemas.check(job_type, description, data, field)
+        self.schemas.check(job_type, description, placeholders(data), field)  # refs: strings
 
     def check_job_data(self, data: JsonValue, field: str = "jobData") -> None:
         """``ValidationError`` when ``data`` nests deeper than the limit
@@ -609,6 +614,7 @@ class JobService:
                 "(ROTA_API__MAX_JOB_DATA_BYTES)",
                 field=field,
             )
+        references(data, field)  # each {"$secret": name} well named
 
     def now(self) -> datetime:
         """The service clock's current time (aware UTC)."""
@@ -627,7 +633,7 @@ class JobService:
         worker_id = spec.worker_id
         if spec.source is not JobSource.CODE:  # a code job runs on any group declaring its type
             worker_id = _resolve_group(fields["job_type"], worker_id, workers)
-        if directory is not None and spec.source is not JobSource.CODE:
+        if spec.source is not JobSource.CODE:
             # (a code job's data is its worker's own business: declared with it)
             self._check_schema(fields["job_type"], worker_id, spec.job_data, directory)
         job = Job(

@@ -33,6 +33,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.types import TypeEngine
 
+from rota.stores.keytable import api_keys_table
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -177,6 +179,7 @@ def build_metadata(*, partitioned: bool = False) -> MetaData:
     _aggregates(metadata)
     _failed_occurrences(metadata)
     _security(metadata)
+    api_keys_table(metadata, UtcDateTime, Json)
     _control(metadata)
     _notifications(metadata)
     _dependencies(metadata)
@@ -627,6 +630,8 @@ def _security(metadata: MetaData) -> None:
         Column("created_at", UtcDateTime(), nullable=False),
         Column("updated_at", UtcDateTime(), nullable=False),
         Column("login_check_until", UtcDateTime()),
+        # Access tokens issued at or before it are refused (migration 0027).
+        Column("tokens_valid_after", UtcDateTime()),
         UniqueConstraint("username"),
     )
     # Names that are not users, throttled like users (see ``SecurityQueries.reserve_login``).
@@ -776,6 +781,7 @@ users = metadata.tables["users"]
 refresh_tokens = metadata.tables["refresh_tokens"]
 login_throttles = metadata.tables["login_throttles"]
 audit_entries = metadata.tables["audit_entries"]
+api_keys = metadata.tables["api_keys"]
 scheduler_control = metadata.tables["scheduler_control"]
 declared_job_types = metadata.tables["declared_job_types"]
 idempotency_keys = metadata.tables["idempotency_keys"]

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
+from rota.api import scopes
 from rota.api.bulkout import JSON, ids_json, jobs_json
 from rota.api.deps import ApiRuntime, Audit, Idempotent, Jobs, Runtime, StoreDep
 from rota.api.problems import problem_responses
@@ -41,7 +42,7 @@ from rota.api.schemas.jobs import (
     item_spec,
 )
 from rota.api.schemas.occurrences import OccurrenceDetail
-from rota.api.security import OperatorUser, requires
+from rota.api.security import JobDataShown, OperatorUser, ViewerUser, requires
 from rota.api.views import job_out
 from rota.core.dependencies import Dependency
 from rota.core.errors import ValidationError
@@ -124,6 +125,8 @@ async def create_job(
     runtime: Runtime,
     key: IdempotencyKey = None,
 ) -> Any:
+    scopes.check_new_job(user, body.job_type, body.tags, depends_on=body.depends_on)
+
     async def handle() -> tuple[ApiModel, Headers]:
         # the job, its upstreams and its audit entry: one transaction (all or nothing)
         created = await jobs.create_job(
@@ -294,7 +297,9 @@ async def _update(
     if_match: str | None,
     runtime: Runtime,
 ) -> JobOut:
-    before = await _with_dependencies(runtime, out(await jobs.get_job(job_id), jobs))
+    current = await jobs.get_job(job_id)
+    scopes.check_change(user, current, patch.job_type, patch.tags)
+    before = await _with_dependencies(runtime, out(current, jobs))
     # the change, the new upstreams and the audit entry: one transaction (all or nothing)
     changed = await jobs.update_job(
         job_id,
@@ -332,6 +337,7 @@ async def create_jobs(
     the created jobs in full, in the request's order; with ``Prefer: return=minimal``,
     their ids only."""
     minimal = prefers_minimal(prefer)
+    scopes.check_new_jobs(user, body.jobs)
 
     for i, item in enumerate(body.jobs):
         if item.get("depends_on"):
@@ -361,6 +367,8 @@ async def create_jobs(
 @router.get("", responses=problem_responses(422, 503), summary="List jobs, newest first")
 async def list_jobs(
     jobs: Jobs,
+    with_data: JobDataShown,
+    caller: ViewerUser,
     search: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
     tag: Annotated[str | None, Query(max_length=100, pattern=NO_NUL)] = None,
     job_type: Annotated[str | None, Query(alias="jobType", max_length=200, pattern=NO_NUL)] = None,
@@ -376,20 +384,26 @@ async def list_jobs(
     page = await jobs.list_jobs(
         search=search,
         tag=tag,
-        job_type=job_type,
+        job_type=scopes.check_list_filter(caller, job_type),
         is_active=is_active,
         auto_disabled=auto_disabled,
         limit=limit,
         cursor=cursor,
     )
-    return JobPage(items=[out(job, jobs) for job in page.items], next_cursor=page.next_cursor)
+    items = [out(job, jobs) for job in scopes.visible(caller, page.items)]
+    if not with_data:
+        items = [item.redacted() for item in items]
+    return JobPage(items=items, next_cursor=page.next_cursor)
 
 
 @router.get("/{job_id}", responses=problem_responses(404, 422, 503), summary="Read a job")
-async def get_job(job_id: UUID, jobs: Jobs, response: Response, runtime: Runtime) -> JobOut:
+async def get_job(
+    job_id: UUID, jobs: Jobs, response: Response, runtime: Runtime, with_data: JobDataShown
+) -> JobOut:
     job = await jobs.get_job(job_id)
     await jobs.refresh_workers()
-    return await _with_dependencies(runtime, out(job, jobs, response))
+    shown = await _with_dependencies(runtime, out(job, jobs, response))
+    return shown if with_data else shown.redacted()
 
 
 async def _with_dependencies(runtime: ApiRuntime, shown: JobOut) -> JobOut:
@@ -551,9 +565,9 @@ async def trigger_job(
     responses=problem_responses(404, 422, 503),
     summary="Earlier versions of a job",
 )
-async def job_versions(job_id: UUID, jobs: Jobs) -> JobVersionList:
-    versions = await jobs.job_versions(job_id)
-    return JobVersionList(items=[JobVersionOut.of(v) for v in versions])
+async def job_versions(job_id: UUID, jobs: Jobs, with_data: JobDataShown) -> JobVersionList:
+    items = [JobVersionOut.of(v) for v in await jobs.job_versions(job_id)]
+    return JobVersionList(items=items if with_data else [item.redacted() for item in items])
 
 
 @schedules.get(

@@ -10,6 +10,7 @@ touches. No port has more than 15 abstract methods; ``Store`` and ``Coordination
 composites their adapters implement.
 """
 
+from rota.core.ports.apikeys import ApiKeyStore
 from rota.core.ports.broker import Broker, Delivery
 from rota.core.ports.coordination import (
     BucketLeases,
@@ -24,6 +25,7 @@ from rota.core.ports.idempotency import IdempotencyStore
 from rota.core.ports.index import ScheduleIndex
 from rota.core.ports.pausing import PauseStore
 from rota.core.ports.routing import RoutedDispatchStore, RoutingStore
+from rota.core.ports.sessions import AccountStore, SessionStore
 from rota.core.ports.store import (
     AheadStore,
     AuditStore,
@@ -50,7 +52,9 @@ from rota.core.ports.store import (
 )
 
 __all__ = [
+    "AccountStore",
     "AheadStore",
+    "ApiKeyStore",
     "AuditStore",
     "Broker",
     "BucketLeases",
@@ -79,6 +83,7 @@ __all__ = [
     "RoutingStore",
     "ScheduleIndex",
     "SecurityStore",
+    "SessionStore",
     "Signals",
     "SilenceReader",
     "StatsReader",

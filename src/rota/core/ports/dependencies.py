@@ -11,7 +11,9 @@ from uuid import UUID
 
 from rota.core.dependencies import Dependency, GraphRun
 from rota.core.models import Job, Occurrence
+from rota.core.ports.apikeys import ApiKeyStore
 from rota.core.ports.routing import RoutedDispatchStore
+from rota.core.ports.sessions import AccountStore
 from rota.core.ports.store import Store
 from rota.core.security import AuditEntry
 
@@ -105,6 +107,8 @@ class DependencyStore(abc.ABC):
         catch-up of runs whose start was lost), oldest first."""
 
 
-class DependencyAwareStore(Store, DependencyStore, RoutedDispatchStore, abc.ABC):
+class DependencyAwareStore(
+    Store, DependencyStore, RoutedDispatchStore, AccountStore, ApiKeyStore, abc.ABC
+):
     """The store with its dependency and routing slices: what a store adapter implements
     (kept apart from :class:`~rota.core.ports.Store`, whose module is at its length cap)."""

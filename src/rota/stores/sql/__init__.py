@@ -23,6 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.errors import BackendUnavailableError
 from rota.core.ports import DependencyAwareStore
+from rota.core.sealing import DataSeal
+from rota.stores.sql.apikeys import ApiKeyQueries
 from rota.stores.sql.batches import _FastBatches
 from rota.stores.sql.control import ControlQueries
 from rota.stores.sql.dependencies import DependencyQueries
@@ -35,9 +37,11 @@ from rota.stores.sql.jobs import JobQueries
 from rota.stores.sql.limits import LimitQueries
 from rota.stores.sql.notifications import NotificationQueries
 from rota.stores.sql.pausing import PauseQueries
+from rota.stores.sql.reencrypt import ReencryptQueries
 from rota.stores.sql.retention import RetentionQueries
 from rota.stores.sql.routing import RoutingQueries
 from rota.stores.sql.security import SecurityQueries
+from rota.stores.sql.sessions import SessionQueries
 from rota.stores.sql.stats import StatsQueries
 from rota.stores.sql.status import StatusQueries
 from rota.stores.urls import dialect_of, sqlite_path
@@ -59,6 +63,9 @@ class SqlStore(
     LimitQueries,
     DependencyQueries,
     RoutingQueries,
+    ReencryptQueries,
+    SessionQueries,
+    ApiKeyQueries,
     DependencyAwareStore,
 ):
     """The :class:`~rota.core.ports.Store` on SQLite (embedded) or PostgreSQL (distributed).
@@ -74,9 +81,11 @@ class SqlStore(
         pool_size: int = 10,
         busy_timeout_ms: int = 10_000,
         auto_disable: AutoDisableDefaults | None = None,
+        seal: DataSeal | None = None,
     ) -> None:
         """``auto_disable``: the global auto-disable defaults (default: 5 failures in 60 min,
-        no probe)."""
+        no probe). ``seal``: the keys job data and results are sealed with at rest (see
+        :mod:`rota.stores.sql.sealing`); ``None``: stored and read as they are."""
         self._url = url
         self._auto_disable = auto_disable or AutoDisableDefaults()
         self._dialect = dialect_of(url)
@@ -86,6 +95,7 @@ class SqlStore(
         self._reader: AsyncEngine | None = None
         self._write_lock = asyncio.Lock() if self._dialect == "sqlite" else None
         self._fast = _FastBatches(self._dialect)
+        self._seal = seal
 
     @property
     def dialect(self) -> str:

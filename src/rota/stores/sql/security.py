@@ -47,6 +47,7 @@ from rota.stores.schema import (
     refresh_tokens,
     users,
 )
+from rota.stores.sql.sealing import Sealing
 
 EXPIRED_KEPT = timedelta(days=1)
 """Refresh tokens expired longer ago than this are deleted when tokens are revoked."""
@@ -91,6 +92,7 @@ def _to_user(row: Row[Any]) -> User:
         locked_until=row.locked_until,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        tokens_valid_after=row.tokens_valid_after,
     )
 
 
@@ -144,8 +146,9 @@ def _is_admin(user: User) -> bool:
     return user.is_active and user.role is Role.ADMIN
 
 
-class SecurityQueries:
-    """Users, refresh tokens and audit entries of the :class:`~rota.core.ports.Store` port."""
+class SecurityQueries(Sealing):
+    """Users, refresh tokens and audit entries of the :class:`~rota.core.ports.Store` port
+    (a job's audit entries with their job data sealed at rest: :class:`Sealing`)."""
 
     if TYPE_CHECKING:
 
@@ -211,20 +214,23 @@ class SecurityQueries:
 
     async def update_user(self, user: User) -> User:
         async with self._write() as conn:
-            admins = await self._count_admins(conn, lock=True)
-            stored = await self._locked_user(conn, user.id)
-            if _is_admin(stored) and not _is_admin(user) and admins <= 1:
-                raise ConflictError(f"{stored.username} is the last active Admin")
-            if user.username != stored.username:
-                taken = await conn.execute(
-                    select(users.c.id).where(users.c.username == user.username)
-                )
-                if taken.first() is not None:
-                    raise ConflictError(f"the username {user.username!r} is taken")
-            values = _user_row(user)
-            del values["id"], values["created_at"]
-            await conn.execute(update(users).where(users.c.id == user.id).values(values))
-            row = (await conn.execute(select(users).where(users.c.id == user.id))).one()
+            return await self._update_user(conn, user)
+
+    async def _update_user(self, conn: AsyncConnection, user: User) -> User:
+        """``update_user`` in the caller's transaction (``tokens_valid_after`` is left as it
+        is: :class:`~rota.stores.sql.sessions.SessionQueries` alone moves it)."""
+        admins = await self._count_admins(conn, lock=True)
+        stored = await self._locked_user(conn, user.id)
+        if _is_admin(stored) and not _is_admin(user) and admins <= 1:
+            raise ConflictError(f"{stored.username} is the last active Admin")
+        if user.username != stored.username:
+            taken = await conn.execute(select(users.c.id).where(users.c.username == user.username))
+            if taken.first() is not None:
+                raise ConflictError(f"the username {user.username!r} is taken")
+        values = _user_row(user)
+        del values["id"], values["created_at"]
+        await conn.execute(update(users).where(users.c.id == user.id).values(values))
+        row = (await conn.execute(select(users).where(users.c.id == user.id))).one()
         return _to_user(row)
 
     async def delete_user(self, user_id: UUID) -> User:
@@ -414,7 +420,7 @@ class SecurityQueries:
         if not entries:
             return
         async with self._write() as conn:
-            await insert_audit(conn, entries)
+            await insert_audit(conn, self._sealed_audit(entries))
 
     async def list_audit(self, query: AuditQuery) -> Page[AuditEntry]:
         a = audit_entries.c
@@ -435,7 +441,7 @@ class SecurityQueries:
         if query.cursor:
             stmt = stmt.where(a.id < _cursor_id(query.cursor))
         async with self._read() as conn:
-            items = [_to_audit(row) for row in await conn.execute(stmt)]
+            items = [self._open_audit(_to_audit(row)) for row in await conn.execute(stmt)]
         if len(items) > query.limit:
             items = items[: query.limit]
             return Page(items=items, next_cursor=items[-1].id.hex)
