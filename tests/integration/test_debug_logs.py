@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from pwdlib import PasswordHash
 from pwdlib.hashers.argon2 import Argon2Hasher
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from rota.app.startup import wait_for
 from rota.core.errors import BackendUnavailableError
@@ -25,6 +27,7 @@ from rota.observability.logs import QUIET_LOGGERS, configure
 from rota.services.auth import AuthConfig, AuthService
 from rota.stores.migrate import upgrade
 from rota.stores.sql import SqlStore
+from rota.stores.sql.engine import create_store_engine
 
 WEBHOOK_SECRET = "whsec-debug-0123456789abcdef"
 URL_TOKEN = "tok-debug-abcdef0123456789"
@@ -111,3 +114,20 @@ async def test_urls_in_messages_and_exceptions_are_masked(debug_log: io.StringIO
     assert any(
         "Error 111 connecting to redis://:***@" in line.get("exception", "") for line in lines
     )
+
+
+async def test_a_driver_error_carries_no_statement_parameters(url: str) -> None:
+    """A failed statement's error text (logged, or turned into a problem) names the statement,
+    never its parameters: a password hash, a webhook secret, job data."""
+    engine = create_store_engine(url)
+    try:
+        async with engine.connect() as conn:
+            with pytest.raises(DBAPIError) as caught:
+                await conn.execute(
+                    text("INSERT INTO no_such_table (secret) VALUES (:secret)"),
+                    {"secret": "s3cret-parameter-value"},
+                )
+        assert "s3cret-parameter-value" not in str(caught.value)
+        assert "no_such_table" in str(caught.value)
+    finally:
+        await engine.dispose()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 
+import rota
 from rota.core.ids import new_id
-from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
-from rota.worker.secrets import MAX_SECRET_BYTES, WorkerSecrets
+from rota.core.models import FailureType, JobMessage, LogRecord, OccurrenceStatus, StatusRecord
+from rota.worker.secrets import MAX_SECRET_BYTES, SEALED, WorkerSecrets
 
 
 def test_values_come_from_prefixed_variables_then_files(tmp_path: Path) -> None:
@@ -57,3 +59,26 @@ def test_records_and_log_lines_are_masked_once_a_value_was_resolved() -> None:
         "sent [secret TOKEN]",
         {"header": "Bearer [secret TOKEN]"},
     )
+
+
+def test_job_data_still_sealed_fails_the_attempt_for_good_saying_why() -> None:
+    """Encryption at rest with sealed messages and a worker without the keys (or keys that do
+    not open it): the handler never gets the envelope as its data."""
+
+    @rota.job("sealed-data")
+    def handler(ctx: rota.JobContext, data: dict[str, object]) -> None: ...
+
+    now = datetime.now(UTC)
+    message = JobMessage(
+        occurrence_id=new_id(),
+        job_id=new_id(),
+        job_type="sealed-data",
+        job_data={"$enc": "v1:AAAA"},
+        scheduled_for=now,
+        timestamp=now,
+    )
+    definition, why = WorkerSecrets(environ={}).parse(handler, message)
+    assert definition is None
+    assert why == (FailureType.PERMANENT, SEALED)
+    plain = dataclasses.replace(message, job_data={"n": 1})
+    assert WorkerSecrets(environ={}).parse(handler, plain) == (handler, {"n": 1})

@@ -20,8 +20,8 @@ log = logging.getLogger(__name__)
 
 class SealingBroker(Broker):
     """``broker`` as the worker uses it, with job data opened and results sealed by
-    ``seal``. A job data that does not open is left sealed (logged): the handler gets the
-    envelope, and a typed handler fails on it as on any data that does not fit."""
+    ``seal``. A job data that does not open is left sealed (logged): the attempt then fails
+    for good, saying so (:data:`rota.worker.secrets.SEALED`), as on a worker without keys."""
 
     def __init__(self, broker: Broker, seal: DataSeal) -> None:
         self._broker = broker

@@ -24,6 +24,7 @@ from typing import Final
 
 from rota.core.errors import ValidationError
 from rota.core.models import FailureType, JobMessage, LogRecord, StatusRecord
+from rota.core.sealing import is_envelope
 from rota.core.secretrefs import Masker, MissingSecretError, resolve
 from rota.sdk.context import LogSink
 from rota.sdk.registry import AnyJobDefinition
@@ -38,6 +39,13 @@ ENV_PREFIX: Final = "ROTA_SECRET_"
 
 MAX_SECRET_BYTES: Final = 64 * 1024
 """A secret file larger than this is refused (not a secret, a mistake)."""
+
+SEALED: Final = (
+    "the job data is encrypted (encryption at rest) and this worker cannot open it: give the "
+    "worker the servers' ROTA_ENCRYPTION__KEYS, or set ROTA_ENCRYPTION__PLAIN_TO_WORKERS=true "
+    "on the servers"
+)
+"""Why a delivery whose job data is still sealed does not run (the attempt fails for good)."""
 
 
 class WorkerSecrets:
@@ -81,6 +89,8 @@ class WorkerSecrets:
         (``permanent``), naming the reference, never a value."""
         if not definition.takes_data:
             return definition, None
+        if is_envelope(message.job_data):  # sealed, and this worker could not open it
+            return None, (FailureType.PERMANENT, SEALED)
         try:
             raw = resolve(message.job_data, self._remembered)
             data = definition.parse_data(raw)

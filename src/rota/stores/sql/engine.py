@@ -66,7 +66,13 @@ def create_store_engine(
     ``foreign_keys`` is turned off only for migrations (batch table rebuilds).
     """
     async_url = to_async_url(url)
-    common: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": _json_loads}
+    # hide_parameters: a driver error's text (logged, or in a problem's detail) never carries
+    # a statement's parameters: password hashes, webhook secrets, job data.
+    common: dict[str, Any] = {
+        "json_serializer": _json_dumps,
+        "json_deserializer": _json_loads,
+        "hide_parameters": True,
+    }
     if dialect_of(url) == "postgresql":
         return create_async_engine(
             async_url,
