@@ -136,6 +136,8 @@ async def test_dashboard_shows_viewers_job_data_when_allowed(runtime: MiniRuntim
         execution = await viewer.get(f"/executions/{occurrence_id}")
         job_page = await viewer.get(f"/jobs/{job_id}")
         edit = await viewer.get(f"/jobs/{job_id}/edit")
+        new = await viewer.get("/jobs/new")
     assert "new-plain-token" in execution.text
     assert "old-plain-token" in job_page.text
     assert edit.status_code == 403  # the form is for those who may change the job
+    assert new.status_code == 403

@@ -287,6 +287,8 @@ async def _job_types(runtime: ApiRuntime) -> dict[str, dict[str, Any]]:
 
 @router.get("/jobs/new")
 async def new_job(request: Request, user: User, runtime: Runtime) -> Response:
+    if not user.can_operate:  # a form a Viewer could not send
+        return render(request, user, "forbidden.html", {"role": "Operator"}, status_code=403)
     return await _job_form(request, user, runtime, None)
 
 
