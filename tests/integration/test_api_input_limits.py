@@ -77,6 +77,7 @@ BASE_BODIES: Final[dict[str, dict[str, Any]]] = {
     "POST /api/v1/admin/dispatcher/resume": {},
     "POST /api/v1/users": {"username": "someone", "password": "p" * 12, "role": "Viewer"},
     "PATCH /api/v1/users/{user_id}": {},
+    "POST /api/v1/api-keys": {"name": "svc", "role": "Viewer"},
     "POST /api/v1/notifications/subscriptions": {
         "name": "ops",
         "events": ["occurrence.failed"],

@@ -82,6 +82,7 @@ def test_rota_exports_the_sdk() -> None:
         "Client",
         "SyncClient",
         "ApiError",
+        "secret",
     }
     assert issubclass(rota.PermanentError, rota.RotaError)
     assert issubclass(rota.ApiError, rota.RotaError)
