@@ -130,3 +130,25 @@ async def test_a_change_its_upstreams_and_its_entry_are_written_together(
     await store.update_linked_job(again, expected_version=stored.version, edges=None, audit=[])
     assert await store.dependency_edges([job.id]) == [Dependency(job.id, b.id)]
     await assert_matches_a_scan(store)
+
+
+async def test_new_upstreams_and_their_entry_are_written_together(store: SqlStore) -> None:
+    """``PUT /jobs/{id}/dependencies``: the edges and the audit entry, or neither."""
+    a, b, job = make_job(), make_job(), make_job()
+    await store.create_jobs([a, b, job])
+    await store.set_dependencies(job.id, [Dependency(job.id, a.id)], NOW)
+    duplicate = entry(job.id)
+    await store.append_audit([duplicate])
+    with pytest.raises(ConflictError):  # the entry's key is taken: the last write fails
+        await store.set_dependencies(
+            job.id, [Dependency(job.id, b.id)], NOW, audit=[entry(job.id, entry_id=duplicate.id)]
+        )
+    assert [
+        e.upstream_id for e in await store.dependency_edges([job.id]) if e.job_id == job.id
+    ] == [a.id]
+    note = entry(job.id, after={"dependsOn": [str(b.id)]})
+    await store.set_dependencies(job.id, [Dependency(job.id, b.id)], NOW, audit=[note])
+    assert [
+        e.upstream_id for e in await store.dependency_edges([job.id]) if e.job_id == job.id
+    ] == [b.id]
+    assert note.id in {e.id for e in await audit_of(store, job.id)}

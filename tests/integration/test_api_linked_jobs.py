@@ -141,3 +141,23 @@ async def test_a_bulk_create_records_its_entry_with_it(client: httpx.AsyncClient
     assert made.status_code == 201, made.text
     [entry] = await audit(client, "job.bulk_created")
     assert entry["after"] == {"count": 3, "ids": [j["id"] for j in made.json()["items"]]}
+
+
+async def test_setting_upstreams_records_its_entry_with_them(client: httpx.AsyncClient) -> None:
+    a = await create(client, displayName="A")
+    b = await create(client, displayName="B")
+    job = await create(client, displayName="C", dependsOn=[{"jobId": a["id"]}])
+    changed = await client.put(
+        f"/api/v1/jobs/{job['id']}/dependencies",
+        json={"dependsOn": [{"jobId": b["id"], "on": "completion"}]},
+    )
+    assert changed.status_code == 200, changed.text
+    [entry] = await audit(client, "job.dependencies")
+    assert entry["resourceId"] == job["id"]
+    assert entry["before"] == {"dependsOn": [{"jobId": a["id"], "on": "success"}]}
+    assert entry["after"] == {"dependsOn": [{"jobId": b["id"], "on": "completion"}]}
+    refused = await client.put(
+        f"/api/v1/jobs/{job['id']}/dependencies", json={"dependsOn": [{"jobId": job["id"]}]}
+    )
+    assert refused.status_code == 422
+    assert len(await audit(client, "job.dependencies")) == 1  # a refused change writes none

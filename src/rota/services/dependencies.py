@@ -39,6 +39,7 @@ from rota.core.models import Job, Occurrence, OccurrenceStatus, SkipReason
 from rota.core.planning import PlanSettings, new_occurrence, with_type_defaults
 from rota.core.ports import DependencyStore, JobStore, Signals
 from rota.core.records import StatusResult
+from rota.core.security import AuditEntry
 from rota.services._loop import run_periodically
 from rota.services.events import EventPublisher
 
@@ -178,9 +179,13 @@ class DependencyService:
 
     # --- dependencies of a job ------------------------------------------------------------
 
-    async def set_dependencies(self, job_id: UUID, raw: Sequence[Any]) -> JobDependencies:
+    async def set_dependencies(
+        self, job_id: UUID, raw: Sequence[Any], *, actor: str | None = None
+    ) -> JobDependencies:
         """Replace ``job_id``'s upstreams: ``ValidationError`` on ``dependsOn`` for an unknown
-        upstream, itself, or a cycle (naming the jobs along it)."""
+        upstream, itself, or a cycle (naming the jobs along it). With an ``actor``, the
+        change's audit entry (``job.dependencies``, the upstreams before and after) is written
+        in the same transaction."""
         edges = parse_dependencies(job_id, raw)
         await self._jobs.get_job(job_id)
         for i, edge in enumerate(edges):
@@ -191,8 +196,24 @@ class DependencyService:
                     f"no job {edge.upstream_id}", field=f"{FIELD}[{i}].jobId"
                 ) from None
         await refuse_cycle(self._store, job_id, edges)
+        now = self._now()
+        audit = []
+        if actor is not None:
+            before = await self.dependencies(job_id)
+            audit.append(
+                AuditEntry(
+                    id=new_id(),
+                    at=now,
+                    actor=actor,
+                    action="job.dependencies",
+                    resource_type="job",
+                    resource_id=str(job_id),
+                    before={"dependsOn": _upstreams(before.depends_on)},
+                    after={"dependsOn": _upstreams(edges)},
+                )
+            )
         try:
-            await self._store.set_dependencies(job_id, edges, self._now())
+            await self._store.set_dependencies(job_id, edges, now, audit=audit)
         except NotFoundError as exc:  # an upstream deleted meanwhile
             raise (upstream_refused(exc, edges) or exc) from None
         await self.refresh()
@@ -397,6 +418,11 @@ class DependencyService:
         except BackendUnavailableError:
             return job
         return with_type_defaults(job, self._workers.type_description(job.job_type, job.worker_id))
+
+
+def _upstreams(edges: Sequence[Dependency]) -> list[dict[str, str]]:
+    """Upstreams as an audit entry shows them (as the API writes ``dependsOn``)."""
+    return [{"jobId": str(e.upstream_id), "on": e.rule.value} for e in edges]
 
 
 def _name(job: Job) -> str:

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from rota.api.deps import Audit, get_runtime
+from rota.api.deps import get_runtime
 from rota.api.problems import problem_responses
 from rota.api.schemas.common import status_name
 from rota.api.schemas.dependencies import (
@@ -106,24 +106,13 @@ async def job_dependencies(job_id: UUID, service: Dependencies) -> JobDependenci
     summary="Set the jobs a job runs after (replaces them all)",
 )
 async def set_job_dependencies(
-    job_id: UUID, body: DependenciesIn, service: Dependencies, user: OperatorUser, audit: Audit
+    job_id: UUID, body: DependenciesIn, service: Dependencies, user: OperatorUser
 ) -> JobDependenciesOut:
     """422 on ``dependsOn`` for an unknown upstream, the job itself, or a cycle (the
-    problem names the job ids along it)."""
-    before = await service.dependencies(job_id)
+    problem names the job ids along it). The change and its audit entry are one transaction."""
     raw = [{"jobId": d.job_id, "on": d.on} for d in body.depends_on]
-    after = await dependencies_out(service, await service.set_dependencies(job_id, raw))
-    await audit.record(
-        user.username,
-        "job.dependencies",
-        "job",
-        job_id,
-        before={
-            "dependsOn": [{"jobId": str(e.upstream_id), "on": e.rule} for e in before.depends_on]
-        },
-        after=after.model_dump(mode="json", by_alias=True, include={"depends_on"}),
-    )
-    return after
+    changed = await service.set_dependencies(job_id, raw, actor=user.username)
+    return await dependencies_out(service, changed)
 
 
 @router.get("/graph-runs", responses=problem_responses(422, 503), summary="List graph runs")

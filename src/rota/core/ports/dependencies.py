@@ -25,11 +25,17 @@ class DependencyStore(abc.ABC):
 
     @abc.abstractmethod
     async def set_dependencies(
-        self, job_id: UUID, edges: Sequence[Dependency], at: datetime
+        self,
+        job_id: UUID,
+        edges: Sequence[Dependency],
+        at: datetime,
+        *,
+        audit: Sequence[AuditEntry] = (),
     ) -> None:
         """Replace the upstreams of ``job_id`` with ``edges`` (their ``job_id`` is
-        ``job_id``; they exist from ``at``), in one transaction. The service has checked
-        them (upstreams exist, no cycle). Deleting a job deletes its edges, both ways."""
+        ``job_id``; they exist from ``at``) and write the ``audit`` entries, in one
+        transaction. The service has checked them (upstreams exist, no cycle). Deleting a
+        job deletes its edges, both ways."""
 
     @abc.abstractmethod
     async def create_linked_jobs(

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rota.core.dependencies import Dependency, DependencyRule, GraphNode, GraphRun, GraphRunStatus
 from rota.core.errors import NotFoundError
 from rota.core.models import ConcurrencyPolicy, Occurrence, OccurrenceStatus
+from rota.core.security import AuditEntry
 from rota.stores.schema import (
     graph_run_nodes,
     graph_runs,
@@ -24,6 +25,7 @@ from rota.stores.schema import (
 )
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import _change_row, _chunks, _occurrence_row, _to_occurrence
+from rota.stores.sql.security import insert_audit
 
 _d = job_dependencies.c
 _r = graph_runs.c
@@ -83,13 +85,19 @@ class DependencyQueries(AggregateQueries):
         return dialect.insert(table)
 
     async def set_dependencies(
-        self, job_id: UUID, edges: Sequence[Dependency], at: datetime
+        self,
+        job_id: UUID,
+        edges: Sequence[Dependency],
+        at: datetime,
+        *,
+        audit: Sequence[AuditEntry] = (),
     ) -> None:
         async with self._write() as conn:
             found = (await conn.execute(select(jobs.c.id).where(jobs.c.id == job_id))).first()
             if found is None:
                 raise NotFoundError("job", job_id)
             await write_edges(conn, self._dialect, job_id, edges, at, replace=True)
+            await insert_audit(conn, audit)
 
     async def dependency_edges(self, job_ids: Sequence[UUID] | None = None) -> list[Dependency]:
         stmt = select(_d.job_id, _d.upstream_id, _d.rule).order_by(_d.job_id, _d.upstream_id)
