@@ -242,6 +242,21 @@ async def test_wakeups_fan_out_to_every_subscriber(coord: Coordination) -> None:
         await _close(sub)
 
 
+async def test_announcements_reach_every_subscriber_and_are_not_wakeups(
+    coord: Coordination,
+) -> None:
+    one, two, wakeups = coord.announcements(), coord.announcements(), coord.wakeups()
+    await coord.announce("dependencies")
+    for sub in (one, two):
+        assert await _next(sub) == "dependencies"
+    await _quiet(wakeups)  # an announcement is no wake-up ...
+    await coord.wake(1_800_000_000.0)
+    await _quiet(one)  # ... nor a wake-up an announcement
+    assert await _next(wakeups) == 1_800_000_000.0
+    for sub in (one, two, wakeups):
+        await _close(sub)
+
+
 async def test_close_ends_wakeup_iterators(coord: Coordination) -> None:
     sub = coord.wakeups()
     waiting = asyncio.ensure_future(anext(sub))

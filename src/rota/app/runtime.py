@@ -31,7 +31,7 @@ from rota.services.buckets import BucketOwner
 from rota.services.control import DispatcherSwitchFollower
 from rota.services.deadletters import DeadLetterHandler
 from rota.services.declared import DeclaredSchedules
-from rota.services.dependencies import DependencyService
+from rota.services.dependencies import DEPENDENCIES_TOPIC, DependencyService
 from rota.services.dispatcher import Dispatcher
 from rota.services.events import EventPublisher
 from rota.services.idempotency import Idempotency
@@ -132,6 +132,7 @@ class Runtime:
         self._spawn(self.log_collector.run(), "log-collector")
         self._spawn(self.dead_letters.run(), "dead-letters")
         self._spawn(self._relay_wakeups(), "wakeups")
+        self._spawn(self._relay_announcements(), "announcements")
         self._spawn(self.zombies.run(), "zombies")
         self._spawn(self.probes.run(), "auto-disable-probes")
         self._spawn(self.pausing.run(), "pause-ends")
@@ -297,6 +298,11 @@ class Runtime:
     async def _relay_wakeups(self) -> None:
         async for due in self.coordination.wakeups():
             self.dispatcher.wake(due)
+
+    async def _relay_announcements(self) -> None:
+        async for topic in self.coordination.announcements():
+            if topic == DEPENDENCIES_TOPIC:
+                self.dependencies.heard_change()
 
     async def refresh_metrics(self) -> None:
         """Read what the metrics cannot count themselves (queue depths, live workers); called

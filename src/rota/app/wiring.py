@@ -175,7 +175,7 @@ def build_runtime(
         ),
         workers=workers,
         schemas=DataSchemas(checks=builtin_data_checks(settings)),
-        on_dependencies=dependencies.refresh,
+        on_dependencies=dependencies.edges_changed,
         judge_ahead=lambda fire, triggered: judge_at_due(
             store, coordination, fire, triggered, clock=utcnow, events=events
         ),

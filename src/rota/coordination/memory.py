@@ -224,6 +224,14 @@ class MemoryCoordination(MemoryLimits, Coordination):
     def wakeups(self) -> _Wakeups[float]:
         return _Wakeups(self, "wake")
 
+    async def announce(self, topic: str) -> None:
+        for subscriber in list(self._subscribers):
+            if subscriber.kind == "announce":
+                subscriber.deliver(topic)
+
+    def announcements(self) -> _Wakeups[str]:
+        return _Wakeups(self, "announce")
+
     # --- cancellation channel -------------------------------------------------------------
 
     async def cancel(

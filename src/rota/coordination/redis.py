@@ -515,6 +515,24 @@ class RedisCoordination(RedisLimits, Coordination):
         self._subscribers.add(subscriber)
         return subscriber
 
+    async def announce(self, topic: str) -> None:
+        starting = [s.start for s in self._subscribers if s.start is not None]
+        if starting:  # as in :meth:`wake`: subscribers made before this call must see it
+            await asyncio.wait(starting)
+        with unavailable("announce"):
+            await self._redis.xadd(
+                self._keys.announcements,
+                {b"topic": topic.encode()},
+                maxlen=self._wakeup_cap,
+                approximate=True,
+            )
+
+    def announcements(self) -> _StreamWakeups[str]:
+        unpack = _one_field(b"topic", lambda raw: raw.decode())
+        subscriber = _StreamWakeups(self, self._keys.announcements, unpack)
+        self._subscribers.add(subscriber)
+        return subscriber
+
     # --- cancellation channel -------------------------------------------------------------
 
     async def cancel(

@@ -24,6 +24,8 @@ key                                type    holds
                                            loss), ``since`` (ms), ``lost`` (1: a worker knew an
                                            older token, claims from before were lost)
 ``{prefix}:wakeups``               stream  wake-up signals (field ``due``), capped
+``{prefix}:announcements``         stream  "read it again" signals between servers (field
+                                           ``topic``: ``dependencies``), capped
 ``{prefix}:cancellations``         stream  cancellation requests, capped
 ``{prefix}:events``                stream  change events (``GET /events``): field ``e``, a JSON
                                            array of up to 100 ``[type, data]``; capped
@@ -95,6 +97,10 @@ class RedisKeys:
     @property
     def wakeups(self) -> str:
         return f"{self.prefix}:wakeups"
+
+    @property
+    def announcements(self) -> str:
+        return f"{self.prefix}:announcements"
 
     @property
     def cancellations(self) -> str:

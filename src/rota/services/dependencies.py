@@ -46,6 +46,8 @@ from rota.services.events import EventPublisher
 log = logging.getLogger(__name__)
 
 FIELD = "dependsOn"
+DEPENDENCIES_TOPIC = "dependencies"
+"""What :meth:`DependencyService.edges_changed` announces to the other servers."""
 
 
 class TypeDefaults(Protocol):
@@ -171,6 +173,8 @@ class DependencyService:
         self._pending: dict[UUID, UUID] = {}
         """Occurrence id -> job id, heard of and not yet looked at."""
         self._kick = asyncio.Event()
+        self._stale = False
+        """Another server changed the edges: read them again before the next look."""
         self._stopping = asyncio.Event()
         self._last_sweep = 0.0
         self._last_purge = 0.0
@@ -216,7 +220,7 @@ class DependencyService:
             await self._store.set_dependencies(job_id, edges, now, audit=audit)
         except NotFoundError as exc:  # an upstream deleted meanwhile
             raise (upstream_refused(exc, edges) or exc) from None
-        await self.refresh()
+        await self.edges_changed()
         return await self.dependencies(job_id)
 
     async def dependencies(self, job_id: UUID) -> JobDependencies:
@@ -274,14 +278,31 @@ class DependencyService:
         self._roots = frozenset(e.upstream_id for e in edges)
         self._involved = self._roots | frozenset(e.job_id for e in edges)
 
+    async def edges_changed(self) -> None:
+        """The edges were changed through this server: read them again, and tell the other
+        servers to (:meth:`heard_change`), so that a graph run started on any of them at once
+        has every level released at once. If they cannot be told, their sweep reads them."""
+        await self.refresh()
+        try:
+            await self._signals.announce(DEPENDENCIES_TOPIC)
+        except BackendUnavailableError as exc:
+            log.warning("other servers not told of changed job dependencies: %s", exc)
+
+    def heard_change(self) -> None:
+        """Another server changed the edges: they are read again before the next look."""
+        self._stale = True
+        self._kick.set()
+
     def status_applied(self, result: StatusResult) -> None:
-        """The status reactions' hook: note the occurrences of involved jobs; never blocks."""
-        involved = self._involved
-        if not involved:
+        """The status reactions' hook: note the occurrences of involved jobs (of every job
+        while the edges are being read again after another server changed them); never
+        blocks."""
+        involved, stale = self._involved, self._stale
+        if not involved and not stale:
             return
         noted = False
         for change in result.applied:
-            if change.job_id in involved:
+            if stale or change.job_id in involved:
                 self._pending[change.occurrence_id] = change.job_id
                 noted = True
         if noted:
@@ -305,6 +326,15 @@ class DependencyService:
 
     async def step(self) -> None:
         """Look at the occurrences heard of; sweep when the interval has passed."""
+        if self._stale:
+            try:
+                await self.refresh()
+            except BaseException:
+                self._kick.set()  # read again on the next pass
+                raise
+            self._stale = False
+            involved = self._involved  # what was noted meanwhile, cut down to what counts
+            self._pending = {o: j for o, j in self._pending.items() if j in involved}
         if time.monotonic() - self._last_sweep >= self._config.sweep_interval_seconds:
             await self.sweep()
         pending, self._pending = self._pending, {}

@@ -78,6 +78,15 @@ class Signals(abc.ABC):
         """Due times announced by :meth:`wake` (from any instance) after subscribing."""
 
     @abc.abstractmethod
+    async def announce(self, topic: str) -> None:
+        """Tell every scheduler instance that what ``topic`` names has changed and is to be
+        read again (``dependencies``: the job dependency edges)."""
+
+    @abc.abstractmethod
+    def announcements(self) -> AsyncIterator[str]:
+        """Topics sent to :meth:`announce` (from any instance) after subscribing."""
+
+    @abc.abstractmethod
     async def cancel(
         self,
         occurrence_ids: Sequence[UUID],
