@@ -54,7 +54,14 @@ from rota.worker.presence import WorkerPresence
 
 log = logging.getLogger(__name__)
 
-_WAITING_FOR_INPUT = ("buckets", "wakeups", "status-tracker", "log-collector", "dead-letters")
+_WAITING_FOR_INPUT = (
+    "buckets",
+    "wakeups",
+    "announcements",
+    "status-tracker",
+    "log-collector",
+    "dead-letters",
+)
 """The loops that wait for what comes in (the broker's batches, coordination's news) rather
 than for their next pass: cancelled at the stop once they hold nothing."""
 
