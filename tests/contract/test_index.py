@@ -71,6 +71,24 @@ async def test_ties_come_in_job_id_order(index: ScheduleIndex) -> None:
     assert [e.job_id for e in found] == sorted(ids, key=str)  # same as string order
 
 
+async def test_ties_across_buckets_come_in_job_id_order(index: ScheduleIndex) -> None:
+    """Ids that differ in one byte only, at each of the 16 positions, and random ones, spread
+    over buckets at one instant: merged in job id order, and a limit cuts that order."""
+    rng = random.Random(34)
+    ids = [uuid.uuid4() for _ in range(40)]
+    for position in range(16):
+        base = bytearray(rng.randbytes(16))
+        for value in (0x00, 0x7F, 0x80, 0xFF):
+            base[position] = value
+            ids.append(uuid.UUID(bytes=bytes(base)))
+    entries = [IndexEntry(job_id, n % 5, T0) for n, job_id in enumerate(ids)]
+    await index.upsert(entries)
+    ordered = sorted(entries, key=lambda e: e.job_id)
+    assert await index.due(range(5), T0, 1000) == ordered
+    assert await index.due([4, 0, 2, 1, 3], T0, 37) == ordered[:37]
+    assert await index.due([3, 1], T0, 1000) == [e for e in ordered if e.bucket in (1, 3)]
+
+
 async def test_limit_is_honoured(index: ScheduleIndex) -> None:
     await index.upsert([entry(n, T0 + n) for n in range(50)])
     found = await index.due([0], T0 + 100, 7)

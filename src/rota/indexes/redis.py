@@ -31,12 +31,31 @@ _CHUNK = 10_000
 # KEYS: bucket sorted sets; ARGV: until (score), limit. Returns a flat list of
 # (position of the key in KEYS, member, score as Redis printed it) in (score, member) order.
 # Each bucket is read in pages (the first about limit / #KEYS, doubling on every refill), so
-# a read costs about ``limit`` entries however many buckets are merged. Members are compared
-# byte by byte: Lua's `<` on strings follows the server's locale.
+# a read costs about ``limit`` entries however many buckets are merged. Within a bucket Redis
+# has already ordered equal scores by member; across buckets the heads are compared by score,
+# then (on a tie only) by member: its 16 bytes read once per head as three big-endian integers
+# of 6, 5 and 5 bytes (each exact in a double), which is their byte order. Lua's `<` on strings
+# follows the server's locale; a byte-by-byte loop per tie cost 5 times as much Redis time
+# (bench/2026-11-29-redis-due.md).
 _DUE_SCRIPT = """
 local limit = tonumber(ARGV[2])
 local page0 = math.min(limit, math.ceil(limit / #KEYS) + 16)
-local lists, pos, offset, page, more, heads = {}, {}, {}, {}, {}, {}
+local unpack = struct.unpack
+local lists, pos, offset, page, more = {}, {}, {}, {}, {}
+local hs, ha, hb, hc = {}, {}, {}, {}
+local function head(i)
+  hs[i], ha[i] = tonumber(lists[i][pos[i] + 1]), nil
+end
+local function key(i)
+  if ha[i] == nil then ha[i], hb[i], hc[i] = unpack('>I6I5I5', lists[i][pos[i]]) end
+end
+local function less(i, j)
+  key(i)
+  key(j)
+  if ha[i] ~= ha[j] then return ha[i] < ha[j] end
+  if hb[i] ~= hb[j] then return hb[i] < hb[j] end
+  return hc[i] < hc[j]
+end
 local function fill(i)
   local l = redis.call('ZRANGE', KEYS[i], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', offset[i],
                        page[i], 'WITHSCORES')
@@ -44,14 +63,7 @@ local function fill(i)
   offset[i] = offset[i] + #l / 2
   more[i] = #l == 2 * page[i]
   page[i] = math.min(2 * page[i], limit)
-  if l[1] then heads[i] = tonumber(l[2]) else heads[i] = nil end
-end
-local function less(a, b)
-  for k = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, k), string.byte(b, k)
-    if x ~= y then return x < y end
-  end
-  return #a < #b
+  if l[1] then head(i) else hs[i] = nil end
 end
 for i = 1, #KEYS do
   offset[i], page[i] = 0, page0
@@ -59,27 +71,27 @@ for i = 1, #KEYS do
 end
 local out, n = {}, 0
 while n < limit do
-  local best, bm, bs
+  local best, bs
   for i = 1, #KEYS do
-    local s = heads[i]
-    if s and (best == nil or s < bs or (s == bs and less(lists[i][pos[i]], bm))) then
-      best, bm, bs = i, lists[i][pos[i]], s
+    local s = hs[i]
+    if s and (best == nil or s < bs or (s == bs and less(i, best))) then
+      best, bs = i, s
     end
   end
   if best == nil then break end
   local l, p = lists[best], pos[best]
   out[#out + 1] = best
-  out[#out + 1] = bm
+  out[#out + 1] = l[p]
   out[#out + 1] = l[p + 1]
   n = n + 1
   p = p + 2
   pos[best] = p
   if l[p] then
-    heads[best] = tonumber(l[p + 1])
+    head(best)
   elseif more[best] then
     fill(best)
   else
-    heads[best] = nil
+    hs[best] = nil
   end
 end
 return out
