@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 # redone when pyproject.toml or constraints.txt changes (the dev one after the run one).
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
-# The extras `rota dev` and the distributed mode run with (no test, lint or tracing tools).
+# The extras `rota dev` and the distributed mode run with (no test, lint, tracing or bench tools:
+# `.[dev]` brings those, `rota bench`'s psutil with its `bench` extra).
 RUN_EXTRAS := postgres,redis,rabbitmq,email,encryption
 VENDOR := src/rota/dashboard/static/vendor
 VENDOR_STAMP := $(VENDOR)/.copied

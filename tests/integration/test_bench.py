@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from rota.brokers.rabbitmq.names import AmqpNames
-from rota.cli.bench import BENCH_WORKER
 from rota.redis.keys import RedisKeys
+from rota_bench.scenarios import BENCH_WORKER
 from tests.stores import pg_database
 
 REDIS = "redis://127.0.0.1:6379/0"

@@ -21,7 +21,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import rota
 from rota.api.app import create_app
 from rota.app.configs import auth_config
-from rota.cli.benchauth import SignIn
 from rota.client import (
     ApiAuthError,
     ApiConflictError,
@@ -33,6 +32,7 @@ from rota.core.events import Event
 from rota.core.ids import new_id
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord, WorkerInfo
 from rota.services.auth import AuthService
+from rota_bench.signin import SignIn
 from tests.api_client import PASSWORD, api_client, ensure_user, username_of
 from tests.api_runtime import MiniRuntime, sqlite_runtime
 from tests.asgi_stream import StreamingASGITransport

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psutil
 
-from rota.cli.bench import _cpu_per_job, _cpu_seconds
+from rota_bench.scenarios import _cpu_per_job, _cpu_seconds
 
 
 def test_a_process_that_ends_between_the_readings_takes_nothing_away() -> None:

@@ -88,6 +88,28 @@ RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
 PENDING: set[str] = set()
 
 
+BENCH = "rota_bench"
+"""The benchmarks (``rota bench``): a package beside the product, in the same distribution."""
+BENCH_ONLY = ("rota_bench", "psutil")
+"""What the product never imports: the benchmarks, and psutil (the ``bench`` extra's)."""
+
+
+def test_the_product_imports_no_benchmark_and_no_psutil() -> None:
+    """``rota bench`` plugs into the ``rota`` command through an entry point; psutil is no
+    runtime dependency (issue 34). Any import counts, also one inside a function."""
+    found = []
+    for path in sorted((SRC / "rota").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            found += [f"{path.relative_to(SRC)} -> {n}" for n in names if matches(n, BENCH_ONLY)]
+    assert found == []
+
+
 def test_no_loose_modules_at_the_package_root() -> None:
     """Every part lives in a package that names its layer (docs/development.md)."""
     loose = sorted(p.name for p in (SRC / "rota").glob("*.py"))
@@ -216,7 +238,8 @@ TOO_LONG: dict[str, int] = {}
 def test_no_module_grows_past_its_limit() -> None:
     lengths = {
         p.relative_to(SRC).as_posix(): len(p.read_text().splitlines())
-        for p in (SRC / "rota").rglob("*.py")
+        for package in ("rota", BENCH)
+        for p in (SRC / package).rglob("*.py")
     }
     limits = {
         path: TOO_LONG.get(path, PACKAGE_MAX_LINES if _in_split_package(path) else MAX_LINES)

@@ -38,8 +38,6 @@ app = typer.Typer(
     help="Rota, a job scheduler: cron and one-time jobs, a REST API, workers, full history.",
     no_args_is_help=True,
 )
-bench_app = typer.Typer(help="Measure throughput and latency; results as JSON.")
-app.add_typer(bench_app, name="bench")
 user_app = typer.Typer(help="Users of the API and dashboard (roles Admin, Operator, Viewer).")
 app.add_typer(user_app, name="user")
 
@@ -392,139 +390,6 @@ def user_list(data_dir: DataDirOpt = None) -> None:
         print(f"{user.username}\t{user.role.value}\t{state}")
 
 
-_LEAD = typer.Option(
-    min=0,
-    help="Dispatch lead in seconds (default: scheduler.dispatch_lead_seconds; 0: sent when due).",
-)
-
-
-@bench_app.command("throughput")
-def bench_throughput(
-    mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",
-    jobs: Annotated[int, typer.Option(help="How many no-op jobs.")] = 20_000,
-    json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-) -> None:
-    """No-op one-time jobs all due now, timed until every occurrence is Completed."""
-    from rota.cli.bench import report, run_throughput
-
-    configure_logging("warning", None, LogFormat.TEXT)
-    result = _run(run_throughput(mode, jobs))
-    report(result, json_file, _console())
-
-
-@bench_app.command("latency")
-def bench_latency(
-    mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",
-    jobs: Annotated[int, typer.Option(help="How many one-time jobs.")] = 1000,
-    spread: Annotated[float, typer.Option(help="Seconds the due times spread over.")] = 10.0,
-    lead: Annotated[float | None, _LEAD] = None,
-    json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-) -> None:
-    """One-time jobs due across a spread; start − scheduled percentiles in ms."""
-    from rota.cli.bench import report, run_latency
-
-    configure_logging("warning", None, LogFormat.TEXT)
-    result = _run(run_latency(mode, jobs, spread, lead))
-    report(result, json_file, _console())
-
-
-@bench_app.command("cron")
-def bench_cron(
-    mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",
-    jobs: Annotated[int, typer.Option(min=1, help="How many cron jobs (every second).")] = 200,
-    seconds: Annotated[int, typer.Option(min=1, help="How many seconds they fire for.")] = 30,
-    lead: Annotated[float | None, _LEAD] = None,
-    json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-) -> None:
-    """Cron jobs firing every second; start − scheduled percentiles in ms, fires missing and
-    doubled."""
-    from rota.cli.bench import report, run_cron
-
-    configure_logging("warning", None, LogFormat.TEXT)
-    result = _run(run_cron(mode, jobs, seconds, lead))
-    report(result, json_file, _console())
-
-
-@bench_app.command("login-flood")
-def bench_login_flood(
-    mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",
-    clients: Annotated[int, typer.Option(min=1, help="Clients flooding the login.")] = 48,
-    seconds: Annotated[float, typer.Option(min=1, help="How long the flood lasts.")] = 20.0,
-    distinct_addresses: Annotated[
-        bool,
-        typer.Option(
-            "--distinct-addresses/--same-address",
-            help="Each client from its own address (X-Forwarded-For), or all from this host.",
-        ),
-    ] = True,
-    json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-) -> None:
-    """Flood the login of a `rota server` (a process of its own) with wrong passwords while a
-    normal authenticated call is timed; its latency, the 429s and the server's memory."""
-    from rota.cli.bench import report, run_login_flood
-
-    configure_logging("warning", None, LogFormat.TEXT)
-    result = _run(run_login_flood(mode, clients, seconds, distinct_addresses=distinct_addresses))
-    report(result, json_file, _console())
-
-
-@bench_app.command("scaleout")
-def bench_scaleout(
-    servers: Annotated[int, typer.Option(min=1, max=8, help="`rota server` processes.")] = 1,
-    workers: Annotated[int, typer.Option(min=1, max=8, help="`rota worker` processes.")] = 1,
-    jobs: Annotated[int, typer.Option(min=1, help="No-op jobs due at one instant.")] = 20_000,
-    json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-) -> None:
-    """Distributed mode: a burst of no-op jobs on S servers and W workers (processes of their
-    own); the rate they ran at and the CPU per job of each role."""
-    from rota.cli.bench import report
-    from rota.cli.scaleout import run_scaleout
-
-    configure_logging("warning", None, LogFormat.TEXT)
-    result = _run(run_scaleout(servers, workers, jobs))
-    report(result, json_file, _console())
-
-
-@bench_app.command("capacity")
-def bench_capacity(
-    mode: Annotated[str, typer.Option(help="embedded or distributed")] = "embedded",
-    pending: Annotated[int, typer.Option(min=1, help="Pending one-time jobs to create.")] = 10_000,
-    history: Annotated[
-        int, typer.Option(min=0, help="Completed occurrences written into the store first.")
-    ] = 0,
-    batch: Annotated[int, typer.Option(min=1, max=10_000, help="Jobs per bulk request.")] = 1_000,
-    reads: Annotated[int, typer.Option(min=1, help="How many times each read is timed.")] = 50,
-    history_fill: Annotated[
-        str,
-        typer.Option(
-            help="store: the history through the store's inserts; sql: generated by the "
-            "database in bulk (for millions), the statistics rebuilt from it."
-        ),
-    ] = "store",
-    answer: Annotated[
-        str,
-        typer.Option(
-            help="full: each bulk answer lists the created jobs in full; minimal: their ids "
-            "only (Prefer: return=minimal)."
-        ),
-    ] = "full",
-    concurrency: Annotated[
-        int, typer.Option(min=1, max=16, help="Bulk requests in flight at once.")
-    ] = 1,
-    json_file: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-) -> None:
-    """Create many pending jobs through the bulk API of a `rota server` (a process of its
-    own): the create rate, store bytes per job, memory and the latency of a user's reads."""
-    from rota.cli.bench import report
-    from rota.cli.capacity import run_capacity
-
-    configure_logging("warning", None, LogFormat.TEXT)
-    result = _run(
-        run_capacity(mode, pending, history, batch, reads, history_fill, answer, concurrency)
-    )
-    report(result, json_file, _console())
-
-
 def _exit_past_stuck_threads() -> None:
     """After a graceful stop everything is stored; a plain-def handler that ignores its
     cancellation would still keep the interpreter waiting for its thread. Do not wait."""
@@ -575,6 +440,19 @@ def _apply_listen(settings: Settings, host: str | None, port: int | None) -> Non
 
 
 register_operator_commands(app)
+
+
+def _add_command_groups(app: typer.Typer) -> None:
+    """The command groups that other packages of this distribution add through the
+    ``rota.commands`` entry points: ``rota bench`` (:mod:`rota_bench`, the benchmarks, kept out
+    of the product; it says how to install its ``bench`` extra when that is missing)."""
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group="rota.commands"):
+        app.add_typer(point.load(), name=point.name)
+
+
+_add_command_groups(app)
 
 
 def main() -> None:

@@ -23,7 +23,10 @@ import orjson
 import psutil
 
 from rota.app.settings import Settings
-from rota.cli.bench import (
+from rota.core.ids import new_id
+from rota.core.models import Occurrence, OccurrenceStatus
+from rota_bench.capacity_history import fill_history, time_store_reads
+from rota_bench.scenarios import (
     _cpu_per_job,
     _cpu_seconds,
     _environment,
@@ -31,10 +34,7 @@ from rota.cli.bench import (
     _server_process,
     bench_prefix,
 )
-from rota.cli.benchauth import SignIn
-from rota.cli.capacity_history import fill_history, time_store_reads
-from rota.core.ids import new_id
-from rota.core.models import Occurrence, OccurrenceStatus
+from rota_bench.signin import SignIn
 
 JOB_TYPE = "bench.capacity"
 JOB_TABLES = ("jobs", "job_tags", "job_versions")
@@ -279,7 +279,7 @@ async def run_capacity(
     """``pending`` one-time jobs created through ``POST /api/v1/jobs/bulk`` (``batch`` per
     request) on a ``rota server`` of its own, after ``history`` Completed occurrences of one
     job written into its store (``history_fill``: ``store`` through the store's inserts,
-    ``sql`` by set-based SQL, see :mod:`rota.cli.capacity_history`); the create rate, bytes
+    ``sql`` by set-based SQL, see :mod:`rota_bench.capacity_history`); the create rate, bytes
     per job, memory and read latencies."""
     if history_fill not in ("store", "sql"):
         raise ValueError(f"history_fill must be store or sql, not {history_fill!r}")

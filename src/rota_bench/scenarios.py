@@ -36,11 +36,7 @@ from rota.app.settings import Settings
 from rota.core.errors import ConfigurationError
 from rota.core.models import OccurrenceStatus
 from rota.core.records import OccurrenceQuery
-
-
-@rota.job("bench.noop")
-async def noop(ctx: rota.JobContext) -> None:
-    """The benchmark job: does nothing."""
+from rota_bench.jobs import JOBS_MODULE
 
 
 @asynccontextmanager
@@ -60,7 +56,7 @@ async def _embedded_runtime(
         settings.worker.concurrency = concurrency
         if lead is not None:
             settings.scheduler.dispatch_lead_seconds = lead
-        runtime = await prepare(settings, ["rota.cli.bench"])
+        runtime = await prepare(settings, [JOBS_MODULE])
         await runtime.start()
         tune_process()
         try:
@@ -105,7 +101,7 @@ async def _distributed_runtime(
     runtime = await prepare(settings, [])
     await runtime.start()
     env = {**os.environ, "ROTA_NAME_PREFIX": bench_prefix()}
-    cmd = [sys.executable, "-m", "rota", "worker", "rota.cli.bench", "--worker-id", BENCH_WORKER]
+    cmd = [sys.executable, "-m", "rota", "worker", JOBS_MODULE, "--worker-id", BENCH_WORKER]
     cmd += ["--concurrency", str(concurrency), "--log-level", "warning"]
     worker = await asyncio.to_thread(subprocess.Popen, cmd, env=env)
     try:

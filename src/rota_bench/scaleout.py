@@ -31,7 +31,11 @@ from typing import Any
 import psutil
 
 from rota.app.settings import Settings
-from rota.cli.bench import (
+from rota.core.errors import ConfigurationError
+from rota.core.models import OccurrenceStatus
+from rota_bench.capacity import _distributed_admin
+from rota_bench.jobs import JOBS_MODULE
+from rota_bench.scenarios import (
     BENCH_WORKER,
     _cpu_per_job,
     _cpu_seconds,
@@ -39,9 +43,6 @@ from rota.cli.bench import (
     _server_process,
     bench_prefix,
 )
-from rota.cli.capacity import _distributed_admin
-from rota.core.errors import ConfigurationError
-from rota.core.models import OccurrenceStatus
 
 BATCH = 1_000
 """Jobs per bulk request."""
@@ -65,7 +66,7 @@ CONCURRENCY = 256
 async def _workers(count: int) -> AsyncIterator[list[psutil.Process]]:
     """``count`` ``rota worker`` processes of the bench's job module, stopped at the end."""
     env = {**os.environ, "ROTA_NAME_PREFIX": bench_prefix()}
-    cmd = [sys.executable, "-m", "rota", "worker", "rota.cli.bench", "--worker-id", BENCH_WORKER]
+    cmd = [sys.executable, "-m", "rota", "worker", JOBS_MODULE, "--worker-id", BENCH_WORKER]
     cmd += ["--concurrency", str(CONCURRENCY), "--log-level", "warning"]
     started: list[subprocess.Popen[bytes]] = []
     try:

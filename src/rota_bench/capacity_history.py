@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from rota.cli.bench import _percentiles
 from rota.core.models import OccurrenceStatus
+from rota_bench.scenarios import _percentiles
 
 CHUNK = 500_000
 FAILED_EVERY = 20
