@@ -202,7 +202,15 @@ def _environment() -> dict[str, Any]:
     }
 
 
+def _rate(jobs: int, seconds: float) -> float | None:
+    return round(jobs / seconds, 1) if seconds > 0 else None
+
+
 async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[str, Any]:
+    """N no-op jobs due now, created in one bulk call, then run: the run alone (from the end of
+    the creation to the last Completed in the store: ``runSeconds``, ``jobsPerSecond``,
+    ``cpuMicrosPerJob``) and the creation and the run together (from the start of the bulk
+    call: ``createAndRun…``), each with its CPU per job by process."""
     process = psutil.Process()
     async with _runtime_for(mode, concurrency) as (runtime, worker_pid):
         baseline = await _completed_in_store(runtime)
@@ -212,16 +220,17 @@ async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[s
             {"display_name": f"noop {i}", "job_type": "bench.noop", "execute_at": now}
             for i in range(jobs)
         ]
-        t0 = time.perf_counter()
-        await runtime.jobs.create_jobs(specs)
-        created = time.perf_counter()
         roles = {"bench": [psutil.Process()]}
         if worker_pid is not None:
             roles["worker"] = [psutil.Process(worker_pid)]
+        cpu_start = _cpu_seconds(roles)
+        t0 = time.perf_counter()
+        await runtime.jobs.create_jobs(specs)
+        created = time.perf_counter()
         cpu_before = _cpu_seconds(roles)
         done = await _wait_completed(runtime, target, time.monotonic() + 600, baseline)
         finished = time.perf_counter()
-        cpu = _cpu_per_job(cpu_before, _cpu_seconds(roles), done)
+        cpu_after = _cpu_seconds(roles)
         elapsed = finished - created
     return {
         "scenario": "throughput",
@@ -230,8 +239,11 @@ async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[s
         "completed": done,
         "createSeconds": round(created - t0, 3),
         "runSeconds": round(elapsed, 3),
-        "jobsPerSecond": round(done / elapsed, 1) if elapsed > 0 else None,
-        "cpuMicrosPerJob": cpu,
+        "jobsPerSecond": _rate(done, elapsed),
+        "cpuMicrosPerJob": _cpu_per_job(cpu_before, cpu_after, done),
+        "createAndRunSeconds": round(finished - t0, 3),
+        "createAndRunJobsPerSecond": _rate(done, finished - t0),
+        "createAndRunCpuMicrosPerJob": _cpu_per_job(cpu_start, cpu_after, done),
         "peakRssMiB": round(process.memory_info().rss / 2**20, 1),
         "environment": _environment(),
     }

@@ -90,6 +90,15 @@ def test_throughput_scenario(tmp_path: Path) -> None:
     assert isinstance(result["jobsPerSecond"], float)
     assert result["jobsPerSecond"] > 0
     assert {"runSeconds", "createSeconds", "peakRssMiB", "environment"} <= result.keys()
+    # the creation and the run together, beside the run alone: from the start of the creation
+    figures: dict[str, Any] = result
+    both = figures["createAndRunSeconds"]
+    assert both >= figures["runSeconds"] > 0
+    assert abs(both - (figures["createSeconds"] + figures["runSeconds"])) < 0.01
+    assert 0 < figures["createAndRunJobsPerSecond"] <= figures["jobsPerSecond"]
+    cpu, cpu_with_create = figures["cpuMicrosPerJob"], figures["createAndRunCpuMicrosPerJob"]
+    assert cpu_with_create["bench"] >= cpu["bench"] > 0
+    assert set(cpu_with_create) == set(cpu)
 
 
 def test_latency_scenario(tmp_path: Path) -> None:
