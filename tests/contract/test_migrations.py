@@ -9,10 +9,11 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.engine import Connection
 
 from rota.core.errors import BackendUnavailableError
+from rota.core.models import FailureType
 from rota.stores.migrate import alembic_config, current_revision, downgrade, upgrade
 from rota.stores.partitions import is_partition_name
 from rota.stores.schema import is_search_table, metadata_for, occurrence_counts
@@ -129,5 +130,63 @@ async def test_migration_0025_keeps_a_jobs_in_flight_counts_out_of_the_count_row
     try:
         assert (await store.count_occurrences(job_id=queued_job.id))[S.QUEUED] == 1
         assert (await store.count_occurrences(job_id=done_job.id))[S.COMPLETED] == 1
+    finally:
+        await store.close()
+
+
+async def test_migration_0029_carries_the_status_history_both_ways(empty_url: str) -> None:
+    """Upgraded, an occurrence's history is in its row (the old table gone); downgraded, the
+    same changes are rows of ``occurrence_status_changes`` again, in order; upgraded again,
+    the occurrence reads as it did."""
+    await upgrade(empty_url)
+    job = make_job()
+    store = SqlStore(empty_url)
+    await store.open()
+    try:
+        occ = await fired(store, job)
+        zombie = status(occ, S.UNKNOWN, attempt=1, failure_type=FailureType.ZOMBIE)
+        records = [status(occ, S.RUNNING), zombie, status(occ, S.QUEUED, attempt=2)]
+        await store.apply_status(records)
+        before = (await store.get_occurrence(occ.id)).status_changes
+    finally:
+        await store.close()
+    assert [(c.from_status, c.to_status, c.attempt) for c in before] == [
+        (None, S.QUEUED, 1),
+        (S.QUEUED, S.RUNNING, 1),
+        (S.RUNNING, S.UNKNOWN, 1),
+        (S.UNKNOWN, S.QUEUED, 2),
+    ]
+    assert before[2].reason == "zombie"
+
+    await downgrade(empty_url, "0028")
+    engine = create_store_engine(empty_url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    text(
+                        "SELECT from_status, to_status, attempt, reason "
+                        "FROM occurrence_status_changes ORDER BY id"
+                    )
+                )
+            ).all()
+    finally:
+        await engine.dispose()
+    assert [tuple(r) for r in rows] == [
+        (
+            None if c.from_status is None else int(c.from_status),
+            int(c.to_status),
+            c.attempt,
+            c.reason,
+        )
+        for c in before
+    ]
+
+    await upgrade(empty_url)
+    assert await schema_diff(empty_url) == []
+    store = SqlStore(empty_url)
+    await store.open()
+    try:
+        assert (await store.get_occurrence(occ.id)).status_changes == before
     finally:
         await store.close()

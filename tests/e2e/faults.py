@@ -561,10 +561,10 @@ def _occurrences(c: Cluster, job_ids: list[uuid.UUID]) -> list[dict[str, Any]]:
     return sql(c, """
         SELECT o.id, o.job_id, o.scheduled_for, o.status, o.skip_reason, o.attempt,
                o.exception, o.created_at, o.start_time, o.end_time,
-               (SELECT count(*) FROM occurrence_status_changes s
-                 WHERE s.occurrence_id = o.id AND s.to_status = $2) AS completions,
-               (SELECT count(*) FROM occurrence_status_changes s
-                 WHERE s.occurrence_id = o.id AND s.to_status = $3) AS zombies
+               (SELECT count(*) FROM jsonb_array_elements(o.history) s
+                 WHERE (s->>'to')::int = $2) AS completions,
+               (SELECT count(*) FROM jsonb_array_elements(o.history) s
+                 WHERE (s->>'to')::int = $3) AS zombies
         FROM occurrences o WHERE o.job_id = ANY($1) ORDER BY o.scheduled_for
     """, job_ids, COMPLETED, UNKNOWN)  # fmt: skip
 

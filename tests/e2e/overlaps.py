@@ -5,9 +5,9 @@ A Skip-policy fire is judged against the runs of its job that existed before the
 that recorded it (docs/concepts.md): an overlap skip is justified by another occurrence of
 the job, not skipped itself, recorded *earlier* (``created_at`` before the skip's: a fire of
 the same dispatch never counts) and not over yet when the skip was recorded, as the store
-saw it: still open, ended (its final status change) after the skip's creation in the
-store's order of changes, or ended by its worker's clock less than a second before it (a
-report being committed while the dispatch read the store).
+saw it: still open, or ended (its final status change, in its history) after the skip's
+creation, or ended by its worker's clock less than a second before it (a report being
+committed while the dispatch read the store).
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ UNJUSTIFIED_OVERLAPS = """
                    OR o.end_time IS NULL
                    OR o.end_time > s.created_at - interval '1 second'
                    OR EXISTS (
-                       SELECT 1 FROM occurrence_status_changes f
-                        WHERE f.occurrence_id = o.id AND f.to_status IN (2, 3, 4, 5)
-                          AND f.id > (SELECT min(c.id) FROM occurrence_status_changes c
-                                       WHERE c.occurrence_id = s.id))))
+                       SELECT 1 FROM jsonb_array_elements(o.history) f
+                        WHERE (f->>'to')::int IN (2, 3, 4, 5)
+                          AND (f->>'at')::timestamp AT TIME ZONE 'UTC' > s.created_at)))
      ORDER BY s.scheduled_for
 """
 

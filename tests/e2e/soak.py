@@ -580,8 +580,8 @@ def check(soak: Soak) -> tuple[dict[str, Any], dict[str, list[str]]]:
     jobs = sql(c, "SELECT id, job_type, cron_expression, job_data, created_at FROM jobs")
     occurrences = sql(c, """
         SELECT o.id, o.job_id, o.scheduled_for, o.status, o.skip_reason, o.attempt, o.exception,
-               (SELECT count(*) FROM occurrence_status_changes s
-                 WHERE s.occurrence_id = o.id AND s.to_status = $1) AS completions,
+               (SELECT count(*) FROM jsonb_array_elements(o.history) s
+                 WHERE (s->>'to')::int = $1) AS completions,
                (SELECT max(f.failure_type) FROM failed_occurrences f
                  WHERE f.occurrence_id = o.id) AS failure_type
         FROM occurrences o ORDER BY o.scheduled_for

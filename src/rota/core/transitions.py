@@ -268,9 +268,9 @@ def change_reason(record: StatusRecord, to: OccurrenceStatus) -> str | None:
 @dataclass(slots=True)
 class StatusBatch:
     """The outcome of applying a batch in memory, ready to be written: the occurrences' changed
-    fields (in ``current``), the status history rows (``changes``: occurrence_id, timestamp,
-    from_status, to_status, attempt, reason; statuses as their codes) and the statistics by
-    job id."""
+    fields (in ``current``), the status changes it appends to their histories (``changes``:
+    occurrence_id, timestamp, from_status, to_status, attempt, reason; statuses as their
+    codes) and the statistics by job id."""
 
     current: dict[UUID, Current]
     applied: list[AppliedChange] = field(default_factory=list)

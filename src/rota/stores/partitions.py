@@ -1,5 +1,5 @@
-"""PostgreSQL's time partitions of ``occurrences`` (by ``scheduled_for``),
-``occurrence_status_changes`` and ``occurrence_logs`` (by ``timestamp``).
+"""PostgreSQL's time partitions of ``occurrences`` (by ``scheduled_for``, their status history
+in their rows) and ``occurrence_logs`` (by ``timestamp``).
 
 Each table has one range partition per period (a UTC day, ISO week or calendar month), named
 ``<table>_p<YYYYMMDD>`` after the day the period starts, and a ``<table>_default`` partition for
@@ -11,8 +11,8 @@ rows outside every period (so an insert never fails for want of a partition). Th
 - **drops** a partition when nothing in it is to be kept: an ``occurrences`` partition when it
   holds no occurrence that is not final, none whose status is kept longer than its age, and
   none with an unresolved dead letter; a log partition when it ends before the log retention
-  cutoff; a status-history or log partition when it ends a day before the oldest occurrence
-  partition still there begins (its rows can only belong to occurrences already gone).
+  cutoff or a day before the oldest occurrence partition still there begins (its rows can only
+  belong to occurrences already gone).
 
 A drop waits at most ``LOCK_TIMEOUT`` for its locks (dropping a partition locks the parent
 table briefly) and otherwise waits for the next run. Everything here runs on the caller's
@@ -39,13 +39,12 @@ log = logging.getLogger(__name__)
 PERIODS = ("day", "week", "month")
 LOCK_TIMEOUT = "2s"
 MARGIN = timedelta(days=1)
-"""How far history may reach before its occurrence's partition (timestamps are the
+"""How far log lines may reach before their occurrence's partition (timestamps are the
 workers' clocks, occurrences may be created shortly before their time)."""
 
 OCCURRENCES = "occurrences"
 BeforeDrop = Callable[[AsyncConnection, str], Awaitable[None]]
 """Called with a partition's name in the savepoint that drops it, just before the drop."""
-HISTORY = "occurrence_status_changes"
 LOGS = "occurrence_logs"
 
 _BOUNDS = re.compile(r"FROM \('([^']+)'\) TO \('([^']+)'\)")
@@ -260,23 +259,20 @@ async def _oldest_occurrence(conn: AsyncConnection) -> datetime | None:
     return min(candidates) if candidates else None
 
 
-async def drop_history_partitions(
+async def drop_log_partitions(
     conn: AsyncConnection, now: datetime, logs_before: datetime | None
 ) -> list[str]:
-    """Drop status-history and log partitions that only hold rows of occurrences already
-    gone (they end :data:`MARGIN` before the oldest occurrence partition begins), and log
-    partitions that end before ``logs_before``."""
+    """Drop log partitions that only hold lines of occurrences already gone (they end
+    :data:`MARGIN` before the oldest occurrence partition begins), or that end before
+    ``logs_before``."""
     await conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
     oldest = await _oldest_occurrence(conn)
     orphans_before = (oldest if oldest is not None else now) - MARGIN
+    limit = orphans_before if logs_before is None else max(orphans_before, logs_before)
     dropped = []
-    for table in (HISTORY, LOGS):
-        limit = orphans_before
-        if table == LOGS and logs_before is not None:
-            limit = max(limit, logs_before)
-        for partition in await list_partitions(conn, table):
-            if partition.end is None or partition.end > min(limit, now):
-                continue
-            if await _drop(conn, partition.name):
-                dropped.append(partition.name)
+    for partition in await list_partitions(conn, LOGS):
+        if partition.end is None or partition.end > min(limit, now):
+            continue
+        if await _drop(conn, partition.name):
+            dropped.append(partition.name)
     return dropped

@@ -109,6 +109,10 @@ def Json() -> JSON:
 TAGS = Json().with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
 """A job's tags: ``jsonb`` on PostgreSQL (GIN-indexed), JSON text on SQLite."""
 
+HISTORY = Json().with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
+"""An occurrence's status history (migration 0029): a JSON array of its changes, oldest first
+(see ``rota.stores.sql.rows.history_entry``), written with the row that changes."""
+
 AutoId = BigInteger().with_variant(Integer(), "sqlite")
 """An autoincrementing key: ``bigint`` identity in PostgreSQL, ``INTEGER PRIMARY KEY`` (the
 rowid) in SQLite."""
@@ -151,7 +155,6 @@ def is_search_table(name: str) -> bool:
 
 PARTITIONED_BY: dict[str, str] = {
     "occurrences": "scheduled_for",
-    "occurrence_status_changes": "timestamp",
     "occurrence_logs": "timestamp",
 }
 """PostgreSQL: the tables partitioned by time (``RANGE`` on this column), with a default
@@ -351,7 +354,7 @@ def _keys(partitioned: bool, table: str, key: str) -> dict[str, Any]:
 
 
 def _occurrences(metadata: MetaData, *, partitioned: bool) -> None:
-    # No foreign key to jobs: occurrences (and their history and logs) outlive deleted jobs.
+    # No foreign key to jobs: occurrences (and their logs) outlive deleted jobs.
     # The occurrence's own time is its partition column: (job, scheduled_for) stays unique.
     keys = _keys(partitioned, "occurrences", "id")
     Table(
@@ -385,6 +388,7 @@ def _occurrences(metadata: MetaData, *, partitioned: bool) -> None:
         Column("retry_delay_seconds", Float()),
         Column("traceparent", String(64)),
         Column("jitter_seconds", Float()),
+        Column("history", HISTORY),
         keys["pk"],
         UniqueConstraint("job_id", "scheduled_for"),
         Index(None, "job_id", "id"),
@@ -399,21 +403,6 @@ def _occurrences(metadata: MetaData, *, partitioned: bool) -> None:
             sqlite_where=QUEUED_ONLY,
         ),
         Index(None, "end_time", "status"),
-        **keys["kw"],
-    )
-    keys = _keys(partitioned, "occurrence_status_changes", "id")
-    Table(
-        "occurrence_status_changes",
-        metadata,
-        Column("id", AutoId, nullable=False, autoincrement=True),
-        Column("occurrence_id", Uuid(), nullable=False),
-        Column("timestamp", UtcDateTime(), nullable=False),
-        Column("from_status", SmallInteger()),
-        Column("to_status", SmallInteger(), nullable=False),
-        Column("attempt", Integer(), nullable=False),
-        Column("reason", Text()),
-        keys["pk"],
-        Index(None, "occurrence_id", "id"),
         **keys["kw"],
     )
     keys = _keys(partitioned, "occurrence_logs", "seq")
@@ -767,7 +756,6 @@ jobs = metadata.tables["jobs"]
 job_tags = metadata.tables["job_tags"]
 job_versions = metadata.tables["job_versions"]
 occurrences = metadata.tables["occurrences"]
-status_changes = metadata.tables["occurrence_status_changes"]
 occurrence_logs = metadata.tables["occurrence_logs"]
 failed_occurrences = metadata.tables["failed_occurrences"]
 occurrence_counts = metadata.tables["occurrence_counts"]

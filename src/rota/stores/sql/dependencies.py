@@ -21,10 +21,9 @@ from rota.stores.schema import (
     job_dependencies,
     jobs,
     occurrences,
-    status_changes,
 )
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
-from rota.stores.sql.rows import _change_row, _chunks, _occurrence_row, _to_occurrence
+from rota.stores.sql.rows import _chunks, _occurrence_row, _to_occurrence
 from rota.stores.sql.security import insert_audit
 
 _d = job_dependencies.c
@@ -173,9 +172,6 @@ class DependencyQueries(AggregateQueries):
                 _occurrence_row(o, policies.get(o.job_id, ConcurrencyPolicy.ALLOW_ALL)) for o in new
             ]
             await conn.execute(insert(occurrences), self._seal_rows(inserted))
-            changes = [_change_row(o.id, c) for o in new for c in o.status_changes]
-            if changes:
-                await conn.execute(insert(status_changes), changes)
             deltas = StatDeltas()
             deltas.add_rows(inserted)
             await self._write_aggregates(conn, deltas)

@@ -30,13 +30,12 @@ from sqlalchemy.sql.dml import UpdateBase
 from rota.core.models import ConcurrencyPolicy, Job, Occurrence, OccurrenceStatus, ZombiePolicy
 from rota.core.planning import FirePlan, stored_policy
 from rota.core.records import DispatchResult, DueEntry, FirePlanner, StaleOccurrence
-from rota.stores.schema import UtcDateTime, jobs, occurrences, status_changes, utc_text
+from rota.stores.schema import UtcDateTime, jobs, occurrences, utc_text
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.pausing import advance_jobs
 from rota.stores.sql.rows import (
     _PLANNING_COLUMNS,
     ACTIVE,
-    _change_row,
     _chunks,
     _last_sign,
     _occurrence_row,
@@ -48,7 +47,6 @@ from rota.stores.sql.statements import (
     _MARK_DISPATCHED_PG,
     QUEUED_LITERAL,
     _fetch_in,
-    _insert_changes_stmt,
     _insert_or_skip_stmt,
     _mark_dispatched_stmt,
     _undispatched_stmt,
@@ -181,8 +179,9 @@ class DispatchQueries(AggregateQueries):
         claim: dict[UUID, datetime],
     ) -> set[UUID]:
         """Insert the planned occurrences (a recorded fire is skipped by the unique key; one in
-        ``claim`` gets that ``due_at``: claimed for the caller, who sends it) and the creation
-        status change of each one inserted, counted in ``deltas``; returns the ids inserted."""
+        ``claim`` gets that ``due_at``: claimed for the caller, who sends it), each with its
+        creation status change in its history, counted in ``deltas``; returns the ids
+        inserted."""
         rows = [  # a sequential plan's fires wait for each other as a Queue-policy job's do
             _occurrence_row(occ, stored_policy(job, plans[job.id]), claim.get(occ.id))
             for job in due
@@ -202,15 +201,6 @@ class DispatchQueries(AggregateQueries):
                 planned,
             )
             inserted = {r.id for r in found}
-        changes = [
-            _change_row(occ.id, change)
-            for plan in plans.values()
-            for occ in plan.occurrences
-            if occ.id in inserted
-            for change in occ.status_changes
-        ]
-        if changes:
-            await self._fast.execute(conn, "insert_changes", _insert_changes_stmt, changes)
         deltas.add_rows(row for row in rows if row["id"] in inserted)
         return inserted
 
@@ -225,7 +215,6 @@ class DispatchQueries(AggregateQueries):
         if not occurrences_:
             return
         job_ids = _unique(o.job_id for o in occurrences_)
-        changes = [_change_row(o.id, c) for o in occurrences_ for c in o.status_changes]
         async with self._write() as conn:
             rows = await _fetch_in(
                 conn,
@@ -242,8 +231,6 @@ class DispatchQueries(AggregateQueries):
                 for o in occurrences_
             ]
             await conn.execute(insert(occurrences), self._seal_rows(inserted))
-            if changes:
-                await conn.execute(insert(status_changes), changes)
             deltas = StatDeltas()
             deltas.add_rows(inserted)
             await self._write_aggregates(conn, deltas)

@@ -9,7 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -18,19 +18,19 @@ from rota.core.ids import new_id
 from rota.core.models import FailedOccurrence, Occurrence, OccurrenceStatus, StatusChange, utcnow
 from rota.core.records import FailedQuery, Page
 from rota.core.transitions import StatusBatch, final_failures
-from rota.stores.schema import failed_occurrences, occurrences, status_changes
+from rota.stores.schema import failed_occurrences, occurrences
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import (
     _RETRYABLE,
     MANUAL_RETRY,
     RETRIED,
-    _change_row,
     _chunks,
     _decode_cursor,
     _failed_row,
     _page,
     _to_failed,
     _unique,
+    history_entry,
 )
 from rota.stores.sql.statements import _fetch_in, _insert_failed_stmt
 
@@ -198,7 +198,9 @@ class FailedQueries(AggregateQueries):
                     "occurrence: there is nothing to retry"
                 )
             stmt = (
-                select(occ.job_id, occ.status, occ.attempt, occ.end_time, occ.duration_ms)
+                select(
+                    occ.job_id, occ.status, occ.attempt, occ.end_time, occ.duration_ms, occ.history
+                )
                 .where(occ.id == occurrence_id)
                 .with_for_update()
             )
@@ -212,6 +214,13 @@ class FailedQueries(AggregateQueries):
                     "only a Failed, TimedOut or Unknown occurrence can be retried"
                 )
             attempt = int(current.attempt) + 1
+            change = StatusChange(
+                timestamp=now,
+                from_status=status,
+                to_status=_QUEUED,
+                attempt=attempt,
+                reason=MANUAL_RETRY,
+            )
             await conn.execute(
                 update(occurrences)
                 .where(occ.id == occurrence_id)
@@ -224,16 +233,9 @@ class FailedQueries(AggregateQueries):
                     end_time=None,
                     last_heartbeat=None,
                     duration_ms=None,
+                    history=[*(current.history or ()), history_entry(change)],
                 )
             )
-            change = StatusChange(
-                timestamp=now,
-                from_status=status,
-                to_status=_QUEUED,
-                attempt=attempt,
-                reason=MANUAL_RETRY,
-            )
-            await conn.execute(insert(status_changes), [_change_row(occurrence_id, change)])
             await conn.execute(
                 update(failed_occurrences)
                 .where(or_(f.id == failed_id, (f.occurrence_id == occurrence_id) & ~f.resolved))

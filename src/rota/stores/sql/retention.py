@@ -20,7 +20,6 @@ from rota.stores.schema import (
     jobs,
     occurrence_logs,
     occurrences,
-    status_changes,
 )
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import _chunks, _to_job, _unique
@@ -66,11 +65,6 @@ class RetentionQueries(AggregateQueries):
             doomed = [r.id for r in rows if r.created_at < created_before and not r.held]
             deltas = StatDeltas()
             for chunk in _chunks(doomed):
-                await conn.execute(
-                    delete(status_changes).where(
-                        self._member(status_changes.c.occurrence_id, chunk)
-                    )
-                )
                 if with_logs:
                     await conn.execute(
                         delete(occurrence_logs).where(
@@ -106,7 +100,7 @@ class RetentionQueries(AggregateQueries):
                     conn, now, upkeep.occurrences_kept_since, before_drop=self._uncount_partition
                 )
             async with self._write() as conn:
-                dropped += await partitions.drop_history_partitions(conn, now, upkeep.logs_before)
+                dropped += await partitions.drop_log_partitions(conn, now, upkeep.logs_before)
         return PartitionReport(created=tuple(created), dropped=tuple(dropped))
 
     async def purge_logs(self, before: datetime, limit: int) -> int:

@@ -269,10 +269,13 @@ def _occurrence_row(
         "traceparent": occ.traceparent,
         "jitter_seconds": occ.jitter_seconds,
         "concurrency_policy": int(policy),
+        "history": [history_entry(c) for c in occ.status_changes] or None,
     }
 
 
-def _to_occurrence(row: Row[Any], changes: tuple[StatusChange, ...] = ()) -> Occurrence:
+def _to_occurrence(row: Row[Any], *, with_history: bool = False) -> Occurrence:
+    """The occurrence of ``row``; its status history (``status_changes``) only when asked
+    (the lists leave it out)."""
     m = row._mapping
     return Occurrence(
         id=m["id"],
@@ -302,30 +305,52 @@ def _to_occurrence(row: Row[Any], changes: tuple[StatusChange, ...] = ()) -> Occ
         retry_delay_seconds=m["retry_delay_seconds"],
         traceparent=m["traceparent"],
         jitter_seconds=m.get("jitter_seconds"),
-        status_changes=changes,
+        status_changes=to_changes(m["history"]) if with_history else (),
     )
 
 
-def _change_row(occurrence_id: UUID, change: StatusChange) -> dict[str, Any]:
-    return {
-        "occurrence_id": occurrence_id,
-        "timestamp": change.timestamp,
-        "from_status": None if change.from_status is None else int(change.from_status),
-        "to_status": int(change.to_status),
-        "attempt": change.attempt,
-        "reason": change.reason,
-    }
+# An occurrence's status history is a JSON array in its row (``history``, migration 0029),
+# appended to by the statement that changes the occurrence. Each entry: ``at`` (UTC, as
+# :func:`~rota.stores.schema.utc_text` writes it), ``to`` and ``attempt``, and ``from`` and
+# ``reason`` when they are not null; statuses as their codes.
 
 
-def _to_change(row: Row[Any]) -> StatusChange:
-    m = row._mapping
-    from_status = m["from_status"]
-    return StatusChange(
-        timestamp=m["timestamp"],
-        from_status=None if from_status is None else OccurrenceStatus(from_status),
-        to_status=OccurrenceStatus(m["to_status"]),
-        attempt=m["attempt"],
-        reason=m["reason"],
+def history_entry(change: StatusChange) -> dict[str, Any]:
+    """The history entry of ``change``."""
+    return change_entry(
+        change.timestamp,
+        None if change.from_status is None else int(change.from_status),
+        int(change.to_status),
+        change.attempt,
+        change.reason,
+    )
+
+
+def change_entry(
+    at: datetime, from_status: int | None, to_status: int, attempt: int, reason: str | None
+) -> dict[str, Any]:
+    """A history entry from its parts (statuses as their codes)."""
+    entry: dict[str, Any] = {"at": utc_text(at), "to": to_status, "attempt": attempt}
+    if from_status is not None:
+        entry["from"] = from_status
+    if reason is not None:
+        entry["reason"] = reason
+    return entry
+
+
+def to_changes(history: Sequence[dict[str, Any]] | None) -> tuple[StatusChange, ...]:
+    """The status changes of a stored history, oldest first (``NULL``: none)."""
+    if not history:
+        return ()
+    return tuple(
+        StatusChange(
+            timestamp=datetime.fromisoformat(e["at"] + "+00:00"),
+            from_status=None if e.get("from") is None else OccurrenceStatus(e["from"]),
+            to_status=OccurrenceStatus(e["to"]),
+            attempt=e["attempt"],
+            reason=e.get("reason"),
+        )
+        for e in history
     )
 
 

@@ -42,7 +42,6 @@ from rota.stores.schema import (
     jobs,
     occurrence_logs,
     occurrences,
-    status_changes,
 )
 from rota.stores.sql.rows import ACTIVE, _chunks
 
@@ -65,10 +64,6 @@ def _insert_stmt(table: Table, skip: tuple[str, ...] = ()) -> UpdateBase:
     return insert(table).values(
         {c.name: bindparam(c.name, type_=c.type) for c in table.columns if c.name not in skip}
     )
-
-
-def _insert_changes_stmt() -> UpdateBase:
-    return _insert_stmt(status_changes, skip=("id",))
 
 
 def _insert_or_skip_stmt(

@@ -24,7 +24,6 @@ from rota.stores.schema import (
     occurrence_logs,
     occurrence_totals,
     occurrences,
-    status_changes,
 )
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import (
@@ -32,13 +31,12 @@ from rota.stores.sql.rows import (
     ACTIVE,
     _decode_cursor,
     _page,
-    _to_change,
     _to_occurrence,
     _unique,
+    change_entry,
 )
 from rota.stores.sql.statements import (
     _fetch_in,
-    _insert_changes_stmt,
     _insert_logs_stmt,
     _update_occurrences_stmt,
     _update_stats_stmt,
@@ -79,6 +77,7 @@ class StatusQueries(AggregateQueries):
             occurrences.c.id,
             *(occurrences.c[n] for n in CURRENT_FIELDS),
             occurrences.c.end_time,
+            occurrences.c.history,
         ]
         async with self._write() as conn:
             rows = await _fetch_in(
@@ -92,7 +91,8 @@ class StatusQueries(AggregateQueries):
                 ids,
             )
             before = {r.id: (r.status, r.end_time, r.duration_ms) for r in rows}
-            batch = apply_records({oid: Current(*rest[:-1]) for oid, *rest in rows}, records)
+            batch = apply_records({oid: Current(*rest[:-2]) for oid, *rest in rows}, records)
+            _append_history(batch, {r.id: r.history for r in rows})
             deltas = _status_deltas(batch, before)
             disabled = await self._write_status_batch(conn, batch, deltas)
             await self._record_final_failures(conn, batch)
@@ -119,8 +119,6 @@ class StatusQueries(AggregateQueries):
                 partial(_update_occurrences_stmt, columns),
                 params,
             )
-        if batch.changes:
-            await self._fast.execute(conn, "insert_changes", _insert_changes_stmt, batch.changes)
         stats = [
             {
                 "b_id": job_id,
@@ -256,14 +254,7 @@ class StatusQueries(AggregateQueries):
             ).first()
             if row is None:
                 raise NotFoundError("occurrence", occurrence_id)
-            changes = (
-                await conn.execute(
-                    select(status_changes)
-                    .where(status_changes.c.occurrence_id == occurrence_id)
-                    .order_by(status_changes.c.id)
-                )
-            ).all()
-        return self._open_occurrence(_to_occurrence(row, tuple(_to_change(c) for c in changes)))
+        return self._open_occurrence(_to_occurrence(row, with_history=True))
 
     async def list_occurrences(self, query: OccurrenceQuery) -> Page[Occurrence]:
         """Filters: ``scheduled_after <= scheduled_for < scheduled_before``."""
@@ -346,6 +337,25 @@ class StatusQueries(AggregateQueries):
         for status, count in rows:
             counts[OccurrenceStatus(status)] = int(count)
         return counts
+
+
+def _append_history(batch: StatusBatch, history: dict[UUID, list[dict[str, Any]] | None]) -> None:
+    """Each changed occurrence's history with the batch's changes of it appended (written by
+    the statement that changes the occurrence: no row of its own)."""
+    for change in batch.changes:
+        current = batch.current[change["occurrence_id"]]
+        entries = current.changed.get("history")
+        if entries is None:
+            entries = current.changed["history"] = list(history[change["occurrence_id"]] or ())
+        entries.append(
+            change_entry(
+                change["timestamp"],
+                change["from_status"],
+                change["to_status"],
+                change["attempt"],
+                change["reason"],
+            )
+        )
 
 
 def _status_deltas(
