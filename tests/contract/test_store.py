@@ -515,10 +515,12 @@ async def test_undispatched_mark_and_reset(store: Store) -> None:
 async def test_dispatch_due_claims_what_the_caller_sends_until_claim_until(
     store: Store,
 ) -> None:
-    """A fire the dispatcher publishes itself is inserted claimed (its ``due_at`` holds the
-    claim, as a sweep's does): no sweep sends it meanwhile; the mark ends the claim; a claim
-    that runs out (the dispatcher died before publishing) leaves it to the sweep. A fire held
-    behind an active one (Queue policy) is not claimed: the sweep sends it once released."""
+    """A fire the dispatcher publishes itself is inserted dispatched, with one record of its
+    batch: no sweep sends it meanwhile; the mark of the batch ends the record (no write to
+    the occurrences); a record still there when its claim runs out (the dispatcher died
+    before publishing) leaves what it names, still Queued as it left it, to the sweep, once.
+    A fire held behind an active one (Queue policy) is not in the batch: the sweep sends it
+    once released."""
     job = make_job(execute_at=None, next_run_at=T0 - MINUTE)
     queue = make_job(
         execute_at=None, next_run_at=T0 - MINUTE, concurrency_policy=ConcurrencyPolicy.QUEUE
@@ -529,21 +531,44 @@ async def test_dispatch_due_claims_what_the_caller_sends_until_claim_until(
     sent = list(result.queued)
     assert len(sent) == 3
     assert held.job_id == queue.id
-    for occ in sent:  # the result keeps each one's own due time; the row holds the claim
-        assert (await store.get_occurrence(occ.id)).due_at == CLAIM != occ.due_at
-    assert (await store.get_occurrence(held.id)).due_at == held.due_at
+    assert result.batch is not None
+    for occ in sent:  # inserted dispatched, with its own due time
+        stored = await store.get_occurrence(occ.id)
+        assert stored.dispatched_at is not None
+        assert (stored.dispatched_at, stored.due_at) == (occ.dispatched_at, occ.due_at)
+    assert (await store.get_occurrence(held.id)).dispatched_at is None
     assert await store.undispatched(CLAIM - MINUTE, 10) == []  # held: behind queue's first
     assert await store.claim_undispatched(CLAIM - MINUTE, 10, claim_until=CLAIM) == []
+    # Before its claim ends the sweep's look-ahead sees the batch, due when the claim ends.
+    ahead = await store.undispatched(CLAIM, 10)
+    assert sorted(o.id for o in ahead) == sorted(o.id for o in sent)
+    assert {o.due_at for o in ahead} == {CLAIM}
 
-    published = [o for o in sent if o.job_id == job.id]
-    died = [o for o in sent if o.job_id == queue.id]
-    await store.mark_dispatched(published, NOW)
-    for occ in published:  # the claim ended: dispatched, with its own due time again
-        stored = await store.get_occurrence(occ.id)
-        assert (stored.dispatched_at, stored.due_at) == (NOW, occ.due_at)
-    # The queue job's first was never marked: its claim runs out at CLAIM, then it is swept.
+    # The dispatcher died before its mark; meanwhile one of them ran and one was retried.
+    ran, retried, stranded = sorted(sent, key=lambda o: o.id)
+    await store.apply_status([status(ran, S.RUNNING)])
+    await store.apply_status(
+        [status(retried, S.RUNNING), status(retried, S.FAILED, retry_at=CLAIM + MINUTE)]
+    )
     retaken = await store.claim_undispatched(CLAIM, 10, claim_until=CLAIM + MINUTE)
-    assert [o.id for o in retaken] == [o.id for o in died]
+    assert [o.id for o in retaken] == [stranded.id]  # the retry is not due yet; ran is gone
+    await store.finish_claim(retaken, CLAIM + MINUTE, dispatched_at=CLAIM)
+    later = CLAIM + 2 * MINUTE
+    again = await store.claim_undispatched(later, 10, claim_until=later + MINUTE)
+    assert [o.id for o in again] == [retried.id]  # the batch's record went with the first sweep
+
+
+async def test_a_published_batch_is_never_swept(store: Store) -> None:
+    job = make_job(execute_at=None, next_run_at=T0 - MINUTE)
+    await store.create_jobs([job])
+    result = await store.dispatch_due([job.id], NOW, minutely, claim_until=CLAIM)
+    assert result.queued
+    assert result.batch is not None
+    stored = {o.id: await store.get_occurrence(o.id) for o in result.queued}
+    await store.mark_dispatched([], NOW, batch=result.batch)
+    assert await store.undispatched(CLAIM + MINUTE, 10) == []
+    assert await store.claim_undispatched(CLAIM + MINUTE, 10, claim_until=CLAIM) == []
+    assert {o.id: await store.get_occurrence(o.id) for o in result.queued} == stored
 
 
 async def test_dispatch_due_without_claim_until_leaves_due_at_alone(store: Store) -> None:

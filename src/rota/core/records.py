@@ -179,6 +179,9 @@ class DispatchResult:
     displacing: dict[UUID, UUID] = field(default_factory=dict)
     """CancelOther jobs that fired while an occurrence of theirs was active: job id -> its
     newest occurrence of this dispatch (the earlier active ones are to be cancelled)."""
+    batch: UUID | None = None
+    """With a claim: the store's record of ``queued`` (inserted dispatched), which the
+    caller ends with ``mark_dispatched(…, batch=…)`` once it has published them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -133,8 +133,8 @@ class Dispatcher:
         recovery hands every Queued occurrence to the dispatcher again.
 
         ``pending_grace``: the occurrences a fire commits for this dispatcher to publish are
-        claimed for it this long, in the same insert, as a sweep claims what it publishes: no
-        sweep of another instance publishes them a second time meanwhile, and if this one dies
+        inserted dispatched, with one record of the batch claimed for it this long (ended once
+        they are published): no sweep publishes them a second time meanwhile, and if this one dies
         before sending them a sweep sends them when the claim runs out. A sweep leaves nothing
         else alone: a trigger, a retry, a released dependent or a backfill is published by the
         first sweep its wake-up brings (distributed mode; 0 in the embedded mode: no claim,
@@ -314,7 +314,7 @@ class Dispatcher:
             self._pending_hint = True  # the sweep sends them when due: aim it at them
         await self._settle_in_flight(MAX_IN_FLIGHT - 1)
         if result.queued:
-            publish = self._publish(result.queued, now)
+            publish = self._publish(result.queued, now, result.batch)
             self._in_flight.append(asyncio.create_task(publish, name="rota-dispatch-publish"))
         if result.displacing and self._displace is not None:
             task = asyncio.create_task(self._displaced(result.displacing), name="rota-displace")
@@ -466,17 +466,21 @@ class Dispatcher:
         )
         return plan if self._stamp is None else self._stamp(plan)
 
-    async def _publish(self, occurrences: Sequence[Occurrence], now: datetime) -> None:
+    async def _publish(
+        self, occurrences: Sequence[Occurrence], now: datetime, batch: UUID | None = None
+    ) -> None:
+        """Send a fired batch; then mark what was not inserted dispatched, and end the
+        store's record of the batch (``batch``: not ended, the sweep sends it again)."""
         if not occurrences:
             return
         messages, sent, unrouted = self._addressed(occurrences, now)
         await self._broker.publish_jobs(messages)
         unmarked = [o for o in sent if o.dispatched_at is None]
-        if unmarked:
-            await self._store.mark_dispatched(unmarked, now)
         marked = [o for o in unrouted if o.dispatched_at is not None]
-        if marked:  # marked in the dispatch transaction (embedded): unmark for the sweep
+        if marked:  # marked in the dispatch transaction: unmark for the sweep
             await self._store.undispatch(marked)
+        if unmarked or batch is not None:
+            await self._store.mark_dispatched(unmarked, now, batch=batch)
 
     async def _update_index(
         self, entries: Sequence[IndexEntry], next_runs: dict[UUID, DueEntry | None]

@@ -509,6 +509,17 @@ def _control(metadata: MetaData) -> None:
         Column("value", Json(), nullable=False),
         Column("updated_at", UtcDateTime(), nullable=False),
     )
+    # A fire's batch committed for a dispatcher to publish (migration 0030): its occurrences
+    # are inserted dispatched; this row, deleted once they are published, is what a sweep
+    # resends from if it is still here at ``claim_until`` (the dispatcher died in between).
+    Table(
+        "dispatch_batches",
+        metadata,
+        Column("id", Uuid(), primary_key=True),
+        Column("claim_until", UtcDateTime(), nullable=False),
+        Column("dispatched_at", UtcDateTime(), nullable=False),
+        Column("occurrence_ids", Json(), nullable=False),
+    )
     Table(
         "declared_job_types",
         metadata,
@@ -771,6 +782,7 @@ login_throttles = metadata.tables["login_throttles"]
 audit_entries = metadata.tables["audit_entries"]
 api_keys = metadata.tables["api_keys"]
 scheduler_control = metadata.tables["scheduler_control"]
+dispatch_batches = metadata.tables["dispatch_batches"]
 declared_job_types = metadata.tables["declared_job_types"]
 idempotency_keys = metadata.tables["idempotency_keys"]
 job_dependencies = metadata.tables["job_dependencies"]

@@ -286,22 +286,23 @@ class DispatchStore(abc.ABC):
         a double dispatch is impossible); set the job's ``next_run_at`` (and ``is_active``) from
         the plan. A Queued occurrence of a Queue-policy job that has an earlier active
         occurrence is *held*. Report every requested job's resulting next fire. ``claim_until``:
-        the result's ``queued`` (the caller sends them) are inserted claimed until then, as by
-        :meth:`claim_undispatched` (``due_at``), ended by :meth:`mark_dispatched`.
+        ``queued`` (the caller sends them) are inserted dispatched with one record, ``batch``,
+        ended by :meth:`mark_dispatched`, or at ``claim_until`` the sweep's (those still Queued).
         """
 
     @abc.abstractmethod
-    async def mark_dispatched(self, published: Sequence[Occurrence], at: datetime) -> None:
+    async def mark_dispatched(
+        self, published: Sequence[Occurrence], at: datetime, *, batch: UUID | None = None
+    ) -> None:
         """Record that these occurrences' messages were handed to the broker: each row is
         marked only while it still holds the published attempt and is undispatched, so a
-        late mark never lands on a retry requeued meanwhile (which the sweeper must send).
-        Each row's ``due_at`` is the occurrence's own again (a fire's claim ends)."""
+        late mark never lands on a retry requeued meanwhile; ``batch``: its record ends."""
 
     @abc.abstractmethod
     async def undispatched(self, due_before: datetime, limit: int) -> list[Occurrence]:
-        """Queued occurrences never handed to the broker with ``due_at <= due_before`` (so not
-        claimed past it), earliest due first, leaving out those held behind an earlier active
-        occurrence of a Queue-policy job. The sweeper republishes them."""
+        """Queued occurrences never handed to the broker with ``due_at <= due_before`` (not
+        claimed past it; a batch's, due when its claim ends), earliest due first, leaving out
+        those held behind an earlier active Queue-policy occurrence. The sweeper sends them."""
 
     @abc.abstractmethod
     async def claim_undispatched(

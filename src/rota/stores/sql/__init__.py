@@ -41,6 +41,7 @@ from rota.stores.sql.reencrypt import ReencryptQueries
 from rota.stores.sql.retention import RetentionQueries
 from rota.stores.sql.routing import RoutingQueries
 from rota.stores.sql.security import SecurityQueries
+from rota.stores.sql.sending import SendingQueries
 from rota.stores.sql.sessions import SessionQueries
 from rota.stores.sql.stats import StatsQueries
 from rota.stores.sql.status import StatusQueries
@@ -50,6 +51,7 @@ from rota.stores.urls import dialect_of, sqlite_path
 class SqlStore(
     JobQueries,
     DispatchQueries,
+    SendingQueries,
     ControlQueries,
     StatusQueries,
     FailedQueries,

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from sqlalchemy import (
     ColumnElement,
-    Integer,
     Select,
-    Uuid,
     and_,
     bindparam,
     func,
@@ -22,7 +21,6 @@ from sqlalchemy import (
     or_,
     select,
     true,
-    update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
@@ -36,20 +34,17 @@ from rota.stores.sql.pausing import advance_jobs
 from rota.stores.sql.rows import (
     _PLANNING_COLUMNS,
     ACTIVE,
-    _chunks,
     _last_sign,
     _occurrence_row,
     _to_occurrence,
     _to_planning_job,
     _unique,
 )
+from rota.stores.sql.sending import insert_batch
 from rota.stores.sql.statements import (
-    _MARK_DISPATCHED_PG,
     QUEUED_LITERAL,
     _fetch_in,
     _insert_or_skip_stmt,
-    _mark_dispatched_stmt,
-    _undispatched_stmt,
 )
 
 log = logging.getLogger(__name__)
@@ -112,8 +107,13 @@ class DispatchQueries(AggregateQueries):
             deltas = StatDeltas()
             planned = {o.id for plan in plans.values() for o in plan.occurrences}
             sent = _classify(due, plans, active, planned, {}).queued if claim_until else []
-            claim = {o.id: max(o.due_at, claim_until or o.due_at) for o in sent}
-            inserted = await self._insert_planned(conn, due, plans, deltas, claim)
+            at = min((o.created_at for o in sent), default=now)
+            marks = dict.fromkeys((o.id for o in sent), at)
+            inserted = await self._insert_planned(conn, due, plans, deltas, marks)
+            sent = [o for o in sent if o.id in inserted]
+            batch = (
+                await insert_batch(conn, sent, claim_until, at) if claim_until and sent else None
+            )
             for job in due:  # a job retired by its plan (a one-time job's fire, a bound)
                 if job.id in plans:
                     deltas.activation(job.is_active, plans[job.id].is_active)
@@ -123,7 +123,11 @@ class DispatchQueries(AggregateQueries):
             if job.id in plans:
                 plan = plans[job.id]
                 next_runs[job.id] = _due_entry(job.id, job.bucket, plan)
-        return _classify(due, plans, active, inserted, next_runs)
+        result = _classify(due, plans, active, inserted, next_runs)
+        if batch is None:
+            return result
+        queued = [replace(o, dispatched_at=at) if o.id in marks else o for o in result.queued]
+        return replace(result, queued=queued, batch=batch)
 
     async def _claim_jobs(self, conn: AsyncConnection, ids: Sequence[UUID]) -> dict[UUID, Job]:
         """The requested jobs, locked; rows locked by another transaction are passed over."""
@@ -176,14 +180,14 @@ class DispatchQueries(AggregateQueries):
         due: Sequence[Job],
         plans: dict[UUID, FirePlan],
         deltas: StatDeltas,
-        claim: dict[UUID, datetime],
+        marks: dict[UUID, datetime],
     ) -> set[UUID]:
         """Insert the planned occurrences (a recorded fire is skipped by the unique key; one in
-        ``claim`` gets that ``due_at``: claimed for the caller, who sends it), each with its
+        ``marks`` is inserted dispatched then: the caller sends it), each with its
         creation status change in its history, counted in ``deltas``; returns the ids
         inserted."""
         rows = [  # a sequential plan's fires wait for each other as a Queue-policy job's do
-            _occurrence_row(occ, stored_policy(job, plans[job.id]), claim.get(occ.id))
+            _occurrence_row(occ, stored_policy(job, plans[job.id]), marks.get(occ.id))
             for job in due
             if job.id in plans
             for occ in plans[job.id].occurrences
@@ -234,79 +238,6 @@ class DispatchQueries(AggregateQueries):
             deltas = StatDeltas()
             deltas.add_rows(inserted)
             await self._write_aggregates(conn, deltas)
-
-    async def mark_dispatched(self, published: Sequence[Occurrence], at: datetime) -> None:
-        if not published:
-            return
-        # Only the attempt that was published, and only while it is still undispatched: a
-        # mark that arrives after the attempt failed and was requeued as the next one (its
-        # ``dispatched_at`` cleared for the sweeper) must not hide that retry. In id order,
-        # as the status tracker locks them (a worker may report on them meanwhile).
-        first: dict[UUID, tuple[datetime, int, datetime]] = {}
-        for o in published:
-            first.setdefault(o.id, (o.scheduled_for, o.attempt, o.due_at))
-        marks = sorted(first.items())
-        async with self._write() as conn:
-            if self._dialect == "postgresql":  # one statement for the batch, not one each
-                ids, keys = zip(*marks, strict=True)
-                columns = [list(ids), *map(list, zip(*keys, strict=True))]
-                await conn.exec_driver_sql(_MARK_DISPATCHED_PG, (at, *columns))
-                return
-            stmt = _mark_dispatched_stmt(at)
-            params = [
-                {"b_id": oid, "b_key_at": key_at, "b_attempt": attempt, "b_due": due}
-                for oid, (key_at, attempt, due) in marks
-            ]
-            await conn.execute(stmt, params)
-
-    async def undispatched(self, due_before: datetime, limit: int) -> list[Occurrence]:
-        stmt = _undispatched_stmt(due_before, limit)
-        async with self._read() as conn:
-            rows = (await conn.execute(stmt)).all()
-        return [self._open_occurrence(_to_occurrence(r)) for r in rows]
-
-    async def claim_undispatched(
-        self, due_before: datetime, limit: int, *, claim_until: datetime
-    ) -> list[Occurrence]:
-        # PostgreSQL: the rows are locked (others skip them) until the claim commits, and a row
-        # claimed meanwhile fails the re-checked ``due_at``. SQLite: its writer lock serializes.
-        stmt = _undispatched_stmt(due_before, limit).with_for_update(
-            skip_locked=True, of=occurrences
-        )
-        async with self._write() as conn:
-            rows = (await conn.execute(stmt)).all()
-            ids = [r.id for r in rows]
-            for chunk in _chunks(ids):
-                await conn.execute(
-                    update(occurrences)
-                    .where(occurrences.c.id.in_(chunk))
-                    .values(due_at=claim_until)
-                )
-        return [self._open_occurrence(_to_occurrence(r)) for r in rows]
-
-    async def finish_claim(
-        self,
-        claimed: Sequence[Occurrence],
-        claim_until: datetime,
-        *,
-        dispatched_at: datetime | None,
-    ) -> None:
-        if not claimed:
-            return
-        c = occurrences.c
-        stmt = (
-            update(occurrences)
-            .where(
-                c.id == bindparam("b_id", type_=Uuid()),
-                c.attempt == bindparam("b_attempt", type_=Integer()),
-                c.due_at == claim_until,
-                c.dispatched_at.is_(None),
-            )
-            .values(due_at=bindparam("b_due", type_=UtcDateTime()), dispatched_at=dispatched_at)
-        )
-        params = [{"b_id": o.id, "b_attempt": o.attempt, "b_due": o.due_at} for o in claimed]
-        async with self._write() as conn:
-            await conn.execute(stmt, params)
 
     async def stale_occurrences(
         self,
@@ -408,21 +339,6 @@ class DispatchQueries(AggregateQueries):
             return func.extract("epoch", moment - since)
         moment = bindparam(None, utc_text(now))
         return (func.julianday(moment) - func.julianday(since)) * literal_column("86400.0")
-
-    async def reset_dispatch(self, statuses: Sequence[OccurrenceStatus]) -> int:
-        if not statuses:
-            return 0
-        stmt = (
-            update(occurrences)
-            .where(
-                occurrences.c.status.in_([int(s) for s in statuses]),
-                occurrences.c.dispatched_at.is_not(None),
-            )
-            .values(dispatched_at=None)
-        )
-        async with self._write() as conn:
-            result = await conn.execute(stmt)
-        return int(result.rowcount)
 
 
 def _due_entry(job_id: UUID, bucket: int, state: Job | FirePlan) -> DueEntry | None:

@@ -237,9 +237,10 @@ def _last_sign(occurrence: Occurrence) -> datetime:
 
 
 def _occurrence_row(
-    occ: Occurrence, policy: ConcurrencyPolicy, claimed_until: datetime | None = None
+    occ: Occurrence, policy: ConcurrencyPolicy, dispatched_at: datetime | None = None
 ) -> dict[str, Any]:
-    """The row of ``occ``; ``claimed_until``: its ``due_at`` holds a dispatch claim."""
+    """The row of ``occ``; ``dispatched_at``: inserted dispatched then (a batch's, sent by
+    the dispatcher that commits it)."""
     return {
         "id": occ.id,
         "job_id": occ.job_id,
@@ -247,7 +248,7 @@ def _occurrence_row(
         "worker_id": occ.worker_id,
         "status": int(occ.status),
         "scheduled_for": occ.scheduled_for,
-        "due_at": claimed_until or occ.due_at,
+        "due_at": occ.due_at,
         "created_at": occ.created_at,
         "attempt": occ.attempt,
         "max_retries": occ.max_retries,
@@ -255,7 +256,7 @@ def _occurrence_row(
         "timeout_seconds": occ.timeout_seconds,
         "job_version": occ.job_version,
         "job_data": occ.job_data,
-        "dispatched_at": occ.dispatched_at,
+        "dispatched_at": dispatched_at or occ.dispatched_at,
         "instance_id": occ.instance_id,
         "start_time": occ.start_time,
         "end_time": occ.end_time,
