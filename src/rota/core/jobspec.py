@@ -19,14 +19,12 @@ from rota.core.models import (
     Priority,
     ZombiePolicy,
 )
-from rota.core.quickinit import quick_init
 
 MAX_SECONDS: Final = 315_576_000
 """The longest duration a job setting takes (10 years): far beyond any real need, and
 still a date when added to now."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
     """What a caller gives to create a job; the service adds id, bucket, times and version."""

@@ -13,8 +13,6 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from rota.core.quickinit import quick_init
-
 JsonValue = Any
 """Anything :mod:`orjson` can encode."""
 
@@ -158,7 +156,6 @@ class FailureType(enum.StrEnum):
     INVALID_DATA = "invalid_data"
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
     """A job definition: what to run, with what data, when and how.
@@ -280,7 +277,6 @@ class Job:
         return f'"{self.version}-{self.updated_at.timestamp():.6f}-{state}"'
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobVersion:
     job_id: UUID
@@ -290,7 +286,6 @@ class JobVersion:
     created_at: datetime
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StatusChange:
     timestamp: datetime
@@ -301,7 +296,6 @@ class StatusChange:
     reason: str | None = None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Occurrence:
     """One fire of a job. Its id is a UUIDv7 and doubles as the correlation id."""
@@ -350,7 +344,6 @@ class Occurrence:
         return self.attempt - 1
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FailedOccurrence:
     """The dead-letter record of an occurrence that will not run again by itself."""
@@ -378,7 +371,6 @@ class FailedOccurrence:
 # --- records on the wire (DESIGN.md §5) -------------------------------------------------------
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobMessage:
     """What the dispatcher publishes for a worker to run."""
@@ -421,7 +413,6 @@ the occurrence is one of a worker that is not registered: unless a real holder r
 been silent for the dead-worker silence (5 s), not the zombie threshold."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StatusRecord:
     """A worker's (or the scheduler's own) report on an occurrence."""
@@ -443,7 +434,6 @@ class StatusRecord:
     Running report had."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogRecord:
     occurrence_id: UUID
@@ -459,7 +449,6 @@ class LogRecord:
     outbox, a redelivered batch) with the same ``(attempt, line)`` is stored once."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerInfo:
     """One worker instance as it registers itself (heartbeats refresh it)."""
@@ -478,7 +467,6 @@ class WorkerInfo:
     last_heartbeat: datetime = field(default_factory=utcnow)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DispatcherState:
     """Whether the dispatchers of every server are stopped (no fire is dispatched while they
