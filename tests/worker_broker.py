@@ -5,7 +5,7 @@ wait at a gate; it records how job deliveries were settled."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TypeVar
 from uuid import UUID
 
@@ -61,11 +61,15 @@ class FlakyBroker(Broker):
     async def declare_worker_group(self, worker_id: str, job_types: Sequence[str]) -> None:
         await self.inner.declare_worker_group(worker_id, job_types)
 
-    async def publish_jobs(self, messages: Sequence[JobMessage]) -> None:
-        await self.inner.publish_jobs(messages)
+    async def publish_jobs(
+        self, messages: Sequence[JobMessage], *, envelopes: Mapping[str, int] | None = None
+    ) -> None:
+        await self.inner.publish_jobs(messages, envelopes=envelopes)
 
-    def consume_jobs(self, worker_id: str, prefetch: int) -> AsyncIterator[Delivery]:
-        return _Recording(self, self.inner.consume_jobs(worker_id, prefetch))
+    def consume_jobs(
+        self, worker_id: str, prefetch: int, *, envelopes: Callable[[], bool] | None = None
+    ) -> AsyncIterator[Delivery]:
+        return _Recording(self, self.inner.consume_jobs(worker_id, prefetch, envelopes=envelopes))
 
     async def publish_status(self, records: Sequence[StatusRecord]) -> None:
         await self._publishing()

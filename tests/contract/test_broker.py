@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 
@@ -433,37 +433,6 @@ async def test_acks_of_a_burst_settle_every_delivery(
     fresh = broker.consume_jobs(group, 100)
     await cancel(await stays_pending(fresh))
     await stop(fresh)
-
-
-async def test_rabbitmq_deliveries_reach_the_consumer_without_a_task_each(
-    broker: Broker, names: Callable[[str], str], adapter: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The job consumer's channel hands deliveries over as it reads them: aiormq's consumer
-    callback (a task per delivery) is never run."""
-    if adapter != "rabbitmq":
-        pytest.skip("aiormq's consumer callback is the RabbitMQ adapter's")
-    from rota.brokers.rabbitmq.jobs import _JobConsumer
-
-    callbacks = 0
-    on_message = _JobConsumer._on_message
-
-    async def counted(self: _JobConsumer, delivered: Any) -> None:
-        nonlocal callbacks
-        callbacks += 1
-        await on_message(self, delivered)
-
-    monkeypatch.setattr(_JobConsumer, "_on_message", counted)
-    group, kind = names("grp"), names("kind")
-    await broker.declare_worker_group(group, [kind])
-    messages = [job(group, kind) for _ in range(5)]
-    await broker.publish_jobs(messages)
-    consumer = broker.consume_jobs(group, 10)
-    got = await take_n(consumer, 5)
-    assert [d.message.occurrence_id for d in got] == [m.occurrence_id for m in messages]
-    assert callbacks == 0
-    for delivery in got:
-        await delivery.ack()
-    await stop(consumer)
 
 
 async def test_queue_depths_name_every_queue(

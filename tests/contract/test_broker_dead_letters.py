@@ -10,6 +10,7 @@ import pytest
 
 from rota.brokers.inprocess import InProcessBroker
 from rota.brokers.rabbitmq import RabbitMQBroker
+from rota.brokers.rabbitmq.publish import record_item
 from rota.core.ports import Broker
 from rota.core.records import Batch, ReceivedDeadLetter
 from rota.core.wire import DeadLetter
@@ -54,7 +55,7 @@ async def poison(harness: Harness, group: str, kind: str, body: bytes) -> None:
     assert isinstance(target, RabbitMQBroker)
     # Published raw to the group's queue: its consumer cannot decode it and rejects it.
     amqp = target.names
-    await target._publish([target._record_item("", amqp.job_queue(group), body)])
+    await target._publish([record_item("", amqp.job_queue(group), body, "job")])
     consumer = target.consume_jobs(group, 1)
     pending = await stays_pending(consumer)  # nothing readable comes out of it
     await cancel(pending)

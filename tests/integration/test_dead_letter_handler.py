@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from rota.brokers.inprocess import InProcessBroker
 from rota.brokers.rabbitmq import RabbitMQBroker
+from rota.brokers.rabbitmq.publish import record_item
 from rota.core.models import FailureType, JobMessage
 from rota.core.records import FailedQuery
 from rota.core.wire import encode_job_message
@@ -112,7 +113,7 @@ async def test_unreadable_job_message_on_rabbitmq_becomes_a_poison_record(
         await broker.declare_worker_group("grp", ["Send"])
         body = b'{"occurrenceId": "01", "jobType": "Send"}'
         key = broker.names.job_queue("grp")  # the group's queue, on the default exchange
-        await broker._publish([broker._record_item("", key, body)])
+        await broker._publish([record_item("", key, body, "job")])
         consumer = broker.consume_jobs("grp", 1)
         taking = asyncio.ensure_future(anext(consumer))  # the consumer rejects it, yields none
 

@@ -5,7 +5,7 @@ dispatchers (as by several servers), with the in-process broker."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -41,12 +41,14 @@ class RecordingBroker(InProcessBroker):
         self.published: list[UUID] = []
         self.fail = False
 
-    async def publish_jobs(self, messages: Sequence[JobMessage]) -> None:
+    async def publish_jobs(
+        self, messages: Sequence[JobMessage], *, envelopes: Mapping[str, int] | None = None
+    ) -> None:
         await asyncio.sleep(0)  # let concurrent sweeps interleave here
         if self.fail:
             raise BackendUnavailableError("broker down")
         self.published.extend(m.occurrence_id for m in messages)
-        await super().publish_jobs(messages)
+        await super().publish_jobs(messages, envelopes=envelopes)
 
 
 @pytest.fixture

@@ -176,3 +176,16 @@ def test_scrape_allowed_compares_the_whole_bearer_token() -> None:
     assert not scrape_allowed("Bearer t0ken2", "t0ken")
     assert not scrape_allowed("Token t0ken", "t0ken")
     assert scrape_allowed("bearer  t0ken ", "t0ken")
+
+
+def test_broker_messages_per_job_can_be_read() -> None:
+    metrics = RotaMetrics(CollectorRegistry(), server=False)
+    text = metrics.exposition().decode()
+    assert "rota_broker_job_messages" not in text  # not watched: not shown
+    counts = {"published_messages": 3, "published_jobs": 250, "delivered_messages": 2}
+    metrics.watched.broker_messages = lambda: counts
+    values = parse(metrics.exposition().decode())
+    assert values["rota_broker_job_messages_total{direction=published}"] == 3
+    assert values["rota_broker_jobs_total{direction=published}"] == 250
+    assert values["rota_broker_job_messages_total{direction=delivered}"] == 2
+    assert values["rota_broker_jobs_total{direction=delivered}"] == 0

@@ -380,6 +380,7 @@ def build_executor(
         secrets=WorkerSecrets(directory=ws.secrets_dir),
     )
     _watch_executor(metrics, executor)
+    metrics.watched.broker_messages = broker.message_counts
     return executor
 
 
@@ -427,6 +428,7 @@ def build_worker(
         worker_id=worker_id,
         concurrency=concurrency,
         heartbeat_seconds=settings.worker.heartbeat_seconds,
+        envelope_jobs=broker.envelope_size(executor.prefetch),
     )
     return WorkerParts(
         broker=broker,
@@ -474,6 +476,7 @@ def _watch_runtime(runtime: Runtime) -> None:
     watched.dispatcher_paused = lambda: dispatcher.paused_reason is not None
     watched.fires_overdue = lambda: runtime.fires.overdue
     watched.events = lambda: (events.stats.published, events.stats.dropped)
+    watched.broker_messages = runtime.broker.message_counts
 
 
 def _watch_executor(metrics: RotaMetrics, executor: Executor) -> None:

@@ -31,7 +31,7 @@ import asyncio
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from rota.core.errors import BackendUnavailableError, ConflictError, RotaError
@@ -393,7 +393,9 @@ class InProcessBroker(Broker):
     async def declare_worker_group(self, worker_id: str, job_types: Sequence[str]) -> None:
         self._group(worker_id)  # the types route nothing: the dispatcher names the group
 
-    async def publish_jobs(self, messages: Sequence[JobMessage]) -> None:
+    async def publish_jobs(
+        self, messages: Sequence[JobMessage], *, envelopes: Mapping[str, int] | None = None
+    ) -> None:
         self._check_open()
         for message in messages:
             if not message.worker_id:
@@ -411,7 +413,10 @@ class InProcessBroker(Broker):
         for group in touched:
             group.wake_all()
 
-    def consume_jobs(self, worker_id: str, prefetch: int) -> _JobConsumer:
+    def consume_jobs(
+        self, worker_id: str, prefetch: int, *, envelopes: Callable[[], bool] | None = None
+    ) -> _JobConsumer:
+        del envelopes  # every job is handed over alone
         self._check_open()
         consumer = _JobConsumer(self, self._group(worker_id), prefetch)
         self._consumers.add(consumer)

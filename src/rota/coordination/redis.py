@@ -8,7 +8,8 @@
   listing reads the index, then one script returns the live values and drops the ids whose key
   has expired. Worker registrations use camelCase JSON (``instanceId``, ``workerId``, ``host``,
   ``pid``, ``jobTypes``, ``concurrency``, ``version``, ``currentLoad``, ``startedAt``,
-  ``lastHeartbeat``) so workers written in other languages can register too.
+  ``lastHeartbeat``, ``envelopeJobs``; :mod:`.registration`) so workers written in other
+  languages can register too.
 - **Wake-ups** and **cancellations** go through capped streams (``XADD MAXLEN ~``):
   ``{prefix}:wakeups`` (field ``due``, epoch seconds) and ``{prefix}:cancellations`` (field
   ``occurrence``, an occurrence id, and ``reason`` when one was given). Each iterator starts
@@ -23,7 +24,6 @@ import asyncio
 import collections
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import UUID, uuid4
 
@@ -31,9 +31,9 @@ import orjson
 
 from rota.coordination.claim_scripts import CLAIM_SCRIPT, RELEASE_CLAIMS_SCRIPT
 from rota.coordination.limits_redis import RedisLimits
+from rota.coordination.registration import worker_from_json, worker_json
 from rota.core.errors import BackendUnavailableError
 from rota.core.events import Event, EventId, format_event_id, parse_event_id
-from rota.core.jsonlimits import MAX_JSON_DEPTH, value_too_deep
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
 from rota.core.records import (
@@ -210,47 +210,6 @@ def _ttl_ms(ttl: float) -> int:
     return max(1, round(ttl * 1000))
 
 
-def _worker_json(info: WorkerInfo) -> bytes:
-    return orjson.dumps(
-        {
-            "instanceId": info.instance_id,
-            "workerId": info.worker_id,
-            "host": info.host,
-            "pid": info.pid,
-            "jobTypes": info.job_types,
-            "concurrency": info.concurrency,
-            "version": info.version,
-            "currentLoad": info.current_load,
-            "startedAt": info.started_at,
-            "lastHeartbeat": info.last_heartbeat,
-        }
-    )
-
-
-def _worker_from_json(raw: bytes) -> WorkerInfo:
-    """A registration as a worker wrote it; ``ValueError`` (or ``KeyError``, ``TypeError``)
-    when malformed. What it declares about its job types (data schemas, defaults) is shown by
-    the API and the dashboard, so it may nest at most
-    :data:`~rota.core.jsonlimits.MAX_JSON_DEPTH` levels (deeper could not be written back)."""
-    data: dict[str, Any] = orjson.loads(raw)
-    if not isinstance(data.get("jobTypes"), dict):
-        raise ValueError("jobTypes must be an object")
-    if value_too_deep(data["jobTypes"], MAX_JSON_DEPTH):
-        raise ValueError(f"jobTypes nested more than {MAX_JSON_DEPTH} levels deep")
-    return WorkerInfo(
-        instance_id=data["instanceId"],
-        worker_id=data["workerId"],
-        host=data["host"],
-        pid=data["pid"],
-        job_types=data["jobTypes"],
-        concurrency=data["concurrency"],
-        version=data.get("version", ""),
-        current_load=data.get("currentLoad", 0),
-        started_at=datetime.fromisoformat(data["startedAt"]),
-        last_heartbeat=datetime.fromisoformat(data["lastHeartbeat"]),
-    )
-
-
 class RedisCoordination(RedisLimits, Coordination):
     """:class:`~rota.core.ports.Coordination` shared through Redis by every instance.
 
@@ -368,7 +327,7 @@ class RedisCoordination(RedisLimits, Coordination):
 
     async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
         key = self._keys.worker(info.instance_id)
-        await self._put(self._keys.workers, key, info.instance_id, _worker_json(info), ttl)
+        await self._put(self._keys.workers, key, info.instance_id, worker_json(info), ttl)
 
     async def unregister_worker(self, instance_id: str) -> None:
         with unavailable("unregister worker"):
@@ -393,7 +352,7 @@ class RedisCoordination(RedisLimits, Coordination):
         seen: dict[str, tuple[WorkerInfo, float]] = {}
         for instance_id, raw, ttl_ms in live:
             try:
-                info = _worker_from_json(raw)
+                info = worker_from_json(raw)
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("ignoring malformed worker registration %s: %s", instance_id, exc)
                 continue

@@ -465,6 +465,8 @@ class WorkerInfo:
     current_load: int = 0
     started_at: datetime = field(default_factory=utcnow)
     last_heartbeat: datetime = field(default_factory=utcnow)
+    envelope_jobs: int = 0
+    """The most jobs it takes in one envelope (``0``: every job as a message of its own)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

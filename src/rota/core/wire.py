@@ -39,9 +39,17 @@ T = TypeVar("T")
 HEADER_RETRY_COUNT = "x-retry-count"
 HEADER_MAX_RETRIES = "x-max-retries"
 HEADER_ORIGINAL_CORRELATION_ID = "x-original-correlation-id"
+HEADER_REDELIVERED = "x-rota-redelivered"
+"""On a job of an envelope given back as a message of its own: it was delivered before (as
+RabbitMQ's ``redelivered`` flag says of a message given back)."""
 HEADER_TRACEPARENT = "traceparent"
 """W3C Trace Context: the span the occurrence's trace continues from."""
 CONTENT_TYPE = "application/json"
+ENVELOPE_CONTENT_TYPE = "application/vnd.rota.jobs+json"
+"""The content type of a job envelope: several job messages for one worker group in one
+message (``{"jobs": [<job message>, …]}``)."""
+MAX_ENVELOPE_JOBS = 1000
+"""The most job messages one envelope may carry (a reader refuses a longer one whole)."""
 
 _DUMPS_OPTIONS = orjson.OPT_UTC_Z
 _STATUSES = tuple(OccurrenceStatus)
@@ -173,6 +181,28 @@ def job_message_headers(message: JobMessage) -> dict[str, int | str]:
     if message.traceparent is not None:
         headers[HEADER_TRACEPARENT] = message.traceparent
     return headers
+
+
+def _envelope_part(message: JobMessage) -> dict[str, object]:
+    document = _job_message_dict(message)
+    headers: dict[str, str] = {}
+    if message.original_correlation_id is not None:
+        headers[HEADER_ORIGINAL_CORRELATION_ID] = str(message.original_correlation_id)
+    if message.traceparent is not None:
+        headers[HEADER_TRACEPARENT] = message.traceparent
+    if headers:
+        document["headers"] = headers
+    return document
+
+
+def encode_job_envelope(messages: Sequence[JobMessage]) -> bytes:
+    """The body of a job envelope: ``{"jobs": [...]}``, each element a job message as
+    :func:`encode_job_message` writes it, plus ``headers`` (the AMQP headers its single
+    message would carry that the body does not hold) when it has any."""
+    if not 0 < len(messages) <= MAX_ENVELOPE_JOBS:
+        raise ValueError(f"an envelope carries 1 to {MAX_ENVELOPE_JOBS} jobs, not {len(messages)}")
+    documents = [_envelope_part(message) for message in messages]
+    return _dumps({"jobs": documents}, documents)
 
 
 def encode_status_records(records: Sequence[StatusRecord]) -> bytes:
@@ -541,6 +571,59 @@ def _fast_job_message(
         retry_delay_seconds=retry_delay,  # type: ignore[arg-type]
         traceparent=_traceparent(headers) if headers else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopePart:
+    """One job of a decoded envelope: its message, or why it cannot be read (then
+    ``document`` is the element as received, to dead-letter it alone)."""
+
+    index: int
+    document: object
+    message: JobMessage | None
+    error: ValidationError | None = None
+
+
+def decode_job_envelope(body: bytes | bytearray | memoryview | str) -> list[EnvelopePart]:
+    """The jobs of an envelope, each decoded alone: a job that cannot be read is a part with
+    its ``error`` (its siblings are not affected). ``ValidationError`` when the envelope itself
+    is not ``{"jobs": [...]}`` with 1 to :data:`MAX_ENVELOPE_JOBS` elements."""
+    doc = _loads(body)
+    if type(doc) is not dict:
+        raise ValidationError("an envelope must be a JSON object", field="body")
+    jobs = doc.get("jobs")
+    if type(jobs) is not list or not 0 < len(jobs) <= MAX_ENVELOPE_JOBS:
+        raise ValidationError(
+            f"jobs: must be an array of 1 to {MAX_ENVELOPE_JOBS} job messages", field="jobs"
+        )
+    parts: list[EnvelopePart] = []
+    for index, part in enumerate(jobs):
+        try:
+            parts.append(EnvelopePart(index, part, _envelope_message(index, part)))
+        except ValidationError as exc:
+            parts.append(EnvelopePart(index, part, None, exc))
+    return parts
+
+
+def _envelope_message(index: int, part: object) -> JobMessage:
+    where = f"jobs[{index}]: "
+    if type(part) is not dict:
+        raise ValidationError(f"{where}expected a JSON object", field="body")
+    headers = part.get("headers")
+    if headers is not None and type(headers) is not dict:
+        raise ValidationError(f"{where}headers: must be an object", field="headers")
+    message = _fast_job_message(part, headers)
+    if message is not None:
+        return message
+    return _read_job_message(_Reader(part, where), headers)
+
+
+def encode_envelope_part(part: EnvelopePart) -> bytes:
+    """An envelope's element as a message body of its own (to dead-letter it alone)."""
+    try:
+        return orjson.dumps(part.document)
+    except (orjson.JSONEncodeError, TypeError):  # pragma: no cover - it was decoded from JSON
+        return b"null"
 
 
 def decode_status_records(body: bytes | bytearray | memoryview | str) -> list[StatusRecord]:

@@ -155,6 +155,8 @@ class Watched:
     """Deliveries this worker holds back for a cluster-wide limit."""
     events: Callable[[], tuple[int, int]] | None = None
     """Change events published to the feed and dropped (buffer full, publish failed)."""
+    broker_messages: Callable[[], Mapping[str, int]] | None = None
+    """The broker's job messages and jobs, published and delivered (``Broker.message_counts``)."""
 
 
 class RotaMetrics:
@@ -370,6 +372,26 @@ def _worker_gauges(w: Watched) -> Iterator[GaugeMetricFamily]:
         )
 
 
+def _broker_counters(counts: Mapping[str, int]) -> Iterator[CounterMetricFamily]:
+    """Messages per job, readable: AMQP messages of jobs (a job alone or an envelope) and the
+    jobs they carried, published and delivered by this process."""
+    if not counts:
+        return
+    messages = CounterMetricFamily(
+        "rota_broker_job_messages",
+        "Broker messages of jobs (one job, or an envelope of several), by direction.",
+        labels=["direction"],
+    )
+    jobs = CounterMetricFamily(
+        "rota_broker_jobs", "Jobs carried by those messages, by direction.", labels=["direction"]
+    )
+    for direction in ("published", "delivered"):
+        messages.add_metric([direction], counts.get(f"{direction}_messages", 0))
+        jobs.add_metric([direction], counts.get(f"{direction}_jobs", 0))
+    yield messages
+    yield jobs
+
+
 class _Collector(Collector):
     """The values read at scrape time, and the lock-free histograms."""
 
@@ -391,6 +413,8 @@ class _Collector(Collector):
             for action, n in sorted(w.zombies().items()):
                 family.add_metric([action], n)
             yield family
+        if w.broker_messages is not None:
+            yield from _broker_counters(w.broker_messages())
         if w.leases_held is not None:
             yield _gauge("rota_leases_held", "Bucket leases this server holds.", w.leases_held())
         if w.leases_taken_over is not None:

@@ -57,6 +57,9 @@ class WorkerDirectory:
         self._roster: tuple[tuple[str, datetime], ...] = ()
         self._generation = 0
         self._capacity: dict[str, int] = {}
+        self.envelopes: dict[str, int] = {}
+        """The live groups whose every instance reads envelopes: the most jobs each takes in
+        one (the smallest its instances announced)."""
         self._routes: dict[tuple[str, str | None], _Route | None] = {}
 
     async def refresh(self, *, force: bool = False) -> None:
@@ -67,9 +70,11 @@ class WorkerDirectory:
         defaults: dict[str, Mapping[str, Any]] = {}
         newest: dict[str, WorkerInfo] = {}
         capacity: dict[str, int] = {}
+        envelopes: dict[str, int] = {}
         for worker in workers:
             group = worker.worker_id
             capacity[group] = capacity.get(group, 0) + max(worker.concurrency, 1)
+            envelopes[group] = min(envelopes.get(group, worker.envelope_jobs), worker.envelope_jobs)
             seen = newest.get(group)
             if seen is None or (worker.started_at, worker.instance_id) > (
                 seen.started_at,
@@ -84,6 +89,7 @@ class WorkerDirectory:
                 defaults.setdefault(job_type, description)
         self._workers, self._by_type, self._defaults = workers, by_type, defaults
         self._capacity = capacity
+        self.envelopes = {group: size for group, size in envelopes.items() if size > 1}
         self._routes.clear()
         roster = tuple((w.instance_id, w.started_at) for w in workers)
         if roster != self._roster:

@@ -162,8 +162,9 @@ class Executor:
         if hold_capacity < 0:
             raise ValueError("hold_capacity must be >= 0")
         self._claims = claims
-        self._hold_capacity = hold_capacity
-        self._limit_capacity = 0 if limits is None else (limit_capacity or concurrency)
+        limit_room = 0 if limits is None else (limit_capacity or concurrency)
+        self.prefetch = concurrency + hold_capacity + limit_room
+        self.envelopes = False  # whether the group gets envelopes now (set by its presence)
         self.worker_id = worker_id
         self.instance_id = instance_id
         self.concurrency = concurrency
@@ -379,12 +380,12 @@ class Executor:
     # --- intake -------------------------------------------------------------------------
 
     async def _consume(self) -> None:
-        """Take every delivery the broker's prefetch (``concurrency`` + ``hold_capacity``)
-        lets through; those not due yet wait on the hold's timer, those that cannot start yet
-        are held by the flow, where their wait is watched (none sits
-        unseen in the consumer's buffer until the broker's consumer timeout)."""
-        prefetch = self.concurrency + self._hold_capacity + self._limit_capacity
-        deliveries = self._broker.consume_jobs(self.worker_id, prefetch)
+        """Take every delivery the broker's ``prefetch`` lets through; those not due yet wait
+        on the hold's timer, those that cannot start yet are held by the flow, where their
+        wait is watched (none sits unseen until the broker's consumer timeout)."""
+        deliveries = self._broker.consume_jobs(
+            self.worker_id, self.prefetch, envelopes=lambda: self.envelopes
+        )
         clock = time.perf_counter
         since = clock()
         try:

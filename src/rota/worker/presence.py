@@ -41,6 +41,7 @@ class WorkerPresence:
         worker_id: str,
         concurrency: int,
         heartbeat_seconds: float,
+        envelope_jobs: int = 0,
     ) -> None:
         self._coordination = coordination
         self._executor = executor
@@ -48,6 +49,8 @@ class WorkerPresence:
         self._worker_id = worker_id
         self._concurrency = concurrency
         self._interval = heartbeat_seconds
+        self._envelope_jobs = envelope_jobs
+        """The most jobs it takes in one envelope (what its broker's consumer reads)."""
         self._started_at = utcnow()
         self._task: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
@@ -70,10 +73,19 @@ class WorkerPresence:
             current_load=self._executor.load,
             started_at=self._started_at,
             last_heartbeat=utcnow(),
+            envelope_jobs=self._envelope_jobs,
         )
 
     async def register(self) -> None:
         await self._coordination.register_worker(self.info(), self.ttl)
+        if self._envelope_jobs:
+            self._executor.envelopes = await self._group_reads_envelopes()
+
+    async def _group_reads_envelopes(self) -> bool:
+        """Whether every live instance of the group announced envelopes: the dispatchers
+        then send the group's jobs in envelopes (the same rule)."""
+        group = [w for w in await self._coordination.workers() if w.worker_id == self._worker_id]
+        return bool(group) and all(w.envelope_jobs > 1 for w in group)
 
     async def start(self) -> None:
         # Listen for cancellations before announcing the instance: a cancel sent once the

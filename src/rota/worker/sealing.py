@@ -6,7 +6,7 @@ the broker in plain text. A broker wrapped: the executor sees plain values only.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from rota.core.models import JobMessage, LogRecord, StatusRecord
@@ -30,9 +30,11 @@ class SealingBroker(Broker):
     def __getattr__(self, name: str) -> Any:  # what an adapter offers beyond the port
         return getattr(self._broker, name)
 
-    async def consume_jobs(self, worker_id: str, prefetch: int) -> AsyncIterator[Delivery]:
+    async def consume_jobs(
+        self, worker_id: str, prefetch: int, *, envelopes: Callable[[], bool] | None = None
+    ) -> AsyncIterator[Delivery]:
         seal = self._seal
-        async for delivery in self._broker.consume_jobs(worker_id, prefetch):
+        async for delivery in self._broker.consume_jobs(worker_id, prefetch, envelopes=envelopes):
             try:
                 delivery.message = opened_message(seal, delivery.message)
             except SealError as exc:
@@ -57,8 +59,16 @@ class SealingBroker(Broker):
     async def declare_worker_group(self, worker_id: str, job_types: Sequence[str]) -> None:
         await self._broker.declare_worker_group(worker_id, job_types)
 
-    async def publish_jobs(self, messages: Sequence[JobMessage]) -> None:
-        await self._broker.publish_jobs(messages)
+    async def publish_jobs(
+        self, messages: Sequence[JobMessage], *, envelopes: Mapping[str, int] | None = None
+    ) -> None:
+        await self._broker.publish_jobs(messages, envelopes=envelopes)
+
+    def envelope_size(self, prefetch: int) -> int:
+        return self._broker.envelope_size(prefetch)
+
+    def message_counts(self) -> Mapping[str, int]:
+        return self._broker.message_counts()
 
     async def publish_logs(self, records: Sequence[LogRecord]) -> None:
         await self._broker.publish_logs(records)

@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("The RabbitMQ broker needs aio-pika: pip install 'rota[rabbitmq]'") from exc
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -48,7 +48,7 @@ from yarl import URL
 
 from rota.brokers.rabbitmq.channels import _quietly, _table, _translated, log
 from rota.brokers.rabbitmq.dead_letters import _DeadLetterConsumer, received_dead_letter
-from rota.brokers.rabbitmq.jobs import _JobConsumer
+from rota.brokers.rabbitmq.jobs import _JobConsumer, envelope_size
 from rota.brokers.rabbitmq.names import (
     DLX_EXCHANGE_TYPE,
     LOGS_EXCHANGE_TYPE,
@@ -56,9 +56,8 @@ from rota.brokers.rabbitmq.names import (
     AmqpNames,
 )
 from rota.brokers.rabbitmq.publish import (
-    _check_window_support,
-    _Published,
-    job_item,
+    Published,
+    envelope_items,
     publish_confirmed,
     record_item,
 )
@@ -114,7 +113,11 @@ class RabbitMQBroker(Broker):
         self._publisher: AbstractRobustChannel | None = None
         self._groups: set[str] = set()
         """The worker groups whose job queue this broker declared (again after a reconnect)."""
-        """Binding keys by worker group, declared or consumed through this broker."""
+        self.counts: dict[str, int] = dict.fromkeys(
+            ("published_messages", "published_jobs", "delivered_messages", "delivered_jobs"), 0
+        )
+        """AMQP messages of jobs (single or envelope) published and delivered here, and the
+        jobs they carried (the ``rota_broker_*`` metrics)."""
         self._job_consumers: set[_JobConsumer] = set()
         self._batch_consumers: set[_QueueConsumer[Any]] = set()
         """The status and log consumers (closed first when the broker closes: they publish)."""
@@ -134,9 +137,7 @@ class RabbitMQBroker(Broker):
                 await self._declare(connection, "declare the topology", self._declare_topology)
                 with _translated("open the publisher channel"):
                     async with asyncio.timeout(self.operation_timeout):
-                        publisher = await connection.channel(publisher_confirms=True)
-                        _check_window_support(await publisher.get_underlay_channel())
-                        self._publisher = publisher
+                        self._publisher = await connection.channel(publisher_confirms=True)
             except BaseException:
                 await _quietly(connection.close(), "close connection")
                 raise
@@ -274,38 +275,48 @@ class RabbitMQBroker(Broker):
 
     # --- publishing -------------------------------------------------------------------------
 
-    @staticmethod
-    def _record_item(exchange: str, routing_key: str, body: bytes) -> _Published:
-        return record_item(exchange, routing_key, body)
-
-    async def _publish(self, items: Sequence[_Published]) -> None:
+    async def _publish(self, items: Sequence[Published]) -> None:
         """Publish in windows; each window's confirms are gathered within the timeout."""
         channel = self._publisher
         if channel is None or self._connection is None:
             raise BackendUnavailableError("the RabbitMQ broker is closed")
         await publish_confirmed(channel, items, self._window, self.publish_timeout)
+        jobs = sum(item.jobs for item in items if item.kind in ("job", "envelope"))
+        if jobs:
+            self.counts["published_messages"] += sum(
+                1 for item in items if item.kind in ("job", "envelope")
+            )
+            self.counts["published_jobs"] += jobs
 
-    async def publish_jobs(self, messages: Sequence[JobMessage]) -> None:
+    async def publish_jobs(
+        self, messages: Sequence[JobMessage], *, envelopes: Mapping[str, int] | None = None
+    ) -> None:
         if self._connection is None:
             raise BackendUnavailableError("the RabbitMQ broker is closed")
         if messages:
-            items = [job_item(self.names, message) for message in messages]
+            items = envelope_items(self.names, messages, envelopes or {})
             await self._ensure_groups({message.worker_id or "" for message in messages})
             await self._publish(items)
+
+    def envelope_size(self, prefetch: int) -> int:
+        return envelope_size(prefetch)
+
+    def message_counts(self) -> Mapping[str, int]:
+        return dict(self.counts)
 
     async def publish_status(self, records: Sequence[StatusRecord]) -> None:
         if self._connection is None:
             raise BackendUnavailableError("the RabbitMQ broker is closed")
         if records:
             body = encode_status_records(records)
-            await self._publish([record_item(self.names.status_exchange, "", body)])
+            await self._publish([record_item(self.names.status_exchange, "", body, "status")])
 
     async def publish_logs(self, records: Sequence[LogRecord]) -> None:
         if self._connection is None:
             raise BackendUnavailableError("the RabbitMQ broker is closed")
         if records:
             body = encode_log_records(records)
-            await self._publish([record_item(self.names.logs_exchange, "", body)])
+            await self._publish([record_item(self.names.logs_exchange, "", body, "logs")])
 
     # --- consuming --------------------------------------------------------------------------
 
@@ -314,9 +325,11 @@ class RabbitMQBroker(Broker):
             raise BackendUnavailableError("the RabbitMQ broker is closed")
         return self._connection
 
-    def consume_jobs(self, worker_id: str, prefetch: int) -> AsyncIterator[Delivery]:
+    def consume_jobs(
+        self, worker_id: str, prefetch: int, *, envelopes: Callable[[], bool] | None = None
+    ) -> AsyncIterator[Delivery]:
         self._open_connection()
-        consumer = _JobConsumer(self, worker_id, prefetch)
+        consumer = _JobConsumer(self, worker_id, prefetch, envelopes)
         self._job_consumers.add(consumer)
         return consumer
 

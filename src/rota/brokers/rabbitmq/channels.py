@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Iterator, Mapping
-from typing import TYPE_CHECKING
 
 from aio_pika.abc import AbstractIncomingMessage
 from aiormq.abc import AbstractChannel
@@ -15,9 +14,6 @@ from aiormq.exceptions import AMQPError, ChannelInvalidStateError, ChannelPrecon
 from pamqp.common import FieldTable
 
 from rota.core.errors import BackendUnavailableError, ConfigurationError
-
-if TYPE_CHECKING:
-    from rota.brokers.rabbitmq.jobs import _Incoming
 
 log = logging.getLogger("rota.brokers.rabbitmq")
 
@@ -85,7 +81,7 @@ def _wake(waiter: asyncio.Future[None] | None) -> None:
         waiter.set_result(None)
 
 
-def _underlay(incoming: AbstractIncomingMessage | _Incoming) -> AbstractChannel | None:
+def _underlay(incoming: AbstractIncomingMessage) -> AbstractChannel | None:
     """The channel a message was delivered on, ``None`` if it is closed."""
     try:
         channel = incoming.channel
@@ -118,7 +114,7 @@ class _Waiting:
 
 
 def _send_settle(
-    incoming: AbstractIncomingMessage | _Incoming, *, ack: bool, requeue: bool = False
+    incoming: AbstractIncomingMessage, *, ack: bool, requeue: bool = False
 ) -> Awaitable[None]:
     """Ack, or reject, a delivery without waiting for the frame to be written (frames keep
     their order; a settle lost with the connection means a redelivery, as any other)."""

@@ -1,25 +1,30 @@
-"""Job consumers: one per worker instance, on a channel of its own, taking deliveries from aiormq
-directly; and their deliveries (acks gathered per turn of the loop, one ``multiple`` ack when
-no older delivery is open).
+"""Job consumers: one per worker instance, on a channel of its own; and their deliveries.
 
-aiormq hands each delivery to a consumer callback in a task of its own (created, tracked in two
-future stores, and awaited by a done-callback), which costs more than all the rest of a
-delivery's intake here. The consumer's channel reads its deliveries' frames as aiormq does and
-passes each to the consumer directly (:func:`_direct_intake`); with an aiormq that does not
-have the methods this relies on, deliveries take aiormq's own path (the callback)."""
+A message is one job (``application/json``, the reference form) or an **envelope** of several
+(``application/vnd.rota.jobs+json``). Each job is handed out as a delivery of its own, with
+its own life: settled by itself, and the message is acknowledged once every job it carries
+is settled (so it is never held longer than its longest job's single message would be). A job
+of an envelope given back (a hand-back, a stop, a limit) is published again alone, and one
+dead-lettered goes to the dead-letter queue alone, before the envelope is acknowledged; a job
+of an envelope that cannot be read goes to the dead-letter queue alone, its siblings run.
+
+The consumer's prefetch counts messages: it is ``prefetch`` while its group gets single
+messages, and :data:`ENVELOPE_PREFETCH` while it gets envelopes (each of at most
+:func:`envelope_size` jobs, what its workers announced), so a worker holds about ``prefetch``
+jobs either way. RabbitMQ applies a consumer's prefetch when it starts consuming: a change of
+mode starts a new consumer on the same channel and cancels the old one (what was delivered
+to it is settled on the channel as before).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import math
 import secrets
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import aiormq
-from aio_pika.abc import AbstractRobustChannel, AbstractRobustQueue
-from aiormq.abc import AbstractChannel, ChannelFrame, DeliveredMessage
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustQueue
 
 from rota.brokers.rabbitmq.channels import (
     _MAX_PREFETCH,
@@ -30,54 +35,77 @@ from rota.brokers.rabbitmq.channels import (
     _Waiting,
     log,
 )
+from rota.brokers.rabbitmq.publish import dead_letter_item, job_item
 from rota.core.errors import BackendUnavailableError, ConflictError, ValidationError
 from rota.core.models import JobMessage
 from rota.core.ports import Delivery
-from rota.core.wire import decode_job_message
+from rota.core.wire import (
+    ENVELOPE_CONTENT_TYPE,
+    HEADER_REDELIVERED,
+    EnvelopePart,
+    decode_job_envelope,
+    decode_job_message,
+    encode_envelope_part,
+    encode_job_message,
+    job_message_headers,
+)
 
 if TYPE_CHECKING:
     from rota.brokers.rabbitmq import RabbitMQBroker
 
+ENVELOPE_PREFETCH = 2
+"""Envelopes a consumer holds at a time: one being run, the next ready."""
 
-class _Incoming:
-    """A job message as aiormq delivered it (the consumer takes deliveries from aiormq
-    directly: aio-pika's message object and second task per delivery cost more than all the
-    rest of the intake)."""
 
-    __slots__ = ("body", "channel", "delivery_tag", "headers", "redelivered")
+def envelope_size(prefetch: int) -> int:
+    """The most jobs a consumer of ``prefetch`` takes in one envelope (0: single messages
+    only): two envelopes in hand hold about ``prefetch`` jobs."""
+    size = min(prefetch // ENVELOPE_PREFETCH, 1000)
+    return size if size > 1 else 0
 
-    def __init__(self, delivered: DeliveredMessage) -> None:
-        delivery = delivered.delivery
-        self.body = delivered.body
-        self.channel: AbstractChannel = delivered.channel
-        self.delivery_tag: int | None = getattr(delivery, "delivery_tag", None)
-        self.redelivered = bool(getattr(delivery, "redelivered", False))
-        self.headers: dict[str, Any] = delivered.header.properties.headers or {}
+
+class _Carrier:
+    """One delivered message and how many of its jobs are not settled yet."""
+
+    __slots__ = ("envelope", "incoming", "open", "redelivered")
+
+    def __init__(self, incoming: AbstractIncomingMessage, jobs: int, *, envelope: bool) -> None:
+        self.incoming = incoming
+        self.open = jobs
+        self.envelope = envelope
+        headers = incoming.headers or {}
+        self.redelivered = bool(incoming.redelivered) or bool(headers.get(HEADER_REDELIVERED))
 
 
 class _RabbitDelivery(Delivery):
-    __slots__ = ("_consumer", "_incoming", "_settled", "message", "redelivered")
+    __slots__ = ("_carrier", "_consumer", "_settled", "message", "redelivered")
 
-    def __init__(self, consumer: _JobConsumer, incoming: _Incoming, message: JobMessage) -> None:
+    def __init__(self, consumer: _JobConsumer, carrier: _Carrier, message: JobMessage) -> None:
         self.message = message
-        self.redelivered = bool(incoming.redelivered)
+        self.redelivered = carrier.redelivered
         self._consumer = consumer
-        self._incoming = incoming
+        self._carrier = carrier
         self._settled = False
 
     @property
     def is_live(self) -> bool:
-        return not self._incoming.channel.is_closed
+        return _underlay(self._carrier.incoming) is not None
 
     async def ack(self) -> None:
         self._settle()
-        self._consumer.ack_soon(self._incoming)
-        await self._consumer.settled(self)
+        await self._consumer.settled(self, done=True)
 
     async def reject(self, *, requeue: bool) -> None:
         self._settle()
-        await _quietly(_send_settle(self._incoming, ack=False, requeue=requeue), "reject")
-        await self._consumer.settled(self)
+        carrier = self._carrier
+        if not carrier.envelope:
+            await _quietly(_send_settle(carrier.incoming, ack=False, requeue=requeue), "reject")
+            carrier.open = 0
+            await self._consumer.settled(self, done=False)
+            return
+        # A job of an envelope goes back (or to the dead letters) alone.
+        sent = await self._consumer.send_alone(self.message, dead=not requeue)
+        await self._consumer.settled(self, done=sent)
 
     def _settle(self) -> None:
         if self._settled:
@@ -88,19 +116,29 @@ class _RabbitDelivery(Delivery):
 class _JobConsumer:
     """One consumer of a group's queue, on a channel of its own; an async iterator."""
 
-    def __init__(self, broker: RabbitMQBroker, worker_id: str, prefetch: int) -> None:
+    def __init__(
+        self,
+        broker: RabbitMQBroker,
+        worker_id: str,
+        prefetch: int,
+        envelopes: Callable[[], bool] | None = None,
+    ) -> None:
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
         self._broker = broker
         self._worker_id = worker_id
         self._prefetch = min(prefetch, _MAX_PREFETCH)
+        self._envelopes = envelopes if envelope_size(self._prefetch) > 0 else None
+        """Whether the group gets envelopes now (``None``: single messages)."""
+        self._qos = self._want_prefetch()
         self._channel: AbstractRobustChannel | None = None
         self._queue: AbstractRobustQueue | None = None
         self._tag: str | None = None
-        self._ready: deque[_Incoming] = deque()
+        self._incoming: deque[AbstractIncomingMessage] = deque()
+        """Messages received, not read yet."""
+        self._ready: deque[_RabbitDelivery] = deque()
+        """Jobs read, not handed out yet."""
         self._unsettled: set[_RabbitDelivery] = set()
-        self._acks: dict[AbstractChannel, list[int]] = {}
-        """Delivery tags to acknowledge, by channel, written together soon (one payload)."""
         self._waiting = _Waiting()
         self.closed = False
 
@@ -115,10 +153,15 @@ class _JobConsumer:
                 if not self.closed:
                     raise  # stopped while opening (the broker's close): the iteration ends
         while not self.closed:
-            while self._ready:
-                delivery = await self._deliver(self._ready.popleft())
-                if delivery is not None:
-                    return delivery
+            if self._ready:
+                delivery = self._ready.popleft()
+                if not delivery.is_live:
+                    continue  # its channel is gone: the broker delivers it again
+                self._unsettled.add(delivery)
+                return delivery
+            if self._incoming:
+                await self._read(self._incoming.popleft())
+                continue
             await self._waiting.wait()
         raise StopAsyncIteration
 
@@ -128,55 +171,61 @@ class _JobConsumer:
         try:
             with _translated("consume jobs"):
                 async with asyncio.timeout(broker.operation_timeout):
-                    await channel.set_qos(prefetch_count=self._prefetch)
+                    await channel.set_qos(prefetch_count=self._qos)
                     self._queue = await broker._declare_job_queue(channel, self._worker_id)
                     self._tag = f"rota-{secrets.token_hex(8)}"
-                    await self._consume(channel)
+                    # aio-pika's robust channel restores the consumer after a reconnect.
+                    await self._queue.consume(self._on_message, consumer_tag=self._tag)
         except BaseException:
             await _quietly(channel.close(), "close channel")
             raise
-        # The robust channel restores its QoS and queue after a reconnect; the consumer,
-        # registered with aiormq directly, is registered again here.
-        channel.reopen_callbacks.add(self._on_reopen)
         self._channel = channel
 
-    async def _consume(self, channel: AbstractRobustChannel) -> None:
-        underlay = await channel.get_underlay_channel()
-        queue = self._broker.names.job_queue(self._worker_id)
-        _direct_intake(underlay, self._on_message, self._take)
-        await underlay.basic_consume(queue, self._on_message, consumer_tag=self._tag)
+    def _want_prefetch(self) -> int:
+        envelopes = self._envelopes
+        return ENVELOPE_PREFETCH if envelopes is not None and envelopes() else self._prefetch
 
-    async def _on_reopen(self, channel: AbstractRobustChannel | None) -> None:
-        if self.closed or channel is None:
+    async def _follow_mode(self) -> None:
+        """Start a consumer with the prefetch of the group's mode (envelopes or single
+        messages) when it changed, and cancel the one before."""
+        want = self._want_prefetch()
+        channel, queue, old = self._channel, self._queue, self._tag
+        if want == self._qos or channel is None or queue is None or old is None:
             return
+        self._qos = want
+        tag = f"rota-{secrets.token_hex(8)}"
         try:
-            with _translated("consume jobs again"):
+            with _translated("change the prefetch"):
                 async with asyncio.timeout(self._broker.operation_timeout):
-                    await self._consume(channel)
-        except BackendUnavailableError as exc:  # the channel closes again, and reopens
-            log.warning("RabbitMQ: job consumer not restored: %s", exc)
+                    await channel.set_qos(prefetch_count=want)
+                    await queue.consume(self._on_message, consumer_tag=tag)
+                    self._tag = tag
+                    await queue.cancel(old)
+        except BackendUnavailableError as exc:  # the channel is going: restored with it
+            log.warning("RabbitMQ: job consumer not changed to prefetch %d: %s", want, exc)
 
-    async def _on_message(self, delivered: DeliveredMessage) -> None:
-        """The consumer callback (aiormq's path; see :func:`_direct_intake`)."""
-        self._take(delivered)
-
-    def _take(self, delivered: DeliveredMessage) -> None:
-        incoming = _Incoming(delivered)
+    async def _on_message(self, incoming: AbstractIncomingMessage) -> None:
         if self.closed:  # arrived while stopping: give it back at once
-            task = asyncio.ensure_future(
-                _quietly(_send_settle(incoming, ack=False, requeue=True), "requeue")
-            )
-            self._broker._background.add(task)
-            task.add_done_callback(self._broker._background.discard)
+            await _quietly(_send_settle(incoming, ack=False, requeue=True), "requeue")
             return
-        self._ready.append(incoming)
+        self._incoming.append(incoming)
         self._waiting.wake()
 
-    async def _deliver(self, incoming: _Incoming) -> _RabbitDelivery | None:
+    async def _read(self, incoming: AbstractIncomingMessage) -> None:
+        """Read a message into the jobs it carries (a poison message or job to the dead
+        letters)."""
         if _underlay(incoming) is None:
-            return None  # its channel is gone: the broker delivers it again
+            return  # its channel is gone: the broker delivers it again
+        envelope = incoming.content_type == ENVELOPE_CONTENT_TYPE
+        await self._follow_mode()
+        counts = self._broker.counts
+        counts["delivered_messages"] += 1
         try:
-            message = decode_job_message(incoming.body, incoming.headers)
+            if envelope:
+                parts = decode_job_envelope(incoming.body)
+            else:
+                headers: dict[str, Any] = dict(incoming.headers or {})
+                parts = [EnvelopePart(0, None, decode_job_message(incoming.body, headers))]
         except ValidationError as exc:
             log.warning(
                 "RabbitMQ: undecodable job message dead-lettered: %s",
@@ -184,57 +233,70 @@ class _JobConsumer:
                 extra={"action": "poison", "field": exc.field},
             )
             await _quietly(_send_settle(incoming, ack=False), "reject")
-            return None
-        delivery = _RabbitDelivery(self, incoming, message)
-        self._unsettled.add(delivery)
-        return delivery
+            return
+        counts["delivered_jobs"] += len(parts)
+        carrier = _Carrier(incoming, len(parts), envelope=envelope)
+        for part in parts:
+            if part.message is not None:
+                self._ready.append(_RabbitDelivery(self, carrier, part.message))
+                continue
+            log.warning(
+                "RabbitMQ: undecodable job of an envelope dead-lettered: %s",
+                part.error,
+                extra={"action": "poison", "field": part.error.field if part.error else None},
+            )
+            if await self._dead_letter(encode_envelope_part(part), self._death_headers()):
+                await self._part_done(carrier)
 
-    async def settled(self, delivery: _RabbitDelivery) -> None:
+    # --- settling -----------------------------------------------------------------------
+
+    async def settled(self, delivery: _RabbitDelivery, *, done: bool) -> None:
+        """A job was settled (``done``: its message may be acknowledged once all its jobs
+        are)."""
         self._unsettled.discard(delivery)
+        if done:
+            await self._part_done(delivery._carrier)
         if self.closed and not self._unsettled:
             await self._close_channel()
 
-    def ack_soon(self, incoming: _Incoming) -> None:
-        """Acknowledge a delivery with the others acknowledged in this turn of the loop: one
-        payload per channel, one ``multiple`` ack when no older delivery is still open."""
-        channel = _underlay(incoming)
-        tag = incoming.delivery_tag
-        if channel is None or tag is None:
-            return  # its channel is gone: the broker delivers it again
-        if not self._acks:
-            asyncio.get_running_loop().call_soon(self._write_acks)
-        self._acks.setdefault(channel, []).append(tag)
+    async def _part_done(self, carrier: _Carrier) -> None:
+        carrier.open -= 1
+        if carrier.open == 0:
+            await _quietly(_send_settle(carrier.incoming, ack=True), "ack")
 
-    def _write_acks(self) -> None:
-        acks, self._acks = self._acks, {}
-        for channel, tags in acks.items():
-            if channel.is_closed:
-                continue  # the broker delivers them again
-            last = max(tags)
-            if self._oldest_open(channel) > last:
-                frames = [aiormq.spec.Basic.Ack(delivery_tag=last, multiple=True)]
-            else:
-                frames = [aiormq.spec.Basic.Ack(delivery_tag=tag) for tag in tags]
-            payload = ChannelFrame.marshall(channel.number, frames)
-            queue: asyncio.Queue[ChannelFrame] = getattr(channel, "write_queue")  # noqa: B009
-            try:
-                queue.put_nowait(payload)
-            except asyncio.QueueFull:
-                task = asyncio.ensure_future(_quietly(queue.put(payload), "ack"))
-                self._broker._background.add(task)
-                task.add_done_callback(self._broker._background.discard)
+    async def send_alone(self, message: JobMessage, *, dead: bool) -> bool:
+        """Publish a job of an envelope as a message of its own: back to its group's queue
+        (marked redelivered, as RabbitMQ marks a message given back), or to the dead
+        letters. ``False`` when it could not be published: its envelope then stays
+        unacknowledged and the broker delivers it again once its channel closes."""
+        names = self._broker.names
+        if dead:
+            headers = {**job_message_headers(message), **self._death_headers()}
+            return await self._dead_letter(encode_job_message(message), headers)
+        try:
+            await self._broker._publish([job_item(names, message, {HEADER_REDELIVERED: 1})])
+        except BackendUnavailableError as exc:
+            log.warning("RabbitMQ: a job of an envelope not handed back alone: %s", exc)
+            return False
+        return True
 
-    def _oldest_open(self, channel: AbstractChannel) -> float:
-        """The oldest delivery tag on ``channel`` not settled (given out or not yet)."""
-        oldest = math.inf
-        for delivery in self._unsettled:
-            incoming = delivery._incoming
-            if incoming.delivery_tag is not None and _underlay(incoming) is channel:
-                oldest = min(oldest, incoming.delivery_tag)
-        for incoming in self._ready:
-            if incoming.delivery_tag is not None and _underlay(incoming) is channel:
-                oldest = min(oldest, incoming.delivery_tag)
-        return oldest
+    def _death_headers(self) -> dict[str, str]:
+        """What RabbitMQ says of a message rejected from the group's queue."""
+        return {
+            "x-first-death-reason": "rejected",
+            "x-first-death-queue": self._broker.names.job_queue(self._worker_id),
+        }
+
+    async def _dead_letter(self, body: bytes, headers: dict[str, Any]) -> bool:
+        item = dead_letter_item(self._broker.names, body, headers)
+        try:
+            await self._broker._publish([item])
+        except BackendUnavailableError as exc:
+            log.warning("RabbitMQ: a job of an envelope not dead-lettered alone: %s", exc)
+            return False
+        return True
+
+    # --- stopping -----------------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Stop intake and hand back what was not yielded; unsettled deliveries can still be
@@ -243,78 +305,29 @@ class _JobConsumer:
             return
         self.closed = True
         self._waiting.wake()
-        if self._channel is not None and self._tag is not None:
-            await _quietly(self._cancel(self._channel, self._tag), "cancel consumer")
+        if self._queue is not None and self._tag is not None:
+            await _quietly(self._queue.cancel(self._tag), "cancel consumer")
+        incoming, self._incoming = self._incoming, deque()
+        for message in incoming:
+            await _quietly(_send_settle(message, ack=False, requeue=True), "requeue")
+        ready, self._ready = self._ready, deque()
+        for delivery in ready:
+            self._unsettled.add(delivery)
+            await delivery.reject(requeue=True)
         if not self._unsettled:
             await self._close_channel()
-            return
-        ready, self._ready = self._ready, deque()
-        for incoming in ready:
-            await _quietly(_send_settle(incoming, ack=False, requeue=True), "requeue")
-
-    @staticmethod
-    async def _cancel(channel: AbstractRobustChannel, tag: str) -> None:
-        underlay = await channel.get_underlay_channel()
-        await underlay.basic_cancel(tag)
 
     def stop(self) -> None:
         """The broker is closing its connection: end iteration; everything not acknowledged
         goes back."""
-        if self._acks:
-            self._write_acks()
         self.closed = True
+        self._incoming.clear()
         self._ready.clear()
         self._unsettled.clear()
         self._waiting.wake()
 
     async def _close_channel(self) -> None:
-        if self._acks:
-            self._write_acks()
         channel, self._channel = self._channel, None
         self._broker._job_consumers.discard(self)
         if channel is not None:
             await _quietly(channel.close(), "close channel")
-
-
-def _direct_intake(
-    channel: AbstractChannel,
-    callback: Callable[[DeliveredMessage], Awaitable[None]],
-    take: Callable[[DeliveredMessage], None],
-) -> bool:
-    """Make ``channel`` pass the deliveries meant for ``callback`` (the consumer callback given
-    to ``basic_consume``) to ``take`` as it reads them, instead of starting a task per delivery
-    that calls ``callback``. The frames are read by aiormq's own methods, in the same order;
-    deliveries for any other consumer (none: the channel is the consumer's own), or for none
-    (cancelled), are handled as aiormq handles them. ``False`` (nothing changed) when this
-    aiormq lacks those methods."""
-    read_header = getattr(channel, "_Channel__get_content_header", None)
-    read_content = getattr(channel, "_read_content", None)
-    consumers = getattr(channel, "consumers", None)
-    aiormq_path = getattr(channel, "_on_deliver_frame", None)
-    if read_header is None or read_content is None or aiormq_path is None:
-        return False
-    if not isinstance(consumers, dict):
-        return False
-
-    async def on_deliver_frame(frame: aiormq.spec.Basic.Deliver) -> None:
-        header = await read_header()
-        message = await read_content(frame, header)
-        consumer = consumers.get(frame.consumer_tag) if frame.consumer_tag else None
-        if consumer is None:
-            return  # no consumer (cancelled): aiormq drops it too (the broker delivers it again)
-        if consumer != callback:
-            task = channel.create_task(consumer(message))
-            task.add_done_callback(_log_consumer_failure)
-            return
-        try:
-            take(message)
-        except Exception:  # never break the channel's reader (left unacknowledged, as aiormq does)
-            log.exception("RabbitMQ: taking a job delivery failed")
-
-    setattr(channel, "_on_deliver_frame", on_deliver_frame)  # noqa: B010
-    return True
-
-
-def _log_consumer_failure(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("RabbitMQ: consumer callback failed", exc_info=task.exception())

@@ -282,7 +282,7 @@ class _RecordConsumer(_QueueConsumer[T]):
                 continue
             body = self._encode(message.remainder())
             try:
-                await self._broker._publish([record_item("", self._queue_name, body)])
+                await self._broker._publish([record_item("", self._queue_name, body, "records")])
             except BackendUnavailableError as exc:
                 log.warning("RabbitMQ: partly acknowledged message not replaced: %s", exc)
                 return

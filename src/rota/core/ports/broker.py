@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from rota.core.models import (
     JobMessage,
@@ -63,15 +63,37 @@ class Broker(abc.ABC):
         routing does not depend on it: the dispatcher names the group of each message.)"""
 
     @abc.abstractmethod
-    async def publish_jobs(self, messages: Sequence[JobMessage]) -> None:
+    async def publish_jobs(
+        self, messages: Sequence[JobMessage], *, envelopes: Mapping[str, int] | None = None
+    ) -> None:
         """Publish job messages (persistent, with their priority), each to the queue of the
         group its ``worker_id`` names (the queue is made if it does not exist). A message
-        naming no group is a ``ValueError``."""
+        naming no group is a ``ValueError``. ``envelopes``: the groups whose every consumer
+        reads envelopes, and the most jobs each takes in one (what their workers announced,
+        :meth:`envelope_size`); a broker may carry their jobs of one priority together, each
+        still delivered as a :class:`Delivery` of its own."""
+
+    def message_counts(self) -> Mapping[str, int]:
+        """Job messages (single or envelope) published and delivered by this process, and the
+        jobs they carried: ``published_messages``, ``published_jobs``,
+        ``delivered_messages``, ``delivered_jobs`` (empty: this broker moves no messages)."""
+        return {}
+
+    def envelope_size(self, prefetch: int) -> int:
+        """The most jobs a consumer of ``prefetch`` takes in one envelope, which its worker
+        announces (``0``: this broker carries every job alone)."""
+        del prefetch
+        return 0
 
     @abc.abstractmethod
-    def consume_jobs(self, worker_id: str, prefetch: int) -> AsyncIterator[Delivery]:
-        """Deliveries from the group's queue, at most ``prefetch`` unsettled at a time. Several
-        consumers of one group share its queue (each message goes to one of them)."""
+    def consume_jobs(
+        self, worker_id: str, prefetch: int, *, envelopes: Callable[[], bool] | None = None
+    ) -> AsyncIterator[Delivery]:
+        """Deliveries from the group's queue, at most ``prefetch`` unsettled at a time (about
+        that many with envelopes). Several consumers of one group share its queue (each
+        message goes to one of them). ``envelopes``: whether the group gets envelopes now
+        (every live instance announced them), read as messages come; ``None``: treat every
+        message as if it came alone."""
 
     @abc.abstractmethod
     async def publish_status(self, records: Sequence[StatusRecord]) -> None:
