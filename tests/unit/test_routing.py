@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from rota.coordination.memory import MemoryCoordination
 from rota.core.ids import new_id
-from rota.core.models import FailureType, Job, StatusRecord, WorkerInfo, utcnow
+from rota.core.models import FailureType, Job, JobMessage, StatusRecord, WorkerInfo, utcnow
 from rota.core.models import OccurrenceStatus as S
 from rota.core.planning import PlanSettings, new_occurrence
 from rota.services.routing import DeclinedAttempts
@@ -134,3 +135,30 @@ async def test_declined_attempts_go_back_or_fail_and_stale_ones_are_dropped(
     lines = await store.occurrence_logs(occs[0].id)
     assert ["sent again" in line.message for _seq, line in lines] == [True]
     assert await declines.settle([other]) == [other]  # nothing declined: nothing asked
+
+
+def _message(group: str) -> JobMessage:
+    return JobMessage(
+        occurrence_id=new_id(), job_id=new_id(), job_type="report", job_data=None,
+        scheduled_for=T0, timestamp=T0, worker_id=group,
+    )  # fmt: skip
+
+
+async def test_envelopes_go_to_groups_whose_every_instance_reads_them_shared_out() -> None:
+    def reader(instance: str, group: str, size: int) -> WorkerInfo:
+        return replace(worker(instance, group, "report"), envelope_jobs=size)
+
+    found, _ = await directory(
+        reader("a-1", "all", 100),
+        reader("a-2", "all", 50),
+        reader("m-1", "mixed", 100),
+        worker("m-2", "mixed", "report"),  # reads no envelopes: the group gets single messages
+        reader("s-1", "solo", 100),
+    )
+    batch = [_message("all")] * 300 + [_message("mixed")] * 10 + [_message("solo")] * 30
+    # the smallest size announced; solo's 30 jobs in one envelope
+    assert found.envelopes(batch) == {"all": 50, "solo": 30}
+    # a burst smaller than the group's instances × size is shared out: one part each
+    assert found.envelopes([_message("all")] * 40) == {"all": 20}
+    assert found.envelopes([_message("all")] * 3) == {"all": 2}
+    assert found.envelopes([_message("solo")]) == {}  # a lone job goes alone

@@ -378,7 +378,7 @@ class Dispatcher:
         await self._workers.refresh()
         messages, sent, unrouted = self._addressed(claimed, now)
         try:
-            await self._broker.publish_jobs(messages, envelopes=self._workers.envelopes)
+            await self._broker.publish_jobs(messages, envelopes=self._workers.envelopes(messages))
         except BaseException:
             # Give them back at once; if even that fails, the claim runs out by itself.
             with contextlib.suppress(RotaError, OSError):
@@ -396,7 +396,7 @@ class Dispatcher:
         back to the sweep."""
         await self._workers.refresh()
         messages, _sent, unrouted = self._addressed(occurrences, now)
-        await self._broker.publish_jobs(messages, envelopes=self._workers.envelopes)
+        await self._broker.publish_jobs(messages, envelopes=self._workers.envelopes(messages))
         if unrouted:
             await self._store.undispatch(unrouted)
 
@@ -474,7 +474,7 @@ class Dispatcher:
         if not occurrences:
             return
         messages, sent, unrouted = self._addressed(occurrences, now)
-        await self._broker.publish_jobs(messages, envelopes=self._workers.envelopes)
+        await self._broker.publish_jobs(messages, envelopes=self._workers.envelopes(messages))
         unmarked = [o for o in sent if o.dispatched_at is None]
         marked = [o for o in unrouted if o.dispatched_at is not None]
         if marked:  # marked in the dispatch transaction: unmark for the sweep

@@ -10,14 +10,15 @@ import bisect
 import itertools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from rota.core.errors import BackendUnavailableError
 from rota.core.events import Event, worker_changed
-from rota.core.models import WorkerInfo, utcnow
+from rota.core.models import JobMessage, WorkerInfo, utcnow
 from rota.core.ports import JobTypeHistory, WorkerRegistry
 from rota.services._loop import run_periodically
 from rota.services.events import EventPublisher
@@ -57,10 +58,24 @@ class WorkerDirectory:
         self._roster: tuple[tuple[str, datetime], ...] = ()
         self._generation = 0
         self._capacity: dict[str, int] = {}
-        self.envelopes: dict[str, int] = {}
+        self._envelopes: dict[str, int] = {}
         """The live groups whose every instance reads envelopes: the most jobs each takes in
         one (the smallest its instances announced)."""
+        self._instances: dict[str, int] = {}
         self._routes: dict[tuple[str, str | None], _Route | None] = {}
+
+    def envelopes(self, messages: Iterable[JobMessage]) -> dict[str, int]:
+        """For a batch of job messages, the groups that get envelopes and the most jobs in
+        one: what their instances announced, and no more than shares the group's jobs of the
+        batch among its live instances (RabbitMQ gives messages out in turn, so every instance
+        gets a part of a burst)."""
+        counts = Counter(message.worker_id for message in messages)
+        sizes: dict[str, int] = {}
+        for group, size in self._envelopes.items():
+            share = -(-counts.get(group, 0) // self._instances.get(group, 1))
+            if min(size, share) > 1:
+                sizes[group] = min(size, share)
+        return sizes
 
     async def refresh(self, *, force: bool = False) -> None:
         if not force and time.monotonic() - self._read_at < self._max_age:
@@ -71,8 +86,10 @@ class WorkerDirectory:
         newest: dict[str, WorkerInfo] = {}
         capacity: dict[str, int] = {}
         envelopes: dict[str, int] = {}
+        instances: dict[str, int] = {}
         for worker in workers:
             group = worker.worker_id
+            instances[group] = instances.get(group, 0) + 1
             capacity[group] = capacity.get(group, 0) + max(worker.concurrency, 1)
             envelopes[group] = min(envelopes.get(group, worker.envelope_jobs), worker.envelope_jobs)
             seen = newest.get(group)
@@ -89,7 +106,8 @@ class WorkerDirectory:
                 defaults.setdefault(job_type, description)
         self._workers, self._by_type, self._defaults = workers, by_type, defaults
         self._capacity = capacity
-        self.envelopes = {group: size for group, size in envelopes.items() if size > 1}
+        self._envelopes = {group: size for group, size in envelopes.items() if size > 1}
+        self._instances = instances
         self._routes.clear()
         roster = tuple((w.instance_id, w.started_at) for w in workers)
         if roster != self._roster:
