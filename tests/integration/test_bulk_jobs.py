@@ -126,3 +126,30 @@ async def test_a_minimal_answer_is_replayed_for_its_idempotency_key(
     assert again.headers["Preference-Applied"] == "return=minimal"
     assert again.json() == first.json()
     assert (await store.overview(datetime.now(UTC))).jobs == 3
+
+
+async def test_each_job_of_the_answer_is_what_the_jobs_list_shows(
+    client: httpx.AsyncClient, store: SqlStore
+) -> None:
+    """The bulk answer shows each job as every other answer does (one model, one writer):
+    whole numbers where floats are held, every optional setting, a paused one."""
+    full = spec(1) | {
+        "timeoutSeconds": 90,
+        "maxRetries": 2,
+        "retryDelaySeconds": 1,
+        "zombiePolicy": "fail",
+        "zombieThresholdSeconds": 30.5,
+        "autoDisableThreshold": 3,
+        "jitterSeconds": 2,
+        "description": "é ☃",
+    }
+    every = {"jobType": "t", "every": "1h30m", "isActive": False}
+    body = {"jobs": [spec(0), full, every]}
+    response = await client.post("/api/v1/jobs/bulk", json=body)
+    assert response.status_code == 201, response.text[:500]
+    items = response.json()["items"]
+    listed = {job["id"]: job for job in (await client.get("/api/v1/jobs")).json()["items"]}
+    assert [listed[job["id"]] for job in items] == items
+    assert items[1]["timeoutSeconds"] == 90.0
+    assert items[1]["timeoutMinutes"] == 1.5
+    assert items[2]["every"] == "1h30m"

@@ -16,7 +16,6 @@ from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
 from rota.api import scopes
-from rota.api.bulkout import JSON, ids_json, jobs_json
 from rota.api.deps import ApiRuntime, Audit, Idempotent, Jobs, Runtime, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.routes.dependencies import dependencies_out
@@ -60,6 +59,8 @@ APPLIED = "Preference-Applied"
 
 REPLAYED = "Idempotent-Replayed"
 """The answer header that says whether it is a repeat's kept answer."""
+
+JSON = "application/json"
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
 schedules = APIRouter(prefix="/schedules", tags=["jobs"], dependencies=[requires(Role.VIEWER)])
@@ -149,23 +150,18 @@ async def _idempotent(
     caller: str,
     operation: str,
     body: ApiModel,
-    handle: Callable[[], Awaitable[tuple[ApiModel | bytes, Headers]]],
+    handle: Callable[[], Awaitable[tuple[ApiModel, Headers]]],
 ) -> Any:
-    """``handle()``'s body (a 201: a model, or its JSON already written), or with a ``key``
-    its answer kept for repeats (a repeat gets the first answer, ``Idempotent-Replayed:
-    true``)."""
+    """``handle()``'s body (a 201, its headers set on the route's response), or with a
+    ``key`` its answer kept for repeats with ``handle()``'s headers (a repeat gets the first
+    answer, ``Idempotent-Replayed: true``)."""
     if key is None:
-        made, headers = await handle()
-        return (
-            Response(made, status.HTTP_201_CREATED, headers=dict(headers), media_type=JSON)
-            if isinstance(made, bytes)
-            else made
-        )
+        made, _ = await handle()
+        return made
 
     async def answered() -> Answer:
         made, headers = await handle()
-        raw = made if isinstance(made, bytes) else made.model_dump_json(by_alias=True).encode()
-        return Answer(201, raw, headers)
+        return Answer(201, made.model_dump_json(by_alias=True).encode(), headers)
 
     fingerprint = (
         body.canonical_json()
@@ -327,6 +323,7 @@ async def _update(
 async def create_jobs(
     body: BulkCreate,
     jobs: Jobs,
+    response: Response,
     user: OperatorUser,
     idempotency: Idempotent,
     key: IdempotencyKey = None,
@@ -349,7 +346,7 @@ async def create_jobs(
     async def listed(created: Sequence[Job], _: object) -> dict[str, Any]:
         return {"count": len(created), "ids": [str(job.id) for job in created[:AUDITED_IDS]]}
 
-    async def handle() -> tuple[bytes, Headers]:
+    async def handle() -> tuple[ApiModel, Headers]:
         # the jobs and the audit entry: one transaction
         created = await jobs.create_jobs(
             [item_spec(item, user.username) for item in body.jobs],
@@ -357,9 +354,11 @@ async def create_jobs(
             audit=AuditNote(actor=user.username, action="job.bulk_created", after=listed),
         )
         if minimal:
-            return ids_json(created), ((APPLIED, "return=minimal"),)
-        # The JobList written straight to JSON (the same bytes; no model per job).
-        return jobs_json(created, jobs), ()
+            response.headers[APPLIED] = "return=minimal"
+            ids = BulkCreatedIds(count=len(created), ids=[job.id for job in created])
+            return ids, ((APPLIED, "return=minimal"),)
+        # each job as the single create shows it (the same model, the same serialisation)
+        return JobList(items=[out(job, jobs) for job in created]), ()
 
     return await _idempotent(idempotency, key, user.username, "jobs.bulk", body, handle)
 
