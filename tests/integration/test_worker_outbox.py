@@ -24,6 +24,7 @@ from rota.sdk.registry import AnyJobDefinition, JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
 from tests.contract.rabbitmq_fixtures import rabbitmq_url  # noqa: F401 (session fixture)
+from tests.executors import make_executor
 from tests.helpers import eventually
 from tests.priority_order import held_deliveries_start_by_priority
 from tests.worker_broker import FlakyBroker
@@ -110,7 +111,7 @@ class Worker:
         self, *definitions: AnyJobDefinition, concurrency: int = 2, broker: Broker | None = None
     ) -> Executor:
         store = await LocalStore.open(self.path)
-        executor = Executor(
+        executor = make_executor(
             broker or self.broker,
             JobRegistry(definitions),
             worker_id=GROUP,

@@ -20,6 +20,7 @@ from rota.core.ports import Broker
 from rota.sdk.registry import AnyJobDefinition, JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
+from tests.executors import make_executor
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 WORKER = "test-worker"
@@ -128,7 +129,7 @@ class Harness:
     ) -> Executor:
         if extra_types:
             await self.broker.declare_worker_group(WORKER, list(extra_types))
-        executor = Executor(
+        executor = make_executor(
             broker or self.broker,
             JobRegistry(definitions),
             worker_id=WORKER,

@@ -40,8 +40,8 @@ from rota.services.tracker import StatusTracker
 from rota.services.zombies import ZombieDetector
 from rota.stores.sql import SqlStore
 from rota.worker.claims import CLAIM_EPOCH, AttemptClaims
-from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
+from tests.executors import make_executor
 from tests.helpers import eventually
 from tests.unit.registry_clock import T0, Clock, info
 
@@ -230,7 +230,7 @@ async def test_a_copy_redelivered_after_a_loss_runs_as_the_next_attempt_once(
     local = await LocalStore.open(tmp_path / "worker.sqlite3")
     await local.set_meta(CLAIM_EPOCH, "an-older-token")  # Redis lost its data since
     coordination = MemoryCoordination()
-    executor = Executor(
+    executor = make_executor(
         broker,
         JobRegistry([report]),
         worker_id=WORKER,

@@ -36,6 +36,7 @@ from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
 from rota.worker.presence import WorkerPresence
 from rota.worker.run import MAX_EXCEPTION_BYTES, format_exception, to_jsonable
+from tests.executors import make_executor
 from tests.helpers import eventually
 from tests.priority_order import held_deliveries_start_by_priority
 from tests.unit import executor_harness
@@ -269,7 +270,7 @@ def _message(retry_count: int, **fields: Any) -> JobMessage:
 
 
 def _bare_executor(broker: InProcessBroker, **kwargs: Any) -> Executor:
-    return Executor(
+    return make_executor(
         broker,
         JobRegistry([]),
         worker_id=WORKER,
@@ -891,7 +892,7 @@ async def test_the_outbox_survives_a_worker_restart(
 ) -> None:
     flaky.away = True
     store = await LocalStore.open(tmp_path)
-    first = Executor(
+    first = make_executor(
         flaky,
         JobRegistry([async_plain]),
         worker_id=WORKER,
@@ -957,7 +958,7 @@ async def _run_once_and_restart(
     harness: Harness, observer: Observer, tmp_path: Path, counted: AnyJobDefinition
 ) -> tuple[JobMessage, LocalStore]:
     store = await LocalStore.open(tmp_path)
-    first = Executor(
+    first = make_executor(
         harness.broker,
         JobRegistry([counted]),
         worker_id=WORKER,

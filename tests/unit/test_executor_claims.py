@@ -27,6 +27,7 @@ from rota.sdk.registry import AnyJobDefinition, JobRegistry
 from rota.worker import hold as hold_module
 from rota.worker.claims import CLAIM_EPOCH, AttemptClaims
 from rota.worker.executor import Executor
+from tests.executors import make_executor
 from tests.helpers import eventually
 from tests.unit import executor_harness
 from tests.unit.executor_harness import NOW, WORKER, Harness, Observer
@@ -60,7 +61,7 @@ def _executor(
     concurrency: int = 2,
     hold_capacity: int = 0,
 ) -> Executor:
-    return Executor(
+    return make_executor(
         via,
         JobRegistry([definition]),
         worker_id=worker_id,

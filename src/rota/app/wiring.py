@@ -16,7 +16,7 @@ import os
 import secrets
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prometheus_client import CollectorRegistry
 
@@ -69,12 +69,8 @@ from rota.services.tracker import LogCollector, StatusTracker
 from rota.services.workers import RosterWatcher, WorkerDirectory
 from rota.services.zombies import ZombieDetector
 from rota.worker.claims import AttemptClaims
-from rota.worker.executor import (
-    FINALIZED_MAX_ENTRIES,
-    FINALIZED_RETENTION,
-    HAND_BACK_AFTER,
-    Executor,
-)
+from rota.worker.config import ExecutorConfig
+from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
 from rota.worker.presence import WorkerPresence
 from rota.worker.sealing import SealingBroker
@@ -349,23 +345,29 @@ def build_executor(
     slots = ws.concurrency if concurrency is None else concurrency
     standalone = local_store is not None
     seal = settings.encryption.seal()
-    executor = Executor(
-        broker if seal is None else SealingBroker(broker, seal),
-        registry,
+    config = ExecutorConfig(
         worker_id=worker_id,
         instance_id=instance_id,
         concurrency=slots,
         sync_threads=max(ws.sync_threads, slots) if standalone else ws.sync_threads,
         flush_interval=ws.flush_interval_seconds,
         heartbeat_interval=ws.heartbeat_seconds,
-        store=local_store,
-        hand_back_after=ws.hand_back_after_seconds if standalone else HAND_BACK_AFTER,
-        finalized_retention=(
-            ws.finalized_retention_hours * 3600.0 if standalone else FINALIZED_RETENTION
-        ),
-        finalized_max_entries=ws.finalized_max_entries if standalone else FINALIZED_MAX_ENTRIES,
         default_timeout=ws.default_timeout_seconds,
         hold_capacity=ws.hold_capacity,
+        limit_lease=max(ws.limit_lease_seconds, ws.heartbeat_seconds * 2),
+    )
+    if standalone:  # the worker settings' hand-back time and finalized-attempt limits
+        config = replace(
+            config,
+            hand_back_after=ws.hand_back_after_seconds,
+            finalized_retention=ws.finalized_retention_hours * 3600.0,
+            finalized_max_entries=ws.finalized_max_entries,
+        )
+    executor = Executor(
+        broker if seal is None else SealingBroker(broker, seal),
+        registry,
+        config,
+        store=local_store,
         on_finished=metrics.record_finished,
         tracing=tracing,
         claims=AttemptClaims(
@@ -376,7 +378,6 @@ def build_executor(
             store=local_store,
         ),
         limits=coordination,
-        limit_lease=max(ws.limit_lease_seconds, ws.heartbeat_seconds * 2),
         secrets=WorkerSecrets(directory=ws.secrets_dir),
     )
     _watch_executor(metrics, executor)

@@ -51,17 +51,18 @@ from rota.observability.tracing import Tracing
 from rota.sdk.context import JobContext
 from rota.sdk.registry import AnyJobDefinition, JobRegistry
 from rota.worker.claims import AttemptClaims, ClaimVerdict
+from rota.worker.config import ExecutorConfig
 from rota.worker.early import Early, Parsed, granted
 from rota.worker.finals import FinalizedAttempts
 from rota.worker.flow import Flow
-from rota.worker.gate import DEFAULT_LIMIT_LEASE, LimitGate
+from rota.worker.gate import LimitGate
 from rota.worker.hold import Entry, Hold
 from rota.worker.localstore import LocalStore
 from rota.worker.reporter import Reporter
 from rota.worker.run import ExecutorStats, Runner, declined, format_exception, log_finished
 from rota.worker.secrets import WorkerSecrets
 
-__all__ = ["Executor", "ExecutorStats", "Reporter", "format_exception"]
+__all__ = ["Executor", "ExecutorConfig", "ExecutorStats", "Reporter", "format_exception"]
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +76,6 @@ S = OccurrenceStatus
 _MAX_SUPERSEDED = 10_000
 _INTAKE_SLICE = 0.0005
 """Seconds of intake after which it lets the loop run other work (a due start's timer)."""
-
-HAND_BACK_AFTER = 600.0
-FINALIZED_RETENTION = 7 * 24 * 3600.0
-FINALIZED_MAX_ENTRIES = 1_000_000
-"""The defaults of ``hand_back_after``, ``finalized_retention`` and ``finalized_max_entries``."""
 
 
 class Executor:
@@ -132,38 +128,22 @@ class Executor:
         self,
         broker: Broker,
         registry: JobRegistry,
+        config: ExecutorConfig,
         *,
-        worker_id: str,
-        instance_id: str,
-        concurrency: int,
-        sync_threads: int,
-        flush_interval: float,
         clock: Clock = utcnow,
-        heartbeat_interval: float = 5.0,
         store: LocalStore | None = None,
-        hand_back_after: float = HAND_BACK_AFTER,
-        finalized_retention: float = FINALIZED_RETENTION,
-        finalized_max_entries: int = FINALIZED_MAX_ENTRIES,
-        default_timeout: float | None = None,
+        claims: AttemptClaims | None = None,
+        limits: LimitMemory | None = None,
+        secrets: WorkerSecrets | None = None,
         rng: random.Random | None = None,
         on_finished: Callable[[str, float | None], None] | None = None,
         tracing: Tracing | None = None,
-        claims: AttemptClaims | None = None,
-        hold_capacity: int = 0,
-        limits: LimitMemory | None = None,
-        limit_lease: float = DEFAULT_LIMIT_LEASE,
-        limit_capacity: int | None = None,
-        secrets: WorkerSecrets | None = None,
     ) -> None:
-        if concurrency < 1 or sync_threads < 1:
-            raise ValueError("concurrency and sync_threads must be >= 1")
-        if default_timeout is not None and not default_timeout > 0:
-            raise ValueError("default_timeout must be > 0 (or None)")
-        if hold_capacity < 0:
-            raise ValueError("hold_capacity must be >= 0")
+        self.config = config
+        worker_id, instance_id = config.worker_id, config.instance_id
+        concurrency = config.concurrency
         self._claims = claims
-        limit_room = 0 if limits is None else (limit_capacity or concurrency)
-        self.prefetch = concurrency + hold_capacity + limit_room
+        self.prefetch = config.prefetch(limited=limits is not None)
         self.envelopes = False  # whether the group gets envelopes now (set by its presence)
         self.worker_id = worker_id
         self.instance_id = instance_id
@@ -176,19 +156,19 @@ class Executor:
             functools.partial(datetime.now, UTC) if clock is utcnow else clock
         )
         """The clock of a group's starts (the same time, a call less per start)."""
-        self._heartbeat_interval = heartbeat_interval
+        self._heartbeat_interval = config.heartbeat_interval
         self._store = store
         self.stats = ExecutorStats()
         self.reporter = Reporter(
             broker,
-            flush_interval=flush_interval,
+            flush_interval=config.flush_interval,
             store=store,
             max_acks=max(concurrency // 2, 1),
         )
         self._flow = Flow(
             concurrency=concurrency,
             definitions=self._definitions,
-            hand_back_after=hand_back_after,
+            hand_back_after=config.hand_back_after,
             stats=self.stats,
             handle=self._start,
             ack=self.reporter.ack_after_flush,
@@ -205,7 +185,7 @@ class Executor:
                 admit=self._flow.admit,
                 note=self._note_waiting,
                 hand_back=self._flow.hand_back,
-                lease=limit_lease,
+                lease=config.limit_lease,
             )
         )
         self._hold = Hold(
@@ -223,16 +203,18 @@ class Executor:
         """Occurrences sent again for a newer job version -> that version (copies of older
         versions are dropped), the latest few thousand."""
         self._finals = FinalizedAttempts(
-            store, retention=finalized_retention, max_entries=finalized_max_entries
+            store,
+            retention=config.finalized_retention,
+            max_entries=config.finalized_max_entries,
         )
         self._secrets = WorkerSecrets() if secrets is None else secrets
         self._runner = Runner(
             worker_id=worker_id,
             instance_id=instance_id,
-            sync_threads=sync_threads,
+            sync_threads=config.sync_threads,
             clock=clock,
             stats=self.stats,
-            default_timeout=default_timeout,
+            default_timeout=config.default_timeout,
             rng=rng or random.Random(),
             on_finished=on_finished,
             tracing=tracing if tracing is not None and tracing.enabled else None,
