@@ -437,14 +437,14 @@ async def test_a_group_due_together_starts_in_one_loop_at_its_instant(
     harness.executors.append(executor)
     await executor.start()
     in_one_loop: list[int] = []
-    start_ready = executor._flow.start_ready
+    start_ready = executor._intake._flow.start_ready
 
     def counting(entries: Any, make: Any, clock: Any) -> list[Any]:
         rest = start_ready(entries, make, clock)
         in_one_loop.append(len(entries) - len(rest))
         return rest
 
-    executor._flow.start_ready = counting  # type: ignore[method-assign]
+    executor._intake._flow.start_ready = counting  # type: ignore[method-assign]
     due = datetime.now(UTC) + timedelta(seconds=1.5)
     messages = [await harness.publish("claimed", scheduled_for=due) for _ in range(20)]
     finals = [await observer.wait_final(m.occurrence_id) for m in messages]
@@ -469,7 +469,7 @@ async def test_a_delivery_cancelled_after_its_group_was_readied_does_not_run(
     executor = _executor(harness.broker, claimed, claims)
     harness.executors.append(executor)
     await executor.start()
-    ready = executor._ready
+    ready = executor._intake._ready
     cancelled_ids: list[UUID] = []
 
     def then_cancel(deliveries: Any) -> list[object]:
@@ -479,7 +479,7 @@ async def test_a_delivery_cancelled_after_its_group_was_readied_does_not_run(
             assert executor.cancel(oid, "changed my mind")
         return tokens
 
-    executor._hold._ready = then_cancel
+    executor._intake._hold._ready = then_cancel
     due = datetime.now(UTC) + timedelta(seconds=1.5)
     kept = await harness.publish("claimed", scheduled_for=due)
     cancelled = await harness.publish("claimed", scheduled_for=due)

@@ -9,7 +9,7 @@ delivery held longer than ``hand_back_after`` seconds (and every held one at sto
 back to the broker, which delivers it again: none stays unsettled long enough to meet the
 broker's consumer timeout.
 The flow owns the tasks handling the deliveries it started; what a task does is the
-executor's ``handle`` (:mod:`rota.worker.executor`).
+intake's ``start`` (stage 7 of :mod:`rota.worker.intake`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Flow:
     ``handle(delivery)`` runs one started delivery; ``ack(delivery)`` acknowledges one
     without running it (a held copy of the same occurrence); ``unstarted(delivery)`` is told
     of one that will not start here (given back to the broker, or dropped with its lost
-    channel). ``stopping`` (set by the executor) stops held deliveries from starting.
+    channel). ``stopping`` (set at the executor's stop) stops held deliveries from starting.
     """
 
     def __init__(
