@@ -224,6 +224,7 @@ async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[s
         if worker_pid is not None:
             roles["worker"] = [psutil.Process(worker_pid)]
         cpu_start = _cpu_seconds(roles)
+        sent_before = runtime.broker.message_counts()
         t0 = time.perf_counter()
         await runtime.jobs.create_jobs(specs)
         created = time.perf_counter()
@@ -232,6 +233,7 @@ async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[s
         finished = time.perf_counter()
         cpu_after = _cpu_seconds(roles)
         elapsed = finished - created
+        sent = _messages_per_job(sent_before, runtime.broker.message_counts())
     return {
         "scenario": "throughput",
         "mode": mode,
@@ -245,8 +247,20 @@ async def run_throughput(mode: str, jobs: int, concurrency: int = 256) -> dict[s
         "createAndRunJobsPerSecond": _rate(done, finished - t0),
         "createAndRunCpuMicrosPerJob": _cpu_per_job(cpu_start, cpu_after, done),
         "peakRssMiB": round(process.memory_info().rss / 2**20, 1),
+        "brokerMessagesPerJob": sent,
         "environment": _environment(),
     }
+
+
+def _messages_per_job(before: Mapping[str, int], after: Mapping[str, int]) -> float | None:
+    """Job messages (single or envelope) the server published per job it published, between
+    two readings of the broker's counts; ``None`` where the broker moves no messages (the
+    embedded mode hands jobs over in process)."""
+    jobs = after.get("published_jobs", 0) - before.get("published_jobs", 0)
+    if jobs <= 0:
+        return None
+    messages = after.get("published_messages", 0) - before.get("published_messages", 0)
+    return round(messages / jobs, 4)
 
 
 WARM_UP_JOBS = 50
