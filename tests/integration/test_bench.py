@@ -101,6 +101,19 @@ def test_throughput_scenario(tmp_path: Path) -> None:
     assert set(cpu_with_create) == set(cpu)
 
 
+def test_throughput_distributed_counts_messages_per_job(
+    tmp_path: Path, distributed_env: dict[str, str]
+) -> None:
+    """Counted, not timed: the bench worker reads job envelopes, so a burst of jobs goes to it
+    in a few messages (the embedded mode moves none)."""
+    args = ("throughput", "--mode", "distributed", "--jobs", "400")
+    result: dict[str, Any] = bench(tmp_path, *args, env=distributed_env)
+    assert result["completed"] == 400
+    assert 0 < result["brokerMessagesPerJob"] <= 0.1
+    embedded = bench(tmp_path, "throughput", "--mode", "embedded", "--jobs", "20")
+    assert embedded["brokerMessagesPerJob"] is None
+
+
 def test_latency_scenario(tmp_path: Path) -> None:
     result = bench(tmp_path, "latency", "--jobs", "50", "--spread", "1")
     assert result["completed"] == 50
