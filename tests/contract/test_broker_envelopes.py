@@ -163,25 +163,37 @@ async def test_a_poison_job_of_an_envelope_goes_to_the_dead_letters_alone(
     await stop(consumer)
 
 
-async def test_a_consumer_follows_its_groups_mode(
+async def test_single_messages_in_envelope_mode_widen_the_prefetch(
     rabbit: RabbitMQBroker, names: Callable[[str], str]
 ) -> None:
-    """Envelope mode holds two messages; when the group gets single messages (a worker that
-    reads no envelopes joined), the consumer takes ``prefetch`` of them again."""
+    """Lone jobs come as single messages even to a group that reads envelopes: the consumer
+    soon takes ``prefetch`` of them, as it does while its group gets single messages."""
     group, kind = names("grp"), names("kind")
     await rabbit.declare_worker_group(group, [kind])
-    messages = [job(group, kind) for _ in range(6)]
+    messages = [job(group, kind) for _ in range(12)]
     await rabbit.publish_jobs(messages)  # single messages
-    mode = {"envelopes": True}
-    consumer = rabbit.consume_jobs(group, 6, envelopes=lambda: mode["envelopes"])
-    first = await take_n(consumer, 2)
-    waiting = await stays_pending(consumer)  # two messages in hand in envelope mode
-    mode["envelopes"] = False
-    await first[0].ack()
-    rest = [await asyncio.wait_for(waiting, WAIT), *await take_n(consumer, 3)]
-    got = [*first, *rest]
+    consumer = rabbit.consume_jobs(group, 12, envelopes=ALWAYS)
+    got = await take_n(consumer, 12)  # none settled: all in hand
     assert [d.message.occurrence_id for d in got] == [m.occurrence_id for m in messages]
-    for delivery in got[1:]:
+    for delivery in got:
+        await delivery.ack()
+    await cancel(await stays_pending(consumer))
+    await stop(consumer)
+
+
+async def test_small_envelopes_widen_the_prefetch_to_about_prefetch_jobs(
+    rabbit: RabbitMQBroker, names: Callable[[str], str]
+) -> None:
+    """Fires sent ahead come as many small envelopes, held until their instant: the consumer
+    takes more of them at once (``prefetch`` jobs' worth), not two messages only."""
+    group, kind = names("grp"), names("kind")
+    await rabbit.declare_worker_group(group, [kind])
+    messages = [job(group, kind) for _ in range(40)]
+    for start in range(0, 40, 2):  # twenty batches of two: twenty envelopes
+        await rabbit.publish_jobs(messages[start : start + 2], envelopes={group: 2})
+    consumer = rabbit.consume_jobs(group, 40, envelopes=ALWAYS)
+    got = await take_n(consumer, 30)  # none settled yet: far more than two envelopes in hand
+    for delivery in [*got, *await take_n(consumer, 10)]:
         await delivery.ack()
     await cancel(await stays_pending(consumer))
     await stop(consumer)

@@ -8,12 +8,13 @@ of an envelope given back (a hand-back, a stop, a limit) is published again alon
 dead-lettered goes to the dead-letter queue alone, before the envelope is acknowledged; a job
 of an envelope that cannot be read goes to the dead-letter queue alone, its siblings run.
 
-The consumer's prefetch counts messages: it is ``prefetch`` while its group gets single
-messages, and :data:`ENVELOPE_PREFETCH` while it gets envelopes (each of at most
-:func:`envelope_size` jobs, what its workers announced), so a worker holds about ``prefetch``
-jobs either way. RabbitMQ applies a consumer's prefetch when it starts consuming: a change of
-mode starts a new consumer on the same channel and cancels the old one (what was delivered
-to it is settled on the channel as before).
+The consumer's prefetch counts messages, and a worker should hold about ``prefetch`` jobs
+whatever their packing: while its group gets single messages, the prefetch is ``prefetch``;
+while it gets envelopes, it is ``prefetch`` divided by the mean size of the last envelopes
+received (at least :data:`ENVELOPE_PREFETCH`): two big envelopes of a burst, or many small
+ones (fires sent ahead, held until their instant). RabbitMQ applies a consumer's prefetch
+when it starts consuming: a change (of at least half, or of mode) starts a new consumer on the
+same channel and cancels the old one (what was delivered to it is settled as before).
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ if TYPE_CHECKING:
     from rota.brokers.rabbitmq import RabbitMQBroker
 
 ENVELOPE_PREFETCH = 2
-"""Envelopes a consumer holds at a time: one being run, the next ready."""
+"""The fewest envelopes a consumer holds at a time: one being run, the next ready."""
+_MEAN_WEIGHT = 0.5
+"""How much the last message's size moves the mean size of those received."""
 
 
 def envelope_size(prefetch: int) -> int:
@@ -130,6 +133,9 @@ class _JobConsumer:
         self._prefetch = min(prefetch, _MAX_PREFETCH)
         self._envelopes = envelopes if envelope_size(self._prefetch) > 0 else None
         """Whether the group gets envelopes now (``None``: single messages)."""
+        self._in_envelopes = False
+        self._mean = 1.0
+        """The mean size (jobs) of the messages received lately."""
         self._qos = self._want_prefetch()
         self._channel: AbstractRobustChannel | None = None
         self._queue: AbstractRobustQueue | None = None
@@ -182,15 +188,27 @@ class _JobConsumer:
         self._channel = channel
 
     def _want_prefetch(self) -> int:
-        envelopes = self._envelopes
-        return ENVELOPE_PREFETCH if envelopes is not None and envelopes() else self._prefetch
+        """``prefetch`` jobs' worth of messages, as they come now."""
+        envelopes = self._envelopes is not None and self._envelopes()
+        if envelopes != self._in_envelopes:  # the group's mode changed: expect its sizes
+            self._in_envelopes = envelopes
+            self._mean = float(envelope_size(self._prefetch)) if envelopes else 1.0
+        if not envelopes:
+            return self._prefetch
+        return max(ENVELOPE_PREFETCH, min(self._prefetch, round(self._prefetch / self._mean)))
 
-    async def _follow_mode(self) -> None:
-        """Start a consumer with the prefetch of the group's mode (envelopes or single
-        messages) when it changed, and cancel the one before."""
+    async def _follow_prefetch(self, jobs: int) -> None:
+        """Note a message of ``jobs`` jobs; start a consumer with the prefetch that holds about
+        ``prefetch`` jobs when it differs by half or more from the current one (or the
+        group's mode changed), and cancel the one before."""
+        self._mean += _MEAN_WEIGHT * (jobs - self._mean)
+        was = self._in_envelopes
         want = self._want_prefetch()
+        qos = self._qos
+        if want == qos or (was == self._in_envelopes and qos / 2 < want < qos * 2):
+            return
         channel, queue, old = self._channel, self._queue, self._tag
-        if want == self._qos or channel is None or queue is None or old is None:
+        if channel is None or queue is None or old is None:
             return
         self._qos = want
         tag = f"rota-{secrets.token_hex(8)}"
@@ -217,7 +235,6 @@ class _JobConsumer:
         if _underlay(incoming) is None:
             return  # its channel is gone: the broker delivers it again
         envelope = incoming.content_type == ENVELOPE_CONTENT_TYPE
-        await self._follow_mode()
         counts = self._broker.counts
         counts["delivered_messages"] += 1
         try:
@@ -235,6 +252,7 @@ class _JobConsumer:
             await _quietly(_send_settle(incoming, ack=False), "reject")
             return
         counts["delivered_jobs"] += len(parts)
+        await self._follow_prefetch(len(parts))
         carrier = _Carrier(incoming, len(parts), envelope=envelope)
         for part in parts:
             if part.message is not None:
