@@ -199,13 +199,15 @@ class Executor:
         self._intake.stopping = False
         self.reporter.start()
         loop = asyncio.get_running_loop()
+        self._consuming = loop.create_task(self._consume(), name=f"rota-intake-{self.worker_id}")
+        self._housekeeping = loop.create_task(self._housekeep(), name="rota-executor-upkeep")
+
+    async def _consume(self) -> None:
+        """The group's deliveries, up to the prefetch unsettled, into the intake."""
         deliveries = self._broker.consume_jobs(
             self.worker_id, self.prefetch, envelopes=lambda: self.envelopes
         )
-        self._consuming = loop.create_task(
-            self._intake.consume(deliveries), name=f"rota-intake-{self.worker_id}"
-        )
-        self._housekeeping = loop.create_task(self._housekeep(), name="rota-executor-upkeep")
+        await self._intake.consume(deliveries)
 
     async def stop(self, grace: float) -> None:
         """Stop intake and give back every delivery not started; let running handlers finish
