@@ -31,8 +31,9 @@ when its time, its limit or its slot comes:
                               (:class:`~rota.worker.run.Runner`), its outcome reported
 ==  ========================  ==========================================================
 
-What leaves the intake on the way (a cancel of a held delivery, a supersede, a lost channel,
-a hand-back) goes through :meth:`~Intake._unstarted`, which gives up a claim made ahead.
+What leaves the intake on the way unstarted (superseded, lost with its channel, given back)
+goes through :meth:`~Intake._unstarted`, which gives up a claim made ahead; a held delivery
+whose occurrence is cancelled is reported Cancelled (:meth:`~Intake.cancel_unstarted`).
 """
 
 from __future__ import annotations
