@@ -190,3 +190,46 @@ async def test_migration_0029_carries_the_status_history_both_ways(empty_url: st
         assert (await store.get_occurrence(occ.id)).status_changes == before
     finally:
         await store.close()
+
+
+async def test_migration_0031_keeps_a_jobs_run_statistics_both_ways(empty_url: str) -> None:
+    """Upgraded, a job's statistics are what its jobs row counted before plus its count
+    rows' runs (a run's end writes no jobs row); downgraded, they are folded into the jobs
+    row; upgraded again, they read the same."""
+    await upgrade(empty_url)
+    job = make_job(total_executions=10, success_count=7, failure_count=3, average_duration_ms=40.0)
+    store = SqlStore(empty_url)
+    await store.open()
+    try:
+        occ = await fired(store, job)
+        done = status(occ, S.COMPLETED, duration_ms=120.0, instance_id="w")
+        await store.apply_status([status(occ, S.RUNNING, instance_id="w"), done])
+        before = await store.get_job(job.id)
+    finally:
+        await store.close()
+    assert (before.total_executions, before.success_count, before.failure_count) == (11, 8, 3)
+    assert before.average_duration_ms == (40.0 * 7 + 120.0) / 8
+
+    await downgrade(empty_url, "0030")
+    engine = create_store_engine(empty_url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    text(
+                        "SELECT total_executions, success_count, failure_count, "
+                        "average_duration_ms, duration_samples FROM jobs"
+                    )
+                )
+            ).one()
+    finally:
+        await engine.dispose()
+    assert tuple(row) == (11, 8, 3, before.average_duration_ms, 8)
+
+    await upgrade(empty_url)
+    store = SqlStore(empty_url)
+    await store.open()
+    try:
+        assert await store.get_job(job.id) == before
+    finally:
+        await store.close()

@@ -445,6 +445,9 @@ def _aggregates(metadata: MetaData) -> None:
         Column("job_id", Uuid(), nullable=False),
         Column("status", SmallInteger(), nullable=False),
         Column("n", BigInteger(), nullable=False),
+        Column("runs", BigInteger(), nullable=False, server_default="0"),
+        Column("duration_sum", Float(), nullable=False, server_default="0"),
+        Column("duration_count", BigInteger(), nullable=False, server_default="0"),
         PrimaryKeyConstraint("job_id", "status"),
     )
     Table(

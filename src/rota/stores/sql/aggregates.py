@@ -7,7 +7,12 @@ overview and a job's counts are a few rows to read instead of a scan of the hist
   counted from the occurrences themselves when asked (the ``(job_id, status, id)`` index: as
   many entries as the job has queued or running). Counting them here cost every occurrence
   two more writes (its Queued row added to, then taken from) and left a row of zeros per
-  job behind: a one-time job's history was two count rows, now one.
+  job behind: a one-time job's history was two count rows, now one. The same row keeps the
+  job's run statistics (migration 0031): ``runs``, how many times the status tracker took an
+  occurrence of the job to this final status (never taken back: retention and retries
+  leave it), and for Completed the sum and count of their durations; a job's
+  ``total_executions``, ``success_count``, ``failure_count`` and ``average_duration_ms``
+  are read from them (:mod:`rota.stores.sql.jobstats`), so a run's end writes no jobs row.
 - ``occurrence_totals`` (shard, status) -> n: the same over every job, in :data:`SHARDS`
   rows per status; each transaction adds to one shard chosen at random, so concurrent
   writers (several trackers, distributed) seldom wait on the same row. A read sums them.
@@ -54,6 +59,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     text,
+    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -111,10 +117,12 @@ def next_hour(at: datetime) -> int:
 class StatDeltas:
     """The changes a transaction makes to the aggregates, summed before they are written."""
 
-    __slots__ = ("active", "counts", "jobs", "minutes", "tags", "types")
+    __slots__ = ("active", "counts", "jobs", "minutes", "runs", "tags", "types")
 
     def __init__(self) -> None:
         self.counts: defaultdict[tuple[UUID, int], int] = defaultdict(int)
+        self.runs: defaultdict[tuple[UUID, int], list[Any]] = defaultdict(lambda: [0, 0.0, 0])
+        """(job, final status) -> runs that reached it, their duration sum and count."""
         self.minutes: defaultdict[tuple[int, int], list[Any]] = defaultdict(lambda: [0, 0.0, 0])
         self.jobs = 0
         """Jobs added (less those removed)."""
@@ -175,6 +183,16 @@ class StatDeltas:
                 bucket[1] += sign * float(duration_ms)
                 bucket[2] += sign
 
+    def ran(self, job_id: UUID, runs: dict[int, int], dsum: float, dcount: int) -> None:
+        """A job's runs that reached each final status (``runs``), and the durations of its
+        Completed ones."""
+        for status, n in runs.items():
+            self.runs[(job_id, status)][0] += n
+        if dcount:
+            completed = self.runs[(job_id, int(OccurrenceStatus.COMPLETED))]
+            completed[1] += dsum
+            completed[2] += dcount
+
     def add_rows(self, rows: Iterable[Any], sign: int = 1) -> None:
         """Each of ``rows`` (mappings or rows with job_id, status, end_time, duration_ms)."""
         for r in rows:
@@ -183,11 +201,22 @@ class StatDeltas:
 
     def count_rows(self) -> list[dict[str, Any]]:
         """The rows of ``occurrence_counts``: the settled statuses only (not ``ACTIVE``)."""
-        return [
-            {"job_id": job_id, "status": status, "n": n}
-            for (job_id, status), n in sorted(self.counts.items())
-            if n and status not in ACTIVE
-        ]
+        keys = {k for k, n in self.counts.items() if n and k[1] not in ACTIVE} | set(self.runs)
+        none = (0, 0.0, 0)
+        rows = []
+        for job_id, status in sorted(keys):
+            runs, dsum, dcount = self.runs.get((job_id, status), none)
+            rows.append(
+                {
+                    "job_id": job_id,
+                    "status": status,
+                    "n": self.counts.get((job_id, status), 0),
+                    "runs": runs,
+                    "duration_sum": dsum,
+                    "duration_count": dcount,
+                }
+            )
+        return rows
 
     def total_rows(self, shard: int) -> list[dict[str, Any]]:
         by_status: defaultdict[int, int] = defaultdict(int)
@@ -252,6 +281,7 @@ _TYPES: Final[dict[str, TypeEngine[Any]]] = {
     "minute": BigInteger(),
     "hour": BigInteger(),
     "n": BigInteger(),
+    "runs": BigInteger(),
     "duration_sum": Float(),
     "duration_count": BigInteger(),
     "jobs": BigInteger(),
@@ -328,8 +358,10 @@ class AggregateQueries(SqlParts):
         ``pad_since`` (benches): also a row (of zeros) for every shard and final status in
         each minute and hour from then to now, as a busy live store holds them."""
         async with self._write() as conn:
+            # The count rows keep the run statistics (``runs``, durations): only ``n`` is
+            # recomputed; a row left with nothing to keep goes.
+            await conn.execute(update(occurrence_counts).values(n=0))
             for table in (
-                occurrence_counts,
                 occurrence_totals,
                 finished_minutes,
                 finished_hours,
@@ -338,8 +370,10 @@ class AggregateQueries(SqlParts):
                 tag_counts,
             ):
                 await conn.execute(delete(table))
-            for sql in backfill_sql(self._dialect):
+            for sql in backfill_sql(self._dialect, counts_kept=True):
                 await conn.execute(text(sql))
+            c = occurrence_counts.c
+            await conn.execute(delete(occurrence_counts).where(c.n == 0, c.runs == 0))
             if pad_since is not None:
                 await self._pad(conn, pad_since)
 
@@ -374,19 +408,21 @@ TAG_BACKFILL: Final = {
 ``job_tags`` rows)."""
 
 
-def backfill_sql(dialect: str) -> list[str]:
+def backfill_sql(dialect: str, *, counts_kept: bool = False) -> list[str]:
     """The statements that fill the (empty) aggregate tables from ``occurrences`` and
-    ``jobs``."""
+    ``jobs``; ``counts_kept``: the rows of ``occurrence_counts`` are there (their ``n`` 0),
+    their ``n`` is set."""
     if dialect == "postgresql":
         minute = "floor(extract(epoch FROM end_time) / 60)::bigint * 60"
     else:
         minute = "CAST(strftime('%s', end_time) AS INTEGER) / 60 * 60"
     windowed = ", ".join(str(s) for s in sorted(WINDOWED))
     live = ", ".join(str(s) for s in ACTIVE)
+    kept = " ON CONFLICT (job_id, status) DO UPDATE SET n = excluded.n" if counts_kept else ""
     return [
         "INSERT INTO occurrence_counts (job_id, status, n) "
         f"SELECT job_id, status, count(*) FROM occurrences WHERE status NOT IN ({live}) "
-        "GROUP BY job_id, status",
+        f"GROUP BY job_id, status{kept}",
         "INSERT INTO occurrence_totals (shard, status, n) "
         "SELECT 0, status, count(*) FROM occurrences GROUP BY status",
         "INSERT INTO finished_minutes "

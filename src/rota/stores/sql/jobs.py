@@ -34,6 +34,7 @@ from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.batches import copy_records
 from rota.stores.sql.dependencies import write_edges
 from rota.stores.sql.engine import _json_dumps
+from rota.stores.sql.jobstats import with_run_stats
 from rota.stores.sql.rows import (
     JOB_COLUMNS,
     _auto_disable_state,
@@ -131,9 +132,10 @@ class JobQueries(AggregateQueries):
     async def get_job(self, job_id: UUID) -> Job:
         async with self._read() as conn:
             row = (await conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
-        if row is None:
-            raise NotFoundError("job", job_id)
-        return self._open_job(_to_job(row))
+            if row is None:
+                raise NotFoundError("job", job_id)
+            [job] = await with_run_stats(conn, [self._open_job(_to_job(row))])
+        return job
 
     async def list_jobs(self, query: JobQuery) -> Page[Job]:
         limit = max(1, query.limit)
@@ -175,7 +177,8 @@ class JobQueries(AggregateQueries):
             elif query.search:
                 stmt = stmt.where(await sqlite_search(conn, query.search))
             rows = (await conn.execute(stmt)).all()
-        return _page([self._open_job(_to_job(r)) for r in rows], limit, lambda j: j.id)
+            found = await with_run_stats(conn, [self._open_job(_to_job(r)) for r in rows])
+        return _page(found, limit, lambda j: j.id)
 
     def _seen(self, value: Any) -> Any:
         """A filter's value as the planner must see it. PostgreSQL keeps the jobs of each
@@ -243,7 +246,8 @@ class JobQueries(AggregateQueries):
         deltas.retag(stored.tags, row.tags or ())
         deltas.retype(stored.job_type, row.job_type)
         await self._write_aggregates(conn, deltas)
-        return self._open_job(_to_job(row))
+        [updated] = await with_run_stats(conn, [self._open_job(_to_job(row))])
+        return updated
 
     async def _delete_tags(self, conn: AsyncConnection, job_id: UUID, tags: Sequence[str]) -> None:
         """SQLite: the job's tag rows, by their key (tag, job): no index on the job."""
@@ -370,7 +374,8 @@ class JobQueries(AggregateQueries):
             deltas = StatDeltas()
             deltas.activation(False, True)
             await self._write_aggregates(conn, deltas)
-        return self._open_job(_to_job(row))
+            [released] = await with_run_stats(conn, [self._open_job(_to_job(row))])
+        return released
 
 
 def _by_job(edges: Sequence[Dependency]) -> dict[UUID, list[Dependency]]:

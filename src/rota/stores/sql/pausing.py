@@ -17,6 +17,7 @@ from rota.core.planning import FirePlan
 from rota.stores.schema import jobs
 from rota.stores.sql.batches import _FastBatches
 from rota.stores.sql.engine import SqlParts
+from rota.stores.sql.jobstats import with_run_stats
 from rota.stores.sql.rows import _to_job
 from rota.stores.sql.statements import _advance_jobs_stmt
 
@@ -130,4 +131,7 @@ class PauseQueries(SqlParts):
     ) -> Job | None:
         stmt = update(jobs).where(_j.id == job_id, *conditions).values(values).returning(jobs)
         row = (await conn.execute(stmt)).first()
-        return None if row is None else self._open_job(_to_job(row))
+        if row is None:
+            return None
+        [job] = await with_run_stats(conn, [self._open_job(_to_job(row))])
+        return job

@@ -11,7 +11,6 @@ from uuid import UUID
 from sqlalchemy import (
     BigInteger,
     Boolean,
-    Float,
     Integer,
     Row,
     Select,
@@ -113,36 +112,25 @@ def _update_occurrences_stmt(columns: Sequence[str]) -> UpdateBase:
     return update(occurrences).where(key).values(values)
 
 
-def _update_stats_stmt() -> UpdateBase:
-    """Add a batch's counts to the job's statistics. ``b_reset`` (the batch brought only
-    successes): the consecutive-failure count goes back to 0, and a probing job is enabled
-    for good (its probe succeeded: the disable reason goes)."""
+def _reset_streaks_stmt() -> UpdateBase:
+    """A batch brought a job only successes: its consecutive-failure count goes back to 0,
+    and a probing job is enabled for good (its probe succeeded: the disable reason goes).
+    A job with no failure counted and no probe is not written at all (the common case: a
+    run's end writes no jobs row; its statistics are in ``occurrence_counts``)."""
     j = jobs.c
-    reset = bindparam("b_reset", type_=Boolean())
-    dcount = bindparam("b_dcount", type_=Integer())
-    dsum = bindparam("b_dsum", type_=Float())
-    # PostgreSQL keeps a new job's counts as NULL (migration 0024): NULL is 0
     zero = literal_column("0", type_=BigInteger())
-    had = func.coalesce(j.duration_samples, zero)
-    samples = had + dcount
-    known = func.coalesce(j.average_duration_ms * had, literal_column("0.0"))
-    average = case((samples > had, (known + dsum) / samples), else_=j.average_duration_ms)
+    probing = func.coalesce(j.probing, false())  # PostgreSQL: NULL is false (migration 0024)
     return (
         update(jobs)
-        .where(j.id == bindparam("b_id", type_=Uuid()))
+        .where(
+            j.id == bindparam("b_id", type_=Uuid()),
+            or_(func.coalesce(j.consecutive_failures, zero) != zero, probing),
+        )
         .values(
-            total_executions=func.coalesce(j.total_executions, zero)
-            + bindparam("b_total", type_=Integer()),
-            success_count=func.coalesce(j.success_count, zero)
-            + bindparam("b_success", type_=Integer()),
-            failure_count=func.coalesce(j.failure_count, zero)
-            + bindparam("b_failure", type_=Integer()),
-            duration_samples=samples,
-            average_duration_ms=average,
-            consecutive_failures=case((reset, literal_column("0")), else_=j.consecutive_failures),
-            probing=case((reset, false()), else_=j.probing),
-            disabled_reason=case((and_(reset, j.probing), null()), else_=j.disabled_reason),
-            disabled_at=case((and_(reset, j.probing), null()), else_=j.disabled_at),
+            consecutive_failures=zero,
+            probing=false(),
+            disabled_reason=case((probing, null()), else_=j.disabled_reason),
+            disabled_at=case((probing, null()), else_=j.disabled_at),
         )
     )
 

@@ -38,8 +38,8 @@ from rota.stores.sql.rows import (
 from rota.stores.sql.statements import (
     _fetch_in,
     _insert_logs_stmt,
+    _reset_streaks_stmt,
     _update_occurrences_stmt,
-    _update_stats_stmt,
     _update_streaks_stmt,
 )
 
@@ -119,20 +119,13 @@ class StatusQueries(AggregateQueries):
                 partial(_update_occurrences_stmt, columns),
                 params,
             )
-        stats = [
-            {
-                "b_id": job_id,
-                "b_total": s.total,
-                "b_success": s.success,
-                "b_failure": s.failure,
-                "b_dsum": s.duration_sum,
-                "b_dcount": s.duration_count,
-                "b_reset": s.only_successes,
-            }
-            for job_id, s in sorted(batch.stats.items())
-        ]
-        if stats:
-            await self._fast.execute(conn, "update_stats", _update_stats_stmt, stats)
+        resets = []
+        for job_id, s in sorted(batch.stats.items()):
+            deltas.ran(job_id, s.runs, s.duration_sum, s.duration_count)
+            if s.only_successes:
+                resets.append({"b_id": job_id})
+        if resets:
+            await self._fast.execute(conn, "reset_streaks", _reset_streaks_stmt, resets)
         return await self._count_failures(conn, batch, deltas)
 
     async def _count_failures(
