@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
+import msgspec
 import pytest
 
 from rota.core.errors import BackendUnavailableError, ConflictError, NotFoundError, ValidationError
@@ -803,9 +804,10 @@ async def test_logs_in_order_with_sequence_numbers(store: Store) -> None:
         ),
     ]
     await store.append_logs(lines[:2])
-    await store.append_logs([*lines[2:], replace(lines[0], message="three")])
+    again = msgspec.structs.replace(lines[0], message="three")
+    await store.append_logs([*lines[2:], again])
     logs = await store.occurrence_logs(a.id)
-    assert [r for _, r in logs] == [lines[0], lines[3], replace(lines[0], message="three")]
+    assert [r for _, r in logs] == [lines[0], lines[3], again]
     seqs = [s for s, _ in logs]
     assert seqs == sorted(seqs)
     assert len(set(seqs)) == 3

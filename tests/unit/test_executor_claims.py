@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import pytest
+from msgspec.structs import replace
 
 import rota
 from rota.brokers.inprocess import InProcessBroker

@@ -3,9 +3,10 @@ record is copied whole, with the Running report's time as ``started_at``."""
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
+
+import msgspec
 
 from rota.core.models import FailureType, OccurrenceStatus, StatusRecord
 from rota.worker.reporter import _with_start
@@ -28,10 +29,10 @@ def test_the_final_record_is_copied_whole_with_its_start() -> None:
         "started_at": None,
     }
     # every field set to a value of its own (a field added later without one fails here)
-    assert set(values) == {f.name for f in dataclasses.fields(StatusRecord)}
+    assert set(values) == {f.name for f in msgspec.structs.fields(StatusRecord)}
     record = StatusRecord(**values)  # type: ignore[arg-type]
     started = T0 - timedelta(seconds=1)
     folded = _with_start(record, started)
-    assert folded == dataclasses.replace(record, started_at=started)
+    assert folded == msgspec.structs.replace(record, started_at=started)
     assert folded.started_at == started
     assert record.started_at is None  # the record given is left as it was

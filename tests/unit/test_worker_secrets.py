@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
+
+import msgspec
 
 import rota
 from rota.core.ids import new_id
@@ -80,5 +81,5 @@ def test_job_data_still_sealed_fails_the_attempt_for_good_saying_why() -> None:
     definition, why = WorkerSecrets(environ={}).parse(handler, message)
     assert definition is None
     assert why == (FailureType.PERMANENT, SEALED)
-    plain = dataclasses.replace(message, job_data={"n": 1})
+    plain = msgspec.structs.replace(message, job_data={"n": 1})
     assert WorkerSecrets(environ={}).parse(handler, plain) == (handler, {"n": 1})

@@ -1,7 +1,10 @@
 """Domain records: jobs, occurrences, failed occurrences, and the records that travel the wire.
 
-Records are frozen dataclasses; change them with :func:`dataclasses.replace`. All datetimes are
-timezone-aware UTC. Status codes are part of the API and wire format (DESIGN.md §2).
+Records are frozen dataclasses; change them with :func:`dataclasses.replace`. The three that
+travel the wire (:class:`JobMessage`, :class:`StatusRecord`, :class:`LogRecord`) are frozen
+msgspec Structs, which :mod:`rota.core.wire` decodes and encodes; change them with
+:func:`msgspec.structs.replace`. All datetimes are timezone-aware UTC. Status codes are part of
+the API and wire format (DESIGN.md §2).
 """
 
 from __future__ import annotations
@@ -10,11 +13,16 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
+
+import msgspec
+from msgspec import Meta
 
 JsonValue = Any
 """Anything :mod:`orjson` can encode."""
+AwareDatetime = Annotated[datetime, Meta(tz=True)]
+"""A datetime that must carry its time zone when read from the wire."""
 
 
 def utcnow() -> datetime:
@@ -371,9 +379,9 @@ class FailedOccurrence:
 # --- records on the wire (DESIGN.md §5) -------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobMessage:
-    """What the dispatcher publishes for a worker to run."""
+class JobMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """What the dispatcher publishes for a worker to run (its body on the wire: ``_JobBody`` of
+    :mod:`rota.core.wire`; the last two fields travel as AMQP headers)."""
 
     occurrence_id: UUID
     job_id: UUID
@@ -413,38 +421,40 @@ the occurrence is one of a worker that is not registered: unless a real holder r
 been silent for the dead-worker silence (5 s), not the zombie threshold."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StatusRecord:
-    """A worker's (or the scheduler's own) report on an occurrence."""
+class StatusRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A worker's (or the scheduler's own) report on an occurrence. Its fields, camelCased and
+    in this order, are the keys of ``docs/protocol.md`` §6; their types are what a reader takes."""
 
     occurrence_id: UUID
     status: OccurrenceStatus
-    timestamp: datetime
-    attempt: int = 1
+    timestamp: AwareDatetime
     instance_id: str | None = None
+    attempt: Annotated[int, Meta(ge=1)] = 1
     result: JsonValue = None
     exception: str | None = None
-    duration_ms: float | None = None
-    retry_at: datetime | None = None
+    duration_ms: Annotated[float, Meta(ge=0)] | None = None
+    retry_at: AwareDatetime | None = None
     """With status Failed: the attempt failed but another is due at this time."""
     failure_type: FailureType | None = None
-    started_at: datetime | None = None
+    started_at: AwareDatetime | None = None
     """On a worker's final report that carries its Running report folded in (both in one
     flush, the Running one dropped): when the worker started the attempt, the time that
     Running report had."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LogRecord:
+class LogRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One log line of an attempt; its fields, camelCased, are the keys of ``docs/protocol.md``
+    §7."""
+
     occurrence_id: UUID
-    timestamp: datetime
+    timestamp: AwareDatetime
     level: str
     message: str
     data: Mapping[str, JsonValue] | None = None
     category: str | None = None
-    attempt: int | None = None
+    attempt: Annotated[int, Meta(ge=1)] | None = None
     """The attempt that wrote the line (with ``line``: the line's identity)."""
-    line: int | None = None
+    line: Annotated[int, Meta(ge=1)] | None = None
     """The line's number within its attempt, from 1. A line that arrives twice (a replayed
     outbox, a redelivered batch) with the same ``(attempt, line)`` is stored once."""
 

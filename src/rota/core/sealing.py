@@ -19,11 +19,11 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import orjson
+from msgspec.structs import replace
 
 from rota.core.errors import ConfigurationError
 from rota.core.models import JobMessage, JsonValue, StatusRecord

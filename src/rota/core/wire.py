@@ -1,12 +1,17 @@
 """The JSON wire format of DESIGN.md §5: job messages, status and log record lists, dead letters.
 
-Bodies are UTF-8 JSON with camelCase keys, encoded with :mod:`orjson`. Datetimes travel as
-ISO-8601 UTC with a ``Z`` suffix, UUIDs as hyphenated lowercase strings, statuses and priorities
-as their integer codes. Encoding always writes every key (``null`` where empty); decoding ignores
-keys it does not know (a newer peer may send more), fills optional keys that are missing with
-their defaults, and refuses anything else with :class:`~rota.core.errors.ValidationError` naming
-the offending field (camelCase; ``body`` when the body is not the expected JSON shape), so a
-poison message can be detected and dead-lettered instead of crashing its consumer.
+Bodies are UTF-8 JSON with camelCase keys, read and written by :mod:`msgspec` straight from and
+to the records of :mod:`rota.core.models` (a job message's body through :class:`_JobBody`, which
+holds ``correlationId`` and leaves the AMQP headers out). Datetimes travel as ISO-8601 UTC with a
+``Z`` suffix, UUIDs as hyphenated lowercase strings, statuses and priorities as their integer
+codes. Encoding always writes every key (``null`` where empty); decoding ignores keys it does
+not know (a newer peer may send more), fills optional keys that are missing with their defaults,
+and refuses anything else with :class:`~rota.core.errors.ValidationError` naming the offending
+field (camelCase; ``body`` when the body is not the expected JSON shape), so a poison message can
+be detected and dead-lettered instead of crashing its consumer. What the types cannot say is done
+after the decode: times in other zones are converted to UTC, NUL characters in text replaced by
+U+FFFD, free-form JSON (``jobData``, ``result``, ``data``) limited to
+:data:`~rota.core.jsonlimits.MAX_JSON_DEPTH` levels.
 
 The original correlation id of a job message travels in the ``x-original-correlation-id``
 header, not in the body: pass the message headers to :func:`decode_job_message` to get it back.
@@ -14,27 +19,29 @@ header, not in the body: pass the message headers to :func:`decode_job_message` 
 
 from __future__ import annotations
 
-import uuid
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
-from uuid import UUID, SafeUUID
+from typing import Annotated, Any, TypeVar
+from uuid import UUID
 
-import orjson
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
 
 from rota.core.errors import ValidationError
-from rota.core.jsonlimits import MAX_JSON_DEPTH, value_too_deep
+from rota.core.jsonlimits import MAX_JSON_DEPTH, max_depth_exceeded, too_deep_at, value_too_deep
 from rota.core.models import (
+    AwareDatetime,
     FailureType,
     JobMessage,
     LogRecord,
-    OccurrenceStatus,
     Priority,
     StatusRecord,
 )
 
-T = TypeVar("T")
+R = TypeVar("R", StatusRecord, LogRecord)
+Body = bytes | bytearray | memoryview | str
 
 HEADER_RETRY_COUNT = "x-retry-count"
 HEADER_MAX_RETRIES = "x-max-retries"
@@ -50,14 +57,63 @@ ENVELOPE_CONTENT_TYPE = "application/vnd.rota.jobs+json"
 message (``{"jobs": [<job message>, …]}``)."""
 MAX_ENVELOPE_JOBS = 1000
 """The most job messages one envelope may carry (a reader refuses a longer one whole)."""
+READABLE_DEPTH = 1024
+"""A body nested deeper than this is refused as a whole (``body``); one less deep but with a
+free-form value past :data:`~rota.core.jsonlimits.MAX_JSON_DEPTH` is refused naming its field."""
 
-_DUMPS_OPTIONS = orjson.OPT_UTC_Z
-_STATUSES = tuple(OccurrenceStatus)
-"""Statuses by code (the codes are 0, 1, 2, …)."""
-_PRIORITIES = tuple(Priority)
-_MISSING: Any = object()
-_FREE_FORM = ("jobData", "result", "data")
-"""Keys holding arbitrary JSON: the usual suspects when an encode fails."""
+_Count = Annotated[int, Meta(ge=0)]
+_Seconds = Annotated[float, Meta(ge=0)]
+
+
+class _JobBody(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The body of a job message (``docs/protocol.md`` §5): its keys in the order written, and
+    what a reader takes."""
+
+    occurrence_id: UUID
+    job_id: UUID
+    job_type: str
+    job_data: Any = None
+    correlation_id: UUID | None = None
+    """Always the occurrence id: checked when read, then ignored."""
+    timestamp: AwareDatetime
+    scheduled_for: AwareDatetime
+    retry_count: _Count = 0
+    max_retries: _Count = 0
+    priority: Priority = Priority.MEDIUM
+    timeout_seconds: _Seconds | None = None
+    job_version: Annotated[int, Meta(ge=1)] = 1
+    worker_id: str | None = None
+    retry_delay_seconds: _Seconds | None = None
+
+
+class _EnvelopeJob(_JobBody, frozen=True, kw_only=True):
+    """A job of an envelope (§5a): its body plus the AMQP headers its single message would
+    carry beyond the body, left out when it has none."""
+
+    headers: dict[str, Any] | UnsetType | None = UNSET
+
+
+class _DeadLetterBody(_JobBody, frozen=True, kw_only=True):
+    """A dead letter with reasons (§8): the job message plus why."""
+
+    failure_type: FailureType | None = None
+    exception: str | None = None
+    failed_at: AwareDatetime | None = None
+
+
+class _Envelope(msgspec.Struct, frozen=True):
+    jobs: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=MAX_ENVELOPE_JOBS)]
+
+
+_ENCODER = msgspec.json.Encoder()
+_ENCODE_ERRORS = (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError)
+_JOB = msgspec.json.Decoder(_JobBody)
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
+_ENVELOPE_JOB = msgspec.json.Decoder(_EnvelopeJob)
+_DEAD_LETTER = msgspec.json.Decoder(_DeadLetterBody)
+_STATUS_RECORDS = msgspec.json.Decoder(list[StatusRecord])
+_LOG_RECORDS = msgspec.json.Decoder(list[LogRecord])
+_ANY = msgspec.json.Decoder()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +129,16 @@ class DeadLetter:
     failed_at: datetime | None = None
 
 
+class EnvelopePart(msgspec.Struct, frozen=True):
+    """One job of a decoded envelope: its message, or why it cannot be read (then
+    ``document`` is the element as received, to dead-letter it alone)."""
+
+    index: int
+    document: object
+    message: JobMessage | None
+    error: ValidationError | None = None
+
+
 # --- encoding -------------------------------------------------------------------------------
 
 
@@ -85,89 +151,85 @@ def _utc(value: datetime, key: str) -> datetime:
 
 
 def _utc_or_none(value: datetime | None, key: str) -> datetime | None:
-    return None if value is None else _utc(value, key)
+    return value if value is None or value.tzinfo is UTC else _utc(value, key)
 
 
-def _default(value: object) -> object:
-    """Encode what orjson does not know natively: UUIDs of driver types (asyncpg returns its
-    own ``uuid.UUID`` subclass) as their canonical string."""
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    raise TypeError(f"Type is not JSON serializable: {type(value).__qualname__}")
+def _body(message: JobMessage, kind: type[_JobBody] = _JobBody, **more: Any) -> _JobBody:
+    return kind(
+        occurrence_id=message.occurrence_id,
+        job_id=message.job_id,
+        job_type=message.job_type,
+        job_data=message.job_data,
+        correlation_id=message.occurrence_id,
+        timestamp=_utc(message.timestamp, "timestamp"),
+        scheduled_for=_utc(message.scheduled_for, "scheduledFor"),
+        retry_count=message.retry_count,
+        max_retries=message.max_retries,
+        priority=message.priority,
+        timeout_seconds=message.timeout_seconds,
+        job_version=message.job_version,
+        worker_id=message.worker_id,
+        retry_delay_seconds=message.retry_delay_seconds,
+        **more,
+    )
 
 
-def _dumps(document: object, documents: Sequence[Mapping[str, object]]) -> bytes:
+_TIMES: dict[type, tuple[tuple[str, str], ...]] = {
+    StatusRecord: (
+        ("timestamp", "timestamp"),
+        ("retry_at", "retryAt"),
+        ("started_at", "startedAt"),
+    ),
+    LogRecord: (("timestamp", "timestamp"),),
+}
+"""The datetime fields of each record (name, key)."""
+
+
+def _in_utc(record: R) -> R:
+    """``record`` with its datetimes in UTC (itself when they are: the usual case)."""
+    changes = None
+    for name, key in _TIMES[type(record)]:
+        value = getattr(record, name)
+        if value is not None and value.tzinfo is not UTC:
+            changes = changes or {}
+            changes[name] = _utc(value, key)
+    return record if changes is None else msgspec.structs.replace(record, **changes)
+
+
+def _encode(document: object, parts: Sequence[msgspec.Struct]) -> bytes:
     try:
-        return orjson.dumps(document, default=_default, option=_DUMPS_OPTIONS)
-    except orjson.JSONEncodeError as exc:
-        raise _encode_error(exc, documents) from exc
+        return _ENCODER.encode(document)
+    except _ENCODE_ERRORS as exc:
+        raise _encode_error(exc, parts) from exc
 
 
-def _encode_error(exc: Exception, documents: Sequence[Mapping[str, object]]) -> ValidationError:
+def _encode_error(exc: BaseException, parts: Sequence[msgspec.Struct]) -> ValidationError:
     """Name the key whose value cannot be encoded (it is nearly always free-form data)."""
-    for index, document in enumerate(documents):
-        for key, value in document.items():
+    for index, part in enumerate(parts):
+        for field in msgspec.structs.fields(part):
             try:
-                orjson.dumps(value, default=_default, option=_DUMPS_OPTIONS)
-            except orjson.JSONEncodeError:
-                where = f"record {index}: " if len(documents) > 1 else ""
+                _ENCODER.encode(getattr(part, field.name))
+            except _ENCODE_ERRORS:
+                key = field.encode_name
+                where = f"record {index}: " if len(parts) > 1 else ""
                 return ValidationError(f"{where}{key}: cannot be encoded as JSON: {exc}", field=key)
-    return ValidationError(f"cannot be encoded as JSON: {exc}", field=_FREE_FORM[0])
-
-
-def _job_message_dict(message: JobMessage) -> dict[str, object]:
-    return {
-        "occurrenceId": message.occurrence_id,
-        "jobId": message.job_id,
-        "jobType": message.job_type,
-        "jobData": message.job_data,
-        "correlationId": message.occurrence_id,
-        "timestamp": _utc(message.timestamp, "timestamp"),
-        "scheduledFor": _utc(message.scheduled_for, "scheduledFor"),
-        "retryCount": message.retry_count,
-        "maxRetries": message.max_retries,
-        "priority": int(message.priority),
-        "timeoutSeconds": message.timeout_seconds,
-        "jobVersion": message.job_version,
-        "workerId": message.worker_id,
-        "retryDelaySeconds": message.retry_delay_seconds,
-    }
-
-
-def _status_dict(record: StatusRecord) -> dict[str, object]:
-    failure = record.failure_type
-    return {
-        "occurrenceId": record.occurrence_id,
-        "status": int(record.status),
-        "timestamp": _utc(record.timestamp, "timestamp"),
-        "instanceId": record.instance_id,
-        "attempt": record.attempt,
-        "result": record.result,
-        "exception": record.exception,
-        "durationMs": record.duration_ms,
-        "retryAt": _utc_or_none(record.retry_at, "retryAt"),
-        "failureType": None if failure is None else failure.value,
-        "startedAt": _utc_or_none(record.started_at, "startedAt"),
-    }
-
-
-def _log_dict(record: LogRecord) -> dict[str, object]:
-    return {
-        "occurrenceId": record.occurrence_id,
-        "timestamp": _utc(record.timestamp, "timestamp"),
-        "level": record.level,
-        "message": record.message,
-        "data": record.data,
-        "category": record.category,
-        "attempt": record.attempt,
-        "line": record.line,
-    }
+    return ValidationError(f"cannot be encoded as JSON: {exc}", field="jobData")
 
 
 def encode_job_message(message: JobMessage) -> bytes:
     """The JSON body of a job message."""
-    document = _job_message_dict(message)
-    return _dumps(document, (document,))
+    body = _body(message)
+    return _encode(body, (body,))
+
+
+def _headers(message: JobMessage) -> dict[str, UUID | str]:
+    """The AMQP headers of a job message that its body does not hold (UUIDs as they are)."""
+    headers: dict[str, UUID | str] = {}
+    if message.original_correlation_id is not None:
+        headers[HEADER_ORIGINAL_CORRELATION_ID] = message.original_correlation_id
+    if message.traceparent is not None:
+        headers[HEADER_TRACEPARENT] = message.traceparent
+    return headers
 
 
 def job_message_headers(message: JobMessage) -> dict[str, int | str]:
@@ -176,23 +238,9 @@ def job_message_headers(message: JobMessage) -> dict[str, int | str]:
         HEADER_RETRY_COUNT: message.retry_count,
         HEADER_MAX_RETRIES: message.max_retries,
     }
-    if message.original_correlation_id is not None:
-        headers[HEADER_ORIGINAL_CORRELATION_ID] = str(message.original_correlation_id)
-    if message.traceparent is not None:
-        headers[HEADER_TRACEPARENT] = message.traceparent
+    for name, value in _headers(message).items():
+        headers[name] = str(value)
     return headers
-
-
-def _envelope_part(message: JobMessage) -> dict[str, object]:
-    document = _job_message_dict(message)
-    headers: dict[str, str] = {}
-    if message.original_correlation_id is not None:
-        headers[HEADER_ORIGINAL_CORRELATION_ID] = str(message.original_correlation_id)
-    if message.traceparent is not None:
-        headers[HEADER_TRACEPARENT] = message.traceparent
-    if headers:
-        document["headers"] = headers
-    return document
 
 
 def encode_job_envelope(messages: Sequence[JobMessage]) -> bytes:
@@ -201,148 +249,72 @@ def encode_job_envelope(messages: Sequence[JobMessage]) -> bytes:
     message would carry that the body does not hold) when it has any."""
     if not 0 < len(messages) <= MAX_ENVELOPE_JOBS:
         raise ValueError(f"an envelope carries 1 to {MAX_ENVELOPE_JOBS} jobs, not {len(messages)}")
-    documents = [_envelope_part(message) for message in messages]
-    return _dumps({"jobs": documents}, documents)
+    jobs = [_body(m, _EnvelopeJob, headers=_headers(m) or UNSET) for m in messages]
+    return _encode({"jobs": jobs}, jobs)
+
+
+def encode_envelope_part(part: EnvelopePart) -> bytes:
+    """An envelope's element as a message body of its own (to dead-letter it alone): the
+    element exactly as received."""
+    if isinstance(part.document, msgspec.Raw):
+        return bytes(part.document)
+    try:
+        return _ENCODER.encode(part.document)
+    except _ENCODE_ERRORS:  # pragma: no cover - it was decoded from JSON
+        return b"null"
 
 
 def encode_status_records(records: Sequence[StatusRecord]) -> bytes:
     """A JSON array of status records (order kept)."""
-    documents = [_status_dict(record) for record in records]
-    return _dumps(documents, documents)
+    documents = [_in_utc(record) for record in records]
+    return _encode(documents, documents)
 
 
 def encode_log_records(records: Sequence[LogRecord]) -> bytes:
     """A JSON array of log records (order kept)."""
-    documents = [_log_dict(record) for record in records]
-    return _dumps(documents, documents)
+    documents = [_in_utc(record) for record in records]
+    return _encode(documents, documents)
 
 
 def encode_dead_letter(letter: DeadLetter) -> bytes:
     """The job message plus ``failureType``, ``exception`` and ``failedAt``."""
-    document = _job_message_dict(letter.message)
-    failure = letter.failure_type
-    document["failureType"] = None if failure is None else failure.value
-    document["exception"] = letter.exception
-    document["failedAt"] = _utc_or_none(letter.failed_at, "failedAt")
-    return _dumps(document, (document,))
+    body = _body(
+        letter.message,
+        _DeadLetterBody,
+        failure_type=letter.failure_type,
+        exception=letter.exception,
+        failed_at=_utc_or_none(letter.failed_at, "failedAt"),
+    )
+    return _encode(body, (body,))
 
 
 # --- decoding -------------------------------------------------------------------------------
 
-
-class _Reader:
-    """Typed access to one decoded JSON object; every refusal names the key."""
-
-    __slots__ = ("doc", "where")
-
-    def __init__(self, doc: object, where: str) -> None:
-        if not isinstance(doc, dict):
-            raise ValidationError(f"{where}expected a JSON object", field="body")
-        self.doc: dict[str, object] = doc
-        self.where = where
-
-    def fail(self, key: str, problem: str) -> ValidationError:
-        return ValidationError(f"{self.where}{key}: {problem}", field=key)
-
-    def raw(self, key: str, default: object = _MISSING) -> object:
-        value = self.doc.get(key, _MISSING)
-        if value is _MISSING:
-            if default is _MISSING:
-                raise self.fail(key, "is required")
-            return default
-        return value
-
-    def uuid(self, key: str) -> UUID:
-        value = self.raw(key)
-        if isinstance(value, str):
-            try:
-                return UUID(value)
-            except ValueError:
-                pass
-        raise self.fail(key, "must be a UUID string")
-
-    def text(self, key: str) -> str:
-        value = self.raw(key)
-        if not isinstance(value, str):
-            raise self.fail(key, "must be a string")
-        return _no_nul(value)
-
-    def text_or_none(self, key: str) -> str | None:
-        value = self.raw(key, None)
-        if value is not None and not isinstance(value, str):
-            raise self.fail(key, "must be a string or null")
-        return None if value is None else _no_nul(value)
-
-    def integer(self, key: str, default: int | None, low: int, high: int | None = None) -> int:
-        """An integer in ``[low, high]``; required when ``default`` is ``None``."""
-        value = self.raw(key, _MISSING if default is None else default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, "must be an integer")
-        if value < low or (high is not None and value > high):
-            bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-            raise self.fail(key, f"must be {bounds}")
-        return value
-
-    def integer_or_none(self, key: str, low: int) -> int | None:
-        """An integer ``>= low``, or ``None`` when absent or null."""
-        if self.doc.get(key) is None:
-            return None
-        return self.integer(key, None, low)
-
-    def number_or_none(self, key: str) -> float | None:
-        value = self.raw(key, None)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.fail(key, "must be a number or null")
-        if value < 0:
-            raise self.fail(key, "must not be negative")
-        return float(value)
-
-    def time(self, key: str) -> datetime:
-        return _parse_time(self, key, self.raw(key))
-
-    def time_or_none(self, key: str) -> datetime | None:
-        value = self.raw(key, None)
-        return None if value is None else _parse_time(self, key, value)
-
-    def free_form(self, key: str) -> object:
-        """Arbitrary JSON (``jobData``, ``result``, ``data``), or ``None`` when missing: at
-        most :data:`~rota.core.jsonlimits.MAX_JSON_DEPTH` levels deep, so that the store and
-        the next encoder can write it again (a deeper value would fail every retry of the
-        batch that carries it)."""
-        value = self.raw(key, None)
-        if value is not None and value_too_deep(value, MAX_JSON_DEPTH):
-            raise self.fail(key, f"nested more than {MAX_JSON_DEPTH} levels deep")
-        return value
-
-    def mapping_or_none(self, key: str) -> dict[str, object] | None:
-        value = self.free_form(key)
-        if value is not None and not isinstance(value, dict):
-            raise self.fail(key, "must be an object or null")
-        return value
-
-    def enum_or_none(self, key: str, kind: Callable[[str], T]) -> T | None:
-        value = self.raw(key, None)
-        if value is None:
-            return None
-        try:
-            return kind(value) if isinstance(value, str) else kind(str(value))
-        except ValueError:
-            raise self.fail(key, f"unknown value {value!r}") from None
+_AT = re.compile(r"^(?:\[(\d+)\])?(?:\.([^.\[]+))?")
+"""The record index and key that start msgspec's path (``[3].status``, ``.jobId``)."""
+_MISSING = re.compile(r"missing required field `([^`]+)`")
 
 
-def _parse_time(reader: _Reader, key: str, value: object) -> datetime:
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            pass
-        else:
-            if parsed.tzinfo is None:
-                raise reader.fail(key, "must carry a time zone (UTC: Z)")
-            return parsed if parsed.tzinfo is UTC else parsed.astimezone(UTC)
-    raise reader.fail(key, "must be an ISO-8601 datetime string")
+def _located(exc: msgspec.ValidationError) -> tuple[str, str | None, str | None]:
+    """msgspec's refusal as (problem, record index, key): msgspec says where in its text only
+    (``Expected `int`, got `str` - at `$[3].retryCount` ``)."""
+    problem, _, path = str(exc).partition(" - at `$")
+    match = _AT.match(path.rstrip("`"))
+    index, key = match.groups() if match else (None, None)
+    return problem, index, key
+
+
+def _invalid(exc: msgspec.ValidationError, where: str = "") -> ValidationError:
+    """Our refusal from msgspec's, naming the key (``Object missing required field `jobId` -
+    at `$[3]` ``: ``record 3: jobId: is required``). Records of a list are ``record N: ``."""
+    problem, index, key = _located(exc)
+    if missing := _MISSING.search(problem):
+        key, problem = missing.group(1), "is required"
+    if index is not None:
+        where += f"record {index}: "
+    if key is None:
+        return ValidationError(f"{where}{problem}", field="body")
+    return ValidationError(f"{where}{key}: {problem}", field=key)
 
 
 def _no_nul(text: str) -> str:
@@ -351,40 +323,114 @@ def _no_nul(text: str) -> str:
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
-def _loads(body: bytes | bytearray | memoryview | str) -> object:
+def _bytes(body: Body) -> bytes | str:
+    return bytes(body) if isinstance(body, memoryview | bytearray) else body
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], body: bytes | str, where: str = "") -> Any:
+    """``body`` read by ``decoder``; a time or UUID that msgspec's strict parsers refuse but
+    Python's read (``2030-01-01T00:00Z``, a UUID in braces) is rewritten and read again."""
+    for _ in range(_REWRITES):
+        try:
+            return decoder.decode(body)
+        except msgspec.ValidationError as exc:
+            deep = None if _shallow(body) else _too_deep(body, where)
+            rewritten = None if deep else _lenient(body, exc)
+            if rewritten is None:
+                raise deep or _invalid(exc, where) from None
+            body = rewritten
+        except msgspec.DecodeError as exc:
+            raise ValidationError(f"{where}body is not JSON: {exc}", field="body") from None
+        except RecursionError:
+            deep = _too_deep(body, where)
+            raise deep or ValidationError(f"{where}body: nested too deeply", field="body") from None
+    raise ValidationError(f"{where}body: too many values to rewrite", field="body")
+
+
+_REWRITES = 8
+"""The most keys of one body :func:`_lenient` rewrites (each in every record at once)."""
+_LENIENT: dict[str, Callable[[str], str]] = {
+    "Invalid RFC3339 encoded datetime": lambda text: datetime.fromisoformat(text).isoformat(),
+    "Invalid UUID": lambda text: str(UUID(text)),
+}
+"""What msgspec refuses that Python's parsers read (ISO-8601 beyond RFC 3339, UUIDs in braces
+or as URNs), and the canonical text for it."""
+
+
+def _lenient(body: bytes | str, exc: msgspec.ValidationError) -> bytes | None:
+    """``body`` with the values msgspec refused at its key rewritten canonically (in every
+    record of a list); ``None`` when that is not what it refused or Python does not read it."""
+    problem, index, key = _located(exc)
+    rewrite = _LENIENT.get(problem)
+    if rewrite is None or key is None:
+        return None
+    document = _ANY.decode(body)
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise ValidationError(f"body is not JSON: {exc}", field="body") from exc
+        for holder in document if index is not None else (document,):
+            if isinstance(holder, dict) and isinstance(holder.get(key), str):
+                holder[key] = rewrite(holder[key])
+    except ValueError:
+        return None
+    return _ENCODER.encode(document)
 
 
-def _records(body: bytes | bytearray | memoryview | str, read: Callable[[_Reader], T]) -> list[T]:
-    documents = _loads(body)
-    if not isinstance(documents, list):
-        raise ValidationError("expected a JSON array of records", field="body")
-    return [read(_Reader(doc, f"record {index}: ")) for index, doc in enumerate(documents)]
+def _too_deep(body: bytes | str, where: str) -> ValidationError | None:
+    """The refusal of a body that nests a value past the depth limit, naming its key (a
+    record's key in a list of records), ``body`` past :data:`READABLE_DEPTH`; else ``None``.
+    Depth is judged before types, on the text: msgspec reads no deeper than about 1,000
+    levels, and a value too deep is refused as such whatever else is wrong with it."""
+    if max_depth_exceeded(body, READABLE_DEPTH):
+        return ValidationError(f"{where}body: nested too deeply", field="body")
+    records = body.lstrip()[:1] in (b"[", "[")
+    location = too_deep_at(body, MAX_JSON_DEPTH + (2 if records else 1))
+    if location and records:
+        where, location = f"{where}record {location[0]}: ", location[1:]
+    if location and isinstance(location[0], str):
+        return _nested_too_deep(location[0], where)
+    return None
 
 
-def _read_job_message(reader: _Reader, headers: Mapping[str, object] | None) -> JobMessage:
-    occurrence_id = reader.uuid("occurrenceId")
-    if "correlationId" in reader.doc and reader.raw("correlationId") is not None:
-        reader.uuid("correlationId")  # validated; it is the occurrence id by definition
+def _nested_too_deep(key: str, where: str = "") -> ValidationError:
+    problem = f"nested more than {MAX_JSON_DEPTH} levels deep"
+    return ValidationError(f"{where}{key}: {problem}", field=key)
+
+
+def _shallow(body: bytes | str) -> bool:
+    """Whether no value of ``body`` can nest past the limit: it opens no more containers."""
+    if isinstance(body, str):
+        return body.count("[") + body.count("{") <= MAX_JSON_DEPTH
+    return body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH
+
+
+def _has_nul(body: bytes | str) -> bool:
+    """Whether a string of the JSON text ``body`` may hold NUL (which JSON writes escaped)."""
+    if isinstance(body, str):
+        return "\\u0000" in body
+    return b"\\u0000" in body
+
+
+def _message(body: _JobBody, headers: Mapping[str, object] | None, raw: bytes | str) -> JobMessage:
+    """The job message of ``body``, read from the text ``raw``."""
+    data = body.job_data
+    if isinstance(data, dict | list) and not _shallow(raw) and value_too_deep(data, MAX_JSON_DEPTH):
+        raise _nested_too_deep("jobData")
+    worker_id = body.worker_id
     return JobMessage(
-        occurrence_id=occurrence_id,
-        job_id=reader.uuid("jobId"),
-        job_type=reader.text("jobType"),
-        job_data=reader.free_form("jobData"),
-        timestamp=reader.time("timestamp"),
-        scheduled_for=reader.time("scheduledFor"),
-        retry_count=reader.integer("retryCount", 0, 0),
-        max_retries=reader.integer("maxRetries", 0, 0),
-        priority=_PRIORITIES[reader.integer("priority", Priority.MEDIUM, 0, len(_PRIORITIES) - 1)],
-        timeout_seconds=reader.number_or_none("timeoutSeconds"),
-        job_version=reader.integer("jobVersion", 1, 1),
-        worker_id=reader.text_or_none("workerId"),
-        original_correlation_id=_original_correlation_id(headers),
-        retry_delay_seconds=reader.number_or_none("retryDelaySeconds"),
-        traceparent=_traceparent(headers),
+        occurrence_id=body.occurrence_id,
+        job_id=body.job_id,
+        job_type=_no_nul(body.job_type),
+        job_data=data,
+        timestamp=_utc(body.timestamp, "timestamp"),
+        scheduled_for=_utc(body.scheduled_for, "scheduledFor"),
+        retry_count=body.retry_count,
+        max_retries=body.max_retries,
+        priority=body.priority,
+        timeout_seconds=body.timeout_seconds,
+        job_version=body.job_version,
+        worker_id=None if worker_id is None else _no_nul(worker_id),
+        original_correlation_id=_original_correlation_id(headers) if headers else None,
+        retry_delay_seconds=body.retry_delay_seconds,
+        traceparent=_traceparent(headers) if headers else None,
     )
 
 
@@ -404,6 +450,10 @@ def _original_correlation_id(headers: Mapping[str, object] | None) -> UUID | Non
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     try:
+        return msgspec.convert(value, UUID)  # the canonical text, read in C
+    except msgspec.ValidationError:
+        pass
+    try:
         return UUID(str(value))
     except ValueError:
         raise ValidationError(
@@ -412,238 +462,76 @@ def _original_correlation_id(headers: Mapping[str, object] | None) -> UUID | Non
         ) from None
 
 
-def _read_status(reader: _Reader) -> StatusRecord:
-    return StatusRecord(
-        occurrence_id=reader.uuid("occurrenceId"),
-        status=_STATUSES[reader.integer("status", None, 0, len(_STATUSES) - 1)],
-        timestamp=reader.time("timestamp"),
-        attempt=reader.integer("attempt", 1, 1),
-        instance_id=reader.text_or_none("instanceId"),
-        result=reader.free_form("result"),
-        exception=reader.text_or_none("exception"),
-        duration_ms=reader.number_or_none("durationMs"),
-        retry_at=reader.time_or_none("retryAt"),
-        failure_type=reader.enum_or_none("failureType", FailureType),
-        started_at=reader.time_or_none("startedAt"),
-    )
-
-
-def _read_log(reader: _Reader) -> LogRecord:
-    return LogRecord(
-        occurrence_id=reader.uuid("occurrenceId"),
-        timestamp=reader.time("timestamp"),
-        level=reader.text("level"),
-        message=reader.text("message"),
-        data=reader.mapping_or_none("data"),
-        category=reader.text_or_none("category"),
-        attempt=reader.integer_or_none("attempt", 1),
-        line=reader.integer_or_none("line", 1),
-    )
-
-
-def decode_job_message(
-    body: bytes | bytearray | memoryview | str, headers: Mapping[str, object] | None = None
-) -> JobMessage:
+def decode_job_message(body: Body, headers: Mapping[str, object] | None = None) -> JobMessage:
     """A job message from its JSON body (and AMQP headers); ``ValidationError`` if malformed."""
-    doc = _loads(body)
-    if type(doc) is dict:
-        message = _fast_job_message(doc, headers)
-        if message is not None:
-            return message
-    return _read_job_message(_Reader(doc, ""), headers)
+    raw = _bytes(body)
+    return _message(_decode(_JOB, raw), headers, raw)
 
 
-# --- the fast path of job messages ------------------------------------------------------------
-#
-# A job message as this version's dispatcher writes it (every key, canonical values) is read by
-# :func:`_fast_job_message` in one pass of plain lookups and exact type checks. Whatever it does
-# not take as is (a missing or null key that is not optional, a wrong type, a value out of range,
-# a NUL in a string, a time without its zone) makes it answer ``None``, and the message is read
-# again by the validating reader above, which accepts or refuses it and names the field: the
-# fast path accepts a subset of what the reader accepts, with the same result.
-
-_new = object.__new__
-_set = object.__setattr__
-_UUID_UNKNOWN = SafeUUID.unknown
-_MAX_PRIORITY = len(_PRIORITIES) - 1
-_DEFAULT_PRIORITY = int(Priority.MEDIUM)
-_fromisoformat = datetime.fromisoformat
-
-
-def _fast_uuid(value: object) -> UUID | None:
-    """``UUID(value)`` for a string with 32 hex digits once its hyphens are gone (what ``UUID``
-    itself parses, without its keyword checks), else ``None``."""
-    if type(value) is not str:
-        return None
-    digits = value.replace("-", "")
-    if len(digits) != 32:
-        return None
-    try:
-        number = int(digits, 16)  # (no ':', '{' or '}' then: UUID reads the same digits)
-    except ValueError:
-        return None
-    result = _new(UUID)
-    _set(result, "int", number)
-    _set(result, "is_safe", _UUID_UNKNOWN)
-    return result
-
-
-def _fast_time(value: object) -> datetime | None:
-    if type(value) is not str:
-        return None
-    try:
-        parsed = _fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is UTC else None
-
-
-def _fast_seconds(value: object) -> object:
-    """A non-negative number as a float, ``None`` for null; ``_MISSING``: not taken as is."""
-    if value is None:
-        return None
-    if (type(value) is float or type(value) is int) and value >= 0:
-        return float(value)
-    return _MISSING
-
-
-def _fast_job_message(
-    doc: dict[str, Any], headers: Mapping[str, object] | None
-) -> JobMessage | None:
-    get = doc.get
-    text = get("occurrenceId")
-    occurrence_id = _fast_uuid(text)
-    job_id = _fast_uuid(get("jobId"))
-    job_type = get("jobType")
-    timestamp = _fast_time(get("timestamp"))
-    scheduled_for = _fast_time(get("scheduledFor"))
-    if (
-        occurrence_id is None
-        or job_id is None
-        or timestamp is None
-        or scheduled_for is None
-        or type(job_type) is not str
-        or "\x00" in job_type
-    ):
-        return None
-    correlation = get("correlationId")
-    if correlation is not None and correlation != text and _fast_uuid(correlation) is None:
-        return None
-    retry_count = get("retryCount", 0)
-    max_retries = get("maxRetries", 0)
-    priority = get("priority", _DEFAULT_PRIORITY)
-    job_version = get("jobVersion", 1)
-    if (
-        type(retry_count) is not int
-        or type(max_retries) is not int
-        or type(priority) is not int
-        or type(job_version) is not int
-        or retry_count < 0
-        or max_retries < 0
-        or not 0 <= priority <= _MAX_PRIORITY
-        or job_version < 1
-    ):
-        return None
-    worker_id = get("workerId")
-    if worker_id is not None and (type(worker_id) is not str or "\x00" in worker_id):
-        return None
-    timeout = _fast_seconds(get("timeoutSeconds"))
-    retry_delay = _fast_seconds(get("retryDelaySeconds"))
-    if timeout is _MISSING or retry_delay is _MISSING:
-        return None
-    job_data = get("jobData")
-    if type(job_data) in (dict, list) and value_too_deep(job_data, MAX_JSON_DEPTH):
-        return None
-    return JobMessage(
-        occurrence_id=occurrence_id,
-        job_id=job_id,
-        job_type=job_type,
-        job_data=job_data,
-        timestamp=timestamp,
-        scheduled_for=scheduled_for,
-        retry_count=retry_count,
-        max_retries=max_retries,
-        priority=_PRIORITIES[priority],
-        timeout_seconds=timeout,  # type: ignore[arg-type]
-        job_version=job_version,
-        worker_id=worker_id,
-        original_correlation_id=_original_correlation_id(headers) if headers else None,
-        retry_delay_seconds=retry_delay,  # type: ignore[arg-type]
-        traceparent=_traceparent(headers) if headers else None,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class EnvelopePart:
-    """One job of a decoded envelope: its message, or why it cannot be read (then
-    ``document`` is the element as received, to dead-letter it alone)."""
-
-    index: int
-    document: object
-    message: JobMessage | None
-    error: ValidationError | None = None
-
-
-def decode_job_envelope(body: bytes | bytearray | memoryview | str) -> list[EnvelopePart]:
+def decode_job_envelope(body: Body) -> list[EnvelopePart]:
     """The jobs of an envelope, each decoded alone: a job that cannot be read is a part with
     its ``error`` (its siblings are not affected). ``ValidationError`` when the envelope itself
     is not ``{"jobs": [...]}`` with 1 to :data:`MAX_ENVELOPE_JOBS` elements."""
-    doc = _loads(body)
-    if type(doc) is not dict:
-        raise ValidationError("an envelope must be a JSON object", field="body")
-    jobs = doc.get("jobs")
-    if type(jobs) is not list or not 0 < len(jobs) <= MAX_ENVELOPE_JOBS:
-        raise ValidationError(
-            f"jobs: must be an array of 1 to {MAX_ENVELOPE_JOBS} job messages", field="jobs"
-        )
+    envelope: _Envelope = _decode(_ENVELOPE, _bytes(body))
     parts: list[EnvelopePart] = []
-    for index, part in enumerate(jobs):
+    for index, element in enumerate(envelope.jobs):
         try:
-            parts.append(EnvelopePart(index, part, _envelope_message(index, part)))
+            parts.append(EnvelopePart(index, element, _envelope_message(index, element)))
         except ValidationError as exc:
-            parts.append(EnvelopePart(index, part, None, exc))
+            parts.append(EnvelopePart(index, element, None, exc))
     return parts
 
 
-def _envelope_message(index: int, part: object) -> JobMessage:
+def _envelope_message(index: int, element: msgspec.Raw) -> JobMessage:
     where = f"jobs[{index}]: "
-    if type(part) is not dict:
-        raise ValidationError(f"{where}expected a JSON object", field="body")
-    headers = part.get("headers")
-    if headers is not None and type(headers) is not dict:
-        raise ValidationError(f"{where}headers: must be an object", field="headers")
-    message = _fast_job_message(part, headers)
-    if message is not None:
-        return message
-    return _read_job_message(_Reader(part, where), headers)
-
-
-def encode_envelope_part(part: EnvelopePart) -> bytes:
-    """An envelope's element as a message body of its own (to dead-letter it alone)."""
+    raw = bytes(element)
+    job: _EnvelopeJob = _decode(_ENVELOPE_JOB, raw, where)
     try:
-        return orjson.dumps(part.document)
-    except (orjson.JSONEncodeError, TypeError):  # pragma: no cover - it was decoded from JSON
-        return b"null"
+        return _message(job, job.headers or None, raw)
+    except ValidationError as exc:
+        raise ValidationError(f"{where}{exc}", field=exc.field) from None
 
 
-def decode_status_records(body: bytes | bytearray | memoryview | str) -> list[StatusRecord]:
+def _records(
+    decoder: msgspec.json.Decoder[list[R]], body: Body, free: str, text: Sequence[str]
+) -> list[R]:
+    """Records of a list, then what the types cannot say: the ``free`` form value within the
+    depth limit, times in UTC, no NUL in the ``text`` fields."""
+    raw = _bytes(body)
+    records: list[R] = _decode(decoder, raw)
+    if not _shallow(raw):
+        for index, record in enumerate(records):
+            if value_too_deep(getattr(record, free), MAX_JSON_DEPTH):
+                raise _nested_too_deep(free, f"record {index}: ")
+    nul = _has_nul(raw)
+    for index, record in enumerate(records):
+        fixed = _in_utc(record)
+        if nul:
+            fixed = msgspec.structs.replace(
+                fixed, **{name: _no_nul(v) for name in text if (v := getattr(fixed, name))}
+            )
+        if fixed is not record:
+            records[index] = fixed
+    return records
+
+
+def decode_status_records(body: Body) -> list[StatusRecord]:
     """Status records from a JSON array; ``ValidationError`` (naming the field) if malformed."""
-    return _records(body, _read_status)
+    return _records(_STATUS_RECORDS, body, "result", ("instance_id", "exception"))
 
 
-def decode_log_records(body: bytes | bytearray | memoryview | str) -> list[LogRecord]:
+def decode_log_records(body: Body) -> list[LogRecord]:
     """Log records from a JSON array; ``ValidationError`` (naming the field) if malformed."""
-    return _records(body, _read_log)
+    return _records(_LOG_RECORDS, body, "data", ("level", "message", "category"))
 
 
-def decode_dead_letter(
-    body: bytes | bytearray | memoryview | str, headers: Mapping[str, object] | None = None
-) -> DeadLetter:
+def decode_dead_letter(body: Body, headers: Mapping[str, object] | None = None) -> DeadLetter:
     """A dead letter: a job message with optional ``failureType``, ``exception``, ``failedAt``."""
-    reader = _Reader(_loads(body), "")
+    raw = _bytes(body)
+    letter: _DeadLetterBody = _decode(_DEAD_LETTER, raw)
     return DeadLetter(
-        message=_read_job_message(reader, headers),
-        failure_type=reader.enum_or_none("failureType", FailureType),
-        exception=reader.text_or_none("exception"),
-        failed_at=reader.time_or_none("failedAt"),
+        message=_message(letter, headers, raw),
+        failure_type=letter.failure_type,
+        exception=None if letter.exception is None else _no_nul(letter.exception),
+        failed_at=_utc_or_none(letter.failed_at, "failedAt"),
     )

@@ -15,10 +15,11 @@ import contextlib
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import fields
 from datetime import datetime
 from typing import Any
 from uuid import UUID
+
+import msgspec
 
 from rota.core.errors import ValidationError
 from rota.core.models import LogRecord, OccurrenceStatus, StatusRecord
@@ -424,19 +425,10 @@ def _decode(
     return records, unreadable
 
 
-_STATUS_FIELDS = tuple(f.name for f in fields(StatusRecord) if f.name != "started_at")
-_new = object.__new__
-_set = object.__setattr__
-
-
 def _with_start(record: StatusRecord, started_at: datetime) -> StatusRecord:
-    """``replace(record, started_at=started_at)`` in a third of its time (a final report of
-    every attempt started and finished within one flush takes this path)."""
-    copy = _new(StatusRecord)
-    for name in _STATUS_FIELDS:
-        _set(copy, name, getattr(record, name))
-    _set(copy, "started_at", started_at)
-    return copy
+    """``record`` with the time of the Running report folded into it (a final report of every
+    attempt started and finished within one flush takes this path)."""
+    return msgspec.structs.replace(record, started_at=started_at)
 
 
 def _describe(exc: BaseException) -> str:

@@ -15,12 +15,13 @@ job they come from: the store, the API and the dead-letter records never get the
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
+
+from msgspec.structs import replace
 
 from rota.core.errors import ValidationError
 from rota.core.models import FailureType, JobMessage, LogRecord, StatusRecord
@@ -111,7 +112,7 @@ class WorkerSecrets:
         masker = self.masker
         if not masker.active or (record.result is None and not record.exception):
             return record
-        return dataclasses.replace(
+        return replace(
             record,
             result=masker.json(record.result),
             exception=None if record.exception is None else masker.text(record.exception),
@@ -123,7 +124,7 @@ class WorkerSecrets:
 
         def masked(line: LogRecord) -> None:
             if masker.active:
-                line = dataclasses.replace(
+                line = replace(
                     line,
                     message=masker.text(line.message),
                     data=None if line.data is None else masker.json(dict(line.data)),
