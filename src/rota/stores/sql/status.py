@@ -78,23 +78,30 @@ class StatusQueries(AggregateQueries):
             *(occurrences.c[n] for n in CURRENT_FIELDS),
             occurrences.c.end_time,
             occurrences.c.history,
+            # whether the job has a failure streak or a probe a success would end (not
+            # locked: a failure committed meanwhile is one that came after this batch)
+            func.coalesce(jobs.c.consecutive_failures, 0).label("streak"),
+            jobs.c.probing,
         ]
+        with_job = occurrences.outerjoin(jobs, jobs.c.id == occurrences.c.job_id)
         async with self._write() as conn:
             rows = await _fetch_in(
                 conn,
                 lambda chunk: (
                     select(*columns)
+                    .select_from(with_job)
                     .where(self._member(occurrences.c.id, chunk))
                     .order_by(occurrences.c.id)
-                    .with_for_update()
+                    .with_for_update(of=occurrences)
                 ),
                 ids,
             )
             before = {r.id: (r.status, r.end_time, r.duration_ms) for r in rows}
-            batch = apply_records({oid: Current(*rest[:-2]) for oid, *rest in rows}, records)
+            batch = apply_records({oid: Current(*rest[:-4]) for oid, *rest in rows}, records)
             _append_history(batch, {r.id: r.history for r in rows})
             deltas = _status_deltas(batch, before)
-            disabled = await self._write_status_batch(conn, batch, deltas)
+            streaks = {r.job_id for r in rows if r.streak or r.probing}
+            disabled = await self._write_status_batch(conn, batch, deltas, streaks)
             await self._record_final_failures(conn, batch)
             await self._write_aggregates(conn, deltas)
         return StatusResult(
@@ -105,10 +112,11 @@ class StatusQueries(AggregateQueries):
         )
 
     async def _write_status_batch(
-        self, conn: AsyncConnection, batch: StatusBatch, deltas: StatDeltas
+        self, conn: AsyncConnection, batch: StatusBatch, deltas: StatDeltas, streaks: set[UUID]
     ) -> list[DisabledJob]:
         """Write the batch's occurrence changes and job statistics (the jobs it deactivates
-        counted in ``deltas``); returns the jobs it disabled."""
+        counted in ``deltas``; ``streaks``: the jobs with a failure streak or a probe, which
+        a batch of successes ends); returns the jobs it disabled."""
         for columns, params in _occurrence_updates(batch).items():
             if self._seal is not None and "result" in columns:
                 for param in params:
@@ -122,7 +130,7 @@ class StatusQueries(AggregateQueries):
         resets = []
         for job_id, s in sorted(batch.stats.items()):
             deltas.ran(job_id, s.runs, s.duration_sum, s.duration_count)
-            if s.only_successes:
+            if s.only_successes and job_id in streaks:
                 resets.append({"b_id": job_id})
         if resets:
             await self._fast.execute(conn, "reset_streaks", _reset_streaks_stmt, resets)
@@ -133,8 +141,8 @@ class StatusQueries(AggregateQueries):
     ) -> list[DisabledJob]:
         """Auto-disable: fold the batch's outcomes into the consecutive-failure state of each
         job that had a failure in it (read under lock, one UPDATE for all), disabling the jobs
-        that reach their threshold. Jobs with only successes were reset by the statistics
-        statement already, without a read."""
+        that reach their threshold. Jobs with only successes were reset already, if they had
+        anything to reset."""
         failing = batch.failing_jobs
         if not failing:
             return []
