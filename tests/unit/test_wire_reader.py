@@ -363,3 +363,41 @@ def test_odd_jobs_of_an_envelope_name_their_field() -> None:
         "headers",
         HEADER_ORIGINAL_CORRELATION_ID,
     ]
+
+
+def test_the_record_nesting_too_deeply_is_named_among_many_that_do_not() -> None:
+    records = [
+        StatusRecord(
+            occurrence_id=uuid.uuid4(),
+            status=OccurrenceStatus.COMPLETED,
+            timestamp=MESSAGE.timestamp,
+            result={"a": [{"b": [n]}]},  # 4 levels each: 400 in all, none too deep
+        )
+        for n in range(100)
+    ]
+    body = encode_status_records(records)
+    assert decode_status_records(body) == records
+    deep = b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1)
+    documents = orjson.loads(body)
+    documents[57]["result"] = "__deep__"
+    with pytest.raises(ValidationError, match=r"^record 57: result: nested more than") as c:
+        decode_status_records(orjson.dumps(documents).replace(b'"__deep__"', deep))
+    assert c.value.field == "result"
+
+
+def test_every_body_type_reads_the_same() -> None:
+    body = orjson.dumps(CANONICAL)
+    for text in (body, body.decode(), bytearray(body), memoryview(body)):
+        assert decode_job_message(text, HEADERS) == MESSAGE
+    record = StatusRecord(
+        occurrence_id=OID,
+        status=OccurrenceStatus.RUNNING,
+        timestamp=MESSAGE.timestamp,
+        exception="a\x00b",
+    )
+    records = encode_status_records([record])
+    read = [
+        decode_status_records(text) for text in (records, records.decode(), memoryview(records))
+    ]
+    assert read[0] == read[1] == read[2]
+    assert read[0][0].exception == "a\ufffdb"

@@ -395,11 +395,14 @@ def _nested_too_deep(key: str, where: str = "") -> ValidationError:
     return ValidationError(f"{where}{key}: {problem}", field=key)
 
 
-def _shallow(body: bytes | str) -> bool:
-    """Whether no value of ``body`` can nest past the limit: it opens no more containers."""
+def _shallow(body: bytes | str, objects: int = 1) -> bool:
+    """Whether no value of ``body``, a text holding ``objects`` objects of ours (a message, or
+    a list and its records), can nest past the limit: no more containers open in it."""
     if isinstance(body, str):
-        return body.count("[") + body.count("{") <= MAX_JSON_DEPTH
-    return body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH
+        opened = body.count("[") + body.count("{")
+    else:
+        opened = body.count(b"[") + body.count(b"{")
+    return opened - objects <= MAX_JSON_DEPTH
 
 
 def _has_nul(body: bytes | str) -> bool:
@@ -499,7 +502,7 @@ def _records(
     depth limit, times in UTC, no NUL in the ``text`` fields."""
     raw = _bytes(body)
     records: list[R] = _decode(decoder, raw)
-    if not _shallow(raw):
+    if not _shallow(raw, 1 + len(records)):
         for index, record in enumerate(records):
             if value_too_deep(getattr(record, free), MAX_JSON_DEPTH):
                 raise _nested_too_deep(free, f"record {index}: ")
