@@ -1036,6 +1036,37 @@ async def test_concurrent_claimers_never_get_the_same_occurrence(
     assert sorted(claimed) == sorted(o.id for o in occs)
 
 
+async def test_concurrent_sweeps_send_an_abandoned_batch_once(store: Store, store_url: str) -> None:
+    """Fired batches whose dispatcher died before publishing: sweeps of several servers at
+    once, after the claim, hand out each of their occurrences exactly once."""
+    jobs = [make_job() for _ in range(30)]
+    await store.create_jobs(jobs)
+    sent: list[UUID] = []
+    for start in range(0, len(jobs), 10):  # three batches, none marked
+        chunk = [j.id for j in jobs[start : start + 10]]
+        result = await store.dispatch_due(chunk, NOW, one_time, claim_until=CLAIM)
+        assert result.batch is not None
+        sent += [o.id for o in result.queued]
+    others = [SqlStore(store_url) for _ in range(3)]
+    for other in others:
+        await other.open()
+
+    async def drain(claimer: Store) -> list[UUID]:
+        got: list[UUID] = []
+        while batch := await claimer.claim_undispatched(CLAIM, 4, claim_until=CLAIM + MINUTE):
+            got.extend(o.id for o in batch)
+        return got
+
+    try:
+        results = await asyncio.gather(*(drain(s) for s in [store, *others] * 2))
+    finally:
+        for other in others:
+            await other.close()
+    claimed = [oid for got in results for oid in got]
+    assert len(claimed) == len(set(claimed)), "an occurrence was claimed twice"
+    assert sorted(claimed) == sorted(sent)
+
+
 # --- zombies ----------------------------------------------------------------------------------
 
 
