@@ -81,9 +81,9 @@ async def test_a_job_runs_with_encryption_on(
     sent: list[object] = []
     publish = runtime.broker.publish_jobs
 
-    async def spy(messages: Any) -> None:
+    async def spy(messages: Any, *, envelopes: Any = None) -> None:
         sent.extend(m.job_data for m in messages)
-        await publish(messages)
+        await publish(messages, envelopes=envelopes)
 
     runtime.broker.publish_jobs = spy  # type: ignore[method-assign]
     job, run = await run_one(runtime)
