@@ -56,7 +56,6 @@ from sqlalchemy import (
     String,
     Table,
     Uuid,
-    bindparam,
     delete,
     text,
     update,
@@ -76,6 +75,7 @@ from rota.stores.schema import (
     occurrence_totals,
     tag_counts,
 )
+from rota.stores.sql.batches import hot_params, insert_values
 from rota.stores.sql.engine import SqlParts
 from rota.stores.sql.rows import ACTIVE
 
@@ -291,13 +291,14 @@ _TYPES: Final[dict[str, TypeEngine[Any]]] = {
 }
 
 
-def _add_stmt(dialect: str, table: Table) -> UpdateBase:
-    """``INSERT … ON CONFLICT (key) DO UPDATE SET x = x + excluded.x`` for every counter."""
+def _add_stmt(dialect: str, table: Table, *, unnest: bool = False) -> UpdateBase:
+    """``INSERT … ON CONFLICT (key) DO UPDATE SET x = x + excluded.x`` for every counter
+    (``unnest``: PostgreSQL's form for a batch, whose keys are distinct)."""
     keys = [c.name for c in table.primary_key.columns]
-    values = {c.name: bindparam(c.name, type_=_TYPES[c.name]) for c in table.columns}
+    values = hot_params({c.name: _TYPES[c.name] for c in table.columns}, unnest=unnest)
     sums = [c.name for c in table.columns if c.name not in keys]
     if dialect == "postgresql":
-        pg = postgresql.insert(table).values(values)
+        pg = insert_values(postgresql.insert(table), values, unnest=unnest)
         return pg.on_conflict_do_update(
             index_elements=keys, set_={n: table.c[n] + pg.excluded[n] for n in sums}
         )

@@ -1,23 +1,64 @@
 """Hot batch writes: statements compiled once per store and run with driver-level parameters
-(PostgreSQL: one ``unnest`` execution per batch where the statement's shape allows)."""
+(PostgreSQL: one execution per batch of the statement's ``unnest`` form)."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from operator import itemgetter
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
-from sqlalchemy import JSON, Table, Uuid
+from sqlalchemy import JSON, String, Table, Uuid, bindparam, column, func, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.dml import UpdateBase
+from sqlalchemy.sql.dml import Insert, Update, UpdateBase
+from sqlalchemy.sql.elements import ColumnElement
 
 from rota.core.errors import ConflictError
 from rota.stores.schema import UtcDateTime, aware_utc, utc_text
 from rota.stores.sql.engine import _json_dumps
+
+# --- hot statements ---------------------------------------------------------------------------
+
+
+class HotStatement(Protocol):
+    """A hot statement's builder: its form run once per row (``unnest=False``: SQLite, and
+    PostgreSQL for a lone row), and PostgreSQL's form run once per batch (``unnest=True``:
+    the rows read from ``unnest`` over one array per parameter, named as the row's)."""
+
+    def __call__(self, *, unnest: bool = False) -> UpdateBase: ...
+
+
+def hot_params(types: Mapping[str, Any], *, unnest: bool = False) -> dict[str, ColumnElement[Any]]:
+    """A hot statement's parameters by name: a typed bound parameter each, or (``unnest``)
+    the columns of ``unnest(:name::type[], …) AS v(name, …)``, one array parameter each."""
+    if not unnest:
+        return {name: bindparam(name, type_=type_) for name, type_ in types.items()}
+    arrays = [bindparam(name, type_=ARRAY(_element(type_))) for name, type_ in types.items()]
+    rows = func.unnest(*arrays).table_valued(*(column(n, t) for n, t in types.items()))
+    v = rows.render_derived("v")
+    return {name: v.c[name] for name in types}
+
+
+def _element(type_: Any) -> Any:
+    """An array parameter's element type: a string's without its length (a cast to
+    ``VARCHAR(n)`` would cut a longer value short, which the column refuses)."""
+    return String() if isinstance(type_, String) and type_.length is not None else type_
+
+
+_I = TypeVar("_I", bound=Insert)
+
+
+def insert_values(
+    stmt: _I, params: Mapping[str, ColumnElement[Any]], *, unnest: bool = False
+) -> _I:
+    """``INSERT … VALUES (params)``, or (``unnest``) ``INSERT … SELECT params FROM unnest``."""
+    if unnest:
+        return stmt.from_select(list(params), select(*params.values()))
+    return stmt.values(params)
+
 
 # --- hot batch writes -------------------------------------------------------------------------
 
@@ -42,6 +83,18 @@ _Converter = Callable[[Any], Any]
 
 
 @dataclass(frozen=True, slots=True)
+class _Batch:
+    """PostgreSQL: a statement's ``unnest`` form, run once for a whole batch."""
+
+    sql: str
+    order: tuple[int, ...]
+    """For each of its array parameters, the position of its column in the row's parameters."""
+    keys: tuple[int, ...]
+    """Positions of an UPDATE's key parameters: the form is used only when no two rows
+    share them (``UPDATE … FROM`` would apply just one of them)."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Prepared:
     sql: str
     values: Callable[[dict[str, Any]], Any]
@@ -50,49 +103,9 @@ class _Prepared:
     """One parameter: ``values`` returns it bare, not in a tuple."""
     converters: tuple[tuple[int, _Converter], ...]
     """Positions whose value the driver needs converted."""
-    columnar: str | None = None
-    """PostgreSQL: the same statement over ``unnest`` of one array per parameter (one
-    execution for the whole batch instead of one per row)."""
-    keys: tuple[int, ...] = ()
-    """Positions of the parameters in an UPDATE's WHERE clause: the columnar form is used
-    only when no two rows share them (``UPDATE … FROM`` would apply just one of them)."""
-    names: tuple[str, ...] = ()
+    names: tuple[str, ...]
     """The parameters' names in statement order."""
-
-
-_CAST = re.compile(r"\$(\d+)::(TIMESTAMP WITH TIME ZONE|DOUBLE PRECISION|[A-Z]+)")
-
-
-def _columnar(sql: str) -> tuple[str, tuple[int, ...]] | None:
-    """The ``unnest`` form of a compiled PostgreSQL INSERT … VALUES or UPDATE … WHERE whose
-    parameters are all ``$n::TYPE``, and the positions of an UPDATE's key parameters;
-    ``None`` for any other shape."""
-    types: dict[int, str] = {}
-    for number, type_ in _CAST.findall(sql):
-        types.setdefault(int(number), type_)
-    if not types or sorted(types) != list(range(1, len(types) + 1)):
-        return None
-    arrays = ", ".join(f"${n}::{types[n]}[]" for n in sorted(types))
-    if sql.startswith("INSERT INTO "):
-        head, sep, rest = sql.partition(" VALUES (")
-        values, close, tail = rest.partition(")")
-        if not sep or not close or _CAST.sub("", values).strip(", ") != "":
-            return None
-        tail = tail.split(" RETURNING ", 1)[0]
-        return f"{head} SELECT * FROM unnest({arrays}){tail}", ()
-    if sql.startswith("UPDATE "):
-        sets, sep, where = sql.partition(" WHERE ")
-        if not sep:
-            return None
-        names = ", ".join(f"p{n}" for n in sorted(types))
-        keys = tuple(sorted({int(n) - 1 for n, _ in _CAST.findall(where)}))
-
-        def column(match: re.Match[str]) -> str:
-            return f"v.p{match[1]}"
-
-        body = f"{_CAST.sub(column, sets)} FROM unnest({arrays}) AS v({names})"
-        return f"{body} WHERE {_CAST.sub(column, where)}", keys
-    return None
+    batch: _Batch | None = None
 
 
 class _FastBatches:
@@ -101,7 +114,8 @@ class _FastBatches:
     On batches of thousands of rows SQLAlchemy's per-row parameter processing costs more than
     the database's work. These statements are compiled once per store; their parameters are
     converted here exactly as the column types convert them (UUIDs: hex text in SQLite; UTC
-    datetimes: naive ISO text in SQLite; JSON: text) and handed to the driver as tuples.
+    datetimes: naive ISO text in SQLite; JSON: text) and handed to the driver as tuples (on
+    PostgreSQL, for a batch, as one array per parameter to the statement's ``unnest`` form).
     Every parameter of such a statement must be a named ``bindparam`` with a type.
     """
 
@@ -115,16 +129,22 @@ class _FastBatches:
         self,
         conn: AsyncConnection,
         key: str,
-        make: Callable[[], UpdateBase],
+        make: HotStatement,
         rows: Sequence[dict[str, Any]],
+        *,
+        keys: Sequence[str] = (),
     ) -> int:
-        """Run the statement ``make()`` (cached under ``key``) once per row; returns the
-        driver's row count (``-1`` when it reports none)."""
-        prepared = self._prepared_for(key, make, conn)
+        """Run the statement ``make()`` (cached under ``key``) once per row, or on PostgreSQL
+        its ``make(unnest=True)`` once for all; returns the driver's row count (``-1`` when
+        it reports none). An UPDATE names its key parameters (``keys``): a batch in which
+        two rows share them runs row by row."""
+        prepared = self._prepared_for(key, make, conn, keys=keys)
         params = self._params(prepared, rows)
-        if prepared.columnar is not None and len(params) > 1 and _distinct(params, prepared.keys):
-            arrays = tuple(list(column) for column in zip(*params, strict=True))
-            result = await conn.exec_driver_sql(prepared.columnar, arrays)
+        batch = prepared.batch
+        if batch is not None and len(params) > 1 and _distinct(params, batch.keys):
+            columns = list(zip(*params, strict=True))
+            arrays = tuple(list(columns[i]) for i in batch.order)
+            result = await conn.exec_driver_sql(batch.sql, arrays)
         else:
             result = await conn.exec_driver_sql(prepared.sql, params)
         return int(result.rowcount)
@@ -133,32 +153,54 @@ class _FastBatches:
         self,
         conn: AsyncConnection,
         key: str,
-        make: Callable[[], UpdateBase],
+        make: HotStatement,
         names: Sequence[str],
         records: Sequence[tuple[Any, ...]],
     ) -> int:
-        """As :meth:`execute`, with each row's parameters already as the driver takes them,
-        in the order ``names`` (which must be the statement's)."""
-        prepared = self._prepared_for(key, make, conn, names)
+        """Run ``make()`` once per record, each already as the driver takes it, in the order
+        ``names`` (which must be the statement's)."""
+        prepared = self._prepared_for(key, make, conn, names=names)
         result = await conn.exec_driver_sql(prepared.sql, list(records))
         return int(result.rowcount)
 
     def _prepared_for(
         self,
         key: str,
-        make: Callable[[], UpdateBase],
+        make: HotStatement,
         conn: AsyncConnection,
+        *,
         names: Sequence[str] | None = None,
+        keys: Sequence[str] = (),
     ) -> _Prepared:
-        """The statement ``make()`` compiled once per store (under ``key``); with ``names``,
-        checked once to take its parameters in that order."""
+        """The statement ``make()`` compiled once per store (under ``key``), with its
+        ``unnest`` form on PostgreSQL unless ``names`` are given; with ``names``, checked
+        once to take its parameters in that order."""
         prepared = self._prepared.get(key)
         if prepared is None:
             prepared = self._prepare(make(), conn)
             if names is not None and prepared.names != tuple(names):
                 raise RuntimeError(f"{key}: the records' order is not the statement's")
+            if names is None and conn.dialect.name == "postgresql":
+                batch = self._prepare_batch(make(unnest=True), conn, prepared.names, keys)
+                prepared = replace(prepared, batch=batch)
             self._prepared[key] = prepared
         return prepared
+
+    def _prepare_batch(
+        self, stmt: UpdateBase, conn: AsyncConnection, names: tuple[str, ...], keys: Sequence[str]
+    ) -> _Batch:
+        """The ``unnest`` form ``stmt`` of a statement whose row parameters are ``names``."""
+        if isinstance(stmt, Update) and not keys:
+            raise TypeError("a hot UPDATE names its key parameters")
+        compiled = stmt.compile(dialect=conn.dialect)
+        arrays = tuple(compiled.positiontup or ())
+        if sorted(arrays) != sorted(names):
+            raise TypeError(f"the unnest form takes {arrays}, the row statement {names}")
+        return _Batch(
+            compiled.string,
+            tuple(names.index(name) for name in arrays),
+            tuple(names.index(name) for name in keys),
+        )
 
     @staticmethod
     def _params(prepared: _Prepared, rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -190,14 +232,11 @@ class _FastBatches:
             conv = self._converter(bind.type)
             if conv is not None:
                 converters.append((index, conv))
-        columnar = _columnar(compiled.string) if conn.dialect.name == "postgresql" else None
         return _Prepared(
             compiled.string,
             itemgetter(*names),
             len(names) == 1,
             tuple(converters),
-            None if columnar is None else columnar[0],
-            () if columnar is None else columnar[1],
             tuple(names),
         )
 

@@ -208,9 +208,9 @@ class DispatchQueries(AggregateQueries):
         deltas.add_rows(row for row in rows if row["id"] in inserted)
         return inserted
 
-    def _insert_planned_stmt(self) -> UpdateBase:
+    def _insert_planned_stmt(self, *, unnest: bool = False) -> UpdateBase:
         return _insert_or_skip_stmt(
-            self._dialect, occurrences, conflict_keys=["job_id", "scheduled_for"]
+            self._dialect, occurrences, conflict_keys=["job_id", "scheduled_for"], unnest=unnest
         )
 
     async def insert_occurrences(

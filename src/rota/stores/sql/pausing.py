@@ -19,7 +19,7 @@ from rota.stores.sql.batches import _FastBatches
 from rota.stores.sql.engine import SqlParts
 from rota.stores.sql.jobstats import with_run_stats
 from rota.stores.sql.rows import _to_job
-from rota.stores.sql.statements import _advance_jobs_stmt
+from rota.stores.sql.statements import ADVANCE_KEYS, _advance_jobs_stmt
 
 _j = jobs.c
 NOT_PAUSED: dict[str, Any] = {
@@ -47,7 +47,7 @@ async def advance_jobs(
         if job.id in plans
     ]
     if params:
-        await fast.execute(conn, "advance_jobs", _advance_jobs_stmt, params)
+        await fast.execute(conn, "advance_jobs", _advance_jobs_stmt, params, keys=ADVANCE_KEYS)
     counted = [
         {"b_id": job.id, "b_left": ((job.skip_next or 0) - plans[job.id].skips_used) or None}
         for job in due

@@ -42,6 +42,7 @@ from rota.stores.schema import (
     occurrence_logs,
     occurrences,
 )
+from rota.stores.sql.batches import hot_params, insert_values
 from rota.stores.sql.rows import ACTIVE, _chunks
 
 # --- statement helpers ------------------------------------------------------------------------
@@ -59,10 +60,9 @@ async def _fetch_in(
     return rows
 
 
-def _insert_stmt(table: Table, skip: tuple[str, ...] = ()) -> UpdateBase:
-    return insert(table).values(
-        {c.name: bindparam(c.name, type_=c.type) for c in table.columns if c.name not in skip}
-    )
+def _insert_stmt(table: Table, skip: tuple[str, ...] = (), *, unnest: bool = False) -> UpdateBase:
+    types = {c.name: c.type for c in table.columns if c.name not in skip}
+    return insert_values(insert(table), hot_params(types, unnest=unnest), unnest=unnest)
 
 
 def _insert_or_skip_stmt(
@@ -71,48 +71,58 @@ def _insert_or_skip_stmt(
     *,
     skip: tuple[str, ...] = (),
     conflict_keys: Sequence[str] | None = None,
+    unnest: bool = False,
 ) -> UpdateBase:
-    """An INSERT of every column but ``skip`` (named, typed parameters) that skips a row
-    conflicting with a unique key (``conflict_keys``, else any) instead of failing."""
-    values = {c.name: bindparam(c.name, type_=c.type) for c in table.columns if c.name not in skip}
+    """An INSERT of every column but ``skip`` (named, typed parameters; ``unnest``:
+    PostgreSQL's form for a batch) that skips a row conflicting with a unique key
+    (``conflict_keys``, else any) instead of failing."""
+    types = {c.name: c.type for c in table.columns if c.name not in skip}
+    values = hot_params(types, unnest=unnest)
     if dialect == "postgresql":
-        pg = postgresql.insert(table).values(values)
+        pg = insert_values(postgresql.insert(table), values, unnest=unnest)
         return pg.on_conflict_do_nothing(index_elements=conflict_keys)
     lite = sqlite.insert(table).values(values)
     return lite.on_conflict_do_nothing(index_elements=conflict_keys)
 
 
-def _insert_logs_stmt(dialect: str) -> UpdateBase:
+def _insert_logs_stmt(dialect: str, *, unnest: bool = False) -> UpdateBase:
     """Log lines; a numbered line already stored (same occurrence, attempt, line) is skipped."""
-    return _insert_or_skip_stmt(dialect, occurrence_logs, skip=("seq",))
+    return _insert_or_skip_stmt(dialect, occurrence_logs, skip=("seq",), unnest=unnest)
 
 
-def _advance_jobs_stmt() -> UpdateBase:
+ADVANCE_KEYS = ("b_id",)
+
+
+def _advance_jobs_stmt(*, unnest: bool = False) -> UpdateBase:
+    """Each planned job's next fire, activity and run count (key: ``ADVANCE_KEYS``)."""
+    types = {"b_id": Uuid(), "b_next": UtcDateTime(), "b_active": Boolean(), "b_runs": Integer()}
+    p = hot_params(types, unnest=unnest)
     return (
         update(jobs)
-        .where(jobs.c.id == bindparam("b_id", type_=Uuid()))
-        .values(
-            next_run_at=bindparam("b_next", type_=UtcDateTime()),
-            is_active=bindparam("b_active", type_=Boolean()),
-            run_count=bindparam("b_runs", type_=Integer()),
-        )
+        .where(jobs.c.id == p["b_id"])
+        .values(next_run_at=p["b_next"], is_active=p["b_active"], run_count=p["b_runs"])
     )
 
 
-def _update_occurrences_stmt(columns: Sequence[str]) -> UpdateBase:
+OCCURRENCE_KEYS = ("id", "key_at")
+
+
+def _update_occurrences_stmt(columns: Sequence[str], *, unnest: bool = False) -> UpdateBase:
     """Set ``columns`` (parameters named after them) of the occurrence with parameters ``id``
-    and ``key_at`` (its ``scheduled_for``: on PostgreSQL the executor then looks in the one
-    time partition that holds the row, not in every partition)."""
+    and ``key_at`` (``OCCURRENCE_KEYS``; ``key_at`` is its ``scheduled_for``: on PostgreSQL
+    the executor then looks in the one time partition that holds the row, not in every
+    partition)."""
     c = occurrences.c
-    values = {name: bindparam(name, type_=c[name].type) for name in columns}
-    key = and_(
-        c.id == bindparam("id", type_=Uuid()),
-        c.scheduled_for == bindparam("key_at", type_=UtcDateTime()),
-    )
-    return update(occurrences).where(key).values(values)
+    types = {"id": Uuid(), "key_at": UtcDateTime(), **{name: c[name].type for name in columns}}
+    p = hot_params(types, unnest=unnest)
+    key = and_(c.id == p["id"], c.scheduled_for == p["key_at"])
+    return update(occurrences).where(key).values({name: p[name] for name in columns})
 
 
-def _reset_streaks_stmt() -> UpdateBase:
+STREAK_KEYS = ("b_id",)
+
+
+def _reset_streaks_stmt(*, unnest: bool = False) -> UpdateBase:
     """A batch brought a job only successes: its consecutive-failure count goes back to 0,
     and a probing job is enabled for good (its probe succeeded: the disable reason goes).
     A job with no failure counted and no probe is not written at all (the common case: a
@@ -120,10 +130,11 @@ def _reset_streaks_stmt() -> UpdateBase:
     j = jobs.c
     zero = literal_column("0", type_=BigInteger())
     probing = func.coalesce(j.probing, false())  # PostgreSQL: NULL is false (migration 0024)
+    p = hot_params({"b_id": Uuid()}, unnest=unnest)
     return (
         update(jobs)
         .where(
-            j.id == bindparam("b_id", type_=Uuid()),
+            j.id == p["b_id"],
             or_(func.coalesce(j.consecutive_failures, zero) != zero, probing),
         )
         .values(
@@ -220,7 +231,7 @@ def _undispatched_stmt(due_before: datetime, limit: int) -> Select[Any]:
     )
 
 
-def _insert_failed_stmt(dialect: str) -> UpdateBase:
+def _insert_failed_stmt(dialect: str, *, unnest: bool = False) -> UpdateBase:
     """Failed-occurrence records; one that would give an occurrence a second unresolved record
     (the partial unique index) is skipped."""
-    return _insert_or_skip_stmt(dialect, failed_occurrences)
+    return _insert_or_skip_stmt(dialect, failed_occurrences, unnest=unnest)

@@ -36,6 +36,8 @@ from rota.stores.sql.rows import (
     change_entry,
 )
 from rota.stores.sql.statements import (
+    OCCURRENCE_KEYS,
+    STREAK_KEYS,
     _fetch_in,
     _insert_logs_stmt,
     _reset_streaks_stmt,
@@ -126,6 +128,7 @@ class StatusQueries(AggregateQueries):
                 "update_occurrences:" + ",".join(columns),
                 partial(_update_occurrences_stmt, columns),
                 params,
+                keys=OCCURRENCE_KEYS,
             )
         resets = []
         for job_id, s in sorted(batch.stats.items()):
@@ -133,7 +136,9 @@ class StatusQueries(AggregateQueries):
             if s.only_successes and job_id in streaks:
                 resets.append({"b_id": job_id})
         if resets:
-            await self._fast.execute(conn, "reset_streaks", _reset_streaks_stmt, resets)
+            await self._fast.execute(
+                conn, "reset_streaks", _reset_streaks_stmt, resets, keys=STREAK_KEYS
+            )
         return await self._count_failures(conn, batch, deltas)
 
     async def _count_failures(
