@@ -70,11 +70,20 @@ def test_a_trigger_during_the_hold_is_accepted_and_the_fire_judged_at_its_due_ti
         found[:] = [fire] if fire else []
         return fire is not None
 
-    wait_until(sent_ahead, 30, f"no fire seen sent ahead: {c.logs()}")
-    fire = found[0]
-    r = c.session.request(
-        "POST", f"{c.base}/jobs/{job['id']}/trigger", c.base, json={"reason": "e2e"}, timeout=15
-    )
+    for _ in range(5):  # a fire sent ahead is held for 0.5 s: the trigger must come within it
+        wait_until(sent_ahead, 30, f"no fire seen sent ahead: {c.logs()}")
+        fire = found[0]
+        r = c.session.request(
+            "POST", f"{c.base}/jobs/{job['id']}/trigger", c.base, json={"reason": "e2e"},
+            timeout=15,
+        )  # fmt: skip
+        answered = datetime.now(UTC)
+        if r.status_code == 202 or answered < parse(fire["scheduledFor"]):
+            break
+        # The fire came due before the trigger reached the server (a loaded machine): it is a
+        # run in progress then, and the refusal is right. Try again once it has ended.
+        assert r.status_code == 409, r.text
+        final(c, fire["id"])
     assert r.status_code == 202, r.text
     triggered = r.json()
     assert parse(fire["scheduledFor"]) > parse(triggered["scheduledFor"]), "too slow to test"
