@@ -74,14 +74,13 @@ def create_store_engine(
         "hide_parameters": True,
     }
     if dialect_of(url) == "postgresql":
-        # No ping before each checkout (a round trip per transaction): a connection dropped
-        # by the server (a restart, an idle timeout) fails the transaction that meets it, as
-        # BackendUnavailableError; the dialect reads that failure as a disconnect and
-        # invalidates the whole pool, so the next transactions get new connections.
-        # ``pool_recycle`` replaces a connection after 30 minutes, before a firewall or
-        # proxy's idle timeout drops it silently.
         return create_async_engine(
-            async_url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800, **common
+            async_url,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_pre_ping=True,
+            pool_recycle=1800,
+            **common,
         )
     engine = create_async_engine(
         async_url, pool_size=pool_size, max_overflow=0 if writer else pool_size, **common
