@@ -8,7 +8,8 @@ prefetch in envelopes, a poison job of an envelope, a change of mode) runs on it
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
 
 import orjson
 import pytest
@@ -23,6 +24,7 @@ from tests.contract.test_broker import (  # noqa: F401 (fixtures)
     QUIET,
     WAIT,
     Harness,
+    _rabbitmq,
     adapter,
     broker,
     cancel,
@@ -91,10 +93,12 @@ def test_a_batch_is_packed_by_group_and_priority() -> None:
 
 
 @pytest.fixture
-def rabbit(broker: Broker) -> RabbitMQBroker:
-    if not isinstance(broker, RabbitMQBroker):
-        pytest.skip("envelopes on the wire are RabbitMQ's")
-    return broker
+async def rabbit(request: pytest.FixtureRequest) -> AsyncIterator[RabbitMQBroker]:
+    """A RabbitMQ broker of its own (what only RabbitMQ shows: not run on the others)."""
+    async with AsyncExitStack() as stack:
+        broker = (await _rabbitmq(stack, request)).broker
+        assert isinstance(broker, RabbitMQBroker)
+        yield broker
 
 
 async def test_a_batch_for_an_envelope_group_is_few_messages(
@@ -128,7 +132,7 @@ async def test_a_batch_for_an_envelope_group_is_few_messages(
 
 
 async def test_a_poison_job_of_an_envelope_goes_to_the_dead_letters_alone(
-    rabbit: RabbitMQBroker, harness: Harness, names: Callable[[str], str]
+    rabbit: RabbitMQBroker, names: Callable[[str], str]
 ) -> None:
     group, kind = names("grp"), names("kind")
     await rabbit.declare_worker_group(group, [kind])
