@@ -286,12 +286,15 @@ def cluster(distributed_env: dict[str, str], tmp_path: Path) -> Iterator[Cluster
 
 
 def settle(cluster: Cluster, job_ids: list[str], timeout: float) -> None:
-    """Wait until no occurrence of the jobs is Queued or Running."""
+    """Wait until every one of the jobs has fired and none of its occurrences is Queued or
+    Running (a job due later has no occurrence yet: that is not settled)."""
 
     def settled() -> bool:
-        return all(
-            o["status"] not in (QUEUED, RUNNING) for j in job_ids for o in cluster.occurrences(j)
-        )
+        for j in job_ids:
+            runs = cluster.occurrences(j)
+            if not runs or any(o["status"] in (QUEUED, RUNNING) for o in runs):
+                return False
+        return True
 
     wait_until(settled, timeout, f"occurrences stayed Queued/Running: {cluster.logs()}")
 
