@@ -5,9 +5,10 @@ A Skip-policy fire is judged against the runs of its job that existed before the
 that recorded it (docs/concepts.md): an overlap skip is justified by another occurrence of
 the job, not skipped itself, recorded *earlier* (``created_at`` before the skip's: a fire of
 the same dispatch never counts) and not over yet when the skip was recorded, as the store
-saw it: still open, or ended (its final status change, in its history) after the skip's
-creation, or ended by its worker's clock less than a second before it (a report being
-committed while the dispatch read the store).
+saw it: still open, or ended by a transaction after the skip's (the end's row version,
+``xmin``, is newer: a worker's report applied late, after a store outage, carries the
+worker's earlier clock in the history), or ended by its worker's clock less than a second
+before the skip (a report being committed while the dispatch read the store).
 """
 
 from __future__ import annotations
@@ -28,10 +29,7 @@ UNJUSTIFIED_OVERLAPS = """
               AND (o.status IN (0, 1, 6)
                    OR o.end_time IS NULL
                    OR o.end_time > s.created_at - interval '1 second'
-                   OR EXISTS (
-                       SELECT 1 FROM jsonb_array_elements(o.history) f
-                        WHERE (f->>'to')::int IN (2, 3, 4, 5)
-                          AND (f->>'at')::timestamp AT TIME ZONE 'UTC' > s.created_at)))
+                   OR o.xmin::text::bigint > s.xmin::text::bigint))
      ORDER BY s.scheduled_for
 """
 

@@ -46,7 +46,9 @@ class TrackerStats:
 async def _store_with_retry(
     name: str, write: Callable[[], Awaitable[None]], stats: TrackerStats, stopping: asyncio.Event
 ) -> bool:
-    """Retry ``write`` with backoff until it succeeds or the loop stops."""
+    """Retry ``write`` with backoff until it succeeds or the loop stops. The backoff stays
+    at most a second: runs' ends wait in the batch while the store is away, and the
+    dispatcher (which retries faster) judges Skip-policy fires by what the store holds."""
     backoff = 0.05
     while True:
         try:
@@ -59,7 +61,7 @@ async def _store_with_retry(
             return False
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), timeout=backoff)
-        backoff = min(backoff * 2, 5.0)
+        backoff = min(backoff * 2, 1.0)
 
 
 class _BatchConsumer(Generic[T]):
