@@ -40,8 +40,9 @@ JOB_TYPE = "bench.capacity"
 JOB_TABLES = ("jobs", "job_tags", "job_versions")
 """The tables a pending job lives in (PostgreSQL; with their indexes and TOAST; since
 migration 0013 PostgreSQL has no ``job_tags``: those that exist count)."""
-OCCURRENCE_TABLES = ("occurrences", "occurrence_status_changes")
-"""The history's tables (partitioned on PostgreSQL: every partition counts)."""
+OCCURRENCE_TABLES = ("occurrences",)
+"""The history's tables (partitioned on PostgreSQL: every partition counts; each run's status
+history is in its row since migration 0029)."""
 SPREAD = timedelta(days=7)
 FIRST_DUE = timedelta(hours=1)
 HISTORY_BATCH = 5_000
