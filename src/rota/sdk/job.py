@@ -243,9 +243,18 @@ class _DataSpec:
             self.adapter = pydantic.TypeAdapter(annotation)
 
     def parse(self, raw: JsonValue) -> Any:
+        """The data argument from ``raw``. No data (``null`` or absent) means the handler's
+        default: ``None`` if the annotation takes it (``dict | None``), else what ``{}``
+        gives (an empty ``dict``, the model's defaults); the server checks ``null`` the
+        same way against the type's schema (:mod:`rota.services.dataschema`)."""
         if self.model is not None:
             return self.model.model_validate({} if raw is None else raw)
         if self.adapter is not None:
+            if raw is None:
+                try:
+                    return self.adapter.validate_python(None)
+                except pydantic.ValidationError:
+                    return self.adapter.validate_python({})
             return self.adapter.validate_python(raw)
         return {} if raw is None else raw
 
@@ -319,8 +328,11 @@ class JobDefinition(Generic[P, R]):
         try:
             return self._resolve().parse(raw)
         except pydantic.ValidationError as exc:
+            none = (
+                " (no data was given: the handler's default, {}, was tried)" if raw is None else ""
+            )
             raise ValidationError(
-                f"job data does not fit {self.name}: {exc}", field="jobData"
+                f"job data does not fit {self.name}{none}: {exc}", field="jobData"
             ) from exc
 
     def describe(self) -> dict[str, JsonValue]:

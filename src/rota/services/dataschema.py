@@ -148,16 +148,17 @@ class DataSchemas:
         """Raise :class:`ValidationError` (its field ``jobData.<path>``, every misfit up to
         :data:`MAX_REPORTED` in ``errors``) when ``data`` does not fit the ``schema`` of the
         job type's ``description``. No description, no schema, or a schema not to be used:
-        no check. No data (``null``) is checked as ``{}`` when the schema requires fields,
-        as the SDK hands a handler ``{}`` for it (and the dashboard's form checks it so)."""
+        no check. No data (``null``) means the handler's default, as the SDK reads it: it
+        fits a schema that takes ``null`` (``dict | None``), else it is checked as ``{}``
+        (an empty ``dict``, a model's defaults; a model with required fields is refused)."""
         if description is None:
             return
         schema = description.get("schema")
         validator = self.validator(schema)
         if validator is None:
             return
-        if data is None:
-            if not (isinstance(schema, dict) and schema.get("required")):
+        if data is None:  # the handler's default: None if its type takes it, else {}
+            if validator.is_valid(None):
                 return
             data = {}
         misfits: list[ValidationError] = []
