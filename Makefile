@@ -35,27 +35,11 @@ $(DEV_STAMP): $(RUN_STAMP)
 
 # The front-end libraries of the dashboard and of the API docs (/docs, /redoc), from the npm
 # registry (versions pinned in package.json and package-lock.json), copied into the package's
-# static folder. Nothing runs in the browser's build. ReDoc is one file of the redoc package, whose
-# ~100 dependencies npm ci would install too (5-8 s): it is an optional dependency npm ci leaves
-# out, and its tarball is fetched alone and checked against the integrity package-lock.json pins.
-REDOC_PIN = node -p 'const p = require("./package-lock.json").packages["node_modules/redoc"]; p.version + " " + p.integrity'
-NPM_INTEGRITY = node -p 'JSON.parse(require("fs").readFileSync(0, "utf8"))[0].integrity'
-
-$(VENDOR_STAMP): package.json package-lock.json
-	@command -v npm >/dev/null || { echo "make: npm is needed for the dashboard's assets (apt-get install npm)" >&2; exit 1; }
-	npm ci --ignore-scripts --omit=optional --no-audit --no-fund --loglevel=error
-	@mkdir -p $(VENDOR)
-	cp node_modules/htmx.org/dist/htmx.min.js node_modules/htmx-ext-sse/dist/sse.min.js \
-	   node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css \
-	   node_modules/swagger-ui-dist/swagger-ui-bundle.js node_modules/swagger-ui-dist/swagger-ui.css \
-	   node_modules/swagger-ui-dist/favicon-32x32.png $(VENDOR)/
-	@set -e; set -- $$($(REDOC_PIN)); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	  echo "npm pack redoc@$$1 (redoc.standalone.js)"; \
-	  got=$$(cd "$$tmp" && npm pack "redoc@$$1" --json --loglevel=error | $(NPM_INTEGRITY)); \
-	  test "$$got" = "$$2" || { echo "make: redoc@$$1 has integrity $$got, package-lock.json pins $$2" >&2; exit 1; }; \
-	  tar -xzf "$$tmp/redoc-$$1.tgz" -C "$$tmp" package/bundles/redoc.standalone.js; \
-	  cp "$$tmp/package/bundles/redoc.standalone.js" $(VENDOR)/
-	@touch $(VENDOR_STAMP)
+# static folder by hatch_build.py (npm ci, and ReDoc's one file fetched alone and checked against
+# the integrity package-lock.json pins), which also runs as the package build's hook: a wheel or
+# an sdist carries them. Nothing runs in the browser's build. It writes $(VENDOR_STAMP) last.
+$(VENDOR_STAMP): package.json package-lock.json hatch_build.py
+	$(PYTHON) hatch_build.py
 
 run: install-run
 	$(BIN)/rota dev

@@ -3,6 +3,8 @@ real settings, its commands real commands, its worker module has job handlers.""
 
 from __future__ import annotations
 
+import runpy
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from rota.api.vendor import DASHBOARD_FILES, DOCS_FILES, vendor_dir
 from rota.app.settings import Settings
 from rota.cli import app
 from rota.sdk.registry import load_jobs
@@ -72,15 +75,35 @@ def test_the_image_runs_rota_with_the_distributed_extras() -> None:
     assert 'ENTRYPOINT ["rota"]' in dockerfile
 
 
-DASHBOARD_FILES = ("htmx.min.js", "sse.min.js", "uPlot.iife.min.js", "uPlot.min.css")
-DOCS_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png", "redoc.standalone.js")
-
-
 def test_the_image_carries_the_dashboards_front_end_libraries() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    makefile = (ROOT / "Makefile").read_text()
     assert "npm ci" in dockerfile
     for name in (*DASHBOARD_FILES, *DOCS_FILES):
         assert name in dockerfile, f"the image lacks {name}"
-        assert name in makefile, f"the Makefile does not copy {name}"
     assert "COPY --from=assets /assets/vendor ./src/rota/dashboard/static/vendor" in dockerfile
+
+
+VENDOR_PARTS = ("rota", "dashboard", "static", "vendor")
+
+
+def test_the_package_build_copies_every_file_the_server_serves() -> None:
+    """``hatch_build.py`` (the build's hook, and ``make install``'s copy step) fetches exactly
+    the files the dashboard and the docs load, into the folder they are served from."""
+    hook = runpy.run_path(str(ROOT / "hatch_build.py"))
+    assert set(hook["FILES"]) == {*DASHBOARD_FILES, *DOCS_FILES}
+    assert hook["VENDOR"].parts[-4:] == vendor_dir().parts[-4:] == VENDOR_PARTS
+    assert "hatch_build.py" in (ROOT / "Makefile").read_text()
+
+
+def test_a_build_without_npm_fails_saying_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A source tree without the files and a machine without npm: the build stops, saying so
+    (pip shows the message), rather than making a package whose dashboard does not load."""
+    hook = runpy.run_path(str(ROOT / "hatch_build.py"))
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    with pytest.raises(hook["AssetsError"], match=r"npm is not on PATH\. .*install npm"):
+        hook["ensure"](tmp_path)
+    assert hook["missing"](tmp_path) == [*hook["FILES"]]
