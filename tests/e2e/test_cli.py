@@ -435,3 +435,22 @@ def test_api_keys_create_use_login_and_revoke(
     assert kept.run("jobs", "list").exit_code == AUTH
     assert service.run("jobs", "list", **env).exit_code == AUTH
     assert cli.json("keys", "list")[0]["revokedAt"] is not None
+
+
+def test_dispatch_stop_status_resume(cli: Cli, server: RotaProcess) -> None:
+    assert cli.json("dispatch", "status")["paused"] is False
+    try:
+        stopped = cli.json("dispatch", "stop", "--reason", "cli maintenance")
+        assert stopped["paused"] is True
+        assert stopped["by"] == ADMIN_USER
+        table = cli.ok("dispatch", "status").stdout
+        assert "stopped" in table
+        assert "cli maintenance" in table
+        assert server.api("GET", "/health/ready")["warnings"] == ["dispatching stopped"]
+        missing = cli.run("dispatch", "stop")
+        assert missing.exit_code == 2  # typer's usage error: --reason is required
+        assert "--reason" in missing.stderr
+    finally:
+        resumed = cli.json("dispatch", "resume", "--reason", "done")
+    assert resumed["paused"] is False
+    assert server.api("GET", "/health/ready")["warnings"] == []

@@ -1,16 +1,15 @@
 """The API's documentation pages: Swagger UI at ``/docs`` and ReDoc at ``/redoc``.
 
 Their scripts, styles and icon are served by Rota itself from the package's vendor folder
-(copied from the npm registry's ``swagger-ui-dist`` and ``redoc`` by the Makefile, like the
-dashboard's libraries): a browser opening the docs fetches nothing from another host, so they
-work offline and leak no visit to a CDN. FastAPI's own ``docs_url`` / ``redoc_url`` (CDN
-links) stay off.
+(copied from the npm registry's ``swagger-ui-dist`` and ``redoc`` when the package is built,
+like the dashboard's libraries: ``rota.api.vendor``): a browser opening the docs fetches
+nothing from another host, so they work offline and leak no visit to a CDN. FastAPI's own
+``docs_url`` / ``redoc_url`` (CDN links) stay off.
 """
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
+from html import escape
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import (
@@ -20,6 +19,8 @@ from fastapi.openapi.docs import (
 )
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import HTMLResponse
+
+from rota.api.vendor import DOCS_FILES, HOW_TO_FIX, missing, vendor_dir
 
 DOCS_PATH = "/docs"
 REDOC_PATH = "/redoc"
@@ -48,13 +49,14 @@ DOCS_HEADERS = {
 }
 
 
-def vendor_dir() -> Path:
-    return Path(str(resources.files("rota.dashboard") / "static" / "vendor"))
-
-
 def install_docs(app: FastAPI, openapi_url: str) -> None:
-    """``/docs`` (with its OAuth2 redirect page), ``/redoc`` and their assets on ``app``."""
-    app.mount(ASSETS, StaticFiles(directory=vendor_dir(), check_dir=False), name="docs-assets")
+    """``/docs`` (with its OAuth2 redirect page), ``/redoc`` and their assets on ``app``; in a
+    package built without the assets, pages that say so (503)."""
+    lacking = missing(DOCS_FILES)
+    if lacking:
+        _install_missing(app, openapi_url, lacking)
+        return
+    app.mount(ASSETS, StaticFiles(directory=vendor_dir()), name="docs-assets")
     favicon = f"{ASSETS}/favicon-32x32.png"
     redirect = f"{DOCS_PATH}/oauth2-redirect"
 
@@ -87,3 +89,19 @@ def install_docs(app: FastAPI, openapi_url: str) -> None:
         )
         page.headers.update(DOCS_HEADERS)
         return page
+
+
+def _install_missing(app: FastAPI, openapi_url: str, lacking: list[str]) -> None:
+    page = (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>API docs missing"
+        "</title></head><body><h1>The API docs cannot be shown</h1><p>This installation of Rota "
+        f"lacks their front-end files ({escape(', '.join(lacking))}): {escape(HOW_TO_FIX)}.</p>"
+        f"<p>The API's description is served all the same: <code>{escape(openapi_url)}</code>."
+        "</p></body></html>"
+    )
+
+    async def unavailable() -> HTMLResponse:
+        return HTMLResponse(page, status_code=503, headers=DOCS_HEADERS)
+
+    for path in (DOCS_PATH, REDOC_PATH):
+        app.add_api_route(path, unavailable, include_in_schema=False)

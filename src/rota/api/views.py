@@ -1,18 +1,22 @@
 """Presentation helpers shared by the API routes and the dashboard's pages (so the
 dashboard needs no route module): status filters read from query values, the worker
-registry grouped by worker group, and a job as the API shows it (with its warnings)."""
+registry grouped by worker group, a job as the API shows it (with its warnings), and what
+needs every operator's attention (:func:`attention`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from rota.api.deps import ApiRuntime
 from rota.api.schemas.common import status_name
 from rota.api.schemas.jobs import JobOut, JobWarningOut
 from rota.api.schemas.workers import WorkerGroupOut, WorkerInstanceOut
 from rota.core.errors import ValidationError
 from rota.core.models import Job, OccurrenceStatus, WorkerInfo
+from rota.services.attention import Attention, read_attention
 from rota.services.jobs import JobService
+from rota.services.silence import SilenceMonitor
 
 _BY_NAME = {status_name(s).lower(): s for s in OccurrenceStatus} | {
     s.name.lower(): s for s in OccurrenceStatus
@@ -81,3 +85,16 @@ def job_out(job: Job, jobs: JobService) -> JobOut:
     service last read it)."""
     warnings = [JobWarningOut(code=w.code, message=w.message) for w in jobs.job_warnings(job)]
     return JobOut.of(job, jobs.auto_disable_defaults, warnings)
+
+
+async def attention(runtime: ApiRuntime) -> Attention:
+    """Dispatching stopped, and the silence alerts open on this server and every other live
+    one (a runtime without a silence monitor, as in some tests: the switch alone)."""
+    store = runtime.store
+    monitor: SilenceMonitor | None = getattr(runtime, "silence", None)
+    if monitor is None:
+        return await read_attention(store)
+    own_id = getattr(runtime, "instance_id", None)
+    instances = await runtime.coordination.instances()
+    others = {name: info for name, info in instances.items() if name != own_id}
+    return await read_attention(store, own_alerts=monitor.active, others=others)

@@ -91,6 +91,7 @@ async def _serve(
     builtin: Sequence[str],
 ) -> None:
     from rota.api.app import create_app
+    from rota.api.vendor import missing_warning
 
     tracing = tracing_from_env("rota-server")
     runtime = await prepare(settings, modules, tracing, builtin)
@@ -110,6 +111,9 @@ async def _serve(
             if created:
                 console.print(f"[green]created {created} demo jobs[/green]")
         app = create_app(runtime)
+        lacking = missing_warning()
+        if lacking is not None:  # a package built without its front-end files
+            log.warning("%s", lacking)
         server = _Server(http_config(app, settings))
         console.print(
             f"[bold]Rota[/bold] is running: dashboard {url}/  API {url}/api/v1  docs {url}/docs"

@@ -15,6 +15,7 @@ from markupsafe import Markup
 from starlette.responses import RedirectResponse, Response
 
 from rota.api.schemas.common import status_name
+from rota.api.vendor import DASHBOARD_FILES, HOW_TO_FIX, missing
 from rota.core.intervals import format_duration
 from rota.dashboard import audit, graphs, lists, overview, pages
 from rota.dashboard.display import human, relative
@@ -39,6 +40,8 @@ def install_dashboard(app: FastAPI) -> None:
     env.globals["status_name"] = status_name
     env.globals["live_trigger"] = live_trigger
     env.globals["human"] = human
+    env.globals["missing_assets"] = missing(DASHBOARD_FILES)  # see _missing_assets.html
+    env.globals["assets_how_to_fix"] = HOW_TO_FIX
     app.state.dashboard_templates = templates
     app.mount(STATIC_PREFIX, StaticFiles(directory=_package_dir("static")), name="static")
     app.include_router(overview.router)

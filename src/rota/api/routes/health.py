@@ -1,4 +1,5 @@
-"""Liveness (the process answers) and readiness (every backend answers)."""
+"""Liveness (the process answers) and readiness (every backend answers; what needs an
+operator's attention named, without making the server unavailable)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from fastapi import APIRouter, Response
 
 from rota.api.deps import Runtime
 from rota.api.schemas.health import Liveness, Readiness
+from rota.api.views import attention
 
 logger = logging.getLogger(__name__)
 
@@ -33,4 +35,15 @@ async def ready(runtime: Runtime, response: Response) -> Readiness:
     ok = all(state == "ok" for state in components.values())
     if not ok:
         response.status_code = 503
-    return Readiness(status="ok" if ok else "unavailable", components=components)
+    warnings: list[str] = []
+    if ok:  # names only: this answer is for anyone who can reach it
+        try:
+            warnings = sorted(await _warning_names(runtime))
+        except Exception:
+            logger.warning("reading what needs attention failed", exc_info=True)
+    return Readiness(status="ok" if ok else "unavailable", components=components, warnings=warnings)
+
+
+async def _warning_names(runtime: Runtime) -> list[str]:
+    names = {"dispatching": "dispatching stopped", "silence": "silence alerts open"}
+    return [names[key] for key in (await attention(runtime)).warnings()]

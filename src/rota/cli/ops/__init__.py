@@ -1,7 +1,7 @@
 """The operator's commands over the REST API (``login``, ``jobs``, ``runs``, ``failed``,
-``workers``, ``cron preview``, ``limits``, ``graph-runs``, ``keys``; docs/cli.md). They talk
-to a server only through :class:`rota.client.SyncClient`: no settings, service or store is
-imported here."""
+``workers``, ``cron preview``, ``limits``, ``graph-runs``, ``keys``, ``dispatch``;
+docs/cli.md). They talk to a server only through :class:`rota.client.SyncClient`: no
+settings, service or store is imported here."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add the operator's commands to the ``rota`` command."""
-    from rota.cli.ops import account, failed, graphs, jobs, keys, limits, misc, runs
+    from rota.cli.ops import account, dispatch, failed, graphs, jobs, keys, limits, misc, runs
 
     app.command("login")(account.login)
     app.command("logout")(account.logout)
@@ -23,3 +23,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(keys.app, name="keys")
     app.command("workers")(misc.workers)
     app.add_typer(misc.cron_app, name="cron")
+    app.add_typer(dispatch.app, name="dispatch")
