@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Final, TypeVar
 from urllib.parse import quote
@@ -22,10 +22,14 @@ from rota.api.schemas.limits import LimitsOut
 from rota.api.schemas.occurrences import LogPage, OccurrenceDetail, OccurrencePage
 from rota.api.schemas.stats import Overview, Throughput
 from rota.api.schemas.workers import WorkerList
+from rota.client.encoding import aware, encode_json
 from rota.client.errors import ApiAuthError, error_from_response
 from rota.client.events import SseParser, StreamEvent
+from rota.client.handles import JobHandle
 
 API: Final = "/api/v1"
+CONNECTED: Final = "connected"
+"""The server's first comment on an event stream: the subscription is in place."""
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -50,8 +54,9 @@ def _camel(name: str) -> str:
 
 
 def _body(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """Keyword arguments (snake_case) as a JSON body (camelCase); UUIDs as text."""
-    body = {_camel(k): (str(v) if isinstance(v, UUID) else v) for k, v in fields.items()}
+    """Keyword arguments (snake_case) as a JSON body (camelCase); the values as given (the
+    encoding step writes Python's types)."""
+    body = {_camel(k): v for k, v in fields.items()}
     if body.get("dependsOn") is not None:
         body["dependsOn"] = upstreams(body["dependsOn"])
     return body
@@ -197,16 +202,20 @@ class Client:
         headers: Mapping[str, str] | None = None,
     ) -> Any:
         """Call ``/api/v1{path}`` (with ``headers`` besides the sign-in's); the decoded JSON
-        body (``None`` for 204), or an :class:`~rota.client.errors.ApiError`."""
+        body (``None`` for 204), or an :class:`~rota.client.errors.ApiError`. ``json`` may hold
+        Python's types (:func:`~rota.client.encoding.encode_json`): aware datetimes, UUIDs,
+        timedeltas, enums, pydantic models, at any depth."""
+        content = None if json is None else encode_json(json)
+        sent = {} if content is None else {"Content-Type": "application/json"}
         await self._ensure_signed_in()
         for attempt in range(2):
             token = self._token
             response = await self._http.request(
                 method,
                 f"{API}{path}",
-                json=json,
+                content=content,
                 params=params,
-                headers={**self._auth_headers(), **(headers or {})},
+                headers={**self._auth_headers(), **sent, **(headers or {})},
             )
             body = await response.aread()
             if response.status_code == 401 and attempt == 0 and await self._renew(token):
@@ -257,6 +266,84 @@ class Client:
         headers = {"Prefer": "return=minimal", **_idempotency(idempotency_key)}
         created = await self.request("POST", "/jobs/bulk", json=body, headers=headers)
         return [UUID(job_id) for job_id in created["ids"]]
+
+    async def enqueue(
+        self,
+        job_type: str,
+        data: Any = None,
+        *,
+        at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        cron: str | None = None,
+        time_zone: str | None = None,
+        display_name: str | None = None,
+        description: str | None = None,
+        priority: int | None = None,
+        max_retries: int | None = None,
+        retry_delay: timedelta | float | None = None,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 (the job's, not this call's)
+        tags: Sequence[str] | None = None,
+        idempotency_key: str | None = None,
+        depends_on: Sequence[Any] | None = None,
+        worker_id: str | None = None,
+        result_type: Any = None,
+    ) -> JobHandle[Any]:
+        """Create a job of ``job_type`` with ``data`` (any JSON-able value or pydantic model)
+        and return a handle on its run (``await handle.result(timeout=…)``).
+
+        When: ``at`` (an aware datetime), ``delay`` (a timedelta or seconds from now), or
+        neither (now); ``cron`` (with ``time_zone``, default UTC) makes a recurring job whose
+        handle waits for its first run. The options are the job's: ``display_name``,
+        ``description``, ``priority`` (0-4), ``max_retries``, ``retry_delay`` and ``timeout``
+        (timedeltas or seconds), ``tags``, ``depends_on``, ``worker_id``; the job type's own
+        defaults (``@rota.job(…)``) apply to what is not given. ``idempotency_key``: a repeat
+        within 24 h returns the first call's job. ``result_type``: what the handle's
+        ``result()`` validates the run's result into (a job definition passes its handler's
+        return type). A job definition does the same typed: ``await my_job.now(client, …)``.
+        """
+        if at is not None and delay is not None:
+            raise ValueError("give at= or delay=, not both")
+        fields: dict[str, Any] = {"job_type": job_type}
+        if data is not None:
+            fields["job_data"] = data
+        if cron is not None:
+            fields["cron_expression"] = cron
+            fields["time_zone"] = time_zone or "UTC"
+        elif time_zone is not None:
+            raise ValueError("time_zone= goes with cron=")
+        if delay is not None:
+            step = delay if isinstance(delay, timedelta) else timedelta(seconds=delay)
+            at = datetime.now(UTC) + step
+        if at is not None:
+            fields["execute_at"] = aware(at, "at")
+        elif cron is None:
+            fields["execute_at"] = datetime.now(UTC)
+        options = {
+            "display_name": display_name,
+            "description": description,
+            "priority": priority,
+            "max_retries": max_retries,
+            "retry_delay_seconds": retry_delay,
+            "timeout_seconds": timeout,
+            "tags": None if tags is None else list(tags),
+            "depends_on": depends_on,
+            "worker_id": worker_id,
+        }
+        fields.update((k, v) for k, v in options.items() if v is not None)
+        job = await self.create_job(idempotency_key=idempotency_key, **fields)
+        return JobHandle(self, job.id, job=job, result_type=result_type)
+
+    def handle(
+        self,
+        job_id: UUID | str,
+        occurrence_id: UUID | str | None = None,
+        *,
+        result_type: Any = None,
+    ) -> JobHandle[Any]:
+        """A handle on a job's run: ``occurrence_id`` (e.g. what :meth:`trigger` returned),
+        or the job's first run to end. ``await handle.result(timeout=…)``."""
+        run = None if occurrence_id is None else UUID(str(occurrence_id))
+        return JobHandle(self, UUID(str(job_id)), occurrence_id=run, result_type=result_type)
 
     async def get_job(self, job_id: UUID | str) -> JobOut:
         return await self._get(JobOut, f"/jobs/{job_id}")
@@ -360,7 +447,7 @@ class Client:
     ) -> BackfillOut:
         """Run a recurring job for the fires of the past window ``[start, end]`` that have no
         run yet (at most 1,000; one after another, oldest first)."""
-        body: dict[str, Any] = {"from": _iso(start), "to": _iso(end)}
+        body: dict[str, Any] = {"from": _iso(start, "start"), "to": _iso(end, "end")}
         if reason is not None:
             body["reason"] = reason
         answer = await self.request("POST", f"/jobs/{job_id}/backfill", json=body)
@@ -380,7 +467,7 @@ class Client:
         if note is not None:
             body["note"] = note
         if until is not None:
-            body["until"] = _iso(until)
+            body["until"] = _iso(until, "until")
         return JobOut.model_validate(await self.request("POST", f"/jobs/{job_id}/pause", json=body))
 
     async def resume(self, job_id: UUID | str) -> JobOut:
@@ -548,7 +635,7 @@ class Client:
         if tags:
             body["tags"] = list(tags)
         if expires_at is not None:
-            body["expiresAt"] = _iso(expires_at)
+            body["expiresAt"] = _iso(expires_at, "expires_at")
         return ApiKeyCreated.model_validate(await self.request("POST", "/api-keys", json=body))
 
     async def list_api_keys(self) -> list[ApiKeyOut]:
@@ -588,8 +675,11 @@ class Client:
             await asyncio.sleep(1.0)
 
     async def _stream(
-        self, params: Mapping[str, Any], last_event_id: str | None
-    ) -> AsyncIterator[StreamEvent]:
+        self, params: Mapping[str, Any], last_event_id: str | None, *, announce: bool = False
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """The events of one connection; with ``announce``, first a ``connected`` event (no
+        id) once the server says the subscription is in place (its ``: connected`` comment):
+        what happens from then on is in the stream."""
         await self._ensure_signed_in()
         for attempt in range(2):
             token = self._token
@@ -608,6 +698,9 @@ class Client:
                     raise error_from_response(response, await response.aread())
                 parser = SseParser()
                 async for line in response.aiter_lines():
+                    if announce and line.startswith(":") and line[1:].strip() == CONNECTED:
+                        yield StreamEvent("", CONNECTED)
+                        continue
                     event = parser.feed(line)
                     if event is not None:
                         yield event
@@ -622,5 +715,6 @@ def _idempotency(key: str | None) -> dict[str, str]:
     return {} if key is None else {"Idempotency-Key": key}
 
 
-def _iso(moment: datetime | str) -> str:
-    return moment if isinstance(moment, str) else moment.isoformat()
+def _iso(moment: datetime | str, name: str) -> str:
+    """A date-time parameter as ISO text; a naive datetime is refused, naming ``name``."""
+    return moment if isinstance(moment, str) else aware(moment, name).isoformat()

@@ -69,6 +69,22 @@ class ApiUnavailableError(ApiError):
     """503: a backend of the server is unreachable; try again later."""
 
 
+class RunFailedError(RotaError):
+    """A run waited for (``handle.result()``) ended without a result: Failed, Cancelled,
+    TimedOut or Skipped. ``occurrence`` is the run (``status_name``, ``exception``,
+    ``skip_reason``, ``attempt``…)."""
+
+    def __init__(self, occurrence: Any) -> None:
+        why = occurrence.exception or occurrence.skip_reason or "no reason given"
+        first = str(why).strip().splitlines()[0] if str(why).strip() else why
+        super().__init__(
+            f"run {occurrence.id} of {occurrence.job_type} ended {occurrence.status_name}: {first}"
+        )
+        self.occurrence = occurrence
+        self.status = str(occurrence.status_name)
+        self.exception: str | None = occurrence.exception
+
+
 _ERRORS: Final[dict[int, type[ApiError]]] = {
     400: ApiValidationError,
     401: ApiAuthError,

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 from uuid import UUID
@@ -21,13 +21,16 @@ from rota.api.schemas.stats import Overview, Throughput
 from rota.api.schemas.workers import WorkerList
 from rota.client.aio import Client
 from rota.client.events import StreamEvent
+from rota.client.handles import SyncJobHandle
 
 T = TypeVar("T")
 
 
 class SyncClient:
     """:class:`Client` for code without an event loop: the same methods, blocking. It runs
-    its own event loop in a background thread; use it from one thread at a time."""
+    its own event loop in a background thread, and every call is handed to that loop: one
+    connection pool and one sign-in, shared safely by any number of threads (a web app's
+    request threads, a thread pool). Close it once, when the last thread is done with it."""
 
     def __init__(self, url: str, **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
@@ -101,6 +104,62 @@ class SyncClient:
         self, jobs: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
     ) -> list[UUID]:
         return self._run(self._client.create_jobs_minimal(jobs, idempotency_key=idempotency_key))
+
+    def enqueue(
+        self,
+        job_type: str,
+        data: Any = None,
+        *,
+        at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        cron: str | None = None,
+        time_zone: str | None = None,
+        display_name: str | None = None,
+        description: str | None = None,
+        priority: int | None = None,
+        max_retries: int | None = None,
+        retry_delay: timedelta | float | None = None,
+        timeout: timedelta | float | None = None,
+        tags: Sequence[str] | None = None,
+        idempotency_key: str | None = None,
+        depends_on: Sequence[Any] | None = None,
+        worker_id: str | None = None,
+        result_type: Any = None,
+    ) -> SyncJobHandle[Any]:
+        """See :meth:`Client.enqueue`; the handle's ``result()`` blocks."""
+        handle = self._run(
+            self._client.enqueue(
+                job_type,
+                data,
+                at=at,
+                delay=delay,
+                cron=cron,
+                time_zone=time_zone,
+                display_name=display_name,
+                description=description,
+                priority=priority,
+                max_retries=max_retries,
+                retry_delay=retry_delay,
+                timeout=timeout,
+                tags=tags,
+                idempotency_key=idempotency_key,
+                depends_on=depends_on,
+                worker_id=worker_id,
+                result_type=result_type,
+            )
+        )
+        return SyncJobHandle(handle, self._run)
+
+    def handle(
+        self,
+        job_id: UUID | str,
+        occurrence_id: UUID | str | None = None,
+        *,
+        result_type: Any = None,
+    ) -> SyncJobHandle[Any]:
+        """See :meth:`Client.handle`."""
+        handle = self._client.handle(job_id, occurrence_id, result_type=result_type)
+        return SyncJobHandle(handle, self._run)
 
     def get_job(self, job_id: UUID | str) -> JobOut:
         return self._run(self._client.get_job(job_id))

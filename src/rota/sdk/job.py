@@ -38,6 +38,7 @@ from pydantic import BaseModel
 from rota.core.errors import PermanentError, ValidationError
 from rota.core.models import JsonValue, Priority
 from rota.sdk.context import JobContext, LogSink
+from rota.sdk.enqueue import Enqueue
 
 __all__ = [
     "JobContext",
@@ -266,9 +267,11 @@ class _DataSpec:
         return None
 
 
-class JobDefinition(Generic[P, R]):
+class JobDefinition(Enqueue, Generic[P, R]):
     """A job type: its handler, name and options. Made by :func:`job`; still callable like the
-    handler it wraps (``definition(ctx, data)`` runs the function itself)."""
+    handler it wraps (``definition(ctx, data)`` runs the function itself). Its enqueue methods
+    (:class:`~rota.sdk.enqueue.Enqueue`: ``now``, ``schedule``, ``after``, ``cron``) create
+    jobs of its type through a client, typed from the handler's signature."""
 
     def __init__(
         self,
