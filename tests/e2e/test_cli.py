@@ -454,3 +454,18 @@ def test_dispatch_stop_status_resume(cli: Cli, server: RotaProcess) -> None:
         resumed = cli.json("dispatch", "resume", "--reason", "done")
     assert resumed["paused"] is False
     assert server.api("GET", "/health/ready")["warnings"] == []
+
+
+def test_jobs_show_lists_next_fires_latest_runs_and_effective_values(cli: Cli) -> None:
+    job = create(
+        cli, "--type", "cli.ok", "--name", "cli upcoming", "--cron", "30 6 * * *",
+        "--tz", "America/New_York", "--max-retries", "2",
+    )  # fmt: skip
+    shown = cli.ok("jobs", "show", job["id"], "--fires", "3").stdout
+    assert "next fires" in shown
+    assert "America/New_York" in shown
+    assert shown.count("06:30:00-0") == 3  # the local times, with their UTC offset
+    assert "2 (job)" in shown  # max retries, and where it comes from
+    assert "latest runs" in shown
+    assert "runs planned" not in shown  # no limit on its runs
+    assert cli.json("jobs", "show", job["id"])["id"] == job["id"]  # --json: the job alone

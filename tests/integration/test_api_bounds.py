@@ -94,3 +94,31 @@ async def test_the_preview_shows_an_intervals_fires(client: httpx.AsyncClient) -
         ({}, "cron"),
     ):
         assert field in fields(assert_problem(await client.get(url, params=params), 422))
+
+
+async def test_upcoming_lists_a_jobs_next_fires_within_its_bounds(
+    client: httpx.AsyncClient,
+) -> None:
+    body = {
+        "jobType": "report",
+        "every": "1h30m",
+        "startAt": FUTURE.isoformat(),
+        "maxRuns": 2,
+        "timeZone": "Asia/Kolkata",
+        "retryDelaySeconds": 7,
+    }
+    job = (await client.post("/api/v1/jobs", json=body)).json()
+    answer = await client.get(f"/api/v1/jobs/{job['id']}/upcoming", params={"count": 5})
+    assert answer.status_code == 200, answer.text
+    upcoming = answer.json()
+    assert upcoming["timeZone"] == "Asia/Kolkata"
+    assert upcoming["fires"] == [  # two runs planned: two fires
+        {"at": "2031-01-01T00:00:00Z", "local": "2031-01-01T05:30:00+05:30", "skipped": None},
+        {"at": "2031-01-01T01:30:00Z", "local": "2031-01-01T07:00:00+05:30", "skipped": None},
+    ]
+    assert upcoming["effective"]["retryDelaySeconds"] == {"value": 7.0, "source": "job"}
+    assert upcoming["effective"]["maxRetries"]["source"] in ("job type", "server default")
+    too_many = await client.get(f"/api/v1/jobs/{job['id']}/upcoming", params={"count": 0})
+    assert fields(assert_problem(too_many, 422)) == ["count"]
+    missing = await client.get("/api/v1/jobs/01a227c5-0000-7000-8000-000000000000/upcoming")
+    assert missing.status_code == 404

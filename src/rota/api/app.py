@@ -30,6 +30,7 @@ from rota.api.routes import (
     notifications,
     occurrences,
     stats,
+    upcoming,
     users,
     workers,
 )
@@ -81,6 +82,7 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
         jobs.router,
         jobs.schedules,
         jobs.tags,
+        upcoming.router,
         dependencies.router,
         occurrences.router,
         failed.router,

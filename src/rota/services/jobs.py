@@ -65,6 +65,7 @@ from rota.core.ports import (
 )
 from rota.core.records import IndexEntry, JobQuery, OccurrenceQuery, Page
 from rota.core.secretrefs import placeholders, references
+from rota.core.upcoming import Effective, UpcomingFire, effective_values, upcoming_fires
 from rota.services.ahead import ahead, in_progress
 from rota.services.audit import AuditNote
 from rota.services.dataschema import DataSchemas
@@ -237,6 +238,27 @@ class JobService:
         if not cron:
             raise ValidationError("give cron or every", field="cron")
         return CronSchedule.parse(cron.strip(), time_zone).fires(start, count)
+
+    async def upcoming(
+        self, job_id: UUID, count: int, *, default_timeout_seconds: float | None = None
+    ) -> tuple[Job, list[UpcomingFire], dict[str, Effective]]:
+        """The job, its next ``count`` fires (each marked when its pause or a skip will record
+        it Skipped), and the values that govern its runs with where each comes from (the
+        job, what a live worker declared about its type, the defaults)."""
+        if not 1 <= count <= MAX_PREVIEW:
+            raise ValidationError(f"count must be between 1 and {MAX_PREVIEW}", field="count")
+        job = await self._store.get_job(job_id)
+        directory = await self._fresh_directory()
+        declared = (
+            None if directory is None else directory.type_description(job.job_type, job.worker_id)
+        )
+        values = effective_values(
+            job,
+            declared,
+            default_max_retries=self._plan.default_max_retries,
+            default_timeout_seconds=default_timeout_seconds,
+        )
+        return job, upcoming_fires(job, count), values
 
     # --- writing ----------------------------------------------------------------------------
 

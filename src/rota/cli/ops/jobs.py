@@ -4,6 +4,7 @@ skip, backfill. A job is named by its id or by its display name when that is uni
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 from uuid import UUID
@@ -93,10 +94,21 @@ def _schedule(job: JobOut) -> str:
 
 
 def _runs(job: JobOut) -> str | None:
-    if job.max_runs is None and job.run_count is None:
+    """Runs planned: only for a job with a limit on its runs (``maxRuns``)."""
+    if job.max_runs is None:
         return None
-    limit = "" if job.max_runs is None else f" of {job.max_runs}"
-    return f"{job.run_count or 0}{limit}"
+    return f"{job.run_count or 0} of {job.max_runs}"
+
+
+def _effective(upcoming: dict[str, Any] | None, key: str, own: Any) -> Any:
+    """A value its runs get, with where it comes from (``30 (job type)``); the job's own
+    value alone when the server's answer is not at hand."""
+    if upcoming is None:
+        return own
+    found = upcoming["effective"].get(key) or {}
+    if found.get("value") is None:
+        return "none"
+    return f"{found['value']} ({found['source']})"
 
 
 def _state(job: JobOut) -> Text:
@@ -129,7 +141,9 @@ def _rate(job: JobOut) -> str:
     return "-" if job.success_rate is None else f"{job.success_rate:.0f}%"
 
 
-def show_job(job: JobOut, json: bool) -> None:
+def show_job(job: JobOut, json: bool, upcoming: dict[str, Any] | None = None) -> None:
+    """The job's fields; with ``upcoming`` (``GET /jobs/{id}/upcoming``) the values its runs
+    get with their sources."""
     if json:
         output.print_json(job)
         return
@@ -149,16 +163,20 @@ def show_job(job: JobOut, json: bool) -> None:
                 ("next run (UTC)", output.when(job.next_run_at)),
                 ("start (UTC)", output.when(job.start_at) if job.start_at else None),
                 ("end (UTC)", output.when(job.end_at) if job.end_at else None),
-                ("runs planned", _runs(job)),
+                *([("runs planned", _runs(job))] if job.max_runs is not None else []),
                 ("jitter (s)", job.jitter_seconds),
                 ("misfire window (s)", job.misfire_window_seconds),
                 ("tags", ", ".join(job.tags)),
                 ("priority", priority),
                 ("concurrency policy", policy),
                 ("misfire policy", job.misfire_policy.value),
-                ("timeout (s)", job.timeout_seconds),
-                ("max retries", job.max_retries),
-                ("retry delay (s)", job.retry_delay_seconds),
+                ("timeout (s)", _effective(upcoming, "timeoutSeconds", job.timeout_seconds)),
+                ("max retries", _effective(upcoming, "maxRetries", job.max_retries)),
+                (
+                    "retry delay (s)",
+                    _effective(upcoming, "retryDelaySeconds", job.retry_delay_seconds),
+                ),
+                ("concurrency per worker", _effective(upcoming, "concurrency", None)),
                 ("data", output.compact(job.job_data, 2000)),
                 ("description", job.description),
                 ("runs", job.total_executions),
@@ -243,11 +261,49 @@ def list_jobs(
 
 
 @app.command("show")
-def show(job: JobArg, json: JsonOpt = False) -> None:
-    """One job with its settings and statistics."""
+def show(
+    job: JobArg,
+    fires: Annotated[
+        int, typer.Option(min=1, max=100, help="How many upcoming fires to list.")
+    ] = 5,
+    json: JsonOpt = False,
+) -> None:
+    """One job with its settings (the values its runs get, with where each comes from), its
+    statistics, its next fires (UTC and its time zone) and its latest runs."""
     with connect() as client:
         found = resolve(client, job)
-    show_job(found, json)
+        if json:
+            show_job(found, json)
+            return
+        path = f"/jobs/{found.id}/upcoming"
+        upcoming = client.call(client.client.request("GET", path, params={"count": fires}))
+        recent = client.list_occurrences(job_id=found.id, limit=5).items
+    show_job(found, json, upcoming)
+    zone = upcoming["timeZone"]
+    rows = [
+        (
+            output.when(datetime.fromisoformat(f["at"])),
+            f["local"],
+            {"paused": "skipped: paused", "skip_next": "skipped: skip"}.get(f["skipped"], ""),
+        )
+        for f in upcoming["fires"]
+    ]
+    output.show(output.table("next fires", ["UTC", zone, "note"], rows))
+    if not rows:
+        output.err_print("no upcoming fire")
+    runs = [
+        (
+            run.id,
+            output.status(run.status_name),
+            output.when(run.scheduled_for),
+            output.duration(run.duration_ms),
+            run.attempt,
+        )
+        for run in recent
+    ]
+    output.show(
+        output.table("latest runs", ["id", "status", "scheduled (UTC)", "took", "try"], runs)
+    )
 
 
 # --- create and edit -------------------------------------------------------------------------
