@@ -469,3 +469,10 @@ def test_jobs_show_lists_next_fires_latest_runs_and_effective_values(cli: Cli) -
     assert "latest runs" in shown
     assert "runs planned" not in shown  # no limit on its runs
     assert cli.json("jobs", "show", job["id"])["id"] == job["id"]  # --json: the job alone
+
+
+def test_flags_are_shown_as_flags_in_help() -> None:
+    shown = CliRunner().invoke(app, ["runs", "list", "--help"], env={"COLUMNS": "120"})
+    assert shown.exit_code == 0, shown.output
+    assert "--json" in shown.output
+    assert "<bool>" not in shown.output  # a flag takes no value
