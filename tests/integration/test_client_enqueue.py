@@ -5,8 +5,12 @@ waiting for results over the event stream; Python's types in every call."""
 
 from __future__ import annotations
 
+import asyncio
+import re
+import sys
 import threading
-from collections.abc import AsyncIterator
+import types
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
@@ -33,6 +37,7 @@ from tests.integration.enqueue_jobs import Report, Summary, explode, generate_re
 WITHIN = 20.0
 """Upper bound for a run to end (never reached when it works)."""
 JOBS = ["tests.integration.enqueue_jobs"]
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "client.md"
 
 
 class Kind(Enum):
@@ -223,3 +228,40 @@ def test_an_unreachable_server_is_a_transport_error() -> None:
         pytest.raises(httpx.TransportError),
     ):
         ping.now(client)
+
+
+# --- the documentation's typed examples ------------------------------------------------------
+
+
+def _blocks(tag: str) -> str:
+    """The ```python <tag> blocks of docs/client.md, in order."""
+    return "\n".join(re.findall(rf"```python {tag}\n(.*?)```", DOCS.read_text(), flags=re.S))
+
+
+@pytest.fixture
+def docs_jobs() -> Iterator[types.ModuleType]:
+    """The docs' job module (its ``jobs`` blocks), importable as ``docs_client_jobs``."""
+    module = types.ModuleType("docs_client_jobs")
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(_blocks("jobs"), str(DOCS), "exec"), module.__dict__)
+        yield module
+    finally:
+        del sys.modules[module.__name__]
+
+
+async def test_the_documented_typed_examples_run(
+    runtime_factory: RuntimeFactory, docs_jobs: types.ModuleType
+) -> None:
+    code = _blocks("enqueue")
+    assert "await generate_report.now(client" in code
+    runtime = await runtime_factory({}, [docs_jobs.__name__])
+    app = create_app(runtime)
+    token = await access_token(app, "admin")
+    async with rota.Client(
+        "http://rota", token=token, transport=StreamingASGITransport(app)
+    ) as client:
+        body = "\n".join("    " + line for line in code.splitlines())
+        scope: dict[str, Any] = dict(vars(docs_jobs))
+        exec(f"async def _examples(client):\n{body}\n", scope)
+        await asyncio.wait_for(scope["_examples"](client), 60)

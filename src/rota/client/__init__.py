@@ -19,6 +19,7 @@ the API answers is raised as an :class:`ApiError` subclass carrying the problem 
 """
 
 from rota.client.aio import Client
+from rota.client.encoding import ClientValueError
 from rota.client.errors import (
     ApiAuthError,
     ApiConflictError,
@@ -42,6 +43,7 @@ __all__ = [
     "ApiUnavailableError",
     "ApiValidationError",
     "Client",
+    "ClientValueError",
     "JobHandle",
     "RunFailedError",
     "StreamEvent",

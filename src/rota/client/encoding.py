@@ -48,6 +48,8 @@ def _default(value: Any) -> Any:
         if value.tzinfo is None or value.utcoffset() is None:
             raise _Refused(value)
         return value.isoformat()
+    if isinstance(value, date | time):  # orjson hands these over too (passthrough)
+        return value.isoformat()
     if isinstance(value, BaseModel):
         return value.model_dump(mode="python", by_alias=True)
     if isinstance(value, timedelta):

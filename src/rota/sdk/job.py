@@ -14,7 +14,17 @@
         return "report ready"
 
 ``@rota.job`` returns a :class:`JobDefinition`; nothing is registered globally. Workers find
-definitions by scanning modules (:mod:`rota.sdk.registry`).
+definitions by scanning modules (:mod:`rota.sdk.registry`). Application code runs jobs from the
+same definition, typed from the handler's signature (:mod:`rota.sdk.enqueue`):
+
+.. code-block:: python
+
+    async with rota.Client(url, api_key=key) as client:
+        handle = await generate_report.now(client, Report(kind="sales"), priority=3)
+        text = await handle.result(timeout=60)  # "report ready": the handler's str
+        await generate_report.schedule(client, Report(kind="hr"), at=tomorrow_9am)
+        await generate_report.after(client, Report(kind="ops"), delay=timedelta(minutes=5))
+        await generate_report.cron(client, Report(kind="sales"), "0 6 * * *", time_zone="UTC")
 """
 
 from __future__ import annotations
