@@ -8,7 +8,9 @@ The SDK for job handlers (DESIGN.md §4)::
     def cleanup(ctx: rota.JobContext) -> None: ...
 
 The API client (:class:`Client`, :class:`SyncClient`, :class:`ApiError`) is imported on first
-use: a worker that only declares jobs does not load httpx and the API's models.
+use: a worker that only declares jobs does not load httpx and the API's models. So are
+:class:`Rota` (the scheduler, API and dashboard inside your own ASGI app, ``docs/embedding.md``)
+and its :class:`Settings`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from rota.sdk.context import JobContext
 from rota.sdk.job import JobData, JobDefinition, job
 
 if TYPE_CHECKING:
+    from rota.app.embed import Rota
+    from rota.app.settings import Settings
     from rota.client import ApiError, Client, SyncClient
 
 __all__ = [
@@ -30,13 +34,16 @@ __all__ = [
     "JobData",
     "JobDefinition",
     "PermanentError",
+    "Rota",
     "RotaError",
+    "Settings",
     "SyncClient",
     "job",
     "secret",
 ]
 
 _CLIENT = frozenset({"ApiError", "Client", "SyncClient"})
+_LAZY = {"Rota": "rota.app.embed", "Settings": "rota.app.settings"}
 
 
 def __getattr__(name: str) -> Any:
@@ -44,6 +51,12 @@ def __getattr__(name: str) -> Any:
         from rota import client
 
         value = getattr(client, name)
+        globals()[name] = value
+        return value
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -83,9 +83,13 @@ def test_rota_exports_the_sdk() -> None:
         "SyncClient",
         "ApiError",
         "secret",
+        "Rota",
+        "Settings",
     }
     assert issubclass(rota.PermanentError, rota.RotaError)
     assert issubclass(rota.ApiError, rota.RotaError)
+    assert rota.Rota.__module__ == "rota.app.embed"  # loaded on first use (see below)
+    assert rota.Settings.__module__ == "rota.app.settings"
 
 
 def test_importing_rota_stays_light() -> None:

@@ -18,8 +18,10 @@ from fastapi.openapi.docs import (
     get_swagger_ui_oauth2_redirect_html,
 )
 from fastapi.staticfiles import StaticFiles
+from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from rota.api.paths import root_path
 from rota.api.vendor import DOCS_FILES, HOW_TO_FIX, missing, vendor_dir
 
 DOCS_PATH = "/docs"
@@ -27,6 +29,8 @@ REDOC_PATH = "/redoc"
 ASSETS = "/docs/assets"
 """Where the vendor files are served for the docs pages (the dashboard serves the same folder
 under ``/static/vendor``; the docs do not depend on the dashboard being mounted)."""
+FAVICON = f"{ASSETS}/favicon-32x32.png"
+REDIRECT = f"{DOCS_PATH}/oauth2-redirect"
 
 SWAGGER_PARAMETERS = {
     "dom_id": "#swagger-ui",
@@ -57,34 +61,34 @@ def install_docs(app: FastAPI, openapi_url: str) -> None:
         _install_missing(app, openapi_url, lacking)
         return
     app.mount(ASSETS, StaticFiles(directory=vendor_dir()), name="docs-assets")
-    favicon = f"{ASSETS}/favicon-32x32.png"
-    redirect = f"{DOCS_PATH}/oauth2-redirect"
 
     @app.get(DOCS_PATH, include_in_schema=False)
-    async def swagger_ui() -> HTMLResponse:
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        root = root_path(request)  # the pages' URLs carry the app's mount prefix
         page = get_swagger_ui_html(
-            openapi_url=openapi_url,
+            openapi_url=root + openapi_url,
             title=f"{app.title} API",
-            swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
-            swagger_css_url=f"{ASSETS}/swagger-ui.css",
-            swagger_favicon_url=favicon,
-            oauth2_redirect_url=redirect,
+            swagger_js_url=f"{root}{ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{FAVICON}",
+            oauth2_redirect_url=f"{root}{REDIRECT}",
             swagger_ui_parameters=SWAGGER_PARAMETERS,
         )
         page.headers.update(DOCS_HEADERS)
         return page
 
-    @app.get(redirect, include_in_schema=False)
+    @app.get(REDIRECT, include_in_schema=False)
     async def swagger_ui_redirect() -> HTMLResponse:
         return get_swagger_ui_oauth2_redirect_html()
 
     @app.get(REDOC_PATH, include_in_schema=False)
-    async def redoc() -> HTMLResponse:
+    async def redoc(request: Request) -> HTMLResponse:
+        root = root_path(request)
         page = get_redoc_html(
-            openapi_url=openapi_url,
+            openapi_url=root + openapi_url,
             title=f"{app.title} API",
-            redoc_js_url=f"{ASSETS}/redoc.standalone.js",
-            redoc_favicon_url=favicon,
+            redoc_js_url=f"{root}{ASSETS}/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{FAVICON}",
             with_google_fonts=False,
         )
         page.headers.update(DOCS_HEADERS)

@@ -14,6 +14,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 from starlette.responses import RedirectResponse, Response
 
+from rota.api.paths import app_url, root_path
 from rota.api.schemas.common import status_name
 from rota.api.vendor import DASHBOARD_FILES, HOW_TO_FIX, missing
 from rota.core.intervals import format_duration
@@ -29,8 +30,13 @@ def _package_dir(name: str) -> Path:
 
 
 def install_dashboard(app: FastAPI) -> None:
-    """Serve the dashboard at ``/`` (pages), ``/ui/…`` (fragments) and ``/static`` on ``app``."""
-    templates = Jinja2Templates(directory=_package_dir("templates"))
+    """Serve the dashboard at ``/`` (pages), ``/ui/…`` (fragments) and ``/static`` on ``app``.
+
+    Every URL a page holds starts with the app's mount prefix (``root`` in the templates, the
+    ASGI ``root_path``): the dashboard works at the root of a site and under any prefix."""
+    templates = Jinja2Templates(
+        directory=_package_dir("templates"), context_processors=[_where_mounted]
+    )
     env = templates.env
     env.filters["time"] = render_time
     env.filters["duration"] = render_duration
@@ -52,6 +58,12 @@ def install_dashboard(app: FastAPI) -> None:
     app.add_exception_handler(LoginRequired, _to_login)
 
 
+def _where_mounted(request: Request) -> dict[str, Any]:
+    """What every template gets: ``root``, the prefix the app is mounted at (``""`` at the
+    root of the site), to put before each of the app's own paths."""
+    return {"root": root_path(request)}
+
+
 async def _to_login(request: Request, exc: Exception) -> Response:
     """No (good) access token: a page goes to ``/ui/session/resume``, which refreshes the
     session or sends the browser to sign in; a request of the page's script (htmx, fetch)
@@ -61,7 +73,8 @@ async def _to_login(request: Request, exc: Exception) -> Response:
     else:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         query = urlencode({"next": target}, safe="/")
-        response = RedirectResponse(f"{SESSION_PATH}/resume?{query}", status_code=303)
+        resume = app_url(request, f"{SESSION_PATH}/resume")
+        response = RedirectResponse(f"{resume}?{query}", status_code=303)
     return response  # the refresh cookie stays: resuming needs it
 
 

@@ -20,10 +20,11 @@ from fastapi.templating import Jinja2Templates
 from starlette.responses import RedirectResponse, Response
 
 from rota.api.deps import ApiRuntime, get_runtime
+from rota.api.paths import app_url
 from rota.api.schemas.common import status_name
 from rota.api.schemas.jobs import JobOut
 from rota.api.security import sees_job_data
-from rota.api.views import group_workers, job_out
+from rota.api.views import attention, group_workers, job_out
 from rota.core.errors import NotFoundError, RotaError
 from rota.core.jobfields import version_snapshot
 from rota.core.models import Job, Occurrence, OccurrenceStatus
@@ -140,7 +141,7 @@ async def login_page(
             request,
             "login.html",
             {
-                "next": session.safe_next(next),
+                "next": session.safe_next(next, session.home(request)),
                 "error": None,
                 "username": "",
             },
@@ -162,9 +163,9 @@ async def login_submit(
     request: Request,
     username: Annotated[str, Form(max_length=200)],
     password: Annotated[str, Form(max_length=1000)],
-    next: Annotated[str, Form(max_length=2000)] = "/",
+    next: Annotated[str, Form(max_length=2000)] = "",
 ) -> Response:
-    target = session.safe_next(next)
+    target = session.safe_next(next, session.home(request))
     outcome = await session.login(request, username, password)
     if isinstance(outcome, str):
         return page_headers(
@@ -183,27 +184,31 @@ async def login_submit(
 @router.post(f"{session.SESSION_PATH}/logout")
 async def logout(request: Request) -> Response:
     await session.logout(request)
-    response = go_to("/login")
+    response = go_to(app_url(request, "/login"))
     session.clear_cookies(request, response)
     return response
 
 
 @router.get(f"{session.SESSION_PATH}/resume")
 async def resume_session(
-    request: Request, next: Annotated[str, Query(max_length=2000)] = "/"
+    request: Request, next: Annotated[str, Query(max_length=2000)] = ""
 ) -> Response:
     """Where a page whose access token expired sends the browser: its script refreshes the
     session (the refresh cookie is sent to this path only) and goes back to ``next``; with
     no refresh cookie, straight to the login page."""
-    target = session.safe_next(next)
+    target = session.safe_next(next, session.home(request))
     if not request.cookies.get(session.REFRESH_COOKIE):
-        return RedirectResponse(login_url(target), status_code=303)
-    context = {"next": target, "login": login_url(target)}
+        return RedirectResponse(login_url(request, target), status_code=303)
+    context = {"next": target, "login": login_url(request, target)}
     return page_headers(_templates(request).TemplateResponse(request, "resume.html", context))
 
 
-def login_url(target: str) -> str:
-    return "/login" if target == "/" else f"/login?{urlencode({'next': target}, safe='/')}"
+def login_url(request: Request, target: str) -> str:
+    """The login page, coming back to ``target`` (a path as the browser asks for it)."""
+    login = app_url(request, "/login")
+    if target == session.home(request):
+        return login
+    return f"{login}?{urlencode({'next': target}, safe='/')}"
 
 
 @router.post(f"{session.SESSION_PATH}/refresh")
@@ -367,6 +372,10 @@ async def cron_preview(
     return render(request, user, "_preview.html", context)
 
 
+UPCOMING_FIRES = 8
+"""The next fires a job's page lists."""
+
+
 @router.get("/jobs/{job_id}")
 async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID) -> Response:
     try:
@@ -384,7 +393,11 @@ async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID)
     ]
     versions = await runtime.jobs.job_versions(job_id)
     counts = await runtime.store.count_occurrences(job_id=job_id)
-    await runtime.jobs.refresh_workers()
+    _, upcoming, effective = await runtime.jobs.upcoming(
+        job_id,
+        UPCOMING_FIRES,
+        default_timeout_seconds=runtime.settings.worker.default_timeout_seconds,
+    )
     out = job_out(job, runtime.jobs)
     current = version_snapshot(job)
     snapshots = [dict(v.snapshot) for v in versions] + [current]
@@ -403,6 +416,8 @@ async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID)
         "more_url": f"/executions?jobId={job_id}" if occurrences.next_cursor else None,
         "durations": json.dumps({"x": [p[0] for p in points], "y": [p[1] for p in points]}),
         "counts": {status_name(s): counts.get(s, 0) for s in OccurrenceStatus},
+        "upcoming": [(f, f.at.astimezone(ZoneInfo(job.time_zone))) for f in upcoming],
+        "effective": effective,
         "diffs": list(reversed(diffs)),
         **await job_dependencies(runtime, job_id),
         "live": live(
@@ -507,6 +522,7 @@ async def admin_page(request: Request, user: User, runtime: Runtime) -> Response
         status, body = await api_get(request, "/api/v1/limits")
         limits = body if status == 200 and isinstance(body, dict) else None
     context = {
+        "alerts": (await attention(runtime)).alerts,
         "limits": limits,
         "buckets": buckets,
         "depths": depths,

@@ -35,6 +35,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from rota.api.deps import get_runtime
+from rota.api.paths import app_url, cookie_path
 from rota.api.security import ACCESS_COOKIE, CSRF_HEADER, REFRESH_COOKIE, SAFE_METHODS
 from rota.core.errors import PermissionDeniedError
 
@@ -268,7 +269,7 @@ def set_cookies(request: Request, response: Response, tokens: Tokens) -> None:
         httponly=True,
         samesite="strict",
         secure=secure,
-        path="/",
+        path=cookie_path(request),
     )
     if tokens.refresh:
         response.set_cookie(
@@ -278,15 +279,15 @@ def set_cookies(request: Request, response: Response, tokens: Tokens) -> None:
             httponly=True,
             samesite="strict",
             secure=secure,
-            path=SESSION_PATH,
+            path=cookie_path(request, SESSION_PATH),
         )
-        _drop_legacy_refresh(response, secure)
+        _drop_legacy_refresh(request, response, secure)
 
 
-def _drop_legacy_refresh(response: Response, secure: bool) -> None:
+def _drop_legacy_refresh(request: Request, response: Response, secure: bool) -> None:
     """Earlier versions kept the refresh cookie at ``/`` (sent with every page)."""
     response.delete_cookie(
-        REFRESH_COOKIE, path="/", httponly=True, samesite="strict", secure=secure
+        REFRESH_COOKIE, path=cookie_path(request), httponly=True, samesite="strict", secure=secure
     )
 
 
@@ -294,12 +295,20 @@ def clear_cookies(request: Request, response: Response) -> None:
     """Remove the session's cookies (and a refresh cookie an earlier version kept at ``/``)."""
     secure = get_runtime(request).settings.cookies_secure
     for name, path in ((ACCESS_COOKIE, "/"), (REFRESH_COOKIE, SESSION_PATH)):
-        response.delete_cookie(name, path=path, httponly=True, samesite="strict", secure=secure)
-    _drop_legacy_refresh(response, secure)
+        response.delete_cookie(
+            name, path=cookie_path(request, path), httponly=True, samesite="strict", secure=secure
+        )
+    _drop_legacy_refresh(request, response, secure)
 
 
-def safe_next(value: str | None) -> str:
-    """A local path to go to after signing in (never another site)."""
+def safe_next(value: str | None, home: str = "/") -> str:
+    """A local path to go to after signing in (never another site); ``home`` (the
+    dashboard's overview, with the app's mount prefix) when there is none."""
     if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
-        return "/"
+        return home
     return value
+
+
+def home(request: Request) -> str:
+    """The dashboard's overview, as the browser asks for it (the mount prefix in front)."""
+    return app_url(request, "/")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Request, Response, status
 
 from rota.api.deps import ApiKeys
+from rota.api.paths import app_url
 from rota.api.problems import problem_responses
 from rota.api.schemas.apikeys import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyOut
 from rota.api.security import AdminUser, requires
@@ -25,7 +26,11 @@ router = APIRouter(prefix="/api-keys", tags=["api-keys"], dependencies=[requires
     "kept. A scoped API key cannot manage keys (403). A name a live key has is a 409.",
 )
 async def create_api_key(
-    body: ApiKeyCreate, keys: ApiKeys, admin: AdminUser, response: Response
+    body: ApiKeyCreate,
+    keys: ApiKeys,
+    admin: AdminUser,
+    response: Response,
+    request: Request,
 ) -> ApiKeyCreated:
     key, token = await keys.create(
         admin,
@@ -35,7 +40,7 @@ async def create_api_key(
         tags=body.tags,
         expires_at=body.expires_at,
     )
-    response.headers["Location"] = f"/api/v1/api-keys/{key.id}"
+    response.headers["Location"] = app_url(request, f"/api/v1/api-keys/{key.id}")
     response.headers["Cache-Control"] = "no-store"
     return ApiKeyCreated(**ApiKeyOut.of(key).model_dump(), key=token)
 

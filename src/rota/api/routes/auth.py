@@ -11,6 +11,7 @@ from typing import Annotated, Final
 from fastapi import APIRouter, Body, Request, Response, status
 
 from rota.api.deps import Audit, Auth, Runtime
+from rota.api.paths import cookie_path
 from rota.api.problems import problem_responses
 from rota.api.schemas.security import (
     LoginRequest,
@@ -37,13 +38,14 @@ def _secure(runtime: Runtime) -> bool:
     return runtime.settings.cookies_secure  # the dashboard's cookies follow the same rule
 
 
-def _set_cookies(response: Response, tokens: Tokens, runtime: Runtime) -> None:
+def _set_cookies(request: Request, response: Response, tokens: Tokens, runtime: Runtime) -> None:
+    """The cookies' paths carry the app's mount prefix (``docs/embedding.md``)."""
     secure = _secure(runtime)
     response.set_cookie(
         ACCESS_COOKIE,
         tokens.access_token,
         max_age=tokens.expires_in,
-        path="/",
+        path=cookie_path(request),
         httponly=True,
         samesite="strict",
         secure=secure,
@@ -52,18 +54,24 @@ def _set_cookies(response: Response, tokens: Tokens, runtime: Runtime) -> None:
         REFRESH_COOKIE,
         tokens.refresh_token,
         max_age=int(runtime.auth.config.refresh_ttl.total_seconds()),
-        path=REFRESH_COOKIE_PATH,
+        path=cookie_path(request, REFRESH_COOKIE_PATH),
         httponly=True,
         samesite="strict",
         secure=secure,
     )
 
 
-def _clear_cookies(response: Response, runtime: Runtime) -> None:
+def _clear_cookies(request: Request, response: Response, runtime: Runtime) -> None:
     secure = _secure(runtime)
-    response.delete_cookie(ACCESS_COOKIE, path="/", httponly=True, samesite="strict", secure=secure)
     response.delete_cookie(
-        REFRESH_COOKIE, path=REFRESH_COOKIE_PATH, httponly=True, samesite="strict", secure=secure
+        ACCESS_COOKIE, path=cookie_path(request), httponly=True, samesite="strict", secure=secure
+    )
+    response.delete_cookie(
+        REFRESH_COOKIE,
+        path=cookie_path(request, REFRESH_COOKIE_PATH),
+        httponly=True,
+        samesite="strict",
+        secure=secure,
     )
 
 
@@ -106,7 +114,7 @@ async def login(
     user = tokens.user
     await audit.record(user.username, "login.succeeded", "user", user.id, after=client)
     response = _json(_token_out(tokens))
-    _set_cookies(response, tokens, runtime)
+    _set_cookies(request, response, tokens, runtime)
     return response
 
 
@@ -147,7 +155,7 @@ async def refresh(
 ) -> Response:
     tokens = await auth.refresh(_refresh_token(body, request), client=_client(request))
     response = _json(_token_out(tokens))
-    _set_cookies(response, tokens, runtime)
+    _set_cookies(request, response, tokens, runtime)
     return response
 
 
@@ -173,7 +181,7 @@ async def logout(
         await auth.logout(token)
     await audit.record(user.username, "logout", "user", user.user_id)
     response = Response(status_code=status.HTTP_204_NO_CONTENT)
-    _clear_cookies(response, runtime)
+    _clear_cookies(request, response, runtime)
     return response
 
 

@@ -10,13 +10,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Header, Query, Response, status
+from fastapi import APIRouter, Body, Header, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
 from rota.api import scopes
 from rota.api.deps import ApiRuntime, Audit, Idempotent, Jobs, Runtime, StoreDep
+from rota.api.paths import app_url
 from rota.api.problems import problem_responses
 from rota.api.routes.dependencies import dependencies_out
 from rota.api.schemas.common import MAX_LIMIT, NO_NUL, ApiModel, UtcDatetime, unwrap_partial_updates
@@ -124,6 +125,7 @@ async def create_job(
     user: OperatorUser,
     idempotency: Idempotent,
     runtime: Runtime,
+    request: Request,
     key: IdempotencyKey = None,
 ) -> Any:
     scopes.check_new_job(user, body.job_type, body.tags, depends_on=body.depends_on)
@@ -138,7 +140,7 @@ async def create_job(
             ),
         )
         job = await _with_dependencies(runtime, out(created, jobs, response))
-        response.headers["Location"] = f"/api/v1/jobs/{job.id}"
+        response.headers["Location"] = app_url(request, f"/api/v1/jobs/{job.id}")
         return job, kept_headers(response.headers.items())
 
     return await _idempotent(idempotency, key, user.username, "jobs.create", body, handle)
@@ -231,9 +233,10 @@ async def create_job_reference(
     user: OperatorUser,
     idempotency: Idempotent,
     runtime: Runtime,
+    request: Request,
     key: IdempotencyKey = None,
 ) -> Any:
-    return await create_job(body, jobs, response, user, idempotency, runtime, key)
+    return await create_job(body, jobs, response, user, idempotency, runtime, request, key)
 
 
 def unwrap_update(body: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:

@@ -8,9 +8,10 @@ from typing import Annotated, Any, Protocol, cast
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from rota.api.deps import Audit, Runtime
+from rota.api.paths import app_url
 from rota.api.problems import problem_responses
 from rota.api.schemas.notifications import (
     AttemptOut,
@@ -65,7 +66,12 @@ def _check_url(runtime: Runtime, url: str | None) -> None:
     "'<X-Rota-Timestamp>.<body>'>.",
 )
 async def create_subscription(
-    body: SubscriptionCreate, runtime: Runtime, audit: Audit, admin: AdminUser, response: Response
+    body: SubscriptionCreate,
+    runtime: Runtime,
+    audit: Audit,
+    admin: AdminUser,
+    response: Response,
+    request: Request,
 ) -> SubscriptionOut:
     _check_url(runtime, body.url)
     generated = None
@@ -91,7 +97,7 @@ async def create_subscription(
     await audit.record(
         admin.username, "notification.created", "notification", sub.id, after=out.audit()
     )
-    response.headers["Location"] = f"{PATH}/{sub.id}"
+    response.headers["Location"] = app_url(request, f"{PATH}/{sub.id}")
     return out
 
 

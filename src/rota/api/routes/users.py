@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from rota.api.deps import Audit, Auth
+from rota.api.paths import app_url
 from rota.api.problems import problem_responses
 from rota.api.schemas.common import MAX_LIMIT, NO_NUL
 from rota.api.schemas.security import UserCreate, UserOut, UserPage, UserPatch
@@ -29,11 +30,16 @@ router = APIRouter(prefix="/users", tags=["users"], dependencies=[requires(Role.
     "one is a 409.",
 )
 async def create_user(
-    body: UserCreate, auth: Auth, audit: Audit, admin: AdminUser, response: Response
+    body: UserCreate,
+    auth: Auth,
+    audit: Audit,
+    admin: AdminUser,
+    response: Response,
+    request: Request,
 ) -> UserOut:
     user = UserOut.of(await auth.create_user(body.username, body.password, body.role))
     await audit.record(admin.username, "user.created", "user", user.id, after=user.audit())
-    response.headers["Location"] = f"/api/v1/users/{user.id}"
+    response.headers["Location"] = app_url(request, f"/api/v1/users/{user.id}")
     return user
 
 

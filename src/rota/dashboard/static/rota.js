@@ -5,6 +5,10 @@
   "use strict";
 
   const CSRF = { "X-Rota-CSRF": "1" };
+  // Where the dashboard is mounted ("" at the root of the site, "/rota" under a prefix): the
+  // pages carry it in every URL they hold; the script puts it before the paths it makes.
+  const rootMeta = document.querySelector('meta[name="rota-root"]');
+  const ROOT = rootMeta ? rootMeta.content : "";
 
   // --- times ---------------------------------------------------------------------------------
   const fmt = new Intl.DateTimeFormat(undefined, {
@@ -85,7 +89,7 @@
   let refreshing = null;
 
   function refreshOnce() {
-    return fetch("/ui/session/refresh", { method: "POST", headers: CSRF, credentials: "same-origin" })
+    return fetch(ROOT + "/ui/session/refresh", { method: "POST", headers: CSRF, credentials: "same-origin" })
       // 409: another request of this browser is renewing the cookies right now; theirs count.
       .then(function (r) { return r.status === 204 || r.status === 409; }, function () { return false; });
   }
@@ -101,7 +105,8 @@
 
   function toLogin(next) {
     const target = next || location.pathname + location.search;
-    window.location = target === "/" ? "/login" : "/login?next=" + encodeURIComponent(target);
+    const login = ROOT + "/login";
+    window.location = target === ROOT + "/" ? login : login + "?next=" + encodeURIComponent(target);
   }
 
   window.rota = { refreshSession: refreshSession };
