@@ -233,3 +233,33 @@ async def test_migration_0031_keeps_a_jobs_run_statistics_both_ways(empty_url: s
         assert await store.get_job(job.id) == before
     finally:
         await store.close()
+
+
+async def test_migration_0032_keeps_the_declared_types_and_adds_no_schema(
+    empty_url: str,
+) -> None:
+    """Upgraded, a type declared before keeps its row, with no schema recorded (the next
+    registration of a worker records one); downgraded, the rows stay."""
+    await upgrade(empty_url, "0031")
+    engine = create_store_engine(empty_url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO declared_job_types (job_type, worker_id, first_declared_at) "
+                    "VALUES ('report', 'reports', '2026-11-29 10:00:00+00:00')"
+                )
+            )
+    finally:
+        await engine.dispose()
+    await upgrade(empty_url)
+    store = SqlStore(empty_url)
+    await store.open()
+    try:
+        assert await store.declared_job_types() == {("report", "reports")}
+        assert await store.published_schemas() == []
+    finally:
+        await store.close()
+    await downgrade(empty_url, "0031")
+    await upgrade(empty_url)
+    assert await schema_diff(empty_url) == []

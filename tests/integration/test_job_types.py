@@ -250,8 +250,55 @@ async def test_a_type_whose_workers_are_down_waits_for_them(env: Env) -> None:
         API, json={"jobType": "schema.gone", "executeAt": rt.jobs.now().isoformat()}
     )
     assert answer.status_code == 201, answer.text
-    assert answer.json()["warnings"] == []
+    [warning] = answer.json()["warnings"]  # it waits for a worker, and says so
+    assert warning["code"] == "no_live_worker"
+    assert "no data schema is known" in warning["message"]  # its handler's data is untyped
     job_id = UUID(answer.json()["id"])
     await eventually(lambda: occurrences(env, job_id), WAIT, "the fire")
     [occurrence] = await occurrences(env, job_id)
     assert (occurrence.status, occurrence.skip_reason) == (OccurrenceStatus.QUEUED, None)
+
+
+async def test_data_is_checked_against_the_last_schema_published_while_no_worker_is_live(
+    env: Env,
+) -> None:
+    """A deploy window lets no misfit in: the schema a group last published is kept with the
+    type in the store, and job data is checked against it while none of the type's workers
+    is live; the answer says that no worker is live."""
+    rt, c = env.runtime, env.client
+    schema = {"type": "object", "required": ["region"], "properties": {"region": {}}}
+
+    def instance(instance_id: str, published: dict[str, Any]) -> WorkerInfo:
+        job_types = {"schema.deploy": {"schema": published}}
+        return WorkerInfo(
+            instance_id=instance_id,
+            worker_id="deployers",
+            host="h",
+            pid=1,
+            job_types=job_types,
+            concurrency=1,
+        )
+
+    await rt.coordination.register_worker(instance("old-1", {"type": "object"}), ttl=30)
+    await rt.workers.refresh(force=True)
+    await rt.coordination.unregister_worker("old-1")
+    await rt.coordination.register_worker(instance("new-1", schema), ttl=30)  # a deploy
+    await rt.workers.refresh(force=True)
+    await rt.coordination.unregister_worker("new-1")  # and no instance of it live now
+
+    job = {"jobType": "schema.deploy", "cronExpression": REPORT["cronExpression"]}
+    assert refused(await c.post(API, json={**job, "jobData": {"zone": 1}})) == ["jobData.region"]
+    assert refused(await c.post(API, json=job)) == ["jobData.region"]  # null: {} has no region
+    answer = await c.post(API, json={**job, "jobData": {"region": "eu"}})
+    assert answer.status_code == 201, answer.text
+    [warning] = answer.json()["warnings"]
+    assert warning["code"] == "no_live_worker"
+    assert (
+        "checked against the data schema group 'deployers' last published" in (warning["message"])
+    )
+    # A server started now knows the last schema from the store alone.
+    restarted = WorkerDirectory(rt.coordination, history=rt.store)
+    await restarted.refresh(force=True)
+    kept = restarted.published_schema("schema.deploy")
+    assert kept is not None
+    assert (kept.worker_id, kept.schema) == ("deployers", schema)

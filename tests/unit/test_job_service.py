@@ -565,7 +565,7 @@ async def test_a_trigger_of_a_type_no_worker_ever_declared_is_skipped_no_worker(
     await coordination.unregister_worker("w-1")  # declared before, down now: it waits
     clock.advance(1)
     assert (await service.trigger(job.id)).status is OccurrenceStatus.QUEUED
-    assert service.job_warnings(job) == []
+    assert [w.code for w in service.job_warnings(job)] == ["no_live_worker"]
 
 
 async def test_trigger_of_missing_job_is_not_found(service: JobService) -> None:

@@ -18,6 +18,7 @@ from uuid import UUID
 from rota.core.models import (
     FailureType,
     Job,
+    JsonValue,
     Occurrence,
     OccurrenceStatus,
     StatusRecord,
@@ -424,3 +425,14 @@ class IdempotentResult:
     status: int | None = None
     body: bytes | None = None
     headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedSchema:
+    """The data schema a worker group last published for a job type (``None``: the
+    handler's data is untyped), and when a server first saw it published."""
+
+    job_type: str
+    worker_id: str
+    schema: JsonValue
+    published_at: datetime

@@ -72,6 +72,7 @@ from rota.services.dataschema import DataSchemas
 from rota.services.dependencies import parse_dependencies, refuse_cycle, upstream_refused
 from rota.services.events import EventPublisher
 from rota.services.jobvalues import normalised, text_value
+from rota.services.jobwarnings import JobWarning, job_type_warnings
 from rota.services.workers import WorkerDirectory
 
 logger = logging.getLogger(__name__)
@@ -87,18 +88,6 @@ DEFAULT_MAX_JOB_DATA_BYTES: Final = 256 * 1024
 """The default limit of a job's data (and a trigger's), as compact UTF-8 JSON."""
 
 _SPEC_FIELDS: Final = frozenset(JobSpec.__dataclass_fields__)
-
-UNKNOWN_JOB_TYPE: Final = "unknown_job_type"
-"""The warning code of a job whose type no worker has ever declared."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobWarning:
-    """Something about an accepted job its author should know (``code``: stable, for
-    scripts; ``message``: for people)."""
-
-    code: str
-    message: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -576,21 +565,9 @@ class JobService:
             logger.debug("worker registry unavailable: %s", exc)
 
     def job_warnings(self, job: Job) -> list[JobWarning]:
-        """What its author should know about an accepted job: ``unknown_job_type`` when no
-        worker has ever declared its type (of its group, if it names one): its fires are
-        recorded Skipped ``no_worker`` until one does. Nothing while the registry or the
-        history could not be read."""
-        workers = self._workers
-        if not workers.complete or workers.declared(job.job_type, job.worker_id):
-            return []
-        group = f" in worker group {job.worker_id!r}" if job.worker_id else ""
-        return [
-            JobWarning(
-                UNKNOWN_JOB_TYPE,
-                f"no worker has declared job type {job.job_type!r}{group}: its runs are "
-                "recorded Skipped (no_worker) until a worker declaring it registers",
-            )
-        ]
+        """What its author should know about an accepted job: its type never declared, or
+        with no live worker (:func:`~rota.services.jobwarnings.job_type_warnings`)."""
+        return job_type_warnings(self._workers, job.job_type, job.worker_id)
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -604,12 +581,13 @@ class JobService:
     ) -> None:
         """``ValidationError`` (field ``jobData.<path>``) when ``data`` breaks the server's
         own rules of ``job_type`` (``schemas.check_rules``: the URL rules of ``http.request``),
-        or does not fit the data schema a live worker published for it (of ``worker_id``'s
-        group if one of it is live); no schema check when none did or the registry is down."""
+        or does not fit the data schema a worker last published for it, live or not (of
+        ``worker_id``'s group if it did); no schema check when none is known or the registry
+        is down."""
         self.schemas.check_rules(job_type, data, field)
         if directory is None:
             return
-        description = directory.type_description(job_type.strip(), worker_id)
+        description = directory.data_description(job_type.strip(), worker_id)
         self.schemas.check(job_type, description, placeholders(data), field)  # refs: strings
 
     def check_job_data(self, data: JsonValue, field: str = "jobData") -> None:

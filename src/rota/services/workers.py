@@ -1,7 +1,8 @@
 """Which worker groups serve which job types, read from the coordination registry and cached
-briefly so the dispatcher does not ask for every batch; and which job types any worker has
+briefly so the dispatcher does not ask for every batch; which job types any worker has
 ever declared (kept in the store), so that a fire of a type whose workers are merely down is
-not taken for one of a type nothing runs."""
+not taken for one of a type nothing runs; and the data schema each group last published for
+each type (kept in the store too), which job data is checked against while none is live."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from uuid import UUID
 from rota.core.errors import BackendUnavailableError
 from rota.core.events import Event, worker_changed
 from rota.core.models import JobMessage, WorkerInfo, utcnow
-from rota.core.ports import JobTypeHistory, WorkerRegistry
+from rota.core.ports import JobTypeHistory, JobTypeSchemas, WorkerRegistry
+from rota.core.records import PublishedSchema
 from rota.services._loop import run_periodically
 from rota.services.events import EventPublisher
 
@@ -36,7 +38,11 @@ class WorkerDirectory:
     ``history``: where the ``(job type, worker group)`` pairs ever declared are kept. The
     first refresh reads them (once, retried on the next refresh if the store does not
     answer); a pair first seen live is added to it (one insert, only for new pairs). Without
-    a history, "ever declared" is what this directory has seen since it was made."""
+    a history, "ever declared" is what this directory has seen since it was made.
+
+    A history that is also :class:`~rota.core.ports.JobTypeSchemas` keeps the data schema
+    each group's newest instance publishes for each type: read once with the history, and
+    written when a group publishes one that differs from what is kept (a deploy)."""
 
     def __init__(
         self,
@@ -49,6 +55,9 @@ class WorkerDirectory:
         self._max_age = max_age
         self._history = history
         self._history_read = history is None
+        self._schema_store = history if isinstance(history, JobTypeSchemas) else None
+        self._published: dict[tuple[str, str], PublishedSchema] = {}
+        self._unpublished: dict[tuple[str, str], PublishedSchema] = {}
         self._declared: dict[str, set[str]] = {}
         self._unrecorded: set[tuple[str, str]] = set()
         self._read_at = 0.0
@@ -114,13 +123,31 @@ class WorkerDirectory:
             self._roster = roster
             self._generation += 1
         self._read_at = time.monotonic()
+        if self._history is not None and not self._history_read:
+            await self._sync_history(self._history)  # read once: what is kept
+        if self._history_read:  # record the schemas that differ from what is kept
+            self._note_schemas(newest)
         for job_type, groups in by_type.items():
             known = self._declared.setdefault(job_type, set())
             if not groups <= known:
                 self._unrecorded.update((job_type, group) for group in groups - known)
                 known.update(groups)
-        if self._history is not None and (self._unrecorded or not self._history_read):
+        if self._history is not None and (self._unrecorded or self._unpublished):
             await self._sync_history(self._history)
+
+    def _note_schemas(self, newest: Mapping[str, WorkerInfo]) -> None:
+        """Note each live group's schemas that differ from the ones kept (to be recorded)."""
+        now: datetime | None = None
+        for group, worker in newest.items():
+            for job_type, description in worker.job_types.items():
+                schema = description.get("schema") if isinstance(description, Mapping) else None
+                known = self._published.get((job_type, group))
+                if known is None or known.schema != schema:
+                    now = now or utcnow()
+                    published = PublishedSchema(job_type, group, schema, now)
+                    self._published[(job_type, group)] = published
+                    if self._schema_store is not None:
+                        self._unpublished[(job_type, group)] = published
 
     async def _sync_history(self, history: JobTypeHistory) -> None:
         """Read the job types ever declared (once) and record the ones first seen live; a
@@ -129,6 +156,9 @@ class WorkerDirectory:
             if not self._history_read:
                 for job_type, group in await history.declared_job_types():
                     self._declared.setdefault(job_type, set()).add(group)
+                if self._schema_store is not None:
+                    for kept in await self._schema_store.published_schemas():
+                        self._published.setdefault((kept.job_type, kept.worker_id), kept)
                 self._history_read = True
             if self._unrecorded:
                 pairs = sorted(self._unrecorded)
@@ -137,6 +167,14 @@ class WorkerDirectory:
                     await history.record_job_types(pairs, utcnow())
                 except BackendUnavailableError:
                     self._unrecorded.update(pairs)
+                    raise
+            if self._unpublished and self._schema_store is not None:
+                published = dict(self._unpublished)
+                self._unpublished.clear()
+                try:
+                    await self._schema_store.record_schemas(list(published.values()))
+                except BackendUnavailableError:
+                    self._unpublished = {**published, **self._unpublished}
                     raise
         except BackendUnavailableError as exc:
             log.warning("job type history unavailable: %s", exc)
@@ -177,6 +215,28 @@ class WorkerDirectory:
                 if worker.worker_id == worker_id and job_type in worker.job_types:
                     return worker.job_types[job_type]
         return self._defaults.get(job_type)
+
+    def published_schema(
+        self, job_type: str, worker_id: str | None = None
+    ) -> PublishedSchema | None:
+        """The data schema last published for ``job_type``, live or not: ``worker_id``'s
+        group's if it published one, else the latest any group did; ``None`` if none is
+        known (the type's workers registered before the store kept schemas)."""
+        if worker_id is not None and (job_type, worker_id) in self._published:
+            return self._published[(job_type, worker_id)]
+        kept = [p for (t, _), p in self._published.items() if t == job_type]
+        return max(kept, key=lambda p: (p.published_at, p.worker_id), default=None)
+
+    def data_description(
+        self, job_type: str, worker_id: str | None = None
+    ) -> Mapping[str, Any] | None:
+        """What job data of ``job_type`` is checked against: a live worker's declaration
+        (:meth:`type_description`), else the schema last published for the type."""
+        live = self.type_description(job_type, worker_id)
+        if live is not None:
+            return live
+        kept = self.published_schema(job_type, worker_id)
+        return None if kept is None else {"schema": kept.schema}
 
     def groups_for(self, job_type: str) -> set[str]:
         return set(self._by_type.get(job_type, ()))

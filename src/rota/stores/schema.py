@@ -529,6 +529,8 @@ def _control(metadata: MetaData) -> None:
         Column("job_type", String(200), nullable=False),
         Column("worker_id", String(200), nullable=False),
         Column("first_declared_at", UtcDateTime(), nullable=False),
+        Column("data_schema", Json(), nullable=True),  # the last one published (0032)
+        Column("schema_published_at", UtcDateTime(), nullable=True),
         PrimaryKeyConstraint("job_type", "worker_id"),
     )
     Table(

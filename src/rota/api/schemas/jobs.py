@@ -389,7 +389,10 @@ class JobWarningOut(ApiModel):
     code: str = Field(
         description="Stable, for scripts. `unknown_job_type`: no worker has ever declared the "
         "job's type (in its workerId group, if it names one); its runs are recorded Skipped "
-        "with skipReason `no_worker` until a worker declaring it registers."
+        "with skipReason `no_worker` until a worker declaring it registers. "
+        "`no_live_worker`: workers declared the type before but none is live now; its runs "
+        "wait for one, and its data was checked against the data schema a worker last "
+        "published for the type (the message says whether one is known)."
     )
     message: str = Field(description="For people.")
 

@@ -23,6 +23,7 @@ from rota.core.ports.coordination import (
 from rota.core.ports.dependencies import DependencyAwareStore, DependencyStore
 from rota.core.ports.idempotency import IdempotencyStore
 from rota.core.ports.index import ScheduleIndex
+from rota.core.ports.jobtypes import JobTypeSchemas
 from rota.core.ports.pausing import PauseStore
 from rota.core.ports.routing import RoutedDispatchStore, RoutingStore
 from rota.core.ports.sessions import AccountStore, SessionStore
@@ -72,6 +73,7 @@ __all__ = [
     "JobAdminStore",
     "JobStore",
     "JobTypeHistory",
+    "JobTypeSchemas",
     "MaintenanceStore",
     "NotificationStore",
     "OccurrenceReader",

@@ -1,5 +1,6 @@
 """The SQL store's control state: the dispatcher's pause switch, and the job types workers
-have ever declared (what the dispatcher's ``no_worker`` rule reads)."""
+have ever declared (what the dispatcher's ``no_worker`` rule reads), with the data schema
+each group last published for each (what job data is checked against)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from rota.core.models import DispatcherState, utcnow
+from rota.core.ports.jobtypes import JobTypeSchemas
+from rota.core.records import PublishedSchema
 from rota.stores.schema import declared_job_types, scheduler_control
 from rota.stores.sql.engine import SqlParts
 
@@ -20,9 +23,9 @@ _CHUNK = 500
 _DISPATCHER_KEY = "dispatcher"
 
 
-class ControlQueries(SqlParts):
+class ControlQueries(SqlParts, JobTypeSchemas):
     """The dispatcher state and the job type history of the :class:`~rota.core.ports.Store`
-    port."""
+    port, and the :class:`~rota.core.ports.JobTypeSchemas` slice."""
 
     # --- job types ever declared -------------------------------------------------------------
 
@@ -52,6 +55,53 @@ class ControlQueries(SqlParts):
         async with self._read() as conn:
             rows = (await conn.execute(select(t.job_type, t.worker_id))).all()
         return {(row.job_type, row.worker_id) for row in rows}
+
+    async def record_schemas(self, published: Sequence[PublishedSchema]) -> None:
+        last = {
+            (p.job_type, p.worker_id): p
+            for p in published
+            if 0 < len(p.job_type) <= MAX_NAME and 0 < len(p.worker_id) <= MAX_NAME
+        }
+        rows = [
+            {
+                "job_type": p.job_type,
+                "worker_id": p.worker_id,
+                "first_declared_at": p.published_at,
+                "data_schema": p.schema,
+                "schema_published_at": p.published_at,
+            }
+            for _, p in sorted(last.items())
+        ]
+        dialect = postgresql if self._dialect == "postgresql" else sqlite
+        async with self._write() as conn:
+            for start in range(0, len(rows), _CHUNK):
+                stmt = dialect.insert(declared_job_types).values(rows[start : start + _CHUNK])
+                await conn.execute(
+                    stmt.on_conflict_do_update(
+                        index_elements=[
+                            declared_job_types.c.job_type,
+                            declared_job_types.c.worker_id,
+                        ],
+                        set_={
+                            "data_schema": stmt.excluded.data_schema,
+                            "schema_published_at": stmt.excluded.schema_published_at,
+                        },
+                    )
+                )
+
+    async def published_schemas(self) -> list[PublishedSchema]:
+        t = declared_job_types.c
+        stmt = (
+            select(t.job_type, t.worker_id, t.data_schema, t.schema_published_at)
+            .where(t.schema_published_at.is_not(None))
+            .order_by(t.job_type, t.worker_id)
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            PublishedSchema(row.job_type, row.worker_id, row.data_schema, row.schema_published_at)
+            for row in rows
+        ]
 
     # --- control --------------------------------------------------------------------------
 
