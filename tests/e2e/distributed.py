@@ -150,12 +150,14 @@ def empty_distributed_env(tmp_path: Path, e2e_vhost: str) -> Iterator[dict[str, 
 class Proc:
     """One ``rota …`` process with its log file."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], log: Path, cwd: Path | None = None
+    ) -> None:
         self.args = args
         self.log = log
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rota", *args], env=env, stdout=out, stderr=out
+                [sys.executable, "-m", "rota", *args], env=env, stdout=out, stderr=out, cwd=cwd
             )
 
     @property

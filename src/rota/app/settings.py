@@ -4,9 +4,10 @@ arguments and never read the environment."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, Field, SecretStr, model_validator
@@ -180,8 +181,35 @@ class TrackerSettings(BaseModel):
     max_wait_seconds: float = Field(0.05, gt=0)
 
 
+DEFAULT_HEALTH_PORT: Final = 8081
+"""The port of a `rota worker`'s health endpoint when ROTA_WORKER__HEALTH_PORT is unset."""
+
+
+def user_state_dir() -> Path | None:
+    """``$XDG_STATE_HOME/rota`` (default ``~/.local/state/rota``); ``None`` without a home."""
+    base = os.environ.get("XDG_STATE_HOME", "").strip()
+    if base and Path(base).is_absolute():
+        return Path(base) / "rota"
+    try:
+        return Path.home() / ".local" / "state" / "rota"
+    except RuntimeError:  # no home directory to be found
+        return None
+
+
 class WorkerSettings(BaseModel):
-    concurrency: int = Field(32, ge=1, description="Jobs run at once by the embedded worker.")
+    group: str = Field(
+        "default",
+        min_length=1,
+        max_length=200,
+        description="`rota worker`: the worker group (`--worker-id` wins). Jobs that name no "
+        "group run on any live group that runs their type, this one included.",
+    )
+    concurrency: int = Field(
+        32,
+        ge=1,
+        description="Jobs run at once by a worker: `rota dev`'s embedded worker and each "
+        "`rota worker` process (`--concurrency` wins).",
+    )
     sync_threads: int = Field(16, ge=1, description="Threads for plain-def handlers.")
     flush_interval_seconds: float = Field(0.02, gt=0, description="Status/log packing interval.")
     heartbeat_seconds: float = Field(
@@ -200,7 +228,9 @@ class WorkerSettings(BaseModel):
     state_dir: Path | None = Field(
         None,
         description="`rota worker`: directory of the worker's local SQLite state (finalized "
-        "attempts, outbox); unset: <data_dir>/workers/<worker id>.",
+        "attempts, outbox); unset: <data_dir>/workers/<worker id> when ROTA_DATA_DIR is "
+        "set, else the user's state directory ($XDG_STATE_HOME, or ~/.local/state)"
+        "/rota/workers/<worker id>.",
     )
     finalized_retention_hours: float = Field(
         168.0, gt=0, description="How long finalized attempts are remembered (default 7 days)."
@@ -217,6 +247,24 @@ class WorkerSettings(BaseModel):
     )
     metrics_host: str = Field(
         "127.0.0.1", description="`rota worker`: the interface of the metrics/health endpoint."
+    )
+    health: bool = Field(
+        True,
+        description="`rota worker`: serve GET /health/live and /health/ready (and /health) for "
+        "an orchestrator's probes (`--no-health`: off).",
+    )
+    health_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="`rota worker`: the port of the health endpoint (0: any free port, logged "
+        f"at start); unset: {DEFAULT_HEALTH_PORT}, or any free port when that one is taken "
+        "(several workers on one host).",
+    )
+    health_host: str = Field(
+        "0.0.0.0",  # probes come from outside the container; it serves health only
+        description="`rota worker`: the interface of the health endpoint (it serves only "
+        "the health routes: no metrics, no job data).",
     )
     hand_back_after_seconds: float = Field(
         600.0,
@@ -258,7 +306,8 @@ class WorkerSettings(BaseModel):
     )
 
     def state_path(self, data_dir: Path, worker_id: str) -> Path:
-        """Where `rota worker --worker-id worker_id` keeps its local state."""
+        """Where `rota worker --worker-id worker_id` keeps its local state: ``state_dir``,
+        else ``<data_dir>/workers/<worker id>`` (see :meth:`Settings.worker_state_path`)."""
         if self.state_dir is not None:
             return self.state_dir
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", worker_id).lstrip(".") or "_"
@@ -634,6 +683,17 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    def worker_state_path(self, worker_id: str) -> Path:
+        """The absolute directory of a `rota worker`'s local state: ``worker.state_dir``;
+        else ``<data_dir>/workers/<worker id>`` when ``data_dir`` was set (ROTA_DATA_DIR,
+        rota.toml); else under the user's state directory (``$XDG_STATE_HOME``, or
+        ``~/.local/state``), ``rota/workers/<worker id>``: not where the process was started
+        from."""
+        base = self.data_dir
+        if self.worker.state_dir is None and "data_dir" not in self.model_fields_set:
+            base = user_state_dir() or base
+        return self.worker.state_path(base, worker_id).resolve()
 
     @property
     def effective_database_url(self) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from rota.app.builtins import load_registry
 from rota.app.runtime import tune_process
-from rota.app.settings import Settings
+from rota.app.settings import DEFAULT_HEALTH_PORT, Settings
 from rota.app.startup import wait_for
 from rota.app.wiring import build_worker
 from rota.core.errors import ConfigurationError
@@ -23,7 +23,7 @@ from rota.core.ports import Broker, Coordination
 from rota.sdk.registry import JobRegistry
 from rota.worker.executor import Executor
 from rota.worker.localstore import LocalStore
-from rota.worker.metrics_server import MetricsServer
+from rota.worker.metrics_server import Health, MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,7 @@ async def run_worker(
     if not registry:
         where = ", ".join(modules) or "no module (give modules or --builtin)"
         raise ConfigurationError(f"no @rota.job handlers found in {where}")
-    ws = settings.worker
-    store = await LocalStore.open(state_dir or ws.state_path(settings.data_dir, worker_id))
+    store = await LocalStore.open(state_dir or settings.worker_state_path(worker_id))
     try:
         await _run(settings, registry, store, worker_id, concurrency, grace, stop)
     finally:
@@ -73,16 +72,24 @@ async def _run(
     stop = stop or asyncio.Event()
     _on_signals(stop)
     started = asyncio.Event()
-    endpoint = None
+    endpoints: list[MetricsServer] = []
+
+    def health() -> tuple[bool, dict[str, Any]]:
+        return worker_health(executor, started, stop)
+
     if ws.metrics_port is not None:
-        endpoint = MetricsServer(
-            parts.metrics,
-            lambda: worker_health(executor, started, stop),
-            host=ws.metrics_host,
-            port=ws.metrics_port,
-            token=settings.metrics_token,
+        endpoints.append(
+            MetricsServer(
+                parts.metrics,
+                health,
+                host=ws.metrics_host,
+                port=ws.metrics_port,
+                token=settings.metrics_token,
+            )
         )
-        await endpoint.start()
+        await endpoints[-1].start()
+    if ws.health:
+        endpoints.append(await health_endpoint(settings, health))
     try:
         await _connect(settings, parts.broker, parts.coordination)
         # Bind the queue before announcing the job types: a fire the scheduler routes to us
@@ -103,9 +110,37 @@ async def _run(
         await presence.stop()
         await parts.broker.close()
         await parts.coordination.close()
-        if endpoint is not None:
+        for endpoint in endpoints:
             await endpoint.close()
         parts.tracing.shutdown()
+
+
+async def health_endpoint(
+    settings: Settings, health: Health, default_port: int = DEFAULT_HEALTH_PORT
+) -> MetricsServer:
+    """The worker's health endpoint, started: on ``worker.health_port`` as set (a port
+    taken is an error), else on ``default_port``, or on any free port when another process
+    (a second worker on the host) has that one; the port is logged."""
+    ws = settings.worker
+    port = default_port if ws.health_port is None else ws.health_port
+    endpoint = MetricsServer(
+        None, health, host=ws.health_host, port=port, setting="ROTA_WORKER__HEALTH_PORT"
+    )
+    try:
+        await endpoint.start()
+    except ConfigurationError:
+        if ws.health_port is not None:
+            raise
+        log.warning(
+            "health port %d is taken: serving the health endpoint on a free port instead "
+            "(give each worker on this host its own --health-port)",
+            port,
+        )
+        endpoint = MetricsServer(
+            None, health, host=ws.health_host, port=0, setting="ROTA_WORKER__HEALTH_PORT"
+        )
+        await endpoint.start()
+    return endpoint
 
 
 def worker_health(

@@ -181,15 +181,28 @@ def server(
 
 @app.command()
 def worker(
-    worker_id: Annotated[str, typer.Option("--worker-id", help="The worker group.")],
     modules: Annotated[
         list[str] | None, typer.Argument(help="Modules with @rota.job handlers.")
     ] = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once.")] = 8,
+    worker_id: Annotated[
+        str | None,
+        typer.Option(
+            "--worker-id",
+            help="The worker group (ROTA_WORKER__GROUP); default: default. Jobs that name "
+            "no group run on any live group that runs their type.",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(min=1, help="Jobs run at once (ROTA_WORKER__CONCURRENCY); default: 32."),
+    ] = None,
     grace: Annotated[float, typer.Option(min=0, help="Seconds running jobs get at SIGTERM.")] = 30,
     state_dir: Annotated[
         Path | None,
-        typer.Option(help="Local state (outbox, finalized attempts); default DATA_DIR/workers/ID."),
+        typer.Option(
+            help="Local state (outbox, finalized attempts); default: DATA_DIR/workers/ID if "
+            "ROTA_DATA_DIR is set, else ~/.local/state/rota/workers/ID."
+        ),
     ] = None,
     default_timeout: Annotated[
         float | None,
@@ -208,6 +221,23 @@ def worker(
             "ROTA_WORKER__METRICS_PORT); default: none.",
         ),
     ] = None,
+    health: Annotated[
+        bool | None,
+        typer.Option(
+            "--health/--no-health",
+            help="Serve GET /health/live and /health/ready for an orchestrator "
+            "(ROTA_WORKER__HEALTH); default: on.",
+        ),
+    ] = None,
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="The health endpoint's port (ROTA_WORKER__HEALTH_PORT; 0: any free port); "
+            "default: 8081, or any free port when another worker has it.",
+        ),
+    ] = None,
     builtin: BuiltinOpt = None,
     log_level: LogLevelOpt = "info",
     log_format: LogFormatOpt = None,
@@ -218,16 +248,21 @@ def worker(
     names = _builtin(builtin)
     settings = load_settings()
     configure_logging(log_level, log_format or settings.log_format)
+    ws = settings.worker
     if default_timeout is not None:
-        settings.worker.default_timeout_seconds = default_timeout
+        ws.default_timeout_seconds = default_timeout
     if metrics_port is not None:
-        settings.worker.metrics_port = metrics_port
+        ws.metrics_port = metrics_port
+    if health is not None:
+        ws.health = health
+    if health_port is not None:
+        ws.health_port = health_port
     _run(
         run_worker(
             settings,
             modules or [],
-            worker_id=worker_id,
-            concurrency=concurrency,
+            worker_id=(worker_id or "").strip() or ws.group,
+            concurrency=concurrency or ws.concurrency,
             grace=grace,
             state_dir=state_dir,
             builtin=names,

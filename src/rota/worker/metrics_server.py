@@ -1,6 +1,8 @@
 """A small HTTP endpoint of its own: ``GET /metrics`` (Prometheus text format) and ``GET
-/health`` (JSON; for a worker, 200 while it takes jobs, 503 once it stops): a worker's
-(``ROTA_WORKER__METRICS_PORT``) and a server's when its metrics have a port of their own
+/health`` (JSON; for a worker, 200 while it takes jobs, 503 once it stops), with the probes
+``GET /health/ready`` (the same) and ``GET /health/live`` (200 while the process answers):
+a worker's (``ROTA_WORKER__HEALTH_PORT``: the health routes only; ``ROTA_WORKER__METRICS_PORT``:
+metrics and health) and a server's when its metrics have a port of their own
 (``ROTA_METRICS__PORT``). It runs in the process's event loop: a loop too blocked to answer
 is also a failed health check."""
 
@@ -32,7 +34,7 @@ class MetricsServer:
 
     def __init__(
         self,
-        metrics: RotaMetrics,
+        metrics: RotaMetrics | None,
         health: Health | None,
         *,
         host: str,
@@ -41,7 +43,8 @@ class MetricsServer:
         refresh: Callable[[], Awaitable[None]] | None = None,
         setting: str = "ROTA_WORKER__METRICS_PORT",
     ) -> None:
-        """``health``: ``None`` serves no ``/health`` (a server answers it on the API's
+        """``metrics``: ``None`` serves no ``/metrics`` (a worker's health endpoint);
+        ``health``: ``None`` serves no ``/health`` (a server answers it on the API's
         port); ``refresh()``: brings the gauges up to date before each scrape; ``setting``:
         the port's setting, named when it cannot be served."""
         self._refresh = refresh
@@ -64,9 +67,10 @@ class MetricsServer:
                 f"({self._setting}): {exc.strerror or exc}"
             ) from exc
         self.port = int(self._server.sockets[0].getsockname()[1])
+        what = "health" if self._metrics is None else "metrics and health"
         log.info(
-            "metrics and health on http://%s:%d", self._host, self.port,
-            extra={"action": "metrics_server"},
+            "%s on http://%s:%d", what, self._host, self.port,
+            extra={"action": "metrics_server", "port": self.port},
         )  # fmt: skip
 
     async def close(self) -> None:
@@ -106,13 +110,15 @@ class MetricsServer:
         method, target = parts[0], parts[1].split(b"?", 1)[0]
         if method != b"GET":
             return "405 Method Not Allowed", "text/plain", b"GET only\n"
-        if target == b"/metrics":
+        if target == b"/metrics" and self._metrics is not None:
             if not scrape_allowed(_header(head, b"authorization"), self._token):
                 return "401 Unauthorized", "text/plain", b"send Authorization: Bearer <token>\n"
             if self._refresh is not None:
                 await self._refresh()  # the gauges that are read when scraped
             return "200 OK", CONTENT_TYPE, self._metrics.exposition()
-        if target == b"/health" and self._health is not None:
+        if target == b"/health/live" and self._health is not None:
+            return "200 OK", "application/json", b'{"status":"ok"}'  # the loop answered
+        if target in (b"/health", b"/health/ready") and self._health is not None:
             healthy, details = self._health()
             body = orjson.dumps({"status": "ok" if healthy else "unavailable", **details})
             return ("200 OK" if healthy else "503 Service Unavailable"), "application/json", body
