@@ -36,3 +36,11 @@ def explode(ctx: rota.JobContext, data: dict[str, str]) -> int:
 @rota.job("it.ping")
 def ping(ctx: rota.JobContext) -> str:
     return "pong"
+
+
+@rota.job("it.second-time", max_retries=1, retry_delay=0)
+def second_time(ctx: rota.JobContext) -> int:
+    """Fails its first attempt, returns the attempt number on the next."""
+    if ctx.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+    return ctx.attempt

@@ -11,7 +11,7 @@ import sys
 import threading
 import types
 from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -32,7 +32,14 @@ from rota.client.encoding import ClientValueError
 from tests.api_client import PASSWORD, access_token, ensure_user, username_of
 from tests.asgi_stream import StreamingASGITransport
 from tests.helpers import RuntimeFactory, settings_for
-from tests.integration.enqueue_jobs import Report, Summary, explode, generate_report, ping
+from tests.integration.enqueue_jobs import (
+    Report,
+    Summary,
+    explode,
+    generate_report,
+    ping,
+    second_time,
+)
 
 WITHIN = 20.0
 """Upper bound for a run to end (never reached when it works)."""
@@ -86,6 +93,15 @@ async def test_a_failed_run_raises_with_its_failure(client: rota.Client) -> None
     assert failed.value.occurrence.job_id == handle.job_id
 
 
+async def test_a_retry_is_not_the_end(client: rota.Client) -> None:
+    handle = await second_time.now(client)
+    assert await handle.result(timeout=WITHIN) == 2
+    run = await handle.wait()
+    assert (run.attempt, run.status_name) == (2, "Completed")
+    requeued = [c for c in run.status_change_logs if c.to.name == "QUEUED" and c.attempt == 2]
+    assert requeued  # the first attempt's failure went back to Queued: not an end
+
+
 async def test_a_run_that_ended_before_the_wait_is_found(client: rota.Client) -> None:
     """The race: the run may end before the handle subscribes. It subscribes first, then
     reads the state once, so a run long over is found by that read."""
@@ -126,6 +142,16 @@ async def test_a_cron_handle_waits_for_the_first_run(client: rota.Client) -> Non
     assert (job.cron_expression, job.time_zone) == ("* * * * * *", "Europe/Berlin")
     assert await handle.result(timeout=WITHIN) == "pong"
     await client.delete_job(handle.job_id)
+    # without time_zone=: the job type's (the decorator's), else UTC
+    tokyo = await in_tokyo.cron(client, expression="0 9 * * *")
+    assert (await client.get_job(tokyo.job_id)).time_zone == "Asia/Tokyo"
+    utc = await generate_report.cron(client, a_report(), "0 9 * * *")
+    assert (await client.get_job(utc.job_id)).time_zone == "UTC"
+
+
+@rota.job("it.tokyo", time_zone="Asia/Tokyo")
+def in_tokyo(ctx: rota.JobContext) -> None:
+    """Never run here: its cron jobs are only created."""
 
 
 async def test_a_naive_datetime_is_refused_naming_the_parameter(client: rota.Client) -> None:
@@ -220,6 +246,23 @@ async def _start(stack: AsyncExitStack, tmp_path: Path) -> Runtime:
     await runtime.start()
     stack.push_async_callback(runtime.stop, grace=2.0)
     return runtime
+
+
+def test_closing_the_sync_client_ends_the_calls_still_waiting() -> None:
+    client = rota.SyncClient("http://rota.invalid", token="t")
+    started = threading.Event()
+
+    async def long_wait() -> None:
+        started.set()
+        await asyncio.sleep(WITHIN * 10)
+
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(client.call, long_wait())
+        assert started.wait(WITHIN)
+        client.close()
+        with pytest.raises(CancelledError):
+            waiting.result(timeout=WITHIN)
+    client.close()  # a second close is a no-op
 
 
 def test_an_unreachable_server_is_a_transport_error() -> None:

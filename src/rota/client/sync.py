@@ -59,13 +59,23 @@ class SyncClient:
         self.close()
 
     def close(self) -> None:
+        """Close the connections and stop the loop. Calls still running in other threads (a
+        handle's ``result()`` waiting) end with ``concurrent.futures.CancelledError``."""
         if self._loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):
-            self._run(self._client.aclose())
+            self._run(self._shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._loop.close()
+
+    async def _shutdown(self) -> None:
+        current = asyncio.current_task()
+        pending = [task for task in asyncio.all_tasks() if task is not current]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        await self._client.aclose()
 
     @property
     def client(self) -> Client:

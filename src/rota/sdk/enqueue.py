@@ -325,7 +325,7 @@ class Enqueue:
         data: D,
         expression: str,
         *,
-        time_zone: str = "UTC",
+        time_zone: str | None = None,
         **options: Unpack[EnqueueOptions],
     ) -> SyncHandle[R]: ...
     @overload
@@ -335,7 +335,7 @@ class Enqueue:
         data: D,
         expression: str,
         *,
-        time_zone: str = "UTC",
+        time_zone: str | None = None,
         **options: Unpack[EnqueueOptions],
     ) -> Awaitable[Handle[R]]: ...
     @overload
@@ -344,7 +344,7 @@ class Enqueue:
         client: SyncEnqueuer,
         *,
         expression: str,
-        time_zone: str = "UTC",
+        time_zone: str | None = None,
         **options: Unpack[EnqueueOptions],
     ) -> SyncHandle[R]: ...
     @overload
@@ -353,7 +353,7 @@ class Enqueue:
         client: AsyncEnqueuer,
         *,
         expression: str,
-        time_zone: str = "UTC",
+        time_zone: str | None = None,
         **options: Unpack[EnqueueOptions],
     ) -> Awaitable[Handle[R]]: ...
     def cron(
@@ -362,12 +362,16 @@ class Enqueue:
         data: Any = None,
         expression: str | None = None,
         *,
-        time_zone: str = "UTC",
+        time_zone: str | None = None,
         **options: Any,
     ) -> Any:
-        """A recurring job on ``expression`` (5 or 6 fields, ``@daily`` …) in ``time_zone``;
-        its handle waits for the first run to end. A ``(ctx)`` handler names it:
+        """A recurring job on ``expression`` (5 or 6 fields, ``@daily`` …) in ``time_zone``
+        (default: the job type's, ``@rota.job(time_zone=…)``, else UTC); its handle waits for
+        the first run to end. A ``(ctx)`` handler names it:
         ``cleanup.cron(client, expression="@daily")``."""
         if expression is None:
             raise TypeError("cron() needs a cron expression")
+        if time_zone is None:
+            options_of_type = getattr(self, "options", None)
+            time_zone = getattr(options_of_type, "time_zone", None) or "UTC"
         return self._send(client, data, {"cron": expression, "time_zone": time_zone}, options)
