@@ -476,3 +476,39 @@ def test_flags_are_shown_as_flags_in_help() -> None:
     assert shown.exit_code == 0, shown.output
     assert "--json" in shown.output
     assert "<bool>" not in shown.output  # a flag takes no value
+
+
+def test_bulk_retry_resolve_delete_and_cancel_with_confirmation(cli: Cli) -> None:
+    job = create(cli, "--type", "cli.fail", "--name", "cli-bulk-failing", "--cron", FAR)
+    for _ in range(3):
+        cli.run("jobs", "trigger", job["id"], "--wait", "--force")
+
+    def open_records() -> list[dict[str, Any]]:
+        return list(cli.json("failed", "list", "--job", job["id"])["items"])
+
+    wait_until(lambda: len(open_records()) == 3, 15, "three failed-run records")
+    # asked first: "no" does nothing (exit code 2)
+    declined = cli.run("failed", "retry", "--all", "--job", "cli-bulk-failing", input="n\n")
+    assert declined.exit_code == USAGE
+    assert "Retry 3 failed runs?" in declined.stderr
+    assert len(open_records()) == 3
+    retried = cli.run("failed", "retry", "--all", "--job", "cli-bulk-failing", "--yes", "--json")
+    assert retried.exit_code == 0, retried.stderr
+    [answer] = orjson.loads(retried.stdout)
+    assert (answer["matched"], answer["done"], len(answer["created"])) == (3, 3, 3)
+    wait_until(lambda: len(open_records()) == 3, 15, "the retries' records")  # they fail again
+    resolved = cli.run("runs", "retry", "--all", "--job", job["id"], "-y")  # the same, by runs
+    assert resolved.exit_code == 0, resolved.stderr
+    assert "3 done, 0 not done" in resolved.stderr
+    wait_until(lambda: len(open_records()) == 3, 15, "the second retries' records")
+    note = cli.run("failed", "resolve", "--all", "--job", job["id"], "--note", "bulk", "-y")
+    assert note.exit_code == 0, note.stderr
+    assert open_records() == []
+    gone = cli.run("failed", "delete", "--all", "--job", job["id"], "--resolved", "-y")
+    assert "9 done" in gone.stderr
+    assert cli.json("failed", "list", "--job", job["id"], "--state", "all")["items"] == []
+    nothing = cli.run("runs", "cancel", "--all", "--job", job["id"], "-y")
+    assert nothing.exit_code == 0
+    assert "nothing to cancel: no runs match" in nothing.stderr
+    both = cli.run("runs", "cancel", "01a227c5-0000-7000-8000-000000000000", "--all")
+    assert both.exit_code == USAGE

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import rota
 
 
@@ -11,3 +13,11 @@ async def flaky(ctx: rota.JobContext) -> str:
     if ctx.attempt == 1:
         raise ValueError("the first attempt always fails")
     return f"attempt {ctx.attempt} worked"
+
+
+@rota.job("it.slow")
+async def slow(ctx: rota.JobContext) -> None:
+    """Runs until it is cancelled (at most a minute)."""
+    for _ in range(600):
+        await ctx.check_cancelled()
+        await asyncio.sleep(0.1)

@@ -1,21 +1,23 @@
 """``rota failed``: the failed runs kept for an operator (dead letters): list, show, retry,
-resolve."""
+resolve, delete — one, several, or every one a filter matches."""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 from uuid import UUID
 
 import typer
 
 from rota.api.schemas.failed import FailedOccurrenceOut
-from rota.cli.ops import output
+from rota.cli.ops import bulk, output
 from rota.cli.ops.jobs import AllOpt, CursorOpt, LimitOpt, collect, resolve
 from rota.cli.ops.output import JsonOpt
 from rota.cli.ops.session import USAGE, connect, fail
 
-app = typer.Typer(help="Failed runs (dead letters): list, show, retry, resolve.")
+app = typer.Typer(help="Failed runs (dead letters): list, show, retry, resolve, delete.")
+
+BULK = "/failed-occurrences/bulk"
 
 FailedArg = Annotated[UUID, typer.Argument(help="The failed record's id (see `rota failed list`).")]
 
@@ -114,35 +116,122 @@ def show(failed: FailedArg, json: JsonOpt = False) -> None:
     _show(record)
 
 
+FailedIds = Annotated[
+    list[UUID] | None,
+    typer.Argument(help="Failed records' ids (see `rota failed list`); or --all with filters."),
+]
+EveryOpt = Annotated[bool, typer.Option("--all", help="Every record the filters match.")]
+JobOpt = Annotated[str | None, typer.Option("--job", help="Only this job's (id or name).")]
+TypeOpt = Annotated[
+    list[str] | None,
+    typer.Option("--type", help="Only this failure type (timed_out, zombie, …; repeat for more)."),
+]
+
+
+def _filters(
+    job: str | None, types: list[str] | None, since: str | None, until: str | None
+) -> dict[str, Any]:
+    job_id = None
+    if job is not None:
+        with connect() as client:
+            job_id = str(resolve(client, job).id)
+    return {
+        "jobId": job_id,
+        "failureType": types or [],
+        "failedAfter": since,
+        "failedBefore": until,
+    }
+
+
 @app.command("retry")
-def retry(failed: FailedArg, json: JsonOpt = False) -> None:
-    """Run it again as a new attempt (this resolves the record); prints the run."""
-    with connect() as client:
-        run = client.retry_failed(failed)
-    if json:
-        output.print_json(run)
+def retry(
+    failed: FailedIds = None,
+    every: EveryOpt = False,
+    job: JobOpt = None,
+    failure_type: TypeOpt = None,
+    since: bulk.SinceOpt = None,
+    until: bulk.UntilOpt = None,
+    yes: bulk.YesOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Run them again as new attempts (this resolves their records): one id prints its run;
+    several ids, or --all with filters (the open records of a job, a failure type, a time
+    window), are counted and confirmed first, then retried a thousand at a time."""
+    if failed and len(failed) == 1 and not every:
+        with connect() as client:
+            run = client.retry_failed(failed[0])
+        if json:
+            output.print_json(run)
+            return
+        output.err_print(f"[green]retrying[/green]: run {run.id}, attempt {run.attempt}")
+        print(run.id)
         return
-    output.err_print(f"[green]retrying[/green]: run {run.id}, attempt {run.attempt}")
-    print(run.id)
+    chosen = bulk.selection(
+        [str(i) for i in failed or ()], _filters(job, failure_type, since, until), every, "failed"
+    )
+    body = {"action": "retry", **chosen}
+    bulk.run_bulk(BULK, body, verb="Retry", noun="failed runs", yes=yes, json=json)
+
+
+@app.command("delete")
+def delete(
+    failed: FailedIds = None,
+    every: EveryOpt = False,
+    job: JobOpt = None,
+    failure_type: TypeOpt = None,
+    since: bulk.SinceOpt = None,
+    until: bulk.UntilOpt = None,
+    resolved: Annotated[
+        bool, typer.Option("--resolved", help="With --all: the resolved records, not the open.")
+    ] = False,
+    yes: bulk.YesOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Delete failed-run records (the runs themselves are kept): ids, or --all with filters
+    (open records unless --resolved); counted and confirmed first."""
+    filters = _filters(job, failure_type, since, until)
+    chosen = bulk.selection([str(i) for i in failed or ()], filters, every, "failed")
+    if "filter" in chosen and resolved:
+        chosen["filter"]["resolved"] = True
+    body = {"action": "delete", **chosen}
+    bulk.run_bulk(BULK, body, verb="Delete", noun="failed-run records", yes=yes, json=json)
 
 
 @app.command("resolve")
 def resolve_failed(
-    failed: FailedArg,
+    failed: FailedIds = None,
     note: Annotated[str | None, typer.Option(help="What was done or found.")] = None,
     action: Annotated[
         str | None, typer.Option(help="A short action name (e.g. ignored, fixed-data).")
     ] = None,
     reopen: Annotated[bool, typer.Option("--reopen", help="Mark it unresolved again.")] = False,
+    every: EveryOpt = False,
+    job: JobOpt = None,
+    failure_type: TypeOpt = None,
+    since: bulk.SinceOpt = None,
+    until: bulk.UntilOpt = None,
+    yes: bulk.YesOpt = False,
     json: JsonOpt = False,
 ) -> None:
-    """Mark a failed run resolved (with a note or action), or reopen it."""
+    """Mark a failed run resolved (with a note or action), or reopen it; several ids, or
+    --all with filters, are counted and confirmed first (a note, no action, in bulk)."""
     if reopen and (note is not None or action is not None):
         fail("--reopen takes no --note or --action", USAGE)
-    with connect() as client:
-        record = client.resolve_failed(failed, note=note, action=action, resolved=not reopen)
-    if json:
-        output.print_json(record)
+    if failed and len(failed) == 1 and not every:
+        with connect() as client:
+            record = client.resolve_failed(failed[0], note=note, action=action, resolved=not reopen)
+        if json:
+            output.print_json(record)
+            return
+        word = "reopened" if reopen else "resolved"
+        output.err_print(f"[green]{word}[/green] {record.id}")
         return
-    word = "reopened" if reopen else "resolved"
-    output.err_print(f"[green]{word}[/green] {record.id}")
+    if action is not None:
+        fail("--action is for one record; in bulk give --note", USAGE)
+    filters = _filters(job, failure_type, since, until)
+    chosen = bulk.selection([str(i) for i in failed or ()], filters, every, "failed")
+    body: dict[str, Any] = {"action": "reopen" if reopen else "resolve", **chosen}
+    if note is not None:
+        body["note"] = note
+    verb = "Reopen" if reopen else "Resolve"
+    bulk.run_bulk(BULK, body, verb=verb, noun="failed runs", yes=yes, json=json)

@@ -1,24 +1,28 @@
-"""``rota runs``: the runs (occurrences) of jobs: list, show, logs (``--follow``), cancel."""
+"""``rota runs``: the runs (occurrences) of jobs: list, show, logs (``--follow``), cancel,
+re-run and retry — one, several, or every one a filter matches."""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated
+from typing import Annotated, Any
 from uuid import UUID
 
 import orjson
 import typer
 
 from rota.api.schemas.occurrences import LogLine, OccurrenceDetail, OccurrenceOut
-from rota.cli.ops import output
+from rota.cli.ops import bulk, output
 from rota.cli.ops.jobs import AllOpt, CursorOpt, LimitOpt, collect, resolve
 from rota.cli.ops.output import JsonOpt
 from rota.cli.ops.session import connect
 from rota.client import SyncClient
 from rota.core.models import OccurrenceStatus
 
-app = typer.Typer(help="Runs (occurrences) of jobs: list, show, logs, cancel.")
+app = typer.Typer(help="Runs (occurrences) of jobs: list, show, logs, cancel, re-run, retry.")
+
+BULK = "/occurrences/bulk"
+FAILED_BULK = "/failed-occurrences/bulk"
 
 RunArg = Annotated[UUID, typer.Argument(help="The run's (occurrence's) id.")]
 POLL = 0.5
@@ -195,16 +199,98 @@ def _follow(client: SyncClient, run: UUID, json: bool) -> None:
         time.sleep(POLL)
 
 
+RunIds = Annotated[list[UUID] | None, typer.Argument(help="Runs' ids; or --all with filters.")]
+EveryOpt = Annotated[bool, typer.Option("--all", help="Every run the filters match.")]
+JobOpt = Annotated[str | None, typer.Option("--job", help="Only this job's runs (id or name).")]
+StatusOpt = Annotated[
+    list[str] | None,
+    typer.Option("--status", help="Only runs in this status (name or code; repeat for more)."),
+]
+
+
+def _run_filters(
+    job: str | None, status: list[str] | None, since: str | None, until: str | None
+) -> dict[str, Any]:
+    job_id = None
+    if job is not None:
+        with connect() as client:
+            job_id = str(resolve(client, job).id)
+    return {
+        "jobId": job_id,
+        "status": status or [],
+        "scheduledAfter": since,
+        "scheduledBefore": until,
+    }
+
+
 @app.command("cancel")
 def cancel(
-    run: RunArg,
+    run: RunIds = None,
     reason: Annotated[str | None, typer.Option(help="Why (kept with the run).")] = None,
+    every: EveryOpt = False,
+    job: JobOpt = None,
+    status: StatusOpt = None,
+    since: bulk.SinceOpt = None,
+    until: bulk.UntilOpt = None,
+    yes: bulk.YesOpt = False,
     json: JsonOpt = False,
 ) -> None:
-    """Cancel a Queued run (at once) or a Running one (its worker stops it)."""
-    with connect() as client:
-        detail = client.cancel(run, reason=reason)
-    if json:
-        output.print_json(detail)
+    """Cancel a Queued run (at once) or a Running one (its worker stops it). Several ids, or
+    --all with filters (default: the Queued and Running ones of the filter), are counted
+    and confirmed first."""
+    if run and len(run) == 1 and not every:
+        with connect() as client:
+            detail = client.cancel(run[0], reason=reason)
+        if json:
+            output.print_json(detail)
+            return
+        output.err_print(f"run {detail.id}: {detail.status_name}")
         return
-    output.err_print(f"run {detail.id}: {detail.status_name}")
+    filters = _run_filters(job, status or ["Queued", "Running"], since, until)
+    chosen = bulk.selection([str(i) for i in run or ()], filters if every else {}, every, "run")
+    body: dict[str, Any] = {"action": "cancel", **chosen, "reason": reason}
+    bulk.run_bulk(BULK, body, verb="Cancel", noun="runs", yes=yes, json=json)
+
+
+@app.command("rerun")
+def rerun(
+    run: RunIds = None,
+    reason: Annotated[str | None, typer.Option(help="Why (kept with each new run).")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Run a Skip-policy job even while a run of it is on.")
+    ] = False,
+    every: EveryOpt = False,
+    job: JobOpt = None,
+    status: StatusOpt = None,
+    since: bulk.SinceOpt = None,
+    until: bulk.UntilOpt = None,
+    yes: bulk.YesOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Run the jobs of these runs again, each with its run's data (a new run each; the old
+    ones keep their record). --all with filters: e.g. the Failed runs of a job in a window
+    (--status Failed --since …); counted and confirmed first."""
+    filters = _run_filters(job, status, since, until)
+    chosen = bulk.selection([str(i) for i in run or ()], filters if every else {}, every, "run")
+    body: dict[str, Any] = {"action": "rerun", **chosen, "reason": reason, "force": force}
+    bulk.run_bulk(BULK, body, verb="Re-run", noun="runs", yes=yes, json=json)
+
+
+@app.command("retry")
+def retry(
+    every: EveryOpt = False,
+    job: JobOpt = None,
+    since: bulk.SinceOpt = None,
+    until: bulk.UntilOpt = None,
+    yes: bulk.YesOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Retry every open failed run the filters match (of a job, failed in a window) as a
+    new attempt: `rota failed retry --all` by another name."""
+    filters = {"jobId": None, "failedAfter": since, "failedBefore": until}
+    if job is not None:
+        with connect() as client:
+            filters["jobId"] = str(resolve(client, job).id)
+    chosen = bulk.selection([], filters, every, "run")
+    body = {"action": "retry", **chosen}
+    bulk.run_bulk(FAILED_BULK, body, verb="Retry", noun="failed runs", yes=yes, json=json)

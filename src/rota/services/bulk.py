@@ -1,0 +1,207 @@
+"""Bulk actions: one operator's action on a selection of runs or failed-run records, or on
+everything a filter matches — retry, resolve, reopen or delete failed records; cancel or
+re-run occurrences. Each item goes through the same use case as a single action (the same
+checks, events and wake-ups); one item that cannot be done is reported with its reason and
+does not stop the others. At most :data:`MAX_BULK` items per call: a filter that matches more
+says so (``more``), and the caller runs the action again for the rest (the acted-on items
+no longer match: a retried or resolved record is resolved, a cancelled run is not Queued)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Final, Literal
+from uuid import UUID
+
+from rota.core.errors import RotaError, ValidationError
+from rota.core.models import FailedOccurrence, Occurrence
+from rota.core.ports import Signals, Store
+from rota.core.records import FailedQuery, OccurrenceQuery
+from rota.services.cancellation import cancel_occurrence
+from rota.services.deadletters import resolve_failed, retry_failed
+from rota.services.events import EventPublisher
+
+MAX_BULK: Final = 1000
+"""Most items one bulk call acts on."""
+
+FailedAction = Literal["retry", "resolve", "reopen", "delete"]
+RunAction = Literal["cancel", "rerun"]
+
+
+@dataclass(frozen=True, slots=True)
+class BulkError:
+    id: UUID
+    message: str
+
+
+@dataclass(slots=True)
+class BulkOutcome:
+    action: str
+    matched: int
+    """Items selected (at most :data:`MAX_BULK`)."""
+    more: bool
+    """The filter matches more than were selected: run it again for the rest."""
+    done: int = 0
+    errors: list[BulkError] = field(default_factory=list)
+    created: list[UUID] = field(default_factory=list)
+    """The runs a retry or a re-run queued."""
+    dry_run: bool = False
+
+
+async def _select(
+    fetch: Callable[[int, str | None], Awaitable[Any]],
+) -> tuple[list[Any], bool]:
+    """The filter's matches, newest first, at most :data:`MAX_BULK` (and whether there are
+    more)."""
+    items: list[Any] = []
+    cursor: str | None = None
+    while len(items) <= MAX_BULK:
+        page = await fetch(MAX_BULK + 1 - len(items), cursor)
+        items += page.items
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return items[:MAX_BULK], len(items) > MAX_BULK or cursor is not None
+
+
+def _check_ids(ids: Sequence[UUID]) -> list[UUID]:
+    unique = list(dict.fromkeys(ids))
+    if not unique:
+        raise ValidationError("give at least one id", field="ids")
+    if len(unique) > MAX_BULK:
+        raise ValidationError(f"at most {MAX_BULK} ids at once", field="ids")
+    return unique
+
+
+class BulkActions:
+    """The bulk use cases over one store."""
+
+    def __init__(
+        self,
+        store: Store,
+        coordination: Signals,
+        events: EventPublisher | None,
+        trigger: Callable[[UUID, Any, str, bool], Awaitable[Occurrence]],
+    ) -> None:
+        self._store = store
+        self._coordination = coordination
+        self._events = events
+        self._trigger = trigger
+        """``trigger(job_id, job_data, reason, force)``: the job service's manual run."""
+
+    # --- failed-run records -------------------------------------------------------------
+
+    async def failed(
+        self,
+        action: FailedAction,
+        *,
+        ids: Sequence[UUID] | None = None,
+        query: FailedQuery | None = None,
+        note: str | None = None,
+        by: str,
+        now: datetime,
+        dry_run: bool = False,
+    ) -> BulkOutcome:
+        """``action`` on the given records, or on those ``query`` matches."""
+        if ids is not None:
+            records: list[FailedOccurrence | UUID] = list(_check_ids(ids))
+            more = False
+        else:
+            assert query is not None
+
+            def fetch(limit: int, cursor: str | None) -> Awaitable[Any]:
+                return self._store.list_failed(replace(query, limit=limit, cursor=cursor))
+
+            found, more = await _select(fetch)
+            records = list(found)
+        outcome = BulkOutcome(action, len(records), more, dry_run=dry_run)
+        if dry_run:
+            return outcome
+        for record in records:
+            record_id = record if isinstance(record, UUID) else record.id
+            try:
+                await self._one_failed(action, record_id, note, by, now, outcome)
+            except RotaError as exc:
+                outcome.errors.append(BulkError(record_id, str(exc)))
+            else:
+                outcome.done += 1
+        return outcome
+
+    async def _one_failed(
+        self,
+        action: FailedAction,
+        record_id: UUID,
+        note: str | None,
+        by: str,
+        now: datetime,
+        outcome: BulkOutcome,
+    ) -> None:
+        if action == "retry":
+            run = await retry_failed(
+                self._store, self._coordination, record_id, by=by, now=now, events=self._events
+            )
+            outcome.created.append(run.id)
+        elif action == "resolve":
+            await resolve_failed(
+                self._store, record_id, resolution_note=note, resolved=True, by=by, now=now
+            )
+        elif action == "reopen":
+            await resolve_failed(self._store, record_id, resolved=False, by=by, now=now)
+        else:
+            await self._store.delete_failed(record_id)
+
+    # --- occurrences --------------------------------------------------------------------
+
+    async def runs(
+        self,
+        action: RunAction,
+        *,
+        ids: Sequence[UUID] | None = None,
+        query: OccurrenceQuery | None = None,
+        reason: str | None = None,
+        force: bool = False,
+        now: datetime,
+        dry_run: bool = False,
+    ) -> BulkOutcome:
+        """Cancel (Queued or Running) or re-run (a new run of the job with the run's data)
+        the given occurrences, or those ``query`` matches. A re-run of a Skip-policy job
+        while one of its runs is in progress is refused for that item unless ``force``."""
+        if ids is not None:
+            chosen: list[Occurrence | UUID] = list(_check_ids(ids))
+            more = False
+        else:
+            assert query is not None
+
+            def fetch(limit: int, cursor: str | None) -> Awaitable[Any]:
+                return self._store.list_occurrences(replace(query, limit=limit, cursor=cursor))
+
+            found, more = await _select(fetch)
+            chosen = list(found)
+        outcome = BulkOutcome(action, len(chosen), more, dry_run=dry_run)
+        if dry_run:
+            return outcome
+        for item in chosen:
+            run_id = item if isinstance(item, UUID) else item.id
+            try:
+                if action == "cancel":
+                    await cancel_occurrence(
+                        self._store,
+                        self._coordination,
+                        run_id,
+                        reason=reason,
+                        now=now,
+                        events=self._events,
+                    )
+                else:
+                    run = item if isinstance(item, Occurrence) else None
+                    if run is None:
+                        run = await self._store.get_occurrence(run_id)
+                    said = f"re-run of {run.id}" + (f": {reason}" if reason else "")
+                    again = await self._trigger(run.job_id, run.job_data, said, force)
+                    outcome.created.append(again.id)
+            except RotaError as exc:
+                outcome.errors.append(BulkError(run_id, str(exc)))
+            else:
+                outcome.done += 1
+        return outcome
