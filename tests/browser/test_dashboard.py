@@ -242,6 +242,13 @@ def test_pause_a_job_with_a_note_and_resume_it(admin_page: Page, server: Server)
     page = admin_page
     page.goto(f"{server.url}/jobs/{job_id}")
     expect(page.get_by_test_id("pause-banner")).to_have_count(0)
+    # its next fires (daily at midnight UTC), none skipped; the values its runs get, sourced
+    fires = page.get_by_test_id("upcoming-fire")
+    expect(fires).to_have_count(8)
+    expect(fires.first).to_contain_text("00:00:00")
+    expect(fires.first).not_to_contain_text("skipped")
+    expect(page.get_by_test_id("effective-retries")).to_contain_text("default)")
+    expect(page.get_by_test_id("runs")).to_have_count(0)  # no run limit: no "runs planned"
     page.get_by_test_id("pause").locator("summary").click()
     page.get_by_label("Note (why; shown on the job and each fire skipped)").fill(
         "db migration tonight"
@@ -251,6 +258,7 @@ def test_pause_a_job_with_a_note_and_resume_it(admin_page: Page, server: Server)
     expect(banner).to_contain_text("db migration tonight")
     expect(banner).to_contain_text("until resumed")
     expect(page.get_by_test_id("paused-badge")).to_be_visible()
+    expect(fires.first).to_contain_text("skipped: paused")
     with server.api() as api:
         job = api.get(f"/jobs/{job_id}").json()
     assert (job["paused"], job["pauseNote"], job["isActive"]) == (
@@ -438,10 +446,22 @@ def test_admin_stops_and_resumes_dispatching(admin_page: Page, server: Server) -
     expect(page.get_by_test_id("dispatcher-state")).to_contain_text(
         "stopped — maintenance from the browser test"
     )
+    # every page says so, with who and why; the overview's health too
+    for path in ("/jobs", "/"):
+        page.goto(f"{server.url}{path}")
+        banner = page.get_by_test_id("dispatch-stopped")
+        expect(banner).to_contain_text("Dispatching is stopped by admin")
+        expect(banner).to_contain_text("maintenance from the browser test")
+    expect(page.get_by_test_id("health-warning")).to_contain_text("dispatching: stopped by admin")
+    with server.api() as api:
+        assert api.get("/health/ready").json()["warnings"] == ["dispatching stopped"]
+    page.goto(f"{server.url}/admin")
     page.get_by_role("button", name="Resume dispatching").click()
     expect(page.get_by_test_id("dispatcher-state")).to_contain_text("dispatching")
+    expect(page.get_by_test_id("dispatch-stopped")).to_have_count(0)
     with server.api() as api:
         assert api.get("/admin/dispatcher").json()["paused"] is False
+        assert api.get("/health/ready").json()["warnings"] == []
 
 
 def test_an_admin_manages_users(admin_page: Page, server: Server, artifacts: Path) -> None:

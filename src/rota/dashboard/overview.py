@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import JSONResponse, Response
 
 from rota.api.schemas.common import status_name
+from rota.api.views import attention
 from rota.core.models import OccurrenceStatus
 from rota.core.records import FailedQuery
 from rota.dashboard import session
@@ -68,6 +69,7 @@ async def overview(
         health = await runtime.health()
     except Exception as exc:
         health = {"runtime": f"error: {exc}"}
+    warnings = (await attention(runtime)).warnings()
     unresolved = await runtime.store.list_failed(FailedQuery(resolved=False, limit=100))
     latest = unresolved.items[:LATEST_FAILURES]
     context = {
@@ -84,6 +86,7 @@ async def overview(
         "capacity": sum(w.concurrency for w in workers),
         "load": sum(w.current_load for w in workers),
         "health": health,
+        "warnings": warnings,
         "unresolved": len(unresolved.items),
         "unresolved_more": unresolved.next_cursor is not None,
         "latest_failures": latest,
@@ -111,3 +114,11 @@ async def series(
         "bucket": step,
     }
     return JSONResponse(data)
+
+
+@router.get("/ui/attention")
+async def attention_banner(request: Request, user: User, runtime: Runtime) -> Response:
+    """The banner of every page: dispatching stopped (who, when, why), silence alerts open;
+    empty when nothing needs attention."""
+    found = await attention(runtime)
+    return render(request, user, "_attention.html", {"attention": found})
