@@ -96,15 +96,17 @@ def install_docs(app: FastAPI, openapi_url: str) -> None:
 
 
 def _install_missing(app: FastAPI, openapi_url: str, lacking: list[str]) -> None:
-    page = (
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>API docs missing"
-        "</title></head><body><h1>The API docs cannot be shown</h1><p>This installation of Rota "
-        f"lacks their front-end files ({escape(', '.join(lacking))}): {escape(HOW_TO_FIX)}.</p>"
-        f"<p>The API's description is served all the same: <code>{escape(openapi_url)}</code>."
-        "</p></body></html>"
-    )
+    """``/docs`` and ``/redoc`` in a package built without their files: 503, naming them."""
 
-    async def unavailable() -> HTMLResponse:
+    async def unavailable(request: Request) -> HTMLResponse:
+        described = escape(root_path(request) + openapi_url)
+        page = (
+            "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>API docs missing"
+            "</title></head><body><h1>The API docs cannot be shown</h1><p>This installation of "
+            f"Rota lacks their front-end files ({escape(', '.join(lacking))}): "
+            f"{escape(HOW_TO_FIX)}.</p><p>The API's description is served all the same: "
+            f"<a href='{described}'>{described}</a>.</p></body></html>"
+        )
         return HTMLResponse(page, status_code=503, headers=DOCS_HEADERS)
 
     for path in (DOCS_PATH, REDOC_PATH):
