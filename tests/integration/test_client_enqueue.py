@@ -102,6 +102,14 @@ async def test_a_retry_is_not_the_end(client: rota.Client) -> None:
     assert requeued  # the first attempt's failure went back to Queued: not an end
 
 
+async def test_a_triggered_run_has_a_typed_handle(client: rota.Client) -> None:
+    data = a_report()
+    job = await client.create_job(job_type="it.report", job_data=data)  # no schedule
+    run = await client.trigger(job.id, reason="now")
+    summary = await generate_report.handle(client, job.id, run.id).result(timeout=WITHIN)
+    assert summary == Summary(kind="sales", customer=data.customer, rows=42)
+
+
 async def test_a_run_that_ended_before_the_wait_is_found(client: rota.Client) -> None:
     """The race: the run may end before the handle subscribes. It subscribes first, then
     reads the state once, so a run long over is found by that read."""

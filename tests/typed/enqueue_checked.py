@@ -43,6 +43,9 @@ async def with_the_async_client(client: rota.Client) -> None:
     daily = await cleanup.cron(client, expression="0 6 * * *", time_zone="Europe/Berlin")
     assert_type(await daily.result(), None)
     await cleanup.now(client, idempotency_key="k", depends_on=[handle.job_id])
+    run = await client.trigger(handle.job_id)
+    assert_type(await generate_report.handle(client, run.job_id, run.id).result(), Summary)
+    assert_type(await cleanup.handle(client, run.job_id).result(), None)
     by_name = await client.enqueue("GenerateReportJob", {"kind": "sales"})
     assert_type(await by_name.result(), Any)
 
@@ -60,4 +63,5 @@ def with_the_sync_client(client: rota.SyncClient) -> None:
     assert_type(handle.result(timeout=60), Summary)
     assert_type(count.after(client, {"a": 1}, delay=5).result(), int)
     assert_type(generate_report.now(client, Report(kind="x")).job_id.hex, str)
+    assert_type(count.handle(client, handle.job_id).result(), int)
     count.now(client, ["a"])  # E: No overload variant of "now"

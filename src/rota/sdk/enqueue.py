@@ -142,6 +142,14 @@ class AsyncEnqueuer(Protocol):
         result_type: Any = None,
     ) -> Awaitable[object]: ...
 
+    def handle(
+        self,
+        job_id: UUID | str,
+        occurrence_id: UUID | str | None = None,
+        *,
+        result_type: Any = None,
+    ) -> object: ...
+
 
 class SyncEnqueuer(Protocol):
     """What the definition needs of a blocking client (``rota.SyncClient``)."""
@@ -168,11 +176,25 @@ class SyncEnqueuer(Protocol):
         result_type: Any = None,
     ) -> _WithJobId: ...
 
+    def handle(
+        self,
+        job_id: UUID | str,
+        occurrence_id: UUID | str | None = None,
+        *,
+        result_type: Any = None,
+    ) -> object: ...
+
 
 class _Takes(Protocol[D_contra, R_co]):
     """A ``(ctx, data)`` handler's shape: what binds the data and result types."""
 
     def __call__(self, ctx: Any, data: D_contra, /) -> R_co: ...
+
+
+class _Returns(Protocol[R_co]):
+    """Any handler's shape, for its return type."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R_co: ...
 
 
 class _TakesNothing(Protocol[R_co]):
@@ -375,3 +397,26 @@ class Enqueue:
             options_of_type = getattr(self, "options", None)
             time_zone = getattr(options_of_type, "time_zone", None) or "UTC"
         return self._send(client, data, {"cron": expression, "time_zone": time_zone}, options)
+
+    # --- a run created otherwise -----------------------------------------------------------
+
+    @overload
+    def handle(
+        self: _Returns[R],
+        client: SyncEnqueuer,
+        job_id: UUID | str,
+        occurrence_id: UUID | str | None = None,
+    ) -> SyncHandle[R]: ...
+    @overload
+    def handle(
+        self: _Returns[R],
+        client: AsyncEnqueuer,
+        job_id: UUID | str,
+        occurrence_id: UUID | str | None = None,
+    ) -> Handle[R]: ...
+    def handle(
+        self, client: Any, job_id: UUID | str, occurrence_id: UUID | str | None = None
+    ) -> Any:
+        """A typed handle on a run of a job of this type made another way (a trigger, the
+        dashboard, ``create_job``): ``occurrence_id``'s, else the job's first run to end."""
+        return client.handle(job_id, occurrence_id, result_type=self.result_type())
