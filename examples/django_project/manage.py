@@ -1,0 +1,19 @@
+#!/usr/bin/env python
+"""Django's command-line utility for this project (``python manage.py rota_worker`` among
+its commands)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
+
+
+if __name__ == "__main__":
+    main()
