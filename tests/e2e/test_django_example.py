@@ -5,19 +5,21 @@ services: ``uvicorn mysite.asgi:application`` serves Django at ``/`` and Rota at
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from .conftest import Session, free_port, wait_until
+import rota
+
+from .conftest import ADMIN_PASSWORD, ADMIN_USER, Session, free_port, wait_until
 from .distributed import COMPLETED, distributed_env  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -38,6 +40,13 @@ def process(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+async def enqueue(url: str) -> tuple[Any, str]:
+    """Through the Python client, as the project's code would: the run's result."""
+    async with rota.Client(url, username=ADMIN_USER, password=ADMIN_PASSWORD) as client:
+        handle = await client.enqueue("reports.summary", {"week": 48}, display_name="Week 48")
+        return await handle.result(timeout=30), str(handle.job_id)
 
 
 def answers(url: str) -> bool:
@@ -86,25 +95,11 @@ def test_django_serves_rota_and_its_worker_command_runs_a_job(
                 "the worker to register",
             )
             assert worker.poll() is None, worker_log.read_text()
-            job = call(
-                "POST",
-                "/jobs",
-                json={
-                    "displayName": "Week 48",
-                    "jobType": "reports.summary",
-                    "jobData": {"week": 48},
-                    "executeAt": datetime.now(UTC).isoformat(),
-                },
-            )
-
-            def ended() -> list[dict[str, Any]]:
-                runs = call("GET", "/occurrences", params={"jobId": job["id"]})["items"]
-                return [r for r in runs if r["status"] >= COMPLETED]
-
-            wait_until(ended, 30, "the job to run in the worker")
-            (run,) = ended()
+            # the application's side: rota.Client at the site's /rota, the job type by name
+            result, job_id = asyncio.run(enqueue(f"{site}/rota"))
+            assert result == "Weekly numbers, week 48"  # the project's Django setting
+            (run,) = call("GET", "/occurrences", params={"jobId": job_id})["items"]
             assert run["status"] == COMPLETED, run
-            assert run["result"] == "Weekly numbers, week 48"  # the project's Django setting
             assert run["workerId"] == "django-example"
             worker.send_signal(signal.SIGTERM)
             assert worker.wait(30) == 0, worker_log.read_text()
