@@ -196,3 +196,37 @@ async def test_a_job_runs_and_every_page_stays_under_the_prefix(
     assert out.headers["X-Rota-Redirect"] == f"{PREFIX}/login"
     cleared = {(name, attrs["path"]) for name, value, attrs in set_cookies(out) if not value}
     assert {("rota_access", PREFIX), ("rota_refresh", f"{PREFIX}/ui/session")} <= cleared
+
+
+async def lifespan_event(
+    app: Any, messages: asyncio.Queue[dict[str, Any]], sent: list[str]
+) -> None:
+    async def receive() -> dict[str, Any]:
+        return await messages.get()
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message["type"])
+
+    await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+
+
+async def test_served_alone_behind_a_proxy_that_strips_the_prefix(scheduler: rota.Rota) -> None:
+    """``uvicorn module:app --root-path /rota`` on :meth:`Rota.asgi` itself: the server's
+    lifespan starts and stops Rota, and the pages carry the root path."""
+    app = scheduler.asgi()
+    messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    sent: list[str] = []
+    lifespan = asyncio.create_task(lifespan_event(app, messages, sent))
+    await messages.put({"type": "lifespan.startup"})
+    await wait_for("the start", lambda: asyncio.sleep(0, "lifespan.startup.complete" in sent))
+    assert scheduler.running
+    # what uvicorn hands the app under --root-path: the full path, and the root path
+    transport = httpx.ASGITransport(app=app, root_path=PREFIX)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+        login = await http.get(f"{PREFIX}/login", headers=PAGE)
+        assert login.status_code == 200
+        assert outside_the_prefix(login.text) == []
+    await messages.put({"type": "lifespan.shutdown"})
+    await asyncio.wait_for(lifespan, 30)
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert not scheduler.running
