@@ -326,30 +326,73 @@ def test_resolve_a_failed_execution(admin_page: Page, server: Server, artifacts:
     assert stored["resolutionNote"] == "checked in the browser test"
 
 
-def test_bulk_resolve_failed_executions(admin_page: Page, server: Server) -> None:
+def test_bulk_actions_on_failed_executions(admin_page: Page, server: Server) -> None:
     page = admin_page
     jobs = [_one_time_job(server, "browser.fail", f"Failing job {i}")["jobId"] for i in (1, 2)]
 
-    def unresolved() -> list[dict[str, Any]]:
+    def records(resolved: str) -> list[dict[str, Any]]:
         with server.api() as api:
-            items = api.get("/failed-occurrences", params={"resolved": "false"}).json()["items"]
+            items = api.get("/failed-occurrences", params={"resolved": resolved}).json()["items"]
         return [r for r in items if r["jobId"] in jobs]
 
-    server.wait_for("two failed-execution records", lambda: len(unresolved()) == 2)
+    server.wait_for("two failed-execution records", lambda: len(records("false")) == 2)
+    asked: list[str] = []
+    page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
     page.goto(f"{server.url}/failed")
     for job_id in jobs:
         row = page.locator(
             "[data-testid=failed-row]", has=page.locator(f'a[href="/jobs/{job_id}"]')
         )
         row.locator("input[name=select]").check()
-    bulk = page.locator("form.bulk")
-    bulk.get_by_label("Action").fill("fixed")
+    bulk = page.get_by_test_id("bulk")
+    bulk.get_by_label("Resolution").fill("fixed")
     bulk.get_by_label("Note").fill("both at once")
-    page.get_by_test_id("bulk-resolve").click()
-    expect(page.locator("#flash")).to_contain_text("2 resolved")
-    assert unresolved() == []
+    bulk.get_by_test_id("bulk-apply").click()
+    expect(page.locator("#flash")).to_contain_text("Resolve: 2 done.")
+    assert asked == ["Resolve 2 failed executions?"]  # counted and confirmed first
+    assert records("false") == []
+    assert {(r["resolutionAction"], r["resolutionNote"]) for r in records("true")} == {
+        ("fixed", "both at once")
+    }
     for job_id in jobs:
         expect(page.locator(f'[data-testid=failed-row] a[href="/jobs/{job_id}"]')).to_have_count(0)
+
+    # everything the filter matches (the resolved records of one job): retried, after a count
+    page.goto(f"{server.url}/failed?resolved=yes&jobId={jobs[0]}")
+    bulk = page.get_by_test_id("bulk")
+    bulk.get_by_test_id("bulk-action").select_option("reopen")
+    bulk.get_by_test_id("bulk-all").check()
+    bulk.get_by_test_id("bulk-apply").click()
+    expect(page.locator("#flash")).to_contain_text("Reopen: 1 done.")
+    assert asked[-1] == "Reopen 1 failed executions?"
+    assert [r["jobId"] for r in records("false")] == [jobs[0]]
+
+
+def test_bulk_cancel_of_the_executions_a_filter_matches(admin_page: Page, server: Server) -> None:
+    page = admin_page
+    runs = [_one_time_job(server, "browser.slow", f"Slow job {i}") for i in (1, 2)]
+    asked: list[str] = []
+    page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+    page.goto(f"{server.url}/executions?jobId={runs[0]['jobId']}")
+    bulk = page.get_by_test_id("bulk")
+    bulk.get_by_label("Reason").fill("from the browser")
+    bulk.get_by_test_id("bulk-all").check()
+    bulk.get_by_test_id("bulk-apply").click()
+    expect(page.locator("#flash")).to_contain_text("Cancel: 1 done.")
+    assert asked == ["Cancel 1 executions?"]
+
+    def status(run: dict[str, Any]) -> str:
+        with server.api() as api:
+            return str(api.get(f"/occurrences/{run['id']}").json()["statusName"])
+
+    server.wait_for("the filtered run cancelled", lambda: status(runs[0]) == "Cancelled")
+    assert status(runs[1]) in ("Queued", "Running")  # not in the filter
+    # the other by selection, with the page unfiltered
+    page.goto(f"{server.url}/executions")
+    page.locator(f'input[name=select][value="{runs[1]["id"]}"]').check()
+    page.get_by_test_id("bulk-apply").click()
+    expect(page.locator("#flash")).to_contain_text("Cancel: 1 done.")
+    server.wait_for("the selected run cancelled", lambda: status(runs[1]) == "Cancelled")
 
 
 def test_every_page_renders(admin_page: Page, server: Server, artifacts: Path) -> None:

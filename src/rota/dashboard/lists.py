@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -127,8 +127,16 @@ async def executions_page(
         )
     )
     shown = status_name(statuses[0]) if len(statuses) == 1 else status
+    bulk_filter = {
+        "jobId": str(job) if job else None,
+        "status": [status_name(s) for s in statuses],
+        "scheduledAfter": since.isoformat() if since else None,
+        "scheduledBefore": until.isoformat() if until else None,
+    }
     context = {
         "occurrences": page.items,
+        "selectable": user.can_operate,
+        "bulk_filter": {k: v for k, v in bulk_filter.items() if v},
         "waiting": await _waiting(runtime, page.items),
         "names": await job_names(runtime.store, (o.job_id for o in page.items)),
         **paging(request, cursor, page.next_cursor),
@@ -266,7 +274,13 @@ async def failed_page(
             cursor=cursor or None,
         )
     )
+    bulk_filter: dict[str, Any] = {"failureType": [t.value for t in types]}
+    if job:
+        bulk_filter["jobId"] = str(job)
+    if resolved in ("yes", "no"):
+        bulk_filter["resolved"] = resolved == "yes"
     context = {
+        "bulk_filter": bulk_filter,
         "records": page.items,
         "names": await job_names(runtime.store, (r.job_id for r in page.items)),
         "exception_text": _exception_text(user, runtime),

@@ -16,7 +16,7 @@ from uuid import UUID
 
 from rota.core.errors import RotaError, ValidationError
 from rota.core.models import FailedOccurrence, Occurrence
-from rota.core.ports import Signals, Store
+from rota.core.ports import FailedStore, OccurrenceStore, Signals
 from rota.core.records import FailedQuery, OccurrenceQuery
 from rota.services.cancellation import cancel_occurrence
 from rota.services.deadletters import resolve_failed, retry_failed
@@ -75,16 +75,19 @@ def _check_ids(ids: Sequence[UUID]) -> list[UUID]:
 
 
 class BulkActions:
-    """The bulk use cases over one store."""
+    """The bulk use cases over the store's failed records and its occurrences (one store:
+    its two slices)."""
 
     def __init__(
         self,
-        store: Store,
+        failed: FailedStore,
+        runs: OccurrenceStore,
         coordination: Signals,
         events: EventPublisher | None,
         trigger: Callable[[UUID, Any, str, bool], Awaitable[Occurrence]],
     ) -> None:
-        self._store = store
+        self._failed = failed
+        self._runs = runs
         self._coordination = coordination
         self._events = events
         self._trigger = trigger
@@ -99,11 +102,13 @@ class BulkActions:
         ids: Sequence[UUID] | None = None,
         query: FailedQuery | None = None,
         note: str | None = None,
+        resolution: str | None = None,
         by: str,
         now: datetime,
         dry_run: bool = False,
     ) -> BulkOutcome:
-        """``action`` on the given records, or on those ``query`` matches."""
+        """``action`` on the given records, or on those ``query`` matches (``note`` and
+        ``resolution``: a resolve's note and action name)."""
         if ids is not None:
             records: list[FailedOccurrence | UUID] = list(_check_ids(ids))
             more = False
@@ -111,7 +116,7 @@ class BulkActions:
             assert query is not None
 
             def fetch(limit: int, cursor: str | None) -> Awaitable[Any]:
-                return self._store.list_failed(replace(query, limit=limit, cursor=cursor))
+                return self._failed.list_failed(replace(query, limit=limit, cursor=cursor))
 
             found, more = await _select(fetch)
             records = list(found)
@@ -121,7 +126,7 @@ class BulkActions:
         for record in records:
             record_id = record if isinstance(record, UUID) else record.id
             try:
-                await self._one_failed(action, record_id, note, by, now, outcome)
+                await self._one_failed(action, record_id, (note, resolution), by, now, outcome)
             except RotaError as exc:
                 outcome.errors.append(BulkError(record_id, str(exc)))
             else:
@@ -132,24 +137,30 @@ class BulkActions:
         self,
         action: FailedAction,
         record_id: UUID,
-        note: str | None,
+        said: tuple[str | None, str | None],
         by: str,
         now: datetime,
         outcome: BulkOutcome,
     ) -> None:
         if action == "retry":
             run = await retry_failed(
-                self._store, self._coordination, record_id, by=by, now=now, events=self._events
+                self._failed, self._coordination, record_id, by=by, now=now, events=self._events
             )
             outcome.created.append(run.id)
         elif action == "resolve":
             await resolve_failed(
-                self._store, record_id, resolution_note=note, resolved=True, by=by, now=now
+                self._failed,
+                record_id,
+                resolution_note=said[0],
+                resolution_action=said[1],
+                resolved=True,
+                by=by,
+                now=now,
             )
         elif action == "reopen":
-            await resolve_failed(self._store, record_id, resolved=False, by=by, now=now)
+            await resolve_failed(self._failed, record_id, resolved=False, by=by, now=now)
         else:
-            await self._store.delete_failed(record_id)
+            await self._failed.delete_failed(record_id)
 
     # --- occurrences --------------------------------------------------------------------
 
@@ -174,7 +185,7 @@ class BulkActions:
             assert query is not None
 
             def fetch(limit: int, cursor: str | None) -> Awaitable[Any]:
-                return self._store.list_occurrences(replace(query, limit=limit, cursor=cursor))
+                return self._runs.list_occurrences(replace(query, limit=limit, cursor=cursor))
 
             found, more = await _select(fetch)
             chosen = list(found)
@@ -186,7 +197,7 @@ class BulkActions:
             try:
                 if action == "cancel":
                     await cancel_occurrence(
-                        self._store,
+                        self._runs,
                         self._coordination,
                         run_id,
                         reason=reason,
@@ -196,7 +207,7 @@ class BulkActions:
                 else:
                     run = item if isinstance(item, Occurrence) else None
                     if run is None:
-                        run = await self._store.get_occurrence(run_id)
+                        run = await self._runs.get_occurrence(run_id)
                     said = f"re-run of {run.id}" + (f": {reason}" if reason else "")
                     again = await self._trigger(run.job_id, run.job_data, said, force)
                     outcome.created.append(again.id)

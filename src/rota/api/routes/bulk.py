@@ -1,6 +1,6 @@
-"""Bulk actions (Operator): ``POST /failed-occurrences/bulk`` (retry, resolve, reopen, delete failed-run
-records) and ``POST /occurrences/bulk`` (cancel, re-run runs), on a list of ids or on what a
-filter matches, at most 1,000 a call (``more`` says when the filter matched more);
+"""Bulk actions (Operator): ``POST /failed-occurrences/bulk`` (retry, resolve, reopen,
+delete failed-run records) and ``POST /occurrences/bulk`` (cancel, re-run runs), on a list of
+ids or on what a filter matches, at most 1,000 a call (``more`` says when the filter matched more);
 ``dryRun`` counts without acting. Each call is one audit entry with its filter and counts."""
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ class FailedBulkRequest(_Selection):
     action: Literal["retry", "resolve", "reopen", "delete"]
     filter: FailedFilter | None = None
     note: Text | None = Field(None, description="resolve: the resolution note.")
+    resolution_action: Annotated[str, StringConstraints(max_length=100, pattern=NO_NUL)] | None = (
+        Field(None, description="resolve: a short action name (ignored, fixed-data, …).")
+    )
 
 
 class RunBulkRequest(_Selection):
@@ -121,7 +124,8 @@ def _bulk(runtime: Runtime) -> BulkActions:
     async def trigger(job_id: UUID, data: Any, reason: str, force: bool) -> Any:
         return await jobs.trigger(job_id, reason=reason, job_data=data, force=force)
 
-    return BulkActions(runtime.store, runtime.coordination, jobs.events, trigger)
+    store = runtime.store
+    return BulkActions(store, store, runtime.coordination, jobs.events, trigger)
 
 
 def _audit_after(body: _Selection, outcome: BulkOutcome) -> dict[str, Any]:
@@ -159,6 +163,7 @@ async def failed_bulk(
         ids=body.ids,
         query=query,
         note=body.note,
+        resolution=body.resolution_action,
         by=user.username,
         now=runtime.jobs.now(),
         dry_run=body.dry_run,

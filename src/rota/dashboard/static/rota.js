@@ -305,23 +305,51 @@
       }
       if (!response.ok) { formError(form, (await problemText(response.clone())) || "Refused (" + response.status + ")."); }
       await after(form, response);
-    } else if (form.dataset.bulk) {
+    } else if (form.dataset.bulkApi) {
       event.preventDefault();
-      const holder = form.closest("[hx-get]") || document;
-      const ids = Array.from(holder.querySelectorAll("input[name=select]:checked")).map(function (c) { return c.value; });
-      if (!ids.length) { flash("Select the failed executions to resolve first.", "error"); return; }
-      const body = formBody(form);
-      const [method, template] = split(form.dataset.bulk);
-      let failed = 0;
-      for (const id of ids) {
-        const response = await call(method, template.replace("{id}", id), body);
-        if (!response.ok) failed += 1;
-      }
-      holder.querySelectorAll("input[name=select]:checked").forEach(function (c) { c.checked = false; });
-      flash(failed ? failed + " of " + ids.length + " were refused." : ids.length + " resolved.", failed ? "error" : "ok");
-      refresh(form.dataset.refresh);
+      const button = form.querySelector("button[type=submit]");
+      if (button) button.disabled = true;
+      try { await bulk(form); } finally { if (button) button.disabled = false; }
     }
   });
+
+  // A bulk action (POST …/bulk): on the selected rows, or on everything the page's filter
+  // matches (data-filter); counted first (a dry run) and confirmed, then done a thousand at
+  // a time while the answer says there is more, with the progress in the flash message.
+  async function bulk(form) {
+    const holder = form.closest("[hx-get]") || document;
+    const scope = form.querySelector("input[name=_scope]:checked");
+    const body = formBody(form);
+    Object.keys(body).forEach(function (k) { if (body[k] === undefined || body[k] === "") delete body[k]; });
+    if (!scope || scope.value === "selected") {
+      const ids = Array.from(holder.querySelectorAll("input[name=select]:checked")).map(function (c) { return c.value; });
+      if (!ids.length) { flash("Select some first, or choose all that match the filter.", "error"); return; }
+      body.ids = ids;
+    } else {
+      body.filter = JSON.parse(form.dataset.filter || "{}");
+    }
+    const label = form.querySelector("select[name=action] option:checked").textContent;
+    const counted = await call("POST", form.dataset.bulkApi, Object.assign({}, body, { dryRun: true }));
+    if (!counted.ok) { flash((await problemText(counted)) || "Refused (" + counted.status + ").", "error"); return; }
+    const count = await counted.json();
+    if (!count.matched) { flash("Nothing matches.", "error"); return; }
+    const many = count.matched + (count.more ? "+" : "");
+    if (!window.confirm(label + " " + many + " " + form.dataset.noun + "?")) return;
+    let done = 0;
+    let refused = 0;
+    for (let round = 0; round < 1000; round++) {
+      const response = await call("POST", form.dataset.bulkApi, body);
+      if (!response.ok) { flash((await problemText(response)) || "Refused (" + response.status + ").", "error"); break; }
+      const answer = await response.json();
+      done += answer.done;
+      refused += answer.errors.length;
+      const more = answer.more && answer.done > 0 && !body.ids;
+      flash(label + ": " + done + " done" + (refused ? ", " + refused + " refused (" + answer.errors.map(function (e) { return e.message; }).slice(0, 3).join("; ") + ")" : "") + (more ? "…" : "."), refused ? "error" : "ok");
+      if (!more) break;
+    }
+    holder.querySelectorAll("input[name=select]:checked").forEach(function (c) { c.checked = false; });
+    refresh(form.dataset.refresh);
+  }
 
   function formKey(form) {
     if (!form.dataset.idempotencyKey) {
