@@ -7,7 +7,8 @@ The SDK for job handlers (DESIGN.md §4)::
     @rota.job("cleanup")
     def cleanup(ctx: rota.JobContext) -> None: ...
 
-The API client (:class:`Client`, :class:`SyncClient`, :class:`ApiError`) is imported on first
+The API client (:class:`Client`, :class:`SyncClient`, :class:`ApiError`,
+:class:`RunFailedError`) is imported on first
 use: a worker that only declares jobs does not load httpx and the API's models. So are
 :class:`Rota` (the scheduler, API and dashboard inside your own ASGI app, ``docs/embedding.md``)
 and its :class:`Settings`.
@@ -25,7 +26,7 @@ from rota.sdk.job import JobData, JobDefinition, job
 if TYPE_CHECKING:
     from rota.app.embed import Rota
     from rota.app.settings import Settings
-    from rota.client import ApiError, Client, SyncClient
+    from rota.client import ApiError, Client, RunFailedError, SyncClient
 
 __all__ = [
     "ApiError",
@@ -36,13 +37,14 @@ __all__ = [
     "PermanentError",
     "Rota",
     "RotaError",
+    "RunFailedError",
     "Settings",
     "SyncClient",
     "job",
     "secret",
 ]
 
-_CLIENT = frozenset({"ApiError", "Client", "SyncClient"})
+_CLIENT = frozenset({"ApiError", "Client", "RunFailedError", "SyncClient"})
 _LAZY = {"Rota": "rota.app.embed", "Settings": "rota.app.settings"}
 
 

@@ -82,6 +82,7 @@ def test_rota_exports_the_sdk() -> None:
         "Client",
         "SyncClient",
         "ApiError",
+        "RunFailedError",
         "secret",
         "Rota",
         "Settings",
