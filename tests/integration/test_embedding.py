@@ -230,3 +230,8 @@ async def test_served_alone_behind_a_proxy_that_strips_the_prefix(scheduler: rot
     await asyncio.wait_for(lifespan, 30)
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     assert not scheduler.running
+
+
+async def test_a_worker_of_its_own_needs_the_distributed_mode(scheduler: rota.Rota) -> None:
+    with pytest.raises(rota.RotaError, match="distributed mode"):
+        await scheduler.run_worker()

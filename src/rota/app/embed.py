@@ -179,16 +179,18 @@ class Rota:
 
     async def run_worker(
         self,
-        worker_id: str,
+        worker_id: str | None = None,
         *,
         concurrency: int | None = None,
         grace: float = 30.0,
         stop: asyncio.Event | None = None,
         state_dir: Path | None = None,
     ) -> None:
-        """Run the handlers of ``jobs`` as a worker of the group ``worker_id`` in this
-        process, as ``rota worker`` does, until SIGTERM/SIGINT (or ``stop`` is set), then stop
-        gracefully. For a worker command of your app (Django: ``manage.py rota_worker``).
+        """Run the handlers of ``jobs`` as a worker of the group ``worker_id`` (default: the
+        ``worker.group`` setting, ``default``) in this process, as ``rota worker`` does, until
+        SIGTERM/SIGINT (or ``stop`` is set), then stop gracefully. For a worker command of
+        your app (Django: ``manage.py rota_worker``); ``concurrency`` defaults to the
+        ``worker.concurrency`` setting, ``state_dir`` to ``rota worker``'s.
 
         Needs the distributed mode (``ROTA_REDIS_URL`` and ``ROTA_AMQP_URL``): the embedded
         mode runs its jobs inside the server (:meth:`start`)."""
@@ -197,7 +199,7 @@ class Rota:
         await run_worker(
             self.settings,
             self._modules,
-            worker_id=worker_id,
+            worker_id=worker_id or self.settings.worker.group,
             concurrency=concurrency or self.settings.worker.concurrency,
             grace=grace,
             stop=stop,

@@ -18,7 +18,9 @@ class Command(BaseCommand):
     help = "Run a Rota worker for this project's jobs until SIGTERM."
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("--worker-id", default="django", help="The worker group.")
+        parser.add_argument(
+            "--worker-id", default=None, help="The worker group (default: ROTA_WORKER__GROUP)."
+        )
         parser.add_argument("--concurrency", type=int, default=None, help="Jobs run at once.")
         parser.add_argument(
             "--grace", type=float, default=30.0, help="Seconds running jobs get at SIGTERM."
@@ -26,7 +28,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-        self.stdout.write(f"Rota worker {options['worker_id']}: SIGTERM or Ctrl-C stops it")
+        self.stdout.write("Rota worker: SIGTERM or Ctrl-C stops it")
         try:
             asyncio.run(
                 scheduler.run_worker(
