@@ -384,6 +384,16 @@ async def test_live_events_reach_every_subscriber_from_when_it_subscribed(
         await _close(sub)
 
 
+async def test_a_subscriber_once_ready_gets_every_event_published_after(
+    coord: Coordination,
+) -> None:
+    sub = coord.events()
+    await sub.ready()  # type: ignore[attr-defined]  # what the events route awaits
+    await coord.publish_events([_ev(7)])
+    assert (await _next(sub))[1].data["n"] == 7
+    await _close(sub)
+
+
 async def test_events_after_an_id_replay_then_follow(coord: Coordination) -> None:
     await coord.publish_events([_ev(0), _ev(1), _ev(2)])
     first_id = (await coord.replay(None))[0][0]

@@ -344,6 +344,9 @@ class _FeedReader:
     def __aiter__(self) -> _FeedReader:
         return self
 
+    async def ready(self) -> None:
+        """In place from its creation (see the Redis reader's ``ready``)."""
+
     async def __anext__(self) -> tuple[str, Event]:
         owner = self._owner
         while not self._buffer:

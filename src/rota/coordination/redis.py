@@ -678,6 +678,13 @@ class _StreamWakeups(Generic[T]):
     def _started(self, _: object) -> None:
         self.start = None
 
+    async def ready(self) -> None:
+        """Return once the reader knows where it starts: what is published from then on
+        reaches it (a subscriber told "subscribed" before that could miss an event)."""
+        start = self.start
+        if start is not None:
+            await asyncio.shield(start)
+
     async def _find_start(self) -> None:
         try:
             await self._begin()

@@ -132,6 +132,9 @@ async def stream_events(
     resuming after an event the feed no longer keeps gets a ``gap`` message first (reload)."""
     stream = runtime.coordination.events(selected.after)
     try:
+        ready = getattr(stream, "ready", None)
+        if ready is not None:  # a reader that finds its start in the background: wait for it
+            await ready()
         yield ServerSentEvent(comment="connected", retry=RETRY_MS)
         gap = await _gap(runtime, selected.after)
         if gap is not None:

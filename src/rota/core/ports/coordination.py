@@ -166,8 +166,10 @@ class EventFeed(abc.ABC):
     def events(self, after: str | None = None) -> AsyncIterator[tuple[str, Event]]:
         """``(id, event)`` as they are published (from any process), oldest first, each
         once: with ``after``, first the kept events after that id (as :meth:`replay`), then
-        the new ones; without, only those published after subscribing. Closing the iterator
-        (``aclose``) or the coordination ends it."""
+        the new ones; without, only those published after subscribing (a reader that finds
+        its start in the background has ``async ready()``: awaited, every event published
+        after it returns reaches the reader). Closing the iterator (``aclose``) or the
+        coordination ends it."""
 
 
 class Coordination(BucketLeases, WorkerRegistry, Signals, ClaimMemory, EventFeed, LimitMemory):
