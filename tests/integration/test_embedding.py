@@ -128,6 +128,13 @@ async def test_signing_in_under_the_prefix(http: httpx.AsyncClient) -> None:
     paths = {name: attrs["path"] for name, value, attrs in set_cookies(answer) if value}
     assert paths == {"rota_access": PREFIX, "rota_refresh": f"{PREFIX}/ui/session"}
 
+    elsewhere = await http.post(
+        f"{PREFIX}/login",
+        data={"username": ADMIN[0], "password": ADMIN[1], "next": "/hello"},
+        headers=CSRF,
+    )
+    assert elsewhere.headers["X-Rota-Redirect"] == f"{PREFIX}/"  # not outside Rota's pages
+
     bad = await http.post(
         f"{PREFIX}/login", data={"username": "x", "password": "y", "next": ""}, headers=CSRF
     )

@@ -302,9 +302,10 @@ def clear_cookies(request: Request, response: Response) -> None:
 
 
 def safe_next(value: str | None, home: str = "/") -> str:
-    """A local path to go to after signing in (never another site); ``home`` (the
-    dashboard's overview, with the app's mount prefix) when there is none."""
-    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+    """A path of the dashboard to go to after signing in (never another site, nor another
+    part of the site the app is mounted in); ``home`` (the dashboard's overview, with the
+    app's mount prefix) when there is none."""
+    if not value or not value.startswith(home) or value.startswith("//") or "\\" in value:
         return home
     return value
 
