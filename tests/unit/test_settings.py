@@ -200,3 +200,11 @@ def test_a_bad_log_format_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     option = CliRunner().invoke(app, ["dev", "--log-format", "yaml"])
     assert option.exit_code == 2
     assert "--log-format" in option.output
+
+
+def test_the_root_path_is_a_path_without_a_trailing_slash() -> None:
+    assert Settings(environment="test", api={"root_path": "/rota"}).api.root_path == "/rota"
+    assert Settings(environment="test", api={"root_path": "/a/b"}).api.root_path == "/a/b"
+    for bad in ("rota", "/rota/", "/", "/ro ta", "//rota"):
+        with pytest.raises(pydantic.ValidationError):
+            Settings(environment="test", api={"root_path": bad})

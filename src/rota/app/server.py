@@ -207,9 +207,10 @@ def _url_host(host: str) -> str:
 
 
 def http_config(app: Any, settings: Settings) -> uvicorn.Config:
-    """uvicorn's settings: the address, and whose ``X-Forwarded-For`` / ``-Proto`` it
-    believes: only ``api.trusted_proxies`` (none by default; uvicorn's own default would be
-    the loopback address, or ``FORWARDED_ALLOW_IPS``)."""
+    """uvicorn's settings: the address, whose ``X-Forwarded-For`` / ``-Proto`` it believes:
+    only ``api.trusted_proxies`` (none by default; uvicorn's own default would be the
+    loopback address, or ``FORWARDED_ALLOW_IPS``), and the path a proxy serves it under
+    (``api.root_path``)."""
     proxies = [p.strip() for p in settings.api.trusted_proxies.split(",") if p.strip()]
     return uvicorn.Config(
         app,
@@ -219,6 +220,7 @@ def http_config(app: Any, settings: Settings) -> uvicorn.Config:
         lifespan="off",
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies,
+        root_path=settings.api.root_path,
     )
 
 

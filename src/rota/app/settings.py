@@ -533,6 +533,14 @@ class ApiSettings(BaseModel):
         "reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (the "
         "client's address, https); empty: none, '*': any.",
     )
+    root_path: str = Field(
+        "",
+        pattern=r"^(/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*$",
+        description="`rota server` / `rota dev` behind a reverse proxy that serves Rota under a "
+        "path of its own (/rota) and removes it before passing requests on: that path, which "
+        "every URL the API and the dashboard hand out then starts with. Empty: the root of "
+        "the site.",
+    )
     metrics_token: SecretStr | None = Field(
         None,
         description="The older name of metrics.token (ROTA_METRICS__TOKEN), still read when "
