@@ -671,6 +671,7 @@ async def test_health(client: httpx.AsyncClient, runtime: MiniRuntime) -> None:
     assert ready.json() == {
         "status": "ok",
         "components": {"store": "ok", "index": "ok", "broker": "ok"},
+        "warnings": [],
     }
 
     runtime.failing["broker"] = "connection refused"

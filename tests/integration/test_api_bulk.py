@@ -4,6 +4,8 @@ and re-run; one audit entry per call; refusals name their field."""
 
 from __future__ import annotations
 
+import itertools
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -139,3 +141,23 @@ async def test_refusals_name_their_field(client: httpx.AsyncClient) -> None:
     for path, body, named in cases:
         answer = problem(await client.post(path, json=body), 422)
         assert named in str(answer), (body, answer)
+
+
+async def test_a_paced_rerun_schedules_each_new_run_in_turn(
+    runtime: Runtime, client: httpx.AsyncClient
+) -> None:
+    record = await run_failing_job(runtime, client)
+    base = {"action": "rerun", "ids": [record["occurrenceId"]], "perSecond": 2}
+    created: list[str] = []
+    for start in (60.0, 60.5, 61.0):  # as the CLI goes on where the last call ended
+        answer = ok(await client.post(RUNS, json={**base, "startAfterSeconds": start}))
+        created += answer["created"]
+    runs = [ok(await client.get(f"/api/v1/occurrences/{i}")) for i in created]
+    times = [datetime.fromisoformat(r["scheduledFor"]) for r in runs]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
+    assert all(0.45 <= g <= 1.5 for g in gaps), gaps
+    ahead = (times[0] - datetime.now(UTC)).total_seconds()
+    assert 55 <= ahead <= 61, ahead  # scheduled a minute ahead: not sent yet
+    assert {r["statusName"] for r in runs} == {"Queued"}
+    assert all(r["dispatchedAt"] is None for r in runs)
+    ok(await client.post(RUNS, json={"action": "cancel", "ids": created}))

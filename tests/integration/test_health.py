@@ -6,6 +6,7 @@ import pytest
 
 from rota.api.app import create_app
 from rota.app.runtime import Runtime
+from rota.core.models import DispatcherState
 from tests.api_client import api_client
 from tests.helpers import RuntimeFactory
 
@@ -22,7 +23,12 @@ async def test_ready_checks_store_index_coordination_and_broker(runtime: Runtime
         assert ready.json() == {
             "status": "ok",
             "components": {"store": "ok", "index": "ok", "coordination": "ok", "broker": "ok"},
+            "warnings": [],
         }
+        # an operator's stop is named, and the server stays ready
+        await runtime.store.set_dispatcher_state(DispatcherState(paused=True, reason="t", by="a"))
+        stopped = await http.get("/api/v1/health/ready")
+        assert (stopped.status_code, stopped.json()["warnings"]) == (200, ["dispatching stopped"])
         await runtime.store.close()  # the store goes away under the running server
         not_ready = await http.get("/api/v1/health/ready")
         live = await http.get("/api/v1/health/live")

@@ -84,14 +84,15 @@ class BulkActions:
         runs: OccurrenceStore,
         coordination: Signals,
         events: EventPublisher | None,
-        trigger: Callable[[UUID, Any, str, bool], Awaitable[Occurrence]],
+        trigger: Callable[[UUID, Any, str, bool, float], Awaitable[Occurrence]],
     ) -> None:
         self._failed = failed
         self._runs = runs
         self._coordination = coordination
         self._events = events
         self._trigger = trigger
-        """``trigger(job_id, job_data, reason, force)``: the job service's manual run."""
+        """``trigger(job_id, job_data, reason, force, delay_seconds)``: the job service's
+        manual run."""
 
     # --- failed-run records -------------------------------------------------------------
 
@@ -172,12 +173,17 @@ class BulkActions:
         query: OccurrenceQuery | None = None,
         reason: str | None = None,
         force: bool = False,
+        per_second: float | None = None,
+        start_after: float = 0.0,
         now: datetime,
         dry_run: bool = False,
     ) -> BulkOutcome:
         """Cancel (Queued or Running) or re-run (a new run of the job with the run's data)
         the given occurrences, or those ``query`` matches. A re-run of a Skip-policy job
-        while one of its runs is in progress is refused for that item unless ``force``."""
+        while one of its runs is in progress is refused for that item unless ``force``. With
+        ``per_second``, re-runs are paced: the n-th (from 0) is scheduled ``start_after +
+        n / per_second`` seconds from now and sent when due, so a replay does not flood the
+        workers."""
         if ids is not None:
             chosen: list[Occurrence | UUID] = list(_check_ids(ids))
             more = False
@@ -192,6 +198,7 @@ class BulkActions:
         outcome = BulkOutcome(action, len(chosen), more, dry_run=dry_run)
         if dry_run:
             return outcome
+        paced = 0
         for item in chosen:
             run_id = item if isinstance(item, UUID) else item.id
             try:
@@ -209,8 +216,10 @@ class BulkActions:
                     if run is None:
                         run = await self._runs.get_occurrence(run_id)
                     said = f"re-run of {run.id}" + (f": {reason}" if reason else "")
-                    again = await self._trigger(run.job_id, run.job_data, said, force)
+                    delay = start_after + (paced / per_second if per_second else 0.0)
+                    again = await self._trigger(run.job_id, run.job_data, said, force, delay)
                     outcome.created.append(again.id)
+                    paced += 1
             except RotaError as exc:
                 outcome.errors.append(BulkError(run_id, str(exc)))
             else:

@@ -501,8 +501,10 @@ class JobService:
         reason: str | None = None,
         job_data: JsonValue = None,
         force: bool = False,
+        delay_seconds: float = 0.0,
     ) -> Occurrence:
-        """Run a job now, outside its schedule: a Queued occurrence the dispatcher publishes.
+        """Run a job now (or ``delay_seconds`` from now: scheduled then, sent when due),
+        outside its schedule: a Queued occurrence the dispatcher publishes.
 
         With the Skip policy and a run of the job in progress (Running, or Queued and due: a
         fire sent ahead and not due yet is none), refuse with ``ConflictError`` unless
@@ -528,7 +530,7 @@ class JobService:
         unknown = self._workers.complete and not self._workers.declared(job.job_type, job.worker_id)
         occurrence = new_occurrence(
             job,
-            now,
+            now + timedelta(seconds=max(0.0, delay_seconds)),
             now,
             self._plan,
             skip_reason=SkipReason.NO_WORKER if unknown else None,

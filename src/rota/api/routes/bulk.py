@@ -89,6 +89,20 @@ class RunBulkRequest(_Selection):
     force: bool = Field(
         False, description="rerun: run a Skip-policy job even while one of its runs is on."
     )
+    per_second: float | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="rerun: pace the new runs, this many a second (each scheduled in turn and "
+        "sent when due); default: all at once.",
+    )
+    start_after_seconds: float = Field(
+        0.0,
+        ge=0,
+        le=30 * 86_400,
+        description="rerun with perSecond: the first new run this many seconds from now (a "
+        "caller continuing a paced replay passes what it has scheduled so far).",
+    )
 
 
 class BulkErrorOut(ApiModel):
@@ -121,8 +135,10 @@ class BulkOut(ApiModel):
 def _bulk(runtime: Runtime) -> BulkActions:
     jobs = runtime.jobs
 
-    async def trigger(job_id: UUID, data: Any, reason: str, force: bool) -> Any:
-        return await jobs.trigger(job_id, reason=reason, job_data=data, force=force)
+    async def trigger(job_id: UUID, data: Any, reason: str, force: bool, delay: float) -> Any:
+        return await jobs.trigger(
+            job_id, reason=reason, job_data=data, force=force, delay_seconds=delay
+        )
 
     store = runtime.store
     return BulkActions(store, store, runtime.coordination, jobs.events, trigger)
@@ -201,6 +217,8 @@ async def runs_bulk(
         query=query,
         reason=body.reason,
         force=body.force,
+        per_second=body.per_second,
+        start_after=body.start_after_seconds,
         now=utcnow(),
         dry_run=body.dry_run,
     )

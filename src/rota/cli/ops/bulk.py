@@ -52,8 +52,12 @@ def run_bulk(
         if not yes and not typer.confirm(f"{verb} {many} {noun}?", default=False, err=True):
             fail("nothing done", USAGE)
         done = 0
+        created = 0
         for _ in range(MAX_ROUNDS):
+            if body.get("perSecond"):  # a paced re-run goes on where the last call ended
+                body["startAfterSeconds"] = created / body["perSecond"]
             answer = _post(client, path, body)
+            created += len(answer["created"])
             answers.append(answer)
             done += answer["done"]
             errors += len(answer["errors"])

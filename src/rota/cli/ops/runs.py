@@ -259,6 +259,15 @@ def rerun(
     force: Annotated[
         bool, typer.Option("--force", help="Run a Skip-policy job even while a run of it is on.")
     ] = False,
+    per_second: Annotated[
+        float | None,
+        typer.Option(
+            "--per-second",
+            min=0.001,
+            max=1000,
+            help="Pace the new runs: this many a second (each scheduled in turn).",
+        ),
+    ] = None,
     every: EveryOpt = False,
     job: JobOpt = None,
     status: StatusOpt = None,
@@ -269,10 +278,13 @@ def rerun(
 ) -> None:
     """Run the jobs of these runs again, each with its run's data (a new run each; the old
     ones keep their record). --all with filters: e.g. the Failed runs of a job in a window
-    (--status Failed --since …); counted and confirmed first."""
+    (--status Failed --since …); counted and confirmed first. --per-second paces them (a
+    replay that does not flood the workers)."""
     filters = _run_filters(job, status, since, until)
     chosen = bulk.selection([str(i) for i in run or ()], filters if every else {}, every, "run")
     body: dict[str, Any] = {"action": "rerun", **chosen, "reason": reason, "force": force}
+    if per_second is not None:
+        body["perSecond"] = per_second
     bulk.run_bulk(BULK, body, verb="Re-run", noun="runs", yes=yes, json=json)
 
 
