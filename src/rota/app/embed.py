@@ -110,13 +110,13 @@ class Rota:
                 lock.acquire()
             try:
                 runtime = await self._prepare()
+                app = self._build_app(runtime)
                 await runtime.start()
             except BaseException:
                 if lock is not None:
                     lock.release()
                 raise
-            self._lock, self._runtime = lock, runtime
-            self._app = self._build_app(runtime)
+            self._lock, self._runtime, self._app = lock, runtime, app
             log.info("rota started inside the app", extra={"instance_id": runtime.instance_id})
 
     async def _prepare(self) -> Runtime:
