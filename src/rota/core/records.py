@@ -30,6 +30,11 @@ from rota.core.wire import DeadLetter
 T = TypeVar("T")
 
 
+DataFilter = tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]
+"""Job data conditions of a query filter (:mod:`rota.core.query`): ``(path, values)`` pairs,
+each true when the field at ``path`` (``("customer", "id")``), read as text, is one of
+``values``; all pairs must hold."""
+
 BucketStateName = Literal["Active", "Completing", "Lost"]
 """A bucket's life-cycle state as the API and dashboard show it."""
 InstanceStateName = Literal["Active", "Stopping"]
@@ -56,6 +61,21 @@ class JobQuery:
     ids: tuple[UUID, ...] = ()
     """Only these jobs (empty: any): one read for the names of the jobs a page of occurrences
     or failures shows. An id of no job is left out."""
+    job_types: tuple[str, ...] = ()
+    """Any of these job types (empty: any)."""
+    job_refs: tuple[str, ...] = ()
+    """Any of these jobs, each a display name (exact) or a job id (empty: any)."""
+    tags: tuple[str, ...] = ()
+    """Holding any of these tags (empty: any)."""
+    worker_ids: tuple[str, ...] = ()
+    """Of any of these worker groups (empty: any)."""
+    data: DataFilter = ()
+    states: tuple[str, ...] = ()
+    """Any of ``active``, ``inactive``, ``paused``, ``auto-disabled`` (empty: any)."""
+    created_after: datetime | None = None
+    """``created_after <= created_at``."""
+    created_before: datetime | None = None
+    """``created_at < created_before``."""
     limit: int = 50
     cursor: str | None = None
     """Jobs are ordered newest first (by id, a UUIDv7)."""
@@ -68,6 +88,20 @@ class OccurrenceQuery:
     """Empty: any status."""
     scheduled_after: datetime | None = None
     scheduled_before: datetime | None = None
+    job_types: tuple[str, ...] = ()
+    """Any of these job types (empty: any)."""
+    job_refs: tuple[str, ...] = ()
+    """Of any of these jobs, each a display name (exact) or a job id (empty: any)."""
+    tags: tuple[str, ...] = ()
+    """Of a job holding any of these tags (empty: any)."""
+    worker_ids: tuple[str, ...] = ()
+    """Of any of these worker groups (empty: any)."""
+    data: DataFilter = ()
+    attempt_min: int | None = None
+    attempt_max: int | None = None
+    """The attempt number within ``[attempt_min, attempt_max]`` (``None``: unbounded)."""
+    nothing: bool = False
+    """The filters contradict each other: the page is empty."""
     limit: int = 50
     cursor: str | None = None
     """Occurrences are ordered newest first (by id, a UUIDv7)."""
@@ -83,6 +117,20 @@ class FailedQuery:
     """``failed_after <= failed_at``."""
     failed_before: datetime | None = None
     """``failed_at < failed_before``."""
+    job_types: tuple[str, ...] = ()
+    """Any of these job types (empty: any)."""
+    job_refs: tuple[str, ...] = ()
+    """Of any of these jobs, each a display name (exact) or a job id (empty: any)."""
+    tags: tuple[str, ...] = ()
+    """Of a job holding any of these tags (empty: any)."""
+    worker_ids: tuple[str, ...] = ()
+    """Of a job of any of these worker groups (empty: any)."""
+    data: DataFilter = ()
+    attempt_min: int | None = None
+    attempt_max: int | None = None
+    """The number of attempts within ``[attempt_min, attempt_max]`` (``None``: unbounded)."""
+    nothing: bool = False
+    """The filters contradict each other: the page is empty."""
     limit: int = 50
     cursor: str | None = None
     """Failed occurrences are ordered newest first (by id, a UUIDv7)."""

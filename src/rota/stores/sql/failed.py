@@ -9,7 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import ColumnElement, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -19,6 +19,7 @@ from rota.core.models import FailedOccurrence, Occurrence, OccurrenceStatus, Sta
 from rota.core.records import FailedQuery, Page
 from rota.core.transitions import StatusBatch, final_failures
 from rota.stores.schema import failed_occurrences, occurrences
+from rota.stores.sql import filters
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import (
     _RETRYABLE,
@@ -115,11 +116,30 @@ class FailedQueries(AggregateQueries):
             stmt = stmt.where(f.failed_at >= query.failed_after)
         if query.failed_before is not None:
             stmt = stmt.where(f.failed_at < query.failed_before)
+        stmt = stmt.where(*self._failed_filters(query))
         if query.cursor is not None:
             stmt = stmt.where(f.id < _decode_cursor(query.cursor))
         async with self._read() as conn:
             rows = (await conn.execute(stmt)).all()
         return _page([self._open_failed(_to_failed(r)) for r in rows], limit, lambda r: r.id)
+
+    def _failed_filters(self, query: FailedQuery) -> list[ColumnElement[bool]]:
+        """The query filter's conditions (:mod:`rota.stores.sql.filters`); the worker group
+        is the failed occurrence's job's."""
+        f, d = failed_occurrences.c, self._dialect
+        found = filters.in_range(f.attempts, query.attempt_min, query.attempt_max)
+        if query.nothing:
+            found.append(filters.nothing())
+        if query.job_types:
+            found.append(f.job_type.in_(query.job_types))
+        if query.worker_ids:
+            found.append(filters.of_workers(f.job_id, query.worker_ids))
+        if query.job_refs:
+            found.append(filters.of_jobs(f.job_id, query.job_refs))
+        if query.tags:
+            found.append(filters.of_tags(d, f.job_id, query.tags))
+        sealed = self._seal is not None
+        return found + filters.data_conditions(d, f.job_data, query.data, sealed=sealed)
 
     async def get_failed(self, failed_id: UUID) -> FailedOccurrence:
         stmt = select(failed_occurrences).where(failed_occurrences.c.id == failed_id)

@@ -30,6 +30,7 @@ from rota.core.models import Job, JobSource, JobVersion, utcnow
 from rota.core.records import JobQuery, Page, ProbeScan
 from rota.core.security import AuditEntry
 from rota.stores.schema import job_tags, job_versions, jobs
+from rota.stores.sql import filters
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.batches import copy_records
 from rota.stores.sql.dependencies import write_edges
@@ -169,6 +170,7 @@ class JobQueries(AggregateQueries):
         if query.auto_disabled is not None:
             reason = jobs.c.disabled_reason
             stmt = stmt.where(reason.is_not(None) if query.auto_disabled else reason.is_(None))
+        stmt = stmt.where(*self._job_filters(query))
         if query.cursor is not None:
             stmt = stmt.where(key < _decode_cursor(query.cursor))
         async with self._read() as conn:
@@ -179,6 +181,33 @@ class JobQueries(AggregateQueries):
             rows = (await conn.execute(stmt)).all()
             found = await with_run_stats(conn, [self._open_job(_to_job(r)) for r in rows])
         return _page(found, limit, lambda j: j.id)
+
+    def _job_filters(self, query: JobQuery) -> list[ColumnElement[bool]]:
+        """The query filter's conditions (:mod:`rota.stores.sql.filters`)."""
+        j, d = jobs.c, self._dialect
+        found: list[ColumnElement[bool]] = []
+        if query.job_types:
+            found.append(j.job_type.in_(query.job_types))
+        if query.worker_ids:
+            found.append(j.worker_id.in_(query.worker_ids))
+        if query.job_refs:
+            found.append(filters.named_jobs(query.job_refs))
+        if query.tags:
+            found.append(filters.tagged(d, query.tags))
+        if query.states:
+            states = {
+                "active": j.is_active == self._seen(True),
+                "inactive": j.is_active == self._seen(False),
+                "paused": j.paused_at.is_not(None),
+                "auto-disabled": j.disabled_reason.is_not(None),
+            }
+            found.append(or_(*(states[s] for s in query.states)))
+        if query.created_after is not None:
+            found.append(j.created_at >= query.created_after)
+        if query.created_before is not None:
+            found.append(j.created_at < query.created_before)
+        sealed = self._seal is not None
+        return found + filters.data_conditions(d, j.job_data, query.data, sealed=sealed)
 
     def _seen(self, value: Any) -> Any:
         """A filter's value as the planner must see it. PostgreSQL keeps the jobs of each

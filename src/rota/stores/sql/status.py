@@ -10,7 +10,16 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import CompoundSelect, Row, Select, func, select, union_all, update
+from sqlalchemy import (
+    ColumnElement,
+    CompoundSelect,
+    Row,
+    Select,
+    func,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota.core.autodisable import AutoDisableDefaults
@@ -25,6 +34,7 @@ from rota.stores.schema import (
     occurrence_totals,
     occurrences,
 )
+from rota.stores.sql import filters
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import (
     _AUTO_DISABLE_STATE,
@@ -275,6 +285,7 @@ class StatusQueries(AggregateQueries):
             stmt = stmt.where(occ.c.scheduled_for >= query.scheduled_after)
         if query.scheduled_before is not None:
             stmt = stmt.where(occ.c.scheduled_for < query.scheduled_before)
+        stmt = stmt.where(*self._occurrence_filters(query))
         if query.cursor is not None:
             stmt = stmt.where(occ.c.id < _decode_cursor(query.cursor))
         async with self._read() as conn:
@@ -282,6 +293,23 @@ class StatusQueries(AggregateQueries):
         return _page(
             [self._open_occurrence(_to_occurrence(r)) for r in rows], limit, lambda o: o.id
         )
+
+    def _occurrence_filters(self, query: OccurrenceQuery) -> list[ColumnElement[bool]]:
+        """The query filter's conditions (:mod:`rota.stores.sql.filters`)."""
+        occ, d = occurrences.c, self._dialect
+        found = filters.in_range(occ.attempt, query.attempt_min, query.attempt_max)
+        if query.nothing:
+            found.append(filters.nothing())
+        if query.job_types:
+            found.append(occ.job_type.in_(query.job_types))
+        if query.worker_ids:
+            found.append(occ.worker_id.in_(query.worker_ids))
+        if query.job_refs:
+            found.append(filters.of_jobs(occ.job_id, query.job_refs))
+        if query.tags:
+            found.append(filters.of_tags(d, occ.job_id, query.tags))
+        sealed = self._seal is not None
+        return found + filters.data_conditions(d, occ.job_data, query.data, sealed=sealed)
 
     async def occurrence_logs(
         self, occurrence_id: UUID, *, after: int = 0, limit: int = 1000
