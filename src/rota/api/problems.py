@@ -30,6 +30,7 @@ from rota.core.errors import (
     PermissionDeniedError,
     PreconditionFailedError,
     RateLimitedError,
+    UnknownParameterError,
     ValidationError,
 )
 from rota.core.jobfields import api_name
@@ -210,8 +211,9 @@ def _field_error(exc: ValidationError) -> FieldError:
 def _rota_invalid(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ValidationError)
     errors = [_field_error(e) for e in exc.errors] or [_field_error(exc)]
+    status = 400 if isinstance(exc, UnknownParameterError) else 422
     return problem_response(
-        request.url.path, 422, detail=exc.message, type_=VALIDATION, errors=errors
+        request.url.path, status, detail=exc.message, type_=VALIDATION, errors=errors
     )
 
 

@@ -355,10 +355,12 @@ class Client:
         tag: str | None = None,
         job_type: str | None = None,
         is_active: bool | None = None,
+        query: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> JobPage:
-        """One page of jobs, newest first (``next_cursor`` gets the next)."""
+        """One page of jobs, newest first (``next_cursor`` gets the next); ``query`` is the
+        query filter (``type:report worker:reports``, docs/api.md)."""
         return await self._get(
             JobPage,
             "/jobs",
@@ -366,6 +368,7 @@ class Client:
             tag=tag,
             jobType=job_type,
             isActive=is_active,
+            q=query,
             limit=limit,
             cursor=cursor,
         )
@@ -494,16 +497,19 @@ class Client:
         *,
         job_id: UUID | str | None = None,
         status: Sequence[str | int] | str | int | None = None,
+        query: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> OccurrencePage:
-        """One page of occurrences, newest first; ``status`` by name or code, one or many."""
+        """One page of occurrences, newest first; ``status`` by name or code, one or many;
+        ``query`` is the query filter (``type:report attempt:>1``, docs/api.md)."""
         statuses = [status] if isinstance(status, str | int) else status
         return await self._get(
             OccurrencePage,
             "/occurrences",
             jobId=job_id,
             status=statuses,
+            q=query,
             limit=limit,
             cursor=cursor,
         )
@@ -536,15 +542,19 @@ class Client:
         job_id: UUID | str | None = None,
         failure_type: Sequence[str] | str | None = None,
         resolved: bool | None = None,
+        query: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> FailedOccurrencePage:
+        """One page of failed occurrences, newest first; ``query`` is the query filter
+        (``type:report failure:timed_out``, docs/api.md)."""
         return await self._get(
             FailedOccurrencePage,
             "/failed-occurrences",
             jobId=job_id,
             failureType=failure_type,
             resolved=resolved,
+            q=query,
             limit=limit,
             cursor=cursor,
         )

@@ -51,6 +51,11 @@ class ValidationError(RotaError):
         field."""
 
 
+class UnknownParameterError(ValidationError):
+    """A request named a parameter the operation does not take (``field``: its name). The
+    API answers 400: a misspelt filter must not pass as no filter."""
+
+
 class CronError(ValidationError):
     """A cron expression or time zone was refused.
 

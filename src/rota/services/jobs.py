@@ -63,6 +63,7 @@ from rota.core.ports import (
     JobTypeHistory,
     ScheduleIndex,
 )
+from rota.core.query import QueryFilter, narrow_jobs
 from rota.core.records import IndexEntry, JobQuery, OccurrenceQuery, Page
 from rota.core.secretrefs import placeholders, references
 from rota.core.upcoming import Effective, UpcomingFire, effective_values, upcoming_fires
@@ -186,8 +187,10 @@ class JobService:
         auto_disabled: bool | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        where: QueryFilter | None = None,
     ) -> Page[Job]:
-        """Jobs matching every given filter, newest first (see :class:`JobQuery`)."""
+        """Jobs matching every given filter and the query filter ``where``, newest first
+        (see :class:`JobQuery`)."""
         query = JobQuery(
             search=search or None,
             tag=tag or None,
@@ -197,6 +200,8 @@ class JobService:
             limit=limit,
             cursor=cursor or None,
         )
+        if where is not None:
+            query = narrow_jobs(query, where)
         return await self._store.list_jobs(query)
 
     async def job_versions(self, job_id: UUID) -> list[JobVersion]:

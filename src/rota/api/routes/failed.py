@@ -17,8 +17,10 @@ from rota.api.schemas.failed import (
 )
 from rota.api.schemas.occurrences import OccurrenceDetail
 from rota.api.security import JobDataShown, OperatorUser, ShownException, requires
+from rota.api.strict import KNOWN_QUERY, QUERY_MAX, list_filter
 from rota.core.errors import ValidationError
 from rota.core.models import FailureType
+from rota.core.query import narrow_failed
 from rota.core.records import FailedQuery
 from rota.core.security import Role
 from rota.services.deadletters import resolve_failed, retry_failed
@@ -52,7 +54,10 @@ def parse_failure_types(values: list[str]) -> tuple[FailureType, ...]:
 
 
 @router.get(
-    "", responses=problem_responses(422, 503), summary="List failed occurrences, newest first"
+    "",
+    responses=problem_responses(400, 422, 503),
+    summary="List failed occurrences, newest first",
+    dependencies=[KNOWN_QUERY],
 )
 async def list_failed(
     store: StoreDep,
@@ -70,6 +75,10 @@ async def list_failed(
     resolved: Annotated[bool | None, Query()] = None,
     failed_after: Annotated[UtcDatetime | None, Query(alias="failedAfter")] = None,
     failed_before: Annotated[UtcDatetime | None, Query(alias="failedBefore")] = None,
+    q: Annotated[
+        str | None,
+        Query(max_length=QUERY_MAX, description="Query filter: type:report status:failed ..."),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
 ) -> FailedOccurrencePage:
@@ -82,6 +91,7 @@ async def list_failed(
         limit=limit,
         cursor=cursor or None,
     )
+    query = narrow_failed(query, list_filter(q, "failed", with_data))
     page = await store.list_failed(query)
     items = [FailedOccurrenceOut.of(r, shown) for r in page.items]
     return FailedOccurrencePage(

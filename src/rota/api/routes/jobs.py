@@ -43,6 +43,7 @@ from rota.api.schemas.jobs import (
 )
 from rota.api.schemas.occurrences import OccurrenceDetail
 from rota.api.security import JobDataShown, OperatorUser, ViewerUser, requires
+from rota.api.strict import KNOWN_QUERY, QUERY_MAX, list_filter
 from rota.api.views import job_out
 from rota.core.dependencies import Dependency
 from rota.core.errors import ValidationError
@@ -366,7 +367,12 @@ async def create_jobs(
     return await _idempotent(idempotency, key, user.username, "jobs.bulk", body, handle)
 
 
-@router.get("", responses=problem_responses(422, 503), summary="List jobs, newest first")
+@router.get(
+    "",
+    responses=problem_responses(400, 422, 503),
+    summary="List jobs, newest first",
+    dependencies=[KNOWN_QUERY],
+)
 async def list_jobs(
     jobs: Jobs,
     with_data: JobDataShown,
@@ -379,9 +385,16 @@ async def list_jobs(
         bool | None,
         Query(alias="autoDisabled", description="true: only jobs disabled by auto-disable."),
     ] = None,
+    q: Annotated[
+        str | None,
+        Query(max_length=QUERY_MAX, description="Query filter: type:report worker:reports ..."),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     cursor: Annotated[str | None, Query(max_length=500, pattern=NO_NUL)] = None,
 ) -> JobPage:
+    where = list_filter(q, "jobs", with_data)
+    for named in where.job_types:
+        scopes.check_list_filter(caller, named)
     await jobs.refresh_workers()
     page = await jobs.list_jobs(
         search=search,
@@ -391,6 +404,7 @@ async def list_jobs(
         auto_disabled=auto_disabled,
         limit=limit,
         cursor=cursor,
+        where=where,
     )
     items = [out(job, jobs) for job in scopes.visible(caller, page.items)]
     if not with_data:

@@ -21,8 +21,10 @@ from rota.api.schemas.occurrences import (
     OccurrencePage,
 )
 from rota.api.security import JobDataShown, OperatorUser, ShownException, requires
+from rota.api.strict import KNOWN_QUERY, QUERY_MAX, list_filter
 from rota.api.views import parse_statuses
 from rota.core.models import OccurrenceStatus, utcnow
+from rota.core.query import narrow_occurrences
 from rota.core.records import OccurrenceQuery
 from rota.core.security import Role
 from rota.services import cancellation
@@ -36,10 +38,16 @@ MAX_SEQ = 2**63 - 1
 """Log line numbers are 64-bit: a larger ``after`` is refused, not sent to the store."""
 
 
-@router.get("", responses=problem_responses(422, 503), summary="List occurrences, newest first")
+@router.get(
+    "",
+    responses=problem_responses(400, 422, 503),
+    summary="List occurrences, newest first",
+    dependencies=[KNOWN_QUERY],
+)
 async def list_occurrences(
     store: StoreDep,
     shown: ShownException,
+    with_data: JobDataShown,
     job_id: Annotated[UUID | None, Query(alias="jobId")] = None,
     status: Annotated[
         list[FilterToken],
@@ -50,6 +58,10 @@ async def list_occurrences(
     ] = [],  # noqa: B006  (FastAPI copies query defaults)
     scheduled_after: Annotated[UtcDatetime | None, Query(alias="scheduledAfter")] = None,
     scheduled_before: Annotated[UtcDatetime | None, Query(alias="scheduledBefore")] = None,
+    q: Annotated[
+        str | None,
+        Query(max_length=QUERY_MAX, description="Query filter: type:report status:failed ..."),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
 ) -> OccurrencePage:
@@ -61,6 +73,7 @@ async def list_occurrences(
         limit=limit,
         cursor=cursor or None,
     )
+    query = narrow_occurrences(query, list_filter(q, "occurrences", with_data))
     page = await store.list_occurrences(query)
     return OccurrencePage(
         items=[OccurrenceOut.of(o, shown) for o in page.items], next_cursor=page.next_cursor

@@ -40,6 +40,15 @@ def list_failed(
         ),
     ] = None,
     state: Annotated[State, typer.Option(help="Open (unresolved), resolved, or all.")] = State.open,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            "--query",
+            "-q",
+            help="Query filter: type:report failure:timed_out data.customer:42 after:-1d "
+            "attempt:>1 (with status:resolved, add --state all; see docs/api.md).",
+        ),
+    ] = None,
     limit: LimitOpt = 50,
     cursor: CursorOpt = None,
     every: AllOpt = False,
@@ -54,6 +63,7 @@ def list_failed(
                 job_id=job_id,
                 failure_type=list(failure_type) if failure_type else None,
                 resolved=resolved,
+                query=query,
                 limit=size,
                 cursor=after,
             ),

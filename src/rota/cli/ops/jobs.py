@@ -219,6 +219,15 @@ def list_jobs(
         bool | None,
         typer.Option("--active/--disabled", help="Only active / only disabled jobs (isActive)."),
     ] = None,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            "--query",
+            "-q",
+            help="Query filter: type:report worker:reports tag:billing status:paused "
+            "data.customer:42, words for the search (see docs/api.md).",
+        ),
+    ] = None,
     limit: LimitOpt = 50,
     cursor: CursorOpt = None,
     every: AllOpt = False,
@@ -232,6 +241,7 @@ def list_jobs(
                 tag=tag,
                 job_type=job_type,
                 is_active=active,
+                query=query,
                 limit=size,
                 cursor=after,
             ),

@@ -52,6 +52,15 @@ def list_runs(
         list[str] | None,
         typer.Option(help="Only runs in this status (name or code; repeat for more)."),
     ] = None,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            "--query",
+            "-q",
+            help="Query filter: type:report status:failed data.customer:42 after:-1d "
+            'worker:reports attempt:>1 job:"nightly sales" (see docs/api.md).',
+        ),
+    ] = None,
     limit: LimitOpt = 50,
     cursor: CursorOpt = None,
     every: AllOpt = False,
@@ -64,6 +73,7 @@ def list_runs(
             lambda size, after: client.list_occurrences(
                 job_id=job_id,
                 status=list(status) if status else None,
+                query=query,
                 limit=size,
                 cursor=after,
             ),
