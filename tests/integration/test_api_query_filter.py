@@ -73,6 +73,20 @@ async def test_the_three_lists_take_a_query(
     assert [r["jobId"] for r in failed] == [sales["id"]]
     assert await items(client, LISTS[1], q="status:resolved") == []
 
+    # a bulk action on what a filter matches takes the same query
+    body = {"action": "resolve", "filter": {"q": "type:send-email"}, "dryRun": True}
+    counted = await client.post("/api/v1/failed-occurrences/bulk", json=body)
+    assert counted.status_code == 200, counted.text
+    assert counted.json()["matched"] == 0
+    body["filter"] = {"q": "data.customer:42 attempt:3"}
+    assert (await client.post("/api/v1/failed-occurrences/bulk", json=body)).json()["matched"] == 1
+    body = {"action": "cancel", "filter": {"q": "type:send-email status:queued"}, "dryRun": True}
+    counted = await client.post("/api/v1/occurrences/bulk", json=body)
+    assert counted.json()["matched"] == 1
+    body["filter"] = {"q": "stauts:x"}
+    bad = assert_problem(await client.post("/api/v1/occurrences/bulk", json=body), 422)
+    assert fields(bad) == ["filter.q"]
+
     jobs = await items(client, LISTS[2], q="worker:reports data.customer:42 status:active")
     assert [j["id"] for j in jobs] == [sales["id"]]
     assert [j["id"] for j in await items(client, LISTS[2], q="mailer")] == [mail["id"]]

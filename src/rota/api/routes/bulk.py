@@ -23,8 +23,11 @@ from rota.api.schemas.common import (
     UtcDatetime,
 )
 from rota.api.security import OperatorUser, requires
+from rota.api.strict import QUERY_MAX, list_filter
 from rota.api.views import parse_statuses
+from rota.core.errors import ValidationError
 from rota.core.models import utcnow
+from rota.core.query import ListName, QueryFilter, narrow_failed, narrow_occurrences
 from rota.core.records import FailedQuery, OccurrenceQuery
 from rota.core.security import Role
 from rota.services.bulk import MAX_BULK, BulkActions, BulkOutcome
@@ -50,6 +53,9 @@ class FailedFilter(InputModel):
     )
     failed_after: UtcDatetime | None = None
     failed_before: UtcDatetime | None = None
+    q: str | None = Field(
+        None, max_length=QUERY_MAX, description="Query filter, as the list's ?q= (docs/api.md)."
+    )
 
 
 class RunFilter(InputModel):
@@ -59,6 +65,9 @@ class RunFilter(InputModel):
     )
     scheduled_after: UtcDatetime | None = None
     scheduled_before: UtcDatetime | None = None
+    q: str | None = Field(
+        None, max_length=QUERY_MAX, description="Query filter, as the list's ?q= (docs/api.md)."
+    )
 
 
 class _Selection(InputModel):
@@ -132,6 +141,14 @@ class BulkOut(ApiModel):
         )
 
 
+def _filter(text: str | None, target: ListName) -> QueryFilter:
+    """The filter's query (an Operator is shown job data); its errors name ``filter.q``."""
+    try:
+        return list_filter(text, target, with_data=True)
+    except ValidationError as exc:
+        raise ValidationError(exc.message, field="filter.q") from None
+
+
 def _bulk(runtime: Runtime) -> BulkActions:
     jobs = runtime.jobs
 
@@ -174,6 +191,7 @@ async def failed_bulk(
             failed_after=f.failed_after,
             failed_before=f.failed_before,
         )
+        query = narrow_failed(query, _filter(f.q, "failed"))
     outcome = await _bulk(runtime).failed(
         body.action,
         ids=body.ids,
@@ -211,6 +229,7 @@ async def runs_bulk(
             scheduled_after=f.scheduled_after,
             scheduled_before=f.scheduled_before,
         )
+        query = narrow_occurrences(query, _filter(f.q, "occurrences"))
     outcome = await _bulk(runtime).runs(
         body.action,
         ids=body.ids,
