@@ -196,10 +196,10 @@ def create(
         if job is not None:
             body["jobId"] = str(resolve(client, job).id)
         answer = client.call(client.client.request("POST", PATH, json=body))
-    sub = SubscriptionOut.model_validate(answer)
     if json:
-        output.print_json(sub)
+        output.print_json(answer)
         return
+    sub = SubscriptionOut.model_validate(answer)
     output.err_print(f"[green]created the subscription[/green] {output.esc(sub.name)} {sub.id}")
     if sub.secret:
         output.err_print(
@@ -215,10 +215,10 @@ def _set_enabled(subscription: str, enabled: bool, json: bool) -> None:
         answer = client.call(
             client.client.request("PATCH", f"{PATH}/{found.id}", json={"enabled": enabled})
         )
-    sub = SubscriptionOut.model_validate(answer)
     if json:
-        output.print_json(sub)
+        output.print_json(answer)
         return
+    sub = SubscriptionOut.model_validate(answer)
     word = "enabled" if enabled else "disabled"
     output.err_print(f"[green]{word} the subscription[/green] {output.esc(sub.name)} {sub.id}")
 
@@ -264,10 +264,10 @@ def deliveries(
         answer = client.call(
             client.client.request("GET", f"{PATH}/{found.id}/deliveries", params={"limit": limit})
         )
-    log = DeliveryLog.model_validate(answer)
     if json:
-        output.print_json(log)
+        output.print_json(answer)
         return
+    log = DeliveryLog.model_validate(answer)
     rows = [
         (
             output.when(d.created_at),
