@@ -110,6 +110,8 @@ class Notice:
     """Only for this subscription (a threshold of its own)."""
     occurrence_id: UUID | None = None
     """The occurrence it is about (its exception is added to ``data`` when it has one)."""
+    test: bool = False
+    """A test sent on request ("Send a test"): nothing happened; the body says so."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,6 +171,7 @@ def payload(notice: Notice, delivery_id: UUID) -> dict[str, Any]:
         "jobType": notice.job_type,
         "tags": list(notice.tags),
         "data": dict(notice.data),
+        "test": notice.test,
     }
 
 
@@ -202,7 +205,8 @@ def retry_delay(attempt: int, base: float, cap: float) -> float:
 
 def render_email(body: Mapping[str, Any]) -> tuple[str, str]:
     """The subject and plain text of a notification email from its JSON body."""
-    subject = f"[Rota] {body.get('event')}: {body.get('summary', '')}"
+    test = "TEST " if body.get("test") else ""
+    subject = f"[Rota] {test}{body.get('event')}: {body.get('summary', '')}"
     lines = [str(body.get("summary", "")), ""]
     for label, key in (("Event", "event"), ("At", "at"), ("Job", "jobId"), ("Job type", "jobType")):
         if body.get(key):

@@ -82,16 +82,25 @@ async def _to_login(request: Request, exc: Exception) -> Response:
 
 
 def render_time(value: datetime | None, empty: str = "—", fmt: str = "full") -> Markup:
-    """``<time>`` in UTC; the page's script shows it in the browser's zone, UTC on hover
-    (``fmt="time"``: the time of day only, with milliseconds). A full time has how long ago
-    (or how soon) beside it, which the script keeps current (``fmt="plain"``: without)."""
+    """``<time>`` in UTC, the full UTC time on hover; the page's script shows it in the
+    browser's zone. ``fmt``: ``"full"`` the date and time (ISO order) with how long ago (or how
+    soon) beside it, which the script keeps current; ``"plain"`` without; ``"ago"`` only how
+    long ago (compact, for tables); ``"iso"`` the date and time without the zone (tables whose
+    times are compared); ``"time"`` the time of day with milliseconds."""
     if value is None:
         return Markup(empty)
     utc = value.astimezone(UTC)
     iso = utc.isoformat().replace("+00:00", "Z")
     text = utc.strftime("%Y-%m-%d %H:%M:%S UTC")
-    shown = Markup('<time datetime="{0}" title="{1}" data-fmt="{2}">{1}</time>').format(
-        iso, text, "time" if fmt == "time" else "full"
+    if fmt == "ago":
+        return Markup(
+            '<time datetime="{0}" title="{1}" data-fmt="ago" class="ago bare" data-ago="{0}">'
+            "{2}</time>"
+        ).format(iso, text, relative(utc))
+    shown_fmt = fmt if fmt in ("time", "iso") else "full"
+    shown_text = utc.strftime("%Y-%m-%d %H:%M:%S") if fmt == "iso" else text
+    shown = Markup('<time datetime="{0}" title="{1}" data-fmt="{2}">{3}</time>').format(
+        iso, text, shown_fmt, shown_text
     )
     if fmt == "full":
         shown += Markup(' <span class="ago" data-ago="{0}">{1}</span>').format(iso, relative(utc))

@@ -148,6 +148,7 @@ async def executions_page(
             "before": before,
         },
         "statuses": STATUS_NAMES,
+        "status_counts": await _status_counts(runtime, job),
         "status_urls": {
             s: page_url(request, status=s or None, cursor=None) for s in ["", *STATUS_NAMES]
         },
@@ -159,6 +160,15 @@ async def executions_page(
         ),
     }
     return render(request, user, "executions.html", context, fragments=("occurrences_table",))
+
+
+async def _status_counts(runtime: ApiRuntime, job: UUID | None) -> dict[str, int]:
+    """How many executions each status chip stands for (of the job filtered by, if any): the
+    store's maintained counts, so no scan of the executions ("" -> all of them)."""
+    counts = {
+        status_name(s): n for s, n in (await runtime.store.count_occurrences(job_id=job)).items()
+    }
+    return {"": sum(counts.values()), **counts}
 
 
 def _utc_or_none(text: str) -> datetime | None:

@@ -276,12 +276,14 @@ class NotificationService:
         """Queue a test notice for one subscription (whatever its events)."""
         sub = await self._store.get_subscription(subscription_id)
         now = self._clock()
+        event = next(iter(sorted(sub.events)))
         notice = Notice(
-            event=next(iter(sorted(sub.events))),
+            event=event,
             key=f"test:{new_id()}",
             at=now,
-            summary=f"a test notification sent by {by}",
+            summary=f"Test notification sent by {by}: not a real {event}",
             data={"test": True},
+            test=True,
         )
         delivery = self._delivery(sub, notice, now)
         await self._store.enqueue_deliveries([delivery])

@@ -11,10 +11,18 @@
   const ROOT = rootMeta ? rootMeta.content : "";
 
   // --- times ---------------------------------------------------------------------------------
-  const fmt = new Intl.DateTimeFormat(undefined, {
-    year: "numeric", month: "2-digit", day: "2-digit",
-    hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short",
+  // ISO order in the browser's zone ("2026-11-29 07:45:00 CET"): short, and sorts as it reads.
+  const parts = new Intl.DateTimeFormat("en-CA", {
+    year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
+    second: "2-digit", hourCycle: "h23", timeZoneName: "short",
   });
+
+  function isoLocal(when, zone) {
+    const p = {};
+    parts.formatToParts(when).forEach(function (part) { p[part.type] = part.value; });
+    const text = p.year + "-" + p.month + "-" + p.day + " " + p.hour + ":" + p.minute + ":" + p.second;
+    return zone ? text + " " + p.timeZoneName : text;
+  }
 
   const timeOfDay = new Intl.DateTimeFormat(undefined, {
     hour: "2-digit", minute: "2-digit", second: "2-digit", fractionalSecondDigits: 3,
@@ -24,7 +32,13 @@
     root.querySelectorAll("time[datetime]:not([data-local])").forEach(function (el) {
       const when = new Date(el.getAttribute("datetime"));
       if (isNaN(when)) return;
-      el.textContent = (el.dataset.fmt === "time" ? timeOfDay : fmt).format(when);
+      const kind = el.dataset.fmt;
+      if (kind === "time") el.textContent = timeOfDay.format(when);
+      else if (kind === "iso") el.textContent = isoLocal(when, false);
+      else if (kind !== "ago") el.textContent = isoLocal(when, true);
+      // on hover: the time in UTC and, when it differs, in this browser's zone
+      const local = isoLocal(when, true);
+      if (el.title && !local.endsWith(" UTC")) el.title = el.title + " · " + local;
       el.dataset.local = "1";
     });
     agoTimes(root);
@@ -181,11 +195,20 @@
     const id = body && body.id ? body.id : "";
     const link = el.dataset.created && id
       ? { href: el.dataset.created.replace("{id}", id), label: el.dataset.createdLabel } : null;
-    const message = el.dataset.done || "Done.";
-    if (el.dataset.showKey && body && body.key) {
-      // a new API key: shown this once, in the page (never stored by the dashboard)
+    let message = el.dataset.done || "Done.";
+    // a new API key, a generated webhook secret: shown this once, in the page (never stored
+    // by the dashboard); the page is then not reloaded, so that it can be copied
+    const field = el.dataset.showField || "key";
+    let shown = false;
+    if (el.dataset.showKey && body && body[field]) {
       const box = document.querySelector(el.dataset.showKey);
-      if (box) { box.querySelector("code").textContent = body.key; box.hidden = false; }
+      if (box) {
+        (box.querySelector("code.secret") || box.querySelector("code")).textContent = body[field];
+        box.hidden = false;
+        box.scrollIntoView({ block: "nearest" });
+        shown = true;
+        if (box.dataset.done) message = box.dataset.done;
+      }
     }
     if (el.dataset.next) {
       // the message outlives the move to the next page
@@ -195,7 +218,11 @@
     }
     flash(message, "ok", link);
     if (el.hasAttribute("data-refresh-page")) {
-      refresh("page");
+      if (!shown) {
+        // the message outlives the reload
+        try { sessionStorage.setItem("rota-flash", JSON.stringify({ text: message, link: link })); } catch (e) { /* private mode */ }
+        refresh("page");
+      }
     } else if (el.dataset.refresh) {
       refresh(el.dataset.refresh);
     }
@@ -547,12 +574,44 @@
     return Math.ceil(widest) + 18;
   }
 
+  // Tick labels: times as short as the span allows (in the browser's zone), counts as whole
+  // numbers (1.2k past a thousand), durations with their unit.
+  const hourMinute = new Intl.DateTimeFormat("en-GB", { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+  const monthDay = new Intl.DateTimeFormat("en-CA", { month: "2-digit", day: "2-digit" });
+
+  function timeLabels(u, splits) {
+    const span = splits.length > 1 ? splits[splits.length - 1] - splits[0] : 0;
+    return splits.map(function (t) {
+      const when = new Date(t * 1000);
+      return span > 2 * 86400 ? monthDay.format(when) : hourMinute.format(when);
+    });
+  }
+
+  function compact(n) {
+    const size = Math.abs(n);
+    if (size >= 1e6) return +(n / 1e6).toFixed(1) + "M";
+    if (size >= 1e3) return +(n / 1e3).toFixed(1) + "k";
+    return String(+n.toFixed(2));
+  }
+
+  function durationLabel(ms) {
+    if (ms >= 7200000) return +(ms / 3600000).toFixed(1) + " h";
+    if (ms >= 120000) return +(ms / 60000).toFixed(1) + " min";
+    if (ms >= 1000) return +(ms / 1000).toFixed(1) + " s";
+    return +ms.toFixed(2) + " ms";
+  }
+
+  // Tick steps: whole numbers (counts, milliseconds), then round minutes and hours of them.
+  const WHOLE = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1e3, 2e3, 2.5e3, 5e3, 1e4, 2e4, 3e4,
+    6e4, 12e4, 3e5, 6e5, 9e5, 18e5, 36e5, 72e5, 144e5, 288e5, 864e5, 1728e5, 1e9, 1e10];
+
   function drawChart(el, xs, ys, step) {
     if (!window.uPlot) return;
     const width = Math.max(240, el.clientWidth || 320);
     const few = xs.length < 3;
+    const durations = el.dataset.unit === "ms";
     const opts = {
-      width: width, height: 160,
+      width: width, height: 180,
       legend: { show: false },
       padding: [10, 18, 0, 4],  // room for the last time label at the right edge
       scales: {
@@ -570,7 +629,12 @@
         label: el.dataset.label || "", stroke: el.dataset.color || "#2b6cb0",
         fill: (el.dataset.color || "#2b6cb0") + "33", width: 2,
       }, few ? { points: { show: true, size: 7 } } : {})],
-      axes: [{ font: AXIS_FONT }, { font: AXIS_FONT, size: axisSize }],
+      axes: [
+        { font: AXIS_FONT, space: 64, values: timeLabels, size: 32 },
+        { font: AXIS_FONT, size: axisSize, space: 28, incrs: WHOLE, values: function (u, splits) {
+          return splits.map(durations ? durationLabel : compact);
+        } },
+      ],
     };
     if (el._plot) { el._plot.setData([xs, ys]); return; }
     el.innerHTML = "";
