@@ -243,14 +243,10 @@ class JobService:
             raise ValidationError(f"count must be between 1 and {MAX_PREVIEW}", field="count")
         job = await self._store.get_job(job_id)
         directory = await self._fresh_directory()
-        declared = (
-            None if directory is None else directory.type_description(job.job_type, job.worker_id)
-        )
+        declared = directory.type_description(job.job_type, job.worker_id) if directory else None
+        retries, timeout = self._plan.default_max_retries, default_timeout_seconds
         values = effective_values(
-            job,
-            declared,
-            default_max_retries=self._plan.default_max_retries,
-            default_timeout_seconds=default_timeout_seconds,
+            job, declared, default_max_retries=retries, default_timeout_seconds=timeout
         )
         return job, upcoming_fires(job, count), values
 
