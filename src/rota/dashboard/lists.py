@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from uuid import UUID
@@ -15,10 +16,12 @@ from starlette.responses import Response
 from rota.api.deps import ApiRuntime
 from rota.api.schemas.common import status_name
 from rota.api.security import exception_view
+from rota.api.strict import QUERY_MAX
 from rota.api.views import parse_statuses
-from rota.core.errors import NotFoundError, RotaError
+from rota.core.errors import NotFoundError, RotaError, ValidationError
 from rota.core.models import FailedOccurrence, FailureType, Occurrence, OccurrenceStatus
-from rota.core.records import FailedQuery, JobQuery, OccurrenceQuery
+from rota.core.query import narrow_failed, narrow_occurrences
+from rota.core.records import FailedQuery, JobQuery, OccurrenceQuery, Page
 from rota.core.security import ExceptionText
 from rota.core.security import Role as CoreRole
 from rota.dashboard import session
@@ -37,6 +40,7 @@ from rota.dashboard.pages import (
     render,
     shows_job_data,
 )
+from rota.dashboard.querying import query_field, read_query
 from rota.dashboard.session import DashboardUser
 from rota.services.limits import waiting_for
 
@@ -104,10 +108,11 @@ async def executions_page(
     job_text: JobText = "",
     after: Annotated[str, Query(max_length=30)] = "",
     before: Annotated[str, Query(max_length=30)] = "",
+    q: Annotated[str, Query(max_length=QUERY_MAX)] = "",
     cursor: Cursor = None,
 ) -> Response:
-    """Executions newest first, by status, job and scheduled time (``after``/``before``: UTC,
-    as a ``datetime-local`` field sends them)."""
+    """Executions newest first, by status, job, scheduled time (``after``/``before``: UTC,
+    as a ``datetime-local`` field sends them) and the query filter (``q``)."""
     error = None
     try:
         statuses = parse_statuses([status]) if status else ()
@@ -116,22 +121,27 @@ async def executions_page(
         statuses, since, until = (), None, None
         error = "Unknown status or time: showing every status and time."
     job, label, job_error = await pick_job(runtime, job_id, job_text)
-    page = await runtime.store.list_occurrences(
-        OccurrenceQuery(
-            job_id=job,
-            statuses=statuses,
-            scheduled_after=since,
-            scheduled_before=until,
-            limit=PAGE_SIZE,
-            cursor=cursor or None,
-        )
+    found, query_error = read_query(q, "occurrences", shows_job_data(user, runtime))
+    query = OccurrenceQuery(
+        job_id=job,
+        statuses=statuses,
+        scheduled_after=since,
+        scheduled_before=until,
+        limit=PAGE_SIZE,
+        cursor=cursor or None,
     )
+    query = narrow_occurrences(query, found) if found else replace(query, nothing=bool(q.strip()))
+    try:
+        page = await runtime.store.list_occurrences(query)
+    except ValidationError as exc:  # a data filter while job data is sealed
+        page, query_error = Page([]), f"Query not applied: {exc.message}."
     shown = status_name(statuses[0]) if len(statuses) == 1 else status
     bulk_filter = {
         "jobId": str(job) if job else None,
         "status": [status_name(s) for s in statuses],
         "scheduledAfter": since.isoformat() if since else None,
         "scheduledBefore": until.isoformat() if until else None,
+        "q": q.strip() or None,
     }
     context = {
         "occurrences": page.items,
@@ -146,13 +156,15 @@ async def executions_page(
             "job": label,
             "after": after,
             "before": before,
+            "q": q,
         },
+        "query": query_field("occurrences", q),
         "statuses": STATUS_NAMES,
         "status_counts": await _status_counts(runtime, job),
         "status_urls": {
             s: page_url(request, status=s or None, cursor=None) for s in ["", *STATUS_NAMES]
         },
-        "error": error or job_error,
+        "error": error or job_error or query_error,
         "live": live(
             request,
             types="occurrence.created,occurrence.updated",
@@ -268,6 +280,7 @@ async def failed_page(
     failure_type: Annotated[str, Query(alias="failureType", max_length=40)] = "",
     job_id: Annotated[str, Query(alias="jobId", max_length=40)] = "",
     job_text: JobText = "",
+    q: Annotated[str, Query(max_length=QUERY_MAX)] = "",
     cursor: Cursor = None,
 ) -> Response:
     try:
@@ -275,20 +288,26 @@ async def failed_page(
     except ValueError:
         types = ()
     job, label, job_error = await pick_job(runtime, job_id, job_text)
-    page = await runtime.store.list_failed(
-        FailedQuery(
-            job_id=job,
-            failure_types=types,
-            resolved={"yes": True, "no": False}.get(resolved),
-            limit=PAGE_SIZE,
-            cursor=cursor or None,
-        )
+    found, query_error = read_query(q, "failed", shows_job_data(user, runtime))
+    query = FailedQuery(
+        job_id=job,
+        failure_types=types,
+        resolved={"yes": True, "no": False}.get(resolved),
+        limit=PAGE_SIZE,
+        cursor=cursor or None,
     )
+    query = narrow_failed(query, found) if found else replace(query, nothing=bool(q.strip()))
+    try:
+        page = await runtime.store.list_failed(query)
+    except ValidationError as exc:  # a data filter while job data is sealed
+        page, query_error = Page([]), f"Query not applied: {exc.message}."
     bulk_filter: dict[str, Any] = {"failureType": [t.value for t in types]}
     if job:
         bulk_filter["jobId"] = str(job)
     if resolved in ("yes", "no"):
         bulk_filter["resolved"] = resolved == "yes"
+    if q.strip():
+        bulk_filter["q"] = q.strip()
     context = {
         "bulk_filter": bulk_filter,
         "records": page.items,
@@ -300,8 +319,10 @@ async def failed_page(
             "failureType": failure_type,
             "jobId": str(job) if job else "",
             "job": label,
+            "q": q,
         },
-        "error": job_error,
+        "query": query_field("failed", q),
+        "error": job_error or query_error,
         "failure_types": list(FailureType),
         "actions": RESOLUTION_ACTIONS,
         "live": live(request, types="occurrence.updated"),

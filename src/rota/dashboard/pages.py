@@ -24,15 +24,17 @@ from rota.api.paths import app_url
 from rota.api.schemas.common import status_name
 from rota.api.schemas.jobs import JobOut
 from rota.api.security import sees_job_data
+from rota.api.strict import QUERY_MAX
 from rota.api.views import attention, group_workers, job_out
-from rota.core.errors import NotFoundError, RotaError
+from rota.core.errors import NotFoundError, RotaError, ValidationError
 from rota.core.jobfields import version_snapshot
 from rota.core.models import Job, Occurrence, OccurrenceStatus
-from rota.core.records import OccurrenceQuery
+from rota.core.records import OccurrenceQuery, Page
 from rota.core.redact import mask_settings
 from rota.core.security import Role
 from rota.dashboard import session
 from rota.dashboard.display import CHOICES, human
+from rota.dashboard.querying import query_field, read_query
 from rota.dashboard.session import DashboardUser
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(session.require_csrf)])
@@ -248,18 +250,26 @@ async def jobs_page(
     search: Annotated[str, Query(max_length=200)] = "",
     tag: Annotated[str, Query(max_length=100)] = "",
     state: Annotated[str, Query(max_length=20)] = "",
+    q: Annotated[str, Query(max_length=QUERY_MAX)] = "",
     cursor: Cursor = None,
 ) -> Response:
     is_active = {"active": True, "inactive": False}.get(state)
     auto_disabled = True if state == "auto_disabled" else None
-    page = await runtime.jobs.list_jobs(
-        search=search.replace("\x00", "") or None,
-        tag=tag.replace("\x00", "") or None,
-        is_active=is_active,
-        auto_disabled=auto_disabled,
-        limit=PAGE_SIZE,
-        cursor=cursor or None,
-    )
+    found, query_error = read_query(q, "jobs", shows_job_data(user, runtime))
+    page: Page[Job] = Page([])  # a refused query shows nothing, and why
+    try:
+        if not query_error:
+            page = await runtime.jobs.list_jobs(
+                search=search.replace("\x00", "") or None,
+                tag=tag.replace("\x00", "") or None,
+                is_active=is_active,
+                auto_disabled=auto_disabled,
+                limit=PAGE_SIZE,
+                cursor=cursor or None,
+                where=found,
+            )
+    except ValidationError as exc:  # a data filter while job data is sealed
+        query_error = f"Query not applied: {exc.message}."
     tags: list[dict[str, Any]] = []
     if has_route(request, "/api/v1/tags"):
         code, body = await api_get(request, "/api/v1/tags")
@@ -269,7 +279,8 @@ async def jobs_page(
         "tags": tags,
         "last": await _last_results(runtime, page.items),
         **paging(request, cursor, page.next_cursor),
-        "filters": {"search": search, "tag": tag, "state": state},
+        "filters": {"search": search, "tag": tag, "state": state, "q": q},
+        "query": query_field("jobs", q, query_error),
         "live": live(request, types="job.created,job.updated,job.deleted,occurrence.updated"),
     }
     return render(request, user, "jobs.html", context, fragments=("jobs_table",))
