@@ -37,11 +37,13 @@ def refused(text: str, target: str = "occurrences") -> str:
 def test_tokens_with_quotes_and_escapes() -> None:
     assert tokenize('type:report job:"nightly sales" data.note:"say \\"hi\\""  word') == [
         Term("type", "report"),
-        Term("job", "nightly sales"),
-        Term("data.note", 'say "hi"'),
+        Term("job", "nightly sales", quoted=True),
+        Term("data.note", 'say "hi"', quoted=True),
         Term("", "word"),
     ]
-    assert tokenize('after:>"2026-11-28 06:00"') == [Term("after", ">2026-11-28 06:00")]
+    assert tokenize('job:"a, b"')[0].quoted
+    assert not tokenize("job:a,b")[0].quoted
+    assert tokenize('after:>"2026-11-28 06:00"') == [Term("after", ">2026-11-28 06:00", True)]
     assert tokenize("STATUS:Failed") == [Term("status", "Failed")]
 
 
@@ -58,6 +60,8 @@ def test_the_example_of_the_docs() -> None:
     assert found.workers == ("reports",)
     assert (found.attempt_min, found.attempt_max) == (2, None)
     assert found.jobs == ("nightly sales",)
+    # a quoted value is taken whole; an unquoted one separates its values at commas
+    assert occ('job:"Sales, EU" job:a,b').jobs == ("Sales, EU", "a", "b")
 
 
 def test_repeated_plain_values_are_ored_and_comparisons_anded() -> None:

@@ -81,6 +81,8 @@ class Term:
 
     key: str
     value: str
+    quoted: bool = False
+    """The value was written in quotes: taken whole (a comma in it separates nothing)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,6 +120,8 @@ class QueryFilter:
 @dataclass(slots=True)
 class _Builder:
     values: dict[str, list[str]] = field(default_factory=dict)
+    plain: dict[str, list[str]] = field(default_factory=dict)
+    """The values of each qualifier, split at commas unless quoted."""
     data: dict[tuple[str, ...], list[str]] = field(default_factory=dict)
     words: list[str] = field(default_factory=list)
 
@@ -144,26 +148,28 @@ def tokenize(text: str) -> list[Term]:
                 )
         else:
             i = start
-        value, i = _value(text, i)
+        value, i, quoted = _value(text, i)
         if key and not value:
             raise ValidationError(f"qualifier {key!r} has no value", field=FIELD)
-        terms.append(Term(key.lower(), value))
+        terms.append(Term(key.lower(), value, quoted))
     if len(terms) > MAX_TERMS:
         raise ValidationError(f"at most {MAX_TERMS} terms in a query", field=FIELD)
     return terms
 
 
-def _value(text: str, i: int) -> tuple[str, int]:
-    """The value starting at ``i``, and where it ends. A comparison sign may precede quotes
-    (``after:>"2026-11-28 06:00"``)."""
+def _value(text: str, i: int) -> tuple[str, int, bool]:
+    """The value starting at ``i``, where it ends, and whether it held quotes. A comparison
+    sign may precede quotes (``after:>"2026-11-28 06:00"``)."""
     n = len(text)
     out: list[str] = []
+    quoted = False
     while i < n and not text[i].isspace():
         if text[i] != '"':
             out.append(text[i])
             i += 1
             continue
         i += 1
+        quoted = True
         while i < n and text[i] != '"':
             if text[i] == "\\" and i + 1 < n:
                 i += 1
@@ -172,7 +178,7 @@ def _value(text: str, i: int) -> tuple[str, int]:
         if i >= n:
             raise ValidationError("a quoted value is not closed (missing '\"')", field=FIELD)
         i += 1
-    return "".join(out), i
+    return "".join(out), i, quoted
 
 
 def parse_query(text: str | None, target: ListName, *, now: datetime) -> QueryFilter:
@@ -196,11 +202,12 @@ def parse_query(text: str | None, target: ListName, *, now: datetime) -> QueryFi
             if "data." not in allowed:
                 raise _unknown(term.key, allowed)
             path = _data_path(term.key)
-            built.data.setdefault(path, []).extend(_split(term.value))
+            built.data.setdefault(path, []).extend(_parts(term))
             continue
         if term.key not in allowed:
             raise _unknown(term.key, allowed)
         built.values.setdefault(term.key, []).append(term.value)
+        built.plain.setdefault(term.key, []).extend(_parts(term))
     return _compile(built, target, now)
 
 
@@ -226,6 +233,10 @@ def _data_path(key: str) -> tuple[str, ...]:
     return path
 
 
+def _parts(term: Term) -> list[str]:
+    return [term.value] if term.quoted else _split(term.value)
+
+
 def _split(value: str) -> list[str]:
     parts = [v.strip() for v in value.split(",")]
     return [v for v in parts if v] or [value]
@@ -233,9 +244,8 @@ def _split(value: str) -> list[str]:
 
 def _plain(built: _Builder, key: str) -> tuple[str, ...]:
     found: dict[str, None] = {}
-    for value in built.values.get(key, ()):
-        for part in _split(value):
-            found[part] = None
+    for part in built.plain.get(key, ()):
+        found[part] = None
     if len(found) > MAX_VALUES:
         raise ValidationError(f"qualifier {key!r}: at most {MAX_VALUES} values", field=FIELD)
     return tuple(found)
