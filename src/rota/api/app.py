@@ -26,6 +26,7 @@ from rota.api.routes import (
     events,
     failed,
     health,
+    ids,
     jobs,
     metrics,
     notifications,
@@ -100,6 +101,7 @@ def create_app(runtime: ApiRuntime, *, dashboard: bool = True) -> FastAPI:
         events.router,
         stats.router,
         job_limits.router,
+        ids.router,
     ):
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(metrics.router)

@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 
 from rota.app.settings import Settings
 from rota.core.ports import Broker, Coordination, ScheduleIndex, Store
+from rota.core.ports.lookup import IdLookup
 from rota.services.apikeys import ApiKeyService
 from rota.services.audit import AuditService
 from rota.services.auth import AuthService
@@ -81,6 +82,18 @@ def get_store(request: Request) -> Store:
     return get_runtime(request).store
 
 
+def lookup_of(runtime: ApiRuntime) -> IdLookup:
+    """The store's look-up slice (names, id fragments): every store adapter has it."""
+    store = runtime.store
+    if not isinstance(store, IdLookup):
+        raise TypeError("this store has no look-up slice: use a DependencyAwareStore")
+    return store
+
+
+def get_lookup(request: Request) -> IdLookup:
+    return lookup_of(get_runtime(request))
+
+
 def get_auth(request: Request) -> AuthService:
     return get_runtime(request).auth
 
@@ -100,6 +113,7 @@ def get_api_keys(request: Request) -> ApiKeyService:
 Runtime = Annotated[ApiRuntime, Depends(get_runtime)]
 Jobs = Annotated[JobService, Depends(get_jobs)]
 StoreDep = Annotated[Store, Depends(get_store)]
+Lookup = Annotated[IdLookup, Depends(get_lookup)]
 Auth = Annotated[AuthService, Depends(get_auth)]
 Audit = Annotated[AuditService, Depends(get_audit)]
 Idempotent = Annotated[Idempotency, Depends(get_idempotency)]

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final
+from uuid import UUID
 
+from rota.core.models import Job
+from rota.core.ports.lookup import IdLookup
 from rota.services.workers import WorkerDirectory
 
 UNKNOWN_JOB_TYPE: Final = "unknown_job_type"
 """The warning code of a job whose type no worker has ever declared."""
 NO_LIVE_WORKER: Final = "no_live_worker"
 """The warning code of a job whose type was declared before but has no live worker now."""
+NAME_TAKEN: Final = "name_taken"
+"""The warning code of a job whose display name another job has too."""
+SHOWN_NAMESAKES: Final = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +27,27 @@ class JobWarning:
 
     code: str
     message: str
+    job_ids: tuple[UUID, ...] = ()
+    """The other jobs it is about (``name_taken``: those with the same name)."""
+
+
+async def name_warnings(lookup: IdLookup, job: Job) -> list[JobWarning]:
+    """``name_taken`` when other jobs have ``job``'s display name (ignoring case): a name
+    then no longer names one job (the CLI asks for the id). One read."""
+    others = [
+        i for i in await lookup.jobs_named(job.display_name, SHOWN_NAMESAKES + 1) if i != job.id
+    ][:SHOWN_NAMESAKES]
+    if not others:
+        return []
+    ids = ", ".join(str(i) for i in others)
+    return [
+        JobWarning(
+            NAME_TAKEN,
+            f"another job is named {job.display_name!r} ({ids}): by name, neither can be told "
+            "apart; use the id, or give this one another name",
+            tuple(others),
+        )
+    ]
 
 
 def job_type_warnings(

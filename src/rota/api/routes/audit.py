@@ -6,12 +6,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from rota.api.deps import Audit
+from rota.api.deps import Audit, Lookup, StoreDep
 from rota.api.problems import problem_responses
 from rota.api.schemas.common import MAX_LIMIT, NO_NUL, UtcDatetime
 from rota.api.schemas.security import AuditOut, AuditPage
 from rota.api.security import requires
 from rota.core.security import AuditQuery, Role
+from rota.services.names import audit_names
 
 router = APIRouter(prefix="/audit", tags=["audit"], dependencies=[requires(Role.ADMIN)])
 
@@ -25,10 +26,13 @@ router = APIRouter(prefix="/audit", tags=["audit"], dependencies=[requires(Role.
     "failed_occurrence.updated, "
     "failed_occurrence.retried, failed_occurrence.deleted, user.created, user.updated, "
     "user.password_reset, user.deleted, password.changed, login.succeeded, login.failed, "
-    "logout, and the dispatcher's control actions.",
+    "logout, and the dispatcher's control actions. Each entry names its resource "
+    "(resourceName: a job's display name, a user's username) read for the page at once.",
 )
 async def list_audit(
     audit: Audit,
+    store: StoreDep,
+    lookup: Lookup,
     actor: Annotated[str | None, Query(max_length=100, pattern=NO_NUL)] = None,
     action: Annotated[str | None, Query(max_length=100, pattern=NO_NUL)] = None,
     resource_type: Annotated[
@@ -56,4 +60,7 @@ async def list_audit(
             cursor=cursor or None,
         )
     )
-    return AuditPage(items=[AuditOut.of(e) for e in page.items], next_cursor=page.next_cursor)
+    names = await audit_names(page.items, store, store, lookup)
+    return AuditPage(
+        items=[AuditOut.of(e, names.get(e.id)) for e in page.items], next_cursor=page.next_cursor
+    )

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from rota.api.deps import get_runtime
+from rota.api.deps import StoreDep, get_runtime
 from rota.api.problems import problem_responses
 from rota.api.schemas.common import status_name
 from rota.api.schemas.dependencies import (
@@ -26,6 +26,7 @@ from rota.core.dependencies import GraphRun, GraphRunStatus
 from rota.core.models import OccurrenceStatus
 from rota.core.security import Role
 from rota.services.dependencies import DependencyService, GraphView, JobDependencies
+from rota.services.names import job_display_names
 
 router = APIRouter(tags=["dependencies"], dependencies=[requires(Role.VIEWER)])
 
@@ -75,14 +76,17 @@ def graph_out(view: GraphView) -> GraphRunDetail:
             )
         )
     return GraphRunDetail(
-        **_run_fields(run), nodes=nodes, edges=[GraphEdgeOut.of(e) for e in view.edges]
+        **_run_fields(run, view.names.get(run.root_job_id)),
+        nodes=nodes,
+        edges=[GraphEdgeOut.of(e) for e in view.edges],
     )
 
 
-def _run_fields(run: GraphRun) -> dict[str, Any]:
+def _run_fields(run: GraphRun, root_name: str | None = None) -> dict[str, Any]:
     return {
         "id": run.id,
         "root_job_id": run.root_job_id,
+        "root_job_display_name": root_name,
         "root_occurrence_id": run.root_occurrence_id,
         "status": run.status,
         "created_at": run.created_at,
@@ -118,13 +122,17 @@ async def set_job_dependencies(
 @router.get("/graph-runs", responses=problem_responses(422, 503), summary="List graph runs")
 async def list_graph_runs(
     service: Dependencies,
+    store: StoreDep,
     job_id: Annotated[UUID | None, Query(alias="jobId", description="Rooted at this job.")] = None,
     status: Annotated[GraphRunStatus | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> GraphRunPage:
     running = None if status is None else status is GraphRunStatus.RUNNING
     runs = await service.list_graph_runs(job_id=job_id, running=running, limit=limit)
-    return GraphRunPage(items=[GraphRunOut(**_run_fields(r)) for r in runs])
+    names = await job_display_names(store, (r.root_job_id for r in runs))
+    return GraphRunPage(
+        items=[GraphRunOut(**_run_fields(r, names.get(r.root_job_id))) for r in runs]
+    )
 
 
 @router.get(

@@ -24,6 +24,7 @@ from rota.core.query import narrow_failed
 from rota.core.records import FailedQuery
 from rota.core.security import Role
 from rota.services.deadletters import resolve_failed, retry_failed
+from rota.services.names import job_display_names
 
 router = APIRouter(
     prefix="/failed-occurrences",
@@ -93,7 +94,13 @@ async def list_failed(
     )
     query = narrow_failed(query, list_filter(q, "failed", with_data))
     page = await store.list_failed(query)
-    items = [FailedOccurrenceOut.of(r, shown) for r in page.items]
+    names = await job_display_names(store, (r.job_id for r in page.items))
+    items = [
+        FailedOccurrenceOut.of(r, shown).model_copy(
+            update={"job_display_name": names.get(r.job_id) if r.job_id else None}
+        )
+        for r in page.items
+    ]
     return FailedOccurrencePage(
         items=items if with_data else [item.redacted() for item in items],
         next_cursor=page.next_cursor,
@@ -106,7 +113,10 @@ async def list_failed(
 async def get_failed(
     failed_id: UUID, store: StoreDep, shown: ShownException, with_data: JobDataShown
 ) -> FailedOccurrenceOut:
-    record = FailedOccurrenceOut.of(await store.get_failed(failed_id), shown)
+    found = await store.get_failed(failed_id)
+    record = FailedOccurrenceOut.of(found, shown)
+    names = await job_display_names(store, [found.job_id])
+    record.job_display_name = names.get(found.job_id) if found.job_id else None
     return record if with_data else record.redacted()
 
 

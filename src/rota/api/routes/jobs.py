@@ -16,7 +16,7 @@ from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
 from rota.api import scopes
-from rota.api.deps import ApiRuntime, Audit, Idempotent, Jobs, Runtime, StoreDep
+from rota.api.deps import ApiRuntime, Audit, Idempotent, Jobs, Runtime, StoreDep, lookup_of
 from rota.api.paths import app_url
 from rota.api.problems import problem_responses
 from rota.api.routes.dependencies import dependencies_out
@@ -34,6 +34,7 @@ from rota.api.schemas.jobs import (
     JobPatch,
     JobVersionList,
     JobVersionOut,
+    JobWarningOut,
     PauseRequest,
     Preview,
     ReferenceTriggerRequest,
@@ -53,6 +54,7 @@ from rota.services.audit import AuditNote, JobView
 from rota.services.dependencies import JobDependencies
 from rota.services.idempotency import HEADER, MAX_KEY, Answer, Idempotency, kept_headers
 from rota.services.jobs import MAX_PREVIEW, JobService
+from rota.services.jobwarnings import name_warnings
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -141,6 +143,7 @@ async def create_job(
             ),
         )
         job = await _with_dependencies(runtime, out(created, jobs, response))
+        job.warnings += await _name_warnings(runtime, created)
         response.headers["Location"] = app_url(request, f"/api/v1/jobs/{job.id}")
         return job, kept_headers(response.headers.items())
 
@@ -314,7 +317,15 @@ async def _update(
             after=_job_view(runtime, jobs),
         ),
     )
-    return await _with_dependencies(runtime, out(changed, jobs, response))
+    shown = await _with_dependencies(runtime, out(changed, jobs, response))
+    if changed.display_name.lower() != current.display_name.lower():
+        shown.warnings += await _name_warnings(runtime, changed)
+    return shown
+
+
+async def _name_warnings(runtime: ApiRuntime, job: Job) -> list[JobWarningOut]:
+    found = await name_warnings(lookup_of(runtime), job)
+    return [JobWarningOut(code=w.code, message=w.message, job_ids=list(w.job_ids)) for w in found]
 
 
 @router.post(

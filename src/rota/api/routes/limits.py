@@ -5,10 +5,11 @@ second, across every worker. Read by every role, set by Admins."""
 from __future__ import annotations
 
 from typing import Annotated
+from uuid import UUID
 
 from fastapi import APIRouter, Path, Response, status
 
-from rota.api.deps import Audit, Runtime
+from rota.api.deps import Audit, Runtime, lookup_of
 from rota.api.problems import problem_responses
 from rota.api.schemas.limits import (
     LimitFields,
@@ -23,6 +24,7 @@ from rota.api.security import AdminUser, requires
 from rota.core.limits import JobLimit
 from rota.core.security import Role
 from rota.services.limits import LimitOverview, LimitService
+from rota.services.names import occurrence_job_names
 
 router = APIRouter(prefix="/limits", tags=["limits"], dependencies=[requires(Role.VIEWER)])
 
@@ -31,7 +33,7 @@ def _of(job_type: str, key: str) -> bool:
     return key == job_type or key.startswith(job_type + "|")
 
 
-def _out(overview: LimitOverview) -> LimitsOut:
+async def _out(runtime: Runtime, overview: LimitOverview) -> LimitsOut:
     usage = overview.usage
     items = []
     for limit in overview.limits:
@@ -48,11 +50,30 @@ def _out(overview: LimitOverview) -> LimitsOut:
                 slots=[SlotOut(key=k, running=n) for k, n in slots[:100]],
             )
         )
-    waiting = [
-        WaitingOut(occurrence_id=w.token, limit=w.label, since=w.since)
-        for w in usage.waiting[:1000]
-    ]
+    shown = usage.waiting[:1000]
+    tokens = filter(None, (_uuid(w.token) for w in shown))
+    jobs = await occurrence_job_names(tokens, runtime.store, lookup_of(runtime))
+    waiting = []
+    for w in shown:
+        occurrence_id = _uuid(w.token)
+        job_id, name = jobs.get(occurrence_id, (None, None)) if occurrence_id else (None, None)
+        waiting.append(
+            WaitingOut(
+                occurrence_id=w.token,
+                job_id=job_id,
+                job_display_name=name,
+                limit=w.label,
+                since=w.since,
+            )
+        )
     return LimitsOut(limits=items, waiting=waiting)
+
+
+def _uuid(token: str) -> UUID | None:
+    try:
+        return UUID(token)
+    except ValueError:
+        return None
 
 
 def _service(runtime: Runtime) -> LimitService:
@@ -69,14 +90,14 @@ def _limit(body: LimitFields, job_type: str) -> JobLimit:
     summary="The limits, the slots held and the occurrences waiting",
 )
 async def list_limits(runtime: Runtime) -> LimitsOut:
-    return _out(await _service(runtime).overview())
+    return await _out(runtime, await _service(runtime).overview())
 
 
 async def _changed(
     runtime: Runtime, audit: Audit, user: str, target: str, after: list[JobLimit]
 ) -> LimitsOut:
     await audit.record(user, "limits.changed", "limits", target, after=[x.to_json() for x in after])
-    return _out(await _service(runtime).overview())
+    return await _out(runtime, await _service(runtime).overview())
 
 
 @router.put(

@@ -29,6 +29,7 @@ from rota.core.records import OccurrenceQuery
 from rota.core.security import Role
 from rota.services import cancellation
 from rota.services.limits import waiting_for
+from rota.services.names import job_display_names
 
 router = APIRouter(
     prefix="/occurrences", tags=["occurrences"], dependencies=[requires(Role.VIEWER)]
@@ -75,8 +76,13 @@ async def list_occurrences(
     )
     query = narrow_occurrences(query, list_filter(q, "occurrences", with_data))
     page = await store.list_occurrences(query)
+    names = await job_display_names(store, (o.job_id for o in page.items))
     return OccurrencePage(
-        items=[OccurrenceOut.of(o, shown) for o in page.items], next_cursor=page.next_cursor
+        items=[
+            OccurrenceOut.of(o, shown).model_copy(update={"job_display_name": names.get(o.job_id)})
+            for o in page.items
+        ],
+        next_cursor=page.next_cursor,
     )
 
 
@@ -101,6 +107,8 @@ async def get_occurrence(
         waiting = (await waiting_for(runtime.coordination, [token])).get(token)
     detail = OccurrenceDetail.of(occurrence, shown, logs, waiting)
     detail.graph_run_id = await runtime.dependencies.graph_run_of(occurrence_id)
+    names = await job_display_names(store, [occurrence.job_id])
+    detail.job_display_name = names.get(occurrence.job_id)
     return detail if with_data else detail.redacted()
 
 
@@ -161,6 +169,11 @@ async def cancel_occurrence(
         "occurrence.cancelled",
         "occurrence",
         occurrence_id,
-        after={"status": detail.status, "requested": outcome.requested, "reason": reason},
+        after={
+            "jobId": str(detail.job_id),
+            "status": detail.status,
+            "requested": outcome.requested,
+            "reason": reason,
+        },
     )
     return detail

@@ -63,6 +63,9 @@ class GraphNodeOut(ApiModel):
 class GraphRunOut(ApiModel):
     id: UUID
     root_job_id: UUID
+    root_job_display_name: str | None = Field(
+        None, description="The root job's display name; null when it was deleted."
+    )
     root_occurrence_id: UUID
     status: GraphRunStatus
     created_at: datetime

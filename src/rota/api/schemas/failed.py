@@ -48,6 +48,12 @@ class FailedOccurrenceOut(ApiModel):
     correlation_id: UUID | None = Field(description="The occurrence id (its correlation id).")
     job_id: UUID | None
     job_type: str
+    job_display_name: str | None = Field(
+        None,
+        description="The job's display name (its type when it has none), read for a list's "
+        "page at once; null when the job was deleted or is unknown (and in answers to a "
+        "change).",
+    )
     failure_type: FailureType = Field(
         description="retries_exhausted, permanent, timed_out, zombie, poison, "
         "unknown_job_type or invalid_data."

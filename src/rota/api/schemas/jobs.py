@@ -392,9 +392,14 @@ class JobWarningOut(ApiModel):
         "with skipReason `no_worker` until a worker declaring it registers. "
         "`no_live_worker`: workers declared the type before but none is live now; its runs "
         "wait for one, and its data was checked against the data schema a worker last "
-        "published for the type (the message says whether one is known)."
+        "published for the type (the message says whether one is known). `name_taken` (on "
+        "create, and on an edit of its name): other jobs have its display name (ignoring case); "
+        "their ids are in jobIds."
     )
     message: str = Field(description="For people.")
+    job_ids: list[UUID] = Field(
+        default_factory=list, description="The other jobs the warning is about (if any)."
+    )
 
 
 class JobOut(ApiModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated
+from uuid import UUID
 
 from pydantic import Field, StringConstraints
 
@@ -48,6 +49,10 @@ class SlotOut(ApiModel):
 
 class WaitingOut(ApiModel):
     occurrence_id: str
+    job_id: UUID | None = Field(None, description="Its job (null: the occurrence is unknown).")
+    job_display_name: str | None = Field(
+        None, description="Its job's display name (null: unknown, or the job was deleted)."
+    )
     limit: str = Field(description="The semaphore (or the type, for its rate) it waits for.")
     since: datetime
 

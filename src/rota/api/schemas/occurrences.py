@@ -67,6 +67,11 @@ class OccurrenceOut(ApiModel):
     job_id: UUID
     job_type: str
     job_name: str = Field(description="The job type again, under the reference's name.")
+    job_display_name: str | None = Field(
+        None,
+        description="The job's display name (its type when it has none), read for a list's "
+        "page at once; null when the job was deleted (and in answers to a change).",
+    )
     correlation_id: UUID
     worker_id: str | None
     instance_id: str | None = Field(description="The worker instance that reported last.")

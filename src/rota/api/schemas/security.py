@@ -122,11 +122,17 @@ class AuditOut(ApiModel):
     action: str = Field(description="e.g. job.updated, user.created, login.failed.")
     resource_type: str
     resource_id: str | None
+    resource_name: str | None = Field(
+        None,
+        description="What people call the resource: the job's display name (for an entry on "
+        "a job, or on an occurrence or failure of one), the user's username, the API key's "
+        "name; null when it has none or is no longer known.",
+    )
     before: Any = Field(description="The resource before the change (null: none).")
     after: Any = Field(description="The resource after the change (null: none).")
 
     @classmethod
-    def of(cls, entry: AuditEntry) -> AuditOut:
+    def of(cls, entry: AuditEntry, name: str | None = None) -> AuditOut:
         return cls(
             id=entry.id,
             at=entry.at,
@@ -134,6 +140,7 @@ class AuditOut(ApiModel):
             action=entry.action,
             resource_type=entry.resource_type,
             resource_id=entry.resource_id,
+            resource_name=name,
             before=entry.before,
             after=entry.after,
         )

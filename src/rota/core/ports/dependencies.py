@@ -12,6 +12,7 @@ from uuid import UUID
 from rota.core.dependencies import Dependency, GraphRun
 from rota.core.models import Job, Occurrence
 from rota.core.ports.apikeys import ApiKeyStore
+from rota.core.ports.lookup import IdLookup
 from rota.core.ports.routing import RoutedDispatchStore
 from rota.core.ports.sessions import AccountStore
 from rota.core.ports.store import Store
@@ -114,7 +115,8 @@ class DependencyStore(abc.ABC):
 
 
 class DependencyAwareStore(
-    Store, DependencyStore, RoutedDispatchStore, AccountStore, ApiKeyStore, abc.ABC
+    Store, DependencyStore, RoutedDispatchStore, AccountStore, ApiKeyStore, IdLookup, abc.ABC
 ):
-    """The store with its dependency and routing slices: what a store adapter implements
-    (kept apart from :class:`~rota.core.ports.Store`, whose module is at its length cap)."""
+    """The store with its dependency, routing, account, key and look-up slices: what a store
+    adapter implements (kept apart from :class:`~rota.core.ports.Store`, whose module is at
+    its length cap)."""

@@ -35,6 +35,7 @@ from rota.stores.sql.fires import FireQueries
 from rota.stores.sql.idempotency import IdempotencyQueries
 from rota.stores.sql.jobs import JobQueries
 from rota.stores.sql.limits import LimitQueries
+from rota.stores.sql.lookup import LookupQueries
 from rota.stores.sql.notifications import NotificationQueries
 from rota.stores.sql.pausing import PauseQueries
 from rota.stores.sql.reencrypt import ReencryptQueries
@@ -68,6 +69,7 @@ class SqlStore(
     ReencryptQueries,
     SessionQueries,
     ApiKeyQueries,
+    LookupQueries,
     DependencyAwareStore,
 ):
     """The :class:`~rota.core.ports.Store` on SQLite (embedded) or PostgreSQL (distributed).
