@@ -10,16 +10,27 @@ from uuid import UUID
 import typer
 
 from rota.api.schemas.failed import FailedOccurrenceOut
-from rota.cli.ops import bulk, output
+from rota.cli.ops import bulk, output, refs
 from rota.cli.ops.jobs import AllOpt, CursorOpt, LimitOpt, collect, resolve
 from rota.cli.ops.output import JsonOpt
 from rota.cli.ops.session import USAGE, connect, fail
+from rota.client import SyncClient
 
 app = typer.Typer(help="Failed runs (dead letters): list, show, retry, resolve, delete.")
 
 BULK = "/failed-occurrences/bulk"
 
-FailedArg = Annotated[UUID, typer.Argument(help="The failed record's id (see `rota failed list`).")]
+FailedArg = Annotated[
+    str, typer.Argument(help=f"The failed record (see `rota failed list`): {refs.ID_HELP}.")
+]
+
+
+def _one(client: SyncClient, ref: str) -> UUID:
+    return refs.match_id(client, "failed", ref, "failed record")
+
+
+def _ids(refs_given: list[str] | None) -> list[str]:
+    return refs.match_ids("failed", refs_given or (), "failed record")
 
 
 class State(StrEnum):
@@ -77,7 +88,7 @@ def list_failed(
     rows = [
         (
             record.id,
-            record.job_type,
+            output.job_name(record.job_display_name, record.job_type),
             record.failure_type.value,
             output.when(record.failed_at),
             record.attempts,
@@ -86,7 +97,7 @@ def list_failed(
         )
         for record in items
     ]
-    columns = ["id", "type", "failure", "failed (UTC)", "tries", "resolved", "exception"]
+    columns = ["id", "job", "failure", "failed (UTC)", "tries", "resolved", "exception"]
     output.show(output.table(None, columns, rows))
     output.more(cursor)
 
@@ -98,7 +109,11 @@ def _show(record: FailedOccurrenceOut) -> None:
             [
                 ("id", record.id),
                 ("run", record.occurrence_id),
-                ("job", record.job_id),
+                (
+                    "job",
+                    f"{output.job_name(record.job_display_name, record.job_type)} "
+                    f"({record.job_id or '-'})",
+                ),
                 ("type", record.job_type),
                 ("failure", record.failure_type.value),
                 ("failed (UTC)", output.when(record.failed_at)),
@@ -119,7 +134,7 @@ def _show(record: FailedOccurrenceOut) -> None:
 def show(failed: FailedArg, json: JsonOpt = False) -> None:
     """One failed run with its exception."""
     with connect() as client:
-        record = client.get_failed(failed)
+        record = client.get_failed(refs.match_id(client, "failed", failed, "failed record"))
     if json:
         output.print_json(record)
         return
@@ -127,8 +142,11 @@ def show(failed: FailedArg, json: JsonOpt = False) -> None:
 
 
 FailedIds = Annotated[
-    list[UUID] | None,
-    typer.Argument(help="Failed records' ids (see `rota failed list`); or --all with filters."),
+    list[str] | None,
+    typer.Argument(
+        help="Failed records' ids or their shown last digits (see `rota failed list`); or "
+        "--all with filters."
+    ),
 ]
 EveryOpt = Annotated[bool, typer.Option("--all", help="Every record the filters match.")]
 JobOpt = Annotated[str | None, typer.Option("--job", help="Only this job's (id or name).")]
@@ -169,7 +187,7 @@ def retry(
     window), are counted and confirmed first, then retried a thousand at a time."""
     if failed and len(failed) == 1 and not every:
         with connect() as client:
-            run = client.retry_failed(failed[0])
+            run = client.retry_failed(_one(client, failed[0]))
         if json:
             output.print_json(run)
             return
@@ -177,7 +195,7 @@ def retry(
         print(run.id)
         return
     chosen = bulk.selection(
-        [str(i) for i in failed or ()], _filters(job, failure_type, since, until), every, "failed"
+        _ids(failed), _filters(job, failure_type, since, until), every, "failed"
     )
     body = {"action": "retry", **chosen}
     bulk.run_bulk(BULK, body, verb="Retry", noun="failed runs", yes=yes, json=json)
@@ -200,7 +218,7 @@ def delete(
     """Delete failed-run records (the runs themselves are kept): ids, or --all with filters
     (open records unless --resolved); counted and confirmed first."""
     filters = _filters(job, failure_type, since, until)
-    chosen = bulk.selection([str(i) for i in failed or ()], filters, every, "failed")
+    chosen = bulk.selection(_ids(failed), filters, every, "failed")
     if "filter" in chosen and resolved:
         chosen["filter"]["resolved"] = True
     body = {"action": "delete", **chosen}
@@ -229,7 +247,9 @@ def resolve_failed(
         fail("--reopen takes no --note or --action", USAGE)
     if failed and len(failed) == 1 and not every:
         with connect() as client:
-            record = client.resolve_failed(failed[0], note=note, action=action, resolved=not reopen)
+            record = client.resolve_failed(
+                _one(client, failed[0]), note=note, action=action, resolved=not reopen
+            )
         if json:
             output.print_json(record)
             return
@@ -239,7 +259,7 @@ def resolve_failed(
     if action is not None:
         fail("--action is for one record; in bulk give --note", USAGE)
     filters = _filters(job, failure_type, since, until)
-    chosen = bulk.selection([str(i) for i in failed or ()], filters, every, "failed")
+    chosen = bulk.selection(_ids(failed), filters, every, "failed")
     body: dict[str, Any] = {"action": "reopen" if reopen else "resolve", **chosen}
     if note is not None:
         body["note"] = note

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from rota.cli.ops import output
+from rota.cli.ops import output, refs
 from rota.cli.ops.jobs import resolve
 from rota.cli.ops.output import JsonOpt
 from rota.cli.ops.session import connect
@@ -31,21 +31,27 @@ def list_runs(
         output.print_json(page)
         return
     rows = [
-        (r.id, r.root_job_id, r.status.value, output.when(r.created_at), output.when(r.finished_at))
+        (
+            r.id,
+            r.root_job_display_name or f"(deleted) {r.root_job_id}",
+            r.status.value,
+            output.when(r.created_at),
+            output.when(r.finished_at),
+        )
         for r in page.items
     ]
     columns = ["id", "root job", "status", "started (UTC)", "finished (UTC)"]
     output.show(output.table(None, columns, rows))
 
 
-RunArg = Annotated[str, typer.Argument(help="The graph run's id.")]
+RunArg = Annotated[str, typer.Argument(help=f"The graph run: {refs.ID_HELP}.")]
 
 
 @app.command("show")
 def show(run: RunArg, json: JsonOpt = False) -> None:
     """A graph run: each job by level, its occurrence, status and reason."""
     with connect() as client:
-        detail = client.get_graph_run(run)
+        detail = client.get_graph_run(refs.match_id(client, "graph_run", run, "graph run"))
     if json:
         output.print_json(detail)
         return

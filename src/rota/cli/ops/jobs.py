@@ -7,7 +7,6 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
-from uuid import UUID
 
 import orjson
 import typer
@@ -16,7 +15,9 @@ from rich.text import Text
 from rota.api.schemas.jobs import JobOut
 from rota.cli.ops import output
 from rota.cli.ops.output import JsonOpt
-from rota.cli.ops.session import API_ERROR, NOT_FOUND, USAGE, connect, fail, quiet_target
+from rota.cli.ops.refs import ID_HELP
+from rota.cli.ops.refs import resolve as resolve  # the commands of other groups name jobs too
+from rota.cli.ops.session import API_ERROR, USAGE, connect, fail, quiet_target
 from rota.client import SyncClient
 
 app = typer.Typer(
@@ -51,35 +52,10 @@ def complete_job(incomplete: str) -> list[str]:
 JobArg = Annotated[
     str,
     typer.Argument(
-        help="The job's id, or its display name if unique.", autocompletion=complete_job
+        help=f"The job: its display name if unique, or {ID_HELP}.",
+        autocompletion=complete_job,
     ),
 ]
-
-
-def resolve(client: SyncClient, ref: str) -> JobOut:
-    """The job ``ref`` names: an id, else the one job whose display name is ``ref`` (exactly;
-    else ignoring case). None: exit 4; several: exit 1 naming their ids."""
-    try:
-        job_id = UUID(ref)
-    except ValueError:
-        pass
-    else:
-        return client.get_job(job_id)
-    found: list[JobOut] = []
-    cursor: str | None = None
-    while True:
-        page = client.list_jobs(search=ref, limit=NAME_PAGE, cursor=cursor)
-        found += [job for job in page.items if job.display_name.lower() == ref.lower()]
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    exact = [job for job in found if job.display_name == ref] or found
-    if not exact:
-        fail(f"no job has the id or name {ref!r}", NOT_FOUND)
-    if len(exact) > 1:
-        ids = ", ".join(str(job.id) for job in exact)
-        fail(f"{len(exact)} jobs are named {ref!r} ({ids}): name one by its id", API_ERROR)
-    return exact[0]
 
 
 def _schedule(job: JobOut) -> str:
@@ -577,6 +553,7 @@ def create(
         if after:
             body["depends_on"] = upstreams_of(client, after)
         created = client.create_job(idempotency_key=idempotency_key, **body)
+    output.warnings(created)
     if json:
         output.print_json(created)
         return
@@ -648,6 +625,7 @@ def edit(
         if after:
             changes["depends_on"] = upstreams_of(client, after)
         updated = client.update_job(found.id, **changes)
+    output.warnings(updated)
     if json:
         output.print_json(updated)
         return
@@ -679,6 +657,7 @@ def _set_active(job: str, active: bool, json: bool) -> None:
     with connect() as client:
         found = resolve(client, job)
         updated = client.update_job(found.id, is_active=active)
+    output.warnings(updated)
     if json:
         output.print_json(updated)
         return
@@ -699,6 +678,7 @@ def enable(job: JobArg, json: JsonOpt = False) -> None:
 
 
 def _said(word: str, job: JobOut, json: bool) -> None:
+    output.warnings(job)
     if json:
         output.print_json(job)
         return
@@ -793,6 +773,7 @@ def trigger(
     with connect() as client:
         found = resolve(client, job)
         run = client.trigger(found.id, reason=reason, job_data=job_data, force=force)
+        output.warnings(run)
         if wait:
             from rota.cli.ops.runs import wait_until_ended
 

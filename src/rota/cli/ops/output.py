@@ -139,6 +139,18 @@ def err_print(message: str) -> None:
     Console(stderr=True, highlight=False, soft_wrap=True).print(message)
 
 
+def warnings(answer: Any) -> None:
+    """Every warning of an API answer (``warnings``: ``{code, message}``), one ``warning:``
+    line each on stderr: said in every mode, ``--json`` too (its stdout stays the answer)."""
+    for item in getattr(answer, "warnings", None) or ():
+        err_print(f"[yellow]warning:[/yellow] {esc(item.message)} ({esc(item.code)})")
+
+
+def job_name(name: str | None, job_type: str | None) -> str:
+    """A row's job: its display name, or its type marked when the job was deleted."""
+    return name if name else f"{job_type or '?'} (deleted)"
+
+
 @contextmanager
 def progress(what: str) -> Iterator[None]:
     """A spinner on stderr while something long goes on (only on a terminal)."""

@@ -12,7 +12,7 @@ import orjson
 import typer
 
 from rota.api.schemas.occurrences import LogLine, OccurrenceDetail, OccurrenceOut
-from rota.cli.ops import bulk, output
+from rota.cli.ops import bulk, output, refs
 from rota.cli.ops.jobs import AllOpt, CursorOpt, LimitOpt, collect, resolve
 from rota.cli.ops.output import JsonOpt
 from rota.cli.ops.session import connect
@@ -24,7 +24,7 @@ app = typer.Typer(help="Runs (occurrences) of jobs: list, show, logs, cancel, re
 BULK = "/occurrences/bulk"
 FAILED_BULK = "/failed-occurrences/bulk"
 
-RunArg = Annotated[UUID, typer.Argument(help="The run's (occurrence's) id.")]
+RunArg = Annotated[str, typer.Argument(help=f"The run (occurrence): {refs.ID_HELP}.")]
 POLL = 0.5
 """Seconds between two looks at a run that is followed or waited for."""
 LOG_PAGE = 1000
@@ -87,7 +87,7 @@ def list_runs(
     rows = [
         (
             run.id,
-            run.job_type,
+            output.job_name(run.job_display_name, run.job_type),
             output.status(run.status_name),
             output.when(run.scheduled_for),
             output.when(run.start_time),
@@ -97,7 +97,7 @@ def list_runs(
         )
         for run in items
     ]
-    columns = ["id", "type", "status", "scheduled (UTC)", "started", "took", "try", "worker"]
+    columns = ["id", "job", "status", "scheduled (UTC)", "started", "took", "try", "worker"]
     output.show(output.table(None, columns, rows))
     output.more(cursor)
 
@@ -106,7 +106,7 @@ def list_runs(
 def show(run: RunArg, json: JsonOpt = False) -> None:
     """One run with its status history."""
     with connect() as client:
-        detail = client.get_occurrence(run)
+        detail = client.get_occurrence(refs.match_id(client, "occurrence", run, "run"))
     if json:
         output.print_json(detail)
         return
@@ -115,7 +115,11 @@ def show(run: RunArg, json: JsonOpt = False) -> None:
             f"run {detail.id}",
             [
                 ("id", detail.id),
-                ("job", detail.job_id),
+                (
+                    "job",
+                    f"{output.job_name(detail.job_display_name, detail.job_type)} "
+                    f"({detail.job_id})",
+                ),
                 ("type", detail.job_type),
                 ("status", output.status(detail.status_name)),
                 ("attempt", f"{detail.attempt} (max retries {detail.max_retries})"),
@@ -181,12 +185,13 @@ def logs(
 ) -> None:
     """The run's log lines (times in UTC)."""
     with connect() as client:
+        run_id = refs.match_id(client, "occurrence", run, "run")
         if not follow:
-            client.get_occurrence(run)  # a run that does not exist: exit 4, not an empty log
-            _drain(client, run, 0, json)
+            client.get_occurrence(run_id)  # a run that does not exist: exit 4, no empty log
+            _drain(client, run_id, 0, json)
             return
         try:
-            _follow(client, run, json)
+            _follow(client, run_id, json)
         except KeyboardInterrupt:  # Ctrl-C ends a follow: what the user asked for
             return
 
@@ -209,7 +214,10 @@ def _follow(client: SyncClient, run: UUID, json: bool) -> None:
         time.sleep(POLL)
 
 
-RunIds = Annotated[list[UUID] | None, typer.Argument(help="Runs' ids; or --all with filters.")]
+RunIds = Annotated[
+    list[str] | None,
+    typer.Argument(help="Runs' ids (or their shown last digits); or --all with filters."),
+]
 EveryOpt = Annotated[bool, typer.Option("--all", help="Every run the filters match.")]
 JobOpt = Annotated[str | None, typer.Option("--job", help="Only this job's runs (id or name).")]
 StatusOpt = Annotated[
@@ -250,14 +258,17 @@ def cancel(
     and confirmed first."""
     if run and len(run) == 1 and not every:
         with connect() as client:
-            detail = client.cancel(run[0], reason=reason)
+            detail = client.cancel(
+                refs.match_id(client, "occurrence", run[0], "run"), reason=reason
+            )
         if json:
             output.print_json(detail)
             return
         output.err_print(f"run {detail.id}: {detail.status_name}")
         return
     filters = _run_filters(job, status or ["Queued", "Running"], since, until)
-    chosen = bulk.selection([str(i) for i in run or ()], filters if every else {}, every, "run")
+    ids = refs.match_ids("occurrence", run or (), "run")
+    chosen = bulk.selection(ids, filters if every else {}, every, "run")
     body: dict[str, Any] = {"action": "cancel", **chosen, "reason": reason}
     bulk.run_bulk(BULK, body, verb="Cancel", noun="runs", yes=yes, json=json)
 
@@ -291,7 +302,8 @@ def rerun(
     (--status Failed --since …); counted and confirmed first. --per-second paces them (a
     replay that does not flood the workers)."""
     filters = _run_filters(job, status, since, until)
-    chosen = bulk.selection([str(i) for i in run or ()], filters if every else {}, every, "run")
+    ids = refs.match_ids("occurrence", run or (), "run")
+    chosen = bulk.selection(ids, filters if every else {}, every, "run")
     body: dict[str, Any] = {"action": "rerun", **chosen, "reason": reason, "force": force}
     if per_second is not None:
         body["perSecond"] = per_second
