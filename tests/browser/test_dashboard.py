@@ -155,8 +155,8 @@ def test_create_an_interval_job_with_bounds_through_the_form(
     expect(page).to_have_url(re.compile(r"/jobs/[0-9a-f-]{36}$"))
     summary = page.locator("#job-summary")
     expect(summary.get_by_test_id("schedule")).to_contain_text("every 1h30m")
-    expect(summary.get_by_test_id("window")).to_contain_text("01/01/2031")
-    expect(summary.get_by_test_id("window")).to_contain_text("02/01/2031")
+    expect(summary.get_by_test_id("window")).to_contain_text("2031-01-01")
+    expect(summary.get_by_test_id("window")).to_contain_text("2031-02-01")
     expect(summary.get_by_test_id("runs")).to_have_text("0 of 5")
     expect(summary.get_by_test_id("jitter")).to_contain_text("up to 10")
     expect(summary.get_by_test_id("misfire-window")).to_contain_text("120")
@@ -511,10 +511,10 @@ def test_an_admin_manages_users(admin_page: Page, server: Server, artifacts: Pat
     page = admin_page
     page.goto(f"{server.url}/users")
     page.get_by_label("Username").fill("newcomer")
-    page.get_by_label("Password").fill("too short")
+    page.get_by_label("Password", exact=True).fill("too short")
     page.get_by_test_id("create-user").click()
     expect(page.locator("#form-error")).to_contain_text("password")
-    page.get_by_label("Password").fill("a-long-enough-password-2026")
+    page.get_by_label("Password", exact=True).fill("a-long-enough-password-2026")
     page.get_by_label("Role", exact=True).select_option("Operator")
     page.get_by_test_id("create-user").click()
     row = page.locator('[data-testid=user-row][data-user="newcomer"]')
@@ -613,6 +613,9 @@ def test_an_admin_manages_notification_subscriptions(
     page.get_by_label("Webhook URL").fill("https://hooks.example.org/rota")
     page.get_by_label("Only jobs tagged").fill("billing")
     page.get_by_test_id("create-subscription").click()
+    # no secret given: the one generated is shown once, then the list is reloaded
+    expect(page.get_by_test_id("new-secret-value")).not_to_be_empty()
+    page.get_by_test_id("new-secret-done").click()
     card = page.locator('[data-testid=subscription][data-name="browser-hook"]')
     expect(card).to_contain_text("tag billing")
     expect(card).to_contain_text("enabled")
@@ -708,7 +711,11 @@ def test_an_admin_sets_a_limit_and_a_waiting_execution_shows_it(
     page.goto(f"{server.url}/executions?status=Queued")
     expect(page.get_by_test_id("row-waiting")).to_have_count(1)
     page.goto(f"{server.url}/admin")
-    expect(page.get_by_test_id("limits-waiting")).to_contain_text(second["id"])
+    waiting = page.get_by_test_id("waiting-entry")  # the job's name, the run's shown id
+    expect(waiting).to_contain_text("Limited two: run …" + second["id"][-12:])
+    expect(waiting.get_by_role("link", name="Limited two")).to_have_attribute(
+        "href", f"/jobs/{second['jobId']}"
+    )
     expect(row.locator("td").nth(4)).to_have_text("1")  # running
     expect(row.locator("td").nth(5)).to_have_text("1")  # waiting
     page.screenshot(path=artifacts / "admin-limits.png", full_page=True)
