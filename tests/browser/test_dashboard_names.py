@@ -204,6 +204,7 @@ def test_the_audit_log(admin_page: Page, server: Server, artifacts: Path) -> Non
     row = page.locator("[data-testid=audit-row]", has=page.locator(f'a[href="/jobs/{job["id"]}"]'))
     expect(row).to_contain_text("job created")
     expect(row).to_contain_text("admin")
+    expect(row.get_by_test_id("audit-name")).to_have_text("Audited")  # the name by the id
     row.get_by_text("before / after").click()
     expect(row.locator("pre")).to_contain_text("Audited")
     expect(page.locator("[data-testid=audit-row]").filter(has_text="job updated")).to_have_count(0)
