@@ -242,3 +242,26 @@ async def test_served_alone_behind_a_proxy_that_strips_the_prefix(scheduler: rot
 async def test_a_worker_of_its_own_needs_the_distributed_mode(scheduler: rota.Rota) -> None:
     with pytest.raises(rota.RotaError, match="distributed mode"):
         await scheduler.run_worker()
+
+
+async def test_the_app_runs_a_job_through_an_in_process_client(
+    http: httpx.AsyncClient, scheduler: rota.Rota
+) -> None:
+    """The host app's own code: a client on this Rota without a network hop, signed in with
+    an API key; a typed definition creates its job and waits (on the event stream) for the
+    result."""
+    from tests.integration.embed_jobs import greet
+
+    login = {"username": ADMIN[0], "password": ADMIN[1]}
+    token = (await http.post(f"{PREFIX}/api/v1/auth/login", json=login)).json()["accessToken"]
+    created = await http.post(
+        f"{PREFIX}/api/v1/api-keys",
+        json={"name": "my-app", "role": "Operator"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert created.status_code == 201, created.text
+    async with scheduler.client(api_key=created.json()["key"]) as client:
+        handle = await greet.now(client)
+        assert await handle.result(timeout=20) == "greeted"
+        runs = await client.list_occurrences(job_id=handle.job_id)
+        assert [run.status_name for run in runs.items] == ["Completed"]

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from rota.app.runtime import Runtime
+    from rota.client import Client
     from rota.stores.files import StoreOwnerLock
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,32 @@ class Rota:
         if self._asgi is None:
             self._asgi = _RotaAsgi(self)
         return self._asgi
+
+    def client(
+        self,
+        *,
+        api_key: str | None = None,
+        token: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        timeout: float = 30.0,
+    ) -> Client:
+        """A :class:`rota.Client` on this Rota, in this process: its calls go straight to
+        :meth:`asgi` (no network, no URL to know), the event stream its handles wait on
+        included. Sign it in as any client (an API key suits an app). Open it with ``async
+        with`` (or close it) like any client; use it while Rota runs."""
+        from rota.app.inprocess import StreamingASGITransport
+        from rota.client import Client
+
+        return Client(
+            "http://rota.internal",
+            api_key=api_key,
+            token=token,
+            username=username,
+            password=password,
+            timeout=timeout,
+            transport=StreamingASGITransport(self.asgi()),
+        )
 
     # --- a worker process (distributed mode) ------------------------------------------------
 
