@@ -147,3 +147,15 @@ def test_the_dashboard_under_a_prefix(page: Page, example: Server) -> None:
     expect(page).to_have_url(f"{example.url}/login")
     assert outside == []
     assert failed == []
+
+
+def test_the_api_docs_under_a_prefix(page: Page, example: Server) -> None:
+    outside, failed = _watch(page)
+    page.goto(f"{example.url}/docs")
+    jobs = page.locator(
+        ".opblock", has=page.locator(".opblock-summary-path[data-path='/api/v1/jobs']")
+    )
+    expect(jobs.locator(".opblock-summary-method", has_text="POST")).to_be_visible()
+    expect(page.locator(".servers select")).to_contain_text(PREFIX)  # Try it out: /rota/api/v1
+    assert outside == []
+    assert failed == []
