@@ -96,8 +96,8 @@ async def test_audit_entries_name_their_resource(
     assert ("occurrence.cancelled", "Sync customers") in named
     assert ("user.created", "olga") in named
     assert ("job.triggered", "Sync customers") in named
-    created = [e for e in entries if e["action"] == "job.created"]
-    assert created and created[0]["resourceId"] == job["id"]
+    [created] = [e for e in entries if e["action"] == "job.created"]
+    assert (created["resourceId"], created["resourceName"]) == (job["id"], "Sync customers")
 
 
 async def test_the_waiting_list_names_the_jobs(
