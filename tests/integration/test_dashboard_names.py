@@ -147,10 +147,13 @@ async def test_times_read_relative_beside_absolute(
     client: httpx.AsyncClient, runtime: MiniRuntime
 ) -> None:
     job = await make_job(client)
-    await failed_run(runtime, UUID(str(job["id"])))
-    page = await client.get("/executions")
+    occurrence_id = await failed_run(runtime, UUID(str(job["id"])))
+    page = await client.get(f"/executions/{occurrence_id}")
     assert '<span class="ago" data-ago="' in page.text
     assert "3 min ago</span>" in page.text
+    listed = await client.get("/executions")  # a table: the time compared down the column
+    assert 'data-fmt="iso">' in listed.text
+    assert "ago</span>" not in listed.text
 
 
 async def test_overview_ranges(client: httpx.AsyncClient) -> None:
