@@ -15,7 +15,7 @@ async def flaky(ctx: rota.JobContext) -> str:
     return f"attempt {ctx.attempt} worked"
 
 
-@rota.job("it.slow")
+@rota.job("it.until_cancelled")
 async def slow(ctx: rota.JobContext) -> None:
     """Runs until it is cancelled (at most a minute)."""
     for _ in range(600):

@@ -82,7 +82,10 @@ async def test_failed_records_retried_by_filter_after_a_dry_run(
 async def test_runs_cancelled_by_filter_and_re_run(
     runtime: Runtime, client: httpx.AsyncClient
 ) -> None:
-    slow = ok(await client.post("/api/v1/jobs", json={"jobType": "it.slow", "executeAt": FAR}), 201)
+    slow = ok(
+        await client.post("/api/v1/jobs", json={"jobType": "it.until_cancelled", "executeAt": FAR}),
+        201,
+    )
     runs = [
         ok(
             await client.post(
