@@ -72,6 +72,8 @@ BASE_BODIES: Final[dict[str, dict[str, Any]]] = {
     "PUT /api/v1/limits/{job_type}": {"max": 2},
     "POST /api/v1/jobs/job/trigger": {"jobId": "{job_id}"},
     "POST /api/v1/occurrences/{occurrence_id}/cancel": {},
+    "POST /api/v1/occurrences/bulk": {"action": "cancel", "filter": {}, "dryRun": True},
+    "POST /api/v1/failed-occurrences/bulk": {"action": "resolve", "filter": {}, "dryRun": True},
     "PUT /api/v1/failed-occurrences/{failed_id}": {},
     "POST /api/v1/admin/dispatcher/stop": {},
     "POST /api/v1/admin/dispatcher/resume": {},
