@@ -488,7 +488,7 @@ def test_bulk_retry_resolve_delete_and_cancel_with_confirmation(cli: Cli) -> Non
 
     wait_until(lambda: len(open_records()) == 3, 15, "three failed-run records")
     # asked first: "no" does nothing (exit code 2)
-    declined = cli.run("failed", "retry", "--all", "--job", "cli-bulk-failing", input="n\n")
+    declined = cli.run("failed", "retry", "--all", "-q", "job:cli-bulk-failing", input="n\n")
     assert declined.exit_code == USAGE
     assert "Retry 3 failed runs?" in declined.stderr
     assert len(open_records()) == 3

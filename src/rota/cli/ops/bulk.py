@@ -18,6 +18,14 @@ SinceOpt = Annotated[
     str | None, typer.Option("--since", help="ISO time (naive: UTC): only those from it on.")
 ]
 UntilOpt = Annotated[str | None, typer.Option("--until", help="ISO time: only those before it.")]
+QueryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--query",
+        "-q",
+        help='With --all: a query filter, e.g. "tag:nightly type:report after:-12h" (docs/api.md).',
+    ),
+]
 MAX_ROUNDS = 1000
 """Calls of one bulk command at most (a million items)."""
 

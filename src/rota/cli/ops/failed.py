@@ -157,7 +157,11 @@ TypeOpt = Annotated[
 
 
 def _filters(
-    job: str | None, types: list[str] | None, since: str | None, until: str | None
+    job: str | None,
+    types: list[str] | None,
+    since: str | None,
+    until: str | None,
+    query: str | None = None,
 ) -> dict[str, Any]:
     job_id = None
     if job is not None:
@@ -168,6 +172,7 @@ def _filters(
         "failureType": types or [],
         "failedAfter": since,
         "failedBefore": until,
+        "q": query,
     }
 
 
@@ -175,6 +180,7 @@ def _filters(
 def retry(
     failed: FailedIds = None,
     every: EveryOpt = False,
+    query: bulk.QueryOpt = None,
     job: JobOpt = None,
     failure_type: TypeOpt = None,
     since: bulk.SinceOpt = None,
@@ -195,7 +201,7 @@ def retry(
         print(run.id)
         return
     chosen = bulk.selection(
-        _ids(failed), _filters(job, failure_type, since, until), every, "failed"
+        _ids(failed), _filters(job, failure_type, since, until, query), every, "failed"
     )
     body = {"action": "retry", **chosen}
     bulk.run_bulk(BULK, body, verb="Retry", noun="failed runs", yes=yes, json=json)
@@ -205,6 +211,7 @@ def retry(
 def delete(
     failed: FailedIds = None,
     every: EveryOpt = False,
+    query: bulk.QueryOpt = None,
     job: JobOpt = None,
     failure_type: TypeOpt = None,
     since: bulk.SinceOpt = None,
@@ -217,7 +224,7 @@ def delete(
 ) -> None:
     """Delete failed-run records (the runs themselves are kept): ids, or --all with filters
     (open records unless --resolved); counted and confirmed first."""
-    filters = _filters(job, failure_type, since, until)
+    filters = _filters(job, failure_type, since, until, query)
     chosen = bulk.selection(_ids(failed), filters, every, "failed")
     if "filter" in chosen and resolved:
         chosen["filter"]["resolved"] = True
@@ -234,6 +241,7 @@ def resolve_failed(
     ] = None,
     reopen: Annotated[bool, typer.Option("--reopen", help="Mark it unresolved again.")] = False,
     every: EveryOpt = False,
+    query: bulk.QueryOpt = None,
     job: JobOpt = None,
     failure_type: TypeOpt = None,
     since: bulk.SinceOpt = None,
@@ -258,7 +266,7 @@ def resolve_failed(
         return
     if action is not None:
         fail("--action is for one record; in bulk give --note", USAGE)
-    filters = _filters(job, failure_type, since, until)
+    filters = _filters(job, failure_type, since, until, query)
     chosen = bulk.selection(_ids(failed), filters, every, "failed")
     body: dict[str, Any] = {"action": "reopen" if reopen else "resolve", **chosen}
     if note is not None:

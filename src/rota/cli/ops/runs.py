@@ -227,7 +227,11 @@ StatusOpt = Annotated[
 
 
 def _run_filters(
-    job: str | None, status: list[str] | None, since: str | None, until: str | None
+    job: str | None,
+    status: list[str] | None,
+    since: str | None,
+    until: str | None,
+    query: str | None = None,
 ) -> dict[str, Any]:
     job_id = None
     if job is not None:
@@ -238,6 +242,7 @@ def _run_filters(
         "status": status or [],
         "scheduledAfter": since,
         "scheduledBefore": until,
+        "q": query,
     }
 
 
@@ -246,6 +251,7 @@ def cancel(
     run: RunIds = None,
     reason: Annotated[str | None, typer.Option(help="Why (kept with the run).")] = None,
     every: EveryOpt = False,
+    query: bulk.QueryOpt = None,
     job: JobOpt = None,
     status: StatusOpt = None,
     since: bulk.SinceOpt = None,
@@ -266,7 +272,8 @@ def cancel(
             return
         output.err_print(f"run {detail.id}: {detail.status_name}")
         return
-    filters = _run_filters(job, status or ["Queued", "Running"], since, until)
+    default = None if query and "status:" in query else ["Queued", "Running"]
+    filters = _run_filters(job, status or default, since, until, query)
     ids = refs.match_ids("occurrence", run or (), "run")
     chosen = bulk.selection(ids, filters if every else {}, every, "run")
     body: dict[str, Any] = {"action": "cancel", **chosen, "reason": reason}
@@ -290,6 +297,7 @@ def rerun(
         ),
     ] = None,
     every: EveryOpt = False,
+    query: bulk.QueryOpt = None,
     job: JobOpt = None,
     status: StatusOpt = None,
     since: bulk.SinceOpt = None,
@@ -301,7 +309,7 @@ def rerun(
     ones keep their record). --all with filters: e.g. the Failed runs of a job in a window
     (--status Failed --since …); counted and confirmed first. --per-second paces them (a
     replay that does not flood the workers)."""
-    filters = _run_filters(job, status, since, until)
+    filters = _run_filters(job, status, since, until, query)
     ids = refs.match_ids("occurrence", run or (), "run")
     chosen = bulk.selection(ids, filters if every else {}, every, "run")
     body: dict[str, Any] = {"action": "rerun", **chosen, "reason": reason, "force": force}
@@ -313,6 +321,7 @@ def rerun(
 @app.command("retry")
 def retry(
     every: EveryOpt = False,
+    query: bulk.QueryOpt = None,
     job: JobOpt = None,
     since: bulk.SinceOpt = None,
     until: bulk.UntilOpt = None,
@@ -321,7 +330,7 @@ def retry(
 ) -> None:
     """Retry every open failed run the filters match (of a job, failed in a window) as a
     new attempt: `rota failed retry --all` by another name."""
-    filters = {"jobId": None, "failedAfter": since, "failedBefore": until}
+    filters = {"jobId": None, "failedAfter": since, "failedBefore": until, "q": query}
     if job is not None:
         with connect() as client:
             filters["jobId"] = str(resolve(client, job).id)
