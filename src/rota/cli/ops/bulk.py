@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from rota.cli.ops import output
+from rota.cli.ops.refs import resolve
 from rota.cli.ops.session import USAGE, connect, fail
 from rota.client import SyncClient
 
@@ -18,6 +19,8 @@ SinceOpt = Annotated[
     str | None, typer.Option("--since", help="ISO time (naive: UTC): only those from it on.")
 ]
 UntilOpt = Annotated[str | None, typer.Option("--until", help="ISO time: only those before it.")]
+EveryOpt = Annotated[bool, typer.Option("--all", help="Every one the filters match.")]
+JobOpt = Annotated[str | None, typer.Option("--job", help="Only this job's (id or name).")]
 QueryOpt = Annotated[
     str | None,
     typer.Option(
@@ -28,6 +31,14 @@ QueryOpt = Annotated[
 ]
 MAX_ROUNDS = 1000
 """Calls of one bulk command at most (a million items)."""
+
+
+def job_id_of(job: str | None) -> str | None:
+    """The id of the job ``job`` names (its id, shown digits or unique name), or ``None``."""
+    if job is None:
+        return None
+    with connect() as client:
+        return str(resolve(client, job).id)
 
 
 def _post(client: SyncClient, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -148,8 +148,8 @@ FailedIds = Annotated[
         "--all with filters."
     ),
 ]
-EveryOpt = Annotated[bool, typer.Option("--all", help="Every record the filters match.")]
-JobOpt = Annotated[str | None, typer.Option("--job", help="Only this job's (id or name).")]
+EveryOpt = bulk.EveryOpt
+JobOpt = bulk.JobOpt
 TypeOpt = Annotated[
     list[str] | None,
     typer.Option("--type", help="Only this failure type (timed_out, zombie, …; repeat for more)."),
@@ -163,12 +163,8 @@ def _filters(
     until: str | None,
     query: str | None = None,
 ) -> dict[str, Any]:
-    job_id = None
-    if job is not None:
-        with connect() as client:
-            job_id = str(resolve(client, job).id)
     return {
-        "jobId": job_id,
+        "jobId": bulk.job_id_of(job),
         "failureType": types or [],
         "failedAfter": since,
         "failedBefore": until,

@@ -218,8 +218,8 @@ RunIds = Annotated[
     list[str] | None,
     typer.Argument(help="Runs' ids (or their shown last digits); or --all with filters."),
 ]
-EveryOpt = Annotated[bool, typer.Option("--all", help="Every run the filters match.")]
-JobOpt = Annotated[str | None, typer.Option("--job", help="Only this job's runs (id or name).")]
+EveryOpt = bulk.EveryOpt
+JobOpt = bulk.JobOpt
 StatusOpt = Annotated[
     list[str] | None,
     typer.Option("--status", help="Only runs in this status (name or code; repeat for more)."),
@@ -233,12 +233,8 @@ def _run_filters(
     until: str | None,
     query: str | None = None,
 ) -> dict[str, Any]:
-    job_id = None
-    if job is not None:
-        with connect() as client:
-            job_id = str(resolve(client, job).id)
     return {
-        "jobId": job_id,
+        "jobId": bulk.job_id_of(job),
         "status": status or [],
         "scheduledAfter": since,
         "scheduledBefore": until,
@@ -330,10 +326,12 @@ def retry(
 ) -> None:
     """Retry every open failed run the filters match (of a job, failed in a window) as a
     new attempt: `rota failed retry --all` by another name."""
-    filters = {"jobId": None, "failedAfter": since, "failedBefore": until, "q": query}
-    if job is not None:
-        with connect() as client:
-            filters["jobId"] = str(resolve(client, job).id)
+    filters = {
+        "jobId": bulk.job_id_of(job),
+        "failedAfter": since,
+        "failedBefore": until,
+        "q": query,
+    }
     chosen = bulk.selection([], filters, every, "run")
     body = {"action": "retry", **chosen}
     bulk.run_bulk(FAILED_BULK, body, verb="Retry", noun="failed runs", yes=yes, json=json)
