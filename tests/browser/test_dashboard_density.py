@@ -81,11 +81,27 @@ def test_a_screen_holds_25_executions_one_line_each_with_counted_chips(
     expect(chips.locator("[data-status=Completed]")).to_have_text(str(RUNS))
     expect(chips.locator("[data-status=Failed]")).to_have_text("0")
     page.screenshot(path=artifacts / "density-executions.png")
-    # Graph runs is in the navigation
+    # Graph runs is in the navigation; its table keeps one line a row too
+    upstream = _job(server, jobType="browser.tick", displayName="Dense upstream")
+    _job(server, jobType="browser.tick", displayName="Dense downstream", dependsOn=[
+        {"jobId": upstream["id"]}
+    ])  # fmt: skip
+    with server.api() as api:
+        assert api.post(f"/jobs/{upstream['id']}/trigger", json={}).status_code == 202
+
+        def finished() -> bool:
+            found = api.get("/graph-runs", params={"jobId": upstream["id"], "status": "finished"})
+            return bool(found.json()["items"])
+
+        server.wait_for("the graph run to finish", finished)
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Graph runs").click()
     expect(page).to_have_url(f"{server.url}/graph-runs")
     current = page.locator("nav[aria-label=Main] [aria-current=page]")
     expect(current).to_have_text("Graph runs")
+    run_row = page.get_by_test_id("graph-runs").locator("tbody tr", has_text="Dense upstream")
+    expect(run_row.locator("time[data-fmt=iso]")).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d "))
+    expect(run_row.locator("time.ago.bare")).to_have_text(re.compile(r"ago$|^just now$"))
+    page.screenshot(path=artifacts / "density-graph-runs.png")
 
 
 def _axis_fits(chart: Any, index: int) -> dict[str, Any]:
