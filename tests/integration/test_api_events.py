@@ -276,3 +276,17 @@ async def test_resuming_after_what_the_feed_dropped_says_gap(
         assert gap.event == "gap"
         assert gap.id is None  # not an event of the feed: the client's position stays
         assert gap.data == {"after": replayed.id, "oldest": horizon}
+
+
+async def test_ready_announces_the_subscription_to_a_browser(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    async with subscribe(app, client, "?ready=true&types=job.created") as reader:
+        ready = await reader.next_event()
+        assert (ready.event, ready.id, ready.data) == ("ready", None, {})
+        job = await create(client)
+        created = await reader.next_event()
+        assert (created.event, created.data["jobId"]) == ("job.created", job["id"])
+    async with subscribe(app, client, "?types=job.created") as reader:  # not asked: none
+        job = await create(client)
+        assert (await reader.next_event()).event == "job.created"

@@ -131,8 +131,9 @@ def live_trigger(live: dict[str, Any], events: tuple[str, ...]) -> str:
     the API streams events) and the polling safety net."""
     triggers = ["rota:refresh"]
     if live.get("events"):
-        # gap: the stream resumed after events it no longer had, so refresh whatever happened
-        triggers += [f"sse:{event}" for event in events] + ["sse:gap"]
+        # gap: the stream resumed after events it no longer had, so refresh whatever happened;
+        # ready: the stream is in place (again): what changed before it is fetched once
+        triggers += [f"sse:{event}" for event in events] + ["sse:gap", "sse:ready"]
     if live.get("poll"):
         triggers.append(f"every {live['poll']}s")
     return ", ".join(triggers)

@@ -66,10 +66,12 @@ def has_route(request: Request, path: str) -> bool:
 
 
 def live(request: Request, **filters: str) -> dict[str, Any]:
-    """How a page stays current: the event stream (with filters) and a polling safety net."""
+    """How a page stays current: the event stream (with filters, and its ``ready`` event: each
+    live part is fetched again once the stream is in place, so nothing that changed between
+    the page's render and its subscription is missed) and a polling safety net."""
     if has_route(request, EVENTS_PATH):
-        query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
-        url = EVENTS_PATH + (f"?{query}" if query else "")
+        query = "&".join([*(f"{k}={v}" for k, v in filters.items() if v), "ready=true"])
+        url = f"{EVENTS_PATH}?{query}"
         return {"events": url, "poll": POLL_WITH_EVENTS}
     return {"events": None, "poll": POLL_WITHOUT_EVENTS}
 

@@ -39,6 +39,7 @@ class EventFilter:
     types: frozenset[str] | None
     job_id: str | None
     occurrence_id: str | None
+    ready: bool = False
 
     def matches(self, event: Event) -> bool:
         if self.types is not None and event.type not in self.types:
@@ -79,6 +80,14 @@ def event_filter(
     occurrence_id: Annotated[
         UUID | None, Query(alias="occurrenceId", description="Only this occurrence's.")
     ] = None,
+    ready: Annotated[
+        bool,
+        Query(
+            description="Also send a `ready` event once the subscription is in place (a "
+            "browser's EventSource does not see the `connected` comment): a page refreshes "
+            "what it shows then, catching what changed before it subscribed."
+        ),
+    ] = False,
 ) -> EventFilter:
     """The checked query: a malformed id or an unknown type is a 422 before the stream
     starts."""
@@ -100,6 +109,7 @@ def event_filter(
         types=wanted or None,
         job_id=None if job_id is None else str(job_id),
         occurrence_id=None if occurrence_id is None else str(occurrence_id),
+        ready=ready,
     )
 
 
@@ -139,6 +149,8 @@ async def stream_events(
         gap = await _gap(runtime, selected.after)
         if gap is not None:
             yield gap
+        if selected.ready:
+            yield ServerSentEvent(event="ready", raw_data="{}")
         async for event_id, event in stream:
             if selected.matches(event):
                 yield ServerSentEvent(
