@@ -8,7 +8,7 @@ servers), all due at one instant far enough ahead for the creation to end before
 run is timed from that instant to the last occurrence's end as the store recorded it; every
 occurrence is checked Completed, once per job. The CPU each process used per job is reported
 by role (servers, workers, and the services when they run on this machine), which is what
-docs/performance.md scales out on paper from.
+docs/performance.md ("Sizing from the CPU per job") scales out on paper from.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A dispatcher's late ``mark_dispatched`` must not hide a retry from the sweeper.
 
-Found by the chaos soak (docs/reliability.md, "Chaos soak", 10-minute run of 2026-11-25): in
+Found by the chaos soak (its 10-minute run of 2026-11-25, bench/2026-11-29-reliability-diary.md): in
 the distributed mode the dispatcher publishes a batch in the background and then marks its
 occurrences dispatched by id. When the publisher confirm is slow (here just after a server
 restart took buckets over), a job whose first attempt fails at once is run, reported failed
