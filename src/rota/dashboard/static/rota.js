@@ -528,16 +528,36 @@
     const el = event.detail.elt;
     if (el.id === "log") event.detail.parameters.after = el.dataset.logAfter || "0";
   });
+  // A live part (its trigger has rota:refresh) is not replaced under someone working in it —
+  // rows selected, a form or a disclosure open, the focus in a field — when an event, the
+  // stream's "ready" or the poll refreshes it: checked when the request starts and again
+  // when its answer arrives. Their own action (data-force-refresh) refreshes it anyway.
+  function livePart(el) {
+    const trigger = el.getAttribute && el.getAttribute("hx-trigger");
+    return Boolean(trigger && trigger.indexOf("rota:refresh") >= 0);
+  }
+
+  function busy(el) {
+    const kept = el.hasAttribute("data-keep-selection") ? "input[name=select]:checked, details[open]" : "details[open]";
+    return Boolean(el.querySelector(kept)) || (el.contains(document.activeElement) && document.activeElement.matches("input, textarea, select"));
+  }
+
   document.addEventListener("htmx:beforeRequest", function (event) {
     const el = event.detail.elt;
     if (el.dataset && el.dataset.forceRefresh) {
       delete el.dataset.forceRefresh;
+      el.dataset.forcedInFlight = "1";
       return;
     }
-    if (el.hasAttribute && el.hasAttribute("data-keep-selection") && event.detail.requestConfig && event.detail.requestConfig.verb === "get") {
-      const busy = el.querySelector("input[name=select]:checked, details[open] form") || (el.contains(document.activeElement) && document.activeElement.matches("input, textarea, select"));
-      if (busy) event.preventDefault();
+    if (livePart(el) && event.detail.requestConfig && event.detail.requestConfig.verb === "get" && busy(el)) {
+      event.preventDefault();
     }
+  });
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    const el = event.detail.elt;
+    if (!el || !livePart(el)) return;
+    if (el.dataset.forcedInFlight) { delete el.dataset.forcedInFlight; return; }
+    if (busy(el)) event.detail.shouldSwap = false;  // the next event or poll brings it
   });
   document.addEventListener("htmx:afterSwap", function (event) {
     const el = event.detail.target;
