@@ -65,6 +65,48 @@ async def _select(
     return items[:MAX_BULK], len(items) > MAX_BULK or cursor is not None
 
 
+async def _choose(
+    ids: Sequence[UUID] | None,
+    query: FailedQuery | OccurrenceQuery | None,
+    list_page: Callable[[Any], Awaitable[Any]],
+) -> tuple[list[Any], bool]:
+    """The ids given, or what ``query`` matches (one of the two), and whether there are
+    more."""
+    if ids is not None:
+        return list(_check_ids(ids)), False
+    assert query is not None
+
+    def fetch(limit: int, cursor: str | None) -> Awaitable[Any]:
+        return list_page(replace(query, limit=limit, cursor=cursor))
+
+    return await _select(fetch)
+
+
+async def _act(
+    action: str,
+    chosen: Sequence[Any],
+    more: bool,
+    dry_run: bool,
+    one: Callable[[Any], Awaitable[UUID | None]],
+) -> BulkOutcome:
+    """``one`` on each chosen item (unless a dry run): an item it cannot do is reported with
+    its reason and the others go on; what it returns is a run it queued."""
+    outcome = BulkOutcome(action, len(chosen), more, dry_run=dry_run)
+    if dry_run:
+        return outcome
+    for item in chosen:
+        try:
+            queued = await one(item)
+        except RotaError as exc:
+            item_id = item if isinstance(item, UUID) else item.id
+            outcome.errors.append(BulkError(item_id, str(exc)))
+        else:
+            outcome.done += 1
+            if queued is not None:
+                outcome.created.append(queued)
+    return outcome
+
+
 def _check_ids(ids: Sequence[UUID]) -> list[UUID]:
     unique = list(dict.fromkeys(ids))
     if not unique:
@@ -110,29 +152,13 @@ class BulkActions:
     ) -> BulkOutcome:
         """``action`` on the given records, or on those ``query`` matches (``note`` and
         ``resolution``: a resolve's note and action name)."""
-        if ids is not None:
-            records: list[FailedOccurrence | UUID] = list(_check_ids(ids))
-            more = False
-        else:
-            assert query is not None
+        chosen, more = await _choose(ids, query, self._failed.list_failed)
 
-            def fetch(limit: int, cursor: str | None) -> Awaitable[Any]:
-                return self._failed.list_failed(replace(query, limit=limit, cursor=cursor))
-
-            found, more = await _select(fetch)
-            records = list(found)
-        outcome = BulkOutcome(action, len(records), more, dry_run=dry_run)
-        if dry_run:
-            return outcome
-        for record in records:
+        async def one(record: FailedOccurrence | UUID) -> UUID | None:
             record_id = record if isinstance(record, UUID) else record.id
-            try:
-                await self._one_failed(action, record_id, (note, resolution), by, now, outcome)
-            except RotaError as exc:
-                outcome.errors.append(BulkError(record_id, str(exc)))
-            else:
-                outcome.done += 1
-        return outcome
+            return await self._one_failed(action, record_id, (note, resolution), by, now)
+
+        return await _act(action, chosen, more, dry_run, one)
 
     async def _one_failed(
         self,
@@ -141,14 +167,14 @@ class BulkActions:
         said: tuple[str | None, str | None],
         by: str,
         now: datetime,
-        outcome: BulkOutcome,
-    ) -> None:
+    ) -> UUID | None:
+        """One record's action; the run a retry queued."""
         if action == "retry":
             run = await retry_failed(
                 self._failed, self._coordination, record_id, by=by, now=now, events=self._events
             )
-            outcome.created.append(run.id)
-        elif action == "resolve":
+            return run.id
+        if action == "resolve":
             await resolve_failed(
                 self._failed,
                 record_id,
@@ -162,6 +188,7 @@ class BulkActions:
             await resolve_failed(self._failed, record_id, resolved=False, by=by, now=now)
         else:
             await self._failed.delete_failed(record_id)
+        return None
 
     # --- occurrences --------------------------------------------------------------------
 
@@ -184,44 +211,27 @@ class BulkActions:
         ``per_second``, re-runs are paced: the n-th (from 0) is scheduled ``start_after +
         n / per_second`` seconds from now and sent when due, so a replay does not flood the
         workers."""
-        if ids is not None:
-            chosen: list[Occurrence | UUID] = list(_check_ids(ids))
-            more = False
-        else:
-            assert query is not None
+        chosen, more = await _choose(ids, query, self._runs.list_occurrences)
+        made = 0  # re-runs queued so far: the next one is paced after them
 
-            def fetch(limit: int, cursor: str | None) -> Awaitable[Any]:
-                return self._runs.list_occurrences(replace(query, limit=limit, cursor=cursor))
+        async def one(item: Occurrence | UUID) -> UUID | None:
+            nonlocal made
+            if action == "cancel":
+                run_id = item if isinstance(item, UUID) else item.id
+                await cancel_occurrence(
+                    self._runs,
+                    self._coordination,
+                    run_id,
+                    reason=reason,
+                    now=now,
+                    events=self._events,
+                )
+                return None
+            run = item if isinstance(item, Occurrence) else await self._runs.get_occurrence(item)
+            said = f"re-run of {run.id}" + (f": {reason}" if reason else "")
+            delay = start_after + (made / per_second if per_second else 0.0)
+            again = await self._trigger(run.job_id, run.job_data, said, force, delay)
+            made += 1
+            return again.id
 
-            found, more = await _select(fetch)
-            chosen = list(found)
-        outcome = BulkOutcome(action, len(chosen), more, dry_run=dry_run)
-        if dry_run:
-            return outcome
-        paced = 0
-        for item in chosen:
-            run_id = item if isinstance(item, UUID) else item.id
-            try:
-                if action == "cancel":
-                    await cancel_occurrence(
-                        self._runs,
-                        self._coordination,
-                        run_id,
-                        reason=reason,
-                        now=now,
-                        events=self._events,
-                    )
-                else:
-                    run = item if isinstance(item, Occurrence) else None
-                    if run is None:
-                        run = await self._runs.get_occurrence(run_id)
-                    said = f"re-run of {run.id}" + (f": {reason}" if reason else "")
-                    delay = start_after + (paced / per_second if per_second else 0.0)
-                    again = await self._trigger(run.job_id, run.job_data, said, force, delay)
-                    outcome.created.append(again.id)
-                    paced += 1
-            except RotaError as exc:
-                outcome.errors.append(BulkError(run_id, str(exc)))
-            else:
-                outcome.done += 1
-        return outcome
+        return await _act(action, chosen, more, dry_run, one)
