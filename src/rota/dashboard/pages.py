@@ -406,8 +406,8 @@ async def job_page(request: Request, user: User, runtime: Runtime, job_id: UUID)
     ]
     versions = await runtime.jobs.job_versions(job_id)
     counts = await runtime.store.count_occurrences(job_id=job_id)
-    _, upcoming, effective = await runtime.jobs.upcoming(
-        job_id,
+    upcoming, effective = await runtime.jobs.upcoming(
+        job,
         UPCOMING_FIRES,
         default_timeout_seconds=runtime.settings.worker.default_timeout_seconds,
     )

@@ -234,21 +234,20 @@ class JobService:
         return CronSchedule.parse(cron.strip(), time_zone).fires(start, count)
 
     async def upcoming(
-        self, job_id: UUID, count: int, *, default_timeout_seconds: float | None = None
-    ) -> tuple[Job, list[UpcomingFire], dict[str, Effective]]:
-        """The job, its next ``count`` fires (each marked when its pause or a skip will record
-        it Skipped), and the values that govern its runs with where each comes from (the
-        job, what a live worker declared about its type, the defaults)."""
+        self, job: Job, count: int, *, default_timeout_seconds: float | None = None
+    ) -> tuple[list[UpcomingFire], dict[str, Effective]]:
+        """The job's next ``count`` fires (each marked when its pause or a skip will record it
+        Skipped), and the values that govern its runs with where each comes from (the job,
+        what a live worker declared about its type, the defaults)."""
         if not 1 <= count <= MAX_PREVIEW:
             raise ValidationError(f"count must be between 1 and {MAX_PREVIEW}", field="count")
-        job = await self._store.get_job(job_id)
-        directory = await self._fresh_directory()
-        declared = directory.type_description(job.job_type, job.worker_id) if directory else None
+        await self.refresh_workers()  # the copy the job's warnings read (at most a second old)
+        declared = self._workers.type_description(job.job_type, job.worker_id)
         retries, timeout = self._plan.default_max_retries, default_timeout_seconds
         values = effective_values(
             job, declared, default_max_retries=retries, default_timeout_seconds=timeout
         )
-        return job, upcoming_fires(job, count), values
+        return upcoming_fires(job, count), values
 
     # --- writing ----------------------------------------------------------------------------
 

@@ -65,7 +65,8 @@ async def upcoming(
     count: Annotated[int, Query(ge=1, le=MAX_PREVIEW)] = DEFAULT_COUNT,
 ) -> UpcomingOut:
     default_timeout = runtime.settings.worker.default_timeout_seconds
-    job, fires, values = await jobs.upcoming(job_id, count, default_timeout_seconds=default_timeout)
+    job = await jobs.get_job(job_id)
+    fires, values = await jobs.upcoming(job, count, default_timeout_seconds=default_timeout)
     zone = ZoneInfo(job.time_zone)
     return UpcomingOut(
         time_zone=job.time_zone,
