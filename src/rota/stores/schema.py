@@ -31,6 +31,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.elements import TextClause
 from sqlalchemy.types import TypeEngine
 
 from rota.stores.keytable import api_keys_table
@@ -146,6 +147,11 @@ SEARCH_TABLE = "jobs_search"
 :data:`TEXT_INDEXED`, kept in step by triggers (migrations 0012, 0023); not declared here,
 being a virtual table (with shadow tables ``jobs_search_data``, ``_idx``, ``_docsize``,
 ``_config``)."""
+
+
+def _partial(name: str, *columns: str, where: TextClause, unique: bool = False) -> Index:
+    """A partial index, with the same condition on both stores."""
+    return Index(name, *columns, unique=unique, postgresql_where=where, sqlite_where=where)
 
 
 def is_search_table(name: str) -> bool:
@@ -284,36 +290,14 @@ def _jobs(metadata: MetaData, *, postgres: bool) -> None:
         Column("skip_note", Text()),
         *by_state,
         Index(None, "job_type", "id"),
-        Index(
-            "ix_jobs_auto_disabled",
-            "id",
-            sqlite_where=AUTO_DISABLED,
-            postgresql_where=AUTO_DISABLED,
-        ),
+        _partial("ix_jobs_auto_disabled", "id", where=AUTO_DISABLED),
         # At most one code-declared job per job type (API jobs of the type are not limited).
-        Index(
-            "uq_jobs_code_job_type",
-            "job_type",
-            unique=True,
-            sqlite_where=CODE_JOBS,
-            postgresql_where=CODE_JOBS,
-        ),
+        _partial("uq_jobs_code_job_type", "job_type", where=CODE_JOBS, unique=True),
         # The timed pauses, by their end (the few jobs paused with an end: ended in seconds).
-        Index(
-            "ix_jobs_paused_until",
-            "paused_until",
-            sqlite_where=TIMED_PAUSE,
-            postgresql_where=TIMED_PAUSE,
-        ),
+        _partial("ix_jobs_paused_until", "paused_until", where=TIMED_PAUSE),
         # The recurring (cron or interval) jobs of a bucket (silence and missed-fire checks),
         # without the one-time ones.
-        Index(
-            "ix_jobs_recurring",
-            "bucket",
-            "id",
-            sqlite_where=RECURRING,
-            postgresql_where=RECURRING,
-        ),
+        _partial("ix_jobs_recurring", "bucket", "id", where=RECURRING),
         *by_tag,
     )
     Table(
@@ -394,14 +378,8 @@ def _occurrences(metadata: MetaData, *, partitioned: bool) -> None:
         Index(None, "job_id", "id"),
         Index(None, "job_id", "status", "id"),
         Index(None, "status", "id"),
-        Index(
-            "ix_occurrences_queued",
-            "status",  # an equality for SQLite's planner, which has no statistics
-            "dispatched_at",
-            "due_at",
-            postgresql_where=QUEUED_ONLY,
-            sqlite_where=QUEUED_ONLY,
-        ),
+        # status: an equality for SQLite's planner, which has no statistics
+        _partial("ix_occurrences_queued", "status", "dispatched_at", "due_at", where=QUEUED_ONLY),
         Index(None, "end_time", "status"),
         **keys["kw"],
     )
@@ -606,12 +584,8 @@ def _failed_occurrences(metadata: MetaData) -> None:
         Column("raw_message", Text()),
         Index(None, "occurrence_id"),
         # One unresolved record per occurrence: a repeated report of the same end adds nothing.
-        Index(
-            "uq_failed_occurrences_unresolved",
-            "occurrence_id",
-            unique=True,
-            sqlite_where=UNRESOLVED,
-            postgresql_where=UNRESOLVED,
+        _partial(
+            "uq_failed_occurrences_unresolved", "occurrence_id", where=UNRESOLVED, unique=True
         ),
         # The list's filters, each in the list's order (newest first, by id).
         Index(None, "job_id", "id"),
@@ -727,12 +701,7 @@ def _notifications(metadata: MetaData) -> None:
         Column("last_error", Text()),
         # The same notice made twice (two servers, a replayed report) is one delivery.
         UniqueConstraint("subscription_id", "event_key"),
-        Index(
-            "ix_notify_deliveries_due",
-            "next_attempt_at",
-            sqlite_where=PENDING_DELIVERIES,
-            postgresql_where=PENDING_DELIVERIES,
-        ),
+        _partial("ix_notify_deliveries_due", "next_attempt_at", where=PENDING_DELIVERIES),
         Index(None, "finished_at"),
     )
     Table(
