@@ -38,6 +38,7 @@ from rota.stores.sql.limits import LimitQueries
 from rota.stores.sql.lookup import LookupQueries
 from rota.stores.sql.notifications import NotificationQueries
 from rota.stores.sql.pausing import PauseQueries
+from rota.stores.sql.rebuild import RebuildQueries
 from rota.stores.sql.reencrypt import ReencryptQueries
 from rota.stores.sql.retention import RetentionQueries
 from rota.stores.sql.routing import RoutingQueries
@@ -58,6 +59,7 @@ class SqlStore(
     FailedQueries,
     StatsQueries,
     RetentionQueries,
+    RebuildQueries,
     SecurityQueries,
     NotificationQueries,
     IdempotencyQueries,
