@@ -91,7 +91,8 @@ async def test_migration_0025_keeps_a_jobs_in_flight_counts_out_of_the_count_row
     """Upgraded, ``occurrence_counts`` holds the settled statuses only (its rows of zeros
     gone too); downgraded, the in-flight ones are counted again from the occurrences."""
     await upgrade(empty_url)
-    queued_job, done_job = make_job(), make_job()
+    # recurring: their fires are counted in occurrence_counts (a one-time job's are not: 0033)
+    queued_job, done_job = (make_job(cron_expression="* * * * *", execute_at=None) for _ in "ab")
     store = SqlStore(empty_url)
     await store.open()
     try:
@@ -263,3 +264,57 @@ async def test_migration_0032_keeps_the_declared_types_and_adds_no_schema(
     await downgrade(empty_url, "0031")
     await upgrade(empty_url)
     assert await schema_diff(empty_url) == []
+
+
+async def test_migration_0033_folds_the_uncounted_fires_on_the_way_down(empty_url: str) -> None:
+    """A one-time job's fire writes no count row (its counts read from it); downgraded, it
+    is folded into ``occurrence_counts`` (its status, its run, its duration); upgraded
+    again, the job reads the same from its count rows."""
+    await upgrade(empty_url)
+    done_job, failed_job = make_job(), make_job()
+    store = SqlStore(empty_url)
+    await store.open()
+    try:
+        done = await fired(store, done_job)
+        failed = await fired(store, failed_job)
+        end = status(done, S.COMPLETED, duration_ms=50.0, instance_id="w")
+        await store.apply_status([status(done, S.RUNNING, instance_id="w"), end])
+        await store.apply_status([status(failed, S.RUNNING), status(failed, S.FAILED)])
+        before = [await store.get_job(j.id) for j in (done_job, failed_job)]
+        counts = [await store.count_occurrences(job_id=j.id) for j in (done_job, failed_job)]
+    finally:
+        await store.close()
+    assert [(j.total_executions, j.success_count, j.failure_count) for j in before] == [
+        (1, 1, 0),
+        (1, 0, 1),
+    ]
+
+    async def count_rows() -> set[tuple[Any, ...]]:
+        engine = create_store_engine(empty_url, pool_size=1)
+        try:
+            async with engine.connect() as conn:
+                c = occurrence_counts.c
+                rows = await conn.execute(
+                    select(c.job_id, c.status, c.n, c.runs, c.duration_sum, c.duration_count)
+                )
+                return {tuple(r) for r in rows}
+        finally:
+            await engine.dispose()
+
+    assert await count_rows() == set()
+    await downgrade(empty_url, "0032")
+    assert await count_rows() == {
+        (done_job.id, int(S.COMPLETED), 1, 1, 50.0, 1),
+        (failed_job.id, int(S.FAILED), 1, 1, 0.0, 0),
+    }
+    await upgrade(empty_url)
+    assert await schema_diff(empty_url) == []
+    store = SqlStore(empty_url)
+    await store.open()
+    try:
+        assert [await store.get_job(j.id) for j in (done_job, failed_job)] == before
+        assert [
+            await store.count_occurrences(job_id=j.id) for j in (done_job, failed_job)
+        ] == counts
+    finally:
+        await store.close()

@@ -141,8 +141,6 @@ class JobStats:
     outcomes: list[tuple[bool, datetime, str | None]] = field(default_factory=list)
     """Completed (``False``) and final failures (``True``) in order, with their time and
     exception: the consecutive-failure count follows them (auto-disable)."""
-    runs: dict[int, int] = field(default_factory=dict)
-    """Final statuses reached (their codes) -> how many times: ``total`` by status."""
 
     def count(
         self,
@@ -152,7 +150,6 @@ class JobStats:
         exception: str | None,
     ) -> None:
         self.total += 1
-        self.runs[int(status)] = self.runs.get(int(status), 0) + 1
         if status is OccurrenceStatus.COMPLETED:
             self.success += 1
             if duration_ms is not None:

@@ -29,6 +29,7 @@ from sqlalchemy import (
     Uuid,
     false,
     text,
+    true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import TextClause
@@ -132,6 +133,12 @@ QUEUED_ONLY = text("status = 0")
 """The condition of the partial index of the Queued occurrences (migration 0026): the sweeps'
 index holds the occurrences waiting for a worker, not the history. A statement that reads it
 names the status as a literal (see ``rota.stores.sql.statements.QUEUED_LITERAL``)."""
+UNCOUNTED = text("NOT counted")
+"""The condition of the partial index of the occurrences kept out of ``occurrence_counts``
+(a one-time job's fire: migration 0033). Its readers say it in the same words (SQLAlchemy
+writes ``~counted`` as ``counted = 0`` on SQLite, which its planner does not match with it),
+with no ``IN`` list and no ``GROUP BY`` on the status (``NOT IN`` instead): either takes
+SQLite's planner to the ``(job_id, status, id)`` index, through every occurrence of a job."""
 
 
 SEARCHED = ("display_name", "job_type", "description")
@@ -373,6 +380,7 @@ def _occurrences(metadata: MetaData, *, partitioned: bool) -> None:
         Column("traceparent", String(64)),
         Column("jitter_seconds", Float()),
         Column("history", HISTORY),
+        Column("counted", Boolean(), nullable=False, server_default=true()),
         keys["pk"],
         UniqueConstraint("job_id", "scheduled_for"),
         Index(None, "job_id", "id"),
@@ -381,6 +389,7 @@ def _occurrences(metadata: MetaData, *, partitioned: bool) -> None:
         # status: an equality for SQLite's planner, which has no statistics
         _partial("ix_occurrences_queued", "status", "dispatched_at", "due_at", where=QUEUED_ONLY),
         Index(None, "end_time", "status"),
+        _partial("ix_occurrences_uncounted", "job_id", where=UNCOUNTED),
         **keys["kw"],
     )
     keys = _keys(partitioned, "occurrence_logs", "seq")

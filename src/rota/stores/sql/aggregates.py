@@ -13,6 +13,14 @@ overview and a job's counts are a few rows to read instead of a scan of the hist
   leave it), and for Completed the sum and count of their durations; a job's
   ``total_executions``, ``success_count``, ``failure_count`` and ``average_duration_ms``
   are read from them (:mod:`rota.stores.sql.jobstats`), so a run's end writes no jobs row.
+  A one-time job's fire is inserted *uncounted* (``occurrences.counted`` false, migration
+  0033): it has no part in these rows, and the readers of a job's counts and statistics add
+  it from the occurrence itself (its settled status; a run in its final status, with its
+  duration when Completed), found through the partial index of the uncounted occurrences.
+  Such an occurrence has been in a final status at most once (the one it is in): before it
+  leaves one (a manual retry) or leaves the table (a purge, a dropped partition), it is
+  *folded* into these rows under its row lock, its runs and durations kept as a counted
+  one's are. Every job of a burst of one-time jobs then writes no count row at all.
 - ``occurrence_totals`` (shard, status) -> n: the same over every job, in :data:`SHARDS`
   rows per status; each transaction adds to one shard chosen at random, so concurrent
   writers (several trackers, distributed) seldom wait on the same row. A read sums them.
@@ -112,15 +120,32 @@ def next_hour(at: datetime) -> int:
     return (whole + (1 if rest else 0)) * 3600
 
 
-class StatDeltas:
-    """The changes a transaction makes to the aggregates, summed before they are written."""
+RUN_STATUSES: Final = frozenset(int(s) for s in OccurrenceStatus if s.is_terminal)
+"""The statuses an occurrence's run ends in: reaching one counts a run of its job."""
+_COMPLETED: Final = int(OccurrenceStatus.COMPLETED)
 
-    __slots__ = ("active", "counts", "jobs", "minutes", "runs", "tags", "types")
+
+def durations(duration_ms: float | None) -> tuple[float, int]:
+    """One occurrence's duration as a (sum, count) pair."""
+    return (0.0, 0) if duration_ms is None else (float(duration_ms), 1)
+
+
+class StatDeltas:
+    """The changes a transaction makes to the aggregates, summed before they are written.
+
+    Two kinds: per job (``counts`` and ``runs``: ``occurrence_counts``, the counted
+    occurrences only) and over every occurrence (``totals``, ``minutes``: the per-shard
+    tables, the overview's, which count every occurrence alike)."""
+
+    __slots__ = ("active", "counts", "jobs", "minutes", "runs", "tags", "totals", "types")
 
     def __init__(self) -> None:
         self.counts: defaultdict[tuple[UUID, int], int] = defaultdict(int)
+        """(job, status) -> counted occurrences added (less those removed)."""
         self.runs: defaultdict[tuple[UUID, int], list[Any]] = defaultdict(lambda: [0, 0.0, 0])
         """(job, final status) -> runs that reached it, their duration sum and count."""
+        self.totals: defaultdict[int, int] = defaultdict(int)
+        """Status -> occurrences added (less those removed), counted or not."""
         self.minutes: defaultdict[tuple[int, int], list[Any]] = defaultdict(lambda: [0, 0.0, 0])
         self.jobs = 0
         """Jobs added (less those removed)."""
@@ -170,10 +195,15 @@ class StatDeltas:
         end_time: datetime | None,
         duration_ms: float | None,
         sign: int = 1,
+        *,
+        counted: bool = True,
     ) -> None:
-        """Count (``sign`` 1) or uncount (-1) an occurrence in this state."""
+        """Count (``sign`` 1) or uncount (-1) an occurrence in this state; in its job's
+        counts only if it is ``counted``."""
         status = int(status)
-        self.counts[(job_id, status)] += sign
+        if counted:
+            self.counts[(job_id, status)] += sign
+        self.totals[status] += sign
         if end_time is not None and status in WINDOWED:
             bucket = self.minutes[(minute_of(end_time), status)]
             bucket[0] += sign
@@ -181,21 +211,61 @@ class StatDeltas:
                 bucket[1] += sign * float(duration_ms)
                 bucket[2] += sign
 
-    def ran(self, job_id: UUID, runs: dict[int, int], dsum: float, dcount: int) -> None:
-        """A job's runs that reached each final status (``runs``), and the durations of its
-        Completed ones."""
-        for status, n in runs.items():
-            self.runs[(job_id, status)][0] += n
-        if dcount:
-            completed = self.runs[(job_id, int(OccurrenceStatus.COMPLETED))]
-            completed[1] += dsum
-            completed[2] += dcount
+    def ran(
+        self,
+        job_id: UUID,
+        status: int,
+        n: int = 1,
+        duration_sum: float = 0.0,
+        duration_count: int = 0,
+    ) -> None:
+        """``n`` runs of the job reached the final ``status`` (Completed ones with the sum
+        and count of their durations)."""
+        into = self.runs[(job_id, int(status))]
+        into[0] += n
+        if status == _COMPLETED:
+            into[1] += duration_sum
+            into[2] += duration_count
+
+    def fold(
+        self,
+        job_id: UUID,
+        status: int,
+        n: int = 1,
+        duration_sum: float = 0.0,
+        duration_count: int = 0,
+    ) -> None:
+        """``n`` uncounted occurrences (``counted`` false) in this state written into their
+        job's counts: what the readers added from their rows (their settled status; a run,
+        in a final status). They are counted from then on."""
+        status = int(status)
+        if status not in ACTIVE:
+            self.counts[(job_id, status)] += n
+        if status in RUN_STATUSES:
+            self.ran(job_id, status, n, duration_sum, duration_count)
 
     def add_rows(self, rows: Iterable[Any], sign: int = 1) -> None:
-        """Each of ``rows`` (mappings or rows with job_id, status, end_time, duration_ms)."""
+        """Each of ``rows`` (mappings or rows with job_id, status, end_time, duration_ms,
+        counted)."""
         for r in rows:
             m = r if isinstance(r, dict) else r._mapping
-            self.add(m["job_id"], m["status"], m["end_time"], m["duration_ms"], sign)
+            self.add(
+                m["job_id"],
+                m["status"],
+                m["end_time"],
+                m["duration_ms"],
+                sign,
+                counted=m["counted"],
+            )
+
+    def remove_rows(self, rows: Iterable[Any]) -> None:
+        """Each of ``rows`` (as :meth:`add_rows` takes them) deleted: uncounted ones folded
+        first, so that, as for a counted one, its job keeps the runs and durations."""
+        for r in rows:
+            m = r if isinstance(r, dict) else r._mapping
+            if not m["counted"]:
+                self.fold(m["job_id"], m["status"], 1, *durations(m["duration_ms"]))
+            self.add(m["job_id"], m["status"], m["end_time"], m["duration_ms"], -1)
 
     def count_rows(self) -> list[dict[str, Any]]:
         """The rows of ``occurrence_counts``: the settled statuses only (not ``ACTIVE``)."""
@@ -217,12 +287,9 @@ class StatDeltas:
         return rows
 
     def total_rows(self, shard: int) -> list[dict[str, Any]]:
-        by_status: defaultdict[int, int] = defaultdict(int)
-        for (_, status), n in self.counts.items():
-            by_status[status] += n
         return [
             {"shard": shard, "status": status, "n": n}
-            for status, n in sorted(by_status.items())
+            for status, n in sorted(self.totals.items())
             if n
         ]
 
@@ -330,13 +397,21 @@ class AggregateQueries(SqlParts):
 
     async def _uncount_partition(self, conn: AsyncConnection, name: str) -> None:
         """PostgreSQL: take the occurrences of partition ``name`` (about to be dropped, and
-        locked against writes) out of the aggregates."""
+        locked against writes) out of the aggregates; its uncounted ones folded first (their
+        jobs keep their runs and durations, as a counted one's do)."""
         deltas = StatDeltas()
         counts = await conn.execute(
-            text(f"SELECT job_id, status, count(*) FROM {name} GROUP BY job_id, status")
+            text(
+                "SELECT job_id, status, counted, count(*), "
+                f"coalesce(sum(duration_ms), 0), count(duration_ms) FROM {name} "
+                "GROUP BY job_id, status, counted"
+            )
         )
-        for job_id, status, n in counts:
+        for job_id, status, counted, n, dsum, dcount in counts:
+            if not counted:
+                deltas.fold(job_id, status, int(n), float(dsum), int(dcount))
             deltas.counts[(job_id, int(status))] -= int(n)
+            deltas.totals[int(status)] -= int(n)
         finished = await conn.execute(
             text(
                 "SELECT floor(extract(epoch FROM end_time) / 60)::bigint * 60, status, count(*), "

@@ -185,9 +185,16 @@ class DispatchQueries(AggregateQueries):
         """Insert the planned occurrences (a recorded fire is skipped by the unique key; one in
         ``marks`` is inserted dispatched then: the caller sends it), each with its
         creation status change in its history, counted in ``deltas``; returns the ids
-        inserted."""
+        inserted. A one-time job's Queued fire is inserted uncounted: its job's counts and
+        run statistics are read from it, no count row is written for it
+        (:mod:`rota.stores.sql.aggregates`)."""
         rows = [  # a sequential plan's fires wait for each other as a Queue-policy job's do
-            _occurrence_row(occ, stored_policy(job, plans[job.id]), marks.get(occ.id))
+            _occurrence_row(
+                occ,
+                stored_policy(job, plans[job.id]),
+                marks.get(occ.id),
+                counted=job.is_recurring or occ.status is not OccurrenceStatus.QUEUED,
+            )
             for job in due
             if job.id in plans
             for occ in plans[job.id].occurrences

@@ -42,7 +42,8 @@ class RebuildQueries(AggregateQueries):
         each minute and hour from then to now, as a busy live store holds them."""
         async with self._write() as conn:
             # The count rows keep the run statistics (``runs``, durations): only ``n`` is
-            # recomputed; a row left with nothing to keep goes.
+            # recomputed, from the counted occurrences (an uncounted one's part stays read
+            # from its row); a row left with nothing to keep goes.
             await conn.execute(update(occurrence_counts).values(n=0))
             for table in (
                 occurrence_totals,
@@ -104,8 +105,8 @@ def backfill_sql(dialect: str, *, counts_kept: bool = False) -> list[str]:
     kept = " ON CONFLICT (job_id, status) DO UPDATE SET n = excluded.n" if counts_kept else ""
     return [
         "INSERT INTO occurrence_counts (job_id, status, n) "
-        f"SELECT job_id, status, count(*) FROM occurrences WHERE status NOT IN ({live}) "
-        f"GROUP BY job_id, status{kept}",
+        "SELECT job_id, status, count(*) FROM occurrences "
+        f"WHERE status NOT IN ({live}) AND counted GROUP BY job_id, status{kept}",
         "INSERT INTO occurrence_totals (shard, status, n) "
         "SELECT 0, status, count(*) FROM occurrences GROUP BY status",
         "INSERT INTO finished_minutes "

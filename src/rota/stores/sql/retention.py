@@ -74,9 +74,9 @@ class RetentionQueries(AggregateQueries):
                 gone = await conn.execute(
                     delete(occurrences)
                     .where(self._member(o.id, chunk))
-                    .returning(o.job_id, o.status, o.end_time, o.duration_ms)
+                    .returning(o.job_id, o.status, o.end_time, o.duration_ms, o.counted)
                 )
-                deltas.add_rows(gone, -1)
+                deltas.remove_rows(gone)
             await self._write_aggregates(conn, deltas)
         done = len(rows) < limit or any(r.created_at >= created_before for r in rows)
         return PurgeBatch(deleted=len(doomed), next_after=None if done else rows[-1].id)

@@ -237,10 +237,15 @@ def _last_sign(occurrence: Occurrence) -> datetime:
 
 
 def _occurrence_row(
-    occ: Occurrence, policy: ConcurrencyPolicy, dispatched_at: datetime | None = None
+    occ: Occurrence,
+    policy: ConcurrencyPolicy,
+    dispatched_at: datetime | None = None,
+    *,
+    counted: bool = True,
 ) -> dict[str, Any]:
     """The row of ``occ``; ``dispatched_at``: inserted dispatched then (a batch's, sent by
-    the dispatcher that commits it)."""
+    the dispatcher that commits it); ``counted`` false: kept out of its job's
+    ``occurrence_counts`` rows (a one-time job's fire: ``rota.stores.sql.aggregates``)."""
     return {
         "id": occ.id,
         "job_id": occ.job_id,
@@ -271,6 +276,7 @@ def _occurrence_row(
         "jitter_seconds": occ.jitter_seconds,
         "concurrency_policy": int(policy),
         "history": [history_entry(c) for c in occ.status_changes] or None,
+        "counted": counted,
     }
 
 

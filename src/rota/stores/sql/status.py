@@ -16,6 +16,7 @@ from sqlalchemy import (
     Row,
     Select,
     func,
+    literal_column,
     select,
     union_all,
     update,
@@ -28,6 +29,7 @@ from rota.core.models import Job, LogRecord, Occurrence, OccurrenceStatus, Statu
 from rota.core.records import DisabledJob, OccurrenceQuery, Page, StatusResult
 from rota.core.transitions import CURRENT_FIELDS, Current, StatusBatch, Streak, apply_records
 from rota.stores.schema import (
+    UNCOUNTED,
     jobs,
     occurrence_counts,
     occurrence_logs,
@@ -35,7 +37,7 @@ from rota.stores.schema import (
     occurrences,
 )
 from rota.stores.sql import filters
-from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
+from rota.stores.sql.aggregates import RUN_STATUSES, AggregateQueries, StatDeltas, durations
 from rota.stores.sql.rows import (
     _AUTO_DISABLE_STATE,
     ACTIVE,
@@ -90,6 +92,7 @@ class StatusQueries(AggregateQueries):
             *(occurrences.c[n] for n in CURRENT_FIELDS),
             occurrences.c.end_time,
             occurrences.c.history,
+            occurrences.c.counted,
             # whether the job has a failure streak or a probe a success would end (not
             # locked: a failure committed meanwhile is one that came after this batch)
             func.coalesce(jobs.c.consecutive_failures, 0).label("streak"),
@@ -108,8 +111,8 @@ class StatusQueries(AggregateQueries):
                 ),
                 ids,
             )
-            before = {r.id: (r.status, r.end_time, r.duration_ms) for r in rows}
-            batch = apply_records({oid: Current(*rest[:-4]) for oid, *rest in rows}, records)
+            before = {r.id: (r.status, r.end_time, r.duration_ms, r.counted) for r in rows}
+            batch = apply_records({oid: Current(*rest[:-5]) for oid, *rest in rows}, records)
             _append_history(batch, {r.id: r.history for r in rows})
             deltas = _status_deltas(batch, before)
             streaks = {r.job_id for r in rows if r.streak or r.probing}
@@ -126,9 +129,9 @@ class StatusQueries(AggregateQueries):
     async def _write_status_batch(
         self, conn: AsyncConnection, batch: StatusBatch, deltas: StatDeltas, streaks: set[UUID]
     ) -> list[DisabledJob]:
-        """Write the batch's occurrence changes and job statistics (the jobs it deactivates
-        counted in ``deltas``; ``streaks``: the jobs with a failure streak or a probe, which
-        a batch of successes ends); returns the jobs it disabled."""
+        """Write the batch's occurrence changes and the jobs' failure streaks (the jobs it
+        deactivates counted in ``deltas``; ``streaks``: the jobs with a failure streak or a
+        probe, which a batch of successes ends); returns the jobs it disabled."""
         for columns, params in _occurrence_updates(batch).items():
             if self._seal is not None and "result" in columns:
                 for param in params:
@@ -142,7 +145,6 @@ class StatusQueries(AggregateQueries):
             )
         resets = []
         for job_id, s in sorted(batch.stats.items()):
-            deltas.ran(job_id, s.runs, s.duration_sum, s.duration_count)
             if s.only_successes and job_id in streaks:
                 resets.append({"b_id": job_id})
         if resets:
@@ -345,7 +347,8 @@ class StatusQueries(AggregateQueries):
     ) -> dict[OccurrenceStatus, int]:
         """Every asked status (every status when none is given) with its count, zeros included:
         from the maintained counts (:mod:`rota.stores.sql.aggregates`), not the occurrences;
-        a job's in-flight ones (``ACTIVE``) from its occurrences, in the same statement."""
+        a job's in-flight ones (``ACTIVE``) and uncounted ones from its occurrences, in the
+        same statement."""
         asked = [int(s) for s in statuses or OccurrenceStatus]
         stmt: Select[Any] | CompoundSelect[Any]
         if job_id is None:
@@ -358,6 +361,13 @@ class StatusQueries(AggregateQueries):
             parts = []
             if settled:
                 parts.append(select(c.status, c.n).where(c.job_id == job_id, c.status.in_(settled)))
+                # one row per uncounted one, through the partial index (read as
+                # ``schema.UNCOUNTED`` says)
+                parts.append(
+                    select(o.status, literal_column("1")).where(
+                        o.job_id == job_id, UNCOUNTED, o.status.not_in(ACTIVE)
+                    )
+                )
             if live:
                 parts.append(
                     select(o.status, func.count())
@@ -369,7 +379,8 @@ class StatusQueries(AggregateQueries):
             rows = (await conn.execute(stmt)).all()
         counts = dict.fromkeys(statuses or tuple(OccurrenceStatus), 0)
         for status, count in rows:
-            counts[OccurrenceStatus(status)] = int(count)
+            if OccurrenceStatus(status) in counts:  # an uncounted one's status may not be asked
+                counts[OccurrenceStatus(status)] += int(count)
         return counts
 
 
@@ -393,23 +404,30 @@ def _append_history(batch: StatusBatch, history: dict[UUID, list[dict[str, Any]]
 
 
 def _status_deltas(
-    batch: StatusBatch, before: dict[UUID, tuple[int, datetime | None, float | None]]
+    batch: StatusBatch, before: dict[UUID, tuple[int, datetime | None, float | None, bool]]
 ) -> StatDeltas:
     """What the batch changed in the aggregates: each occurrence whose status, end or
-    duration changed is uncounted as it was and counted as it is."""
+    duration changed is uncounted as it was and counted as it is, and one that reached a
+    final status adds a run to its job (a final status is left by no status record: at
+    most once a batch). An uncounted occurrence (``counted`` false) changes its job's
+    counts and runs in nothing: they are read from its row."""
     deltas = StatDeltas()
     for occurrence_id, current in batch.current.items():
         changed = current.changed
         if not ("status" in changed or "end_time" in changed or "duration_ms" in changed):
             continue
-        status, end_time, duration = before[occurrence_id]
-        deltas.add(current.job_id, status, end_time, duration, -1)
+        status, end_time, duration, counted = before[occurrence_id]
+        now = changed.get("status", status)
+        deltas.add(current.job_id, status, end_time, duration, -1, counted=counted)
         deltas.add(
             current.job_id,
-            changed.get("status", status),
+            now,
             changed.get("end_time", end_time),
             changed.get("duration_ms", duration),
+            counted=counted,
         )
+        if counted and "status" in changed and now in RUN_STATUSES:
+            deltas.ran(current.job_id, now, 1, *durations(current.duration_ms))
     return deltas
 
 
