@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import msgspec
 import pytest
+from msgspec.structs import replace
 
 from rota.core.errors import BackendUnavailableError, ConflictError, NotFoundError, ValidationError
 from rota.core.ids import new_id

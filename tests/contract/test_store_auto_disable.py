@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import pytest
+from msgspec.structs import replace
 
 from rota.app.configs import jobs_config
 from rota.app.settings import SchedulerSettings

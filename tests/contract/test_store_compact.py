@@ -8,11 +8,11 @@ one state is a range of an index in the list's order (the pages themselves:
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 from sqlalchemy import select
 
 from rota.core.ids import new_id

@@ -4,10 +4,10 @@ fails, nothing of the change is left. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from rota.core.dependencies import Dependency, DependencyRule
 from rota.core.errors import ConflictError, NotFoundError

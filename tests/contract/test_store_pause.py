@@ -5,9 +5,9 @@ fires down; a paused job left out of the missed-fire check."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 
 import pytest
+from msgspec.structs import replace
 
 from rota.core.errors import NotFoundError
 from rota.core.ids import new_id

@@ -8,12 +8,12 @@ halfway resumes."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 import pytest
+from msgspec.structs import replace
 from sqlalchemy import select, text
 
 from rota.core.ids import new_id

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
+import msgspec
 import pytest
 from sqlalchemy import event
 
@@ -104,14 +105,18 @@ async def test_search_shorter_than_three_characters(store: Store, texts: dict[st
 
 async def test_search_follows_updates_and_deletes(store: Store, texts: dict[str, Job]) -> None:
     report = await store.get_job(texts["report"].id)
-    renamed = replace(report, display_name="Weekly digest", job_type="digests", version=2)
+    renamed = msgspec.structs.replace(
+        report, display_name="Weekly digest", job_type="digests", version=2
+    )
     await store.update_job(renamed, expected_version=report.version)
     assert await found(store, "nightly") == []
     assert await found(store, "reports.") == []
     assert await found(store, "weekly DIG") == [report.id]
     # An update of other fields leaves the job found by its text.
     again = await store.get_job(report.id)
-    await store.update_job(replace(again, max_retries=7), expected_version=again.version)
+    await store.update_job(
+        msgspec.structs.replace(again, max_retries=7), expected_version=again.version
+    )
     assert await found(store, "weekly dig") == [report.id]
     await store.delete_job(report.id)
     assert await found(store, "weekly") == []

@@ -3,10 +3,10 @@ PostgreSQL."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from msgspec.structs import replace
 from sqlalchemy import text
 
 from rota.core.ids import new_id

@@ -4,7 +4,7 @@ still Queued and of an older version."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from msgspec.structs import replace
 
 from rota.core.models import Priority
 from rota.core.ports import Store

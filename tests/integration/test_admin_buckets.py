@@ -4,13 +4,13 @@ graceful stop's Completing state and lease release, and a zombie's new attempt e
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from msgspec.structs import replace
 
 from rota.app.runtime import Runtime
 from rota.app.server import prepare

@@ -4,10 +4,10 @@ the effective configuration)."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import httpx
+from msgspec.structs import replace
 
 from rota.app.settings import Settings
 from rota.core.ids import new_id

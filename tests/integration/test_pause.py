@@ -5,12 +5,12 @@ itself and runs again."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import httpx
 from fastapi import FastAPI
+from msgspec.structs import replace
 
 from rota.app.runtime import Runtime
 from rota.core.models import OccurrenceStatus

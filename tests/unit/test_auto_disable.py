@@ -4,10 +4,10 @@ probe runs after the cooldown) on a real SQLite store with a fixed clock."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from msgspec.structs import replace
 
 from rota.app.configs import jobs_config
 from rota.app.settings import SchedulerSettings

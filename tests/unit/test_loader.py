@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+
+from msgspec.structs import replace
 
 from rota.core.ids import bucket_of, new_id
 from rota.core.models import Job

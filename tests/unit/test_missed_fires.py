@@ -11,6 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
+import msgspec
 import pytest
 
 from rota.core.ids import new_id
@@ -95,7 +96,7 @@ class Setup:
             updated_at=self.clock.now,
             **fields,  # type: ignore[arg-type]
         )
-        job = replace(job, next_run_at=first_run_at(job, self.clock.now))
+        job = msgspec.structs.replace(job, next_run_at=first_run_at(job, self.clock.now))
         await self.store.create_jobs([job])
         return job
 
@@ -215,7 +216,9 @@ async def test_fires_are_expected_only_after_a_job_is_created_or_changed(setup: 
     assert await setup.watch.check() == []  # nothing due before their creation
     # an edit moves the start: the fires before it are not expected any more
     setup.clock.now = T0 + 50 * SECOND
-    changed = replace(edited, cron_expression="0 * * * * *", updated_at=setup.clock.now)
+    changed = msgspec.structs.replace(
+        edited, cron_expression="0 * * * * *", updated_at=setup.clock.now
+    )
     await setup.store.update_job(changed, expected_version=edited.version)
     found = await setup.watch.check()
     assert [a.job_id for a in found] == [new.id]

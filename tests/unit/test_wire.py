@@ -3,11 +3,11 @@ field (a poison message is detected, never crashes its consumer)."""
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 from hypothesis import given
@@ -603,7 +603,7 @@ def test_every_job_message_the_dispatcher_sends_carries_the_retry_headers() -> N
         max_retries=4,
         retry_delay_seconds=0.2,
     )
-    third = dataclasses.replace(first, attempt=3)
+    third = msgspec.structs.replace(first, attempt=3)
     for occurrence, retries in ((first, 0), (third, 2)):
         sent = to_message(occurrence, T0)
         assert job_message_headers(sent) == {

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
+
+from msgspec.structs import replace
 
 from rota.core.cron import parse_cached
 from rota.core.ids import new_id

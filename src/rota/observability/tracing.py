@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from rota.core.models import JobMessage, Occurrence, OccurrenceStatus, StatusRecord
 from rota.core.planning import FirePlan
 from rota.observability.logs import bind_context
@@ -90,7 +92,7 @@ class Tracing:
         ):
             carrier: dict[str, str] = {}
             self._propagator.inject(carrier)
-        return replace(occurrence, traceparent=carrier.get("traceparent"))
+        return msgspec.structs.replace(occurrence, traceparent=carrier.get("traceparent"))
 
     # --- the worker ---------------------------------------------------------------------------
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
+
+from msgspec.structs import replace
 
 from rota.core.errors import BackendUnavailableError, ValidationError
 from rota.core.jobspec import as_utc

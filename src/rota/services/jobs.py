@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 from uuid import UUID
 
 import orjson
+from msgspec.structs import replace
 
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.cron import CronSchedule

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+import msgspec
 from sqlalchemy import (
     ColumnElement,
     Select,
@@ -126,7 +127,10 @@ class DispatchQueries(AggregateQueries):
         result = _classify(due, plans, active, inserted, next_runs)
         if batch is None:
             return result
-        queued = [replace(o, dispatched_at=at) if o.id in marks else o for o in result.queued]
+        queued = [
+            msgspec.structs.replace(o, dispatched_at=at) if o.id in marks else o
+            for o in result.queued
+        ]
         return replace(result, queued=queued, batch=batch)
 
     async def _claim_jobs(self, conn: AsyncConnection, ids: Sequence[UUID]) -> dict[UUID, Job]:

@@ -10,10 +10,10 @@ duration if Completed), added to the figures its jobs row kept before
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
+from msgspec.structs import replace
 from sqlalchemy import CompoundSelect, case, func, literal_column, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 

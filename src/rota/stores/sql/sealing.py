@@ -16,6 +16,8 @@ from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
+import msgspec
+
 from rota.core.models import FailedOccurrence, Job, JsonValue, Occurrence
 from rota.core.sealing import (
     DataSeal,
@@ -66,12 +68,14 @@ class Sealing:
     def _open_job(self, job: Job) -> Job:
         if self._seal is None or not is_envelope(job.job_data):
             return job
-        return replace(job, job_data=self._opened(job.job_data, job_data_aad(job.id)))
+        return msgspec.structs.replace(
+            job, job_data=self._opened(job.job_data, job_data_aad(job.id))
+        )
 
     def _open_occurrence(self, occ: Occurrence) -> Occurrence:
         if self._seal is None or not (is_envelope(occ.job_data) or is_envelope(occ.result)):
             return occ
-        return replace(
+        return msgspec.structs.replace(
             occ,
             job_data=self._opened(occ.job_data, job_data_aad(occ.job_id)),
             result=self._opened(occ.result, result_aad(occ.id)),

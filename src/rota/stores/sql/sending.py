@@ -15,11 +15,11 @@ migration 0030): one row per fired batch, so that a fire costs its occurrence on
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from msgspec.structs import replace
 from sqlalchemy import ColumnElement, Integer, Row, Uuid, bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
