@@ -1,7 +1,7 @@
 """The in-memory schedule index (embedded mode).
 
 Each bucket keeps a dict ``job_id -> (due, seq)`` (the truth) and a binary heap of
-``(due, job_id, seq, entry)`` with lazy deletion: a heap item is live only while the dict still
+``(due, job id as an int, seq, entry)`` with lazy deletion: a heap item is live only while the dict still
 maps its job to the same ``seq``. Upsert, remove and earliest are O(log n) amortised; a due
 read walks the heap as a tree in key order (a small frontier heap) without popping anything, so
 reading the first ``k`` entries costs O(k log k) however large the bucket is. Stale items are
@@ -18,8 +18,10 @@ from uuid import UUID
 from rota.core.ports import ScheduleIndex
 from rota.core.records import IndexEntry
 
-_HeapItem = tuple[float, UUID, int, IndexEntry]
-"""``(due, job_id, seq, entry)``: ordered by due time, then job id (``seq`` is unique)."""
+_HeapItem = tuple[float, int, int, IndexEntry]
+"""``(due, job_id.int, seq, entry)``: ordered by due time, then job id (``seq`` is unique).
+The id as an ``int`` orders as the ``UUID`` does, and ties (a burst due at one instant) are
+compared in C instead of through ``UUID.__lt__``."""
 
 _COMPACT_SLACK = 1024
 """Stale heap items tolerated above the number of live ones before the heap is rebuilt."""
@@ -39,7 +41,7 @@ class _Bucket:
         if current is not None and current[0] == entry.due:
             return
         self.live[entry.job_id] = (entry.due, seq)
-        heapq.heappush(self.heap, (entry.due, entry.job_id, seq, entry))
+        heapq.heappush(self.heap, (entry.due, entry.job_id.int, seq, entry))
         self._maybe_compact()
 
     def remove(self, job_id: UUID) -> None:
@@ -47,7 +49,7 @@ class _Bucket:
             self._maybe_compact()
 
     def is_live(self, item: _HeapItem) -> bool:
-        current = self.live.get(item[1])
+        current = self.live.get(item[3].job_id)
         return current is not None and current[1] == item[2]
 
     def top(self) -> _HeapItem | None:
@@ -66,7 +68,7 @@ class _Bucket:
         for entry in entries:
             seq = next(seqs)
             self.live[entry.job_id] = (entry.due, seq)
-            heap.append((entry.due, entry.job_id, seq, entry))
+            heap.append((entry.due, entry.job_id.int, seq, entry))
         if len(heap) != len(self.live):  # a job listed twice keeps its last entry
             heap = [item for item in heap if self.is_live(item)]
         heapq.heapify(heap)
