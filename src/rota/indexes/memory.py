@@ -1,11 +1,12 @@
 """The in-memory schedule index (embedded mode).
 
 Each bucket keeps a dict ``job_id -> (due, seq)`` (the truth) and a binary heap of
-``(due, job id as an int, seq, entry)`` with lazy deletion: a heap item is live only while the dict still
-maps its job to the same ``seq``. Upsert, remove and earliest are O(log n) amortised; a due
-read walks the heap as a tree in key order (a small frontier heap) without popping anything, so
-reading the first ``k`` entries costs O(k log k) however large the bucket is. Stale items are
-dropped from the top as they surface and the heap is rebuilt when they outnumber live ones.
+``(due, job id as an int, seq, entry)`` with lazy deletion: a heap item is live only while the
+dict still maps its job to the same ``seq``. Upsert, remove and earliest are O(log n)
+amortised; a due read walks the heap as a tree in key order (a small frontier heap) without
+popping anything, so reading the first ``k`` entries costs O(k log k) however large the bucket
+is. Stale items are dropped from the top as they surface and the heap is rebuilt when they
+outnumber live ones.
 """
 
 from __future__ import annotations
