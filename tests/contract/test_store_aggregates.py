@@ -7,7 +7,6 @@ every write that adds, removes, activates or deactivates a job. On SQLite and Po
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -351,7 +350,7 @@ async def test_every_write_of_a_job_keeps_the_job_counts(store: SqlStore) -> Non
     await store.create_jobs([recurring])
 
     def retiring(job: Job, active: int, now: datetime) -> FirePlan:
-        return dataclasses.replace(minutely(job, active, now), next_run_at=None, is_active=False)
+        return replace(minutely(job, active, now), next_run_at=None, is_active=False)
 
     await store.dispatch_due([recurring.id], T0 + 2 * MINUTE, retiring)
     assert not (await store.get_job(recurring.id)).is_active

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+import msgspec
 from msgspec.structs import replace
 
 from rota.core.cron import parse_cached
@@ -41,8 +42,7 @@ class PlanSettings:
     default_max_retries: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FirePlan:
+class FirePlan(msgspec.Struct, frozen=True, kw_only=True):
     occurrences: tuple[Occurrence, ...]
     """In fire order: Queued ones to run, Skipped ones with their reason."""
     next_run_at: datetime | None

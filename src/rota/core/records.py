@@ -15,6 +15,8 @@ from datetime import datetime
 from typing import Generic, Literal, TypeVar
 from uuid import UUID
 
+import msgspec
+
 from rota.core.models import (
     FailureType,
     Job,
@@ -196,8 +198,7 @@ class Cancellation:
     superseded_below: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class DueEntry:
+class DueEntry(msgspec.Struct, frozen=True):
     """A job's next fire time as the schedule index holds it."""
 
     job_id: UUID
@@ -243,8 +244,7 @@ class DeclinedResult:
     """No group runs them now: the decline stands (their attempt fails)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AppliedChange:
+class AppliedChange(msgspec.Struct, frozen=True, kw_only=True):
     occurrence_id: UUID
     job_id: UUID
     from_status: OccurrenceStatus
@@ -364,8 +364,7 @@ class StaleOccurrence:
     zombie_threshold_seconds: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
+class IndexEntry(msgspec.Struct, frozen=True):
     job_id: UUID
     bucket: int
     due: float

@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -69,7 +68,7 @@ class Tracing:
         if self._tracer is None or not plan.occurrences:
             return plan
         stamped = tuple(self._stamp(o, "rota.fire") for o in plan.occurrences)
-        return replace(plan, occurrences=stamped)
+        return msgspec.structs.replace(plan, occurrences=stamped)
 
     def stamp_trigger(self, occurrence: Occurrence) -> Occurrence:
         """A ``rota.trigger`` span (child of the current span, e.g. the API request's)."""
