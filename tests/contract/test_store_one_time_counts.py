@@ -7,10 +7,10 @@ PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from datetime import timedelta
 from uuid import UUID
 
+from msgspec.structs import replace
 from sqlalchemy import select
 
 from rota.core.models import Occurrence
