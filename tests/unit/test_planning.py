@@ -12,7 +12,7 @@ from rota.core.models import (
     OccurrenceStatus,
     SkipReason,
 )
-from rota.core.planning import PlanSettings, first_run_at, plan_fires
+from rota.core.planning import PlanSettings, first_run_at, new_occurrence, plan_fires
 
 T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
 SETTINGS = PlanSettings(misfire_threshold=timedelta(seconds=30), catch_up_cap=3)
@@ -269,3 +269,17 @@ def test_a_queue_policy_fire_ahead_is_planned_while_one_is_active() -> None:
     job = every_minute(concurrency_policy=ConcurrencyPolicy.QUEUE)
     plan = plan_fires(job, 1, now, SETTINGS, horizon=T0)
     assert statuses(plan) == [(OccurrenceStatus.QUEUED, None)]
+
+
+def test_a_new_fire_leaves_what_a_worker_writes_empty() -> None:
+    """The store inserts a new fire without ``UNSTARTED_COLUMNS`` (they stay NULL): planning
+    must never set one of them, Queued or Skipped (whose ``end_time`` it does set)."""
+    from rota.stores.sql.rows import UNSTARTED_COLUMNS
+
+    job = every_minute()
+    for skip in (None, SkipReason.OVERLAP):
+        occ = new_occurrence(job, T0, T0, SETTINGS, skip_reason=skip)
+        assert {name: getattr(occ, name) for name in UNSTARTED_COLUMNS} == dict.fromkeys(
+            UNSTARTED_COLUMNS
+        )
+    assert new_occurrence(job, T0, T0, SETTINGS, skip_reason=SkipReason.OVERLAP).end_time == T0

@@ -35,6 +35,7 @@ from rota.stores.sql.pausing import advance_jobs
 from rota.stores.sql.rows import (
     _PLANNING_COLUMNS,
     ACTIVE,
+    UNSTARTED_COLUMNS,
     _last_sign,
     _occurrence_row,
     _to_occurrence,
@@ -221,7 +222,11 @@ class DispatchQueries(AggregateQueries):
 
     def _insert_planned_stmt(self, *, unnest: bool = False) -> UpdateBase:
         return _insert_or_skip_stmt(
-            self._dialect, occurrences, conflict_keys=["job_id", "scheduled_for"], unnest=unnest
+            self._dialect,
+            occurrences,
+            skip=UNSTARTED_COLUMNS,
+            conflict_keys=["job_id", "scheduled_for"],
+            unnest=unnest,
         )
 
     async def insert_occurrences(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 from uuid import UUID
 
 from sqlalchemy import JSON, Row, Uuid
@@ -234,6 +234,19 @@ def _last_sign(occurrence: Occurrence) -> datetime:
     if occurrence.status is OccurrenceStatus.QUEUED and occurrence.dispatched_at is not None:
         return occurrence.dispatched_at
     return occurrence.last_heartbeat or occurrence.start_time or occurrence.created_at
+
+
+UNSTARTED_COLUMNS: Final = (
+    "instance_id",
+    "start_time",
+    "duration_ms",
+    "result",
+    "exception",
+    "last_heartbeat",
+)
+"""An occurrence's columns that stay empty until a worker takes it: a new fire's insert
+leaves them out (fewer arrays to encode and unnest; a Skipped fire's ``end_time`` is set, so
+it is not among them)."""
 
 
 def _occurrence_row(
