@@ -141,12 +141,13 @@ class _FastBatches:
         prepared = self._prepared_for(key, make, conn, keys=keys)
         params = self._params(prepared, rows)
         batch = prepared.batch
-        if batch is not None and len(params) > 1 and _distinct(params, batch.keys):
+        if batch is not None and len(params) > 1:
             columns = list(zip(*params, strict=True))
-            arrays = tuple(list(columns[i]) for i in batch.order)
-            result = await conn.exec_driver_sql(batch.sql, arrays)
-        else:
-            result = await conn.exec_driver_sql(prepared.sql, params)
+            if _distinct(columns, batch.keys):
+                arrays = tuple(list(columns[i]) for i in batch.order)
+                result = await conn.exec_driver_sql(batch.sql, arrays)
+                return int(result.rowcount)
+        result = await conn.exec_driver_sql(prepared.sql, params)
         return int(result.rowcount)
 
     async def execute_records(
@@ -250,14 +251,15 @@ class _FastBatches:
         return None
 
 
-def _distinct(params: Sequence[tuple[Any, ...]], keys: tuple[int, ...]) -> bool:
-    """Whether no two rows share their values at ``keys``."""
+def _distinct(columns: Sequence[tuple[Any, ...]], keys: tuple[int, ...]) -> bool:
+    """Whether no two rows share their values at ``keys`` (``columns``: the batch's
+    parameters by position, one tuple of every row's value each)."""
     if not keys:
         return True
+    rows = len(columns[0])
     if len(keys) == 1:
-        key = keys[0]
-        return len({row[key] for row in params}) == len(params)
-    return len({tuple(row[i] for i in keys) for row in params}) == len(params)
+        return len(set(columns[keys[0]])) == rows
+    return len(set(zip(*(columns[i] for i in keys), strict=True))) == rows
 
 
 async def copy_records(conn: AsyncConnection, table: Table, records: Sequence[Any]) -> None:
