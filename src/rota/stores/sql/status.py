@@ -112,7 +112,8 @@ class StatusQueries(AggregateQueries):
                 ids,
             )
             before = {r.id: (r.status, r.end_time, r.duration_ms, r.counted) for r in rows}
-            batch = apply_records({oid: Current(*rest[:-5]) for oid, *rest in rows}, records)
+            end = 1 + len(CURRENT_FIELDS)  # the id, then the fields ``Current`` takes
+            batch = apply_records({r[0]: Current(*r[1:end]) for r in rows}, records)
             _append_history(batch, {r.id: r.history for r in rows})
             deltas = _status_deltas(batch, before)
             streaks = {r.job_id for r in rows if r.streak or r.probing}
