@@ -596,3 +596,47 @@ async def test_a_flushed_redis_is_noticed_by_a_worker_that_knew_its_epoch() -> N
         assert first.claims[0].outcome is ClaimOutcome.CLAIMED  # a first delivery still runs
         ttl_ms = await client.pttl(RedisKeys(prefix).claim(held.occurrence_id, 1))
         assert 0 < ttl_ms <= CLAIM_TTL * 1000
+
+
+async def test_a_read_cut_short_by_its_readers_cancellation_leaves_no_error_unretrieved() -> None:
+    """A stream reader cancelled while it waits in ``XREAD``: the read it cancels may end in
+    the Redis driver's own error instead of a cancellation (redis-py's pool, told of a
+    connection it no longer holds, raises ``KeyError``: seen at a server's shutdown). That
+    error is taken, not left for asyncio to log as "never retrieved" on every shutdown."""
+    import gc
+
+    async with AsyncExitStack() as stack:
+        client, prefix = await redis_scope(stack)
+        coord = RedisCoordination(client, prefix=prefix)
+        stack.push_async_callback(coord.close)
+        stream = coord.wakeups()
+        stack.push_async_callback(stream.aclose)
+        await stream.ready()
+        reading = asyncio.Event()
+
+        async def fill() -> None:  # the driver's read, ending as redis-py's did
+            reading.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                raise KeyError("a connection the pool no longer holds") from None
+
+        stream._fill = fill  # type: ignore[method-assign]
+        loop = asyncio.get_running_loop()
+        unretrieved: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: unretrieved.append(context))
+        try:
+            reader = asyncio.create_task(anext(stream))
+            await reading.wait()
+            cut = stream._reading  # the read under way
+            assert cut is not None
+            reader.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reader
+            await asyncio.wait({cut})  # it ends with its error (its callbacks have run)
+            assert not cut.cancelled()  # its error ended it (``exception()`` would take it)
+            del reader, cut
+            gc.collect()  # a task whose error nobody took reports it when it is collected
+        finally:
+            loop.set_exception_handler(None)
+        assert unretrieved == []

@@ -206,6 +206,12 @@ def _unpack_cancellation(_entry_id: bytes, fields: Any) -> list[Cancellation]:
     ]
 
 
+def _outcome_taken(task: asyncio.Future[Any]) -> None:
+    """Take a finished task's exception, so that asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _ttl_ms(ttl: float) -> int:
     return max(1, round(ttl * 1000))
 
@@ -708,6 +714,9 @@ class _StreamWakeups(Generic[T]):
                 await asyncio.wait({reading})
             except asyncio.CancelledError:
                 reading.cancel()
+                # a read cut short may end in the driver's own error (redis-py's pool, told
+                # of a connection it no longer holds): taken here, nobody else waits for it
+                reading.add_done_callback(_outcome_taken)
                 raise
             finally:
                 self._reading = None
