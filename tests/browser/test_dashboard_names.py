@@ -81,14 +81,10 @@ def test_one_run_charts_and_a_flash_links_to_the_run_it_queued(
     page = admin_page
     job = _once(server, "browser.tick", "Tick once")
     page.goto(f"{server.url}/jobs/{job['id']}")
-    chart = page.locator("#job-occurrences .chart")
-    expect(chart.locator("canvas")).to_have_count(1)
-    low, high, run = chart.evaluate(
-        "el => [el._plot.scales.x.min, el._plot.scales.x.max, el._plot.data[0][0]]"
-    )
+    low, high, run, fits = _plotted(page, "#job-occurrences .chart")
     assert low < run < high, "the one run is not inside the time axis"
     assert high - low <= 3600, f"one run on a time axis of {high - low} s"
-    assert _labels_fit(chart), "a y-axis label is cut"
+    assert fits, "a y-axis label is cut"
     page.screenshot(path=artifacts / "names-one-point.png", full_page=True)
 
     page.get_by_test_id("trigger").click()
@@ -100,18 +96,26 @@ def test_one_run_charts_and_a_flash_links_to_the_run_it_queued(
     expect(page.locator("#occurrence-summary")).to_contain_text("Tick once")
 
 
-def _labels_fit(chart: Any) -> bool:
-    """Every y-axis label of the chart fits in the axis' width (tick and gap included)."""
-    fits: bool = chart.evaluate(
-        """el => {
-            const u = el._plot, axis = u.axes[1];
+def _plotted(page: Page, selector: str) -> list[Any]:
+    """The first chart ``selector`` finds, once it is drawn: its time axis' min and max, its
+    first point's time, and whether every y-axis label fits in the axis' width (tick and gap
+    included). Read in one evaluation of one element: a live part refreshed meanwhile (the
+    event stream's "ready") brings a new chart element, drawn only when its data arrives."""
+    found = page.wait_for_function(
+        """selector => {
+            const el = document.querySelector(selector), u = el && el._plot;
+            if (!u) return null;
+            const axis = u.axes[1];
             const ctx = document.createElement("canvas").getContext("2d");
             ctx.font = "12px system-ui, sans-serif";
             const widest = Math.max(...axis._values.map(v => ctx.measureText(String(v)).width));
-            return axis._size >= widest + axis.ticks.size + axis.gap;
-        }"""
+            const fits = axis._size >= widest + axis.ticks.size + axis.gap;
+            return [u.scales.x.min, u.scales.x.max, u.data[0][0], fits];
+        }""",
+        arg=selector,
     )
-    return fits
+    facts: list[Any] = found.json_value()
+    return facts
 
 
 def test_overview_ranges_and_charts(admin_page: Page, server: Server, artifacts: Path) -> None:
@@ -125,9 +129,8 @@ def test_overview_ranges_and_charts(admin_page: Page, server: Server, artifacts:
     expect(page).to_have_url(re.compile(r"range=7d"))
     expect(ranges.locator("[aria-current=true]")).to_have_text("7 d")
     expect(page.get_by_text("Completed per hour")).to_be_visible()
-    charts = page.locator(".chart[data-series-url]")
-    expect(charts.first.locator("canvas")).to_have_count(1)
-    assert _labels_fit(charts.first)
+    *_, fits = _plotted(page, ".chart[data-series-url]")
+    assert fits, "a y-axis label is cut"
     expect(page.get_by_test_id("latest-failures")).to_contain_text("Failing for the overview")
     page.screenshot(path=artifacts / "names-overview-7d.png", full_page=True)
 
