@@ -570,7 +570,11 @@ def test_an_expired_session_is_renewed_once_for_parallel_pages_and_parts(
     the login), and the user stays signed in."""
     context = browser.new_context(viewport=VIEWPORT)
     try:
-        sign_in(context.new_page(), server, OPERATOR)
+        # Only the pages under test stay open: any other open page's live parts (its poll,
+        # the event stream's "ready") could renew the session first, shared by the context.
+        signing_in = context.new_page()
+        sign_in(signing_in, server, OPERATOR)
+        signing_in.close()
         context.clear_cookies(name="rota_access")  # the access token expired
         jobs, failed = context.new_page(), context.new_page()
         jobs.goto(f"{server.url}/jobs", wait_until="commit")
@@ -579,6 +583,7 @@ def test_an_expired_session_is_renewed_once_for_parallel_pages_and_parts(
         expect(failed.get_by_role("heading", name="Failed executions")).to_be_visible()
         expect(jobs).to_have_url(f"{server.url}/jobs")
         expect(failed).to_have_url(f"{server.url}/failed")
+        failed.close()
 
         # on an open page: a live part fetched after the access token expired
         context.clear_cookies(name="rota_access")
