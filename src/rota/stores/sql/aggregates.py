@@ -259,8 +259,10 @@ class StatDeltas:
             )
 
     def remove_rows(self, rows: Iterable[Any]) -> None:
-        """Each of ``rows`` (as :meth:`add_rows` takes them) deleted: uncounted ones folded
-        first, so that, as for a counted one, its job keeps the runs and durations."""
+        """Each of ``rows`` (as :meth:`add_rows` takes them) taken out of the state it is in:
+        deleted (a purge), or leaving the final status it settled in (a manual retry, which
+        counts it afresh in its new state). Uncounted ones are folded first, so that, as for
+        a counted one, its job keeps the runs and durations."""
         for r in rows:
             m = r if isinstance(r, dict) else r._mapping
             if not m["counted"]:

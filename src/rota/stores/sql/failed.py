@@ -20,7 +20,7 @@ from rota.core.records import FailedQuery, Page
 from rota.core.transitions import StatusBatch, final_failures
 from rota.stores.schema import failed_occurrences, occurrences
 from rota.stores.sql import filters
-from rota.stores.sql.aggregates import AggregateQueries, StatDeltas, durations
+from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import (
     _RETRYABLE,
     MANUAL_RETRY,
@@ -274,9 +274,7 @@ class FailedQueries(AggregateQueries):
                 )
             )
             deltas = StatDeltas()
-            if not current.counted:  # it leaves the status it settled in: folded first
-                deltas.fold(current.job_id, current.status, 1, *durations(current.duration_ms))
-            deltas.add(current.job_id, current.status, current.end_time, current.duration_ms, -1)
+            deltas.remove_rows([current])  # it leaves the status it settled in
             deltas.add(current.job_id, int(_QUEUED), None, None)
             await self._write_aggregates(conn, deltas)
         return await self.get_occurrence(occurrence_id)
