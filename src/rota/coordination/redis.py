@@ -766,8 +766,7 @@ class _StreamWakeups(Generic[T]):
         if pending:
             await asyncio.wait(pending)
         for future in pending:  # a read cut short may end in the driver's own error: seen
-            if not future.cancelled():
-                future.exception()
+            _outcome_taken(future)
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
