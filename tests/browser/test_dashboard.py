@@ -40,6 +40,17 @@ def _one_time_job(server: Server, job_type: str, name: str) -> dict[str, Any]:
         return occurrence
 
 
+def _cron_job(server: Server, name: str, cron: str) -> str:
+    """A cron job of ``browser.tick`` made through the API; its id."""
+    with server.api() as api:
+        created = api.post(
+            "/jobs", json={"jobType": "browser.tick", "displayName": name, "cronExpression": cron}
+        )
+        assert created.status_code == 201, created.text
+        job_id: str = created.json()["id"]
+        return job_id
+
+
 def _status_of(server: Server, occurrence_id: str) -> str:
     with server.api() as api:
         name: str = api.get(f"/occurrences/{occurrence_id}").json()["statusName"]
@@ -114,6 +125,12 @@ def test_create_a_cron_job_and_watch_its_executions_arrive(
     page.get_by_role("link", name="Browser tick every second").click()
     page.get_by_role("button", name="Disable").click()
     expect(page.locator("#job-summary")).to_contain_text("inactive")
+    # Nothing fires after the disable: once the runs sent before it have ended, no event
+    # refreshes the summary with anything new (an answer the same as what it shows is not
+    # swapped in, and none is while a link of it is pressed).
+    rows = page.locator("#job-occurrences [data-testid=occurrence-row]")
+    expect(rows.filter(has_text=re.compile("Queued|Running"))).to_have_count(0)
+    expect(page.locator("#job-summary.htmx-request")).to_have_count(0)
     page.get_by_role("link", name="Edit").click()
     expect(page.get_by_label("Cron expression")).to_have_value("* * * * * *")
     page.get_by_label("Name").fill("Browser tick, edited")
@@ -228,17 +245,7 @@ def test_backfill_the_past_fires_of_a_cron_job(admin_page: Page, server: Server)
 
 def test_pause_a_job_with_a_note_and_resume_it(admin_page: Page, server: Server) -> None:
     """The job page's pause form: the banner shows the note; Resume ends the pause."""
-    with server.api() as api:
-        created = api.post(
-            "/jobs",
-            json={
-                "jobType": "browser.tick",
-                "displayName": "Browser paused",
-                "cronExpression": "0 0 * * *",
-            },
-        )
-        assert created.status_code == 201, created.text
-        job_id = created.json()["id"]
+    job_id = _cron_job(server, "Browser paused", "0 0 * * *")
     page = admin_page
     page.goto(f"{server.url}/jobs/{job_id}")
     expect(page.get_by_test_id("pause-banner")).to_have_count(0)
@@ -800,3 +807,58 @@ def test_a_graph_run_is_drawn_with_its_statuses(
     expect(page.get_by_test_id("dependencies")).to_contain_text("on completion")
     expect(page.locator("#job-summary")).to_contain_text("runs when triggered")
     assert errors == []
+
+
+REFRESH_SUMMARY = """() => new Promise((resolve) => {
+  const el = document.querySelector("#job-summary");
+  el.addEventListener("htmx:afterRequest", () => resolve(true), { once: true });
+  htmx.trigger(el, "rota:refresh");
+})"""
+HEADING_MARKED = "document.querySelector('#job-summary h1').__rotaMark === 7"
+
+
+def test_a_live_refresh_that_brings_nothing_new_keeps_the_parts_nodes(
+    admin_page: Page, server: Server
+) -> None:
+    """A live part's refresh whose answer is what it shows is not swapped in: its nodes stay
+    (a link pressed meanwhile is not replaced between the press and the release); one that
+    brings a change replaces them."""
+    job_id = _cron_job(server, "Quiet", "0 0 1 1 *")
+    with server.api() as api:
+        page = admin_page
+        page.goto(f"{server.url}/jobs/{job_id}")
+        assert page.evaluate(REFRESH_SUMMARY)  # the first answer is swapped in and kept
+        page.evaluate("document.querySelector('#job-summary h1').__rotaMark = 7")
+        assert page.evaluate(REFRESH_SUMMARY)
+        assert page.evaluate(HEADING_MARKED), "an unchanged answer replaced the part's nodes"
+        assert api.patch(f"/jobs/{job_id}", json={"displayName": "Quiet, renamed"}).is_success
+        expect(page.locator("#job-summary h1")).to_have_text("Quiet, renamed")
+        assert not page.evaluate(HEADING_MARKED)
+
+
+SWAP_OF_RENAMED = """(name) => new Promise((resolve) => {
+  document.addEventListener("htmx:beforeSwap", function check(event) {
+    if (event.detail.elt.id !== "job-summary") return;
+    if (!event.detail.serverResponse.includes(name)) return;
+    document.removeEventListener("htmx:beforeSwap", check);
+    resolve(event.detail.shouldSwap);
+  });
+  htmx.trigger(document.querySelector("#job-summary"), "rota:refresh");
+})"""
+
+
+def test_a_live_part_is_not_replaced_while_a_link_of_it_is_pressed(
+    admin_page: Page, server: Server
+) -> None:
+    """A refresh that lands between the press and the release of a link in a live part is
+    held back (the click would be lost with the node it started on); the click goes through."""
+    job_id = _cron_job(server, "Pressed", "0 0 1 1 *")
+    with server.api() as api:
+        page = admin_page
+        page.goto(f"{server.url}/jobs/{job_id}")
+        page.get_by_role("link", name="Edit").hover()  # the pointer on it, once it is stable
+        page.mouse.down()
+        assert api.patch(f"/jobs/{job_id}", json={"displayName": "Pressed, renamed"}).is_success
+        assert page.evaluate(SWAP_OF_RENAMED, "Pressed, renamed") is False
+        page.mouse.up()
+        expect(page).to_have_url(re.compile(r"/jobs/[0-9a-f-]{36}/edit$"))

@@ -553,14 +553,40 @@
       event.preventDefault();
     }
   });
+  // A live part's answer that is what it shows already is not swapped in: its nodes stay, and
+  // an event stream that refreshes it every second costs no DOM work.
+  const swappedHtml = new WeakMap();
+  // Nor is one swapped while a button or link of it is pressed: the click would be lost with
+  // the node it started on. It is fetched again once the pointer is released.
+  let pressed = null;
+  document.addEventListener("pointerdown", function (event) { pressed = event.target; }, true);
+  // Released, or taken over by the browser (a touch that turns into a scroll): refresh what
+  // waited, after the click.
+  function released() {
+    pressed = null;
+    document.querySelectorAll("[data-refresh-after-press]").forEach(function (el) {
+      delete el.dataset.refreshAfterPress;
+      setTimeout(function () { htmx.trigger(el, "rota:refresh"); }, 0);
+    });
+  }
+  document.addEventListener("pointerup", released, true);
+  document.addEventListener("pointercancel", released, true);
   document.addEventListener("htmx:beforeSwap", function (event) {
     const el = event.detail.elt;
     if (!el || !livePart(el)) return;
-    if (el.dataset.forcedInFlight) { delete el.dataset.forcedInFlight; return; }
-    if (busy(el)) event.detail.shouldSwap = false;  // the next event or poll brings it
+    if (pressed && el.contains(pressed)) {
+      event.detail.shouldSwap = false;
+      el.dataset.refreshAfterPress = "1";
+      return;
+    }
+    const unchanged = swappedHtml.get(el) === event.detail.serverResponse;
+    if (el.dataset.forcedInFlight) delete el.dataset.forcedInFlight;
+    else if (busy(el)) { event.detail.shouldSwap = false; return; }  // the next event or poll brings it
+    if (unchanged) event.detail.shouldSwap = false;
   });
   document.addEventListener("htmx:afterSwap", function (event) {
     const el = event.detail.target;
+    if (el && livePart(el) && event.detail.xhr) swappedHtml.set(el, event.detail.xhr.responseText);
     if (el && el.id === "log") {
       const last = el.lastElementChild;
       if (last && last.dataset.seq) el.dataset.logAfter = last.dataset.seq;
