@@ -92,7 +92,6 @@ async def _distributed_runtime(
         raise ConfigurationError(
             "bench --mode distributed needs ROTA_DATABASE_URL, ROTA_REDIS_URL and ROTA_AMQP_URL"
         )
-    settings.scheduler.dispatch_batch_size = 2000
     if lead is not None:
         settings.scheduler.dispatch_lead_seconds = lead
     if settings.auth_secret is None:  # the bench serves no API: any key will do

@@ -5,11 +5,12 @@ every batch is an ``executemany``. Either way the rows written are the same."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
+from unittest.mock import patch
 from uuid import uuid4
 
 import pytest
@@ -17,7 +18,7 @@ from sqlalchemy import event, select
 
 from rota.core.models import Job
 from rota.stores.schema import jobs, occurrence_logs
-from rota.stores.sql import SqlStore
+from rota.stores.sql import SqlStore, driver
 from rota.stores.sql.batches import _FastBatches
 from rota.stores.sql.statements import ADVANCE_KEYS, _advance_jobs_stmt, _insert_logs_stmt
 
@@ -26,16 +27,28 @@ _T0 = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
 @contextmanager
 def writes(store: SqlStore) -> Iterator[list[str]]:
-    """The statements the store's writer runs meanwhile."""
+    """The statements the store's writer runs meanwhile: through SQLAlchemy, and SQLite's hot
+    statements straight to its driver (``rota.stores.sql.driver``), one entry per call."""
     statements: list[str] = []
 
     def grab(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
         statements.append(statement)
 
+    def watching(call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def watched(conn: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+            statements.append(sql.strip())
+            return await call(conn, sql, *args, **kwargs)
+
+        return watched
+
     engine = store._writer.sync_engine  # type: ignore[union-attr]
     event.listen(engine, "before_cursor_execute", grab)
     try:
-        yield statements
+        with (
+            patch.object(driver, "run", watching(driver.run)),
+            patch.object(driver, "rows", watching(driver.rows)),
+        ):
+            yield statements
     finally:
         event.remove(engine, "before_cursor_execute", grab)
 

@@ -212,3 +212,39 @@ async def test_a_window_fuller_than_the_limit_is_taken_in_slices(store: SqlStore
 
     assert await sliced.sync() == 2
     assert set(await indexed(index)) == {jobs[0].id, jobs[1].id, last.id}
+
+
+class _CountingIndex(MemoryScheduleIndex):
+    """The in-memory index, counting the entries written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[IndexEntry] = []
+
+    async def upsert(self, entries: Sequence[IndexEntry]) -> None:
+        self.written.extend(entries)
+        await super().upsert(entries)
+
+
+async def test_a_sync_writes_only_the_entries_the_index_lacks_or_holds_otherwise(
+    store: SqlStore,
+) -> None:
+    """A backlog due now is read again by every sync until it is fired: the index is not
+    rewritten for it each time, only for what is new or moved."""
+    now = datetime.now(UTC)
+    held, moved, new = (in_bucket(job_at(now - timedelta(seconds=s))) for s in (1, 2, 3))
+    await store.create_jobs([held, moved])
+    index = _CountingIndex()
+    sync = loader(store, index)
+    assert await sync.sync() == 2
+    assert {e.job_id for e in index.written} == {held.id, moved.id}
+
+    index.written.clear()
+    await store.create_jobs([new])
+    earlier = moved.next_run_at - timedelta(seconds=5)  # type: ignore[operator]
+    await index.upsert([IndexEntry(moved.id, moved.bucket, earlier.timestamp())])
+    index.written.clear()
+    assert await sync.sync() == 3
+    names = {held.id: "held", moved.id: "moved", new.id: "new"}
+    assert sorted(names[e.job_id] for e in index.written) == ["moved", "new"]
+    assert (await indexed(index))[moved.id] == moved.next_run_at.timestamp()  # type: ignore[union-attr]

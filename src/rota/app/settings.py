@@ -51,7 +51,14 @@ class SchedulerSettings(BaseModel):
     loader_interval_seconds: float = Field(
         15.0, gt=0, description="How often the loader pulls the window's next slice from the store."
     )
-    dispatch_batch_size: int = Field(1000, ge=1, le=50_000)
+    dispatch_batch_size: int = Field(
+        2000,
+        ge=1,
+        le=50_000,
+        description="Due jobs fired in one store transaction, and occurrences published per "
+        "sweep batch. Fewer, larger transactions cost less per job (most of all on SQLite, "
+        "whose one writer waits for each statement's answer).",
+    )
     dispatch_lead_seconds: float = Field(
         0.5,
         ge=0,

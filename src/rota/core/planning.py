@@ -60,6 +60,31 @@ class FirePlan(msgspec.Struct, frozen=True, kw_only=True):
     at the same time."""
 
 
+class PlainFires(msgspec.Struct, frozen=True, kw_only=True):
+    """What a store needs to fire a batch's *plain* one-time jobs by itself, set-based,
+    exactly as :func:`plan_fires` would (the dispatcher's facts for the batch).
+
+    A plain fire is that of a one-time job that is active and due by the horizon, not
+    paused, with no ``skip_next`` and no jitter, under its ``max_runs``, on time (or late
+    under a misfire policy that runs it), of a job type declared by a worker (of its group,
+    if it names one), and with no occurrence Queued or Running. Its plan is one Queued
+    occurrence at its ``next_run_at``, created ``now``, attempt 1, with the job's values
+    over its type's declared defaults over the server's, uncounted; its job has no next
+    fire. Every other job is planned by the planner."""
+
+    now: datetime
+    late_before: datetime
+    """A fire before this is late by more than the server's misfire threshold."""
+    default_max_retries: int
+    declared: tuple[tuple[str, str], ...]
+    """(job type, worker group): every type a worker of the group has ever declared."""
+    type_defaults: tuple[tuple[str, int | None, float | None], ...]
+    """(job type, ``maxRetries``, ``timeoutSeconds``) its live workers declare."""
+    mark_skip: bool = False
+    """A Skip-policy job's occurrence is inserted dispatched ``now`` (the embedded mode's
+    ``mark_on_commit``)."""
+
+
 class Recurrence(Protocol):
     """A recurring schedule: a cron (:class:`~rota.core.cron.CronSchedule`) or an interval
     (:class:`~rota.core.intervals.IntervalSchedule`)."""

@@ -21,7 +21,13 @@ from uuid import UUID
 
 from rota.core.errors import RotaError
 from rota.core.models import ConcurrencyPolicy, Job, JobMessage, Occurrence, utcnow
-from rota.core.planning import FirePlan, PlanSettings, plan_fires, with_type_defaults
+from rota.core.planning import (
+    FirePlan,
+    PlainFires,
+    PlanSettings,
+    plan_fires,
+    with_type_defaults,
+)
 from rota.core.ports import Broker, RoutedDispatchStore, ScheduleIndex
 from rota.core.records import DispatchResult, DueEntry, IndexEntry
 from rota.core.sealing import DataSeal, sealed_message
@@ -307,7 +313,12 @@ class Dispatcher:
             return 0
         ids = [e.job_id for e in entries]
         claim = now + self._fire_claim if self._fire_claim else None  # (see ``pending_grace``)
-        result = await self._store.dispatch_due(ids, horizon, planner, claim_until=claim)
+        # The plain one-time jobs the store may fire set-based, as ``planner`` would (not
+        # with tracing on: each plan is stamped with its span).
+        plain = self._plain_fires(now) if self._stamp is None else None
+        result = await self._store.dispatch_due(
+            ids, horizon, planner, claim_until=claim, plain=plain
+        )
         if self._events is not None:
             self._events.occurrences_created([*result.queued, *result.held, *result.skipped])
         if any(o.jitter_seconds is not None for o in result.held):
@@ -449,6 +460,18 @@ class Dispatcher:
                 if not quiet:
                     raise
                 log.warning("publishing a dispatched batch failed: %s", exc)
+
+    def _plain_fires(self, now: datetime) -> PlainFires:
+        """What :meth:`_plan` decides for a plain one-time job, as facts for the store."""
+        declared, defaults = self._workers.plain_fire_facts()
+        return PlainFires(
+            now=now,
+            late_before=now - self._plan_settings.misfire_threshold,
+            default_max_retries=self._plan_settings.default_max_retries,
+            declared=declared,
+            type_defaults=defaults,
+            mark_skip=self._mark_on_commit,
+        )
 
     def _plan(self, job: Job, active: int, now: datetime, horizon: datetime) -> FirePlan:
         job = with_type_defaults(job, self._workers.type_description(job.job_type))

@@ -72,9 +72,13 @@ class Loader:
         before = await self._index.due(owned, _FAR_FUTURE, self._limit)
         until = self._clock() + timedelta(seconds=self._window)
         due = await self._store.due_jobs(until, owned, self._limit)
-        await self._index.upsert(
-            [IndexEntry(e.job_id, e.bucket, e.due_at.timestamp()) for e in due]
-        )
+        # Only what the index lacks or holds otherwise is written: a backlog due now (read
+        # again by every sync until it is fired) costs one read, not a rewrite each time.
+        held = {e.job_id: (e.bucket, e.due) for e in before}
+        fresh = [IndexEntry(e.job_id, e.bucket, e.due_at.timestamp()) for e in due]
+        changed = [e for e in fresh if held.get(e.job_id) != (e.bucket, e.due)]
+        if changed:
+            await self._index.upsert(changed)
         current = {e.job_id for e in due}
         # A read cut at the limit says nothing of the jobs from its last due time on (ties
         # are cut by job id): their entries (indexed when their job was created) stay.

@@ -205,6 +205,39 @@ class WorkerDirectory:
             return False
         return worker_id is None or worker_id in groups
 
+    def plain_fire_facts(
+        self,
+    ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, int | None, float | None], ...]]:
+        """What :class:`~rota.core.planning.PlainFires` takes from the directory: the
+        (job type, group) pairs ever declared, and each type's declared ``maxRetries`` and
+        ``timeoutSeconds`` (:func:`~rota.core.planning.with_type_defaults`' values). A type
+        whose defaults are not numbers is left out of both: its jobs are planned one by one,
+        where the planner reports it."""
+        defaults: list[tuple[str, int | None, float | None]] = []
+        odd: set[str] = set()
+        for job_type, description in self._defaults.items():
+            if not isinstance(description, Mapping):
+                odd.add(job_type)
+                continue
+            retries, timeout = description.get("maxRetries"), description.get("timeoutSeconds")
+            try:
+                defaults.append(
+                    (
+                        job_type,
+                        None if retries is None else int(retries),
+                        None if timeout is None else float(timeout),
+                    )
+                )
+            except (TypeError, ValueError):
+                odd.add(job_type)
+        declared = tuple(
+            (job_type, group)
+            for job_type, groups in self._declared.items()
+            if job_type not in odd
+            for group in groups
+        )
+        return declared, tuple(defaults)
+
     def type_description(
         self, job_type: str, worker_id: str | None = None
     ) -> Mapping[str, Any] | None:

@@ -55,6 +55,12 @@ def utc_text(value: datetime) -> str:
     return value.isoformat(" ", "microseconds")[:-6]
 
 
+def from_utc_text(text: str) -> datetime:
+    """A UTC time kept as naive ISO text (:func:`utc_text`, a history entry's ``at``) read
+    back, aware."""
+    return datetime.fromisoformat(text + "+00:00")
+
+
 def aware_utc(value: datetime) -> datetime:
     """``value`` (aware) unchanged; ``ValueError`` for a naive datetime."""
     if value.tzinfo is None:
@@ -98,7 +104,7 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         if isinstance(value, str):
-            return datetime.fromisoformat(value + "+00:00")
+            return from_utc_text(value)
         result: datetime = value.astimezone(UTC)
         return result
 

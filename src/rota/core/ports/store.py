@@ -28,6 +28,7 @@ from rota.core.notifications import (
     NotificationDelivery,
     Subscription,
 )
+from rota.core.planning import PlainFires
 from rota.core.ports.idempotency import IdempotencyStore
 from rota.core.ports.limits import LimitStore
 from rota.core.ports.pausing import PauseStore
@@ -277,18 +278,17 @@ class DispatchStore(abc.ABC):
         planner: FirePlanner,
         *,
         claim_until: datetime | None = None,
+        plain: PlainFires | None = None,
     ) -> DispatchResult:
-        """Fire the given jobs that are due, in one write transaction.
-
-        For each job that is active with ``next_run_at <= now`` (rows another transaction has
-        locked are passed over), call ``planner(job, active, now)``; insert the planned
-        occurrences (a fire whose (job, scheduled_for) already exists is not inserted again:
-        a double dispatch is impossible); set the job's ``next_run_at`` (and ``is_active``) from
-        the plan. A Queued occurrence of a Queue-policy job that has an earlier active
-        occurrence is *held*. Report every requested job's resulting next fire. ``claim_until``:
-        ``queued`` (the caller sends them) are inserted dispatched with one record, ``batch``,
-        ended by :meth:`mark_dispatched`, or at ``claim_until`` the sweep's (those still Queued).
-        """
+        """Fire the given jobs that are due, in one write transaction. For each job active
+        with ``next_run_at <= now`` (rows another transaction has locked are passed over),
+        call ``planner(job, active, now)``; insert the planned occurrences (a fire whose (job,
+        scheduled_for) exists is not inserted again: no double dispatch); set the job's
+        ``next_run_at`` (and ``is_active``) from the plan. A Queued occurrence of a Queue-policy
+        job with an earlier active occurrence is *held*. Report every requested job's next
+        fire. ``claim_until``: ``queued`` (the caller sends them) are inserted dispatched with
+        one record, ``batch``, ended by :meth:`mark_dispatched`, or at ``claim_until`` the
+        sweep's. ``plain``: the store may fire the plain one-time jobs itself, as planned."""
 
     @abc.abstractmethod
     async def mark_dispatched(

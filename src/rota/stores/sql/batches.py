@@ -18,6 +18,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from rota.core.errors import ConflictError
 from rota.stores.schema import UtcDateTime, aware_utc, utc_text
+from rota.stores.sql import driver
 from rota.stores.sql.engine import _json_dumps
 
 # --- hot statements ---------------------------------------------------------------------------
@@ -105,6 +106,9 @@ class _Prepared:
     """Positions whose value the driver needs converted."""
     names: tuple[str, ...]
     """The parameters' names in statement order."""
+    repeated: frozenset[int] = frozenset()
+    """Positions whose values a batch often repeats (SQLite's datetimes: the fire time, the
+    creation time of a burst): each distinct one converted once per batch."""
     batch: _Batch | None = None
 
 
@@ -120,7 +124,7 @@ class _FastBatches:
     """
 
     def __init__(self, dialect: str) -> None:
-        sqlite = dialect == "sqlite"
+        sqlite = self._sqlite = dialect == "sqlite"
         self._uuid: _Converter | None = _uuid_hex if sqlite else None
         self._datetime: _Converter = _sqlite_datetime if sqlite else _aware
         self._prepared: dict[str, _Prepared] = {}
@@ -147,8 +151,7 @@ class _FastBatches:
                 arrays = tuple(list(columns[i]) for i in batch.order)
                 result = await conn.exec_driver_sql(batch.sql, arrays)
                 return int(result.rowcount)
-        result = await conn.exec_driver_sql(prepared.sql, params)
-        return int(result.rowcount)
+        return await self._run(conn, prepared.sql, params)
 
     async def execute_records(
         self,
@@ -161,7 +164,13 @@ class _FastBatches:
         """Run ``make()`` once per record, each already as the driver takes it, in the order
         ``names`` (which must be the statement's)."""
         prepared = self._prepared_for(key, make, conn, names=names)
-        result = await conn.exec_driver_sql(prepared.sql, list(records))
+        return await self._run(conn, prepared.sql, list(records))
+
+    async def _run(self, conn: AsyncConnection, sql: str, params: list[Any]) -> int:
+        """``executemany``: on SQLite in one call to its thread (:mod:`.driver`)."""
+        if self._sqlite:
+            return await driver.run(conn, sql, params, many=True)
+        result = await conn.exec_driver_sql(sql, params)
         return int(result.rowcount)
 
     def _prepared_for(
@@ -213,10 +222,19 @@ class _FastBatches:
             return [values(r) for r in rows]
         out: list[tuple[Any, ...]] = []
         converters = prepared.converters
+        repeated = prepared.repeated
+        texts: dict[Any, Any] = {}  # a batch's repeated values converted once (its fire time)
         for row in rows:
             params = list(values(row))
             for index, conv in converters:
-                params[index] = conv(params[index])
+                value = params[index]
+                if index in repeated:
+                    text = texts.get(value)
+                    if text is None:
+                        text = texts[value] = conv(value)
+                    params[index] = text
+                else:
+                    params[index] = conv(value)
             out.append(tuple(params))
         return out
 
@@ -239,6 +257,7 @@ class _FastBatches:
             len(names) == 1,
             tuple(converters),
             tuple(names),
+            frozenset(i for i, conv in converters if conv is _sqlite_datetime),
         )
 
     def _converter(self, type_: Any) -> _Converter | None:

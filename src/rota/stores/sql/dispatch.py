@@ -27,10 +27,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
 
 from rota.core.models import ConcurrencyPolicy, Job, Occurrence, OccurrenceStatus, ZombiePolicy
-from rota.core.planning import FirePlan, stored_policy
+from rota.core.planning import FirePlan, PlainFires, stored_policy
 from rota.core.records import DispatchResult, DueEntry, FirePlanner, StaleOccurrence
 from rota.stores.schema import UtcDateTime, jobs, occurrences, utc_text
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
+from rota.stores.sql.firing import fire_plain
 from rota.stores.sql.pausing import advance_jobs
 from rota.stores.sql.rows import (
     _PLANNING_COLUMNS,
@@ -91,11 +92,19 @@ class DispatchQueries(AggregateQueries):
         planner: FirePlanner,
         *,
         claim_until: datetime | None = None,
+        plain: PlainFires | None = None,
     ) -> DispatchResult:
         ids = _unique(job_ids)
         if not ids:
             return DispatchResult()
         async with self._write() as conn:
+            fired: list[Occurrence] = []
+            if plain is not None and self._seal is None:
+                marked = claim_until is not None
+                fired = await fire_plain(conn, self._dialect, ids, now, plain, sent=marked)
+                if fired:
+                    done = {o.job_id for o in fired}
+                    ids = [i for i in ids if i not in done]
             claimed = await self._claim_jobs(conn, ids)
             next_runs = await self._absent_jobs(conn, [i for i in ids if i not in claimed])
             due: list[Job] = []
@@ -107,12 +116,13 @@ class DispatchQueries(AggregateQueries):
             active = await self._active_counts(conn, [j.id for j in due])
             plans = _plan_all(due, active, now, planner, next_runs)
             deltas = StatDeltas()
+            deltas.totals[int(OccurrenceStatus.QUEUED)] += len(fired)  # uncounted
             planned = {o.id for plan in plans.values() for o in plan.occurrences}
             sent = _classify(due, plans, active, planned, {}).queued if claim_until else []
-            at = min((o.created_at for o in sent), default=now)
+            at = plain.now if fired and plain else min((o.created_at for o in sent), default=now)
             marks = dict.fromkeys((o.id for o in sent), at)
             inserted = await self._insert_planned(conn, due, plans, deltas, marks)
-            sent = [o for o in sent if o.id in inserted]
+            sent = [*(fired if claim_until else ()), *(o for o in sent if o.id in inserted)]
             batch = (
                 await insert_batch(conn, sent, claim_until, at) if claim_until and sent else None
             )
@@ -125,14 +135,16 @@ class DispatchQueries(AggregateQueries):
             if job.id in plans:
                 plan = plans[job.id]
                 next_runs[job.id] = _due_entry(job.id, job.bucket, plan)
+        for occurrence in fired:  # a one-time job's only fire: no next one
+            next_runs[occurrence.job_id] = None
         result = _classify(due, plans, active, inserted, next_runs)
-        if batch is None:
+        if batch is None and not fired:
             return result
         queued = [
             msgspec.structs.replace(o, dispatched_at=at) if o.id in marks else o
             for o in result.queued
         ]
-        return replace(result, queued=queued, batch=batch)
+        return replace(result, queued=[*fired, *queued], batch=batch)
 
     async def _claim_jobs(self, conn: AsyncConnection, ids: Sequence[UUID]) -> dict[UUID, Job]:
         """The requested jobs, locked; rows locked by another transaction are passed over."""

@@ -4,6 +4,7 @@ the SQLite pragmas and transaction start, the translation of driver errors, and
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -111,7 +112,10 @@ def _configure_sqlite(
         cursor.close()
 
     def on_begin(connection: Connection) -> None:
-        connection.exec_driver_sql(begin)
+        # On the DBAPI connection: one call to the driver's thread, not a cursor's three
+        # (``driver.py``); a transaction begins for every write.
+        dbapi: Any = connection.connection.dbapi_connection
+        dbapi.execute(begin)
 
     event.listen(engine.sync_engine, "connect", on_connect)
     event.listen(engine.sync_engine, "begin", on_begin)
@@ -129,6 +133,8 @@ async def guard_errors() -> AsyncIterator[None]:
         yield
     except IntegrityError as exc:
         raise ConflictError(f"conflicts with stored data: {exc.orig}") from exc
+    except sqlite3.IntegrityError as exc:  # a statement run on the driver itself (driver.py)
+        raise ConflictError(f"conflicts with stored data: {exc}") from exc
     except DBAPIError as exc:
         cause = exc.orig if exc.orig is not None else exc
         raise BackendUnavailableError(f"database error: {type(cause).__name__}: {cause}") from exc

@@ -24,7 +24,7 @@ from rota.core.models import (
     StatusChange,
 )
 from rota.core.records import Page, truncate_text
-from rota.stores.schema import UtcDateTime, jobs, utc_text
+from rota.stores.schema import UtcDateTime, from_utc_text, jobs, utc_text
 from rota.stores.sql.engine import _json_dumps
 
 T = TypeVar("T")
@@ -364,7 +364,7 @@ def to_changes(history: Sequence[dict[str, Any]] | None) -> tuple[StatusChange, 
         return ()
     return tuple(
         StatusChange(
-            timestamp=datetime.fromisoformat(e["at"] + "+00:00"),
+            timestamp=from_utc_text(e["at"]),
             from_status=None if e.get("from") is None else OccurrenceStatus(e["from"]),
             to_status=OccurrenceStatus(e["to"]),
             attempt=e["attempt"],

@@ -31,8 +31,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import UpdateBase
-from sqlalchemy.sql.elements import ColumnClause
+from sqlalchemy.sql.elements import ColumnClause, ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
 
 from rota.core.models import WAITING_POLICIES, OccurrenceStatus
 from rota.stores.schema import (
@@ -107,16 +110,45 @@ def _advance_jobs_stmt(*, unnest: bool = False) -> UpdateBase:
 OCCURRENCE_KEYS = ("id", "key_at")
 
 
+class history_append(FunctionElement[Any]):
+    """``history`` with the entries of the JSON array ``appended`` after its own, in SQL: a
+    status change is appended without the history being read (PostgreSQL: ``jsonb ||``;
+    SQLite: the two arrays' texts spliced; a ``NULL`` or empty history is ``appended``)."""
+
+    name = "history_append"
+    inherit_cache = True
+    type = occurrences.c.history.type
+
+
+@compiles(history_append, "postgresql")
+def _append_jsonb(element: history_append, compiler: SQLCompiler, **kw: Any) -> str:
+    history, appended = (compiler.process(e, **kw) for e in element.clauses)
+    return f"(coalesce({history}, '[]'::jsonb) || {appended})"
+
+
+@compiles(history_append, "sqlite")
+def _append_text(element: history_append, compiler: SQLCompiler, **kw: Any) -> str:
+    # '[a,b]' + '[c]': '[a,b' || ',' || 'c]'; NULL or '[]' + '[c]': '[' || 'c]'. The entries
+    # are objects, and the JSON texts are compact: each array ends with its own ']'.
+    history, appended = (compiler.process(e, **kw) for e in element.clauses)
+    head = f"substr(nullif({history}, '[]'), 1, length({history}) - 1) || ','"
+    return f"(coalesce({head}, '[') || substr({appended}, 2))"
+
+
 def _update_occurrences_stmt(columns: Sequence[str], *, unnest: bool = False) -> UpdateBase:
     """Set ``columns`` (parameters named after them) of the occurrence with parameters ``id``
     and ``key_at`` (``OCCURRENCE_KEYS``; ``key_at`` is its ``scheduled_for``: on PostgreSQL
     the executor then looks in the one time partition that holds the row, not in every
-    partition)."""
+    partition). ``history`` is what is appended to the occurrence's history
+    (:class:`history_append`), not the whole of it."""
     c = occurrences.c
     types = {"id": Uuid(), "key_at": UtcDateTime(), **{name: c[name].type for name in columns}}
     p = hot_params(types, unnest=unnest)
     key = and_(c.id == p["id"], c.scheduled_for == p["key_at"])
-    return update(occurrences).where(key).values({name: p[name] for name in columns})
+    values: dict[str, ColumnElement[Any]] = {name: p[name] for name in columns}
+    if "history" in values:
+        values["history"] = history_append(c.history, values["history"])
+    return update(occurrences).where(key).values(values)
 
 
 STREAK_KEYS = ("b_id",)

@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.errors import NotFoundError
 from rota.core.models import Job, LogRecord, Occurrence, OccurrenceStatus, StatusRecord
-from rota.core.records import DisabledJob, OccurrenceQuery, Page, StatusResult
+from rota.core.records import AppliedChange, DisabledJob, OccurrenceQuery, Page, StatusResult
 from rota.core.transitions import CURRENT_FIELDS, Current, StatusBatch, Streak, apply_records
 from rota.stores.schema import (
     UNCOUNTED,
@@ -38,6 +38,7 @@ from rota.stores.schema import (
 )
 from rota.stores.sql import filters
 from rota.stores.sql.aggregates import RUN_STATUSES, AggregateQueries, StatDeltas, durations
+from rota.stores.sql.completions import complete_runs, completions
 from rota.stores.sql.rows import (
     _AUTO_DISABLE_STATE,
     ACTIVE,
@@ -86,12 +87,30 @@ class StatusQueries(AggregateQueries):
     async def apply_status(self, records: Sequence[StatusRecord]) -> StatusResult:
         if not records:
             return StatusResult()
+        deltas = StatDeltas()
+        async with self._write() as conn:
+            completed: list[AppliedChange] = []
+            rest = records
+            if self._seal is None and completions(records):
+                completed, done, streaks = await complete_runs(conn, self._dialect, records, deltas)
+                await self._reset_streaks(conn, streaks)
+                rest = [r for r in records if r.occurrence_id not in done]
+            result = await self._apply_rules(conn, rest, deltas) if rest else StatusResult()
+            await self._write_aggregates(conn, deltas)
+        if completed:
+            result.applied[:0] = completed
+        return result
+
+    async def _apply_rules(
+        self, conn: AsyncConnection, records: Sequence[StatusRecord], deltas: StatDeltas
+    ) -> StatusResult:
+        """Apply ``records`` by the rules of :mod:`rota.core.transitions`: their occurrences
+        read under lock, the outcome written, its statistics added to ``deltas``."""
         ids = _unique(r.occurrence_id for r in records)
         columns = [
             occurrences.c.id,
             *(occurrences.c[n] for n in CURRENT_FIELDS),
             occurrences.c.end_time,
-            occurrences.c.history,
             occurrences.c.counted,
             # whether the job has a failure streak or a probe a success would end (not
             # locked: a failure committed meanwhile is one that came after this batch)
@@ -99,27 +118,25 @@ class StatusQueries(AggregateQueries):
             jobs.c.probing,
         ]
         with_job = occurrences.outerjoin(jobs, jobs.c.id == occurrences.c.job_id)
-        async with self._write() as conn:
-            rows = await _fetch_in(
-                conn,
-                lambda chunk: (
-                    select(*columns)
-                    .select_from(with_job)
-                    .where(self._member(occurrences.c.id, chunk))
-                    .order_by(occurrences.c.id)
-                    .with_for_update(of=occurrences)
-                ),
-                ids,
-            )
-            before = {r.id: (r.status, r.end_time, r.duration_ms, r.counted) for r in rows}
-            end = 1 + len(CURRENT_FIELDS)  # the id, then the fields ``Current`` takes
-            batch = apply_records({r[0]: Current(*r[1:end]) for r in rows}, records)
-            _append_history(batch, {r.id: r.history for r in rows})
-            deltas = _status_deltas(batch, before)
-            streaks = {r.job_id for r in rows if r.streak or r.probing}
-            disabled = await self._write_status_batch(conn, batch, deltas, streaks)
-            await self._record_final_failures(conn, batch)
-            await self._write_aggregates(conn, deltas)
+        rows = await _fetch_in(
+            conn,
+            lambda chunk: (
+                select(*columns)
+                .select_from(with_job)
+                .where(self._member(occurrences.c.id, chunk))
+                .order_by(occurrences.c.id)
+                .with_for_update(of=occurrences)
+            ),
+            ids,
+        )
+        before = {r.id: (r.status, r.end_time, r.duration_ms, r.counted) for r in rows}
+        end = 1 + len(CURRENT_FIELDS)  # the id, then the fields ``Current`` takes
+        batch = apply_records({r[0]: Current(*r[1:end]) for r in rows}, records)
+        _append_history(batch)
+        _status_deltas(batch, before, deltas)
+        streaks = {r.job_id for r in rows if r.streak or r.probing}
+        disabled = await self._write_status_batch(conn, batch, deltas, streaks)
+        await self._record_final_failures(conn, batch)
         return StatusResult(
             applied=batch.applied,
             ignored=batch.ignored,
@@ -144,15 +161,23 @@ class StatusQueries(AggregateQueries):
                 params,
                 keys=OCCURRENCE_KEYS,
             )
-        resets = []
-        for job_id, s in sorted(batch.stats.items()):
-            if s.only_successes and job_id in streaks:
-                resets.append({"b_id": job_id})
-        if resets:
+        await self._reset_streaks(
+            conn,
+            [
+                job_id
+                for job_id, s in sorted(batch.stats.items())
+                if s.only_successes and job_id in streaks
+            ],
+        )
+        return await self._count_failures(conn, batch, deltas)
+
+    async def _reset_streaks(self, conn: AsyncConnection, job_ids: Sequence[UUID]) -> None:
+        """End the failure streak or probe of jobs a batch brought only successes."""
+        if job_ids:
+            resets = [{"b_id": job_id} for job_id in job_ids]
             await self._fast.execute(
                 conn, "reset_streaks", _reset_streaks_stmt, resets, keys=STREAK_KEYS
             )
-        return await self._count_failures(conn, batch, deltas)
 
     async def _count_failures(
         self, conn: AsyncConnection, batch: StatusBatch, deltas: StatDeltas
@@ -385,14 +410,15 @@ class StatusQueries(AggregateQueries):
         return counts
 
 
-def _append_history(batch: StatusBatch, history: dict[UUID, list[dict[str, Any]] | None]) -> None:
-    """Each changed occurrence's history with the batch's changes of it appended (written by
-    the statement that changes the occurrence: no row of its own)."""
+def _append_history(batch: StatusBatch) -> None:
+    """The history entries of the batch's changes of each changed occurrence, appended to its
+    history by the statement that changes it, which does not read the history
+    (:class:`~rota.stores.sql.statements.history_append`)."""
     for change in batch.changes:
-        current = batch.current[change["occurrence_id"]]
-        entries = current.changed.get("history")
+        changed = batch.current[change["occurrence_id"]].changed
+        entries = changed.get("history")
         if entries is None:
-            entries = current.changed["history"] = list(history[change["occurrence_id"]] or ())
+            entries = changed["history"] = []
         entries.append(
             change_entry(
                 change["timestamp"],
@@ -405,14 +431,15 @@ def _append_history(batch: StatusBatch, history: dict[UUID, list[dict[str, Any]]
 
 
 def _status_deltas(
-    batch: StatusBatch, before: dict[UUID, tuple[int, datetime | None, float | None, bool]]
-) -> StatDeltas:
-    """What the batch changed in the aggregates: each occurrence whose status, end or
-    duration changed is uncounted as it was and counted as it is, and one that reached a
-    final status adds a run to its job (a final status is left by no status record: at
-    most once a batch). An uncounted occurrence (``counted`` false) changes its job's
-    counts and runs in nothing: they are read from its row."""
-    deltas = StatDeltas()
+    batch: StatusBatch,
+    before: dict[UUID, tuple[int, datetime | None, float | None, bool]],
+    deltas: StatDeltas,
+) -> None:
+    """What the batch changed in the aggregates, added to ``deltas``: each occurrence whose
+    status, end or duration changed is uncounted as it was and counted as it is, and one
+    that reached a final status adds a run to its job (a final status is left by no status
+    record: at most once a batch). An uncounted occurrence (``counted`` false) changes its
+    job's counts and runs in nothing: they are read from its row."""
     for occurrence_id, current in batch.current.items():
         changed = current.changed
         if not ("status" in changed or "end_time" in changed or "duration_ms" in changed):
@@ -429,7 +456,6 @@ def _status_deltas(
         )
         if counted and "status" in changed and now in RUN_STATUSES:
             deltas.ran(current.job_id, now, 1, *durations(current.duration_ms))
-    return deltas
 
 
 def _streak_of(row: Row[Any], defaults: AutoDisableDefaults) -> Streak:

@@ -1,0 +1,268 @@
+"""Runs that completed, applied set-based: a status batch of ``Completed`` reports is one
+statement over the batch's arrays on PostgreSQL (it locks the occurrences in id order, checks
+each against its report, sets its end and appends its history in SQL), a read and one
+statement over a JSON array on SQLite. No row is read into Python to be judged, and nothing
+is built per occurrence but its statistics and its applied change.
+
+It applies exactly what the rules of :mod:`rota.core.transitions` decide for the common
+case, and only that: a ``Completed`` report of the attempt an occurrence is at, Queued or
+Running (a worker's report of a short run folds its ``Running`` into it: the history then
+shows both steps, the start at the report's ``startedAt``, else its time less its
+duration). Every other record, and a report that finds its occurrence otherwise (an older or
+newer attempt, already ended, unknown), goes through those rules (``StatusQueries``) in the
+same transaction; the store's contract suite holds both to the same outcomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rota.core.models import WAITING_POLICIES, OccurrenceStatus, StatusRecord
+from rota.core.records import AppliedChange
+from rota.stores.schema import from_utc_text, utc_text
+from rota.stores.sql import driver
+from rota.stores.sql.aggregates import StatDeltas, durations
+from rota.stores.sql.engine import _json_dumps
+
+_COMPLETED = OccurrenceStatus.COMPLETED
+_QUEUED, _RUNNING = int(OccurrenceStatus.QUEUED), int(OccurrenceStatus.RUNNING)
+_WAITING = frozenset(int(p) for p in WAITING_POLICIES)
+_STATUSES = {int(s): s for s in OccurrenceStatus}
+
+
+def _entry(at: str, from_status: str, to_status: int) -> str:
+    """A history entry (``rota.stores.sql.rows.change_entry``) in SQL: its time as the
+    naive UTC text the history keeps."""
+    text = f"to_char(({at}) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
+    return (
+        f"jsonb_build_object('at', {text}, 'from', {from_status}, 'to', {to_status}, "
+        "'attempt', r.attempt)"
+    )
+
+
+def _ended(row: str) -> str:
+    """What a completion sets in the occurrence ``row`` (its alias) from its report ``r``,
+    but its history (each dialect appends its own way)."""
+    return f"""status = {int(_COMPLETED)},
+    instance_id = coalesce(r.instance_id, {row}.instance_id),
+    exception = r.exception,
+    result = coalesce(r.result, {row}.result),
+    duration_ms = r.duration_ms,
+    end_time = r.at,
+    start_time = coalesce({row}.start_time, r.started)"""
+
+
+COMPLETE_RUNS = f"""
+WITH r AS (
+    SELECT * FROM unnest(
+        $1::uuid[], $2::integer[], $3::timestamptz[], $4::timestamptz[],
+        $5::varchar[], $6::double precision[], $7::json[], $8::text[]
+    ) AS r(id, attempt, at, started, instance_id, duration_ms, result, exception)
+), cur AS (
+    SELECT o.id, o.scheduled_for, o.job_id, o.status, o.end_time, o.duration_ms
+    FROM occurrences o JOIN r ON r.id = o.id
+    WHERE o.attempt = r.attempt AND o.status IN ({_QUEUED}, {_RUNNING})
+    ORDER BY o.id
+    FOR UPDATE OF o
+)
+UPDATE occurrences o SET
+    {_ended("o")},
+    history = coalesce(o.history, '[]'::jsonb) || CASE
+        WHEN cur.status = {_QUEUED} AND r.instance_id IS NOT NULL THEN jsonb_build_array(
+            {_entry("r.started", str(_QUEUED), _RUNNING)},
+            {_entry("r.at", str(_RUNNING), int(_COMPLETED))})
+        ELSE jsonb_build_array({_entry("r.at", "cur.status", int(_COMPLETED))})
+    END
+FROM cur JOIN r ON r.id = cur.id LEFT JOIN jobs j ON j.id = cur.job_id
+WHERE o.id = cur.id AND o.scheduled_for = cur.scheduled_for
+RETURNING o.id, o.job_id, o.job_type, o.worker_id, o.concurrency_policy, o.counted,
+    cur.status, cur.end_time, cur.duration_ms,
+    coalesce(j.consecutive_failures, 0) <> 0 OR coalesce(j.probing, false)
+"""
+"""The batch's completions: the arrays are the reports' occurrence ids, attempts, times,
+starts (``startedAt``, else the time less the duration), instances, durations, results
+(JSON text) and exceptions. Returns each occurrence it completed, with its state before and
+whether its job has a failure streak or a probe to end."""
+
+
+_SQLITE_REPORTS = """
+    SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS attempt,
+        json_extract(value, '$[2]') AS at, json_extract(value, '$[3]') AS started,
+        json_extract(value, '$[4]') AS instance_id, json_extract(value, '$[5]') AS duration_ms,
+        json_extract(value, '$[6]') AS result, json_extract(value, '$[7]') AS exception
+    FROM json_each(:reports)"""
+
+
+def _sqlite_entry(at: str, from_status: str, to_status: int) -> str:
+    return (
+        f"json_object('at', {at}, 'to', {to_status}, 'attempt', r.attempt, 'from', {from_status})"
+    )
+
+
+COMPLETED_BEFORE_SQLITE = f"""
+SELECT json_group_array(json_array(o.id, o.job_id, o.job_type, o.worker_id,
+    o.concurrency_policy, o.counted, o.status, o.end_time, o.duration_ms,
+    coalesce(j.consecutive_failures, 0) <> 0 OR coalesce(j.probing, 0)))
+FROM ({_SQLITE_REPORTS}) r
+CROSS JOIN occurrences o ON o.id = r.id
+LEFT JOIN jobs j ON j.id = o.job_id
+WHERE +o.attempt = r.attempt AND +o.status IN ({_QUEUED}, {_RUNNING})
+"""
+"""SQLite (one writer: nothing to lock), first: the occurrences the reports complete, as they
+are (the columns :data:`COMPLETE_RUNS` returns). The reports are one JSON array, each
+``[id, attempt, time, start, instance, duration, result as JSON text, exception]``, ids and
+times as SQLite keeps them. The plan starts from the reports and finds each occurrence by its
+id (``CROSS JOIN`` fixes the order; ``+`` keeps the status index out), whatever the table's
+size."""
+
+_HISTORY = "occurrences.history"
+_APPENDED = f"""CASE
+        WHEN occurrences.status = {_QUEUED} AND r.instance_id IS NOT NULL THEN json_array(
+            {_sqlite_entry("r.started", str(_QUEUED), _RUNNING)},
+            {_sqlite_entry("r.at", str(_RUNNING), int(_COMPLETED))})
+        ELSE json_array({_sqlite_entry("r.at", "occurrences.status", int(_COMPLETED))})
+    END"""
+
+COMPLETE_RUNS_SQLITE = f"""
+UPDATE occurrences SET
+    {_ended("occurrences")},
+    history = coalesce(
+        substr(nullif({_HISTORY}, '[]'), 1, length({_HISTORY}) - 1) || ',', '['
+    ) || substr({_APPENDED}, 2)
+FROM ({_SQLITE_REPORTS}) r
+WHERE occurrences.id = r.id AND +occurrences.attempt = r.attempt
+    AND +occurrences.status IN ({_QUEUED}, {_RUNNING})
+"""
+"""SQLite, then: the same reports applied (the history's text spliced as
+``history_append`` does); the id is the only index it can use, so each report finds its
+occurrence by it."""
+
+
+def completions(records: Sequence[StatusRecord]) -> bool:
+    """Whether a status batch is one for :data:`COMPLETE_RUNS`: every record a
+    ``Completed`` report with its duration (what a worker sends at the end of a run), no
+    failure type, each of a different occurrence."""
+    for record in records:
+        if (
+            record.status is not _COMPLETED
+            or record.duration_ms is None
+            or record.failure_type is not None
+            or record.retry_at is not None
+        ):
+            return False
+    return len({r.occurrence_id for r in records}) == len(records)
+
+
+async def complete_runs(
+    conn: AsyncConnection, dialect: str, records: Sequence[StatusRecord], deltas: StatDeltas
+) -> tuple[list[AppliedChange], set[UUID], list[UUID]]:
+    """Apply the ``Completed`` reports (:func:`completions` holds) that find their
+    occurrence at their attempt, Queued or Running, set-based (:data:`COMPLETE_RUNS`; on
+    SQLite :data:`COMPLETED_BEFORE_SQLITE` and :data:`COMPLETE_RUNS_SQLITE`); their
+    statistics go into ``deltas``. Returns the changes applied (in the reports' order), the
+    occurrences they completed, and the jobs among theirs with a failure streak or a probe,
+    which these successes end (``_reset_streaks_stmt``)."""
+    if dialect == "sqlite":
+        done = await _complete_sqlite(conn, records)
+    else:
+        arrays: tuple[list[object], ...] = ([], [], [], [], [], [], [], [])
+        ids, attempts, ats, starts, instances, durations_, results, exceptions = arrays
+        for r in records:
+            ids.append(r.occurrence_id)
+            attempts.append(r.attempt)
+            ats.append(r.timestamp)
+            starts.append(_start(r))
+            instances.append(r.instance_id)
+            durations_.append(r.duration_ms)
+            results.append(None if r.result is None else _json_dumps(r.result))
+            exceptions.append(r.exception)
+        result = await conn.exec_driver_sql(COMPLETE_RUNS, arrays)
+        done = {row[0]: tuple(row) for row in result.all()}
+    applied: list[AppliedChange] = []
+    streaks: list[UUID] = []
+    for r in records:
+        row = done.get(r.occurrence_id)
+        if row is None:
+            continue
+        occurrence_id, job_id, job_type, worker_id, policy, counted, before = row[:7]
+        end_before, duration_before, streak = row[7:]
+        duration = r.duration_ms
+        deltas.add(job_id, before, end_before, duration_before, -1, counted=counted)
+        deltas.add(job_id, _COMPLETED, r.timestamp, duration, counted=counted)
+        if counted:
+            deltas.ran(job_id, _COMPLETED, 1, *durations(duration))
+        if streak:
+            streaks.append(job_id)
+        applied.append(
+            AppliedChange(
+                occurrence_id=occurrence_id,
+                job_id=job_id,
+                from_status=_STATUSES[before],
+                to_status=_COMPLETED,
+                attempt=r.attempt,
+                job_type=job_type,
+                worker_id=worker_id,
+                instance_id=r.instance_id,
+                queue_policy=policy in _WAITING,
+            )
+        )
+    return applied, set(done), sorted(set(streaks))
+
+
+def _start(record: StatusRecord) -> datetime:
+    """When the run a completion reports started: its ``startedAt``, else its time less its
+    duration (:func:`~rota.core.transitions.folded_start`, ``apply_change``)."""
+    duration = record.duration_ms
+    assert duration is not None  # completions() holds
+    return record.started_at or record.timestamp - timedelta(milliseconds=duration)
+
+
+async def _complete_sqlite(
+    conn: AsyncConnection, records: Sequence[StatusRecord]
+) -> dict[UUID, tuple[Any, ...]]:
+    """SQLite: the occurrences the reports complete (read, then written); each row as
+    :data:`COMPLETE_RUNS` returns it."""
+    hexes = [r.occurrence_id.hex for r in records]
+    reports = _json_dumps(
+        [
+            [
+                h,
+                r.attempt,
+                utc_text(r.timestamp),
+                utc_text(_start(r)),
+                r.instance_id,
+                r.duration_ms,
+                None if r.result is None else _json_dumps(r.result),
+                r.exception,
+            ]
+            for h, r in zip(hexes, records, strict=True)
+        ]
+    )
+    found = orjson.loads(await driver.value(conn, COMPLETED_BEFORE_SQLITE, {"reports": reports}))
+    if not found:
+        return {}
+    await driver.run(conn, COMPLETE_RUNS_SQLITE, {"reports": reports})
+    done: dict[UUID, tuple[Any, ...]] = {}
+    known = dict(zip(hexes, (r.occurrence_id for r in records), strict=True))
+    for row in found:
+        occurrence_id = known[row[0]]  # the report's id, not parsed again
+        end = row[7]
+        done[occurrence_id] = (
+            occurrence_id,
+            UUID(row[1]),
+            row[2],
+            row[3],
+            row[4],
+            bool(row[5]),
+            row[6],
+            None if end is None else from_utc_text(end),
+            row[8],
+            bool(row[9]),
+        )
+    return done
