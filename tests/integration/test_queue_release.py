@@ -72,11 +72,12 @@ async def test_a_held_occurrence_goes_when_another_server_applies_the_end_before
 
     # Server B: its dispatcher sweeps with the distributed grace; its tracker applies the end.
     broker = InProcessBroker()
+    directory = WorkerDirectory(MemoryCoordination(), history=store_b)
     dispatcher = Dispatcher(
         store_b,
         MemoryScheduleIndex(),
         broker,
-        WorkerDirectory(MemoryCoordination(), history=store_b),
+        directory,
         dispatcher_config(SchedulerSettings(sweeper_interval_seconds=5.0)),
         lambda: [],
         pending_grace=GRACE,
@@ -103,4 +104,9 @@ async def test_a_held_occurrence_goes_when_another_server_applies_the_end_before
     released = (await store_b.get_occurrence(held.id)).dispatched_at
     assert end is not None
     assert released is not None
-    assert released - end <= DISPATCH_GAP, f"released {released - end} after the end"
+    # Seen once in CI (5.8 s, the next sweep's), not reproduced in 150 runs under load: what
+    # the dispatcher went through says which pass missed it if it happens again.
+    assert released - end <= DISPATCH_GAP, (
+        f"released {released - end} after the end; {dispatcher.stats}; "
+        f"history read: {directory.complete}"
+    )

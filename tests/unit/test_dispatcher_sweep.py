@@ -24,6 +24,7 @@ from rota.indexes.memory import MemoryScheduleIndex
 from rota.services.dispatcher import Dispatcher
 from rota.services.workers import WorkerDirectory
 from rota.stores.sql import SqlStore
+from tests.helpers import eventually
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 NOW = T0 + timedelta(minutes=5)
@@ -71,7 +72,9 @@ def dispatcher(
     at: datetime = NOW,
     grace: float = 0.0,
 ) -> Dispatcher:
-    settings = SchedulerSettings(dispatch_batch_size=batch, sweeper_claim_seconds=60)
+    settings = SchedulerSettings(
+        dispatch_batch_size=batch, sweeper_claim_seconds=60, sweeper_interval_seconds=60
+    )
     return Dispatcher(
         store,
         MemoryScheduleIndex(),
@@ -124,6 +127,27 @@ async def test_failed_publish_releases_the_claim(stores: list[SqlStore]) -> None
     broker.fail = False
     assert await dispatcher(store, broker).dispatch_pending() == 3
     assert broker.published == [o.id for o in occs]
+
+
+async def test_a_sweep_that_failed_is_tried_again_after_the_backoff_not_the_interval(
+    stores: list[SqlStore],
+) -> None:
+    """A publication that failed (a broker blip) hands its batch back; the loop sweeps again
+    after its error backoff (0.1 s first), not a whole sweep interval (here a minute) later."""
+    store = stores[0]
+    occs = await pending(store, 2)
+    broker = RecordingBroker()
+    broker.fail = True
+    looping = dispatcher(store, broker)
+    loop = asyncio.create_task(looping.run())
+    try:
+        await eventually(lambda: looping.stats.errors >= 1, 10, "the failed sweep")
+        broker.fail = False
+        await eventually(lambda: len(broker.published) == 2, 10, "the sweep tried again")
+    finally:
+        looping.stop()
+        await loop
+    assert sorted(broker.published) == sorted(o.id for o in occs)
 
 
 # --- what a distributed sweep leaves alone ----------------------------------------------------

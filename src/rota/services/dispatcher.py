@@ -232,6 +232,9 @@ class Dispatcher:
     def _failed(self) -> None:
         self.stats.errors += 1
         self._busy = False
+        # A sweep cut short (its batch handed back) is tried again after the error's backoff,
+        # not a sweep interval later; so is one a failed fire handed back.
+        self._pending_hint = True
 
     async def _iteration(self) -> None:
         self.stats.last_tick = time.time()
