@@ -152,7 +152,7 @@ async def run_scaleout(servers: int = 1, workers: int = 1, jobs: int = 20_000) -
             ready = time.perf_counter()
             await _until("every server holding buckets", balanced, deadline)
             balance_seconds = time.perf_counter() - ready
-            margin = 1.0 + jobs / CREATE_RATE
+            margin = 2.0 + jobs / CREATE_RATE
             due = (datetime.now(UTC) + timedelta(seconds=margin)).replace(microsecond=0)
             created_at = time.perf_counter()
             for n, first in enumerate(range(0, jobs, BATCH)):
