@@ -339,7 +339,8 @@ def build_executor(
     A ``rota worker`` passes its ``local_store``: the finalized attempts, the outbox and the
     attempt claims are kept there, sync handlers get at least a thread per slot, and the
     worker settings' hand-back and finalized-attempt limits apply. The embedded worker (no
-    ``local_store``) keeps those in memory with the executor's defaults."""
+    ``local_store``) keeps those in memory with the executor's defaults, and claims no
+    attempts."""
     ws = settings.worker
     instance_id = new_instance_id(worker_id)
     slots = ws.concurrency if concurrency is None else concurrency
@@ -370,13 +371,18 @@ def build_executor(
         store=local_store,
         on_finished=metrics.record_finished,
         tracing=tracing,
+        # The embedded worker is the only consumer of its in-process broker, which hands a
+        # message to one consumer at a time: no other instance to claim an attempt against
+        # (a copy of an attempt running or finished here is known to the executor itself).
         claims=AttemptClaims(
             coordination,
             instance_id,
             ttl=ws.claim_ttl_seconds,
             timeout=ws.claim_timeout_seconds,
             store=local_store,
-        ),
+        )
+        if standalone
+        else None,
         limits=coordination,
         secrets=WorkerSecrets(directory=ws.secrets_dir),
     )
