@@ -14,11 +14,14 @@ from rota.core.events import (
     LOG_MESSAGE_CHARS,
     Event,
     format_event_id,
+    occurrence_created,
     occurrence_logs,
+    occurrence_updated,
     parse_event_id,
 )
 from rota.core.ids import new_id
-from rota.core.models import LogRecord, WorkerInfo
+from rota.core.models import Job, JsonValue, LogRecord, OccurrenceStatus, WorkerInfo
+from rota.core.planning import PlanSettings, new_occurrence
 from rota.services.events import EventPublisher
 from rota.services.workers import roster_changes
 
@@ -58,6 +61,55 @@ def test_log_events_are_compact_one_per_occurrence() -> None:
     assert all(len(line["message"]) == LOG_MESSAGE_CHARS for line in shown)
     assert one.data["message"] == shown[-1]["message"]
     assert (two.data["level"], two.data["message"], two.data["count"]) == ("ERROR", "boom", 1)
+
+
+def test_a_runs_events_are_rendered_when_first_read_and_equal_the_payload() -> None:
+    occurrence = new_occurrence(
+        Job(id=new_id(), job_type="report", execute_at=NOW, next_run_at=None),
+        NOW,
+        NOW,
+        PlanSettings(),
+    )
+    created = occurrence_created(occurrence)
+    updated = occurrence_updated(
+        occurrence_id=occurrence.id,
+        job_id=occurrence.job_id,
+        job_type="report",
+        worker_id="w",
+        instance_id="w-1",
+        from_status=OccurrenceStatus.QUEUED,
+        status=OccurrenceStatus.RUNNING,
+        attempt=1,
+    )
+    assert created.type == "occurrence.created"
+    assert created.data == {
+        "occurrenceId": str(occurrence.id),
+        "jobId": str(occurrence.job_id),
+        "jobType": "report",
+        "workerId": None,
+        "status": 0,
+        "statusName": "Queued",
+        "attempt": 1,
+        "scheduledFor": NOW.isoformat(),
+        "skipReason": None,
+    }
+    assert updated.job_id == str(occurrence.job_id)
+    assert updated.occurrence_id == str(occurrence.id)
+    assert (updated.data["fromStatus"], updated.data["status"]) == (0, 1)
+    assert updated.data["statusName"] == "Running"
+    assert updated == Event(updated.type, dict(updated.data))
+
+    rendered: list[int] = []
+
+    def render() -> dict[str, JsonValue]:
+        rendered.append(7)
+        return {"n": 7}
+
+    deferred = Event.deferred("job.updated", render)
+    assert rendered == []  # nothing rendered while nobody reads it
+    assert deferred.data == {"n": 7}
+    assert deferred.data == {"n": 7}
+    assert rendered == [7]  # once
 
 
 async def test_publisher_batches_and_drops_the_oldest_when_full() -> None:

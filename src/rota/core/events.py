@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final
 from uuid import UUID
 
@@ -30,12 +29,38 @@ class EventType(enum.StrEnum):
     DISPATCHER_CHANGED = "dispatcher.changed"
 
 
-@dataclass(frozen=True, slots=True)
 class Event:
-    """One change: its type and a JSON-ready payload (camelCase keys, ids as strings)."""
+    """One change: its type and a JSON-ready payload (camelCase keys, ids as strings).
 
-    type: str
-    data: Mapping[str, JsonValue]
+    The payload of the events every run makes (:func:`occurrence_created`,
+    :func:`occurrence_updated`) is rendered when it is first read, from the few values it is
+    made of: an embedded server keeps its feed in memory, and what no client reads is never
+    rendered."""
+
+    __slots__ = ("_data", "_render", "type")
+
+    def __init__(self, type: str, data: Mapping[str, JsonValue]) -> None:
+        self.type = type
+        self._data: Mapping[str, JsonValue] | None = data
+        self._render: Callable[[], Mapping[str, JsonValue]] | None = None
+
+    @classmethod
+    def deferred(cls, type: str, render: Callable[[], Mapping[str, JsonValue]]) -> Event:
+        """An event whose payload is ``render()``, rendered when first read."""
+        event = cls.__new__(cls)
+        event.type = type
+        event._data = None
+        event._render = render
+        return event
+
+    @property
+    def data(self) -> Mapping[str, JsonValue]:
+        data = self._data
+        if data is None:
+            assert self._render is not None
+            data = self._data = self._render()
+            self._render = None
+        return data
 
     @property
     def job_id(self) -> str | None:
@@ -46,6 +71,16 @@ class Event:
     def occurrence_id(self) -> str | None:
         value = self.data.get("occurrenceId")
         return value if isinstance(value, str) else None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return self.type == other.type and self.data == other.data
+
+    __hash__ = None  # type: ignore[assignment]  # (a payload is a dict)
+
+    def __repr__(self) -> str:
+        return f"Event(type={self.type!r}, data={self.data!r})"
 
 
 LOG_LINES_PER_EVENT: Final = 20
@@ -94,19 +129,22 @@ def status_name(status: OccurrenceStatus) -> str:
 
 
 def occurrence_created(occurrence: Occurrence) -> Event:
-    status = occurrence.status
-    return Event(
+    # The values, not the occurrence: its job data stays out of the feed.
+    occurrence_id, job_id, job_type = occurrence.id, occurrence.job_id, occurrence.job_type
+    worker_id, status, attempt = occurrence.worker_id, occurrence.status, occurrence.attempt
+    scheduled_for, skip_reason = occurrence.scheduled_for, occurrence.skip_reason
+    return Event.deferred(
         _CREATED,
-        {
-            "occurrenceId": str(occurrence.id),
-            "jobId": str(occurrence.job_id),
-            "jobType": occurrence.job_type,
-            "workerId": occurrence.worker_id,
+        lambda: {
+            "occurrenceId": str(occurrence_id),
+            "jobId": str(job_id),
+            "jobType": job_type,
+            "workerId": worker_id,
             "status": int(status),
             "statusName": _STATUS_NAMES[status],
-            "attempt": occurrence.attempt,
-            "scheduledFor": occurrence.scheduled_for.isoformat(),
-            "skipReason": occurrence.skip_reason,
+            "attempt": attempt,
+            "scheduledFor": scheduled_for.isoformat(),
+            "skipReason": skip_reason,
         },
     )
 
@@ -122,9 +160,9 @@ def occurrence_updated(
     status: OccurrenceStatus,
     attempt: int,
 ) -> Event:
-    return Event(
+    return Event.deferred(
         _UPDATED,
-        {
+        lambda: {
             "occurrenceId": str(occurrence_id),
             "jobId": str(job_id),
             "jobType": job_type,
