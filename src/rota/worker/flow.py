@@ -139,9 +139,6 @@ class Flow:
         if self._finished is not None:
             self._finished(delivery)
 
-    def _task_ended(self, delivery: Delivery, _task: asyncio.Task[None]) -> None:
-        self._ended(delivery)
-
     def _hold(self, item: _Held) -> None:
         """Hold it after every held delivery of its priority or higher (the order to start)."""
         held, priority = self._held, item.delivery.message.priority
@@ -229,9 +226,10 @@ class Flow:
         tasks, done, finished = self._tasks, self._done, self._finished
         for task, delivery in started:
             tasks.add(task)
-            task.add_done_callback(done)
-            if finished is not None:
-                task.add_done_callback(functools.partial(self._task_ended, delivery))
+            if finished is None:
+                task.add_done_callback(done)
+            else:
+                task.add_done_callback(functools.partial(self._settle, None, delivery))
         return rest
 
     def _launch(self, delivery: Delivery) -> None:
@@ -241,15 +239,19 @@ class Flow:
         self._tasks.add(task)
         if job_type in self._limits:
             self._by_type[job_type] = self._by_type.get(job_type, 0) + 1
-            task.add_done_callback(functools.partial(self._done_limited, job_type))
+            task.add_done_callback(functools.partial(self._settle, job_type, delivery))
+        elif self._finished is not None:
+            task.add_done_callback(functools.partial(self._settle, None, delivery))
         else:
             task.add_done_callback(self._done)
-        if self._finished is not None:
-            task.add_done_callback(functools.partial(self._task_ended, delivery))
 
-    def _done_limited(self, job_type: str, task: asyncio.Task[None]) -> None:
-        self._by_type[job_type] -= 1
+    def _settle(self, limited: str | None, delivery: Delivery, task: asyncio.Task[None]) -> None:
+        """A task's one callback (one turn of the loop a job, not two): its type's count
+        (``limited``) and its slot back, then ``finished``."""
+        if limited is not None:
+            self._by_type[limited] -= 1
         self._done(task)
+        self._ended(delivery)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
