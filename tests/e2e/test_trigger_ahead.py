@@ -90,14 +90,15 @@ def test_a_trigger_during_the_hold_is_accepted_and_the_fire_judged_at_its_due_ti
     ended = final(c, fire["id"])
     run = final(c, triggered["id"])
     assert run["status"] == COMPLETED
-    # Judged 0.1 s before its due time against the store: the 3 s run is still going then.
+    # Judged 0.3 s before its due time against the store: the 3 s run is still going then.
     # A tick has usually ended, unless its own dispatch took most of the hold (or its end
     # had not reached the store yet): then the fire yields to it too.
     due = parse(fire["scheduledFor"])
     if job_type == "e2e.slow" or ended["status"] == CANCELLED:
         assert ended["status"] == CANCELLED, ended
         assert ended["exception"] == OVERLAP
-        assert ended["startTime"] is None
+        # Dropped unstarted; judged late (a loaded server), cancelled as it started.
+        assert ended["startTime"] is None or parse(ended["startTime"]) >= due
         assert (due - parse(run["endTime"])).total_seconds() < 1.0, (run, ended)
     else:
         assert ended["status"] == COMPLETED, ended
