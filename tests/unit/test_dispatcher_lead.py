@@ -3,6 +3,7 @@ own fire time; on a real SQLite store with the in-process broker."""
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 import pytest
@@ -52,3 +53,31 @@ async def test_a_fire_within_the_lead_is_dispatched_ahead(store: SqlStore, lead:
     assert occ.scheduled_for == due  # its own fire time, not the dispatch time
     assert before <= occ.created_at < due  # recorded ahead of it
     assert (await store.get_job(job.id)).next_run_at is None  # a one-time job: fired
+
+
+async def test_a_jittered_fire_draws_nothing_from_the_process_random_state(
+    store: SqlStore,
+) -> None:
+    """The fire's jitter and the store's aggregates shard come from generators of their own:
+    an app that seeds the global ``random`` (or a tool watching it, as Hypothesis does while
+    it draws) sees no change when a fire is dispatched."""
+    due = (utcnow() + AHEAD).replace(microsecond=0)
+    job = Job(id=new_id(), job_type="report", execute_at=due, next_run_at=due, jitter_seconds=5)
+    await store.create_jobs([job])
+    await store.record_job_types([("report", "w")], utcnow())
+    index = MemoryScheduleIndex()
+    await index.upsert([IndexEntry(job.id, job.bucket, due.timestamp())])
+    settings = SchedulerSettings(dispatch_lead_seconds=30.0)
+    dispatcher = Dispatcher(
+        store,
+        index,
+        InProcessBroker(),
+        WorkerDirectory(MemoryCoordination(), history=store),
+        dispatcher_config(settings),
+        lambda: [job.bucket],
+    )
+    state = random.getstate()
+    await dispatcher.dispatch_due([job.bucket])
+    [occ] = (await store.list_occurrences(OccurrenceQuery(job_id=job.id))).items
+    assert occ.jitter_seconds is not None  # drawn
+    assert random.getstate() == state

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -157,6 +158,8 @@ class Dispatcher:
         self._on_fired = on_fired
         self._stamp = stamp
         self._mark_on_commit = mark_on_commit
+        self._rng = random.Random()
+        """The fires' jitter draws (its own: the process's global ``random`` is the app's)."""
         self._events = events
         self._fire_claim = timedelta(seconds=pending_grace)
         self._claim_time = timedelta(seconds=config.sweeper_claim_seconds)
@@ -489,6 +492,7 @@ class Dispatcher:
             has_worker=self._workers.declared(job.job_type, job.worker_id),
             dispatched_at=now if mark else None,
             horizon=horizon,
+            rng=self._rng.random,
         )
         return plan if self._stamp is None else self._stamp(plan)
 

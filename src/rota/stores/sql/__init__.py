@@ -15,6 +15,7 @@ Hot paths write each batch with one statement per table (executemany / multi-row
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -102,6 +103,7 @@ class SqlStore(
         self._write_lock = asyncio.Lock() if self._dialect == "sqlite" else None
         self._fast = _FastBatches(self._dialect)
         self._seal = seal
+        self._rng = random.Random()
 
     @property
     def dialect(self) -> str:

@@ -49,7 +49,6 @@ before; retention removes what it deletes (row purges and dropped partitions).
 
 from __future__ import annotations
 
-import random
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -383,7 +382,7 @@ class AggregateQueries(SqlParts):
         other writes (or with the rows it writes after locked already). The tables in one
         order, each in key order: two writers never wait on each other's counter rows the
         other way round."""
-        shard = random.randrange(SHARDS)
+        shard = self._rng.randrange(SHARDS)
         for table, rows in (
             (occurrence_counts, deltas.count_rows()),
             (finished_minutes, deltas.minute_rows(shard)),

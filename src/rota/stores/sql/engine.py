@@ -4,6 +4,7 @@ the SQLite pragmas and transaction start, the translation of driver errors, and
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -157,6 +158,9 @@ class SqlParts(Sealing):
     _dialect: str
     _fast: _FastBatches
     _auto_disable: AutoDisableDefaults
+    _rng: random.Random
+    """The store's own draws (the aggregates' shard): the process's global ``random`` is the
+    app's, and a library that draws from it changes what the app's seed gives."""
 
     if TYPE_CHECKING:
 
