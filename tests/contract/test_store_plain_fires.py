@@ -6,9 +6,13 @@ fires, the batch record of what the caller sends, the statistics."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
+
+import pytest
+from sqlalchemy import event
 
 from rota.core.models import (
     ConcurrencyPolicy,
@@ -228,3 +232,36 @@ async def test_a_fire_recorded_before_is_not_fired_again(store: SqlStore) -> Non
     assert (again.queued, again.held, again.skipped) == ([], [], [])
     assert again.next_runs == {job.id: None}
     assert (await store.get_job(job.id)).next_run_at is None
+
+
+async def test_postgresql_fires_a_batch_by_its_job_ids_on_a_fresh_load(
+    store: SqlStore, store_kind: str
+) -> None:
+    """The plain fire finds each job of the batch by its id, never from the schedule index:
+    that index holds every due job and, until a vacuum, the dead entries of the jobs fired
+    before, so a plan that starts from it reads them all for every batch (a 100,000-job
+    backlog took 1.5 s a batch of 2,000). Planned on a table just bulk-loaded, not analyzed."""
+    if store_kind != "postgres":
+        pytest.skip("PostgreSQL's statistics and plans")
+    jobs = [make_job() for _ in range(20_000)]
+    await store.create_jobs(jobs)  # COPY; not analyzed
+    statements: list[tuple[str, Any]] = []
+
+    def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if "AS p(job_id, id)" in statement:
+            statements.append((statement, params))
+
+    engine = store._writer.sync_engine  # type: ignore[union-attr]
+    event.listen(engine, "before_cursor_execute", grab)
+    try:
+        fired = await dispatch(store, jobs[:100])
+    finally:
+        event.remove(engine, "before_cursor_execute", grab)
+    assert len(fired.queued) == 100
+    [(fire, params)] = statements
+    async with store._read() as conn:
+        driver = (await conn.get_raw_connection()).driver_connection
+        plan = "\n".join(r[0] for r in await driver.fetch(f"EXPLAIN {fire}", *params))
+    assert re.search(r"Index Cond: \(id = p(_\d+)?\.job_id\)", plan), plan  # by its id
+    assert "ix_jobs_schedule" not in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan

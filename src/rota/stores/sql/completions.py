@@ -65,8 +65,9 @@ WITH r AS (
         $5::varchar[], $6::double precision[], $7::json[], $8::text[]
     ) AS r(id, attempt, at, started, instance_id, duration_ms, result, exception)
 ), cur AS (
-    SELECT o.id, o.scheduled_for, o.job_id, o.status, o.end_time, o.duration_ms
-    FROM occurrences o JOIN r ON r.id = o.id
+    SELECT r.*, o.scheduled_for, o.job_id, o.status AS was_status, o.end_time AS was_end,
+        o.duration_ms AS was_duration
+    FROM r JOIN occurrences o ON o.id = r.id
     WHERE o.attempt = r.attempt AND o.status IN ({_QUEUED}, {_RUNNING})
     ORDER BY o.id
     FOR UPDATE OF o
@@ -74,15 +75,15 @@ WITH r AS (
 UPDATE occurrences o SET
     {_ended("o")},
     history = coalesce(o.history, '[]'::jsonb) || CASE
-        WHEN cur.status = {_QUEUED} AND r.instance_id IS NOT NULL THEN jsonb_build_array(
+        WHEN r.was_status = {_QUEUED} AND r.instance_id IS NOT NULL THEN jsonb_build_array(
             {_entry("r.started", str(_QUEUED), _RUNNING)},
             {_entry("r.at", str(_RUNNING), int(_COMPLETED))})
-        ELSE jsonb_build_array({_entry("r.at", "cur.status", int(_COMPLETED))})
+        ELSE jsonb_build_array({_entry("r.at", "r.was_status", int(_COMPLETED))})
     END
-FROM cur JOIN r ON r.id = cur.id LEFT JOIN jobs j ON j.id = cur.job_id
-WHERE o.id = cur.id AND o.scheduled_for = cur.scheduled_for
+FROM cur r LEFT JOIN jobs j ON j.id = r.job_id
+WHERE o.id = r.id AND o.scheduled_for = r.scheduled_for
 RETURNING o.id, o.job_id, o.job_type, o.worker_id, o.concurrency_policy, o.counted,
-    cur.status, cur.end_time, cur.duration_ms,
+    r.was_status, r.was_end, r.was_duration,
     coalesce(j.consecutive_failures, 0) <> 0 OR coalesce(j.probing, false)
 """
 """The batch's completions: the arrays are the reports' occurrence ids, attempts, times,

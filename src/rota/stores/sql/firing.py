@@ -100,34 +100,43 @@ WITH p AS (
         {_PG["default_timeouts"]}::double precision[]
     ) AS t(job_type, max_retries, timeout_seconds)
 ), j AS (
-    SELECT j.id, j.job_type, j.worker_id, j.next_run_at, j.priority, j.timeout_seconds,
-        j.max_retries, j.retry_delay_seconds, j.version, j.job_data, j.concurrency_policy
-    FROM jobs j JOIN p ON p.job_id = j.id
-    WHERE {_plain(_PG.__getitem__, _ACTIVE)}
-        AND EXISTS (
-            SELECT 1 FROM declared d
-            WHERE d.job_type = j.job_type AND (j.worker_id IS NULL OR d.worker_id = j.worker_id)
-        )
-    ORDER BY j.id
+    SELECT p.id AS occurrence_id, j.id, j.job_type, j.worker_id, j.next_run_at, j.priority,
+        j.timeout_seconds, j.max_retries, j.retry_delay_seconds, j.version, j.job_data,
+        j.concurrency_policy
+    FROM (SELECT * FROM p ORDER BY job_id) p
+    CROSS JOIN LATERAL (
+        SELECT * FROM jobs j
+        WHERE j.id = p.job_id AND {_plain(_PG.__getitem__, _ACTIVE)}
+            AND EXISTS (
+                SELECT 1 FROM declared d
+                WHERE d.job_type = j.job_type
+                    AND (j.worker_id IS NULL OR d.worker_id = j.worker_id)
+            )
+        OFFSET 0
+    ) j
     FOR UPDATE OF j SKIP LOCKED
 ), fired AS (
     INSERT INTO occurrences ({_COLUMNS})
-    SELECT p.id, j.id, j.job_type, j.worker_id, {int(_QUEUED)}, j.next_run_at,
+    SELECT j.occurrence_id, j.id, j.job_type, j.worker_id, {int(_QUEUED)}, j.next_run_at,
         j.next_run_at, {_PG["now"]}, 1,
         coalesce(j.max_retries, t.max_retries, {_PG["default_max_retries"]}), j.priority,
         coalesce(j.timeout_seconds, t.timeout_seconds), j.version, j.job_data,
         CASE WHEN {_PG["sent"]} OR ({_PG["mark_skip"]} AND j.concurrency_policy = {_SKIP})
             THEN {_PG["now"]} END,
         j.retry_delay_seconds, j.concurrency_policy, {_PG["history"]}::jsonb, false
-    FROM j JOIN p ON p.job_id = j.id LEFT JOIN type_defaults t ON t.job_type = j.job_type
+    FROM j LEFT JOIN type_defaults t ON t.job_type = j.job_type
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING {_RETURNED}
 ), moved AS (
-    UPDATE jobs SET next_run_at = NULL FROM fired WHERE jobs.id = fired.job_id
+    UPDATE jobs SET next_run_at = NULL WHERE id = ANY(ARRAY(SELECT job_id FROM fired))
 )
 SELECT * FROM fired
 """
-"""PostgreSQL: the batch's plain fires, in one statement. Parameters: the jobs and a new
+"""PostgreSQL: the batch's plain fires, in one statement. Each job is looked up by its id
+from the batch (``LATERAL … OFFSET 0``, in id order, each locked as it is found): a plan the
+planner may choose from the schedule index reads every due job for every batch, and the dead
+index entries of the jobs fired before them (found by ``auto_explain`` in a 100,000-job
+bench: 1.5 s a batch of 2,000). Parameters: the jobs and a new
 occurrence id for each, the declared (type, group) pairs, the types' declared defaults, the
 horizon, now, the misfire cutoff, the default ``max_retries``, whether the fires are inserted
 dispatched (the caller sends them), whether a Skip-policy one is, and the creation's
