@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from rota.core.errors import ConflictError, NotFoundError
+from rota.core.errors import BackendUnavailableError, ConflictError, NotFoundError
 from rota.core.models import Occurrence, OccurrenceStatus
 from rota.core.ports import OccurrenceStore, Signals
 from rota.services.cancellation import cancel_occurrence
@@ -72,6 +72,15 @@ async def judge_at_due(
             store, coordination, fire.id, reason=OVERLAP, now=clock(), events=events
         )
     except (ConflictError, NotFoundError):  # it ended meanwhile (or was purged)
+        return False
+    except BackendUnavailableError as exc:  # started, and its worker cannot be told
+        log.warning(
+            "fire %s overlaps the manual run %s but could not be cancelled: %s",
+            fire.id,
+            triggered,
+            exc,
+            extra={"action": "ahead_overlap_failed", "occurrence_id": fire.id},
+        )
         return False
     log.info(
         "fire %s cancelled: the manual run %s was still in progress at its due time",
