@@ -30,28 +30,22 @@ WAIT = 10.0
 
 @pytest.fixture(params=["memory", "redis"])
 async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MiniRuntime]:
-    # What the process holds already is left out of the collection below, which then scans
-    # what this test made only (a full collection of a test process that has run a thousand
-    # tests took 4 s a test in CI).
-    gc.freeze()
-    try:
-        async with AsyncExitStack() as stack:
-            coordination: Coordination
-            if request.param == "memory":
-                coordination = MemoryCoordination()
-            else:
-                client, prefix = await redis_scope(stack)
-                coordination = RedisCoordination(client, prefix=prefix, block_seconds=0.2)
-            stack.push_async_callback(coordination.close)  # after the publisher has stopped
-            yield await stack.enter_async_context(
-                sqlite_runtime(tmp_path, coordination=coordination, with_events=True)
-            )
-        # The Redis clients of the streams are unreachable now: finalize them here, not at
-        # some later garbage collection (under CPython 3.11 one that runs inside ast.parse,
-        # e.g. when pytest imports a plugin's module at the end of the session, fails it).
-        gc.collect()
-    finally:
-        gc.unfreeze()
+    async with AsyncExitStack() as stack:
+        coordination: Coordination
+        if request.param == "memory":
+            coordination = MemoryCoordination()
+        else:
+            client, prefix = await redis_scope(stack)
+            coordination = RedisCoordination(client, prefix=prefix, block_seconds=0.2)
+        stack.push_async_callback(coordination.close)  # after the publisher has stopped
+        yield await stack.enter_async_context(
+            sqlite_runtime(tmp_path, coordination=coordination, with_events=True)
+        )
+    # The Redis clients of the streams are unreachable now: finalize them here, not at some
+    # later garbage collection (under CPython 3.11 one that runs inside ast.parse, e.g. when
+    # pytest imports a plugin's module at the end of the session, fails that parse). What
+    # the tests before made is frozen (``tests/conftest.py``): this scans this test's only.
+    gc.collect()
 
 
 @dataclass
