@@ -53,6 +53,31 @@ def writes(store: SqlStore) -> Iterator[list[str]]:
         event.remove(engine, "before_cursor_execute", grab)
 
 
+@contextmanager
+def written(store: SqlStore, statement: str) -> Iterator[list[Any]]:
+    """The parameters of each run of ``statement`` (its exact text) by the store's writer
+    meanwhile (through SQLAlchemy: PostgreSQL's statements)."""
+    runs: list[Any] = []
+
+    def grab(conn: Any, cursor: Any, text: str, params: Any, *_: Any) -> None:
+        if text == statement:
+            runs.append(params)
+
+    engine = store._writer.sync_engine  # type: ignore[union-attr]
+    event.listen(engine, "before_cursor_execute", grab)
+    try:
+        yield runs
+    finally:
+        event.remove(engine, "before_cursor_execute", grab)
+
+
+async def pg_plan(store: SqlStore, statement: str, params: Any) -> str:
+    """PostgreSQL's plan of ``statement`` with ``params`` (``EXPLAIN``, not run)."""
+    async with store._read() as conn:
+        driver = (await conn.get_raw_connection()).driver_connection
+        return "\n".join(r[0] for r in await driver.fetch(f"EXPLAIN {statement}", *params))
+
+
 async def _jobs(store: SqlStore, n: int) -> list[Job]:
     created = [Job(id=uuid4(), job_type="x", created_at=_T0, updated_at=_T0) for _ in range(n)]
     await store.create_jobs(created)

@@ -7,11 +7,9 @@ reports ignored and why, the failure streaks and probes the successes end."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from msgspec.structs import replace
-from sqlalchemy import event
 
 from rota.core.models import Occurrence, StatusRecord
 from rota.core.models import OccurrenceStatus as S
@@ -19,7 +17,7 @@ from rota.core.records import AppliedChange
 from rota.stores.sql import SqlStore
 from rota.stores.sql.completions import COMPLETE_RUNS, COMPLETE_RUNS_SQLITE, completions
 from tests.contract.test_store import NOW, fired, make_job, minutely, status
-from tests.contract.test_store_batches import writes
+from tests.contract.test_store_batches import pg_plan, writes, written
 from tests.contract.test_store_plain_fires import dispatch
 
 T1, T2, T3 = (NOW + timedelta(seconds=s) for s in (1, 2, 3))
@@ -216,21 +214,9 @@ async def test_postgresql_joins_the_reports_once(store: SqlStore, store_kind: st
     await store.create_jobs(jobs)
     queued = (await dispatch(store, jobs)).queued
     records = [status(o, S.COMPLETED, T3, instance_id="w", duration_ms=1.0) for o in queued]
-    statements: list[tuple[str, Any]] = []
-
-    def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        if statement == COMPLETE_RUNS:
-            statements.append((statement, params))
-
-    engine = store._writer.sync_engine  # type: ignore[union-attr]
-    event.listen(engine, "before_cursor_execute", grab)
-    try:
+    with written(store, COMPLETE_RUNS) as runs:
         result = await store.apply_status(records)
-    finally:
-        event.remove(engine, "before_cursor_execute", grab)
     assert len(result.applied) == 500
-    [(statement, params)] = statements
-    async with store._read() as conn:
-        driver = (await conn.get_raw_connection()).driver_connection
-        plan = "\n".join(r[0] for r in await driver.fetch(f"EXPLAIN {statement}", *params))
+    [params] = runs
+    plan = await pg_plan(store, COMPLETE_RUNS, params)
     assert plan.count("CTE Scan on r") + plan.count("Function Scan on r") == 1, plan

@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from rota.core.models import (
     ConcurrencyPolicy,
@@ -28,7 +27,7 @@ from rota.core.records import DispatchResult
 from rota.stores.sql import SqlStore
 from rota.stores.sql.firing import FIRE_PLAIN, FIRE_PLAIN_SQLITE
 from tests.contract.test_store import NOW, T0, make_job, occurrence
-from tests.contract.test_store_batches import writes
+from tests.contract.test_store_batches import pg_plan, writes, written
 
 SETTINGS = PlanSettings(default_max_retries=2)
 DECLARED = {"send-email": {"grp-a", "grp-b"}, "report": {"grp-a"}}
@@ -245,23 +244,11 @@ async def test_postgresql_fires_a_batch_by_its_job_ids_on_a_fresh_load(
         pytest.skip("PostgreSQL's statistics and plans")
     jobs = [make_job() for _ in range(20_000)]
     await store.create_jobs(jobs)  # COPY; not analyzed
-    statements: list[tuple[str, Any]] = []
-
-    def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        if "AS p(job_id, id)" in statement:
-            statements.append((statement, params))
-
-    engine = store._writer.sync_engine  # type: ignore[union-attr]
-    event.listen(engine, "before_cursor_execute", grab)
-    try:
+    with written(store, FIRE_PLAIN) as runs:
         fired = await dispatch(store, jobs[:100])
-    finally:
-        event.remove(engine, "before_cursor_execute", grab)
     assert len(fired.queued) == 100
-    [(fire, params)] = statements
-    async with store._read() as conn:
-        driver = (await conn.get_raw_connection()).driver_connection
-        plan = "\n".join(r[0] for r in await driver.fetch(f"EXPLAIN {fire}", *params))
+    [params] = runs
+    plan = await pg_plan(store, FIRE_PLAIN, params)
     assert re.search(r"Index Cond: \(id = p(_\d+)?\.job_id\)", plan), plan  # by its id
     assert "ix_jobs_schedule" not in plan, plan
     assert "Seq Scan on jobs" not in plan, plan

@@ -24,23 +24,32 @@ AHEAD = timedelta(seconds=10)
 """How far ahead the job is due: far more than any stall of a loaded machine."""
 
 
-@pytest.mark.parametrize("lead", [0.0, 30.0])
-async def test_a_fire_within_the_lead_is_dispatched_ahead(store: SqlStore, lead: float) -> None:
-    due = (utcnow() + AHEAD).replace(microsecond=0)
-    job = Job(id=new_id(), job_type="report", execute_at=due, next_run_at=due)
+async def indexed_dispatcher(
+    store: SqlStore, job: Job, lead: float
+) -> tuple[Dispatcher, MemoryScheduleIndex]:
+    """``job`` stored and indexed at its ``next_run_at``, a group running its type, and a
+    dispatcher with ``lead`` over its bucket (and its index)."""
+    assert job.next_run_at is not None
     await store.create_jobs([job])
-    await store.record_job_types([("report", "w")], utcnow())  # a group runs it
+    await store.record_job_types([(job.job_type, "w")], utcnow())  # a group runs it
     index = MemoryScheduleIndex()
-    await index.upsert([IndexEntry(job.id, job.bucket, due.timestamp())])
-    settings = SchedulerSettings(dispatch_lead_seconds=lead)
+    await index.upsert([IndexEntry(job.id, job.bucket, job.next_run_at.timestamp())])
     dispatcher = Dispatcher(
         store,
         index,
         InProcessBroker(),
         WorkerDirectory(MemoryCoordination(), history=store),
-        dispatcher_config(settings),
+        dispatcher_config(SchedulerSettings(dispatch_lead_seconds=lead)),
         lambda: [job.bucket],
     )
+    return dispatcher, index
+
+
+@pytest.mark.parametrize("lead", [0.0, 30.0])
+async def test_a_fire_within_the_lead_is_dispatched_ahead(store: SqlStore, lead: float) -> None:
+    due = (utcnow() + AHEAD).replace(microsecond=0)
+    job = Job(id=new_id(), job_type="report", execute_at=due, next_run_at=due)
+    dispatcher, index = await indexed_dispatcher(store, job, lead)
     assert dispatcher.lead_seconds == lead
     before = utcnow()
     await dispatcher.dispatch_due([job.bucket])
@@ -63,19 +72,7 @@ async def test_a_jittered_fire_draws_nothing_from_the_process_random_state(
     it draws) sees no change when a fire is dispatched."""
     due = (utcnow() + AHEAD).replace(microsecond=0)
     job = Job(id=new_id(), job_type="report", execute_at=due, next_run_at=due, jitter_seconds=5)
-    await store.create_jobs([job])
-    await store.record_job_types([("report", "w")], utcnow())
-    index = MemoryScheduleIndex()
-    await index.upsert([IndexEntry(job.id, job.bucket, due.timestamp())])
-    settings = SchedulerSettings(dispatch_lead_seconds=30.0)
-    dispatcher = Dispatcher(
-        store,
-        index,
-        InProcessBroker(),
-        WorkerDirectory(MemoryCoordination(), history=store),
-        dispatcher_config(settings),
-        lambda: [job.bucket],
-    )
+    dispatcher, _ = await indexed_dispatcher(store, job, 30.0)
     state = random.getstate()
     await dispatcher.dispatch_due([job.bucket])
     [occ] = (await store.list_occurrences(OccurrenceQuery(job_id=job.id))).items
