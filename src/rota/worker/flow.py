@@ -223,13 +223,10 @@ class Flow:
             delivery = entry.delivery
             started.append((task_of(make(delivery, token, clock()), loop=loop), delivery))
         self._free = free
-        tasks, done, finished = self._tasks, self._done, self._finished
+        tasks, on_done = self._tasks, self._on_done
         for task, delivery in started:
             tasks.add(task)
-            if finished is None:
-                task.add_done_callback(done)
-            else:
-                task.add_done_callback(functools.partial(self._settle, None, delivery))
+            task.add_done_callback(on_done(delivery, None))
         return rest
 
     def _launch(self, delivery: Delivery) -> None:
@@ -237,13 +234,19 @@ class Flow:
         self._free -= 1
         task = asyncio.get_running_loop().create_task(self._handle(delivery))
         self._tasks.add(task)
-        if job_type in self._limits:
-            self._by_type[job_type] = self._by_type.get(job_type, 0) + 1
-            task.add_done_callback(functools.partial(self._settle, job_type, delivery))
-        elif self._finished is not None:
-            task.add_done_callback(functools.partial(self._settle, None, delivery))
-        else:
-            task.add_done_callback(self._done)
+        limited = job_type if job_type in self._limits else None
+        if limited is not None:
+            self._by_type[limited] = self._by_type.get(limited, 0) + 1
+        task.add_done_callback(self._on_done(delivery, limited))
+
+    def _on_done(
+        self, delivery: Delivery, limited: str | None
+    ) -> Callable[[asyncio.Task[None]], None]:
+        """A started task's one done callback: :meth:`_done` alone when there is nothing
+        else to settle, else :meth:`_settle` (its type's count, ``finished``)."""
+        if limited is None and self._finished is None:
+            return self._done
+        return functools.partial(self._settle, limited, delivery)
 
     def _settle(self, limited: str | None, delivery: Delivery, task: asyncio.Task[None]) -> None:
         """A task's one callback (one turn of the loop a job, not two): its type's count
