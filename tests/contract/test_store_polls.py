@@ -14,6 +14,7 @@ from rota.core.dependencies import Dependency
 from rota.core.ports import Store
 from rota.stores.sql import SqlStore
 from tests.contract.test_store import NOW, T0, S, make_job, occurrence
+from tests.contract.test_store_batches import pg_plan
 from tests.contract.test_store_search import page_reads
 
 
@@ -27,9 +28,7 @@ async def test_the_end_of_pause_probe_reads_the_paused_jobs_index_on_a_fresh_loa
     with page_reads(store, only="") as statements:
         assert await store.end_pauses(NOW, 10) == []
     [(probe, params)] = [s for s in statements if "paused_until" in s[0]]
-    async with store._read() as conn:
-        driver = (await conn.get_raw_connection()).driver_connection
-        plan = "\n".join(r[0] for r in await driver.fetch(f"EXPLAIN {probe}", *params))
+    plan = await pg_plan(store, probe, params)
     assert "ix_jobs_paused_until" in plan, plan
     assert "Seq Scan" not in plan, plan
 
