@@ -160,18 +160,27 @@ def completions(records: Sequence[StatusRecord]) -> bool:
     return len({r.occurrence_id for r in records}) == len(records)
 
 
-async def complete_runs(
-    conn: AsyncConnection, dialect: str, records: Sequence[StatusRecord], deltas: StatDeltas
-) -> tuple[list[AppliedChange], set[UUID], list[UUID]]:
-    """Apply the ``Completed`` reports (:func:`completions` holds) that find their
-    occurrence at their attempt, Queued or Running, set-based (:data:`COMPLETE_RUNS`; on
-    SQLite :data:`COMPLETED_BEFORE_SQLITE` and :data:`COMPLETE_RUNS_SQLITE`); their
-    statistics go into ``deltas``. Returns the changes applied (in the reports' order), the
-    occurrences they completed, and the jobs among theirs with a failure streak or a probe,
-    which these successes end (``_reset_streaks_stmt``)."""
-    if dialect == "sqlite":
-        done = await _complete_sqlite(conn, records)
-    else:
+class Completions:
+    """A status batch of ``Completed`` reports (:func:`completions` holds) that find their
+    occurrence at their attempt, Queued or Running, applied set-based (:data:`COMPLETE_RUNS`;
+    on SQLite :data:`COMPLETED_BEFORE_SQLITE` and :data:`COMPLETE_RUNS_SQLITE`), in three
+    steps so that the writer's transaction holds only the statements and the statistics:
+    the reports' parameters are built before it (the constructor), applied in it
+    (:meth:`run`), and the changes applied are built after it (:meth:`applied`). SQLite has
+    one writer: whatever Python runs inside a transaction holds every other write back."""
+
+    __slots__ = ("_dialect", "_done", "_params", "_records")
+
+    def __init__(self, dialect: str, records: Sequence[StatusRecord]) -> None:
+        self._dialect = dialect
+        self._records = records
+        self._done: dict[UUID, tuple[Any, ...]] = {}
+        self._params: Any
+        if dialect == "sqlite":
+            hexes = [r.occurrence_id.hex for r in records]
+            known = dict(zip(hexes, (r.occurrence_id for r in records), strict=True))
+            self._params = (_sqlite_reports(records, hexes), known)
+            return
         arrays: tuple[list[object], ...] = ([], [], [], [], [], [], [], [])
         ids, attempts, ats, starts, instances, durations_, results, exceptions = arrays
         for r in records:
@@ -183,37 +192,63 @@ async def complete_runs(
             durations_.append(r.duration_ms)
             results.append(None if r.result is None else _json_dumps(r.result))
             exceptions.append(r.exception)
-        result = await conn.exec_driver_sql(COMPLETE_RUNS, arrays)
-        done = {row[0]: tuple(row) for row in result.all()}
-    applied: list[AppliedChange] = []
-    streaks: list[UUID] = []
-    for r in records:
-        row = done.get(r.occurrence_id)
-        if row is None:
-            continue
-        occurrence_id, job_id, job_type, worker_id, policy, counted, before = row[:7]
-        end_before, duration_before, streak = row[7:]
-        duration = r.duration_ms
-        deltas.add(job_id, before, end_before, duration_before, -1, counted=counted)
-        deltas.add(job_id, _COMPLETED, r.timestamp, duration, counted=counted)
-        if counted:
-            deltas.ran(job_id, _COMPLETED, 1, *durations(duration))
-        if streak:
-            streaks.append(job_id)
-        applied.append(
-            AppliedChange(
-                occurrence_id=occurrence_id,
-                job_id=job_id,
-                from_status=_STATUSES[before],
-                to_status=_COMPLETED,
-                attempt=r.attempt,
-                job_type=job_type,
-                worker_id=worker_id,
-                instance_id=r.instance_id,
-                queue_policy=policy in _WAITING,
+        self._params = arrays
+
+    async def run(self, conn: AsyncConnection, deltas: StatDeltas) -> tuple[set[UUID], list[UUID]]:
+        """Apply the reports in ``conn``'s transaction, their statistics into ``deltas``.
+        Returns the occurrences they completed, and the jobs among theirs with a failure
+        streak or a probe, which these successes end (``_reset_streaks_stmt``)."""
+        if self._dialect == "sqlite":
+            done = await _complete_sqlite(conn, *self._params)
+        else:
+            result = await conn.exec_driver_sql(COMPLETE_RUNS, self._params)
+            done = {row[0]: tuple(row) for row in result.all()}
+        self._done = done
+        streaks: list[UUID] = []
+        for r in self._records:
+            row = done.get(r.occurrence_id)
+            if row is None:
+                continue
+            job_id, counted, before, end_before, duration_before, streak = (
+                row[1],
+                row[5],
+                row[6],
+                row[7],
+                row[8],
+                row[9],
             )
-        )
-    return applied, set(done), sorted(set(streaks))
+            duration = r.duration_ms
+            deltas.add(job_id, before, end_before, duration_before, -1, counted=counted)
+            deltas.add(job_id, _COMPLETED, r.timestamp, duration, counted=counted)
+            if counted:
+                deltas.ran(job_id, _COMPLETED, 1, *durations(duration))
+            if streak:
+                streaks.append(job_id)
+        return set(done), sorted(set(streaks))
+
+    def applied(self) -> list[AppliedChange]:
+        """The changes :meth:`run` applied, in the reports' order."""
+        done = self._done
+        applied: list[AppliedChange] = []
+        for r in self._records:
+            row = done.get(r.occurrence_id)
+            if row is None:
+                continue
+            occurrence_id, job_id, job_type, worker_id, policy, _counted, before = row[:7]
+            applied.append(
+                AppliedChange(
+                    occurrence_id=occurrence_id,
+                    job_id=job_id,
+                    from_status=_STATUSES[before],
+                    to_status=_COMPLETED,
+                    attempt=r.attempt,
+                    job_type=job_type,
+                    worker_id=worker_id,
+                    instance_id=r.instance_id,
+                    queue_policy=policy in _WAITING,
+                )
+            )
+        return applied
 
 
 def _start(record: StatusRecord) -> datetime:
@@ -224,13 +259,10 @@ def _start(record: StatusRecord) -> datetime:
     return record.started_at or record.timestamp - timedelta(milliseconds=duration)
 
 
-async def _complete_sqlite(
-    conn: AsyncConnection, records: Sequence[StatusRecord]
-) -> dict[UUID, tuple[Any, ...]]:
-    """SQLite: the occurrences the reports complete (read, then written); each row as
-    :data:`COMPLETE_RUNS` returns it."""
-    hexes = [r.occurrence_id.hex for r in records]
-    reports = _json_dumps(
+def _sqlite_reports(records: Sequence[StatusRecord], hexes: Sequence[str]) -> str:
+    """The reports as :data:`COMPLETED_BEFORE_SQLITE` takes them (``hexes``: their
+    occurrences' ids as SQLite keeps them): one JSON array."""
+    return _json_dumps(
         [
             [
                 h,
@@ -245,12 +277,19 @@ async def _complete_sqlite(
             for h, r in zip(hexes, records, strict=True)
         ]
     )
+
+
+async def _complete_sqlite(
+    conn: AsyncConnection, reports: str, known: dict[str, UUID]
+) -> dict[UUID, tuple[Any, ...]]:
+    """SQLite: the occurrences the ``reports`` (:func:`_sqlite_reports`; ``known``: their
+    ids by the text in them) complete (read, then written); each row as
+    :data:`COMPLETE_RUNS` returns it."""
     found = orjson.loads(await driver.value(conn, COMPLETED_BEFORE_SQLITE, {"reports": reports}))
     if not found:
         return {}
     await driver.run(conn, COMPLETE_RUNS_SQLITE, {"reports": reports})
     done: dict[UUID, tuple[Any, ...]] = {}
-    known = dict(zip(hexes, (r.occurrence_id for r in records), strict=True))
     for row in found:
         occurrence_id = known[row[0]]  # the report's id, not parsed again
         end = row[7]

@@ -4,7 +4,7 @@ transaction), undispatched and stale occurrences."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,7 +31,7 @@ from rota.core.planning import FirePlan, PlainFires, stored_policy
 from rota.core.records import DispatchResult, DueEntry, FirePlanner, StaleOccurrence
 from rota.stores.schema import UtcDateTime, jobs, occurrences, utc_text
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
-from rota.stores.sql.firing import fire_plain
+from rota.stores.sql.firing import PlainFire
 from rota.stores.sql.pausing import advance_jobs
 from rota.stores.sql.rows import (
     _PLANNING_COLUMNS,
@@ -97,46 +97,44 @@ class DispatchQueries(AggregateQueries):
         ids = _unique(job_ids)
         if not ids:
             return DispatchResult()
+        plain_fire = None
+        if plain is not None and self._seal is None:  # built before the writer is taken
+            plain_fire = PlainFire(self._dialect, ids, now, plain, sent=claim_until is not None)
         async with self._write() as conn:
-            fired: list[Occurrence] = []
-            if plain is not None and self._seal is None:
-                marked = claim_until is not None
-                fired = await fire_plain(conn, self._dialect, ids, now, plain, sent=marked)
-                if fired:
-                    done = {o.job_id for o in fired}
-                    ids = [i for i in ids if i not in done]
+            fired_jobs = await plain_fire.run(conn) if plain_fire is not None else []
+            if fired_jobs:
+                done = set(fired_jobs)
+                ids = [i for i in ids if i not in done]
             claimed = await self._claim_jobs(conn, ids)
             next_runs = await self._absent_jobs(conn, [i for i in ids if i not in claimed])
-            due: list[Job] = []
-            for job in claimed.values():
-                if job.is_active and job.next_run_at is not None and job.next_run_at <= now:
-                    due.append(job)
-                else:
-                    next_runs[job.id] = _due_entry(job.id, job.bucket, job)
+            due = _due_now(claimed.values(), now, next_runs)
             active = await self._active_counts(conn, [j.id for j in due])
             plans = _plan_all(due, active, now, planner, next_runs)
             deltas = StatDeltas()
-            deltas.totals[int(OccurrenceStatus.QUEUED)] += len(fired)  # uncounted
+            deltas.totals[int(OccurrenceStatus.QUEUED)] += len(fired_jobs)  # uncounted
             planned = {o.id for plan in plans.values() for o in plan.occurrences}
             sent = _classify(due, plans, active, planned, {}).queued if claim_until else []
-            at = plain.now if fired and plain else min((o.created_at for o in sent), default=now)
+            at = min((o.created_at for o in sent), default=now)
+            if fired_jobs and plain:
+                at = plain.now
             marks = dict.fromkeys((o.id for o in sent), at)
             inserted = await self._insert_planned(conn, due, plans, deltas, marks)
-            sent = [*(fired if claim_until else ()), *(o for o in sent if o.id in inserted)]
-            batch = (
-                await insert_batch(conn, sent, claim_until, at) if claim_until and sent else None
-            )
+            sent_ids = [o.id for o in sent if o.id in inserted]
+            if plain_fire is not None:
+                sent_ids[:0] = plain_fire.ids()
+            batch = await _record_batch(conn, sent_ids, claim_until, at)
             for job in due:  # a job retired by its plan (a one-time job's fire, a bound)
                 if job.id in plans:
                     deltas.activation(job.is_active, plans[job.id].is_active)
             await self._write_aggregates(conn, deltas)  # the jobs it advances next are locked
             await advance_jobs(self._fast, conn, due, plans)
+        fired = plain_fire.occurrences() if plain_fire is not None else []
         for job in due:
             if job.id in plans:
                 plan = plans[job.id]
                 next_runs[job.id] = _due_entry(job.id, job.bucket, plan)
-        for occurrence in fired:  # a one-time job's only fire: no next one
-            next_runs[occurrence.job_id] = None
+        for job_id in fired_jobs:  # a one-time job's only fire: no next one
+            next_runs[job_id] = None
         result = _classify(due, plans, active, inserted, next_runs)
         if batch is None and not fired:
             return result
@@ -367,6 +365,30 @@ class DispatchQueries(AggregateQueries):
             return func.extract("epoch", moment - since)
         moment = bindparam(None, utc_text(now))
         return (func.julianday(moment) - func.julianday(since)) * literal_column("86400.0")
+
+
+def _due_now(
+    claimed: Iterable[Job], now: datetime, next_runs: dict[UUID, DueEntry | None]
+) -> list[Job]:
+    """The claimed jobs due by ``now``; each of the others gets its next fire in
+    ``next_runs`` (moved on meanwhile, or inactive)."""
+    due: list[Job] = []
+    for job in claimed:
+        if job.is_active and job.next_run_at is not None and job.next_run_at <= now:
+            due.append(job)
+        else:
+            next_runs[job.id] = _due_entry(job.id, job.bucket, job)
+    return due
+
+
+async def _record_batch(
+    conn: AsyncConnection, sent: Sequence[UUID], claim_until: datetime | None, at: datetime
+) -> UUID | None:
+    """The record of the batch the dispatcher publishes (``sent``, claimed until
+    ``claim_until``); none when it sends nothing (``claim_until`` ``None``: embedded)."""
+    if claim_until is None or not sent:
+        return None
+    return await insert_batch(conn, sent, claim_until, at)
 
 
 def _due_entry(job_id: UUID, bucket: int, state: Job | FirePlan) -> DueEntry | None:

@@ -181,25 +181,55 @@ CLEAR_NEXT_SQLITE = (
 )
 
 
-async def fire_plain(
-    conn: AsyncConnection,
-    dialect: str,
-    job_ids: Sequence[UUID],
-    horizon: datetime,
-    plain: PlainFires,
-    *,
-    sent: bool,
-) -> list[Occurrence]:
-    """Fire the plain jobs among ``job_ids`` (:data:`FIRE_PLAIN`, or on SQLite
-    :data:`FIRE_PLAIN_SQLITE`); ``sent``: their occurrences are inserted dispatched
-    ``plain.now`` (the caller publishes them). Returns the occurrences inserted, each with
-    its creation in its history."""
-    now = plain.now
-    history = _json_dumps([change_entry(now, None, int(_QUEUED), 1, None)])
-    ids = [new_id() for _ in job_ids]
-    if dialect == "sqlite":
-        rows = await _fire_sqlite(conn, job_ids, ids, horizon, plain, sent, history)
-    else:
+class PlainFire:
+    """One dispatch batch's plain fires, in three steps so that the writer's transaction
+    holds only the statements: the parameters are built before it (the constructor), the
+    statements run in it (:meth:`run`: :data:`FIRE_PLAIN`, or on SQLite
+    :data:`FIRE_PLAIN_SQLITE`, :data:`FIRED_SQLITE` and :data:`CLEAR_NEXT_SQLITE`), and the
+    occurrences are built after it (:meth:`occurrences`). SQLite has one writer: whatever
+    Python runs inside a transaction holds every other write back.
+
+    ``sent``: the occurrences are inserted dispatched ``plain.now`` (the caller publishes
+    them)."""
+
+    __slots__ = ("_dialect", "_known", "_now", "_params", "_rows")
+
+    def __init__(
+        self,
+        dialect: str,
+        job_ids: Sequence[UUID],
+        horizon: datetime,
+        plain: PlainFires,
+        *,
+        sent: bool,
+    ) -> None:
+        now = plain.now
+        history = _json_dumps([change_entry(now, None, int(_QUEUED), 1, None)])
+        ids = [new_id() for _ in job_ids]
+        self._dialect = dialect
+        self._now = now
+        self._rows: list[Any] = []
+        self._known: dict[str, UUID] = {}
+        self._params: Any
+        if dialect == "sqlite":
+            pairs = [(j.hex, i.hex) for j, i in zip(job_ids, ids, strict=True)]
+            # The rows come back with their ids as text: mapped to the ids given, not parsed.
+            known = self._known
+            known.update(zip((i for _, i in pairs), ids, strict=True))
+            known.update(zip((j for j, _ in pairs), job_ids, strict=True))
+            self._params = {
+                "jobs": _json_dumps(pairs),
+                "declared": _json_dumps(plain.declared),
+                "type_defaults": _json_dumps(plain.type_defaults),
+                "horizon": utc_text(horizon),
+                "now": utc_text(now),
+                "late_before": utc_text(plain.late_before),
+                "default_max_retries": plain.default_max_retries,
+                "sent": int(sent),
+                "mark_skip": int(plain.mark_skip),
+                "history": history,
+            }
+            return
         declared_types, declared_groups = _columns(plain.declared, 2)
         default_types, default_retries, default_timeouts = _columns(plain.type_defaults, 3)
         values = {
@@ -218,82 +248,80 @@ async def fire_plain(
             "mark_skip": plain.mark_skip,
             "history": history,
         }
-        params = tuple(values[name] for name in _PG_PARAMS)
-        rows = [tuple(r) for r in (await conn.exec_driver_sql(FIRE_PLAIN, params)).all()]
-    changes = (StatusChange(timestamp=now, from_status=None, to_status=_QUEUED),)
-    return [
-        Occurrence(
-            id=r[0],
-            job_id=r[1],
-            job_type=r[2],
-            worker_id=r[3],
-            status=_QUEUED,
-            scheduled_for=r[4],
-            due_at=r[4],
-            created_at=now,
-            max_retries=r[5],
-            priority=Priority(r[6]),
-            timeout_seconds=r[7],
-            job_version=r[8],
-            job_data=r[9],
-            dispatched_at=r[10],
-            retry_delay_seconds=r[11],
-            status_changes=changes,
-        )
-        for r in rows
-    ]
+        self._params = tuple(values[name] for name in _PG_PARAMS)
 
+    async def run(self, conn: AsyncConnection) -> list[UUID]:
+        """Fire, in ``conn``'s transaction; returns the jobs fired (a job it does not return
+        is untouched)."""
+        params = self._params
+        if self._dialect != "sqlite":
+            self._rows = rows = list((await conn.exec_driver_sql(FIRE_PLAIN, params)).all())
+            return [r[1] for r in rows]
+        await driver.run(conn, FIRE_PLAIN_SQLITE, params)
+        raw = _json_loads(await driver.value(conn, FIRED_SQLITE, {"jobs": params["jobs"]}))
+        if not raw:
+            return []
+        self._rows = raw
+        await driver.run(conn, CLEAR_NEXT_SQLITE, {"jobs": _json_dumps([r[1] for r in raw])})
+        known = self._known
+        return [known[r[1]] for r in raw]
 
-async def _fire_sqlite(
-    conn: AsyncConnection,
-    job_ids: Sequence[UUID],
-    ids: Sequence[UUID],
-    horizon: datetime,
-    plain: PlainFires,
-    sent: bool,
-    history: str,
-) -> list[tuple[Any, ...]]:
-    """:data:`FIRE_PLAIN_SQLITE`, then :data:`CLEAR_NEXT_SQLITE`; the rows inserted with
-    their values as PostgreSQL's driver gives them (ids, times, JSON decoded)."""
-    pairs = [(j.hex, i.hex) for j, i in zip(job_ids, ids, strict=True)]
-    # The rows come back with their ids as text: mapped to the ids given, not parsed again.
-    known = dict(zip((i for _, i in pairs), ids, strict=True))
-    known.update(zip((j for j, _ in pairs), job_ids, strict=True))
-    params = {
-        "jobs": _json_dumps(pairs),
-        "declared": _json_dumps(plain.declared),
-        "type_defaults": _json_dumps(plain.type_defaults),
-        "horizon": utc_text(horizon),
-        "now": utc_text(plain.now),
-        "late_before": utc_text(plain.late_before),
-        "default_max_retries": plain.default_max_retries,
-        "sent": int(sent),
-        "mark_skip": int(plain.mark_skip),
-        "history": history,
-    }
-    await driver.run(conn, FIRE_PLAIN_SQLITE, params)
-    raw = _json_loads(await driver.value(conn, FIRED_SQLITE, {"jobs": params["jobs"]}))
-    if not raw:
-        return []
-    moved = _json_dumps([r[1] for r in raw])
-    await driver.run(conn, CLEAR_NEXT_SQLITE, {"jobs": moved})
-    return [
-        (
-            known[r[0]],
-            known[r[1]],
-            r[2],
-            r[3],
-            from_utc_text(r[4]),
-            r[5],
-            r[6],
-            r[7],
-            r[8],
-            None if r[9] is None else _json_loads(r[9]),  # JSON text in the column
-            None if r[10] is None else from_utc_text(r[10]),
-            r[11],
-        )
-        for r in raw
-    ]
+    def ids(self) -> list[UUID]:
+        """The occurrences :meth:`run` inserted."""
+        if self._dialect != "sqlite":
+            return [r[0] for r in self._rows]
+        known = self._known
+        return [known[r[0]] for r in self._rows]
+
+    def occurrences(self) -> list[Occurrence]:
+        """The occurrences :meth:`run` inserted, each with its creation in its history."""
+        now = self._now
+        changes = (StatusChange(timestamp=now, from_status=None, to_status=_QUEUED),)
+        return [
+            Occurrence(
+                id=r[0],
+                job_id=r[1],
+                job_type=r[2],
+                worker_id=r[3],
+                status=_QUEUED,
+                scheduled_for=r[4],
+                due_at=r[4],
+                created_at=now,
+                max_retries=r[5],
+                priority=Priority(r[6]),
+                timeout_seconds=r[7],
+                job_version=r[8],
+                job_data=r[9],
+                dispatched_at=r[10],
+                retry_delay_seconds=r[11],
+                status_changes=changes,
+            )
+            for r in self._typed_rows()
+        ]
+
+    def _typed_rows(self) -> Sequence[Sequence[Any]]:
+        """The rows inserted with their values as PostgreSQL's driver gives them (ids, times,
+        JSON decoded)."""
+        if self._dialect != "sqlite":
+            return self._rows
+        known = self._known
+        return [
+            (
+                known[r[0]],
+                known[r[1]],
+                r[2],
+                r[3],
+                from_utc_text(r[4]),
+                r[5],
+                r[6],
+                r[7],
+                r[8],
+                None if r[9] is None else _json_loads(r[9]),  # JSON text in the column
+                None if r[10] is None else from_utc_text(r[10]),
+                r[11],
+            )
+            for r in self._rows
+        ]
 
 
 def _columns(rows: Sequence[tuple[object, ...]], width: int) -> tuple[list[object], ...]:

@@ -43,17 +43,17 @@ _o = occurrences.c
 
 
 async def insert_batch(
-    conn: AsyncConnection, sent: Sequence[Occurrence], claim_until: datetime, at: datetime
+    conn: AsyncConnection, sent: Sequence[UUID], claim_until: datetime, at: datetime
 ) -> UUID:
-    """The record of a batch whose occurrences (``sent``, inserted dispatched at ``at``) the
-    caller publishes before ``claim_until``; returns its id."""
+    """The record of a batch whose occurrences (the ids ``sent``, inserted dispatched at
+    ``at``) the caller publishes before ``claim_until``; returns its id."""
     batch_id = new_id()
     await conn.execute(
         insert(dispatch_batches).values(
             id=batch_id,
             claim_until=claim_until,
             dispatched_at=at,
-            occurrence_ids=[o.id.hex for o in sent],
+            occurrence_ids=[i.hex for i in sent],
         )
     )
     return batch_id

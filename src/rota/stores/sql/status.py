@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rota.core.autodisable import AutoDisableDefaults
 from rota.core.errors import NotFoundError
 from rota.core.models import Job, LogRecord, Occurrence, OccurrenceStatus, StatusRecord
-from rota.core.records import AppliedChange, DisabledJob, OccurrenceQuery, Page, StatusResult
+from rota.core.records import DisabledJob, OccurrenceQuery, Page, StatusResult
 from rota.core.transitions import CURRENT_FIELDS, Current, StatusBatch, Streak, apply_records
 from rota.stores.schema import (
     UNCOUNTED,
@@ -38,7 +38,7 @@ from rota.stores.schema import (
 )
 from rota.stores.sql import filters
 from rota.stores.sql.aggregates import RUN_STATUSES, AggregateQueries, StatDeltas, durations
-from rota.stores.sql.completions import complete_runs, completions
+from rota.stores.sql.completions import Completions, completions
 from rota.stores.sql.rows import (
     _AUTO_DISABLE_STATE,
     ACTIVE,
@@ -88,17 +88,19 @@ class StatusQueries(AggregateQueries):
         if not records:
             return StatusResult()
         deltas = StatDeltas()
+        batch = None  # built before the writer is taken
+        if self._seal is None and completions(records):
+            batch = Completions(self._dialect, records)
         async with self._write() as conn:
-            completed: list[AppliedChange] = []
             rest = records
-            if self._seal is None and completions(records):
-                completed, done, streaks = await complete_runs(conn, self._dialect, records, deltas)
+            if batch is not None:
+                done, streaks = await batch.run(conn, deltas)
                 await self._reset_streaks(conn, streaks)
                 rest = [r for r in records if r.occurrence_id not in done]
             result = await self._apply_rules(conn, rest, deltas) if rest else StatusResult()
             await self._write_aggregates(conn, deltas)
-        if completed:
-            result.applied[:0] = completed
+        if batch is not None:
+            result.applied[:0] = batch.applied()
         return result
 
     async def _apply_rules(
