@@ -64,6 +64,18 @@ async def test_finalized_attempts(store: LocalStore) -> None:
     await store.save()  # nothing to write: no transaction at all
 
 
+async def test_a_batch_of_finalized_attempts_is_one_statement(store: LocalStore) -> None:
+    """``executemany`` would step SQLite once per attempt, each step giving up the
+    interpreter's lock and taking it back from the worker's busy event loop."""
+    statements: list[str] = []
+    await store._call(lambda: store._conn().set_trace_callback(statements.append))
+    finals = [(new_id(), 1 + i % 3) for i in range(500)]
+    await store.save(finals=finals)
+    await store._call(lambda: store._conn().set_trace_callback(None))
+    assert len([s for s in statements if "INTO finalized" in s]) == 1
+    assert await store.recent_finals(1000) == dict(finals)
+
+
 async def test_outbox_and_finals_survive_a_restart(tmp_path: Path) -> None:
     oid = new_id()
     store = await LocalStore.open(tmp_path)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import sqlite3
@@ -76,6 +77,14 @@ CREATE TABLE IF NOT EXISTS outbox (
     created_at REAL NOT NULL
 );
 """
+
+
+_SAVE_FINALS = """
+INSERT OR REPLACE INTO finalized (occurrence_id, attempt, finalized_at)
+SELECT substr(:ids, a.key * 16 + 1, 16), a.value, :now FROM json_each(:attempts) a
+"""
+"""A batch of finalized attempts: ``ids`` the occurrences' 16-byte ids one after another,
+``attempts`` their attempts as a JSON array in the same order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,10 +302,17 @@ class LocalStore:
                     [(kind, body, count, now) for kind, body, count in outbox],
                 )
             if finals:
-                db.executemany(
-                    "INSERT OR REPLACE INTO finalized (occurrence_id, attempt, finalized_at) "
-                    "VALUES (?, ?, ?)",
-                    [(oid.bytes, attempt, now) for oid, attempt in finals],
+                # One statement for the batch: ``executemany`` steps SQLite once per row, and
+                # each step gives up the interpreter's lock and takes it back from the busy
+                # event loop. The ids go as one blob of 16 bytes each, the attempts as a JSON
+                # array whose index finds each one's id.
+                db.execute(
+                    _SAVE_FINALS,
+                    {
+                        "ids": b"".join(oid.bytes for oid, _ in finals),
+                        "attempts": json.dumps([attempt for _, attempt in finals]),
+                        "now": now,
+                    },
                 )
 
     # --- outbox -----------------------------------------------------------------------------
