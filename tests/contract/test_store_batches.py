@@ -5,8 +5,9 @@ every batch is an ``executemany``. Either way the rows written are the same."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -27,9 +28,24 @@ _T0 = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
 @contextmanager
 def writes(store: SqlStore) -> Iterator[list[str]]:
-    """The statements the store's writer runs meanwhile: through SQLAlchemy, and SQLite's hot
-    statements straight to its driver (``rota.stores.sql.driver``), one entry per call."""
+    """The statements the store's writer runs meanwhile: through SQLAlchemy, SQLite's hot
+    statements straight to its driver (``rota.stores.sql.driver``), one entry per call, and
+    on SQLite those of the hot writer's transactions (``rota.stores.sql.hotwriter``; as SQLite
+    traces them, with their parameters, one entry per step of an ``executemany``)."""
     statements: list[str] = []
+
+    def tracing(transaction: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def traced(work: Callable[[sqlite3.Connection], Any]) -> Any:
+            def run(db: sqlite3.Connection) -> Any:
+                db.set_trace_callback(lambda sql: statements.append(sql.strip()))
+                try:
+                    return work(db)
+                finally:
+                    db.set_trace_callback(None)
+
+            return await transaction(run)
+
+        return traced
 
     def grab(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
         statements.append(statement)
@@ -46,7 +62,11 @@ def writes(store: SqlStore) -> Iterator[list[str]]:
     try:
         with (
             patch.object(driver, "run", watching(driver.run)),
-            patch.object(driver, "rows", watching(driver.rows)),
+            (
+                patch.object(store._hot, "transaction", tracing(store._hot.transaction))
+                if store._hot is not None
+                else nullcontext()
+            ),
         ):
             yield statements
     finally:

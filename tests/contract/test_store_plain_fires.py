@@ -1,5 +1,5 @@
 """A dispatch with the plain one-time fires described (``PlainFires``): on PostgreSQL the store
-fires them in one statement (``rota.stores.sql.firing``), on SQLite the planner plans them;
+fires them in one statement (``rota.stores.sql.firing``), on SQLite in three over JSON arrays;
 every other job of the batch is planned one by one on both. The outcomes are the same: the
 occurrences and their values, which are queued, held or skipped and why, the jobs' next
 fires, the batch record of what the caller sends, the statistics."""

@@ -11,7 +11,6 @@ import types
 import typing
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 from uuid import uuid4
 
@@ -279,7 +278,7 @@ def test_a_bulk_creates_copy_record_is_the_compact_row_in_column_order(job: Job)
 @pytest.mark.parametrize("job", [_NEW, _everything_set()], ids=["new", "everything-set"])
 def test_a_bulk_creates_sqlite_parameters_are_the_rows_as_the_insert_takes_them(job: Job) -> None:
     fast = _FastBatches("sqlite")
-    prepared = fast._prepare(_insert_stmt(jobs), SimpleNamespace(dialect=sqlite.dialect()))
+    prepared = fast._prepare(_insert_stmt(jobs), sqlite.dialect())
     assert prepared.names == tuple(c.name for c in jobs.columns)  # the record's order
     assert sql_rows._sqlite_record(job) == fast._params(prepared, [sql_rows._job_row(job)])[0]
 

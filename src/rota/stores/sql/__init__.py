@@ -4,7 +4,9 @@ The dialect-specific parts are few and named:
 
 - SQLite (aiosqlite): WAL, ``synchronous=NORMAL``, a busy timeout, foreign keys on. Writes go
   through one writer connection, serialized by an asyncio lock, in ``BEGIN IMMEDIATE``
-  transactions; reads use a small pool of other connections (WAL readers never block).
+  transactions; the hot batches' transactions (plain fires, completions) each run whole on a
+  connection and thread of their own, which the other writes take turns with
+  (:mod:`.hotwriter`); reads use a small pool of other connections (WAL readers never block).
 - PostgreSQL (asyncpg): one pool for reads and writes; rows being claimed are locked with
   ``FOR UPDATE SKIP LOCKED`` (SQLite's compiler renders no locking clause, which is right: its
   writer lock already serializes the writes).
@@ -30,14 +32,16 @@ from rota.stores.sql.batches import _FastBatches
 from rota.stores.sql.control import ControlQueries
 from rota.stores.sql.dependencies import DependencyQueries
 from rota.stores.sql.dispatch import DispatchQueries
-from rota.stores.sql.engine import create_store_engine, guard_errors
+from rota.stores.sql.engine import create_store_engine, guard_errors, sqlite_pragmas
 from rota.stores.sql.failed import FailedQueries
 from rota.stores.sql.fires import FireQueries
+from rota.stores.sql.hotwriter import HotWriter
 from rota.stores.sql.idempotency import IdempotencyQueries
 from rota.stores.sql.jobs import JobQueries
 from rota.stores.sql.limits import LimitQueries
 from rota.stores.sql.lookup import LookupQueries
 from rota.stores.sql.notifications import NotificationQueries
+from rota.stores.sql.occurrences import OccurrenceQueries
 from rota.stores.sql.pausing import PauseQueries
 from rota.stores.sql.rebuild import RebuildQueries
 from rota.stores.sql.reencrypt import ReencryptQueries
@@ -54,6 +58,7 @@ from rota.stores.urls import dialect_of, sqlite_path
 class SqlStore(
     JobQueries,
     DispatchQueries,
+    OccurrenceQueries,
     SendingQueries,
     ControlQueries,
     StatusQueries,
@@ -104,6 +109,7 @@ class SqlStore(
         self._fast = _FastBatches(self._dialect)
         self._seal = seal
         self._rng = random.Random()
+        self._hot: HotWriter | None = None
 
     @property
     def dialect(self) -> str:
@@ -124,10 +130,14 @@ class SqlStore(
                 )
             self._writer = self._engine(writer=True, pool_size=1)
             self._reader = self._engine(writer=False, pool_size=max(2, self._pool_size // 2))
+            pragmas = sqlite_pragmas(writer=True, foreign_keys=True, busy_ms=self._busy_timeout_ms)
+            self._hot = HotWriter(path, pragmas)
         else:
             self._writer = self._reader = self._engine(writer=True, pool_size=self._pool_size)
         try:
             await self.ping()
+            if self._hot is not None:
+                await self._hot.open()
         except BaseException:
             await self.close()
             raise
@@ -140,6 +150,9 @@ class SqlStore(
     async def close(self) -> None:
         writer, reader = self._writer, self._reader
         self._writer = self._reader = None
+        hot, self._hot = self._hot, None
+        if hot is not None:
+            await hot.close()
         if writer is not None:
             await writer.dispose()
         if reader is not None and reader is not writer:
@@ -166,8 +179,11 @@ class SqlStore(
             if self._write_lock is None:
                 async with engine.begin() as conn:
                     yield conn
-            else:
+            elif self._hot is None:
                 async with self._write_lock, engine.begin() as conn:
+                    yield conn
+            else:  # its turn on the hot writer's thread too (see .hotwriter)
+                async with self._write_lock, self._hot.hold(), engine.begin() as conn:
                     yield conn
 
 

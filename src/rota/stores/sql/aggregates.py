@@ -49,6 +49,7 @@ before; retention removes what it deletes (row purges and dropped partitions).
 
 from __future__ import annotations
 
+import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -382,8 +383,25 @@ class AggregateQueries(SqlParts):
         other writes (or with the rows it writes after locked already). The tables in one
         order, each in key order: two writers never wait on each other's counter rows the
         other way round."""
+        for table, rows in self._aggregate_rows(deltas):
+            make = partial(_add_stmt, self._dialect, table)
+            await self._fast.execute(conn, "add:" + table.name, make, rows)
+
+    def _write_aggregates_hot(self, db: sqlite3.Connection, deltas: StatDeltas) -> None:
+        """:meth:`_write_aggregates` in a transaction of the hot writer (SQLite; on its
+        thread), with the same statements."""
+        assert self._writer is not None
+        dialect = self._writer.dialect
+        for table, rows in self._aggregate_rows(deltas):
+            make = partial(_add_stmt, self._dialect, table)
+            sql, params = self._fast.sqlite_rows("add:" + table.name, make, dialect, rows)
+            db.executemany(sql, params)
+
+    def _aggregate_rows(self, deltas: StatDeltas) -> list[tuple[Table, list[dict[str, Any]]]]:
+        """Each table's rows of ``deltas`` (the tables that have some), in the order
+        :meth:`_write_aggregates` writes them."""
         shard = self._rng.randrange(SHARDS)
-        for table, rows in (
+        tables = (
             (occurrence_counts, deltas.count_rows()),
             (finished_minutes, deltas.minute_rows(shard)),
             (finished_hours, deltas.hour_rows(shard)),
@@ -391,10 +409,8 @@ class AggregateQueries(SqlParts):
             (job_totals, deltas.job_rows(shard)),
             (job_type_counts, deltas.type_rows(shard)),
             (tag_counts, deltas.tag_rows(shard)),
-        ):
-            if rows:
-                make = partial(_add_stmt, self._dialect, table)
-                await self._fast.execute(conn, "add:" + table.name, make, rows)
+        )
+        return [(table, rows) for table, rows in tables if rows]
 
     async def _uncount_partition(self, conn: AsyncConnection, name: str) -> None:
         """PostgreSQL: take the occurrences of partition ``name`` (about to be dropped, and

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from sqlalchemy import JSON, String, Table, Uuid, bindparam, column, func, select
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import Insert, Update, UpdateBase
 from sqlalchemy.sql.elements import ColumnElement
@@ -142,7 +143,7 @@ class _FastBatches:
         its ``make(unnest=True)`` once for all; returns the driver's row count (``-1`` when
         it reports none). An UPDATE names its key parameters (``keys``): a batch in which
         two rows share them runs row by row."""
-        prepared = self._prepared_for(key, make, conn, keys=keys)
+        prepared = self._prepared_for(key, make, conn.dialect, keys=keys)
         params = self._params(prepared, rows)
         batch = prepared.batch
         if batch is not None and len(params) > 1:
@@ -163,7 +164,7 @@ class _FastBatches:
     ) -> int:
         """Run ``make()`` once per record, each already as the driver takes it, in the order
         ``names`` (which must be the statement's)."""
-        prepared = self._prepared_for(key, make, conn, names=names)
+        prepared = self._prepared_for(key, make, conn.dialect, names=names)
         return await self._run(conn, prepared.sql, list(records))
 
     async def _run(self, conn: AsyncConnection, sql: str, params: list[Any]) -> int:
@@ -173,11 +174,20 @@ class _FastBatches:
         result = await conn.exec_driver_sql(sql, params)
         return int(result.rowcount)
 
+    def sqlite_rows(
+        self, key: str, make: HotStatement, dialect: Dialect, rows: Sequence[dict[str, Any]]
+    ) -> tuple[str, list[tuple[Any, ...]]]:
+        """SQLite: the statement ``make()`` (cached under ``key``, as :meth:`execute` caches
+        it) and its parameters for each row, for ``executemany`` on a connection of the
+        caller's (:mod:`.hotwriter`)."""
+        prepared = self._prepared_for(key, make, dialect)
+        return prepared.sql, self._params(prepared, rows)
+
     def _prepared_for(
         self,
         key: str,
         make: HotStatement,
-        conn: AsyncConnection,
+        dialect: Dialect,
         *,
         names: Sequence[str] | None = None,
         keys: Sequence[str] = (),
@@ -187,22 +197,22 @@ class _FastBatches:
         once to take its parameters in that order."""
         prepared = self._prepared.get(key)
         if prepared is None:
-            prepared = self._prepare(make(), conn)
+            prepared = self._prepare(make(), dialect)
             if names is not None and prepared.names != tuple(names):
                 raise RuntimeError(f"{key}: the records' order is not the statement's")
-            if names is None and conn.dialect.name == "postgresql":
-                batch = self._prepare_batch(make(unnest=True), conn, prepared.names, keys)
+            if names is None and dialect.name == "postgresql":
+                batch = self._prepare_batch(make(unnest=True), dialect, prepared.names, keys)
                 prepared = replace(prepared, batch=batch)
             self._prepared[key] = prepared
         return prepared
 
     def _prepare_batch(
-        self, stmt: UpdateBase, conn: AsyncConnection, names: tuple[str, ...], keys: Sequence[str]
+        self, stmt: UpdateBase, dialect: Dialect, names: tuple[str, ...], keys: Sequence[str]
     ) -> _Batch:
         """The ``unnest`` form ``stmt`` of a statement whose row parameters are ``names``."""
         if isinstance(stmt, Update) and not keys:
             raise TypeError("a hot UPDATE names its key parameters")
-        compiled = stmt.compile(dialect=conn.dialect)
+        compiled = stmt.compile(dialect=dialect)
         arrays = tuple(compiled.positiontup or ())
         if sorted(arrays) != sorted(names):
             raise TypeError(f"the unnest form takes {arrays}, the row statement {names}")
@@ -238,8 +248,8 @@ class _FastBatches:
             out.append(tuple(params))
         return out
 
-    def _prepare(self, stmt: UpdateBase, conn: AsyncConnection) -> _Prepared:
-        compiled = stmt.compile(dialect=conn.dialect)
+    def _prepare(self, stmt: UpdateBase, dialect: Dialect) -> _Prepared:
+        compiled = stmt.compile(dialect=dialect)
         names = compiled.positiontup
         if not names:
             raise TypeError("fast batches need a positional paramstyle and parameters")

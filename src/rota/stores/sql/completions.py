@@ -15,6 +15,7 @@ same transaction; the store's contract suite holds both to the same outcomes.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,7 +27,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rota.core.models import WAITING_POLICIES, OccurrenceStatus, StatusRecord
 from rota.core.records import AppliedChange
 from rota.stores.schema import from_utc_text, utc_text
-from rota.stores.sql import driver
 from rota.stores.sql.aggregates import StatDeltas, durations
 from rota.stores.sql.engine import _json_dumps
 
@@ -162,12 +162,12 @@ def completions(records: Sequence[StatusRecord]) -> bool:
 
 class Completions:
     """A status batch of ``Completed`` reports (:func:`completions` holds) that find their
-    occurrence at their attempt, Queued or Running, applied set-based (:data:`COMPLETE_RUNS`;
-    on SQLite :data:`COMPLETED_BEFORE_SQLITE` and :data:`COMPLETE_RUNS_SQLITE`), in three
-    steps so that the writer's transaction holds only the statements and the statistics:
-    the reports' parameters are built before it (the constructor), applied in it
-    (:meth:`run`), and the changes applied are built after it (:meth:`applied`). SQLite has
-    one writer: whatever Python runs inside a transaction holds every other write back."""
+    occurrence at their attempt, Queued or Running, applied set-based, in three steps so
+    that the writer's transaction holds only the statements and the statistics: the reports'
+    parameters are built before it (the constructor), applied in it (PostgreSQL :meth:`run`:
+    :data:`COMPLETE_RUNS`; SQLite :meth:`run_sqlite`, on the hot writer's thread:
+    :data:`COMPLETED_BEFORE_SQLITE` and :data:`COMPLETE_RUNS_SQLITE`), and the changes
+    applied are built after it (:meth:`applied`)."""
 
     __slots__ = ("_dialect", "_done", "_params", "_records")
 
@@ -195,15 +195,48 @@ class Completions:
         self._params = arrays
 
     async def run(self, conn: AsyncConnection, deltas: StatDeltas) -> tuple[set[UUID], list[UUID]]:
-        """Apply the reports in ``conn``'s transaction, their statistics into ``deltas``.
-        Returns the occurrences they completed, and the jobs among theirs with a failure
-        streak or a probe, which these successes end (``_reset_streaks_stmt``)."""
-        if self._dialect == "sqlite":
-            done = await _complete_sqlite(conn, *self._params)
-        else:
-            result = await conn.exec_driver_sql(COMPLETE_RUNS, self._params)
-            done = {row[0]: tuple(row) for row in result.all()}
-        self._done = done
+        """PostgreSQL: apply the reports in ``conn``'s transaction, their statistics into
+        ``deltas``. Returns the occurrences they completed, and the jobs among theirs with a
+        failure streak or a probe, which these successes end (``_reset_streaks_stmt``)."""
+        result = await conn.exec_driver_sql(COMPLETE_RUNS, self._params)
+        self._done = {row[0]: tuple(row) for row in result.all()}
+        return set(self._done), self._count(deltas)
+
+    def run_sqlite(self, db: sqlite3.Connection, deltas: StatDeltas) -> set[UUID] | None:
+        """SQLite: apply the reports in ``db``'s transaction (on the hot writer's thread),
+        their statistics into ``deltas``; returns the occurrences they completed. ``None``,
+        with nothing written, when one of their jobs has a failure streak or a probe to end:
+        the caller applies the batch through the rules (``StatusQueries``) instead."""
+        reports, known = self._params
+        (found,) = db.execute(COMPLETED_BEFORE_SQLITE, {"reports": reports}).fetchone()
+        rows = orjson.loads(found)
+        if any(row[9] for row in rows):
+            return None
+        if rows:
+            db.execute(COMPLETE_RUNS_SQLITE, {"reports": reports})
+        done = self._done
+        for row in rows:
+            occurrence_id = known[row[0]]  # the report's id, not parsed again
+            end = row[7]
+            done[occurrence_id] = (
+                occurrence_id,
+                UUID(row[1]),
+                row[2],
+                row[3],
+                row[4],
+                bool(row[5]),
+                row[6],
+                None if end is None else from_utc_text(end),
+                row[8],
+                False,
+            )
+        self._count(deltas)
+        return set(done)
+
+    def _count(self, deltas: StatDeltas) -> list[UUID]:
+        """The statistics of the occurrences completed into ``deltas``; returns the jobs
+        among theirs with a failure streak or a probe."""
+        done = self._done
         streaks: list[UUID] = []
         for r in self._records:
             row = done.get(r.occurrence_id)
@@ -224,7 +257,7 @@ class Completions:
                 deltas.ran(job_id, _COMPLETED, 1, *durations(duration))
             if streak:
                 streaks.append(job_id)
-        return set(done), sorted(set(streaks))
+        return sorted(set(streaks))
 
     def applied(self) -> list[AppliedChange]:
         """The changes :meth:`run` applied, in the reports' order."""
@@ -277,32 +310,3 @@ def _sqlite_reports(records: Sequence[StatusRecord], hexes: Sequence[str]) -> st
             for h, r in zip(hexes, records, strict=True)
         ]
     )
-
-
-async def _complete_sqlite(
-    conn: AsyncConnection, reports: str, known: dict[str, UUID]
-) -> dict[UUID, tuple[Any, ...]]:
-    """SQLite: the occurrences the ``reports`` (:func:`_sqlite_reports`; ``known``: their
-    ids by the text in them) complete (read, then written); each row as
-    :data:`COMPLETE_RUNS` returns it."""
-    found = orjson.loads(await driver.value(conn, COMPLETED_BEFORE_SQLITE, {"reports": reports}))
-    if not found:
-        return {}
-    await driver.run(conn, COMPLETE_RUNS_SQLITE, {"reports": reports})
-    done: dict[UUID, tuple[Any, ...]] = {}
-    for row in found:
-        occurrence_id = known[row[0]]  # the report's id, not parsed again
-        end = row[7]
-        done[occurrence_id] = (
-            occurrence_id,
-            UUID(row[1]),
-            row[2],
-            row[3],
-            row[4],
-            bool(row[5]),
-            row[6],
-            None if end is None else from_utc_text(end),
-            row[8],
-            bool(row[9]),
-        )
-    return done

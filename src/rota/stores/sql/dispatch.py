@@ -4,9 +4,11 @@ transaction), undispatched and stale occurrences."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -31,6 +33,7 @@ from rota.core.planning import FirePlan, PlainFires, stored_policy
 from rota.core.records import DispatchResult, DueEntry, FirePlanner, StaleOccurrence
 from rota.stores.schema import UtcDateTime, jobs, occurrences, utc_text
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
+from rota.stores.sql.engine import guard_errors
 from rota.stores.sql.firing import PlainFire
 from rota.stores.sql.pausing import advance_jobs
 from rota.stores.sql.rows import (
@@ -100,6 +103,43 @@ class DispatchQueries(AggregateQueries):
         plain_fire = None
         if plain is not None and self._seal is None:  # built before the writer is taken
             plain_fire = PlainFire(self._dialect, ids, now, plain, sent=claim_until is not None)
+        if self._hot is None:  # PostgreSQL: one transaction
+            return await self._dispatch(ids, now, planner, claim_until, plain_fire)
+        if plain_fire is None or claim_until is not None:  # SQLite, each job planned
+            return await self._dispatch(ids, now, planner, claim_until, None)
+        # SQLite: the plain fires are a transaction of their own, one call to the hot writer
+        # (.hotwriter); the jobs they leave are planned in the next one.
+        async with guard_errors():
+            fired_jobs = await self._hot.transaction(partial(self._fire_hot, plain_fire))
+        done = set(fired_jobs)
+        rest = [i for i in ids if i not in done]
+        result = await self._dispatch(rest, now, planner, None, None) if rest else None
+        next_runs: dict[UUID, DueEntry | None] = dict.fromkeys(fired_jobs)
+        if result is None:
+            return DispatchResult(queued=plain_fire.occurrences(), next_runs=next_runs)
+        next_runs.update(result.next_runs)
+        queued = [*plain_fire.occurrences(), *result.queued]
+        return replace(result, queued=queued, next_runs=next_runs)
+
+    def _fire_hot(self, plain_fire: PlainFire, db: sqlite3.Connection) -> list[UUID]:
+        """SQLite, on the hot writer's thread: the plain fires and their count."""
+        fired_jobs = plain_fire.run_sqlite(db)
+        if fired_jobs:
+            deltas = StatDeltas()
+            deltas.totals[int(OccurrenceStatus.QUEUED)] += len(fired_jobs)  # uncounted
+            self._write_aggregates_hot(db, deltas)
+        return fired_jobs
+
+    async def _dispatch(
+        self,
+        ids: list[UUID],
+        now: datetime,
+        planner: FirePlanner,
+        claim_until: datetime | None,
+        plain_fire: PlainFire | None,
+    ) -> DispatchResult:
+        """:meth:`dispatch_due` in one transaction (``plain_fire``, PostgreSQL's: the plain
+        fires first)."""
         async with self._write() as conn:
             fired_jobs = await plain_fire.run(conn) if plain_fire is not None else []
             if fired_jobs:
@@ -115,8 +155,8 @@ class DispatchQueries(AggregateQueries):
             planned = {o.id for plan in plans.values() for o in plan.occurrences}
             sent = _classify(due, plans, active, planned, {}).queued if claim_until else []
             at = min((o.created_at for o in sent), default=now)
-            if fired_jobs and plain:
-                at = plain.now
+            if fired_jobs and plain_fire is not None:
+                at = plain_fire.now
             marks = dict.fromkeys((o.id for o in sent), at)
             inserted = await self._insert_planned(conn, due, plans, deltas, marks)
             sent_ids = [o.id for o in sent if o.id in inserted]

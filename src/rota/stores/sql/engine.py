@@ -27,6 +27,7 @@ from rota.stores.urls import dialect_of, to_async_url
 
 if TYPE_CHECKING:
     from rota.stores.sql.batches import _FastBatches
+    from rota.stores.sql.hotwriter import HotWriter
 
 # --- engines ----------------------------------------------------------------------------------
 
@@ -91,10 +92,9 @@ def create_store_engine(
     return engine
 
 
-def _configure_sqlite(
-    engine: AsyncEngine, *, writer: bool, foreign_keys: bool, busy_ms: int
-) -> None:
-    pragmas = (
+def sqlite_pragmas(*, writer: bool, foreign_keys: bool, busy_ms: int) -> tuple[str, ...]:
+    """What every SQLite connection of a store runs when it opens."""
+    return (
         f"PRAGMA busy_timeout={int(busy_ms)}",
         "PRAGMA journal_mode=WAL",
         "PRAGMA synchronous=NORMAL",
@@ -102,6 +102,12 @@ def _configure_sqlite(
         "PRAGMA temp_store=MEMORY",
         f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}",
     )
+
+
+def _configure_sqlite(
+    engine: AsyncEngine, *, writer: bool, foreign_keys: bool, busy_ms: int
+) -> None:
+    pragmas = sqlite_pragmas(writer=writer, foreign_keys=foreign_keys, busy_ms=busy_ms)
     begin = "BEGIN IMMEDIATE" if writer else "BEGIN"
 
     def on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
@@ -161,6 +167,9 @@ class SqlParts(Sealing):
     _rng: random.Random
     """The store's own draws (the aggregates' shard): the process's global ``random`` is the
     app's, and a library that draws from it changes what the app's seed gives."""
+    _writer: AsyncEngine | None
+    _hot: HotWriter | None
+    """SQLite: the writer of the hot batches' transactions (``None`` on PostgreSQL)."""
 
     if TYPE_CHECKING:
 

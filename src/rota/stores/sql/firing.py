@@ -13,6 +13,7 @@ store's contract suite holds both to the same outcomes.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -32,7 +33,6 @@ from rota.core.models import (
 )
 from rota.core.planning import PlainFires
 from rota.stores.schema import from_utc_text, utc_text
-from rota.stores.sql import driver
 from rota.stores.sql.engine import _json_dumps, _json_loads
 from rota.stores.sql.rows import ACTIVE, change_entry
 
@@ -173,8 +173,8 @@ FROM json_each(:jobs) p
 CROSS JOIN occurrences o ON o.id = json_extract(p.value, '$[1]')
 """
 """SQLite: the occurrences :data:`FIRE_PLAIN_SQLITE` inserted (each fire's id was chosen
-before), as one JSON array in one row: ``RETURNING`` would hand each row over from SQLite's
-thread on its own, each taking the interpreter's lock back from the busy event loop."""
+before), as one JSON array in one row: ``RETURNING`` would step SQLite once per row, and
+each step gives up the interpreter's lock and takes it back from the busy event loop."""
 
 CLEAR_NEXT_SQLITE = (
     "UPDATE jobs SET next_run_at = NULL WHERE id IN (SELECT value FROM json_each(:jobs))"
@@ -184,15 +184,15 @@ CLEAR_NEXT_SQLITE = (
 class PlainFire:
     """One dispatch batch's plain fires, in three steps so that the writer's transaction
     holds only the statements: the parameters are built before it (the constructor), the
-    statements run in it (:meth:`run`: :data:`FIRE_PLAIN`, or on SQLite
-    :data:`FIRE_PLAIN_SQLITE`, :data:`FIRED_SQLITE` and :data:`CLEAR_NEXT_SQLITE`), and the
-    occurrences are built after it (:meth:`occurrences`). SQLite has one writer: whatever
-    Python runs inside a transaction holds every other write back.
+    statements run in it (PostgreSQL :meth:`run`: :data:`FIRE_PLAIN`; SQLite
+    :meth:`run_sqlite`, on the hot writer's thread: :data:`FIRE_PLAIN_SQLITE`,
+    :data:`FIRED_SQLITE` and :data:`CLEAR_NEXT_SQLITE`), and the occurrences are built after
+    it (:meth:`occurrences`).
 
     ``sent``: the occurrences are inserted dispatched ``plain.now`` (the caller publishes
     them)."""
 
-    __slots__ = ("_dialect", "_known", "_now", "_params", "_rows")
+    __slots__ = ("_dialect", "_known", "_params", "_rows", "now")
 
     def __init__(
         self,
@@ -203,11 +203,10 @@ class PlainFire:
         *,
         sent: bool,
     ) -> None:
-        now = plain.now
+        now = self.now = plain.now
         history = _json_dumps([change_entry(now, None, int(_QUEUED), 1, None)])
         ids = [new_id() for _ in job_ids]
         self._dialect = dialect
-        self._now = now
         self._rows: list[Any] = []
         self._known: dict[str, UUID] = {}
         self._params: Any
@@ -251,18 +250,22 @@ class PlainFire:
         self._params = tuple(values[name] for name in _PG_PARAMS)
 
     async def run(self, conn: AsyncConnection) -> list[UUID]:
-        """Fire, in ``conn``'s transaction; returns the jobs fired (a job it does not return
-        is untouched)."""
+        """PostgreSQL: fire, in ``conn``'s transaction; returns the jobs fired (a job it does
+        not return is untouched)."""
+        self._rows = rows = list((await conn.exec_driver_sql(FIRE_PLAIN, self._params)).all())
+        return [r[1] for r in rows]
+
+    def run_sqlite(self, db: sqlite3.Connection) -> list[UUID]:
+        """SQLite: fire, in ``db``'s transaction (on the hot writer's thread); returns the
+        jobs fired (a job it does not return is untouched)."""
         params = self._params
-        if self._dialect != "sqlite":
-            self._rows = rows = list((await conn.exec_driver_sql(FIRE_PLAIN, params)).all())
-            return [r[1] for r in rows]
-        await driver.run(conn, FIRE_PLAIN_SQLITE, params)
-        raw = _json_loads(await driver.value(conn, FIRED_SQLITE, {"jobs": params["jobs"]}))
+        db.execute(FIRE_PLAIN_SQLITE, params)
+        (fired,) = db.execute(FIRED_SQLITE, {"jobs": params["jobs"]}).fetchone()
+        raw = _json_loads(fired)
         if not raw:
             return []
         self._rows = raw
-        await driver.run(conn, CLEAR_NEXT_SQLITE, {"jobs": _json_dumps([r[1] for r in raw])})
+        db.execute(CLEAR_NEXT_SQLITE, {"jobs": _json_dumps([r[1] for r in raw])})
         known = self._known
         return [known[r[1]] for r in raw]
 
@@ -275,7 +278,7 @@ class PlainFire:
 
     def occurrences(self) -> list[Occurrence]:
         """The occurrences :meth:`run` inserted, each with its creation in its history."""
-        now = self._now
+        now = self.now
         changes = (StatusChange(timestamp=now, from_status=None, to_status=_QUEUED),)
         return [
             Occurrence(
