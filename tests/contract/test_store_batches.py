@@ -26,18 +26,23 @@ from rota.stores.sql.statements import ADVANCE_KEYS, _advance_jobs_stmt, _insert
 _T0 = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
 
+HOT = "/* hot writer */ "
+"""What :func:`writes` puts before each statement of a hot writer's transaction."""
+
+
 @contextmanager
 def writes(store: SqlStore) -> Iterator[list[str]]:
     """The statements the store's writer runs meanwhile: through SQLAlchemy, SQLite's hot
     statements straight to its driver (``rota.stores.sql.driver``), one entry per call, and
     on SQLite those of the hot writer's transactions (``rota.stores.sql.hotwriter``; as SQLite
-    traces them, with their parameters, one entry per step of an ``executemany``)."""
+    traces them, with their parameters, one entry per step of an ``executemany``, each
+    marked :data:`HOT`)."""
     statements: list[str] = []
 
     def tracing(transaction: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def traced(work: Callable[[sqlite3.Connection], Any]) -> Any:
             def run(db: sqlite3.Connection) -> Any:
-                db.set_trace_callback(lambda sql: statements.append(sql.strip()))
+                db.set_trace_callback(lambda sql: statements.append(HOT + sql.strip()))
                 try:
                     return work(db)
                 finally:
