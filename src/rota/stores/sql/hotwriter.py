@@ -93,10 +93,11 @@ class HotWriter:
         db.execute("BEGIN IMMEDIATE")
         try:
             result = work(db)
+            db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:  # (some errors end the transaction in SQLite already)
+                db.execute("ROLLBACK")
             raise
-        db.execute("COMMIT")
         return result
 
     def _connect(self) -> None:
