@@ -48,6 +48,22 @@ async def test_a_transaction_commits_whole_or_not_at_all(writer: HotWriter, tmp_
     assert await writer.transaction(insert) == 4  # the connection is usable after a failure
 
 
+async def test_a_commit_refused_rolls_back_and_the_next_transaction_begins(
+    writer: HotWriter, tmp_path: Path
+) -> None:
+    with sqlite3.connect(tmp_path / "hot.db") as db:  # a check SQLite makes at the commit
+        db.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        db.execute(
+            "CREATE TABLE child (parent INTEGER REFERENCES parent (id) "
+            "DEFERRABLE INITIALLY DEFERRED)"
+        )
+
+    with pytest.raises(sqlite3.IntegrityError):
+        await writer.transaction(lambda db: db.execute("INSERT INTO child VALUES (1)"))
+    await writer.transaction(lambda db: db.execute("INSERT INTO t VALUES (5)"))
+    assert rows(tmp_path / "hot.db") == [5]
+
+
 async def test_transactions_run_in_the_order_queued(writer: HotWriter, tmp_path: Path) -> None:
     def insert(n: int) -> object:
         return lambda db: db.execute("INSERT INTO t VALUES (?)", (n,))
