@@ -16,7 +16,7 @@ same transaction; the store's contract suite holds both to the same outcomes.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -169,10 +169,9 @@ class Completions:
     :data:`COMPLETED_BEFORE_SQLITE` and :data:`COMPLETE_RUNS_SQLITE`), and the changes
     applied are built after it (:meth:`applied`)."""
 
-    __slots__ = ("_dialect", "_done", "_params", "_records")
+    __slots__ = ("_done", "_params", "_records")
 
     def __init__(self, dialect: str, records: Sequence[StatusRecord]) -> None:
-        self._dialect = dialect
         self._records = records
         self._done: dict[UUID, tuple[Any, ...]] = {}
         self._params: Any
@@ -236,12 +235,8 @@ class Completions:
     def _count(self, deltas: StatDeltas) -> list[UUID]:
         """The statistics of the occurrences completed into ``deltas``; returns the jobs
         among theirs with a failure streak or a probe."""
-        done = self._done
         streaks: list[UUID] = []
-        for r in self._records:
-            row = done.get(r.occurrence_id)
-            if row is None:
-                continue
+        for r, row in self._completed():
             job_id, counted, before, end_before, duration_before, streak = (
                 row[1],
                 row[5],
@@ -261,12 +256,8 @@ class Completions:
 
     def applied(self) -> list[AppliedChange]:
         """The changes :meth:`run` applied, in the reports' order."""
-        done = self._done
         applied: list[AppliedChange] = []
-        for r in self._records:
-            row = done.get(r.occurrence_id)
-            if row is None:
-                continue
+        for r, row in self._completed():
             occurrence_id, job_id, job_type, worker_id, policy, _counted, before = row[:7]
             applied.append(
                 AppliedChange(
@@ -282,6 +273,15 @@ class Completions:
                 )
             )
         return applied
+
+    def _completed(self) -> Iterator[tuple[StatusRecord, tuple[Any, ...]]]:
+        """Each report that completed its occurrence, with the occurrence's row as it was,
+        in the reports' order."""
+        done = self._done
+        for r in self._records:
+            row = done.get(r.occurrence_id)
+            if row is not None:
+                yield r, row
 
 
 def _start(record: StatusRecord) -> datetime:

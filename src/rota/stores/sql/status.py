@@ -78,10 +78,8 @@ class StatusQueries(AggregateQueries):
         batch = None  # built before the writer is taken
         if self._seal is None and completions(records):
             batch = Completions(self._dialect, records)
-        if self._hot is None:  # PostgreSQL: one transaction
+        if self._hot is None or batch is None:  # PostgreSQL, or no completions: one transaction
             return await self._apply(records, batch)
-        if batch is None:
-            return await self._apply(records, None)
         # SQLite: the completions are a transaction of their own, one call to the hot writer
         # (.hotwriter); the records they leave go through the rules in the next one.
         async with guard_errors():
