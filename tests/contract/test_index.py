@@ -89,6 +89,25 @@ async def test_ties_across_buckets_come_in_job_id_order(index: ScheduleIndex) ->
     assert await index.due([3, 1], T0, 1000) == [e for e in ordered if e.bucket in (1, 3)]
 
 
+async def test_many_buckets_merge_in_due_then_job_id_order(index: ScheduleIndex) -> None:
+    """Sixteen buckets of uneven sizes, ties and distinct due times mixed: every read is a
+    prefix of the (due, job id) order, across pages refilled within a read."""
+    rng = random.Random(1601)
+    entries = [
+        IndexEntry(
+            uuid.uuid4(),
+            rng.choice((0, 0, 1, 3, 5, 8, 13, 15)),
+            T0 + rng.choice((0, 0, 1, 2)) + rng.random() * (n % 3 == 0),
+        )
+        for n in range(900)
+    ]
+    await index.upsert(entries)
+    ordered = sorted(entries, key=lambda e: (e.due, e.job_id))
+    for limit in (1, 17, 300, 899, 2000):
+        assert await index.due(range(16), T0 + 10, limit) == ordered[:limit]
+    assert await index.due(range(16), T0 + 1, 2000) == [e for e in ordered if e.due <= T0 + 1]
+
+
 async def test_limit_is_honoured(index: ScheduleIndex) -> None:
     await index.upsert([entry(n, T0 + n) for n in range(50)])
     found = await index.due([0], T0 + 100, 7)

@@ -32,26 +32,24 @@ _CHUNK = 10_000
 # (position of the key in KEYS, member, score as Redis printed it) in (score, member) order.
 # Each bucket is read in pages (the first about limit / #KEYS, doubling on every refill), so
 # a read costs about ``limit`` entries however many buckets are merged. Within a bucket Redis
-# has already ordered equal scores by member; across buckets the heads are compared by score,
-# then (on a tie only) by member: its 16 bytes read once per head as three big-endian integers
-# of 6, 5 and 5 bytes (each exact in a double), which is their byte order. Lua's `<` on strings
-# follows the server's locale; a byte-by-byte loop per tie cost 5 times as much Redis time
-# (bench/2026-11-29-redis-due.md).
+# has already ordered equal scores by member; across buckets the buckets' heads are kept in a
+# binary heap by (score, member), so an entry costs about 2·log2(#KEYS) comparisons, not one
+# per bucket. A head's member is compared only on a tie of scores: its 16 bytes read once as
+# three big-endian integers of 6, 5 and 5 bytes (each exact in a double), which is their byte
+# order. Lua's `<` on strings follows the server's locale; a byte-by-byte loop per tie cost 5
+# times as much Redis time (bench/2026-11-29-redis-due.md), and a scan of every head per entry
+# twice as much as the heap (bench/2026-11-30-distributed-cpu.md).
 _DUE_SCRIPT = """
 local limit = tonumber(ARGV[2])
 local page0 = math.min(limit, math.ceil(limit / #KEYS) + 16)
 local unpack = struct.unpack
 local lists, pos, offset, page, more = {}, {}, {}, {}, {}
 local hs, ha, hb, hc = {}, {}, {}, {}
-local function head(i)
-  hs[i], ha[i] = tonumber(lists[i][pos[i] + 1]), nil
-end
-local function key(i)
-  if ha[i] == nil then ha[i], hb[i], hc[i] = unpack('>I6I5I5', lists[i][pos[i]]) end
-end
 local function less(i, j)
-  key(i)
-  key(j)
+  local si, sj = hs[i], hs[j]
+  if si ~= sj then return si < sj end
+  if ha[i] == nil then ha[i], hb[i], hc[i] = unpack('>I6I5I5', lists[i][pos[i]]) end
+  if ha[j] == nil then ha[j], hb[j], hc[j] = unpack('>I6I5I5', lists[j][pos[j]]) end
   if ha[i] ~= ha[j] then return ha[i] < ha[j] end
   if hb[i] ~= hb[j] then return hb[i] < hb[j] end
   return hc[i] < hc[j]
@@ -63,36 +61,54 @@ local function fill(i)
   offset[i] = offset[i] + #l / 2
   more[i] = #l == 2 * page[i]
   page[i] = math.min(2 * page[i], limit)
-  if l[1] then head(i) else hs[i] = nil end
+  if l[1] == nil then return false end
+  hs[i], ha[i] = tonumber(l[2]), nil
+  return true
+end
+local heap, n = {}, 0
+local function down(k)
+  local x = heap[k]
+  while true do
+    local c = 2 * k
+    if c > n then break end
+    if c < n and less(heap[c + 1], heap[c]) then c = c + 1 end
+    if not less(heap[c], x) then break end
+    heap[k] = heap[c]
+    k = c
+  end
+  heap[k] = x
 end
 for i = 1, #KEYS do
   offset[i], page[i] = 0, page0
-  fill(i)
-end
-local out, n = {}, 0
-while n < limit do
-  local best, bs
-  for i = 1, #KEYS do
-    local s = hs[i]
-    if s and (best == nil or s < bs or (s == bs and less(i, best))) then
-      best, bs = i, s
-    end
+  if fill(i) then
+    n = n + 1
+    heap[n] = i
   end
-  if best == nil then break end
+end
+for k = math.floor(n / 2), 1, -1 do down(k) end
+local out, taken = {}, 0
+while taken < limit and n > 0 do
+  local best = heap[1]
   local l, p = lists[best], pos[best]
   out[#out + 1] = best
   out[#out + 1] = l[p]
   out[#out + 1] = l[p + 1]
-  n = n + 1
+  taken = taken + 1
   p = p + 2
   pos[best] = p
+  local alive
   if l[p] then
-    head(best)
-  elseif more[best] then
-    fill(best)
+    hs[best], ha[best] = tonumber(l[p + 1]), nil
+    alive = true
   else
-    hs[best] = nil
+    alive = more[best] and fill(best)
   end
+  if not alive then
+    heap[1] = heap[n]
+    heap[n] = nil
+    n = n - 1
+  end
+  if n > 1 then down(1) end
 end
 return out
 """
