@@ -14,6 +14,7 @@ from rota.core.events import (
     LOG_MESSAGE_CHARS,
     Event,
     format_event_id,
+    occurrence_changed,
     occurrence_created,
     occurrence_logs,
     occurrence_updated,
@@ -22,6 +23,7 @@ from rota.core.events import (
 from rota.core.ids import new_id
 from rota.core.models import Job, JsonValue, LogRecord, OccurrenceStatus, WorkerInfo
 from rota.core.planning import PlanSettings, new_occurrence
+from rota.core.records import AppliedChange
 from rota.services.events import EventPublisher
 from rota.services.workers import roster_changes
 
@@ -98,6 +100,17 @@ def test_a_runs_events_are_rendered_when_first_read_and_equal_the_payload() -> N
     assert (updated.data["fromStatus"], updated.data["status"]) == (0, 1)
     assert updated.data["statusName"] == "Running"
     assert updated == Event(updated.type, dict(updated.data))
+    applied = AppliedChange(
+        occurrence_id=occurrence.id,
+        job_id=occurrence.job_id,
+        from_status=OccurrenceStatus.QUEUED,
+        to_status=OccurrenceStatus.RUNNING,
+        attempt=1,
+        job_type="report",
+        worker_id="w",
+        instance_id="w-1",
+    )
+    assert occurrence_changed(applied).data == updated.data  # a store's change: the same
 
     rendered: list[int] = []
 

@@ -20,9 +20,9 @@ from rota.core.events import (
     Event,
     EventType,
     job_changed,
+    occurrence_changed,
     occurrence_created,
     occurrence_logs,
-    occurrence_updated,
 )
 from rota.core.models import LogRecord, Occurrence
 from rota.core.ports import EventFeed
@@ -73,24 +73,12 @@ class EventPublisher:
         self._ready.set()
 
     def occurrences_created(self, occurrences: Iterable[Occurrence]) -> None:
-        self.emit(occurrence_created(o) for o in occurrences)
+        self.emit(map(occurrence_created, occurrences))
 
     def status_applied(self, result: StatusResult) -> None:
         """``occurrence.updated`` for every applied status change; ``job.updated`` for jobs
         the batch disabled."""
-        self.emit(
-            occurrence_updated(
-                occurrence_id=c.occurrence_id,
-                job_id=c.job_id,
-                job_type=c.job_type,
-                worker_id=c.worker_id,
-                instance_id=c.instance_id,
-                from_status=c.from_status,
-                status=c.to_status,
-                attempt=c.attempt,
-            )
-            for c in result.applied
-        )
+        self.emit(map(occurrence_changed, result.applied))
         if result.disabled:
             for disabled in result.disabled:
                 self.emit(
