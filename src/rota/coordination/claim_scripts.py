@@ -6,8 +6,10 @@ __all__ = ["CLAIM_SCRIPT", "RELEASE_CLAIMS_SCRIPT"]
 # KEYS: the claim epoch hash, then one claim key per attempt. ARGV: owner, ttl (ms), the epoch
 # token the caller knew ('' if none), a new token (used if the epoch is missing), then one
 # careful flag ('1'/'0') per attempt. A claim is ``{claimed at ms}:{owner}`` (owner '' when
-# unknown). Returns the epoch token, the end of the uncertain window in ms (-1: none), then
-# (outcome, owner, claimed at ms) per attempt.
+# unknown). Returns the epoch token, the end of the uncertain window in ms (-1: none), the
+# server time in ms, then (position of the attempt from 1, outcome, owner, claimed at ms) for
+# each attempt *not* claimed now by the owner: a batch whose attempts are all new (nearly
+# every one) answers three values, not three per attempt.
 CLAIM_SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -23,12 +25,14 @@ if known ~= '' and known ~= token and not lost then
   redis.call('HSET', KEYS[1], 'lost', '1')
 end
 local uncertain = lost and now < since + ttl
-local out = {token, -1}
+local out = {token, -1, now}
 if lost then out[2] = since + ttl end
+local claim = string.format('%.0f:', now) .. owner
 for i = 2, #KEYS do
   local value = redis.call('GET', KEYS[i])
   if value then
     local at, holder = string.match(value, '^(%d+):(.*)$')
+    out[#out + 1] = i - 1
     if holder == owner then
       redis.call('PEXPIRE', KEYS[i], ttl)
       out[#out + 1] = 'owned'
@@ -39,14 +43,12 @@ for i = 2, #KEYS do
     out[#out + 1] = tonumber(at)
   elseif uncertain and ARGV[i + 3] == '1' then
     redis.call('SET', KEYS[i], string.format('%.0f:', now), 'PX', ttl)
+    out[#out + 1] = i - 1
     out[#out + 1] = 'uncertain'
     out[#out + 1] = ''
     out[#out + 1] = now
   else
-    redis.call('SET', KEYS[i], string.format('%.0f:', now) .. owner, 'PX', ttl)
-    out[#out + 1] = 'claimed'
-    out[#out + 1] = owner
-    out[#out + 1] = now
+    redis.call('SET', KEYS[i], claim, 'PX', ttl)
   end
 end
 return out

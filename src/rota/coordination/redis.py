@@ -55,7 +55,6 @@ log = logging.getLogger(__name__)
 _OUTCOMES = {outcome.value.encode(): outcome for outcome in ClaimOutcome}
 """Claim outcomes by the bytes the claim script answers (a batch's outcomes, without an enum
 lookup each)."""
-_NO_HOLDER: Any = object()
 T = TypeVar("T")
 
 _LEASE_OF = """
@@ -441,14 +440,12 @@ class RedisCoordination(RedisLimits, Coordination):
         with unavailable("claim attempts"):
             flat = await self._claim(keys=keys, args=args)
         until = int(flat[1])
-        claims = []
-        holders: dict[bytes, str | None] = {}
-        for i in range(2, len(flat), 3):
-            outcome = _OUTCOMES.get(raw := bytes(flat[i])) or ClaimOutcome(raw.decode())
-            holder = holders.get(key := bytes(flat[i + 1]), _NO_HOLDER)
-            if holder is _NO_HOLDER:
-                holder = holders[key] = key.decode() or None
-            claims.append(AttemptClaim(outcome, holder, int(flat[i + 2]) / 1e3))
+        # Every attempt claimed now by ``owner`` but those the script names (one value shared).
+        claims = [AttemptClaim(ClaimOutcome.CLAIMED, owner, int(flat[2]) / 1e3)] * len(requests)
+        for i in range(3, len(flat), 4):
+            outcome = _OUTCOMES.get(raw := bytes(flat[i + 1])) or ClaimOutcome(raw.decode())
+            holder = bytes(flat[i + 2]).decode() or None
+            claims[int(flat[i]) - 1] = AttemptClaim(outcome, holder, int(flat[i + 3]) / 1e3)
         return ClaimBatch(bytes(flat[0]).decode(), claims, None if until < 0 else until / 1e3)
 
     async def release_attempts(self, owner: str, attempts: Sequence[tuple[UUID, int]]) -> None:
