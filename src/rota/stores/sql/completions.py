@@ -37,13 +37,19 @@ _STATUSES = {int(s): s for s in OccurrenceStatus}
 
 
 def _entry(at: str, from_status: str, to_status: int) -> str:
-    """A history entry (``rota.stores.sql.rows.change_entry``) in SQL: its time as the
-    naive UTC text the history keeps."""
+    """A history entry (``rota.stores.sql.rows.change_entry``) in SQL, as JSON text (the
+    entries of a completion are cast to ``jsonb`` once: ``jsonb_build_object`` cost PostgreSQL
+    twice as much a row): its time as the naive UTC text the history keeps."""
     text = f"to_char(({at}) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
     return (
-        f"jsonb_build_object('at', {text}, 'from', {from_status}, 'to', {to_status}, "
-        "'attempt', r.attempt)"
+        f"""'{{"at": "' || {text} || '", "from": ' || {from_status} || ', "to": {to_status}, """
+        """"attempt": ' || r.attempt || '}'"""
     )
+
+
+def _entries(*entries: str) -> str:
+    """History entries (:func:`_entry`) as one ``jsonb`` array."""
+    return "('[' || " + " || ', ' || ".join(entries) + " || ']')::jsonb"
 
 
 def _ended(row: str) -> str:
@@ -75,10 +81,13 @@ WITH r AS (
 UPDATE occurrences o SET
     {_ended("o")},
     history = coalesce(o.history, '[]'::jsonb) || CASE
-        WHEN r.was_status = {_QUEUED} AND r.instance_id IS NOT NULL THEN jsonb_build_array(
-            {_entry("r.started", str(_QUEUED), _RUNNING)},
-            {_entry("r.at", str(_RUNNING), int(_COMPLETED))})
-        ELSE jsonb_build_array({_entry("r.at", "r.was_status", int(_COMPLETED))})
+        WHEN r.was_status = {_QUEUED} AND r.instance_id IS NOT NULL THEN {
+    _entries(
+        _entry("r.started", str(_QUEUED), _RUNNING),
+        _entry("r.at", str(_RUNNING), int(_COMPLETED)),
+    )
+}
+        ELSE {_entries(_entry("r.at", "r.was_status", int(_COMPLETED)))}
     END
 FROM cur r LEFT JOIN jobs j ON j.id = r.job_id
 WHERE o.id = r.id AND o.scheduled_for = r.scheduled_for
