@@ -64,6 +64,12 @@ def _ended(row: str) -> str:
     start_time = coalesce({row}.start_time, r.started)"""
 
 
+_STARTED_AND_ENDED = _entries(
+    _entry("r.started", str(_QUEUED), _RUNNING), _entry("r.at", str(_RUNNING), int(_COMPLETED))
+)
+"""A short run's report on a Queued occurrence: its start and its end."""
+_ENDED_ONLY = _entries(_entry("r.at", "r.was_status", int(_COMPLETED)))
+
 COMPLETE_RUNS = f"""
 WITH r AS (
     SELECT * FROM unnest(
@@ -81,13 +87,8 @@ WITH r AS (
 UPDATE occurrences o SET
     {_ended("o")},
     history = coalesce(o.history, '[]'::jsonb) || CASE
-        WHEN r.was_status = {_QUEUED} AND r.instance_id IS NOT NULL THEN {
-    _entries(
-        _entry("r.started", str(_QUEUED), _RUNNING),
-        _entry("r.at", str(_RUNNING), int(_COMPLETED)),
-    )
-}
-        ELSE {_entries(_entry("r.at", "r.was_status", int(_COMPLETED)))}
+        WHEN r.was_status = {_QUEUED} AND r.instance_id IS NOT NULL THEN {_STARTED_AND_ENDED}
+        ELSE {_ENDED_ONLY}
     END
 FROM cur r LEFT JOIN jobs j ON j.id = r.job_id
 WHERE o.id = r.id AND o.scheduled_for = r.scheduled_for
