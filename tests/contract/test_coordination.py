@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,11 +22,18 @@ import pytest
 from rota.coordination.memory import MemoryCoordination
 from rota.coordination.redis import RedisCoordination
 from rota.core.errors import ValidationError
-from rota.core.events import Event, parse_event_id
+from rota.core.events import (
+    Event,
+    occurrence_changed,
+    occurrence_created,
+    occurrence_updated,
+    parse_event_id,
+)
 from rota.core.ids import new_id
-from rota.core.models import WorkerInfo
+from rota.core.models import Job, OccurrenceStatus, WorkerInfo
+from rota.core.planning import PlanSettings, new_occurrence
 from rota.core.ports import Coordination
-from rota.core.records import Cancellation, ClaimOutcome, ClaimRequest
+from rota.core.records import AppliedChange, Cancellation, ClaimOutcome, ClaimRequest
 from rota.redis.client import delete_prefix
 from rota.redis.keys import RedisKeys
 from tests.contract.adapters import parametrize_adapters
@@ -335,6 +343,49 @@ async def test_published_events_replay_in_order_with_increasing_ids(coord: Coord
     ids = [parse_event_id(i) for i, _ in replayed]
     assert ids == sorted(ids)
     assert len(set(ids)) == 3
+
+
+def _run_events() -> list[Event]:
+    """A run's events, each kind: packed by the feed, they come back with the same payload."""
+    at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    job = Job(id=new_id(), job_type="report", worker_id="reports", execute_at=at)
+    occurrence = new_occurrence(job, at, at, PlanSettings())
+    change = AppliedChange(
+        occurrence_id=occurrence.id,
+        job_id=job.id,
+        from_status=OccurrenceStatus.RUNNING,
+        to_status=OccurrenceStatus.TIMED_OUT,
+        attempt=2,
+        job_type="report",
+        worker_id="reports",
+        instance_id="reports-1",
+    )
+    updated = occurrence_updated(
+        occurrence_id=occurrence.id,
+        job_id=job.id,
+        job_type="report",
+        worker_id=None,
+        instance_id=None,
+        from_status=None,
+        status=OccurrenceStatus.QUEUED,
+        attempt=1,
+    )
+    return [occurrence_created(occurrence), occurrence_changed(change), updated]
+
+
+async def test_run_events_come_back_with_their_payload(coord: Coordination) -> None:
+    sub = coord.events()
+    await sub.ready()  # type: ignore[attr-defined]
+    sent = _run_events()
+    await coord.publish_events(sent)
+    expected = [(e.type, dict(e.data)) for e in sent]
+    replayed = [e for _, e in await coord.replay(None)]
+    followed = [(await _next(sub))[1] for _ in sent]
+    assert [(e.type, dict(e.data)) for e in replayed] == expected
+    assert [(e.type, dict(e.data)) for e in followed] == expected
+    assert replayed[1].data["statusName"] == "TimedOut"
+    assert replayed[2].data["fromStatus"] is None
+    await _close(sub)
 
 
 async def test_replay_after_an_id_also_inside_one_batch(coord: Coordination) -> None:

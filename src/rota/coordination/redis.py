@@ -33,7 +33,7 @@ from rota.coordination.claim_scripts import CLAIM_SCRIPT, RELEASE_CLAIMS_SCRIPT
 from rota.coordination.limits_redis import RedisLimits
 from rota.coordination.registration import worker_from_json, worker_json
 from rota.core.errors import BackendUnavailableError
-from rota.core.events import Event, EventId, format_event_id, parse_event_id
+from rota.core.events import Event, EventId, format_event_id, parse_event_id, unpacked
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
 from rota.core.records import (
@@ -534,8 +534,9 @@ class RedisCoordination(RedisLimits, Coordination):
 
     async def publish_events(self, events: Sequence[Event]) -> None:
         """One ``XADD`` per :data:`EVENTS_PER_ENTRY` events (a field ``e`` holding a JSON array
-        of ``[type, data]`` pairs), in one pipeline; the stream keeps about ``event_cap``
-        entries."""
+        of ``[type, payload]`` pairs, a run event's payload packed as a list of its values:
+        :meth:`~rota.core.events.Event.packed`), in one pipeline; the stream keeps about
+        ``event_cap`` entries."""
         if not events:
             return
         starting = [s.start for s in self._subscribers if s.start is not None]
@@ -545,7 +546,7 @@ class RedisCoordination(RedisLimits, Coordination):
         with unavailable("publish events"):
             async with self._redis.pipeline(transaction=False) as pipe:
                 for i in range(0, len(events), step):
-                    packed = orjson.dumps([[e.type, e.data] for e in events[i : i + step]])
+                    packed = orjson.dumps([[e.type, e.packed()] for e in events[i : i + step]])
                     pipe.xadd(
                         self._keys.events,
                         {_EVENTS_FIELD: packed},
@@ -631,7 +632,7 @@ def _unpack_events(entry_id: bytes, fields: Any, after: EventId | None) -> list[
     base = (int(ms), int(seq))
     try:
         pairs = orjson.loads(fields[_EVENTS_FIELD])
-        events = [Event(str(kind), dict(data)) for kind, data in pairs]
+        events = [unpacked(str(kind), data) for kind, data in pairs]
     except (KeyError, ValueError, TypeError):
         log.warning("unreadable event entry %r", entry_id)
         return []

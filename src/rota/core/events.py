@@ -62,6 +62,11 @@ class Event:
         """The payload of an event made without one (subclasses)."""
         raise NotImplementedError
 
+    def packed(self) -> JsonValue:
+        """The payload as a feed carries it: the run events' values in a list
+        (:func:`unpacked` makes the event again), any other event's payload as it is."""
+        return dict(self.data)
+
     @property
     def job_id(self) -> str | None:
         value = self.data.get("jobId")
@@ -142,7 +147,63 @@ def status_name(status: OccurrenceStatus) -> str:
     return _STATUS_NAMES[status]
 
 
-class _Created(Event):
+_CREATED_FIELDS: Final = (
+    "occurrenceId",
+    "jobId",
+    "jobType",
+    "workerId",
+    "status",
+    "attempt",
+    "scheduledFor",
+    "skipReason",
+)
+"""The packed ``occurrence.created``'s values, in order (``statusName`` follows from
+``status``)."""
+_UPDATED_FIELDS: Final = (
+    "occurrenceId",
+    "jobId",
+    "jobType",
+    "workerId",
+    "instanceId",
+    "fromStatus",
+    "status",
+    "attempt",
+)
+"""The packed ``occurrence.updated``'s values, in order."""
+_PACKED_FIELDS: Final = {_CREATED: _CREATED_FIELDS, _UPDATED: _UPDATED_FIELDS}
+
+
+def _expand(fields: Sequence[str], values: Sequence[JsonValue]) -> dict[str, JsonValue]:
+    """A run event's payload from its packed values."""
+    data = dict(zip(fields, values, strict=True))
+    status = data["status"]
+    data["statusName"] = (
+        _STATUS_NAMES[OccurrenceStatus(status)] if isinstance(status, int) else None
+    )
+    return data
+
+
+def unpacked(type: str, payload: JsonValue) -> Event:
+    """An event as a feed carried it (:meth:`Event.packed`); ``ValueError`` or ``TypeError``
+    for a payload that is not one."""
+    fields = _PACKED_FIELDS.get(type)
+    if fields is not None and isinstance(payload, list):
+        return Event(type, _expand(fields, payload))
+    if not isinstance(payload, dict):
+        raise TypeError(f"an event payload is an object, not {payload!r:.40}")
+    return Event(type, payload)
+
+
+class _Packed(Event):
+    """A run event rendered from its packed values (:meth:`packed`, of a subclass)."""
+
+    __slots__ = ()
+
+    def _render(self) -> Mapping[str, JsonValue]:
+        return _expand(_PACKED_FIELDS[self.type], self.packed())
+
+
+class _Created(_Packed):
     """``occurrence.created``: the values, not the occurrence (its job data stays out of
     the feed)."""
 
@@ -163,21 +224,20 @@ class _Created(Event):
             o.skip_reason,
         )
 
-    def _render(self) -> Mapping[str, JsonValue]:
+    def packed(self) -> list[JsonValue]:
         occurrence_id, job_id, job_type, worker_id, status, attempt, scheduled_for, skip = (
             self._values
         )
-        return {
-            "occurrenceId": str(occurrence_id),
-            "jobId": str(job_id),
-            "jobType": job_type,
-            "workerId": worker_id,
-            "status": int(status),
-            "statusName": _STATUS_NAMES[status],
-            "attempt": attempt,
-            "scheduledFor": scheduled_for.isoformat(),
-            "skipReason": skip,
-        }
+        return [
+            str(occurrence_id),
+            str(job_id),
+            job_type,
+            worker_id,
+            int(status),
+            attempt,
+            scheduled_for.isoformat(),
+            skip,
+        ]
 
 
 def occurrence_created(occurrence: Occurrence) -> Event:
@@ -193,22 +253,21 @@ def _updated(
     from_status: OccurrenceStatus | None,
     status: OccurrenceStatus,
     attempt: int,
-) -> dict[str, JsonValue]:
-    """The payload of ``occurrence.updated``."""
-    return {
-        "occurrenceId": str(occurrence_id),
-        "jobId": str(job_id),
-        "jobType": job_type,
-        "workerId": worker_id,
-        "instanceId": instance_id,
-        "fromStatus": None if from_status is None else int(from_status),
-        "status": int(status),
-        "statusName": _STATUS_NAMES[status],
-        "attempt": attempt,
-    }
+) -> list[JsonValue]:
+    """The packed ``occurrence.updated`` (:data:`_UPDATED_FIELDS`)."""
+    return [
+        str(occurrence_id),
+        str(job_id),
+        job_type,
+        worker_id,
+        instance_id,
+        None if from_status is None else int(from_status),
+        int(status),
+        attempt,
+    ]
 
 
-class _Updated(Event):
+class _Updated(_Packed):
     __slots__ = ("_values",)
 
     def __init__(
@@ -221,11 +280,11 @@ class _Updated(Event):
         self._data = None
         self._values = values
 
-    def _render(self) -> Mapping[str, JsonValue]:
+    def packed(self) -> list[JsonValue]:
         return _updated(*self._values)
 
 
-class _Applied(Event):
+class _Applied(_Packed):
     """``occurrence.updated`` of a change the store applied: it holds the change."""
 
     __slots__ = ("_change",)
@@ -235,7 +294,7 @@ class _Applied(Event):
         self._data = None
         self._change = change
 
-    def _render(self) -> Mapping[str, JsonValue]:
+    def packed(self) -> list[JsonValue]:
         c = self._change
         return _updated(
             c.occurrence_id,
