@@ -162,10 +162,11 @@ async def _scenario(store: SqlStore) -> list[Occurrence]:
 
 
 def _reports(folded: Occurrence, plain: Occurrence, running: Occurrence) -> list[StatusRecord]:
+    at = T3 + timedelta(microseconds=654_321)  # times kept to the microsecond, both ways
     return [
-        status(folded, S.COMPLETED, T3, instance_id="w-1", duration_ms=1500.0),
-        status(plain, S.COMPLETED, T3, duration_ms=2000.0, result={"n": 1}),
-        status(running, S.COMPLETED, T3, instance_id="w-1", duration_ms=900.0, result="ok"),
+        status(folded, S.COMPLETED, at, instance_id="w-1", duration_ms=1500.007),
+        status(plain, S.COMPLETED, at, duration_ms=2000.0, result={"n": 1}),
+        status(running, S.COMPLETED, at, instance_id="w-1", duration_ms=900.0, result="ok"),
     ]
 
 

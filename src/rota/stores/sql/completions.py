@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -64,6 +64,22 @@ def _ended(row: str) -> str:
     start_time = coalesce({row}.start_time, r.started)"""
 
 
+def _from_micros(column: str) -> str:
+    """A time sent as microseconds since the epoch (:func:`_micros`), exactly, in SQL."""
+    return f"'epoch'::timestamptz + {column} * interval '1 microsecond'"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(at: datetime) -> int:
+    """``at`` (aware) as whole microseconds since the epoch: what asyncpg sends of an
+    ``int8`` costs a tenth of a ``timestamptz`` (0.9 µs a value, measured in
+    ``bench/2026-11-30-distributed-cpu.md``), and the statement turns it back exactly."""
+    d = at - _EPOCH
+    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
+
+
 _STARTED_AND_ENDED = _entries(
     _entry("r.started", str(_QUEUED), _RUNNING), _entry("r.at", str(_RUNNING), int(_COMPLETED))
 )
@@ -72,10 +88,12 @@ _ENDED_ONLY = _entries(_entry("r.at", "r.was_status", int(_COMPLETED)))
 
 COMPLETE_RUNS = f"""
 WITH r AS (
-    SELECT * FROM unnest(
-        $1::uuid[], $2::integer[], $3::timestamptz[], $4::timestamptz[],
+    SELECT id, attempt, {_from_micros("at_us")} AS at, {_from_micros("started_us")} AS started,
+        instance_id, duration_ms, result, exception
+    FROM unnest(
+        $1::uuid[], $2::integer[], $3::bigint[], $4::bigint[],
         $5::varchar[], $6::double precision[], $7::json[], $8::text[]
-    ) AS r(id, attempt, at, started, instance_id, duration_ms, result, exception)
+    ) AS r(id, attempt, at_us, started_us, instance_id, duration_ms, result, exception)
 ), cur AS (
     SELECT r.*, o.scheduled_for, o.job_id, o.status AS was_status, o.end_time AS was_end,
         o.duration_ms AS was_duration
@@ -96,10 +114,11 @@ RETURNING o.id, o.job_id, o.job_type, o.worker_id, o.concurrency_policy, o.count
     r.was_status, r.was_end, r.was_duration,
     coalesce(j.consecutive_failures, 0) <> 0 OR coalesce(j.probing, false)
 """
-"""The batch's completions: the arrays are the reports' occurrence ids, attempts, times,
-starts (``startedAt``, else the time less the duration), instances, durations, results
-(JSON text) and exceptions. Returns each occurrence it completed, with its state before and
-whether its job has a failure streak or a probe to end."""
+"""The batch's completions: the arrays are the reports' occurrence ids, attempts, times and
+starts (``startedAt``, else the time less the duration) in microseconds since the epoch
+(:func:`_micros`), instances, durations, results (JSON text) and exceptions. Returns each
+occurrence it completed, with its state before and whether its job has a failure streak or a
+probe to end."""
 
 
 _SQLITE_REPORTS = """
@@ -195,8 +214,8 @@ class Completions:
         for r in records:
             ids.append(r.occurrence_id)
             attempts.append(r.attempt)
-            ats.append(r.timestamp)
-            starts.append(_start(r))
+            ats.append(_micros(r.timestamp))
+            starts.append(_micros(_start(r)))
             instances.append(r.instance_id)
             durations_.append(r.duration_ms)
             results.append(None if r.result is None else _json_dumps(r.result))
