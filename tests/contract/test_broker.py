@@ -88,10 +88,12 @@ NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def job(group: str, job_type: str, priority: Priority = Priority.MEDIUM) -> JobMessage:
-    """A job message sent to worker group ``group``."""
+    """A job message sent to worker group ``group`` (its correlation id the occurrence id, as
+    the dispatcher sends it)."""
     oid = uuid.uuid4()
     return JobMessage(
         occurrence_id=oid,
+        original_correlation_id=oid,
         job_id=uuid.uuid4(),
         job_type=job_type,
         job_data={"n": 1},

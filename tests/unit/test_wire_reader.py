@@ -298,21 +298,31 @@ def _messages(count: int) -> list[JobMessage]:
 
 
 def test_an_envelope_round_trips_with_each_jobs_headers() -> None:
-    messages = _messages(3)
+    messages = _messages(4)
+    # What the dispatcher sends: the correlation id is the occurrence id, and left out.
     messages[1] = msgspec.structs.replace(
-        messages[1], original_correlation_id=None, traceparent=None
+        messages[1], original_correlation_id=messages[1].occurrence_id, traceparent=None
+    )
+    messages[3] = msgspec.structs.replace(
+        messages[3], original_correlation_id=messages[3].occurrence_id
     )
     body = encode_job_envelope(messages)
     elements = orjson.loads(body)["jobs"]
-    assert [set(e) - set(CANONICAL) for e in elements] == [{"headers"}, set(), {"headers"}]
+    assert [set(e) - set(CANONICAL) for e in elements] == [{"headers"}, set(), *[{"headers"}] * 2]
     assert elements[0]["headers"] == {
         HEADER_ORIGINAL_CORRELATION_ID: str(MESSAGE.original_correlation_id),
         HEADER_TRACEPARENT: MESSAGE.traceparent,
     }
+    assert elements[3]["headers"] == {HEADER_TRACEPARENT: MESSAGE.traceparent}
     parts = decode_job_envelope(body)
     assert [p.message for p in parts] == messages
-    assert [p.index for p in parts] == [0, 1, 2]
+    assert [p.index for p in parts] == [0, 1, 2, 3]
     assert all(p.error is None for p in parts)
+    # One without any correlation id is read as its occurrence's, as the worker runs it.
+    alone = msgspec.structs.replace(messages[1], original_correlation_id=None)
+    (part,) = decode_job_envelope(encode_job_envelope([alone]))
+    assert part.message is not None
+    assert part.message.original_correlation_id == alone.occurrence_id
 
 
 @pytest.mark.parametrize("levels", [MAX_JSON_DEPTH + 1, 900])

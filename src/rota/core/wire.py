@@ -222,11 +222,14 @@ def encode_job_message(message: JobMessage) -> bytes:
     return _encode(body, (body,))
 
 
-def _headers(message: JobMessage) -> dict[str, UUID | str]:
-    """The AMQP headers of a job message that its body does not hold (UUIDs as they are)."""
+def _headers(message: JobMessage, *, enveloped: bool = False) -> dict[str, UUID | str]:
+    """The AMQP headers of a job message that its body does not hold (UUIDs as they are).
+    ``enveloped``: an envelope's element, which leaves out a correlation id that is its
+    occurrence id (what a reader takes when it is missing)."""
     headers: dict[str, UUID | str] = {}
-    if message.original_correlation_id is not None:
-        headers[HEADER_ORIGINAL_CORRELATION_ID] = message.original_correlation_id
+    correlation_id = message.original_correlation_id
+    if correlation_id is not None and not (enveloped and correlation_id == message.occurrence_id):
+        headers[HEADER_ORIGINAL_CORRELATION_ID] = correlation_id
     if message.traceparent is not None:
         headers[HEADER_TRACEPARENT] = message.traceparent
     return headers
@@ -249,7 +252,7 @@ def encode_job_envelope(messages: Sequence[JobMessage]) -> bytes:
     message would carry that the body does not hold) when it has any."""
     if not 0 < len(messages) <= MAX_ENVELOPE_JOBS:
         raise ValueError(f"an envelope carries 1 to {MAX_ENVELOPE_JOBS} jobs, not {len(messages)}")
-    jobs = [_body(m, _EnvelopeJob, headers=_headers(m) or UNSET) for m in messages]
+    jobs = [_body(m, _EnvelopeJob, headers=_headers(m, enveloped=True) or UNSET) for m in messages]
     return _encode({"jobs": jobs}, jobs)
 
 
@@ -412,8 +415,15 @@ def _has_nul(body: bytes | str) -> bool:
     return b"\\u0000" in body
 
 
-def _message(body: _JobBody, headers: Mapping[str, object] | None, raw: bytes | str) -> JobMessage:
-    """The job message of ``body``, read from the text ``raw``."""
+def _message(
+    body: _JobBody,
+    headers: Mapping[str, object] | None,
+    raw: bytes | str,
+    *,
+    correlation_id: UUID | None = None,
+) -> JobMessage:
+    """The job message of ``body``, read from the text ``raw``; ``correlation_id``: its
+    original correlation id when the headers hold none."""
     data = body.job_data
     if isinstance(data, dict | list) and not _shallow(raw) and value_too_deep(data, MAX_JSON_DEPTH):
         raise _nested_too_deep("jobData")
@@ -431,7 +441,8 @@ def _message(body: _JobBody, headers: Mapping[str, object] | None, raw: bytes | 
         timeout_seconds=body.timeout_seconds,
         job_version=body.job_version,
         worker_id=None if worker_id is None else _no_nul(worker_id),
-        original_correlation_id=_original_correlation_id(headers) if headers else None,
+        original_correlation_id=(_original_correlation_id(headers) if headers else None)
+        or correlation_id,
         retry_delay_seconds=body.retry_delay_seconds,
         traceparent=_traceparent(headers) if headers else None,
     )
@@ -490,7 +501,8 @@ def _envelope_message(index: int, element: msgspec.Raw) -> JobMessage:
     raw = bytes(element)
     job: _EnvelopeJob = _decode(_ENVELOPE_JOB, raw, where)
     try:
-        return _message(job, job.headers or None, raw)
+        # A correlation id left out is the occurrence id.
+        return _message(job, job.headers or None, raw, correlation_id=job.occurrence_id)
     except ValidationError as exc:
         raise ValidationError(f"{where}{exc}", field=exc.field) from None
 
