@@ -325,6 +325,23 @@ def test_an_envelope_round_trips_with_each_jobs_headers() -> None:
     assert part.message.original_correlation_id == alone.occurrence_id
 
 
+def test_an_envelope_with_a_job_in_other_spellings_reads_every_job() -> None:
+    """A job whose times and ids the one-pass reader refuses sends the envelope to the reader
+    of one element at a time, which reads them as a single message's."""
+    messages = _messages(3)
+    document = orjson.loads(encode_job_envelope(messages))
+    document["jobs"][1]["occurrenceId"] = "{" + str(messages[1].occurrence_id).upper() + "}"
+    document["jobs"][1]["scheduledFor"] = "2030-01-02T05:04:05.678901+02:00"
+    document["jobs"][2]["timestamp"] = "2030-01-02T03:04Z"
+    parts = decode_job_envelope(orjson.dumps(document))
+    assert all(p.error is None for p in parts)
+    assert [p.message for p in parts] == [
+        messages[0],
+        messages[1],
+        msgspec.structs.replace(messages[2], timestamp=datetime(2030, 1, 2, 3, 4, tzinfo=UTC)),
+    ]
+
+
 @pytest.mark.parametrize("levels", [MAX_JSON_DEPTH + 1, 900])
 def test_a_bad_job_of_an_envelope_is_refused_alone_and_given_back_as_received(
     levels: int,

@@ -105,10 +105,17 @@ class _Envelope(msgspec.Struct, frozen=True):
     jobs: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=MAX_ENVELOPE_JOBS)]
 
 
+class _EnvelopeRead(msgspec.Struct, frozen=True):
+    """An envelope read in one pass (every job of it readable)."""
+
+    jobs: Annotated[list[_EnvelopeJob], Meta(min_length=1, max_length=MAX_ENVELOPE_JOBS)]
+
+
 _ENCODER = msgspec.json.Encoder()
 _ENCODE_ERRORS = (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError)
 _JOB = msgspec.json.Decoder(_JobBody)
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
+_ENVELOPE_READ = msgspec.json.Decoder(_EnvelopeRead)
 _ENVELOPE_JOB = msgspec.json.Decoder(_EnvelopeJob)
 _DEAD_LETTER = msgspec.json.Decoder(_DeadLetterBody)
 _STATUS_RECORDS = msgspec.json.Decoder(list[StatusRecord])
@@ -485,8 +492,28 @@ def decode_job_message(body: Body, headers: Mapping[str, object] | None = None) 
 def decode_job_envelope(body: Body) -> list[EnvelopePart]:
     """The jobs of an envelope, each decoded alone: a job that cannot be read is a part with
     its ``error`` (its siblings are not affected). ``ValidationError`` when the envelope itself
-    is not ``{"jobs": [...]}`` with 1 to :data:`MAX_ENVELOPE_JOBS` elements."""
-    envelope: _Envelope = _decode(_ENVELOPE, _bytes(body))
+    is not ``{"jobs": [...]}`` with 1 to :data:`MAX_ENVELOPE_JOBS` elements.
+
+    An envelope whose jobs are all readable (nearly every one) is read in one pass; one that
+    is not is read again, element by element, to tell which job is wrong and keep it as
+    received."""
+    raw = _bytes(body)
+    try:
+        envelope: _EnvelopeRead = _ENVELOPE_READ.decode(raw)
+        # A correlation id left out is the occurrence id.
+        return [
+            EnvelopePart(
+                i, None, _message(j, j.headers or None, raw, correlation_id=j.occurrence_id)
+            )
+            for i, j in enumerate(envelope.jobs)
+        ]
+    except (msgspec.ValidationError, msgspec.DecodeError, ValidationError, RecursionError):
+        return _decode_apart(raw)
+
+
+def _decode_apart(raw: bytes | str) -> list[EnvelopePart]:
+    """:func:`decode_job_envelope` element by element."""
+    envelope: _Envelope = _decode(_ENVELOPE, raw)
     parts: list[EnvelopePart] = []
     for index, element in enumerate(envelope.jobs):
         try:
