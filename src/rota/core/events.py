@@ -11,8 +11,10 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 from uuid import UUID
+
+import orjson
 
 from rota.core.errors import ValidationError
 from rota.core.models import JsonValue, LogRecord, Occurrence, OccurrenceStatus, WorkerInfo
@@ -62,10 +64,11 @@ class Event:
         """The payload of an event made without one (subclasses)."""
         raise NotImplementedError
 
-    def packed(self) -> JsonValue:
-        """The payload as a feed carries it: the run events' values in a list
-        (:func:`unpacked` makes the event again), any other event's payload as it is."""
-        return dict(self.data)
+    def packed(self) -> Any:
+        """The payload as a feed carries it, for ``orjson`` to write: the run events' values
+        in a list, as they are (ids, times and statuses written by ``orjson``, in C;
+        :func:`unpacked` makes the event again), any other event's payload as it is."""
+        return self.data
 
     @property
     def job_id(self) -> str | None:
@@ -195,12 +198,13 @@ def unpacked(type: str, payload: JsonValue) -> Event:
 
 
 class _Packed(Event):
-    """A run event rendered from its packed values (:meth:`packed`, of a subclass)."""
+    """A run event rendered from its packed values (:meth:`packed`, of a subclass): the
+    payload a reader of the feed gets."""
 
     __slots__ = ()
 
     def _render(self) -> Mapping[str, JsonValue]:
-        return _expand(_PACKED_FIELDS[self.type], self.packed())
+        return _expand(_PACKED_FIELDS[self.type], orjson.loads(orjson.dumps(self.packed())))
 
 
 class _Created(_Packed):
@@ -224,47 +228,12 @@ class _Created(_Packed):
             o.skip_reason,
         )
 
-    def packed(self) -> list[JsonValue]:
-        occurrence_id, job_id, job_type, worker_id, status, attempt, scheduled_for, skip = (
-            self._values
-        )
-        return [
-            str(occurrence_id),
-            str(job_id),
-            job_type,
-            worker_id,
-            int(status),
-            attempt,
-            scheduled_for.isoformat(),
-            skip,
-        ]
+    def packed(self) -> list[Any]:
+        return list(self._values)
 
 
 def occurrence_created(occurrence: Occurrence) -> Event:
     return _Created(occurrence)
-
-
-def _updated(
-    occurrence_id: UUID,
-    job_id: UUID,
-    job_type: str,
-    worker_id: str | None,
-    instance_id: str | None,
-    from_status: OccurrenceStatus | None,
-    status: OccurrenceStatus,
-    attempt: int,
-) -> list[JsonValue]:
-    """The packed ``occurrence.updated`` (:data:`_UPDATED_FIELDS`)."""
-    return [
-        str(occurrence_id),
-        str(job_id),
-        job_type,
-        worker_id,
-        instance_id,
-        None if from_status is None else int(from_status),
-        int(status),
-        attempt,
-    ]
 
 
 class _Updated(_Packed):
@@ -280,8 +249,8 @@ class _Updated(_Packed):
         self._data = None
         self._values = values
 
-    def packed(self) -> list[JsonValue]:
-        return _updated(*self._values)
+    def packed(self) -> list[Any]:
+        return list(self._values)
 
 
 class _Applied(_Packed):
@@ -294,9 +263,9 @@ class _Applied(_Packed):
         self._data = None
         self._change = change
 
-    def packed(self) -> list[JsonValue]:
+    def packed(self) -> list[Any]:
         c = self._change
-        return _updated(
+        return [
             c.occurrence_id,
             c.job_id,
             c.job_type,
@@ -305,7 +274,7 @@ class _Applied(_Packed):
             c.from_status,
             c.to_status,
             c.attempt,
-        )
+        ]
 
 
 def occurrence_updated(
