@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import UTC, datetime, timedelta
 
+import orjson
 import pytest
 
 from rota.coordination.memory import MemoryCoordination
@@ -18,7 +20,9 @@ from rota.core.events import (
     occurrence_created,
     occurrence_logs,
     occurrence_updated,
+    pack_events,
     parse_event_id,
+    unpacked,
 )
 from rota.core.ids import new_id
 from rota.core.models import Job, JsonValue, LogRecord, OccurrenceStatus, WorkerInfo
@@ -208,3 +212,23 @@ def test_config_masking_by_name_and_in_urls() -> None:
     assert masked["amqpUrl"] == f"amqp://guest:{MASK}@mq:5672/%2F"
     assert (masked["namePrefix"], masked["bucketCount"]) == ("rota", 16)
     assert masked["mirrors"] == [f"https://u:{MASK}@mirror.example/x"]
+
+
+class _DriverUUID(uuid.UUID):
+    """A UUID of another class, as a database driver returns them (asyncpg's)."""
+
+
+def test_run_events_pack_ids_of_any_uuid_class() -> None:
+    occurrence_id, job_id = _DriverUUID(int=7), _DriverUUID(int=8)
+    change = AppliedChange(
+        occurrence_id=occurrence_id,
+        job_id=job_id,
+        from_status=OccurrenceStatus.QUEUED,
+        to_status=OccurrenceStatus.COMPLETED,
+        attempt=1,
+    )
+    event = occurrence_changed(change)
+    [[kind, payload]] = orjson.loads(pack_events([event]))
+    read = unpacked(kind, payload)
+    assert read.data == event.data
+    assert (read.occurrence_id, read.job_id) == (str(occurrence_id), str(job_id))

@@ -33,7 +33,14 @@ from rota.coordination.claim_scripts import CLAIM_SCRIPT, RELEASE_CLAIMS_SCRIPT
 from rota.coordination.limits_redis import RedisLimits
 from rota.coordination.registration import worker_from_json, worker_json
 from rota.core.errors import BackendUnavailableError
-from rota.core.events import Event, EventId, format_event_id, parse_event_id, unpacked
+from rota.core.events import (
+    Event,
+    EventId,
+    format_event_id,
+    pack_events,
+    parse_event_id,
+    unpacked,
+)
 from rota.core.models import WorkerInfo
 from rota.core.ports import Coordination
 from rota.core.records import (
@@ -546,7 +553,7 @@ class RedisCoordination(RedisLimits, Coordination):
         with unavailable("publish events"):
             async with self._redis.pipeline(transaction=False) as pipe:
                 for i in range(0, len(events), step):
-                    packed = orjson.dumps([[e.type, e.packed()] for e in events[i : i + step]])
+                    packed = pack_events(events[i : i + step])
                     pipe.xadd(
                         self._keys.events,
                         {_EVENTS_FIELD: packed},

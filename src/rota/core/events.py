@@ -186,6 +186,19 @@ def _expand(fields: Sequence[str], values: Sequence[JsonValue]) -> dict[str, Jso
     return data
 
 
+def _uuid_text(value: object) -> str:
+    """What ``orjson`` does not write itself: a UUID of another class (asyncpg's)."""
+    if isinstance(value, UUID):
+        return str(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def pack_events(events: Sequence[Event]) -> bytes:
+    """Events as a feed carries them: a JSON array of ``[type, payload]`` pairs, each payload
+    :meth:`Event.packed` (:func:`unpacked` reads one back)."""
+    return orjson.dumps([[e.type, e.packed()] for e in events], default=_uuid_text)
+
+
 def unpacked(type: str, payload: JsonValue) -> Event:
     """An event as a feed carried it (:meth:`Event.packed`); ``ValueError`` or ``TypeError``
     for a payload that is not one."""
@@ -204,7 +217,8 @@ class _Packed(Event):
     __slots__ = ()
 
     def _render(self) -> Mapping[str, JsonValue]:
-        return _expand(_PACKED_FIELDS[self.type], orjson.loads(orjson.dumps(self.packed())))
+        packed = orjson.dumps(self.packed(), default=_uuid_text)
+        return _expand(_PACKED_FIELDS[self.type], orjson.loads(packed))
 
 
 class _Created(_Packed):
