@@ -96,16 +96,26 @@ class LoopHistogram:
         self._bounds = tuple(buckets)
         self._series: dict[str, _Series] = {}
 
-    def observe(self, value: float, label_value: str = "") -> None:
+    def _series_of(self, label_value: str) -> _Series:
         series = self._series.get(label_value)
         if series is None:
             series = self._series[label_value] = _Series([0] * (len(self._bounds) + 1))
+        return series
+
+    def observe(self, value: float, label_value: str = "") -> None:
+        series = self._series_of(label_value)
         series.counts[bisect.bisect_left(self._bounds, value)] += 1
         series.total += value
 
     def observe_many(self, values: Iterable[float], label_value: str = "") -> None:
+        """:meth:`observe` of each value (a batch's: one look-up of the series)."""
+        series = self._series_of(label_value)
+        counts, bounds, where = series.counts, self._bounds, bisect.bisect_left
+        total = 0.0
         for value in values:
-            self.observe(value, label_value)
+            counts[where(bounds, value)] += 1
+            total += value
+        series.total += total
 
     def count(self, label_value: str = "") -> int:
         """Observations so far (of one label value)."""
