@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+import msgspec
+
 from rota.core.ports import ScheduleIndex
 from rota.core.records import IndexEntry
 from rota.redis.client import DEFAULT_SOCKET_TIMEOUT, connect, unavailable
@@ -179,9 +181,10 @@ class RedisScheduleIndex(ScheduleIndex):
         keys = [self._keys.index(b) for b in unique]
         with unavailable("schedule index due"):
             flat = await self._due_script(keys=keys, args=[repr(float(until)), limit])
+        job_ids = msgspec.convert(flat[1::3], list[UUID])  # in C: a tenth of UUID(bytes=…)
         return [
-            IndexEntry(UUID(bytes=flat[i + 1]), unique[int(flat[i]) - 1], float(flat[i + 2]))
-            for i in range(0, len(flat), 3)
+            IndexEntry(job_id, unique[int(position) - 1], float(score))
+            for job_id, position, score in zip(job_ids, flat[::3], flat[2::3], strict=True)
         ]
 
     async def earliest(self, buckets: Sequence[int]) -> float | None:
