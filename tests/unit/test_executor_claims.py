@@ -275,6 +275,44 @@ async def test_claims_of_one_burst_go_in_one_call() -> None:
     assert claims.calls == 2
 
 
+async def test_claim_many_answers_as_claim_does_one_call_a_batch() -> None:
+    coordination = MemoryCoordination()
+    claims = AttemptClaims(coordination, "a", ttl=TTL)
+    messages = [_message("claimed") for _ in range(501)]
+    verdicts = await claims.claim_many([(m, False) for m in messages])
+    assert [(v.run, v.outcome, v.owner) for v in verdicts] == [(True, "claimed", "a")] * 501
+    assert claims.calls == 2  # 500 a call
+    other = AttemptClaims(coordination, "b", ttl=TTL)
+    mixed = await other.claim_many([(messages[0], False), (_message("claimed"), True)])
+    assert [(v.run, v.outcome, v.owner) for v in mixed] == [
+        (False, "taken", "a"),
+        (True, "claimed", "b"),
+    ]
+    down = AttemptClaims(Unreachable(), "c", ttl=TTL, timeout=0.05)
+    blind = await down.claim_many([(_message("claimed"), False), (_message("claimed"), True)])
+    assert [(v.run, v.outcome) for v in blind] == [(True, "unavailable"), (False, "unavailable")]
+    assert down.unconfirmed == 1  # the first delivery runs, its claim written later
+
+
+async def test_deliveries_due_now_are_claimed_together_before_they_wait_for_a_slot(
+    harness: Harness, observer: Observer
+) -> None:
+    """A burst due now is claimed in one call when it arrives, not one call per slot freed:
+    with two slots, twenty deliveries cost one or two claim calls, and each runs once."""
+    runs.clear()
+    coordination = Recording()
+    claims = AttemptClaims(coordination, "a", ttl=TTL)
+    messages = [await harness.publish("claimed") for _ in range(20)]
+    executor = _executor(harness.broker, claimed, claims, concurrency=2, hold_capacity=30)
+    harness.executors.append(executor)
+    await executor.start()
+    for message in messages:
+        assert (await observer.wait_final(message.occurrence_id)).status is S.COMPLETED
+    assert sorted(coordination.asked) == sorted(m.occurrence_id for m in messages)
+    assert claims.calls <= 2
+    assert all(runs[m.occurrence_id, 1] == 1 for m in messages)
+
+
 # --- claimed ahead: a held delivery (sent before its due time) ------------------------------
 
 

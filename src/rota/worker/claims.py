@@ -125,14 +125,38 @@ class AttemptClaims:
     async def claim(self, message: JobMessage, *, careful: bool) -> ClaimVerdict:
         """Claim the message's attempt for this instance. ``careful``: the delivery is flagged
         redelivered (it may be a copy of one handed out before)."""
-        key = (message.occurrence_id, message.attempt)
         request = ClaimRequest(message.occurrence_id, message.attempt, careful)
         found = await self._queued(request, self.ttl_for(message))
+        return self._verdict(message, careful, found)
+
+    async def claim_many(self, wanted: Sequence[tuple[JobMessage, bool]]) -> list[ClaimVerdict]:
+        """Claim the attempts of several messages, each ``(message, careful)`` as
+        :meth:`claim` does, in one call per :data:`_BATCH` (the deliveries of a burst, whose
+        starts wait for this alone)."""
+        verdicts: list[ClaimVerdict] = []
+        for start in range(0, len(wanted), _BATCH):
+            chunk = wanted[start : start + _BATCH]
+            requests = [ClaimRequest(m.occurrence_id, m.attempt, careful) for m, careful in chunk]
+            batch = await self._call(requests, max(self.ttl_for(m) for m, _ in chunk))
+            last: AttemptClaim | None = None  # answers shared by many: one verdict
+            verdict = ClaimVerdict(False, "unavailable")
+            for i, (message, careful) in enumerate(chunk):
+                found = None if batch is None else batch.claims[i]
+                if found is None or found is not last:
+                    verdict = self._verdict(message, careful, found)
+                    last = found
+                verdicts.append(verdict)
+        return verdicts
+
+    def _verdict(
+        self, message: JobMessage, careful: bool, found: AttemptClaim | None
+    ) -> ClaimVerdict:
+        """What a claim's answer (``None``: none came) means for running the attempt."""
         if found is None:
             if careful:
                 return ClaimVerdict(False, "unavailable")
             if len(self._unconfirmed) < _MAX_UNCONFIRMED:
-                self._unconfirmed[key] = self._clock()
+                self._unconfirmed[(message.occurrence_id, message.attempt)] = self._clock()
             return ClaimVerdict(True, "unavailable")
         run = found.outcome in (ClaimOutcome.CLAIMED, ClaimOutcome.OWNED)
         return ClaimVerdict(run, found.outcome.value, found.owner, found.claimed_at)

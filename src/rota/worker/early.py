@@ -23,7 +23,7 @@ class Early:
     def __init__(
         self,
         message: JobMessage,
-        claim: asyncio.Task[ClaimVerdict] | None,
+        claim: asyncio.Future[ClaimVerdict] | None,
         parsed: Parsed,
         ctx: JobContext,
     ) -> None:
@@ -44,7 +44,7 @@ Parsed = tuple[AnyJobDefinition, Any] | tuple[None, tuple[FailureType, str]]
 """The definition and parsed data of a message, or ``None`` and why it cannot run."""
 
 
-def granted(claim: asyncio.Task[ClaimVerdict] | None, claiming: bool) -> bool:
+def granted(claim: asyncio.Future[ClaimVerdict] | None, claiming: bool) -> bool:
     """Whether a claim made ahead lets the attempt start now without waiting (``claiming``:
     the executor claims attempts; without, there is nothing to wait for)."""
     if claim is None:

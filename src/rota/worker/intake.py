@@ -17,6 +17,9 @@ when its time, its limit or its slot comes:
                               hold's timer (:mod:`rota.worker.hold`), prepared meanwhile
                               (:meth:`~Intake._prepare`: claimed, parsed, its context
                               built); at its instant, :meth:`~Intake.due`
+4b  claimed together          :meth:`~Intake._claimed_together`: one due now waits for one
+                              claim call with the rest of its burst, prepared as a held one
+                              is, and the burst starts as a held group does at its instant
  5  limit gate                :meth:`~Intake._limit_gate`: a limited job type waits for a
                               slot of its cluster-wide limit (:mod:`rota.worker.gate`)
  6  slot                      the flow (:mod:`rota.worker.flow`): a free slot and the job
@@ -153,6 +156,9 @@ class Intake:
         )
         self._early: dict[UUID, Early] = {}
         """What was done ahead for the held (or released, not started) deliveries."""
+        self._burst: list[Delivery] = []
+        """Deliveries due now waiting for their claims, made together (stage 4b)."""
+        self._claiming: asyncio.Task[None] | None = None
         self._give_up: list[tuple[UUID, int]] = []
         """Attempts claimed ahead that will not start here: their claims to give up."""
         self._giving_up: asyncio.Task[None] | None = None
@@ -213,6 +219,7 @@ class Intake:
             or self._finalized(delivery)
             or self._superseded(delivery)
             or self._held_until_due(delivery)
+            or self._claimed_together(delivery)
         ):
             return
         self._limit_gate(delivery)
@@ -295,6 +302,50 @@ class Intake:
                 self._claims.claim(message, careful=delivery.redelivered)
             )
         self._early[oid] = Early(message, claim, self._parse(message), self._context(message))
+
+    # --- 4b: claimed together ---------------------------------------------------------
+
+    def _claimed_together(self, delivery: Delivery) -> bool:
+        """4b. Claimed together: a delivery due now (of an attempt neither running nor
+        prepared here) waits for one claim call with the rest of its burst, prepared as a held
+        one is; then the burst starts as a held group does at its instant
+        (:meth:`_claim_burst`): no start waits for a claim of its own."""
+        if self._claims is None or self._flow.stopping:
+            return False
+        oid = delivery.message.occurrence_id
+        if oid in self._runner.running or oid in self._early:
+            return False
+        self._burst.append(delivery)
+        if self._claiming is None or self._claiming.done():
+            loop = asyncio.get_running_loop()
+            self._claiming = loop.create_task(self._claim_burst(), name="rota-claim-burst")
+        return True
+
+    async def _claim_burst(self) -> None:
+        """Claim the deliveries gathered by :meth:`_claimed_together` (this turn's), prepare
+        them, and release them as one group (:meth:`_release_group`)."""
+        assert self._claims is not None
+        await asyncio.sleep(0)  # the rest of this turn's deliveries
+        loop = asyncio.get_running_loop()
+        while self._burst:
+            burst, self._burst = self._burst, []
+            verdicts = await self._claims.claim_many([(d.message, d.redelivered) for d in burst])
+            entries = []
+            for delivery, verdict in zip(burst, verdicts, strict=True):
+                message = delivery.message
+                claim: asyncio.Future[ClaimVerdict] = loop.create_future()
+                claim.set_result(verdict)
+                parsed, ctx = self._parse(message), self._context(message)
+                self._early[message.occurrence_id] = Early(message, claim, parsed, ctx)
+                entries.append(Entry(delivery))
+            try:
+                tokens = self._ready([entry.delivery for entry in entries])
+            except Exception:  # nothing readied: they start one by one
+                log.exception("readying claimed deliveries failed", extra={"action": "claim"})
+                tokens = [None] * len(entries)
+            for entry, token in zip(entries, tokens, strict=True):
+                entry.token = token
+            self._release_group(entries)
 
     def _ready(self, deliveries: list[Delivery]) -> list[object]:
         """Held deliveries, shortly before their due instant: the ``Early`` of each that can
@@ -657,7 +708,7 @@ class Intake:
         else:
             claim.add_done_callback(functools.partial(self._give_up_claim, key))
 
-    def _give_up_claim(self, key: tuple[UUID, int], claim: asyncio.Task[ClaimVerdict]) -> None:
+    def _give_up_claim(self, key: tuple[UUID, int], claim: asyncio.Future[ClaimVerdict]) -> None:
         if claim.cancelled() or claim.exception() is not None or not claim.result().run:
             return
         self._give_up.append(key)
@@ -673,7 +724,11 @@ class Intake:
 
     async def give_back_unstarted(self) -> None:
         """At stop: every delivery received and not started (held until due, waiting for a
-        slot or a limit) goes back to the broker, its claim made ahead given up."""
+        slot or a limit) goes back to the broker, its claim made ahead given up. A burst
+        being claimed is released first (nothing starts at stop: it comes back too)."""
+        if self._claiming is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._claiming)
         for delivery in self._hold.take_all():
             await self._flow.hand_back(delivery)
         await self._flow.hand_back_held(float("inf"))
