@@ -156,8 +156,9 @@ class Intake:
         )
         self._early: dict[UUID, Early] = {}
         """What was done ahead for the held (or released, not started) deliveries."""
-        self._burst: list[Delivery] = []
-        """Deliveries due now waiting for their claims, made together (stage 4b)."""
+        self._burst: list[tuple[Delivery, asyncio.Future[ClaimVerdict], bool]] = []
+        """Claims to make together (stages 4 and 4b): the delivery, its claim's future, and
+        whether it starts once it is made (due now)."""
         self._claiming: asyncio.Task[None] | None = None
         self._give_up: list[tuple[UUID, int]] = []
         """Attempts claimed ahead that will not start here: their claims to give up."""
@@ -298,46 +299,56 @@ class Intake:
             return  # a copy of an earlier attempt or job version, dropped by the hold
         claim = None
         if self._claims is not None and oid not in self._runner.running:
-            claim = asyncio.get_running_loop().create_task(
-                self._claims.claim(message, careful=delivery.redelivered)
-            )
+            claim = self._claim_soon(delivery, due_now=False)
         self._early[oid] = Early(message, claim, self._parse(message), self._context(message))
 
     # --- 4b: claimed together ---------------------------------------------------------
 
     def _claimed_together(self, delivery: Delivery) -> bool:
         """4b. Claimed together: a delivery due now (of an attempt neither running nor
-        prepared here) waits for one claim call with the rest of its burst, prepared as a held
-        one is; then the burst starts as a held group does at its instant
+        prepared here) is prepared as a held one is, its claim made in one call with the
+        rest of its burst; then the burst starts as a held group does at its instant
         (:meth:`_claim_burst`): no start waits for a claim of its own."""
         if self._claims is None or self._flow.stopping:
             return False
-        oid = delivery.message.occurrence_id
+        message = delivery.message
+        oid = message.occurrence_id
         if oid in self._runner.running or oid in self._early:
             return False
-        self._burst.append(delivery)
-        if self._claiming is None or self._claiming.done():
-            loop = asyncio.get_running_loop()
-            self._claiming = loop.create_task(self._claim_burst(), name="rota-claim-burst")
+        claim = self._claim_soon(delivery, due_now=True)
+        self._early[oid] = Early(message, claim, self._parse(message), self._context(message))
         return True
 
+    def _claim_soon(self, delivery: Delivery, *, due_now: bool) -> asyncio.Future[ClaimVerdict]:
+        """The claim of a delivery's attempt, made with the others asked in this turn of the
+        loop (:meth:`_claim_burst`); ``due_now``: the delivery starts once it is made."""
+        claim: asyncio.Future[ClaimVerdict] = asyncio.get_running_loop().create_future()
+        self._burst.append((delivery, claim, due_now))
+        if self._claiming is None or self._claiming.done():
+            loop = asyncio.get_running_loop()
+            self._claiming = loop.create_task(self._claim_burst(), name="rota-claims")
+        return claim
+
     async def _claim_burst(self) -> None:
-        """Claim the deliveries gathered by :meth:`_claimed_together` (this turn's), prepare
-        them, and release them as one group (:meth:`_release_group`)."""
+        """Make the claims asked by :meth:`_claim_soon` in one call per turn's burst, then
+        release the burst's deliveries due now as one group (:meth:`_release_group`)."""
         assert self._claims is not None
         await asyncio.sleep(0)  # the rest of this turn's deliveries
-        loop = asyncio.get_running_loop()
         while self._burst:
             burst, self._burst = self._burst, []
-            verdicts = await self._claims.claim_many([(d.message, d.redelivered) for d in burst])
-            entries = []
-            for delivery, verdict in zip(burst, verdicts, strict=True):
-                message = delivery.message
-                claim: asyncio.Future[ClaimVerdict] = loop.create_future()
-                claim.set_result(verdict)
-                parsed, ctx = self._parse(message), self._context(message)
-                self._early[message.occurrence_id] = Early(message, claim, parsed, ctx)
-                entries.append(Entry(delivery))
+            try:
+                wanted = [(d.message, d.redelivered) for d, _, _ in burst]
+                verdicts = await self._claims.claim_many(wanted)
+            except BaseException:  # cancelled (the loop ends): nobody waits for them
+                for _, claim, _ in burst:
+                    claim.cancel()
+                raise
+            for (_, claim, _), verdict in zip(burst, verdicts, strict=True):
+                if not claim.done():
+                    claim.set_result(verdict)
+            entries = [Entry(delivery) for delivery, _, due_now in burst if due_now]
+            if not entries:
+                continue
             try:
                 tokens = self._ready([entry.delivery for entry in entries])
             except Exception:  # nothing readied: they start one by one
