@@ -15,6 +15,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from rota.core import wire
 from rota.core.errors import ValidationError
 from rota.core.jsonlimits import MAX_JSON_DEPTH
 from rota.core.models import JobMessage, LogRecord, OccurrenceStatus, Priority, StatusRecord
@@ -428,3 +429,22 @@ def test_every_body_type_reads_the_same() -> None:
     ]
     assert read[0] == read[1] == read[2]
     assert read[0][0].exception == "a\ufffdb"
+
+
+def test_an_envelope_is_looked_at_for_deep_values_once_not_once_a_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each job's data a container: the count of the envelope's brackets is taken once (taken
+    for each job, it made reading an envelope quadratic in its size)."""
+    looked: list[int] = []
+    shallow = wire._shallow
+
+    def counting(body: bytes | str, objects: int = 1) -> bool:
+        looked.append(len(body))
+        return shallow(body, objects)
+
+    monkeypatch.setattr(wire, "_shallow", counting)
+    messages = _messages(200)
+    parts = decode_job_envelope(encode_job_envelope(messages))
+    assert [p.message for p in parts] == messages
+    assert len(looked) == 1

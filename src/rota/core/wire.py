@@ -428,11 +428,17 @@ def _message(
     raw: bytes | str,
     *,
     correlation_id: UUID | None = None,
+    shallow: bool | None = None,
 ) -> JobMessage:
     """The job message of ``body``, read from the text ``raw``; ``correlation_id``: its
-    original correlation id when the headers hold none."""
+    original correlation id when the headers hold none; ``shallow``: whether ``raw`` is known
+    to nest no value past the limit (``None``: look)."""
     data = body.job_data
-    if isinstance(data, dict | list) and not _shallow(raw) and value_too_deep(data, MAX_JSON_DEPTH):
+    if (
+        isinstance(data, dict | list)
+        and not (_shallow(raw) if shallow is None else shallow)
+        and value_too_deep(data, MAX_JSON_DEPTH)
+    ):
         raise _nested_too_deep("jobData")
     worker_id = body.worker_id
     return JobMessage(
@@ -500,10 +506,17 @@ def decode_job_envelope(body: Body) -> list[EnvelopePart]:
     raw = _bytes(body)
     try:
         envelope: _EnvelopeRead = _ENVELOPE_READ.decode(raw)
+        # Looked at once for the whole envelope (its object, its list and each job's object
+        # are ours), not once a job.
+        shallow = _shallow(raw, 2 + len(envelope.jobs))
         # A correlation id left out is the occurrence id.
         return [
             EnvelopePart(
-                i, None, _message(j, j.headers or None, raw, correlation_id=j.occurrence_id)
+                i,
+                None,
+                _message(
+                    j, j.headers or None, raw, correlation_id=j.occurrence_id, shallow=shallow
+                ),
             )
             for i, j in enumerate(envelope.jobs)
         ]
