@@ -100,16 +100,14 @@ class DispatchQueries(AggregateQueries):
         ids = _unique(job_ids)
         if not ids:
             return DispatchResult()
-        if plain is not None and self._seal is not None:
-            plain = None  # a store that seals data plans each fire
-        if self._hot is None:  # PostgreSQL: one transaction
-            plain_fire = None
-            if plain is not None:  # built before the writer is taken
-                plain_fire = PlainFire(self._dialect, ids, now, plain, sent=claim_until is not None)
+        # Fired set-based unless the store seals data (it plans each fire) or, on SQLite, a
+        # claim is asked for (a broker elsewhere: each job planned); built before the writer
+        # is taken.
+        plain_fire = None
+        if plain is not None and self._seal is None and (self._hot is None or claim_until is None):
+            plain_fire = PlainFire(self._dialect, ids, now, plain, sent=claim_until is not None)
+        if self._hot is None or plain_fire is None:  # PostgreSQL, or none: one transaction
             return await self._dispatch(ids, now, planner, claim_until, plain_fire)
-        if plain is None or claim_until is not None:  # SQLite, each job planned
-            return await self._dispatch(ids, now, planner, claim_until, None)
-        plain_fire = PlainFire(self._dialect, ids, now, plain, sent=False)
         # SQLite: the plain fires are a transaction of their own, one call to the hot writer
         # (.hotwriter); the jobs they leave are planned in the next one.
         async with guard_errors():
