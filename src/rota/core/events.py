@@ -221,50 +221,34 @@ class _Packed(Event):
         return _expand(_PACKED_FIELDS[self.type], orjson.loads(packed))
 
 
-class _Created(_Packed):
-    """``occurrence.created``: the values, not the occurrence (its job data stays out of
-    the feed)."""
+class _Values(_Packed):
+    """A run event made of its packed values, in :data:`_PACKED_FIELDS`' order."""
 
     __slots__ = ("_values",)
 
-    def __init__(self, occurrence: Occurrence) -> None:
-        self.type = _CREATED
+    def __init__(self, type: str, values: tuple[Any, ...]) -> None:
+        self.type = type
         self._data = None
-        o = occurrence
-        self._values = (
-            o.id,
-            o.job_id,
-            o.job_type,
-            o.worker_id,
-            o.status,
-            o.attempt,
-            o.scheduled_for,
-            o.skip_reason,
-        )
+        self._values = values
 
     def packed(self) -> list[Any]:
         return list(self._values)
 
 
 def occurrence_created(occurrence: Occurrence) -> Event:
-    return _Created(occurrence)
-
-
-class _Updated(_Packed):
-    __slots__ = ("_values",)
-
-    def __init__(
-        self,
-        values: tuple[
-            UUID, UUID, str, str | None, str | None, OccurrenceStatus | None, OccurrenceStatus, int
-        ],
-    ) -> None:
-        self.type = _UPDATED
-        self._data = None
-        self._values = values
-
-    def packed(self) -> list[Any]:
-        return list(self._values)
+    # The values, not the occurrence: its job data stays out of the feed.
+    o = occurrence
+    values = (
+        o.id,
+        o.job_id,
+        o.job_type,
+        o.worker_id,
+        o.status,
+        o.attempt,
+        o.scheduled_for,
+        o.skip_reason,
+    )
+    return _Values(_CREATED, values)
 
 
 class _Applied(_Packed):
@@ -302,8 +286,9 @@ def occurrence_updated(
     status: OccurrenceStatus,
     attempt: int,
 ) -> Event:
-    return _Updated(
-        (occurrence_id, job_id, job_type, worker_id, instance_id, from_status, status, attempt)
+    return _Values(
+        _UPDATED,
+        (occurrence_id, job_id, job_type, worker_id, instance_id, from_status, status, attempt),
     )
 
 
