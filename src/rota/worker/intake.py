@@ -286,9 +286,10 @@ class Intake:
         self._prepare(delivery)
         return True
 
-    def _prepare(self, delivery: Delivery) -> None:
-        """While a delivery is held: claim its attempt (one call for the deliveries of this
-        turn), parse its data, build its context."""
+    def _prepare(self, delivery: Delivery, *, due_now: bool = False) -> None:
+        """While a delivery is held (or, ``due_now``, its burst is claimed: stage 4b): claim
+        its attempt (one call for the deliveries of this turn), parse its data, build its
+        context."""
         message = delivery.message
         oid = message.occurrence_id
         current = self._early.get(oid)
@@ -299,7 +300,7 @@ class Intake:
             return  # a copy of an earlier attempt or job version, dropped by the hold
         claim = None
         if self._claims is not None and oid not in self._runner.running:
-            claim = self._claim_soon(delivery, due_now=False)
+            claim = self._claim_soon(delivery, due_now=due_now)
         self._early[oid] = Early(message, claim, self._parse(message), self._context(message))
 
     # --- 4b: claimed together ---------------------------------------------------------
@@ -311,12 +312,10 @@ class Intake:
         (:meth:`_claim_burst`): no start waits for a claim of its own."""
         if self._claims is None or self._flow.stopping:
             return False
-        message = delivery.message
-        oid = message.occurrence_id
+        oid = delivery.message.occurrence_id
         if oid in self._runner.running or oid in self._early:
             return False
-        claim = self._claim_soon(delivery, due_now=True)
-        self._early[oid] = Early(message, claim, self._parse(message), self._context(message))
+        self._prepare(delivery, due_now=True)
         return True
 
     def _claim_soon(self, delivery: Delivery, *, due_now: bool) -> asyncio.Future[ClaimVerdict]:
