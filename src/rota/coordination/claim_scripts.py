@@ -27,7 +27,8 @@ end
 local uncertain = lost and now < since + ttl
 local out = {token, -1, now}
 if lost then out[2] = since + ttl end
-local claim = string.format('%.0f:', now) .. owner
+local stamp = string.format('%.0f:', now)
+local claim = stamp .. owner
 for i = 2, #KEYS do
   local value = redis.call('GET', KEYS[i])
   if value then
@@ -42,7 +43,7 @@ for i = 2, #KEYS do
     out[#out + 1] = holder
     out[#out + 1] = tonumber(at)
   elseif uncertain and ARGV[i + 3] == '1' then
-    redis.call('SET', KEYS[i], string.format('%.0f:', now), 'PX', ttl)
+    redis.call('SET', KEYS[i], stamp, 'PX', ttl)
     out[#out + 1] = i - 1
     out[#out + 1] = 'uncertain'
     out[#out + 1] = ''
