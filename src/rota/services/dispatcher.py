@@ -42,6 +42,12 @@ MAX_IN_FLIGHT = 4
 """Batches whose publication (publish, confirms, mark dispatched) may go on while the loop
 already fires the next one."""
 
+FIRST_BATCH = 250
+"""Due entries in the first batch after an idle spell; each batch after it takes twice as many,
+up to ``dispatch_batch_size``. A burst's first runs start after a small transaction (about a
+tenth of a full one's time), and the workers and the status tracker get work while the
+dispatcher fires the rest (measured in ``bench/2026-11-30-pipeline-fill.md``)."""
+
 Clock = Callable[[], datetime]
 
 
@@ -180,6 +186,8 @@ class Dispatcher:
         self._paused_reason: str | None = None
         self._busy = False
         """The last batch found due entries: look for more before asking for the earliest."""
+        self._batch_limit = min(FIRST_BATCH, config.dispatch_batch_size)
+        """The next batch's size (:data:`FIRST_BATCH` after an idle spell, doubling)."""
         self._in_flight: deque[asyncio.Task[None]] = deque()
         self._background: set[asyncio.Task[None]] = set()
         self.stats = DispatchStats()
@@ -294,7 +302,7 @@ class Dispatcher:
         (at most :data:`MAX_IN_FLIGHT` batches). Returns how many occurrences were queued."""
         lead = self._lead
         until = time.time() + lead
-        entries = await self._index.due(buckets, until, self._config.dispatch_batch_size)
+        entries = await self._index.due(buckets, until, self._next_batch_limit())
         self._busy = bool(entries)
         if not entries:
             return 0
@@ -345,6 +353,16 @@ class Dispatcher:
         if self._on_fired is not None:
             self._on_fired(result, now)
         return len(result.queued)
+
+    def _next_batch_limit(self) -> int:
+        """The size of the batch about to be read: :data:`FIRST_BATCH` when the last one found
+        nothing (an idle spell), else twice the last one's, up to ``dispatch_batch_size``."""
+        full = self._config.dispatch_batch_size
+        if self._busy:
+            self._batch_limit = min(self._batch_limit * 2, full)
+        else:
+            self._batch_limit = min(FIRST_BATCH, full)
+        return self._batch_limit
 
     async def dispatch_pending(self) -> int:
         """Publish occurrences that are Queued, due and never handed to the broker.
