@@ -130,6 +130,13 @@ async def stays_pending(it: AsyncIterator[T]) -> asyncio.Task[T]:
     return task
 
 
+async def stays_pending_after(task: asyncio.Task[T]) -> asyncio.Task[T]:
+    """Check that the waiting ``task`` still gets nothing for a while; returns it."""
+    done, _ = await asyncio.wait({task}, timeout=QUIET)
+    assert not done, f"unexpected item: {task.result()!r}"
+    return task
+
+
 async def stop(it: object) -> None:
     aclose = getattr(it, "aclose", None)
     assert aclose is not None, "consumers must be closable"
@@ -458,15 +465,36 @@ async def test_queue_depths_name_every_queue(
 
 async def test_batch_is_yielded_at_max_items(broker: Broker) -> None:
     records = [status(n) for n in range(7)]
-    for record in records:
-        await broker.publish_status([record])
+    await broker.publish_status(records)  # one message: the batches take parts of it
     batches = broker.consume_status(3, 30.0)
     first, second = await take(batches), await take(batches)
     assert first.items == records[:3]
     assert second.items == records[3:6]
     await first.ack()
     await second.ack()
-    await cancel(await stays_pending(batches))  # one record left, far from max_wait
+    # One record left, far from max_wait, but waiting since before the ask: a backlog.
+    third = await take(batches)
+    assert third.items == records[6:]
+    await third.ack()
+    waiting = await stays_pending(batches)  # nothing waits: the next batch gathers again
+    late = status(7)
+    await broker.publish_status([late])
+    await cancel(await stays_pending_after(waiting))  # came after the ask: max_wait holds
+    await stop(batches)
+
+
+async def test_a_backlog_is_not_held_for_max_wait(broker: Broker) -> None:
+    """Records left waiting when a batch is handed out (the rest of a message it took part
+    of) come in the next batch at once, not ``max_wait`` after they came."""
+    records = [status(n) for n in range(3)]
+    await broker.publish_status(records)
+    batches = broker.consume_status(2, 600.0)
+    first = await take(batches)
+    assert first.items == records[:2]
+    second = await take(batches)  # within WAIT, far below max_wait
+    assert second.items == records[2:]
+    await first.ack()
+    await second.ack()
     await stop(batches)
 
 

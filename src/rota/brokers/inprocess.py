@@ -293,6 +293,8 @@ class _BatchConsumer(Generic[T]):
         self.pending: dict[int, list[_Chunk[T]]] = {}
         self._keys = itertools.count()
         self._waiter: asyncio.Future[None] | None = None
+        self._served = False
+        """A batch was handed out: records waiting from before the next ask are a backlog."""
 
     def __aiter__(self) -> _BatchConsumer[T]:
         return self
@@ -300,11 +302,15 @@ class _BatchConsumer(Generic[T]):
     async def __anext__(self) -> Batch[T]:
         channel = self.channel
         loop = asyncio.get_running_loop()
+        asked = loop.time()
         while not self.closed:
             if channel.count >= self.max_items:
                 return self._batch()
             if channel.count:
-                deadline = channel.chunks[0][1] + self.max_wait
+                arrived = channel.chunks[0][1]
+                if self._served and arrived <= asked:
+                    return self._batch()  # a backlog, gathered while the last batch was out
+                deadline = arrived + self.max_wait
                 if loop.time() >= deadline:
                     return self._batch()
                 await self._wait(deadline)
@@ -313,6 +319,7 @@ class _BatchConsumer(Generic[T]):
         raise StopAsyncIteration
 
     def _batch(self) -> Batch[T]:
+        self._served = True
         taken = self.channel.take(self.max_items)
         key = next(self._keys)
         self.pending[key] = taken

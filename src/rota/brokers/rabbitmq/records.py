@@ -2,9 +2,10 @@
 dead-letter queues, and :class:`_RecordConsumer`, the status and log consumer.
 
 The items of many messages are gathered until ``max_items`` or ``max_wait`` (from the oldest
-item's arrival); a batch may take part of a message. ``Batch.ack`` acknowledges the messages
-it completes (one ``multiple`` ack when they are the oldest open ones; the dead-letter
-consumer acknowledges each by itself). A message only partly
+item's arrival), or none at all when the oldest arrived while the last batch was out (a
+backlog: the time that batch took did the gathering); a batch may take part of a message.
+``Batch.ack`` acknowledges the messages it completes (one ``multiple`` ack when they are the
+oldest open ones; the dead-letter consumer acknowledges each by itself). A message only partly
 acknowledged when its consumer stops is replaced by a message of the records left (published
 to the same queue, at its tail) before the rest is handed back."""
 
@@ -95,6 +96,8 @@ class _QueueConsumer(ABC, Generic[T]):
         self._pending: dict[int, list[_Part[T]]] = {}
         self._keys = itertools.count()
         self._waiting = _Waiting()
+        self._served = False
+        """A batch was handed out: items waiting from before the next ask are a backlog."""
         self.closed = False
 
     def __aiter__(self) -> _QueueConsumer[T]:
@@ -108,11 +111,15 @@ class _QueueConsumer(ABC, Generic[T]):
                 if not self.closed:
                     raise  # closed while starting (the broker's close): the iteration ends
         loop = asyncio.get_running_loop()
+        asked = loop.time()
         while not self.closed:
             if self._buffered >= self._max_items:
                 return self._batch()
             if self._buffered:
-                deadline = self._buffer[0].arrived + self._max_wait
+                arrived = self._buffer[0].arrived
+                if self._served and arrived <= asked:
+                    return self._batch()  # a backlog, gathered while the last batch was out
+                deadline = arrived + self._max_wait
                 if loop.time() >= deadline:
                     return self._batch()
                 await self._waiting.wait(deadline)
@@ -165,6 +172,7 @@ class _QueueConsumer(ABC, Generic[T]):
         self._open.clear()
 
     def _batch(self) -> Batch[T]:
+        self._served = True
         room = self._max_items
         parts: list[_Part[T]] = []
         items: list[T] = []

@@ -106,7 +106,9 @@ class Broker(abc.ABC):
     @abc.abstractmethod
     def consume_status(self, max_items: int, max_wait: float) -> AsyncIterator[Batch[StatusRecord]]:
         """Batches of status records in publication order: a batch is yielded once it holds
-        ``max_items`` records or ``max_wait`` seconds passed since its first record."""
+        ``max_items`` records or ``max_wait`` seconds passed since its first record, and at
+        once when its first record came while the previous batch was out (a backlog: the
+        records gathered while the consumer wrote it are not held back any longer)."""
 
     @abc.abstractmethod
     def consume_logs(self, max_items: int, max_wait: float) -> AsyncIterator[Batch[LogRecord]]:
