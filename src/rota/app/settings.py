@@ -63,8 +63,9 @@ class SchedulerSettings(BaseModel):
         0.5,
         ge=0,
         le=30,
-        description="Occurrences are committed and sent this long before their due time; the "
-        "worker holds each on a timer and starts it at its due instant (0: sent when due).",
+        description="Occurrences are committed and sent this long before their due time (up to "
+        "a fifth more, so that due times close together share a fire); the worker holds each on "
+        "a timer and starts it at its due instant (0: sent when due).",
     )
     misfire_threshold_seconds: float = Field(60.0, ge=0)
     catch_up_cap: int = Field(100, ge=1)

@@ -48,6 +48,13 @@ up to ``dispatch_batch_size``. A burst's first runs start after a small transact
 tenth of a full one's time), and the workers and the status tracker get work while the
 dispatcher fires the rest (measured in ``bench/2026-11-30-pipeline-fill.md``)."""
 
+GATHER = 0.2
+"""A fire also takes what is due up to this share of the lead after the lead: fires are sent
+between ``lead`` and ``1.2 × lead`` ahead, and a steady stream of due times (one every few
+milliseconds) is fired in batches at most ``0.2 × lead`` apart, not one transaction each (100
+one-time jobs a second, each due at its own instant: 982 fire transactions for 1,050 jobs
+before; see ``bench/2026-11-30-pipeline-fill.md``)."""
+
 Clock = Callable[[], datetime]
 
 
@@ -66,8 +73,9 @@ class DispatcherConfig:
     hot_window_seconds: float
     """How far ahead the schedule index holds (a job's next fire beyond it is not indexed)."""
     dispatch_lead_seconds: float = 0.0
-    """How long before its due time an occurrence is committed and sent: the worker holds it
-    on a timer and starts it at its ``scheduledFor`` (0: sent when due)."""
+    """How long before its due time an occurrence is committed and sent (up to :data:`GATHER`
+    of it more): the worker holds it on a timer and starts it at its ``scheduledFor`` (0: sent
+    when due)."""
 
 
 MIN_SWEEP_GAP = 0.05
@@ -178,6 +186,8 @@ class Dispatcher:
         self._clock = clock
         self._plan_settings = config.plan
         self._lead = config.dispatch_lead_seconds
+        self._reach = self._lead * (1 + GATHER)
+        """How far ahead a fire takes what is due (the lead and its :data:`GATHER`)."""
         self._wake = asyncio.Event()
         self._pending_hint = True
         self._target: float | None = None
@@ -185,7 +195,7 @@ class Dispatcher:
         self._stopping = asyncio.Event()
         self._paused_reason: str | None = None
         self._busy = False
-        """The last batch found due entries: look for more before asking for the earliest."""
+        """The last batch was full: look for more before asking for the earliest."""
         self._batch_limit = min(FIRST_BATCH, config.dispatch_batch_size)
         """The next batch's size (:data:`FIRST_BATCH` after an idle spell, doubling)."""
         self._in_flight: deque[asyncio.Task[None]] = deque()
@@ -264,7 +274,7 @@ class Dispatcher:
             await self._settle_in_flight(0)
             await self._sleep(min(now_epoch + 1.0, self._next_pending_check))
             return
-        if self._busy:  # the last batch found due entries: go on without asking the earliest
+        if self._busy:  # the last batch was full: go on without asking the earliest
             await self._fire(buckets)
             if self._busy:
                 return
@@ -300,10 +310,13 @@ class Dispatcher:
     async def _fire(self, buckets: Sequence[int]) -> int:
         """Fire one batch of due index entries; their publication goes on in the background
         (at most :data:`MAX_IN_FLIGHT` batches). Returns how many occurrences were queued."""
-        lead = self._lead
-        until = time.time() + lead
-        entries = await self._index.due(buckets, until, self._next_batch_limit())
-        self._busy = bool(entries)
+        reach = self._reach
+        until = time.time() + reach
+        limit = self._next_batch_limit()
+        entries = await self._index.due(buckets, until, limit)
+        # A full batch: more may be due. One that was not took all that is: the next look is
+        # at the earliest entry (an entry left where it was is not looked at again at once).
+        self._busy = len(entries) >= limit
         if not entries:
             return 0
         now = self._clock()
@@ -312,10 +325,10 @@ class Dispatcher:
         # not be skipped as having no worker because a cached registry is a second old. (The
         # types declared earlier come from the directory's history, read once.)
         await self._workers.refresh(force=True)
-        # Fires due up to ``lead`` from now are committed and sent now: the worker holds each
+        # Fires due up to ``reach`` from now are committed and sent now: the worker holds each
         # until its due instant. The store takes the horizon as its "due" bound; the plan
         # keeps the real now (misfires, creation time) and each fire's own time.
-        horizon = now + timedelta(seconds=lead)
+        horizon = now + timedelta(seconds=reach)
 
         def planner(job: Job, active: int, _horizon: datetime) -> FirePlan:
             return self._plan(job, active, now, horizon)
@@ -355,8 +368,9 @@ class Dispatcher:
         return len(result.queued)
 
     def _next_batch_limit(self) -> int:
-        """The size of the batch about to be read: :data:`FIRST_BATCH` when the last one found
-        nothing (an idle spell), else twice the last one's, up to ``dispatch_batch_size``."""
+        """The size of the batch about to be read: twice the last one's after a full one, up
+        to ``dispatch_batch_size``; else (an idle spell, or all that was due taken)
+        :data:`FIRST_BATCH`."""
         full = self._config.dispatch_batch_size
         if self._busy:
             self._batch_limit = min(self._batch_limit * 2, full)
@@ -546,9 +560,13 @@ class Dispatcher:
             nxt = next_runs[entry.job_id]
             due = None if nxt is None else nxt.due_at.timestamp()
             if nxt is not None and due is not None and due <= horizon:
-                if abs(due - entry.due) < DEFERRED_TOLERANCE and due > at:
+                if due > at and (
+                    abs(due - entry.due) < DEFERRED_TOLERANCE
+                    or abs(due + self._lead - entry.due) < DEFERRED_TOLERANCE
+                ):
                     # Fired ahead but left for its due time (a Skip-policy fire whose
-                    # overlap is decided then): entered so that it is fired at its due time.
+                    # overlap is decided then): entered so that it is fired at its due time
+                    # (and kept there when a fire within its reach looked at it early).
                     due += self._lead
                 upserts.append(IndexEntry(entry.job_id, nxt.bucket, due))
             else:
