@@ -314,9 +314,11 @@ async def run_latency(
             }
             for i in range(jobs)
         ]
+        batches = runtime.dispatcher.stats.batches
         created = await runtime.jobs.create_jobs(specs)
         deadline = time.monotonic() + spread + 120
         done = await _wait_completed(runtime, target, deadline, baseline)
+        batches = runtime.dispatcher.stats.batches - batches
         lateness = await _lateness(runtime, {job.id for job in created}, deadline)
     return {
         "scenario": "latency",
@@ -325,6 +327,7 @@ async def run_latency(
         "completed": done,
         "spreadSeconds": spread,
         "leadSeconds": lead_seconds,
+        "fireBatches": batches,
         **_lateness_percentiles(lateness),
         "peakRssMiB": round(process.memory_info().rss / 2**20, 1),
         "environment": _environment(),
