@@ -10,7 +10,15 @@ from typing import Any
 
 from rota.core.ids import new_id
 from rota.core.models import JobMessage
-from rota.worker.hold import MAX_HOLD, READY, SPIN, Entry, Hold, collect_young_if_half_full
+from rota.worker.hold import (
+    FINE,
+    MAX_HOLD,
+    READY,
+    SPIN,
+    Entry,
+    Hold,
+    collect_young_if_half_full,
+)
 
 DUE = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
 
@@ -88,10 +96,18 @@ def test_an_early_delivery_starts_at_its_due_instant_not_before() -> None:
     delivery = FakeDelivery(message())
     assert hold.hold(delivery)  # type: ignore[arg-type]
     assert len(hold) == 1
-    assert abs(timer.armed[-1][0] - (0.5 - SPIN)) < 1e-6  # armed a spin early
-    clock.now = DUE.timestamp() - SPIN
+    assert abs(timer.armed[-1][0] - (0.5 - SPIN)) < 1e-6  # armed SPIN early
+    clock.now = DUE.timestamp() - SPIN + 0.0001
     timer.fire_last()
-    assert released == []  # still early: re-armed for the rest, on the next turn
+    assert released == []  # still early: armed once more, FINE before the instant
+    assert abs(timer.armed[-1][0] - (SPIN - 0.0001 - FINE)) < 1e-6
+    clock.now = DUE.timestamp() - FINE - 0.0005  # that timer woke early: armed again
+    timer.fire_last()
+    assert released == []
+    assert abs(timer.armed[-1][0] - 0.0005) < 1e-6
+    clock.now = DUE.timestamp() - FINE
+    timer.fire_last()
+    assert released == []  # the rest is spun: on the next turn
     assert timer.armed[-1][0] < 1e-6
     clock.now = DUE.timestamp() - 0.0001
     timer.fire_last()
