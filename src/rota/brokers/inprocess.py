@@ -37,7 +37,7 @@ from typing import Any, Generic, TypeVar
 from rota.core.errors import BackendUnavailableError, ConflictError, RotaError
 from rota.core.models import JobMessage, LogRecord, Priority, StatusRecord
 from rota.core.ports import Broker, Delivery
-from rota.core.records import Batch, ReceivedDeadLetter
+from rota.core.records import Batch, ReceivedDeadLetter, batch_due
 from rota.core.wire import DeadLetter, decode_dead_letter, encode_job_message
 
 T = TypeVar("T")
@@ -307,10 +307,9 @@ class _BatchConsumer(Generic[T]):
             if channel.count >= self.max_items:
                 return self._batch()
             if channel.count:
-                arrived = channel.chunks[0][1]
-                if self._served and arrived <= asked:
-                    return self._batch()  # a backlog, gathered while the last batch was out
-                deadline = arrived + self.max_wait
+                deadline = batch_due(
+                    channel.chunks[0][1], asked, served=self._served, max_wait=self.max_wait
+                )
                 if loop.time() >= deadline:
                     return self._batch()
                 await self._wait(deadline)

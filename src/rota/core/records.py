@@ -386,6 +386,15 @@ class Batch(Generic[T]):
                 await result
 
 
+def batch_due(arrived: float, asked: float, *, served: bool, max_wait: float) -> float:
+    """When a batch not yet full is handed over (loop time), its oldest item having arrived at
+    ``arrived`` and the consumer having asked at ``asked``: ``max_wait`` after that item came,
+    or at once for a backlog (the item came while the consumer's last batch was out,
+    ``served``: that batch's time did the gathering). The rule of ``Broker.consume_status``
+    for every adapter."""
+    return asked if served and arrived <= asked else arrived + max_wait
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReceivedDeadLetter:
     """A message taken from the dead-letter queue."""

@@ -34,7 +34,7 @@ from rota.brokers.rabbitmq.channels import (
 )
 from rota.brokers.rabbitmq.publish import record_item
 from rota.core.errors import BackendUnavailableError, ValidationError
-from rota.core.records import Batch
+from rota.core.records import Batch, batch_due
 
 if TYPE_CHECKING:
     from rota.brokers.rabbitmq import RabbitMQBroker
@@ -116,10 +116,9 @@ class _QueueConsumer(ABC, Generic[T]):
             if self._buffered >= self._max_items:
                 return self._batch()
             if self._buffered:
-                arrived = self._buffer[0].arrived
-                if self._served and arrived <= asked:
-                    return self._batch()  # a backlog, gathered while the last batch was out
-                deadline = arrived + self._max_wait
+                deadline = batch_due(
+                    self._buffer[0].arrived, asked, served=self._served, max_wait=self._max_wait
+                )
                 if loop.time() >= deadline:
                     return self._batch()
                 await self._waiting.wait(deadline)
