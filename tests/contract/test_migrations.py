@@ -318,3 +318,52 @@ async def test_migration_0033_folds_the_uncounted_fires_on_the_way_down(empty_ur
         ] == counts
     finally:
         await store.close()
+
+
+_RUN_INDEXES = {
+    "ix_occurrences_job_id_status_id": "(status <> 2)",
+    "ix_occurrences_status_id": "(status <> 2)",
+    "ix_occurrences_end_time_status": "(end_time IS NOT NULL)",
+    "ix_jobs_tags": "(tags <> '[]'::jsonb)",
+}
+
+
+async def _index_conditions(url: str) -> dict[str, str | None]:
+    """PostgreSQL: the condition of each index of :data:`_RUN_INDEXES` (``None``: whole)."""
+    engine = create_store_engine(url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            rows = await conn.execute(
+                text("SELECT indexname, indexdef FROM pg_indexes WHERE indexname = ANY(:names)"),
+                {"names": list(_RUN_INDEXES)},
+            )
+            found = {r.indexname: r.indexdef for r in rows}
+    finally:
+        await engine.dispose()
+    assert set(found) == set(_RUN_INDEXES), found
+    return {n: d.partition(" WHERE ")[2] or None for n, d in found.items()}
+
+
+async def test_migration_0034_leaves_completed_runs_and_untagged_jobs_out_of_indexes(
+    empty_url: str,
+) -> None:
+    """PostgreSQL: the status indexes hold no Completed run, the end time's no run not
+    ended, the tags' no job without tags (a run's end and a fire write fewer entries);
+    downgraded, each index holds every row again. The store's tables, made from the
+    metadata, have the same conditions."""
+    if not empty_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL's indexes (SQLite keeps its own)")
+    await upgrade(empty_url)
+    assert await _index_conditions(empty_url) == _RUN_INDEXES
+    await downgrade(empty_url, "0033")
+    assert await _index_conditions(empty_url) == dict.fromkeys(_RUN_INDEXES)
+    await upgrade(empty_url)
+    assert await _index_conditions(empty_url) == _RUN_INDEXES
+    assert await schema_diff(empty_url) == []
+    conditions = {
+        index.name: str(index.dialect_options["postgresql"]["where"])
+        for table in metadata_for("postgresql").tables.values()
+        for index in table.indexes
+        if index.name in _RUN_INDEXES
+    }
+    assert {n: f"({c})" for n, c in conditions.items()} == _RUN_INDEXES

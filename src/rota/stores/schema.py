@@ -139,6 +139,21 @@ QUEUED_ONLY = text("status = 0")
 """The condition of the partial index of the Queued occurrences (migration 0026): the sweeps'
 index holds the occurrences waiting for a worker, not the history. A statement that reads it
 names the status as a literal (see ``rota.stores.sql.statements.QUEUED_LITERAL``)."""
+NOT_COMPLETED = text("status <> 2")
+"""PostgreSQL: the condition of the occurrences' status indexes ``(status, id)`` and
+``(job_id, status, id)`` (migration 0034). Completed, the status nearly every run ends in, is
+left out: a run's end adds no entry to them, and a list of the Completed runs is a walk of
+the ids (newest first), nearly every one a match. A statement that reads them for other
+statuses names the statuses as literals (``rota.stores.sql.statements.status_in``): the
+planner proves the condition from literals, not from a generic plan's parameters."""
+ENDED = text("end_time IS NOT NULL")
+"""PostgreSQL: the condition of the ``(end_time, status)`` index (migration 0034): the runs
+that ended (a range of end times implies it)."""
+UNTAGGED = "'[]'::jsonb"
+TAGGED = text(f"tags <> {UNTAGGED}")
+"""PostgreSQL: the condition of the tags' GIN index (migration 0034): a job with no tags has
+no entry, so that its creation and each of its fires (a new row version) write none. The
+tag filter says it too (``rota.stores.sql.filters.tagged``)."""
 UNCOUNTED = text("NOT counted")
 """The condition of the partial index of the occurrences kept out of ``occurrence_counts``
 (a one-time job's fire: migration 0033). Its readers say it in the same words (SQLAlchemy
@@ -241,6 +256,7 @@ def _jobs(metadata: MetaData, *, postgres: bool) -> None:
                 "tags",
                 postgresql_using="gin",
                 postgresql_ops={"tags": "jsonb_path_ops"},
+                postgresql_where=TAGGED,
             ),
         )
     Table(
@@ -390,11 +406,14 @@ def _occurrences(metadata: MetaData, *, partitioned: bool) -> None:
         keys["pk"],
         UniqueConstraint("job_id", "scheduled_for"),
         Index(None, "job_id", "id"),
-        Index(None, "job_id", "status", "id"),
-        Index(None, "status", "id"),
+        # PostgreSQL (migration 0034): the status indexes leave the Completed runs out, and the
+        # end time's the runs not ended, so that a run's end writes two index entries fewer
+        # (its update is never HOT: the status changes); SQLite keeps them whole.
+        Index(None, "job_id", "status", "id", postgresql_where=NOT_COMPLETED),
+        Index(None, "status", "id", postgresql_where=NOT_COMPLETED),
         # status: an equality for SQLite's planner, which has no statistics
         _partial("ix_occurrences_queued", "status", "dispatched_at", "due_at", where=QUEUED_ONLY),
-        Index(None, "end_time", "status"),
+        Index(None, "end_time", "status", postgresql_where=ENDED),
         _partial("ix_occurrences_uncounted", "job_id", where=UNCOUNTED),
         **keys["kw"],
     )

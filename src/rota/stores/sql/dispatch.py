@@ -51,6 +51,7 @@ from rota.stores.sql.statements import (
     QUEUED_LITERAL,
     _fetch_in,
     _insert_or_skip_stmt,
+    status_in,
 )
 
 log = logging.getLogger(__name__)
@@ -222,7 +223,7 @@ class DispatchQueries(AggregateQueries):
                 select(occurrences.c.job_id, func.count())
                 .where(
                     self._member(occurrences.c.job_id, chunk),
-                    occurrences.c.status.in_(ACTIVE),
+                    status_in(occurrences.c.status, ACTIVE),
                 )
                 .group_by(occurrences.c.job_id)
             ),
@@ -327,7 +328,7 @@ class DispatchQueries(AggregateQueries):
             select(occurrences, j.zombie_policy, own)
             .select_from(joined)
             .where(
-                occ.status == int(OccurrenceStatus.RUNNING),
+                status_in(occ.status, [OccurrenceStatus.RUNNING]),
                 self._silence(last_sign, now) > func.coalesce(own, running_threshold),
             )
             .order_by(last_sign, occ.id)
@@ -382,7 +383,7 @@ class DispatchQueries(AggregateQueries):
             .select_from(joined)
             .where(
                 # the (status, id) index: Running and Unknown rows are few (workers' slots)
-                occ.status.in_([int(OccurrenceStatus.RUNNING), int(OccurrenceStatus.UNKNOWN)]),
+                status_in(occ.status, [OccurrenceStatus.RUNNING, OccurrenceStatus.UNKNOWN]),
                 or_(occ.status == int(OccurrenceStatus.UNKNOWN), gone),
             )
             .order_by(last_sign, occ.id)

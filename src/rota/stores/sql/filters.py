@@ -19,11 +19,13 @@ from uuid import UUID
 from sqlalchemy import (
     ColumnElement,
     Text,
+    and_,
     bindparam,
     case,
     cast,
     false,
     func,
+    literal_column,
     or_,
     select,
     type_coerce,
@@ -33,7 +35,7 @@ from sqlalchemy.types import TypeEngine
 
 from rota.core.errors import ValidationError
 from rota.core.records import DataFilter
-from rota.stores.schema import job_tags, jobs
+from rota.stores.schema import UNTAGGED, job_tags, jobs
 
 
 def split_refs(refs: Sequence[str]) -> tuple[list[str], list[UUID]]:
@@ -62,9 +64,9 @@ def of_jobs(key: ColumnElement[object], refs: Sequence[str]) -> ColumnElement[bo
 
 def tagged(dialect: str, tags: Sequence[str]) -> ColumnElement[bool]:
     """The jobs holding any of ``tags`` (condition on ``jobs``)."""
-    if dialect == "postgresql":  # the tags column's GIN index
+    if dialect == "postgresql":  # the tags column's GIN index, of the jobs with tags
         column = type_coerce(jobs.c.tags, postgresql.JSONB)
-        return or_(*(column.contains([t]) for t in tags))
+        return and_(or_(*(column.contains([t]) for t in tags)), column != literal_column(UNTAGGED))
     return jobs.c.id.in_(select(job_tags.c.job_id).where(job_tags.c.tag.in_(list(tags))))
 
 

@@ -17,10 +17,8 @@ from sqlalchemy import (
     insert,
     or_,
     select,
-    type_coerce,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota.core.autodisable import AutoDisableDefaults, probe_due
@@ -126,9 +124,7 @@ class JobQueries(AggregateQueries):
 
     def _tagged(self, tag: str) -> ColumnElement[bool]:
         """The jobs holding ``tag``."""
-        if self._dialect == "postgresql":
-            return type_coerce(jobs.c.tags, postgresql.JSONB).contains([tag])
-        return jobs.c.id.in_(select(job_tags.c.job_id).where(job_tags.c.tag == tag))
+        return filters.tagged(self._dialect, [tag])
 
     async def get_job(self, job_id: UUID) -> Job:
         async with self._read() as conn:

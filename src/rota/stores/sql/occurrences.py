@@ -30,6 +30,7 @@ from rota.stores.schema import (
 from rota.stores.sql import filters
 from rota.stores.sql.engine import SqlParts
 from rota.stores.sql.rows import ACTIVE, _decode_cursor, _page, _to_occurrence
+from rota.stores.sql.statements import status_in
 
 
 class OccurrenceQueries(SqlParts):
@@ -52,7 +53,7 @@ class OccurrenceQueries(SqlParts):
         if query.job_id is not None:
             stmt = stmt.where(occ.c.job_id == query.job_id)
         if query.statuses:
-            stmt = stmt.where(occ.c.status.in_([int(s) for s in query.statuses]))
+            stmt = stmt.where(status_in(occ.c.status, query.statuses))
         if query.scheduled_after is not None:
             stmt = stmt.where(occ.c.scheduled_for >= query.scheduled_after)
         if query.scheduled_before is not None:
@@ -141,7 +142,7 @@ class OccurrenceQueries(SqlParts):
             if live:
                 parts.append(
                     select(o.status, func.count())
-                    .where(o.job_id == job_id, o.status.in_(live))
+                    .where(o.job_id == job_id, status_in(o.status, live))
                     .group_by(o.status)
                 )
             stmt = parts[0] if len(parts) == 1 else union_all(*parts)

@@ -23,6 +23,7 @@ from rota.stores.schema import (
 )
 from rota.stores.sql.aggregates import AggregateQueries, StatDeltas
 from rota.stores.sql.rows import _chunks, _to_job, _unique
+from rota.stores.sql.statements import status_in
 
 _DEFAULT_LOGS = sa_table(
     "occurrence_logs_default",
@@ -56,7 +57,7 @@ class RetentionQueries(AggregateQueries):
         o = occurrences.c
         f = failed_occurrences.c
         held = exists().where(f.occurrence_id == o.id, ~f.resolved).label("held")
-        stmt = select(o.id, o.created_at, held).where(o.status == int(status))
+        stmt = select(o.id, o.created_at, held).where(status_in(o.status, [status]))
         if after is not None:
             stmt = stmt.where(o.id > after)
         stmt = stmt.order_by(o.id).limit(limit)  # the (status, id) index, oldest first

@@ -33,6 +33,7 @@ from rota.stores.sql.statements import (
     QUEUED_LITERAL,
     _mark_dispatched_stmt,
     _undispatched_stmt,
+    status_in,
 )
 
 Member = Callable[[ColumnElement[Any], Sequence[UUID]], ColumnElement[bool]]
@@ -218,7 +219,7 @@ class SendingQueries(SqlParts):
         stmt = (
             update(occurrences)
             .where(
-                occurrences.c.status.in_([int(s) for s in statuses]),
+                status_in(occurrences.c.status, statuses),
                 occurrences.c.dispatched_at.is_not(None),
             )
             .values(dispatched_at=None)

@@ -3,7 +3,7 @@ updates, and the undispatched-occurrence query."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -239,6 +239,17 @@ a bound parameter cannot (a prepared statement's generic plan is made for any va
 SQLite does not look into parameters for a partial index)."""
 
 
+def status_in(column: ColumnElement[Any], statuses: Iterable[int]) -> ColumnElement[bool]:
+    """``column`` is one of ``statuses``, written as literals (like :data:`QUEUED_LITERAL`):
+    PostgreSQL's planner proves from them the condition of the partial status indexes
+    (``schema.NOT_COMPLETED``, migration 0034), which it cannot from a generic plan's
+    parameters."""
+    values = sorted({int(s) for s in statuses})
+    if len(values) == 1:
+        return column == literal_column(str(values[0]))
+    return column.in_([literal_column(str(v)) for v in values])
+
+
 def _undispatched_stmt(due_before: datetime, limit: int) -> Select[Any]:
     """Queued, never dispatched, due (a claim, the sweep's or the fire's, holds ``due_at``
     past its end), not held behind an earlier active occurrence of a Queue-policy job;
@@ -247,7 +258,7 @@ def _undispatched_stmt(due_before: datetime, limit: int) -> Select[Any]:
     earlier = occurrences.alias("earlier")
     waiting = exists().where(
         earlier.c.job_id == occ.c.job_id,
-        earlier.c.status.in_(ACTIVE),
+        status_in(earlier.c.status, ACTIVE),
         earlier.c.id < occ.c.id,
     )
     return (
