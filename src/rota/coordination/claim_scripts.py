@@ -9,7 +9,8 @@ __all__ = ["CLAIM_SCRIPT", "RELEASE_CLAIMS_SCRIPT"]
 # unknown). Returns the epoch token, the end of the uncertain window in ms (-1: none), the
 # server time in ms, then (position of the attempt from 1, outcome, owner, claimed at ms) for
 # each attempt *not* claimed now by the owner: a batch whose attempts are all new (nearly
-# every one) answers three values, not three per attempt.
+# every one) answers three values, not three per attempt. A new attempt costs one command
+# (``SET … NX PX``); only one already claimed is read.
 CLAIM_SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -30,9 +31,16 @@ if lost then out[2] = since + ttl end
 local stamp = string.format('%.0f:', now)
 local claim = stamp .. owner
 for i = 2, #KEYS do
-  local value = redis.call('GET', KEYS[i])
-  if value then
-    local at, holder = string.match(value, '^(%d+):(.*)$')
+  local careful = uncertain and ARGV[i + 3] == '1'
+  if redis.call('SET', KEYS[i], careful and stamp or claim, 'NX', 'PX', ttl) then
+    if careful then
+      out[#out + 1] = i - 1
+      out[#out + 1] = 'uncertain'
+      out[#out + 1] = ''
+      out[#out + 1] = now
+    end
+  else
+    local at, holder = string.match(redis.call('GET', KEYS[i]), '^(%d+):(.*)$')
     out[#out + 1] = i - 1
     if holder == owner then
       redis.call('PEXPIRE', KEYS[i], ttl)
@@ -42,14 +50,6 @@ for i = 2, #KEYS do
     end
     out[#out + 1] = holder
     out[#out + 1] = tonumber(at)
-  elseif uncertain and ARGV[i + 3] == '1' then
-    redis.call('SET', KEYS[i], stamp, 'PX', ttl)
-    out[#out + 1] = i - 1
-    out[#out + 1] = 'uncertain'
-    out[#out + 1] = ''
-    out[#out + 1] = now
-  else
-    redis.call('SET', KEYS[i], claim, 'PX', ttl)
   end
 end
 return out
