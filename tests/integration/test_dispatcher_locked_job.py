@@ -70,20 +70,35 @@ async def test_a_locked_due_job_stays_in_the_index_and_fires_once_the_lock_is_go
         lambda: [job.bucket],
     )
 
+    lead = dispatcher_config(SchedulerSettings()).dispatch_lead_seconds
     other = await asyncpg.connect(url)
     try:
         locking = other.transaction()
         await locking.start()
         await other.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", job.id)
+        before = time.time()
         assert await dispatcher.dispatch_due([job.bucket]) == 0
         (entry,) = await index.due([job.bucket], time.time() + 3600, 10)
         assert entry.job_id == job.id
-        assert entry.due <= time.time() + LOCKED_RETRY_SECONDS
+        # read again LOCKED_RETRY_SECONDS later (an entry is read ``lead`` before its time)
+        retry = entry.due - lead
+        assert before + LOCKED_RETRY_SECONDS <= retry <= time.time() + LOCKED_RETRY_SECONDS
+        # The loop does not read it back at once while the row stays locked: one look per
+        # retry, not one statement after another.
+        looks = dispatcher.stats.batches
+        loop = asyncio.create_task(dispatcher.run())
+        try:  # the loop runs for two retries past the first (a span of time, not a wait)
+            await asyncio.sleep(retry + 2 * LOCKED_RETRY_SECONDS - time.time())
+        finally:
+            dispatcher.stop()
+            await loop
+        assert 1 <= dispatcher.stats.batches - looks <= 3
+        (entry,) = await index.due([job.bucket], time.time() + 3600, 10)
         await locking.rollback()
     finally:
         await other.close()
 
-    await asyncio.sleep(max(0.0, entry.due - time.time()))  # the retry's due time
+    await asyncio.sleep(max(0.0, entry.due - lead - time.time()))  # the retry's time
     await dispatcher.dispatch_due([job.bucket])  # fired: Skipped (no worker here), recorded
     occurrences = await store.list_occurrences(OccurrenceQuery(job_id=job.id))
     assert [o.scheduled_for for o in occurrences.items] == [due]

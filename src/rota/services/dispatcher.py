@@ -554,8 +554,11 @@ class Dispatcher:
         for entry in entries:
             if entry.job_id not in next_runs:
                 # Locked by another transaction: kept, and tried again shortly. (Dropped, it
-                # waited for the loader's next sync: up to its interval late.)
-                upserts.append(IndexEntry(entry.job_id, entry.bucket, at + LOCKED_RETRY_SECONDS))
+                # waited for the loader's next sync: up to its interval late.) Entries are
+                # read ``lead`` before their time: so is this one, the retry's time past it
+                # (at the retry's time itself, it was read back at once while locked).
+                retry = at + LOCKED_RETRY_SECONDS + self._lead
+                upserts.append(IndexEntry(entry.job_id, entry.bucket, retry))
                 continue
             nxt = next_runs[entry.job_id]
             due = None if nxt is None else nxt.due_at.timestamp()
