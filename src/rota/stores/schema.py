@@ -140,12 +140,9 @@ QUEUED_ONLY = text("status = 0")
 index holds the occurrences waiting for a worker, not the history. A statement that reads it
 names the status as a literal (see ``rota.stores.sql.statements.QUEUED_LITERAL``)."""
 NOT_COMPLETED = text("status <> 2")
-"""PostgreSQL: the condition of the occurrences' status indexes ``(status, id)`` and
-``(job_id, status, id)`` (migration 0034). Completed, the status nearly every run ends in, is
-left out: a run's end adds no entry to them, and a list of the Completed runs is a walk of
-the ids (newest first), nearly every one a match. A statement that reads them for other
-statuses names the statuses as literals (``rota.stores.sql.statements.status_in``): the
-planner proves the condition from literals, not from a generic plan's parameters."""
+"""PostgreSQL: the condition of the status indexes (migration 0034): a run's end adds no
+entry to them; a list of Completed runs walks the ids, nearly every one a match. Their readers
+name the statuses as literals (``statements.status_in``): a generic plan proves nothing."""
 ENDED = text("end_time IS NOT NULL")
 """PostgreSQL: the condition of the ``(end_time, status)`` index (migration 0034): the runs
 that ended (a range of end times implies it)."""
@@ -406,9 +403,8 @@ def _occurrences(metadata: MetaData, *, partitioned: bool) -> None:
         keys["pk"],
         UniqueConstraint("job_id", "scheduled_for"),
         Index(None, "job_id", "id"),
-        # PostgreSQL (migration 0034): the status indexes leave the Completed runs out, and the
-        # end time's the runs not ended, so that a run's end writes two index entries fewer
-        # (its update is never HOT: the status changes); SQLite keeps them whole.
+        # PostgreSQL (0034): no Completed run in the status indexes, no run not ended in the
+        # end time's (a run's end is never a HOT update); SQLite keeps them whole.
         Index(None, "job_id", "status", "id", postgresql_where=NOT_COMPLETED),
         Index(None, "status", "id", postgresql_where=NOT_COMPLETED),
         # status: an equality for SQLite's planner, which has no statistics
