@@ -138,7 +138,7 @@ INACTIVE = text("NOT is_active")
 QUEUED_ONLY = text("status = 0")
 """The condition of the partial index of the Queued occurrences (migration 0026): the sweeps'
 index holds the occurrences waiting for a worker, not the history. A statement that reads it
-names the status as a literal (see ``rota.stores.sql.statements.QUEUED_LITERAL``)."""
+names the status as a literal (see ``rota.stores.sql.statements.status_in``)."""
 NOT_COMPLETED = text("status <> 2")
 """PostgreSQL: the condition of the status indexes (migration 0034): a run's end adds no
 entry to them; a list of Completed runs walks the ids, nearly every one a match. Their readers

@@ -48,7 +48,6 @@ from rota.stores.sql.rows import (
 )
 from rota.stores.sql.sending import insert_batch
 from rota.stores.sql.statements import (
-    QUEUED_LITERAL,
     _fetch_in,
     _insert_or_skip_stmt,
     status_in,
@@ -339,7 +338,7 @@ class DispatchQueries(AggregateQueries):
             select(occurrences, j.zombie_policy, own)
             .select_from(joined)
             .where(
-                occ.status == QUEUED_LITERAL,
+                status_in(occ.status, [OccurrenceStatus.QUEUED]),
                 occ.dispatched_at.is_not(None),
                 occ.dispatched_at < queued_before,
                 or_(own.is_(None), self._silence(occ.dispatched_at, now) > own),

@@ -30,7 +30,6 @@ from rota.stores.sql.engine import SqlParts
 from rota.stores.sql.rows import _chunks, _to_occurrence
 from rota.stores.sql.statements import (
     _MARK_DISPATCHED_PG,
-    QUEUED_LITERAL,
     _mark_dispatched_stmt,
     _undispatched_stmt,
     status_in,
@@ -70,7 +69,7 @@ def _stranded(member: Member, row: Row[Any], ids: Sequence[UUID]) -> list[Column
     the attempt it inserted (never requeued: that clears the mark), marked at its time."""
     return [
         member(_o.id, ids),
-        _o.status == QUEUED_LITERAL,
+        status_in(_o.status, [OccurrenceStatus.QUEUED]),
         _o.dispatched_at == row.dispatched_at,
     ]
 

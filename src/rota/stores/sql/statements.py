@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import UpdateBase
-from sqlalchemy.sql.elements import ColumnClause, ColumnElement
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
 from rota.core.models import WAITING_POLICIES, OccurrenceStatus
@@ -232,18 +232,14 @@ def _mark_dispatched_stmt(at: datetime) -> UpdateBase:
     )
 
 
-QUEUED_LITERAL: ColumnClause[Any] = literal_column(str(int(OccurrenceStatus.QUEUED)))
-"""Queued as a literal: a sweep that says ``status = 0`` in its text can read the partial
-index of the Queued occurrences (``ix_occurrences_queued``, migration 0026), on either store;
-a bound parameter cannot (a prepared statement's generic plan is made for any value, and
-SQLite does not look into parameters for a partial index)."""
-
-
 def status_in(column: ColumnElement[Any], statuses: Iterable[int]) -> ColumnElement[bool]:
-    """``column`` is one of ``statuses``, written as literals (like :data:`QUEUED_LITERAL`):
-    PostgreSQL's planner proves from them the condition of the partial status indexes
-    (``schema.NOT_COMPLETED``, migration 0034), which it cannot from a generic plan's
-    parameters."""
+    """``column`` is one of ``statuses``, written as literals: a statement that says
+    ``status = 0`` in its text can read the partial index of the Queued occurrences
+    (``ix_occurrences_queued``, migration 0026) on either store, and PostgreSQL's planner
+    proves from the literals the condition of its partial status indexes
+    (``schema.NOT_COMPLETED``, migration 0034). A bound parameter can do neither: a prepared
+    statement's generic plan is made for any value, and SQLite does not look into parameters
+    for a partial index."""
     values = sorted({int(s) for s in statuses})
     if len(values) == 1:
         return column == literal_column(str(values[0]))
@@ -264,7 +260,7 @@ def _undispatched_stmt(due_before: datetime, limit: int) -> Select[Any]:
     return (
         select(occ)
         .where(
-            occ.c.status == QUEUED_LITERAL,
+            status_in(occ.c.status, [OccurrenceStatus.QUEUED]),
             occ.c.dispatched_at.is_(None),
             occ.c.due_at <= due_before,
             or_(occ.c.concurrency_policy.not_in([int(p) for p in WAITING_POLICIES]), ~waiting),
