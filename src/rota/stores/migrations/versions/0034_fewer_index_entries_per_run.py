@@ -28,25 +28,19 @@ down_revision: str | Sequence[str] | None = "0033"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_INDEXES = {
-    "ix_occurrences_job_id_status_id": "occurrences (job_id, status, id)",
-    "ix_occurrences_status_id": "occurrences (status, id)",
-    "ix_occurrences_end_time_status": "occurrences (end_time, status)",
-    "ix_jobs_tags": "jobs USING gin (tags jsonb_path_ops)",
-}
-_CONDITIONS = {
-    "ix_occurrences_job_id_status_id": "status <> 2",
-    "ix_occurrences_status_id": "status <> 2",
-    "ix_occurrences_end_time_status": "end_time IS NOT NULL",
-    "ix_jobs_tags": "tags <> '[]'::jsonb",
+_INDEXES = {  # name: (what it indexes, its condition)
+    "ix_occurrences_job_id_status_id": ("occurrences (job_id, status, id)", "status <> 2"),
+    "ix_occurrences_status_id": ("occurrences (status, id)", "status <> 2"),
+    "ix_occurrences_end_time_status": ("occurrences (end_time, status)", "end_time IS NOT NULL"),
+    "ix_jobs_tags": ("jobs USING gin (tags jsonb_path_ops)", "tags <> '[]'::jsonb"),
 }
 
 
 def _rebuild(partial: bool) -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    for name, target in _INDEXES.items():
-        where = f" WHERE {_CONDITIONS[name]}" if partial else ""
+    for name, (target, condition) in _INDEXES.items():
+        where = f" WHERE {condition}" if partial else ""
         op.execute(f"DROP INDEX IF EXISTS {name}")
         op.execute(f"CREATE INDEX {name} ON {target}{where}")
 
