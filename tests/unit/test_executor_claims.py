@@ -250,6 +250,8 @@ async def test_an_unreachable_claim_memory_runs_first_deliveries_only(
     first = await harness.publish("claimed")
     assert (await observer.wait_final(first.occurrence_id)).status is S.COMPLETED
     await eventually(lambda: flaky.acked(copy.occurrence_id), WAIT, "the copy acknowledged")
+    # Its report went out before the ack; the observer reads the status queue on its own time.
+    await observer.wait_status(copy.occurrence_id, S.RUNNING)
     reported = [(r.status, r.instance_id) for r in observer.of(copy.occurrence_id)]
     assert reported == [(S.RUNNING, UNKNOWN_HOLDER)]
     assert runs == {(first.occurrence_id, 1): 1}
